@@ -1,0 +1,93 @@
+"""Audio from bytes to features: decode, resample, Kaldi fbank, SpecAugment.
+
+Every input kind (tar member, file, pipe) arrives here as ``bytes``; there is one
+decode path, so a sample can never leave it without ``wav`` and ``sample_rate``
+set (the ``decode_wav`` bug of field report 001 cannot happen by construction).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used: undecodable, empty, or at a refused sample rate."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def audio_info(data: bytes) -> tuple[int, int]:
+    """(frames, sample_rate) from the header alone, without decoding samples."""
+    try:
+        info = sf.info(io.BytesIO(data))
+    except Exception as e:  # soundfile raises several types (RuntimeError, LibsndfileError)
+        raise AudioError("undecodable_audio", str(e)) from None
+    return info.frames, info.samplerate
+
+
+def decode(data: bytes) -> tuple[torch.Tensor, int]:
+    """Decode WAV/FLAC/OGG bytes to a mono float32 waveform (samples,) in [-1, 1] and its rate (Hz)."""
+    try:
+        wav, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as e:
+        raise AudioError("undecodable_audio", str(e)) from None
+    if wav.shape[0] == 0:
+        raise AudioError("empty_audio")
+    return torch.from_numpy(wav.mean(axis=1) if wav.shape[1] > 1 else wav[:, 0]), sr
+
+
+def resample(wav: torch.Tensor, sr: int, target_sr: int) -> torch.Tensor:
+    """Resample (samples,) from ``sr`` to ``target_sr`` Hz; a no-op when they agree."""
+    if sr == target_sr:
+        return wav
+    return torchaudio.functional.resample(wav, sr, target_sr)
+
+
+def num_frames(num_samples: int, sample_rate: int, frame_length_ms: float = 25.0,
+               frame_shift_ms: float = 10.0) -> int:
+    """Fbank frames Kaldi makes from ``num_samples`` (snip_edges=True)."""
+    win = int(sample_rate * frame_length_ms / 1000)
+    shift = int(sample_rate * frame_shift_ms / 1000)
+    return 0 if num_samples < win else 1 + (num_samples - win) // shift
+
+
+def fbank(wav: torch.Tensor, sample_rate: int, num_mel_bins: int = 80, frame_length_ms: float = 25.0,
+          frame_shift_ms: float = 10.0, dither: float = 0.0) -> torch.Tensor:
+    """Kaldi log-mel filterbank, (frames, num_mel_bins), on int16-scaled audio as WeNet computes it."""
+    return torchaudio.compliance.kaldi.fbank(
+        (wav * 32768.0).unsqueeze(0), num_mel_bins=num_mel_bins, frame_length=frame_length_ms,
+        frame_shift=frame_shift_ms, dither=dither, energy_floor=0.0, sample_frequency=sample_rate)
+
+
+def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int = 2, num_f_mask: int = 2,
+                 max_t: int = 50, max_f: int = 10) -> torch.Tensor:
+    """Zero ``num_t_mask`` time bands (≤ max_t frames) and ``num_f_mask`` mel bands (≤ max_f bins).
+
+    Draws from ``rng`` so a batch's masks follow from the loader's position (exact resume).
+    """
+    out = feats.clone()
+    frames, bins = out.shape
+    for _ in range(num_t_mask):
+        width = int(rng.integers(1, max_t + 1))
+        start = int(rng.integers(0, max(1, frames - width)))
+        out[start:start + width, :] = 0
+    for _ in range(num_f_mask):
+        width = int(rng.integers(1, max_f + 1))
+        start = int(rng.integers(0, max(1, bins - width)))
+        out[:, start:start + width] = 0
+    return out
+
+
+def encode_wav(samples: np.ndarray, sample_rate: int) -> bytes:
+    """16-bit PCM WAV bytes for int16 or float ([-1, 1]) mono ``samples``."""
+    buf = io.BytesIO()
+    sf.write(buf, samples, sample_rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+

@@ -1,0 +1,331 @@
+"""The streaming loader: sources dealt to rank x worker, block shuffle, sort windows, batches.
+
+It mirrors WeNet's pipeline (shard list -> tar groups -> decode -> shuffle buffer -> sort
+buffer -> batch), with one change that makes it *know where it is*: each worker reads its
+sources in blocks of ``shuffle_size`` items, and everything random about a block (its shuffle,
+its SpecAugment masks) is drawn from an RNG seeded by ``(seed, epoch, worker, block)``. A
+position is therefore just ``(epoch, source, offset, block, batch)``: resuming seeks to the
+block's first item and skips the block's consumed batches, re-reading at most one block
+whatever the position in the epoch, and the batches that follow are the very same.
+
+Features are computed per batch, after batching (lengths for sorting come from the audio
+headers), so skipping consumed batches on resume costs I/O only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from . import audio
+from .sources import DataError, Item, Source, read_source
+from .tokenizer import CharTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DataConfig:
+    """The ``data`` section of a config."""
+
+    sample_rate: int = 16000          # Hz, audio is resampled to it
+    resample: bool = True             # False: audio at another rate is bad input ("sample_rate")
+    num_mel_bins: int = 80
+    frame_length_ms: float = 25.0
+    frame_shift_ms: float = 10.0
+    dither: float = 0.0
+    spec_augment: bool = False
+    shuffle: bool = True              # shuffle sources per epoch and items per block
+    shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
+    sort_size: int = 100              # items per length-sorting window; 0 disables sorting
+    batch_type: str = "dynamic"       # "dynamic": by max_frames_in_batch; "static": batch_size
+    batch_size: int = 16              # utterances per batch (static)
+    max_frames_in_batch: int = 5000   # padded fbank frames per batch (dynamic)
+    min_duration_s: float = 0.05
+    max_duration_s: float = 30.0
+    num_workers: int = 0
+    prefetch_factor: int = 2
+    pin_memory: bool = False
+    bad_input: str = "skip"           # "skip": count by reason and go on; "fail": raise
+    raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.batch_type not in ("dynamic", "static"):
+            raise ValueError(f"data.batch_type must be 'dynamic' or 'static', not {self.batch_type!r}")
+        if self.bad_input not in ("skip", "fail"):
+            raise ValueError(f"data.bad_input must be 'skip' or 'fail', not {self.bad_input!r}")
+        if self.shuffle_size < 1 or self.batch_size < 1 or self.max_frames_in_batch < 1:
+            raise ValueError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
+        if self.num_workers < 0:
+            raise ValueError("data.num_workers must be >= 0")
+
+    def frames(self, num_samples: int) -> int:
+        """Fbank frames of ``num_samples`` samples at ``sample_rate``."""
+        return audio.num_frames(num_samples, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
+
+
+@dataclass
+class Position:
+    """Where one worker is in its epoch: the next batch is batch ``batch`` of block ``block``,
+    which starts at item ``offset`` of the worker's source number ``source``.
+
+    ``skipped`` counts bad input by reason, this epoch, up to here.
+    """
+
+    epoch: int = 0
+    source: int = 0
+    offset: int = 0
+    block: int = 0
+    batch: int = 0
+    skipped: dict | None = None
+    done: bool = False
+
+
+def batch_sizes(frames: list[int], cfg: DataConfig) -> list[int]:
+    """Cut a sequence of utterance lengths (frames) into batches; returns the batch sizes.
+
+    Dynamic batches keep (utterances x longest) <= max_frames_in_batch, as WeNet does.
+    """
+    sizes: list[int] = []
+    n, longest = 0, 0
+    for f in frames:
+        if cfg.batch_type == "static":
+            full = n == cfg.batch_size
+        else:
+            full = n > 0 and (n + 1) * max(longest, f) > cfg.max_frames_in_batch
+        if full:
+            sizes.append(n)
+            n, longest = 0, 0
+        n, longest = n + 1, max(longest, f)
+    if n:
+        sizes.append(n)
+    return sizes
+
+
+def epoch_sources(sources: list[Source], epoch: int, cfg: DataConfig) -> list[Source]:
+    """The epoch's source order (shuffled with ``(seed, epoch)`` when ``cfg.shuffle``)."""
+    if not cfg.shuffle:
+        return list(sources)
+    perm = np.random.default_rng([cfg.seed, epoch]).permutation(len(sources))
+    return [sources[i] for i in perm]
+
+
+def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_workers: int) -> list[Source]:
+    """The sources of (rank, worker): every (rank x worker)-th one, so each goes to exactly one."""
+    return sources[rank * num_workers + worker::world_size * num_workers]
+
+
+class AsrDataset(IterableDataset):
+    """Batches for one rank. Use it through ``AsrLoader``, which tracks the consumed position."""
+
+    def __init__(self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig,
+                 rank: int = 0, world_size: int = 1):
+        if not sources:
+            raise DataError("no data: the data list has no sources")
+        self.sources, self.tokenizer, self.cfg = sources, tokenizer, cfg
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self.positions: dict[int, Position] = {}  # logical worker -> where to start
+        self.rotate = 0  # physical DataLoader worker w plays logical worker (w + rotate) % W
+
+    @property
+    def num_workers(self) -> int:
+        return max(1, self.cfg.num_workers)
+
+    def __iter__(self) -> Iterator[dict]:
+        info = get_worker_info()
+        physical = info.id if info is not None else 0
+        worker = (physical + self.rotate) % self.num_workers
+        pos = self.positions.get(worker, Position(epoch=self.epoch))
+        if pos.epoch != self.epoch:
+            pos = Position(epoch=self.epoch)
+        mine = deal(epoch_sources(self.sources, self.epoch, self.cfg), self.rank, self.world_size,
+                    worker, self.num_workers)
+        yield from self._batches(mine, worker, pos)
+
+    # -- one worker's stream -------------------------------------------------------------
+    def _batches(self, sources: list[Source], worker: int, pos: Position) -> Iterator[dict]:
+        cfg = self.cfg
+        g = self.rank * self.num_workers + worker  # global worker id, seeds this worker's RNGs
+        src_i, offset, block = pos.source, pos.offset, pos.block
+        resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
+        skipped = Counter(resume_skipped)
+        it = None
+        while not pos.done:
+            start = (src_i, offset)
+            items: list[Item] = []
+            while len(items) < cfg.shuffle_size and src_i < len(sources):
+                if it is None:
+                    it = read_source(sources[src_i], offset)
+                item = next(it, None)
+                if item is None:
+                    src_i, offset, it = src_i + 1, 0, None
+                    continue
+                offset += 1
+                items.append(item)
+            if not items:
+                break
+            rng = np.random.default_rng([cfg.seed, self.epoch, g, block])
+            plan = self._plan_block(items, rng, skipped)
+            if resume_batch:  # resuming inside this block: its first batches were consumed
+                skipped = Counter(resume_skipped)
+            for b, batch_items in enumerate(plan):
+                if b < resume_batch:
+                    continue
+                batch = self._collate(batch_items, np.random.default_rng([cfg.seed, self.epoch, g, block, b]),
+                                      skipped)
+                last = b + 1 == len(plan)
+                nxt = Position(self.epoch, src_i, offset, block + 1, 0) if last else \
+                    Position(self.epoch, start[0], start[1], block, b + 1)
+                nxt.skipped = dict(skipped)
+                if batch is not None:
+                    batch["worker"], batch["pos"] = worker, asdict(nxt)
+                    yield batch
+            resume_batch = 0
+            block += 1
+
+    def _bad(self, item: Item, reason: str, skipped: Counter) -> None:
+        if self.cfg.bad_input == "fail":
+            raise DataError(f"{item.where}: {reason}")
+        skipped[reason] += 1
+        log.debug("skipping %s: %s", item.where, reason)
+
+    def _plan_block(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> list[list]:
+        """Check items from their headers, shuffle, sort in windows, cut into batches."""
+        cfg = self.cfg
+        good = []
+        for item in items:
+            reason = item.error or self._check_text(item.text)
+            if reason is None:
+                try:
+                    samples, sr = audio.audio_info(item.audio)
+                except audio.AudioError as e:
+                    reason = e.reason
+                else:
+                    reason = self._check_length(samples, sr)
+            if reason is not None:
+                self._bad(item, reason, skipped)
+                continue
+            good.append((item, cfg.frames(round(samples * cfg.sample_rate / sr))))
+        if cfg.shuffle:
+            good = [good[i] for i in rng.permutation(len(good))]
+        if cfg.sort_size > 0:
+            good = [x for s in range(0, len(good), cfg.sort_size)
+                    for x in sorted(good[s:s + cfg.sort_size], key=lambda x: x[1])]
+        plan, s = [], 0
+        for n in batch_sizes([f for _, f in good], cfg):
+            plan.append([it for it, _ in good[s:s + n]])
+            s += n
+        return plan
+
+    def _check_text(self, text: str | None) -> str | None:
+        if not text:
+            return "empty_text"
+        if self.tokenizer.oov(text):
+            return "oov_text"
+        return None
+
+    def _check_length(self, samples: int, sr: int) -> str | None:
+        if samples == 0:
+            return "empty_audio"
+        if sr != self.cfg.sample_rate and not self.cfg.resample:
+            return "sample_rate"
+        seconds = samples / sr
+        if seconds < self.cfg.min_duration_s:
+            return "too_short"
+        if seconds > self.cfg.max_duration_s:
+            return "too_long"
+        return None
+
+    def _collate(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> dict | None:
+        """Decode, resample, fbank (and SpecAugment) a batch, then pad it."""
+        cfg = self.cfg
+        feats, keys, targets = [], [], []
+        for item in items:
+            try:
+                wav, sr = audio.decode(item.audio)
+            except audio.AudioError as e:
+                self._bad(item, e.reason, skipped)
+                continue
+            wav = audio.resample(wav, sr, cfg.sample_rate)
+            f = audio.fbank(wav, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms,
+                            cfg.frame_shift_ms, cfg.dither)
+            if cfg.spec_augment:
+                f = audio.spec_augment(f, rng)
+            feats.append(f)
+            keys.append(item.key)
+            targets.append(torch.tensor(self.tokenizer.encode(item.text), dtype=torch.long))
+        if not feats:
+            return None
+        return {
+            "keys": keys,
+            "feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),
+            "feat_lens": torch.tensor([len(f) for f in feats], dtype=torch.long),
+            "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
+            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long),
+        }
+
+
+class AsrLoader:
+    """Iterates one rank's batches and remembers the position of what was *consumed*.
+
+    ``state_dict()`` after a batch has been trained on resumes right after that batch, not
+    where prefetching workers had read ahead to. Each batch is a dict with ``keys``, ``feats``
+    (B, T, mel), ``feat_lens``, ``targets`` (B, L, zero-padded), ``target_lens``, ``worker``, ``pos``.
+    """
+
+    def __init__(self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig,
+                 rank: int = 0, world_size: int = 1):
+        self.dataset = AsrDataset(sources, tokenizer, cfg, rank, world_size)
+        self.cfg = cfg
+        self.epoch = 0
+        self.positions: dict[int, dict] = {}
+        self.next_worker = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch``; keeps the saved position when it is the epoch already under way."""
+        if epoch != self.epoch:
+            self.epoch, self.positions, self.next_worker = epoch, {}, 0
+
+    def __iter__(self) -> Iterator[dict]:
+        ds, W = self.dataset, self.dataset.num_workers
+        ds.epoch, ds.rotate = self.epoch, self.next_worker
+        ds.positions = {w: Position(**p) for w, p in self.positions.items()}
+        loader = DataLoader(ds, batch_size=None, num_workers=self.cfg.num_workers,
+                            prefetch_factor=self.cfg.prefetch_factor if self.cfg.num_workers else None,
+                            pin_memory=self.cfg.pin_memory)
+        for batch in loader:
+            w = batch["worker"]
+            self.positions[w] = batch["pos"]
+            self.next_worker = (w + 1) % W
+            yield batch
+        for w in range(W):  # every worker has run dry: the epoch is complete
+            self.positions[w] = {**self.positions.get(w, asdict(Position(self.epoch))), "done": True}
+        log.info("epoch %d on rank %d: skipped %s", self.epoch, ds.rank, dict(self.skipped()) or "nothing")
+
+    def skipped(self) -> Counter:
+        """Bad input skipped so far this epoch on this rank, by reason."""
+        total: Counter = Counter()
+        for p in self.positions.values():
+            total.update(p.get("skipped") or {})
+        return total
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "positions": {str(w): p for w, p in self.positions.items()},
+                "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
+                "world_size": self.dataset.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state["num_workers"], state["world_size"]) != (self.dataset.num_workers, self.dataset.world_size):
+            raise ValueError(
+                f"loader state is for {state['world_size']} ranks x {state['num_workers']} workers, "
+                f"this run has {self.dataset.world_size} x {self.dataset.num_workers}")
+        self.epoch, self.next_worker = state["epoch"], state["next_worker"]
+        self.positions = {int(w): dict(p) for w, p in state["positions"].items()}

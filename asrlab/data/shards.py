@@ -1,0 +1,161 @@
+"""WeNet tar shards: write them deterministically, read them whatever their compression.
+
+Layout (WeNet's): ``<split>/shards/<split>_%09d.tar`` holding ``KEY.txt`` then ``KEY.wav``
+for each utterance, and ``<split>/data.list`` with one shard path per line. Compressed
+shards get a suffix (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``, ``.tar.zst``); readers detect
+compression from the magic bytes, so a user's shards load whatever they are named.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import lzma
+import tarfile
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+import zstandard
+
+COMPRESSIONS = ("none", "gz", "bz2", "xz", "zst")
+_MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zst"}
+
+
+def shard_name(split: str, index: int, compression: str) -> str:
+    return f"{split}_{index:09d}.tar" + ("" if compression == "none" else f".{compression}")
+
+
+def compress(data: bytes, compression: str) -> bytes:
+    """Deterministic compression (no timestamps or file names in the headers)."""
+    if compression == "none":
+        return data
+    if compression == "gz":
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+            f.write(data)
+        return buf.getvalue()
+    if compression == "bz2":
+        return bz2.compress(data)
+    if compression == "xz":
+        return lzma.compress(data)
+    if compression == "zst":
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    raise ValueError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
+
+
+def detect_compression(head: bytes) -> str:
+    """Compression of a stream from its first bytes ('none' when no magic matches)."""
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return "none"
+
+
+def open_stream(fileobj: BinaryIO) -> BinaryIO:
+    """Wrap ``fileobj`` so reads return decompressed bytes, detecting the compression."""
+    head = fileobj.read(6)
+    raw = _Prefixed(head, fileobj)
+    kind = detect_compression(head)
+    if kind == "gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if kind == "bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if kind == "xz":
+        return lzma.LZMAFile(raw, mode="rb")
+    if kind == "zst":
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return raw
+
+
+class _Prefixed(io.RawIOBase):
+    """A read-only stream that first returns ``head`` then the rest of ``f``."""
+
+    def __init__(self, head: bytes, f: BinaryIO):
+        self._head, self._f = head, f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def tar_bytes(members: Iterable[tuple[str, bytes]]) -> bytes:
+    """An uncompressed tar of ``(name, data)`` with fixed metadata, so equal input gives equal bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_split(utts: Iterable[tuple[str, str, bytes]], split_dir: str | Path, split: str,
+                shard_size: int = 500, compression: str = "none", raw: bool = False) -> list[Path]:
+    """Write ``(key, text, wav_bytes)`` utterances as WeNet shards (and a raw list with ``raw``).
+
+    Returns the shard paths. ``data.list`` (and ``raw.list``) hold absolute paths.
+    """
+    if shard_size < 1:
+        raise ValueError("shard_size must be at least 1")
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
+    split_dir = Path(split_dir).resolve()
+    (split_dir / "shards").mkdir(parents=True, exist_ok=True)
+    if raw:
+        (split_dir / "wavs").mkdir(exist_ok=True)
+    paths: list[Path] = []
+    raw_lines: list[str] = []
+    pending: list[tuple[str, bytes]] = []
+
+    def flush() -> None:
+        path = split_dir / "shards" / shard_name(split, len(paths), compression)
+        path.write_bytes(compress(tar_bytes(pending), compression))
+        paths.append(path)
+        pending.clear()
+
+    for key, text, wav in utts:
+        pending += [(f"{key}.txt", text.encode("utf-8")), (f"{key}.wav", wav)]
+        if raw:
+            wav_path = split_dir / "wavs" / f"{key}.wav"
+            wav_path.write_bytes(wav)
+            raw_lines.append(json.dumps({"key": key, "wav": str(wav_path), "txt": text}, ensure_ascii=False))
+        if len(pending) == 2 * shard_size:
+            flush()
+    if pending:
+        flush()
+    (split_dir / "data.list").write_text("".join(f"{p}\n" for p in paths))
+    if raw:
+        (split_dir / "raw.list").write_text("".join(f"{line}\n" for line in raw_lines), encoding="utf-8")
+    return paths
+
+
+def iter_tar(fileobj: BinaryIO) -> Iterator[tuple[str, bytes]]:
+    """Stream ``(member name, bytes)`` from a tar in any supported compression.
+
+    Raises ``tarfile.ReadError`` (or ``EOFError``) when the tar is truncated or corrupt.
+    """
+    with tarfile.open(fileobj=open_stream(fileobj), mode="r|") as tar:
+        for info in tar:
+            if not info.isfile():
+                continue
+            f = tar.extractfile(info)
+            data = f.read() if f is not None else b""
+            if len(data) != info.size:
+                raise tarfile.ReadError(f"member {info.name} truncated ({len(data)} of {info.size} bytes)")
+            yield info.name, data
