@@ -1,0 +1,172 @@
+"""``asrlab <command>``: parses arguments, calls the package, formats the output.
+
+The only module (with the notebooks) that prints; everything else logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def _pair(s: str) -> tuple[float, float]:
+    lo, hi = (float(x) for x in s.split(","))
+    return lo, hi
+
+
+def cmd_synth(a: argparse.Namespace) -> int:
+    from .data.synth import synthesize_corpus
+
+    summary = synthesize_corpus(a.out, utts=a.utts, seed=a.seed, shard_size=a.shard_size,
+                                compression=a.compression, noise_snr=a.noise_snr, raw=a.raw,
+                                hard=a.hard, progress=not a.quiet)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def _data_config(a: argparse.Namespace):
+    from .data.loader import DataConfig
+
+    cfg = DataConfig(seed=a.seed)
+    if getattr(a, "max_frames", None):
+        cfg = replace(cfg, max_frames_in_batch=a.max_frames)
+    return cfg
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from .data.preflight import format_layout, inspect_layout
+    from .data.sources import load_sources
+
+    cfg = _data_config(a)
+    report = inspect_layout(load_sources(a.list, cfg.raw_chunk), cfg, a.world_size, a.num_workers,
+                            epoch=a.epoch, progress=not a.json)
+    print(json.dumps(report, indent=2) if a.json else format_layout(report))
+    return 0
+
+
+def _tokenizer_from(sources):
+    from .data.sources import read_source
+    from .data.tokenizer import CharTokenizer
+
+    return CharTokenizer.build(item.text for s in sources for item in read_source(s) if item.text)
+
+
+def cmd_bench_loader(a: argparse.Namespace) -> int:
+    from .data import bench
+    from .data.sources import load_sources
+
+    cfg = _data_config(a)
+    sources = load_sources(a.list, cfg.raw_chunk)
+    tok = _tokenizer_from(sources)
+    ceiling = bench.features_ceiling(sources, cfg)
+    print(f"ceiling (fbank alone on decoded audio, 1 thread): {ceiling['utts_per_s']} utts/s, "
+          f"{ceiling['audio_s_per_s']} audio s/s")
+    head = f"{'workers':>7} {'prefetch':>8} {'batch':>8} {'utts/s':>8} {'audio s/s':>9} {'batches/s':>9} {'of ceiling':>10}"
+    if a.against:
+        head += f" {'wds utts/s':>10} {'asrlab/wds':>10}"
+    print(head)
+
+    def show(r):
+        x = r["asrlab"]
+        line = (f"{r['num_workers']:>7} {str(r['prefetch'] or '-'):>8} {str(r['batch']):>8} {x['utts_per_s']:>8} "
+                f"{x['audio_s_per_s']:>9} {x['batches_per_s']:>9} {x['utts_per_s'] / ceiling['utts_per_s']:>10.0%}")
+        if "webdataset" in r:
+            line += f" {r['webdataset']['utts_per_s']:>10} {r['ratio']:>10.2f}"
+        print(line, flush=True)
+
+    rows = bench.sweep(sources, tok, cfg, a.num_workers, a.prefetch, a.batch or [None], a.max_batches,
+                       a.against, progress=show)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"ceiling": ceiling, "rows": rows}, indent=2))
+    return 0
+
+
+def cmd_bench_compression(a: argparse.Namespace) -> int:
+    from .data import bench
+    from .data.sources import load_sources
+
+    cfg = _data_config(a)
+    sources = load_sources(a.list, cfg.raw_chunk)
+    rows = bench.compression_cost(sources, _tokenizer_from(sources), cfg, a.compressions.split(","), a.max_utts)
+    print(f"{'compression':>11} {'MB':>7} {'ratio':>6} {'read ms/utt':>11} {'loader ms/utt':>13}")
+    for r in rows:
+        print(f"{r['compression']:>11} {r['mb']:>7} {r['ratio']:>6} {r['read_ms_per_utt']:>11} "
+              f"{r['loader_ms_per_utt']:>13}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="asrlab", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synth", help="synthesize the embedded speech corpus (eSpeak NG) as WeNet shards")
+    s.add_argument("out")
+    s.add_argument("--utts", type=int, default=3000, help="training utterances (dev and test get a tenth)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--shard-size", type=int, default=500, help="utterances per shard")
+    s.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])
+    s.add_argument("--noise-snr", type=_pair, default=(10.0, 30.0), help="LO,HI in dB")
+    s.add_argument("--raw", action="store_true", help="also write WAV files and a WeNet raw.list")
+    s.add_argument("--hard", action="store_true", help="reverberation, speed perturbation, lower SNR")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_synth)
+
+    sh = sub.add_parser("shards", help="look at shards").add_subparsers(dest="shards_command", required=True)
+    i = sh.add_parser("inspect", help="per rank and worker: shards, utterances, hours, batches; warnings")
+    i.add_argument("list", help="data.list (shard or raw) or a Kaldi dir")
+    i.add_argument("--world-size", type=int, default=1)
+    i.add_argument("--num-workers", type=int, default=0)
+    i.add_argument("--max-frames", type=int, help="max_frames_in_batch (default: the loader's)")
+    i.add_argument("--epoch", type=int, default=0)
+    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inspect)
+
+    b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
+    bl = b.add_parser("loader", help="loader throughput per setting")
+    bl.add_argument("list")
+    bl.add_argument("--num-workers", type=_ints, default=[0, 1, 2])
+    bl.add_argument("--prefetch", type=_ints, default=[2])
+    bl.add_argument("--batch", type=_ints, default=None, help="static batch sizes (default: dynamic batches)")
+    bl.add_argument("--max-frames", type=int)
+    bl.add_argument("--max-batches", type=int, default=None)
+    bl.add_argument("--against", choices=["webdataset"])
+    bl.add_argument("--seed", type=int, default=0)
+    bl.add_argument("--json")
+    bl.set_defaults(func=cmd_bench_loader)
+    bc = b.add_parser("compression", help="what shard compression costs per utterance")
+    bc.add_argument("list")
+    bc.add_argument("--compressions", default="none,gz,bz2,xz,zst")
+    bc.add_argument("--max-utts", type=int, default=1000)
+    bc.add_argument("--seed", type=int, default=0)
+    bc.add_argument("--json")
+    bc.set_defaults(func=cmd_bench_compression)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from .data.sources import DataError
+
+    try:
+        return args.func(args)
+    except (DataError, ValueError, FileNotFoundError) as e:
+        print(f"asrlab: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

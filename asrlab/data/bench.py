@@ -1,0 +1,155 @@
+"""Loader benchmarks: throughput per setting, WebDataset side by side, the features-only ceiling,
+and what shard compression costs.
+
+Numbers are wall-clock throughput of a whole epoch (or ``max_batches``) on this machine; the
+README quotes them with the command that made them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from . import audio
+from .loader import AsrLoader, DataConfig
+from .shards import COMPRESSIONS, compress, tar_bytes
+from .sources import Source, read_source
+from .tokenizer import CharTokenizer
+
+
+def _measure(batches, max_batches: int | None) -> dict:
+    """Drain ``batches``; utterances/s, audio seconds/s and batches/s over the run."""
+    t0 = time.perf_counter()
+    n = utts = frames = 0
+    for b in itertools.islice(batches, max_batches):
+        n += 1
+        utts += len(b["feat_lens"])
+        frames += int(b["feat_lens"].sum())
+    dt = time.perf_counter() - t0
+    audio_s = frames / 100.0  # 10 ms frames
+    return {"batches": n, "utts": utts, "seconds": round(dt, 3), "utts_per_s": round(utts / dt, 1),
+            "audio_s_per_s": round(audio_s / dt, 1), "batches_per_s": round(n / dt, 2)}
+
+
+def bench_asrlab(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max_batches: int | None = None) -> dict:
+    return _measure(iter(AsrLoader(sources, tok, cfg)), max_batches)
+
+
+def bench_webdataset(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
+                     max_batches: int | None = None) -> dict:
+    """The same shards through WebDataset with the same decode, fbank, shuffle and static batches."""
+    import webdataset as wds
+
+    def features(sample):
+        wav, sr = audio.decode(sample["wav"])
+        wav = audio.resample(wav, sr, cfg.sample_rate)
+        f = audio.fbank(wav, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
+        return f, torch.tensor(tok.encode(sample["txt"].decode("utf-8").strip()))
+
+    def collate(samples):
+        feats, targets = zip(*samples)
+        return {"feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),
+                "feat_lens": torch.tensor([len(f) for f in feats]),
+                "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True)}
+
+    urls = [s.path for s in sources if s.path]
+    if len(urls) != len(sources):
+        raise ValueError("the WebDataset comparison needs a shard list (not raw or Kaldi)")
+    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+          .shuffle(cfg.shuffle_size if cfg.shuffle else 0).map(features)
+          .batched(cfg.batch_size, collation_fn=collate, partial=True))
+    loader = DataLoader(ds, batch_size=None, num_workers=cfg.num_workers,
+                        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
+    return _measure(iter(loader), max_batches)
+
+
+def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 2000) -> dict:
+    """Fbank alone on audio already decoded in memory: the most a loader could deliver on one core."""
+    wavs = []
+    for src in sources:
+        for item in read_source(src):
+            if item.error is None and item.audio:
+                wavs.append(audio.resample(*audio.decode(item.audio), cfg.sample_rate))
+            if len(wavs) >= max_utts:
+                break
+        if len(wavs) >= max_utts:
+            break
+    def fbank(w):
+        return audio.fbank(w, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a loader worker computes on one thread
+    try:
+        for w in wavs[:20]:  # warm-up: first calls pay one-time set-up
+            fbank(w)
+        t0 = time.perf_counter()
+        frames = sum(len(fbank(w)) for w in wavs)
+        dt = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    return {"utts": len(wavs), "seconds": round(dt, 3), "utts_per_s": round(len(wavs) / dt, 1),
+            "audio_s_per_s": round(frames / 100.0 / dt, 1)}
+
+
+def sweep(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, num_workers=(0, 1, 2),
+          prefetch=(2,), batch=(None,), max_batches: int | None = None, against: str | None = None,
+          progress=None) -> list[dict]:
+    """One row per (num_workers, prefetch_factor, batch) setting; ``batch`` values are
+    utterances for static batching, None keeps the config's batching."""
+    rows = []
+    for nw, pf, bs in itertools.product(num_workers, prefetch, batch):
+        if nw == 0 and pf != prefetch[0]:
+            continue  # prefetch means nothing without workers
+        c = replace(cfg, num_workers=nw, prefetch_factor=pf,
+                    **({"batch_type": "static", "batch_size": bs} if bs else {}))
+        row = {"num_workers": nw, "prefetch": pf if nw else None, "batch": bs or c.batch_type}
+        row["asrlab"] = bench_asrlab(sources, tok, c, max_batches)
+        if against == "webdataset":
+            c_static = c if bs else replace(c, batch_type="static")
+            row["webdataset"] = bench_webdataset(sources, tok, c_static, max_batches)
+            row["ratio"] = round(row["asrlab"]["utts_per_s"] / row["webdataset"]["utts_per_s"], 3)
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows
+
+
+def compression_cost(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
+                     compressions=COMPRESSIONS, max_utts: int = 1000) -> list[dict]:
+    """Re-pack up to ``max_utts`` utterances in each compression; size, read cost and loader speed.
+
+    ``read_ms_per_utt``: decompress + untar only; ``loader_ms_per_utt``: the whole pipeline
+    (num_workers=0, so the cost is not hidden behind other processes).
+    """
+    members, n = [], 0
+    for src in sources:
+        for item in read_source(src):
+            if item.error is None:
+                members += [(f"{item.key}.txt", item.text.encode()), (f"{item.key}.wav", item.audio)]
+                n += 1
+            if n >= max_utts:
+                break
+        if n >= max_utts:
+            break
+    plain = tar_bytes(members)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for comp in ("none", *compressions):  # the first pass is a warm-up, not reported
+            path = Path(tmp) / f"bench.tar.{comp}"
+            path.write_bytes(compress(plain, comp))
+            src = [Source(name=path.name, path=str(path))]
+            t0 = time.perf_counter()
+            count = sum(1 for _ in read_source(src[0]))
+            read_s = time.perf_counter() - t0
+            run = bench_asrlab(src, tok, replace(cfg, num_workers=0))
+            rows.append({"compression": comp, "utts": count, "mb": round(path.stat().st_size / 1e6, 2),
+                         "ratio": round(len(plain) / path.stat().st_size, 2),
+                         "read_ms_per_utt": round(1000 * read_s / count, 3),
+                         "loader_ms_per_utt": round(1000 * run["seconds"] / max(1, run["utts"]), 3)})
+    return rows[1:]

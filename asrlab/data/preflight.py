@@ -1,0 +1,125 @@
+"""Seeing the data before training: how an epoch's sources fall on ranks and workers.
+
+The hang of field reports 000/001 starts here: when one rank gets fewer batches than the
+others, it reaches the end of its epoch first and the others wait for it in the next
+gradient all-reduce, forever. ``inspect_layout`` predicts each rank's batches from the audio
+headers (the same batching rule the loader uses) and says which layouts will leave a rank
+or a worker short.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tqdm.auto import tqdm
+
+from . import audio
+from .loader import DataConfig, batch_sizes, deal, epoch_sources
+from .sources import Source, read_source
+
+
+@dataclass
+class SourceStats:
+    name: str
+    frames: list[int] = field(default_factory=list)  # fbank frames of each usable utterance
+    seconds: float = 0.0                              # audio seconds of the usable utterances
+    bad: int = 0                                      # items the loader would skip
+
+
+def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
+    """Utterance lengths of one source, read from the audio headers (no decoding)."""
+    st = SourceStats(src.name)
+    for item in read_source(src):
+        if item.error or not item.text:
+            st.bad += 1
+            continue
+        try:
+            samples, sr = audio.audio_info(item.audio)
+        except audio.AudioError:
+            st.bad += 1
+            continue
+        st.frames.append(cfg.frames(round(samples * cfg.sample_rate / sr)))
+        st.seconds += samples / sr
+    return st
+
+
+def estimate_batches(frames: list[int], cfg: DataConfig) -> int:
+    """Batches the loader makes of these lengths (blocks sorted in windows; shuffle ignored)."""
+    n = 0
+    for b in range(0, len(frames), cfg.shuffle_size):
+        block = frames[b:b + cfg.shuffle_size]
+        if cfg.sort_size > 0:
+            block = [f for s in range(0, len(block), cfg.sort_size) for f in sorted(block[s:s + cfg.sort_size])]
+        n += len(batch_sizes(block, cfg))
+    return n
+
+
+def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_workers: int,
+                   epoch: int = 0, progress: bool = False) -> dict:
+    """Per rank and worker: shards, utterances, audio seconds, estimated batches; and warnings.
+
+    ``num_workers`` 0 means the main process reads (one worker).
+    """
+    if world_size < 1 or num_workers < 0:
+        raise ValueError("world_size must be >= 1 and num_workers >= 0")
+    stats = {s.name: source_stats(s, cfg) for s in tqdm(sources, desc="reading headers", disable=not progress)}
+    W = max(1, num_workers)
+    order = epoch_sources(sources, epoch, cfg)
+    ranks = []
+    for r in range(world_size):
+        workers = []
+        for w in range(W):
+            mine = [stats[s.name] for s in deal(order, r, world_size, w, W)]
+            frames = [f for st in mine for f in st.frames]
+            workers.append({"worker": w, "shards": len(mine), "utts": len(frames),
+                            "seconds": round(sum(st.seconds for st in mine), 2),
+                            "batches": estimate_batches(frames, cfg)})
+        ranks.append({"rank": r, "workers": workers,
+                      **{k: sum(x[k] for x in workers) for k in ("shards", "utts", "batches")},
+                      "seconds": round(sum(x["seconds"] for x in workers), 2)})
+    return {"epoch": epoch, "world_size": world_size, "num_workers": num_workers,
+            "sources": len(sources), "utts": sum(len(s.frames) for s in stats.values()),
+            "bad": sum(s.bad for s in stats.values()), "ranks": ranks,
+            "warnings": layout_warnings(ranks)}
+
+
+def layout_warnings(ranks: list[dict]) -> list[str]:
+    """What in a layout will hang a run or waste a worker, worst first."""
+    out = []
+    for r in ranks:
+        if r["batches"] == 0:
+            out.append(f"rank {r['rank']} gets no data: unprotected DDP hangs at its first all-reduce")
+    counts = [r["batches"] for r in ranks]
+    if len(ranks) > 1 and max(counts) != min(counts):
+        short = min(ranks, key=lambda r: r["batches"])
+        long_ = max(ranks, key=lambda r: r["batches"])
+        out.append(f"rank {short['rank']} runs out of data after {short['batches']} batches, "
+                   f"rank {long_['rank']} has {long_['batches']}: unprotected DDP hangs at step "
+                   f"{short['batches'] + 1} (use --uneven stop or join, or reshard)")
+    for r in ranks:
+        idle = [w["worker"] for w in r["workers"] if w["shards"] == 0]
+        if idle and len(r["workers"]) > 1:
+            out.append(f"rank {r['rank']}: workers {', '.join(map(str, idle))} get no shards and sit idle "
+                       "(fewer shards than ranks x workers)")
+        busy = [w["batches"] for w in r["workers"] if w["shards"]]
+        if len(busy) > 1 and min(busy) < 0.8 * max(busy):
+            out.append(f"rank {r['rank']}: workers get {min(busy)} to {max(busy)} batches; "
+                       "the busiest sets the pace at the end of the epoch")
+    return out
+
+
+def format_layout(report: dict) -> str:
+    """The report as a text table, warnings last."""
+    lines = [f"{report['sources']} sources, {report['utts']} usable utterances"
+             + (f", {report['bad']} unusable" if report["bad"] else "")
+             + f"; epoch {report['epoch']} dealt to {report['world_size']} ranks x "
+               f"{max(1, report['num_workers'])} workers",
+             f"{'rank':>4} {'worker':>6} {'shards':>6} {'utts':>7} {'hours':>7} {'batches':>7}"]
+    for r in report["ranks"]:
+        for w in r["workers"]:
+            lines.append(f"{r['rank']:>4} {w['worker']:>6} {w['shards']:>6} {w['utts']:>7} "
+                         f"{w['seconds'] / 3600:>7.3f} {w['batches']:>7}")
+        lines.append(f"{r['rank']:>4} {'all':>6} {r['shards']:>6} {r['utts']:>7} "
+                     f"{r['seconds'] / 3600:>7.3f} {r['batches']:>7}")
+    lines += [f"WARNING: {w}" for w in report["warnings"]] or ["OK: every rank gets the same number of batches"]
+    return "\n".join(lines)

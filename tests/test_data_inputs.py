@@ -1,0 +1,138 @@
+"""Readers (shards in every compression, raw lists, Kaldi dirs) and every kind of bad input."""
+
+import hashlib
+import json
+import tarfile
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from asrlab.data.audio import encode_wav
+from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.shards import COMPRESSIONS, write_split
+from asrlab.data.sources import DataError, load_sources
+from asrlab.data.tokenizer import CharTokenizer
+
+from conftest import tone_utts
+
+
+def all_keys(path, tok, **cfg):
+    loader = AsrLoader(load_sources(path), tok, DataConfig(**cfg))
+    return sorted(k for b in loader for k in b["keys"]), loader.skipped()
+
+
+def digest(d):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*.tar*"))}
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_every_compression_reads_back_and_is_deterministic(tmp_path, tok, compression):
+    a = write_split(tone_utts(10), tmp_path / "a", "train", 4, compression)
+    write_split(tone_utts(10), tmp_path / "b", "train", 4, compression)
+    assert [p.name for p in a][0] == "train_000000000.tar" + ("" if compression == "none" else f".{compression}")
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    # compression is detected from the bytes, not the name: WeNet names every shard .tar
+    for p in a:
+        p.rename(p.with_name(p.name.split(".")[0] + ".tar"))
+    (tmp_path / "a" / "data.list").write_text("".join(f"{p.with_name(p.name.split('.')[0] + '.tar')}\n" for p in a))
+    keys, skipped = all_keys(tmp_path / "a" / "data.list", tok)
+    assert keys == [f"utt{i:05d}" for i in range(10)] and not skipped
+
+
+def test_raw_list_and_kaldi_dir_read_the_same_utterances(corpus, tok, tmp_path):
+    from_shards, _ = all_keys(corpus / "data.list", tok)
+    from_raw, _ = all_keys(corpus / "raw.list", tok)
+    kaldi = tmp_path / "kaldi"
+    kaldi.mkdir()
+    lines = [json.loads(x) for x in (corpus / "raw.list").read_text().splitlines()]
+    # half the entries as plain paths, half as pipes (``cat FILE |``), as Kaldi's wav.scp allows
+    scp = [f"{x['key']} {x['wav']}" if i % 2 else f"{x['key']} cat {x['wav']} |" for i, x in enumerate(lines)]
+    (kaldi / "wav.scp").write_text("\n".join(scp) + "\n")
+    (kaldi / "text").write_text("".join(f"{x['key']} {x['txt']}\n" for x in lines))
+    from_kaldi, _ = all_keys(kaldi, tok)
+    assert from_shards == from_raw == from_kaldi and len(from_shards) == 120
+
+
+# -- bad input: each case is skipped and counted by reason under "skip", raises under "fail" --
+
+def make_bad(tmp_path, case):
+    """A one-shard corpus of 6 good utterances plus one bad one; returns (list path, expected reason)."""
+    utts = list(tone_utts(6))
+    good = encode_wav(np.full(8000, 1000, dtype=np.int16), 16000)
+    bad = {
+        "undecodable": ("bad", "one", b"RIFF garbage that is not a wav", "undecodable_audio"),
+        "empty_text": ("bad", "", good, "empty_text"),
+        "oov_text": ("bad", "über", good, "oov_text"),
+        "zero_length": ("bad", "one", encode_wav(np.zeros(0, dtype=np.int16), 16000), "empty_audio"),
+        "sample_rate": ("bad", "one", encode_wav(np.full(8000, 1000, dtype=np.int16), 8000), "sample_rate"),
+    }
+    if case in bad:
+        key, text, wav, reason = bad[case]
+        write_split(utts[:3] + [(key, text, wav)] + utts[3:], tmp_path, "train", 100)
+        return tmp_path / "data.list", reason, "bad"
+    if case == "truncated_tar":
+        (shard,) = write_split(utts, tmp_path, "train", 100)
+        data = shard.read_bytes()
+        shard.write_bytes(data[: len(data) * 2 // 3])
+        return tmp_path / "data.list", "truncated_tar", "train_000000000.tar"
+    if case == "missing_file":
+        write_split(utts, tmp_path, "train", 3)
+        missing = sorted((tmp_path / "shards").iterdir())[1]
+        missing.unlink()
+        return tmp_path / "data.list", "missing_file", missing.name
+    raise AssertionError(case)
+
+
+CASES = ["undecodable", "empty_text", "oov_text", "zero_length", "sample_rate", "truncated_tar", "missing_file"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_skipped_and_counted(tmp_path, tok, case):
+    path, reason, _ = make_bad(tmp_path, case)
+    keys, skipped = all_keys(path, tok, resample=False)
+    assert skipped[reason] >= 1 and "bad" not in keys
+    assert 3 <= len(keys) <= 6  # the good ones before (and, for sample-level cases, after) still come out
+    if case not in ("truncated_tar", "missing_file"):
+        assert len(keys) == 6
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_fails_naming_shard_and_member(tmp_path, tok, case):
+    path, reason, where = make_bad(tmp_path, case)
+    with pytest.raises(DataError, match=reason) as e:
+        all_keys(path, tok, resample=False, bad_input="fail")
+    assert where in str(e.value)
+
+
+def test_other_sample_rates_are_resampled_when_allowed(tmp_path, tok):
+    path, _, _ = make_bad(tmp_path, "sample_rate")
+    loader = AsrLoader(load_sources(path), tok, DataConfig(resample=True))
+    lens = {k: int(n) for b in loader for k, n in zip(b["keys"], b["feat_lens"])}
+    assert lens["bad"] == 98  # 1 s at 8 kHz becomes 1 s at 16 kHz: 98 frames of 25 ms every 10 ms
+
+
+def test_bad_input_never_hangs_with_workers(tmp_path, tok):
+    path, reason, _ = make_bad(tmp_path, "truncated_tar")
+    keys, skipped = all_keys(path, tok, num_workers=2)
+    assert skipped == Counter({reason: 1})
+
+
+def test_bad_data_lists_are_clear_errors(tmp_path):
+    (tmp_path / "empty.list").write_text("\n")
+    with pytest.raises(DataError, match="empty"):
+        load_sources(tmp_path / "empty.list")
+    (tmp_path / "broken.list").write_text('{"key": "a"}\n')
+    with pytest.raises(DataError, match="broken.list:1"):
+        load_sources(tmp_path / "broken.list")
+    with pytest.raises(DataError, match="wav.scp"):
+        load_sources(tmp_path)  # a directory that is no Kaldi dir
+
+
+def test_tokenizer_round_trips_in_wenet_units_format(tmp_path):
+    tok = CharTokenizer.build(["go left", "stop"])
+    tok.save(tmp_path / "units.txt")
+    assert (tmp_path / "units.txt").read_text().splitlines()[:2] == ["<blank> 0", "▁ 1"]
+    again = CharTokenizer.load(tmp_path / "units.txt")
+    assert again.units == tok.units and again.decode(again.encode("go stop")) == "go stop"
+    assert tok.oov("góal") == {"ó", "a"}

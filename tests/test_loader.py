@@ -1,0 +1,108 @@
+"""The streaming loader: exactly once per epoch across ranks x workers, exact resume, seeking."""
+
+from collections import Counter
+
+import pytest
+
+from asrlab.data import sources as sources_mod
+from asrlab.data.loader import AsrLoader, DataConfig, batch_sizes
+from asrlab.data.sources import DataError, load_sources
+
+
+def keys_of(loader):
+    return [k for b in loader for k in b["keys"]]
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_every_utterance_exactly_once_across_2_ranks_x_2_workers(corpus, tok, epoch):
+    srcs = load_sources(corpus / "data.list")
+    seen = Counter()
+    for rank in range(2):
+        loader = AsrLoader(srcs, tok, DataConfig(num_workers=2, shuffle_size=20), rank, 2)
+        loader.set_epoch(epoch)
+        seen.update(keys_of(loader))
+    assert len(seen) == 120 and set(seen.values()) == {1}
+
+
+def test_epochs_differ_and_same_seed_repeats(corpus, tok):
+    srcs = load_sources(corpus / "data.list")
+    cfg = DataConfig(shuffle_size=30)
+    a, b = AsrLoader(srcs, tok, cfg), AsrLoader(srcs, tok, cfg)
+    first = keys_of(a)
+    assert keys_of(b) == first
+    a.set_epoch(1)
+    second = keys_of(a)
+    assert sorted(second) == sorted(first) and second != first
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("cut", [1, 4, 7])
+def test_resume_from_state_gives_the_same_batches(corpus, tok, num_workers, cut):
+    srcs = load_sources(corpus / "data.list")
+    cfg = DataConfig(num_workers=num_workers, shuffle_size=25, spec_augment=True, max_frames_in_batch=600)
+    full = [(b["keys"], b["feats"].sum().item()) for b in AsrLoader(srcs, tok, cfg)]
+    assert len(full) > cut
+    first = AsrLoader(srcs, tok, cfg)
+    out = []
+    for i, b in enumerate(first):
+        out.append((b["keys"], b["feats"].sum().item()))
+        if i + 1 == cut:
+            break
+    state = first.state_dict()
+    resumed = AsrLoader(srcs, tok, cfg)
+    resumed.load_state_dict(state)
+    out += [(b["keys"], b["feats"].sum().item()) for b in resumed]
+    assert out == full
+
+
+def test_resume_seeks_instead_of_replaying(corpus, tok, monkeypatch):
+    """Resuming near the end of the epoch reads at most one block, not everything before it."""
+    srcs = load_sources(corpus / "data.list")
+    cfg = DataConfig(shuffle_size=12)
+    loader = AsrLoader(srcs, tok, cfg)
+    batches = list(loader)
+    loader = AsrLoader(srcs, tok, cfg)
+    for i, _ in enumerate(loader):
+        if i + 2 == len(batches):
+            break
+    state = loader.state_dict()
+    read = Counter()
+    real = sources_mod.read_source
+
+    def counting(src, start=0):
+        for item in real(src, start):
+            read[item.key] += 1
+            yield item
+
+    monkeypatch.setattr("asrlab.data.loader.read_source", counting)
+    resumed = AsrLoader(srcs, tok, cfg)
+    resumed.load_state_dict(state)
+    rest = keys_of(resumed)
+    assert rest and sum(read.values()) <= cfg.shuffle_size
+
+
+def test_state_for_another_layout_is_refused(corpus, tok):
+    srcs = load_sources(corpus / "data.list")
+    state = AsrLoader(srcs, tok, DataConfig(num_workers=2)).state_dict()
+    with pytest.raises(ValueError, match="ranks x"):
+        AsrLoader(srcs, tok, DataConfig(num_workers=1)).load_state_dict(state)
+
+
+def test_dynamic_and_static_batching():
+    cfg = DataConfig(max_frames_in_batch=100)
+    assert batch_sizes([10, 20, 30, 40], cfg) == [3, 1]  # 3 x 30 = 90 fits, 4 x 40 does not
+    assert batch_sizes([10] * 7, DataConfig(batch_type="static", batch_size=3)) == [3, 3, 1]
+
+
+def test_batches_respect_max_frames(corpus, tok):
+    cfg = DataConfig(max_frames_in_batch=400)
+    for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg):
+        assert b["feats"].shape[0] * b["feats"].shape[1] <= 400 or b["feats"].shape[0] == 1
+        assert b["feats"].shape[2] == 80
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="batch_type"):
+        DataConfig(batch_type="huge")
+    with pytest.raises(DataError, match="no such data list"):
+        load_sources("/definitely/not/here/data.list")
