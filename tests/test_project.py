@@ -1,0 +1,48 @@
+"""The project keeps its promises: CI runs the README's commands, the environment matches pyproject."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_block(title):
+    text = (ROOT / "README.md").read_text()
+    m = re.search(rf"{title}.*?```(?:bash|sh)?\n(.*?)```", text, re.S)
+    assert m, f"README has no code block after {title!r}"
+    return [ln for ln in m.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_ci_runs_exactly_the_readme_setup_and_test_commands():
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+          if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+    assert ci == readme_block("### Set up") + readme_block("### Test")
+
+
+def test_environment_yml_agrees_with_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = env["dependencies"]
+    assert "python=3.11" in deps and "conda-forge" in env["channels"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict))
+    assert pip == ["-e .[dev]"]
+    extras = project["optional-dependencies"]
+    # dev is every other extra together, so `-e .[dev]` installs everything
+    assert set(extras["dev"]) == set(extras["notebooks"]) | set(extras["test"]) | set(extras["bench"])
+    names = {re.split(r"[=<>\[ ]", d)[0] for d in project["dependencies"]}
+    assert {"torch", "torchaudio", "soundfile", "numpy", "espeakng-loader", "zstandard", "tqdm", "pyyaml"} <= names
+    pins = {d.split("==")[0]: d.split("==")[1] for d in project["dependencies"] if "==" in d}
+    assert pins["torch"] == pins["torchaudio"] == "2.11.*"  # torchaudio loads only against its own torch
+
+
+def test_every_shipped_notebook_is_clean_and_parameterized():
+    import json
+
+    for nb_path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert "parameters" in code[0].get("metadata", {}).get("tags", []), f"{nb_path.name}: first code cell is not tagged parameters"
+        assert not any(c.get("outputs") or c.get("execution_count") for c in code), f"{nb_path.name} has stored outputs"
