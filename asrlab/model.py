@@ -1,0 +1,462 @@
+"""A small Conformer-CTC acoustic model (WeNet family), in one readable file.
+
+Data flow, with shapes (B = batch, T = input frames, F = fbank bins, D = d_model,
+V = vocab size, T' = frames after subsampling):
+
+    feats (B, T, F) --LayerNorm over F--> ConvSubsampling (x2 or x4 in time)
+        --> (B, T', D) --positional encoding--> N x ConformerBlock
+        --> Linear(D, V) --> log_softmax (float32) --> (B, T', V)
+
+Design choices (all deliberate, see the classes for details):
+
+* Input normalisation is a per-frame ``nn.LayerNorm(F)`` (learnable scale and
+  bias). The data side hands us raw log-mel fbank whose level is arbitrary; a
+  per-frame norm is cheap, stateless, needs no statistics pass over the corpus
+  and cannot mix information across frames or utterances (so padding stays
+  harmless). It is not a global CMVN.
+* No normalisation layer in the model mixes frames: the conv module uses
+  LayerNorm instead of WeNet's default BatchNorm, so padded frames never leak
+  into real ones, in training or in eval. Together with the attention key mask
+  and zeroing padded frames right before the depthwise conv, an utterance's
+  output does not depend on how much padding sits after it (tested).
+* The subsampling convs use no padding, so a real output frame only ever sees
+  real input frames; ``output_lengths`` is the exact conv length formula.
+* CTC blank is index 0. ``forward`` returns log-probs in float32 even under
+  autocast. ``ctc_loss`` drops (and counts) utterances CTC cannot align instead
+  of hiding them behind ``zero_infinity``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchaudio
+
+log = logging.getLogger(__name__)
+
+BLANK = 0
+
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of ``ConformerCTC``. The defaults are the *tiny* model
+    (about 2.5M parameters with a ~30-symbol vocabulary) that trains on 2 CPU cores.
+
+    A WeNet-like *base* model is ``ModelConfig(d_model=256, n_heads=4, n_layers=12,
+    ff_dim=2048, conv_kernel=15, subsampling=4)``.
+    """
+
+    input_dim: int = 80  # fbank bins per frame
+    d_model: int = 144  # model width D
+    n_heads: int = 4  # attention heads; d_model % n_heads == 0
+    n_layers: int = 4  # Conformer blocks
+    ff_dim: int = 576  # hidden width of each (macaron) feed-forward
+    conv_kernel: int = 15  # depthwise conv kernel (frames after subsampling), odd
+    subsampling: int = 2  # time subsampling factor: 2 or 4
+    pos_enc: str = "rel"  # "rel" (Transformer-XL style) or "abs" (sinusoidal)
+    dropout: float = 0.1  # one dropout rate used everywhere
+
+    def __post_init__(self) -> None:
+        for name in ("input_dim", "d_model", "n_heads", "n_layers", "ff_dim", "conv_kernel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.input_dim < 7:
+            raise ValueError(
+                f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), "
+                f"got {self.input_dim}"
+            )
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.d_model % 2 != 0:
+            raise ValueError(
+                f"ModelConfig.d_model must be even (sin/cos positional encoding), got {self.d_model}"
+            )
+        if self.conv_kernel % 2 != 1:
+            raise ValueError(
+                f"ModelConfig.conv_kernel must be odd (symmetric 'same' padding), got {self.conv_kernel}"
+            )
+        if self.subsampling not in (2, 4):
+            raise ValueError(f"ModelConfig.subsampling must be 2 or 4, got {self.subsampling!r}")
+        if self.pos_enc not in ("rel", "abs"):
+            raise ValueError(f"ModelConfig.pos_enc must be 'rel' or 'abs', got {self.pos_enc!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
+            0.0 <= self.dropout < 1.0
+        ):
+            raise ValueError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
+
+
+# ----------------------------------------------------------------------------- lengths
+
+
+def output_lengths(feat_lens, subsampling: int):
+    """Frames after ``ConvSubsampling`` for input lengths ``feat_lens`` (int or long tensor).
+
+    x4: two 3x3 stride-2 convs without padding -> ((T - 1) // 2 - 1) // 2.
+    x2: a 3x3 stride-2 conv, then a 3x3 conv with time stride 1 -> (T - 1) // 2 - 2.
+    Lengths too short to produce a frame give 0 (never negative).
+    """
+    if subsampling == 4:
+        out = ((feat_lens - 1) // 2 - 1) // 2
+    elif subsampling == 2:
+        out = (feat_lens - 1) // 2 - 2
+    else:
+        raise ValueError(f"subsampling must be 2 or 4, got {subsampling!r}")
+    if isinstance(out, torch.Tensor):
+        return out.clamp(min=0).long()
+    return max(int(out), 0)
+
+
+def min_input_frames(subsampling: int) -> int:
+    """Smallest number of input frames giving one output frame (7 for both x2 and x4)."""
+    t = 1
+    while output_lengths(t, subsampling) < 1:
+        t += 1
+    return t
+
+
+def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(B,) lengths -> (B, max_len) bool mask, True on real frames."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+class ConvSubsampling(nn.Module):
+    """Conv2d front end: (B, T, F) -> (B, T', D), like WeNet's Conv2dSubsampling4.
+
+    Both variants subsample frequency x4 (F -> F'' = ((F - 1) // 2 - 1) // 2) so the
+    projection Linear(D * F'', D) has the same size; only the time stride of the
+    second conv differs (2 for x4, 1 for x2). No padding: real outputs see only
+    real inputs.
+    """
+
+    def __init__(self, input_dim: int, d_model: int, subsampling: int):
+        super().__init__()
+        self.subsampling = subsampling
+        t_stride = 2 if subsampling == 4 else 1
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, d_model, kernel_size=3, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(d_model, d_model, kernel_size=3, stride=(t_stride, 2)),
+            nn.ReLU(),
+        )
+        freq_out = ((input_dim - 1) // 2 - 1) // 2
+        self.proj = nn.Linear(d_model * freq_out, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x.unsqueeze(1))  # (B, D, T', F'')
+        b, c, t, f = x.shape
+        return self.proj(x.transpose(1, 2).reshape(b, t, c * f))
+
+
+def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal embeddings (len(positions), dim): [sin(p * w_i) | cos(p * w_i)],
+    w_i = 10000 ** (-2i / dim). Positions may be negative (relative distances)."""
+    freqs = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
+        * (-math.log(10000.0) / dim)
+    )
+    angles = positions.float()[:, None] * freqs[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class AbsPositionalEncoding(nn.Module):
+    """x * sqrt(D) + sinusoid(t). Returns (x, None): no separate position input."""
+
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__()
+        self.d_model = d_model
+        self.xscale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        pe = sinusoids(torch.arange(x.size(1), device=x.device), self.d_model)
+        return self.dropout(x * self.xscale + pe.to(x.dtype)), None
+
+
+class RelPositionalEncoding(nn.Module):
+    """Transformer-XL style: scales x by sqrt(D) and returns the embeddings of all
+    relative distances T'-1, T'-2, ..., -(T'-1) as pos_emb (1, 2T'-1, D), consumed
+    by ``MultiHeadSelfAttention`` (ESPnet/WeNet "latest" rel_pos)."""
+
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__()
+        self.d_model = d_model
+        self.xscale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = x.size(1)
+        pe = sinusoids(torch.arange(t - 1, -t, -1, device=x.device), self.d_model)
+        return self.dropout(x * self.xscale), self.dropout(pe.to(x.dtype)[None])
+
+
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, 2T-1) scores against distances T-1 .. -(T-1) -> (B, H, T, T) with
+    out[..., i, j] = x[..., i, T-1-i+j], i.e. the score for distance i - j.
+    The pad-and-reshape trick from Transformer-XL (no gather)."""
+    b, h, t, p = x.shape
+    x = F.pad(x, (1, 0))  # (B, H, T, P+1)
+    x = x.view(b, h, p + 1, t)[:, :, 1:].reshape(b, h, t, p)
+    return x[..., :t]
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head self-attention with a key padding mask; relative-position variant
+    (``relative=True``) adds learnt biases u, v and a position projection as in
+    Transformer-XL: score(i, j) = (q_i + u) k_j + (q_i + v) W_pos r_{i-j}."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, relative: bool):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.relative = relative
+        if relative:
+            self.linear_pos = nn.Linear(d_model, d_model, bias=False)
+            self.pos_bias_u = nn.Parameter(torch.empty(n_heads, self.d_head))
+            self.pos_bias_v = nn.Parameter(torch.empty(n_heads, self.d_head))
+            nn.init.xavier_uniform_(self.pos_bias_u)
+            nn.init.xavier_uniform_(self.pos_bias_v)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x (B, T, D), mask (B, T) bool True on real frames, pos_emb (1, 2T-1, D)."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.d_head).unbind(2)  # (B,T,H,dh)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, dh)
+        if self.relative:
+            p = self.linear_pos(pos_emb).view(1, -1, self.n_heads, self.d_head).transpose(1, 2)
+            content = (q + self.pos_bias_u).transpose(1, 2) @ k.transpose(-2, -1)  # (B,H,T,T)
+            position = (q + self.pos_bias_v).transpose(1, 2) @ p.transpose(-2, -1)  # (B,H,T,2T-1)
+            scores = content + rel_shift(position)
+        else:
+            scores = q.transpose(1, 2) @ k.transpose(-2, -1)
+        scores = scores / math.sqrt(self.d_head)
+        key_pad = ~mask[:, None, None, :]  # (B, 1, 1, T)
+        scores = scores.masked_fill(key_pad, torch.finfo(scores.dtype).min)
+        # Zero again after softmax: rows of a zero-length utterance would be uniform.
+        attn = scores.softmax(dim=-1).masked_fill(key_pad, 0.0)
+        y = self.dropout(attn).to(v.dtype) @ v  # (B, H, T, dh)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class FeedForward(nn.Module):
+    """Linear(D, ff) -> Swish -> Dropout -> Linear(ff, D)."""
+
+    def __init__(self, d_model: int, ff_dim: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_model, ff_dim), nn.SiLU(), nn.Dropout(dropout), nn.Linear(ff_dim, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConvModule(nn.Module):
+    """Conformer conv module: pointwise (D -> 2D) -> GLU -> depthwise conv over time
+    -> LayerNorm -> Swish -> pointwise (D -> D). Padded frames are zeroed right
+    before the depthwise conv, so it sees exactly the zero padding it would see on
+    an unpadded utterance. LayerNorm (not BatchNorm) keeps frames independent."""
+
+    def __init__(self, d_model: int, kernel: int):
+        super().__init__()
+        self.pointwise_in = nn.Linear(d_model, 2 * d_model)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.pointwise_out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D), mask (B, T) bool True on real frames."""
+        x = F.glu(self.pointwise_in(x), dim=-1)
+        x = x.masked_fill(~mask[..., None], 0.0)
+        x = self.depthwise(x.transpose(1, 2)).transpose(1, 2)
+        return self.pointwise_out(F.silu(self.norm(x)))
+
+
+class ConformerBlock(nn.Module):
+    """Pre-norm macaron block: x + FF/2, + MHSA, + Conv, + FF/2, then LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.ff1_norm, self.ff1 = nn.LayerNorm(d), FeedForward(d, cfg.ff_dim, cfg.dropout)
+        self.attn_norm = nn.LayerNorm(d)
+        self.attn = MultiHeadSelfAttention(d, cfg.n_heads, cfg.dropout, cfg.pos_enc == "rel")
+        self.conv_norm, self.conv = nn.LayerNorm(d), ConvModule(d, cfg.conv_kernel)
+        self.ff2_norm, self.ff2 = nn.LayerNorm(d), FeedForward(d, cfg.ff_dim, cfg.dropout)
+        self.final_norm = nn.LayerNorm(d)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None
+    ) -> torch.Tensor:
+        x = x + 0.5 * self.dropout(self.ff1(self.ff1_norm(x)))
+        x = x + self.dropout(self.attn(self.attn_norm(x), mask, pos_emb))
+        x = x + self.dropout(self.conv(self.conv_norm(x), mask))
+        x = x + 0.5 * self.dropout(self.ff2(self.ff2_norm(x)))
+        return self.final_norm(x)
+
+
+class ConformerCTC(nn.Module):
+    """Conformer encoder + linear CTC head (blank = 0).
+
+    forward(feats (B, T, F) float, feat_lens (B,) long)
+        -> log_probs (B, T', V) float32 log_softmax, out_lens (B,) long.
+    Frames of log_probs at t >= out_lens[b] are padding (finite, meaningless).
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an int >= 2 (blank + 1 label), got {vocab_size!r}")
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.input_norm = nn.LayerNorm(cfg.input_dim)
+        self.subsample = ConvSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling)
+        pos_cls = RelPositionalEncoding if cfg.pos_enc == "rel" else AbsPositionalEncoding
+        self.pos_enc = pos_cls(cfg.d_model, cfg.dropout)
+        self.blocks = nn.ModuleList(ConformerBlock(cfg) for _ in range(cfg.n_layers))
+        self.ctc_head = nn.Linear(cfg.d_model, vocab_size)
+        log.debug("ConformerCTC %s vocab=%d: %d parameters", cfg, vocab_size, count_parameters(self))
+
+    def output_lengths(self, feat_lens):
+        """T' for input lengths (int or long tensor); see module-level ``output_lengths``."""
+        return output_lengths(feat_lens, self.cfg.subsampling)
+
+    def forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if feats.dim() != 3 or feats.size(-1) != self.cfg.input_dim:
+            raise ValueError(
+                f"feats must be (B, T, {self.cfg.input_dim}), got {tuple(feats.shape)}"
+            )
+        need = min_input_frames(self.cfg.subsampling)
+        if feats.size(1) < need:
+            raise ValueError(f"feats has {feats.size(1)} frames; need >= {need} for one output frame")
+        x = self.subsample(self.input_norm(feats))  # (B, T', D)
+        out_lens = self.output_lengths(feat_lens.to(x.device))
+        mask = lengths_to_mask(out_lens, x.size(1))
+        x, pos_emb = self.pos_enc(x)
+        for block in self.blocks:
+            x = block(x, mask, pos_emb)
+        logits = self.ctc_head(x)
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            log_probs = logits.float().log_softmax(dim=-1)
+        return log_probs, out_lens
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters (all, or only those with requires_grad)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+# ----------------------------------------------------------------------------- CTC
+
+
+def min_ctc_frames(labels: Sequence[int]) -> int:
+    """Fewest frames CTC needs for ``labels``: one per label plus one blank between
+    each pair of equal adjacent labels ("aa" needs 3, "ab" needs 2)."""
+    labels = list(labels)
+    return len(labels) + sum(a == b for a, b in zip(labels, labels[1:]))
+
+
+def ctc_loss(
+    log_probs: torch.Tensor,
+    out_lens: torch.Tensor,
+    targets: torch.Tensor,
+    target_lens: torch.Tensor,
+) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """Summed CTC loss (nats) over the utterances CTC can align.
+
+    log_probs (B, T', V) float log_softmax, out_lens (B,), targets (B, L) long padded
+    with -1 or 0 past target_lens, target_lens (B,).
+
+    An utterance is alignable iff out_len >= target_len + (number of equal adjacent
+    labels), see ``min_ctc_frames``. Unalignable ones would give an infinite loss;
+    they are excluded and counted rather than zeroed by ``zero_infinity``.
+
+    Returns (loss_sum, n_unalignable, mask): loss_sum is a 0-dim tensor, the *sum*
+    over alignable utterances (divide by ``mask.sum()`` for a per-utterance mean,
+    or by ``target_lens[mask].sum()`` for a per-token mean: the caller decides);
+    mask (B,) bool is True for the utterances included. If none is alignable,
+    loss_sum is an exact zero that still has a grad_fn (backward is a no-op).
+    """
+    targets = targets.clamp(min=0)  # padding value (-1 or 0) is never read past target_lens
+    out_lens, target_lens = out_lens.to(targets.device), target_lens.to(targets.device)
+    b, max_len = targets.shape
+    same = targets[:, 1:] == targets[:, :-1]  # (B, L-1)
+    inside = torch.arange(max(max_len - 1, 0), device=targets.device)[None] < (target_lens[:, None] - 1)
+    need = target_lens + (same & inside).sum(dim=1)
+    mask = out_lens >= need
+    n_unalignable = int(b - mask.sum().item())
+    if n_unalignable == b:
+        return log_probs[:0].sum(), n_unalignable, mask
+    lp = log_probs if n_unalignable == 0 else log_probs[mask.to(log_probs.device)]
+    losses = F.ctc_loss(
+        lp.transpose(0, 1),  # (T', B', V)
+        targets[mask] if n_unalignable else targets,
+        out_lens[mask] if n_unalignable else out_lens,
+        target_lens[mask] if n_unalignable else target_lens,
+        blank=BLANK,
+        reduction="none",
+        zero_infinity=False,
+    )
+    return losses.sum(), n_unalignable, mask
+
+
+# ----------------------------------------------------------------------------- decoding, metrics
+
+
+def greedy_decode(
+    log_probs: torch.Tensor, out_lens: torch.Tensor, blank: int = BLANK
+) -> list[list[int]]:
+    """Best-path decoding: argmax per frame, collapse repeats, drop blanks."""
+    best = log_probs.argmax(dim=-1).cpu()  # (B, T')
+    hyps = []
+    for path, n in zip(best, out_lens.cpu().tolist()):
+        collapsed = torch.unique_consecutive(path[:n])
+        hyps.append([int(c) for c in collapsed if c != blank])
+    return hyps
+
+
+def edit_distance(ref: Sequence, hyp: Sequence) -> int:
+    """Levenshtein distance between two sequences (chars of a str, words, ids)."""
+    return int(torchaudio.functional.edit_distance(ref, hyp))
+
+
+def _error_rate(refs: list[Sequence], hyps: list[Sequence]) -> float:
+    if len(refs) != len(hyps):
+        raise ValueError(f"got {len(refs)} refs but {len(hyps)} hyps")
+    errors = sum(edit_distance(r, h) for r, h in zip(refs, hyps))
+    total = sum(len(r) for r in refs)
+    if total == 0:  # all refs empty: no error if the hyps are empty too, else 100 %
+        return 0.0 if errors == 0 else 1.0
+    return errors / total
+
+
+def cer(refs: list[str], hyps: list[str]) -> float:
+    """Character error rate: total char edit distance / total ref chars (spaces count
+    as characters). Empty refs add their hyp length as insertions; if every ref is
+    empty the result is 0.0 (all hyps empty) or 1.0. Can exceed 1."""
+    return _error_rate(list(refs), list(hyps))
+
+
+def wer(refs: list[str], hyps: list[str]) -> float:
+    """Word error rate over whitespace-split words; same empty-ref rules as ``cer``."""
+    return _error_rate([r.split() for r in refs], [h.split() for h in hyps])
