@@ -8,6 +8,7 @@ set (the ``decode_wav`` bug of field report 001 cannot happen by construction).
 from __future__ import annotations
 
 import io
+import struct
 
 import numpy as np
 import soundfile as sf
@@ -23,8 +24,34 @@ class AudioError(ValueError):
         self.reason = reason
 
 
+def _pcm16_wav(data: bytes) -> tuple[int, int, int, int] | None:
+    """(channels, sample_rate, data offset, data bytes) of a plain 16-bit PCM WAV, else None.
+
+    The common case parsed with ``struct`` (microseconds); anything else goes to soundfile.
+    """
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    pos, fmt = 12, None
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        if cid == b"fmt " and size >= 16:
+            tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, pos + 8)
+            fmt = (tag, channels, rate, bits)
+        elif cid == b"data":
+            if fmt is None or fmt[0] != 1 or fmt[3] != 16 or fmt[1] < 1:
+                return None
+            n = min(size, len(data) - pos - 8)
+            return fmt[1], fmt[2], pos + 8, n - n % (2 * fmt[1])
+        pos += 8 + size + (size & 1)
+    return None
+
+
 def audio_info(data: bytes) -> tuple[int, int]:
     """(frames, sample_rate) from the header alone, without decoding samples."""
+    wav = _pcm16_wav(data)
+    if wav is not None:
+        channels, rate, _, nbytes = wav
+        return nbytes // (2 * channels), rate
     try:
         info = sf.info(io.BytesIO(data))
     except Exception as e:  # soundfile raises several types (RuntimeError, LibsndfileError)
@@ -34,6 +61,15 @@ def audio_info(data: bytes) -> tuple[int, int]:
 
 def decode(data: bytes) -> tuple[torch.Tensor, int]:
     """Decode WAV/FLAC/OGG bytes to a mono float32 waveform (samples,) in [-1, 1] and its rate (Hz)."""
+    pcm = _pcm16_wav(data)
+    if pcm is not None:
+        channels, rate, offset, nbytes = pcm
+        if nbytes == 0:
+            raise AudioError("empty_audio")
+        x = np.frombuffer(data, dtype="<i2", count=nbytes // 2, offset=offset).astype(np.float32) / 32768.0
+        if channels > 1:
+            x = x.reshape(-1, channels).mean(axis=1)
+        return torch.from_numpy(x), rate
     try:
         wav, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except Exception as e:

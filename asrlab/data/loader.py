@@ -300,7 +300,8 @@ class AsrLoader:
         ds.positions = {w: Position(**p) for w, p in self.positions.items()}
         loader = DataLoader(ds, batch_size=None, num_workers=self.cfg.num_workers,
                             prefetch_factor=self.cfg.prefetch_factor if self.cfg.num_workers else None,
-                            pin_memory=self.cfg.pin_memory)
+                            pin_memory=self.cfg.pin_memory,
+                            generator=torch.Generator())  # leave the global RNG (dropout) untouched
         for batch in loader:
             w = batch["worker"]
             self.positions[w] = batch["pos"]

@@ -54,9 +54,16 @@ def detect_compression(head: bytes) -> str:
 
 
 def open_stream(fileobj: BinaryIO) -> BinaryIO:
-    """Wrap ``fileobj`` so reads return decompressed bytes, detecting the compression."""
+    """Wrap ``fileobj`` so reads return decompressed bytes, detecting the compression.
+
+    An uncompressed seekable file comes back as itself, rewound.
+    """
     head = fileobj.read(6)
-    raw = _Prefixed(head, fileobj)
+    if fileobj.seekable():
+        fileobj.seek(-len(head), io.SEEK_CUR)
+        raw = fileobj
+    else:
+        raw = _Prefixed(head, fileobj)
     kind = detect_compression(head)
     if kind == "gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")
@@ -150,7 +157,9 @@ def iter_tar(fileobj: BinaryIO) -> Iterator[tuple[str, bytes]]:
 
     Raises ``tarfile.ReadError`` (or ``EOFError``) when the tar is truncated or corrupt.
     """
-    with tarfile.open(fileobj=open_stream(fileobj), mode="r|") as tar:
+    stream = open_stream(fileobj)
+    # an uncompressed tar on a seekable file is read in random-access mode (no copying through a stream)
+    with tarfile.open(fileobj=stream, mode="r:" if stream is fileobj else "r|") as tar:
         for info in tar:
             if not info.isfile():
                 continue
