@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -69,15 +70,18 @@ def cmd_bench_loader(a: argparse.Namespace) -> int:
     ceiling = bench.features_ceiling(sources, cfg)
     print(f"ceiling (fbank alone on decoded audio, 1 thread): {ceiling['utts_per_s']} utts/s, "
           f"{ceiling['audio_s_per_s']} audio s/s")
-    head = f"{'workers':>7} {'prefetch':>8} {'batch':>8} {'utts/s':>8} {'audio s/s':>9} {'batches/s':>9} {'of ceiling':>10}"
+    head = (f"{'workers':>7} {'prefetch':>8} {'batch':>8} {'utts/s':>8} {'audio s/s':>9} {'batches/s':>9} "
+            f"{'1st batch s':>11} {'steady audio s/s':>16} {'of ceiling':>10}")
     if a.against:
         head += f" {'wds utts/s':>10} {'asrlab/wds':>10}"
     print(head)
+    print("(of ceiling: steady audio s/s after the first batch, against the ceiling's audio s/s)")
 
     def show(r):
         x = r["asrlab"]
         line = (f"{r['num_workers']:>7} {str(r['prefetch'] or '-'):>8} {str(r['batch']):>8} {x['utts_per_s']:>8} "
-                f"{x['audio_s_per_s']:>9} {x['batches_per_s']:>9} {x['utts_per_s'] / ceiling['utts_per_s']:>10.0%}")
+                f"{x['audio_s_per_s']:>9} {x['batches_per_s']:>9} {x['first_batch_s']:>11} {x['steady_audio_s_per_s']:>16} "
+                f"{x['steady_audio_s_per_s'] / ceiling['audio_s_per_s']:>10.0%}")
         if "webdataset" in r:
             line += f" {r['webdataset']['utts_per_s']:>10} {r['ratio']:>10.2f}"
         print(line, flush=True)
@@ -102,6 +106,52 @@ def cmd_bench_compression(a: argparse.Namespace) -> int:
               f"{r['loader_ms_per_utt']:>13}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def _strip_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for i, x in enumerate(argv):
+        if skip:
+            skip = False
+        elif x == "--nproc":
+            skip = True
+        elif not x.startswith("--nproc="):
+            out.append(x)
+    return out
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from .config import load_config
+    from .train import launch
+
+    if a.nproc > 1 and not launch.under_torchrun():
+        argv = sys.argv[1:]
+        return launch.launch(a.nproc, _strip_nproc(argv[argv.index("train") + 1:]))
+    flags = [f"train.{k}={v}" for k, v in (("max_steps", a.max_steps), ("save_every_steps", a.save_every_steps),
+                                           ("precision", a.precision), ("max_minutes", a.max_minutes))
+             if v is not None]
+    cfg = load_config(a.config, flags + a.overrides)
+    from .data.sources import load_sources
+
+    load_sources(a.data)  # a missing or empty list is an error before anything starts
+    if a.cv:
+        load_sources(a.cv)
+    from .train.trainer import run
+
+    result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)
+    if result and int(os.environ.get("RANK", "0")) == 0:
+        print(f"cv: loss {result['loss']:.4f}, CER {100 * result['cer']:.2f}%, WER {100 * result['wer']:.2f}% "
+              f"({result['utts']} utterances)")
+    return 0
+
+
+def cmd_decode(a: argparse.Namespace) -> int:
+    from .decode import decode_exp
+
+    r = decode_exp(a.exp, a.data, a.name)
+    print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
+          f"(checkpoint step {r['step']}); hypotheses in {r['hyps_path']}")
     return 0
 
 
@@ -152,6 +202,27 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--seed", type=int, default=0)
     bc.add_argument("--json")
     bc.set_defaults(func=cmd_bench_compression)
+
+    t = sub.add_parser("train", help="train (1 process, or N under torchrun with --nproc N)")
+    t.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
+    t.add_argument("--data", required=True, help="training data.list (shard or raw) or Kaldi dir")
+    t.add_argument("--cv", help="validation data.list, evaluated at epoch ends")
+    t.add_argument("--exp", required=True, help="experiment dir: checkpoints, metrics, units.txt, config.yaml")
+    t.add_argument("--nproc", type=int, default=1, help="local ranks; >1 starts torchrun (gloo on CPU, nccl on GPUs)")
+    t.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
+    t.add_argument("--max-steps", type=int)
+    t.add_argument("--max-minutes", type=float)
+    t.add_argument("--save-every-steps", type=int)
+    t.add_argument("--resume", choices=["auto", "none"], default="auto",
+                   help="auto: continue from the newest complete checkpoint in EXP")
+    t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=0.002")
+    t.set_defaults(func=cmd_train)
+
+    d = sub.add_parser("decode", help="greedy CTC decoding; prints CER and WER, writes hypotheses")
+    d.add_argument("--exp", required=True)
+    d.add_argument("--data", required=True)
+    d.add_argument("--name", help="name of the output (default: from the data path)")
+    d.set_defaults(func=cmd_decode)
     return p
 
 

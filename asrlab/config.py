@@ -1,0 +1,107 @@
+"""Configs: shipped YAML files (``asrlab/conf/*.yaml``) read into dataclasses, with dotted overrides.
+
+``load_config("tiny", ["data.num_workers=2", "optim.lr=0.002"])``: a name is a shipped config,
+anything else a path. Every key must exist in its dataclass; a typo is an error, not a silent
+default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from .data.loader import DataConfig
+from .model import ModelConfig
+
+CONF_DIR = Path(__file__).parent / "conf"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-3                 # peak learning rate, reached at the end of warm-up
+    weight_decay: float = 0.01
+    betas: tuple = (0.9, 0.98)
+    warmup_steps: int = 150          # optimizer steps of linear warm-up
+    decay: str = "cosine"            # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
+    min_lr: float = 1e-5
+    grad_clip: float = 5.0           # max global gradient norm (after unscaling)
+    accum_steps: int = 1             # micro-batches per optimizer step
+
+
+@dataclass
+class TrainConfig:
+    max_epochs: int = 10
+    max_steps: int = 0               # optimizer steps; 0: no limit (max_epochs decides)
+    max_minutes: float = 0.0         # stop after this much training wall-clock; 0: no limit
+    precision: str = "auto"          # auto | fp32 | fp16 | bf16
+    seed: int = 0
+    save_every_steps: int = 0        # 0: only at epoch ends
+    keep_last: int = 3
+    eval_every_epochs: int = 1
+    log_every_steps: int = 10
+    tensorboard: bool = False
+    progress: bool = True            # tqdm bar on rank 0 (only when a terminal or notebook shows it)
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _build(cls, values: dict, where: str):
+    known = {f.name for f in fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
+                         f"{where} has: {', '.join(sorted(known))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def config_from_dict(d: dict) -> Config:
+    sections = {f.name: f for f in fields(Config)}
+    unknown = set(d) - set(sections)
+    if unknown:
+        raise ValueError(f"unknown config section(s) {', '.join(sorted(unknown))}; sections: {', '.join(sections)}")
+    return Config(**{name: _build(f.default_factory().__class__, d.get(name) or {}, name)
+                     for name, f in sections.items()})
+
+
+def apply_overrides(d: dict, overrides: list[str]) -> dict:
+    """Apply ``section.key=value`` strings (values parsed as YAML) to a config dict."""
+    d = {k: dict(v or {}) for k, v in d.items()}
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise ValueError(f"override {o!r} is not SECTION.KEY=VALUE (e.g. optim.lr=0.002)")
+        d.setdefault(section, {})[name] = yaml.safe_load(value)
+    return d
+
+
+def load_config(name_or_path: str | Path = "tiny", overrides: list[str] = ()) -> Config:
+    path = Path(name_or_path)
+    if not path.suffix and (CONF_DIR / f"{name_or_path}.yaml").exists():
+        path = CONF_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        shipped = ", ".join(p.stem for p in sorted(CONF_DIR.glob("*.yaml")))
+        raise ValueError(f"no config {name_or_path!r}: give a YAML path or a shipped name ({shipped})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    cfg = config_from_dict(apply_overrides(raw, list(overrides)))
+    return cfg
+
+
+def dump_config(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def replace_section(cfg: Config, section: str, **changes) -> Config:
+    return dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **changes)})

@@ -1,0 +1,79 @@
+"""Process-group set-up: one code path for 1 process and for N under torchrun (nccl on GPUs, gloo on CPU)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None  # None when not distributed
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
+    """Join the process group torchrun describes in the environment, or run alone without one."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world == 1:
+        return DistInfo(0, 1, 0, device, None)
+    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)
+    return DistInfo(rank, world, local, device, backend)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_gather_objects(obj, info: DistInfo) -> list:
+    """``[obj of rank 0, obj of rank 1, ...]`` (just ``[obj]`` when alone)."""
+    if info.backend is None:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
+    """Element-wise sum of a list of numbers over ranks."""
+    if info.backend is None:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def all_have(flag: bool, info: DistInfo) -> bool:
+    """True when every rank says True (one tiny all-reduce)."""
+    if info.backend is None:
+        return flag
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def barrier(info: DistInfo) -> None:
+    if info.backend is not None:
+        dist.barrier()

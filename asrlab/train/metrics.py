@@ -1,0 +1,44 @@
+"""Per-step metrics: one JSON line per step in ``EXP/metrics/rank{R}.jsonl``, optional TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
+          "data_wait_s", "step_s")
+
+
+class MetricsWriter:
+    """Appends records to ``EXP/metrics/{name}.jsonl`` (``rank0``, ``rank1``, ..., ``eval``)."""
+
+    def __init__(self, exp: Path, name: str, tensorboard: bool = False):
+        (exp / "metrics").mkdir(parents=True, exist_ok=True)
+        self.path = exp / "metrics" / f"{name}.jsonl"
+        self.f = open(self.path, "a", buffering=1)
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+            self.tb = SummaryWriter(str(exp / "tensorboard"))
+
+    def write(self, record: dict) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        clean.update({f"{k}_nonfinite": str(v) for k, v in record.items()
+                      if isinstance(v, float) and not math.isfinite(v)})
+        self.f.write(json.dumps(clean) + "\n")
+        if self.tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k not in ("step", "epoch"):
+                    self.tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        self.f.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(exp: str | Path, name: str = "rank0") -> list[dict]:
+    """The records of ``EXP/metrics/{name}.jsonl``."""
+    path = Path(exp) / "metrics" / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

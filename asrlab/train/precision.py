@@ -1,0 +1,63 @@
+"""Which precision to train in, and why: the choice follows the hardware.
+
+bf16 where the GPU really computes in bf16 (compute capability >= 8.0: A100, A5000, H100...),
+fp16 with loss scaling on older GPUs (V100, 2080 Ti: fp16 tensor cores, no real bf16), fp32 on
+CPU. fp16 tops out at 65504; without loss scaling small gradients underflow, and without care
+large activations overflow (field report 004).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+CHOICES = ("auto", "fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str                      # fp32 | fp16 | bf16
+    dtype: torch.dtype | None      # autocast dtype; None for fp32 (no autocast)
+    scaler: bool                   # use a GradScaler (fp16 only)
+    reason: str
+
+
+def choose_precision(requested: str, device: torch.device, capability: tuple[int, int] | None = None,
+                     bf16_native: bool | None = None) -> Precision:
+    """Resolve ``requested`` (auto|fp32|fp16|bf16) for ``device``.
+
+    ``capability`` and ``bf16_native`` default to what the CUDA device reports; tests pass them
+    to simulate hardware. Raises ValueError for a precision the hardware cannot do.
+    """
+    if requested not in CHOICES:
+        raise ValueError(f"precision must be one of {', '.join(CHOICES)}, not {requested!r}")
+    if device.type != "cuda":
+        if requested == "auto":
+            return Precision("fp32", None, False, "auto: no GPU, fp32 on CPU")
+        if requested == "fp32":
+            return Precision("fp32", None, False, "requested fp32")
+        return Precision(requested, _dtype(requested), requested == "fp16",
+                         f"requested {requested} on CPU (autocast on CPU; slow, for reproducing numerics)")
+    if capability is None:
+        capability = torch.cuda.get_device_capability(device)
+    if bf16_native is None:
+        bf16_native = torch.cuda.is_bf16_supported(including_emulation=False)
+    cc = f"{capability[0]}.{capability[1]}"
+    if requested == "auto":
+        if capability >= (8, 0) and bf16_native:
+            return Precision("bf16", torch.bfloat16, False, f"auto: compute capability {cc} computes in bf16")
+        if capability >= (7, 0):
+            return Precision("fp16", torch.float16, True,
+                             f"auto: compute capability {cc} has no native bf16; fp16 with loss scaling")
+        return Precision("fp32", None, False, f"auto: compute capability {cc} has no fast fp16 or bf16; fp32")
+    if requested == "bf16" and not (capability >= (8, 0) and bf16_native):
+        raise ValueError(f"bf16 requested but this GPU (compute capability {cc}) does not compute in bf16; "
+                         "use --precision fp16 (with loss scaling) or fp32")
+    if requested == "fp32":
+        return Precision("fp32", None, False, "requested fp32")
+    return Precision(requested, _dtype(requested), requested == "fp16", f"requested {requested} (cc {cc})")
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]

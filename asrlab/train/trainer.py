@@ -1,0 +1,344 @@
+"""The trainer: one code path for 1 process and for N under torchrun.
+
+A step: fetch (timed as data wait) -> copy -> forward under autocast -> backward (scaled) ->
+unscale -> clip -> finite check -> optimizer/scaler step -> LR step -> metrics line.
+A step whose gradient norm is not finite is skipped and counted, never silently.
+Checkpoints hold everything needed to continue exactly: model, optimizer, scheduler, scaler,
+step, epoch, every rank's RNG and every rank's loader position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from dataclasses import replace
+from typing import Iterator
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm.auto import tqdm
+
+from ..config import Config, dump_config
+from ..data.loader import AsrLoader
+from ..data.sources import load_sources, read_source
+from ..data.tokenizer import CharTokenizer
+from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
+from . import checkpoint, dist
+from .metrics import MetricsWriter
+from .precision import choose_precision
+
+log = logging.getLogger(__name__)
+
+
+def lr_lambda(cfg, max_steps: int):
+    """Multiplier of the peak LR at optimizer step ``s``: linear warm-up, then the configured decay."""
+    o = cfg.optim
+    warm = max(1, o.warmup_steps)
+
+    def f(s: int) -> float:
+        s = s + 1
+        if s <= warm:
+            return s / warm
+        if o.decay == "noam":  # WeNet's WarmupLR
+            return (warm / s) ** 0.5
+        if o.decay == "cosine" and max_steps > warm:
+            t = min(1.0, (s - warm) / (max_steps - warm))
+            floor = o.min_lr / o.lr
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
+        return 1.0
+
+    return f
+
+
+def build_tokenizer(exp: Path, data: str, info: dist.DistInfo, data_cfg: DataConfig) -> CharTokenizer:
+    """The experiment's ``units.txt``: made from the training transcripts on first start, reused after."""
+    units = exp / "units.txt"
+    if info.is_main and not units.exists():
+        texts = (item.text for src in load_sources(data, data_cfg.raw_chunk) for item in read_source(src) if item.text)
+        CharTokenizer.build(texts).save(units)
+    dist.barrier(info)
+    return CharTokenizer.load(units)
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    skipped: bool
+    utts: int
+    frames: int
+    unalignable: int
+
+
+class Trainer:
+    """Owns the model, optimizer, scheduler, scaler and loaders of one rank."""
+
+    def __init__(self, cfg: Config, data: str, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
+        self.cfg, self.exp = cfg, Path(exp)
+        self.info = info or dist.setup()
+        self.device = self.info.device
+        # everything that can be wrong is checked before any work
+        self.precision = choose_precision(cfg.train.precision, self.device)
+        train_sources = load_sources(data, cfg.data.raw_chunk)
+        cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
+        self.exp.mkdir(parents=True, exist_ok=True)
+        if self.info.is_main:
+            dump_config(cfg, self.exp / "config.yaml")
+        self.tok = build_tokenizer(self.exp, data, self.info, cfg.data)
+        self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
+        self.cv_loader = None
+        if cv_sources:
+            cv_cfg = replace(cfg.data, shuffle=False, spec_augment=False)
+            self.cv_loader = AsrLoader(cv_sources, self.tok, cv_cfg, self.info.rank, self.info.world_size)
+
+        torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
+        self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                     weight_decay=cfg.optim.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
+        self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
+        torch.manual_seed(cfg.train.seed + 1 + self.info.rank)  # dropout differs across ranks
+        self.ddp = DDP(self.model) if self.info.backend else None
+        self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
+        self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
+        log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
+                 self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
+                 count_parameters(self.model) / 1e6, len(train_sources))
+
+    # -- state ------------------------------------------------------------------------------
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint of the experiment, if there is one."""
+        found = checkpoint.load_latest(self.exp / "checkpoints", map_location=self.device)
+        if found is None:
+            return False
+        state, marker = found
+        if state["world_size"] != self.info.world_size:
+            raise ValueError(f"{marker['file']} was written by {state['world_size']} ranks; this run has "
+                             f"{self.info.world_size} (elastic resume is not supported yet)")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.skipped = state["step"], state["epoch"], state["skipped"]
+        self.epoch_done = state["epoch_done"]
+        if not self.epoch_done:
+            self.loader.load_state_dict(state["loader"][self.info.rank])
+        rng = state["rng"][self.info.rank]
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
+                 " (complete)" if self.epoch_done else "")
+        return True
+
+    def save(self) -> None:
+        """Checkpoint now (a collective: every rank must call it at the same step)."""
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        loaders = dist.all_gather_objects(self.loader.state_dict(), self.info)
+        rngs = dist.all_gather_objects({"torch": torch.get_rng_state(), "cuda": cuda}, self.info)
+        if self.info.is_main:
+            state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                     "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
+                     "step": self.step, "epoch": self.epoch, "epoch_done": self.epoch_done,
+                     "skipped": self.skipped, "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
+            pos = loaders[0]["positions"]
+            checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
+                                       {"epoch": self.epoch, "epoch_done": self.epoch_done,
+                                        "batches_in_epoch": sum(p.get("block", 0) for p in pos.values())},
+                                       self.cfg.train.keep_last)
+        dist.barrier(self.info)
+
+    # -- one optimizer step ------------------------------------------------------------------
+    def _autocast(self):
+        p = self.precision
+        if p.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=p.dtype)
+
+    def train_step(self, batches: list[dict]) -> StepResult:
+        """Forward/backward over ``batches`` (gradient accumulation), then one optimizer step."""
+        net = self.ddp or self.model
+        total_loss, utts, frames, unalignable = 0.0, 0, 0, 0
+        for i, batch in enumerate(batches):
+            feats = batch["feats"].to(self.device, non_blocking=True)
+            feat_lens = batch["feat_lens"].to(self.device, non_blocking=True)
+            targets = batch["targets"].to(self.device, non_blocking=True)
+            target_lens = batch["target_lens"].to(self.device, non_blocking=True)
+            sync = i + 1 == len(batches) or self.ddp is None
+            with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
+                with self._autocast():
+                    log_probs, out_lens = net(feats, feat_lens)
+                loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
+                loss = loss_sum / max(1, int(mask.sum())) / len(batches)
+                self.scaler.scale(loss).backward()
+            total_loss += loss.item()
+            utts += len(feat_lens)
+            frames += int(batch["feat_lens"].sum())
+            unalignable += n_bad
+        self.scaler.unscale_(self.opt)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
+        skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
+        if skipped:  # the scaler skips its own step on inf/NaN gradients; in fp32 we must not step
+            self.skipped += 1
+            log.warning("step %d: loss %s, grad norm %s: not finite, step skipped (%d so far)",
+                        self.step, total_loss, grad_norm, self.skipped)
+            if self.precision.scaler:
+                self.scaler.step(self.opt)
+        else:
+            self.scaler.step(self.opt)
+            self.sched.step()
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return StepResult(total_loss, grad_norm, skipped, utts, frames, unalignable)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _groups(self, it: Iterator[dict]) -> Iterator[tuple[list[dict], float]]:
+        """Micro-batch groups of ``accum_steps`` and the time spent waiting for them (s).
+
+        Every rank asks every rank whether it still has data before each step, and all stop
+        together when one has run out (uneven data never leaves a rank waiting alone).
+        """
+        accum = self.cfg.optim.accum_steps
+        while True:
+            group, wait = [], 0.0
+            for _ in range(accum):
+                t0 = time.perf_counter()
+                batch = next(it, None)
+                wait += time.perf_counter() - t0
+                if not dist.all_have(batch is not None, self.info):
+                    if group:
+                        yield group, wait
+                    return
+                group.append(batch)
+            yield group, wait
+
+    def _limits_reached(self, t_start: float) -> bool:
+        t = self.cfg.train
+        if t.max_steps and self.step >= t.max_steps:
+            return True
+        out_of_time = bool(t.max_minutes) and time.perf_counter() - t_start > 60 * t.max_minutes
+        return dist.all_have(out_of_time, self.info) if self.info.backend else out_of_time
+
+    def train_epoch(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
+        """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
+        t = self.cfg.train
+        for group, wait in self._groups(batches):
+            t0 = time.perf_counter()
+            r = self.train_step(group)
+            self.metrics.write({
+                "step": self.step, "epoch": self.epoch, "loss": r.loss, "grad_norm": r.grad_norm,
+                "loss_scale": float(self.scaler.get_scale()) if self.precision.scaler else 1.0,
+                "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
+                "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(wait, 6),
+                "step_s": round(wait + time.perf_counter() - t0, 6)})
+            if bar is not None:
+                bar.update(1)
+                if self.step % max(1, t.log_every_steps) == 0:
+                    bar.set_postfix(loss=f"{r.loss:.3f}", lr=f"{self.opt.param_groups[0]['lr']:.1e}")
+            if t.save_every_steps and self.step % t.save_every_steps == 0:
+                self.save()
+            if self._limits_reached(t_start):
+                return True
+        return False
+
+    def fit(self) -> dict:
+        """Train until max_epochs / max_steps / max_minutes; returns the last evaluation."""
+        t = self.cfg.train
+        t_start = time.perf_counter()
+        show = t.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
+        bar = tqdm(total=t.max_steps or None, initial=self.step, disable=not show, desc="train", unit="step")
+        last_eval: dict = {}
+        if self.epoch_done:
+            self.epoch += 1
+        stop = False
+        while self.epoch < t.max_epochs and not stop:
+            self.epoch_done = False
+            self.model.train()
+            self.loader.set_epoch(self.epoch)
+            stop = self.train_epoch(iter(self.loader), t_start, bar)
+            if not stop:
+                self.epoch_done = True
+                skipped = self.loader.skipped()
+                if skipped:
+                    log.warning("epoch %d, rank %d: skipped bad input %s", self.epoch, self.info.rank, dict(skipped))
+                if self.cv_loader is not None and (self.epoch + 1) % max(1, t.eval_every_epochs) == 0:
+                    last_eval = self.evaluate_and_log()
+            self.save()
+            if not stop:
+                self.epoch += 1
+        bar.close()
+        if self.cv_loader is not None and not last_eval:
+            last_eval = self.evaluate_and_log()
+        return last_eval
+
+    def evaluate_and_log(self) -> dict:
+        result = evaluate(self.model, self.cv_loader, self.tok, self.info, self._autocast)
+        result.update(step=self.step, epoch=self.epoch)
+        if self.eval_metrics is not None:
+            self.eval_metrics.write({k: v for k, v in result.items() if k != "hyps"})
+        log.info("epoch %d step %d: cv loss %.4f, CER %.2f%%, WER %.2f%% (%d utts)", self.epoch, self.step,
+                 result["loss"], 100 * result["cer"], 100 * result["wer"], result["utts"])
+        return result
+
+    def close(self) -> None:
+        self.metrics.close()
+        if self.eval_metrics is not None:
+            self.eval_metrics.close()
+
+
+@torch.no_grad()
+def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: dist.DistInfo,
+             autocast=contextlib.nullcontext, keep_hyps: bool = False) -> dict:
+    """CTC loss, CER and WER (greedy decoding) over this rank's share, summed over ranks."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loss = utts = char_err = chars = word_err = words = 0.0
+    hyps = []
+    for batch in loader:
+        with autocast():
+            log_probs, out_lens = model(batch["feats"].to(device), batch["feat_lens"].to(device))
+        loss_sum, _, mask = ctc_loss(log_probs, out_lens, batch["targets"].to(device), batch["target_lens"].to(device))
+        loss += float(loss_sum)
+        utts += int(mask.sum())
+        for key, ids, tgt, n in zip(batch["keys"], greedy_decode(log_probs, out_lens), batch["targets"], batch["target_lens"]):
+            ref, hyp = tok.decode(tgt[:n].tolist()), tok.decode(ids)
+            char_err += edit_distance(ref, hyp)
+            chars += len(ref)
+            word_err += edit_distance(ref.split(), hyp.split())
+            words += len(ref.split())
+            if keep_hyps:
+                hyps.append((key, ref, hyp))
+    loss, utts, char_err, chars, word_err, words = dist.all_reduce_sum(
+        [loss, utts, char_err, chars, word_err, words], info)
+    model.train(was_training)
+    out = {"loss": loss / max(1, utts), "cer": char_err / max(1, chars), "wer": word_err / max(1, words),
+           "utts": int(utts)}
+    if keep_hyps:
+        out["hyps"] = hyps
+    return out
+
+
+def run(cfg: Config, data: str, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
+    """Train from the command line (under torchrun or alone); returns the last evaluation."""
+    info = dist.setup()
+    try:
+        trainer = Trainer(cfg, data, cv, exp, info)
+        if resume == "auto":
+            trainer.resume()
+        try:
+            return trainer.fit()
+        finally:
+            trainer.close()
+    finally:
+        dist.teardown()
+
+
+__all__ = ["Trainer", "evaluate", "run"]

@@ -1,0 +1,145 @@
+"""Trainer: precision per hardware, skipped non-finite steps, safe checkpoints, resume, config errors."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from asrlab.config import load_config
+from asrlab.train import checkpoint
+from asrlab.train.dist import DistInfo
+from asrlab.train.precision import choose_precision
+from asrlab.train.trainer import Trainer
+
+SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
+         "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
+CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
+CUDA = torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("requested,cap,native,expect", [
+    ("auto", (9, 0), True, ("bf16", False)),     # H100
+    ("auto", (8, 6), True, ("bf16", False)),     # A5000
+    ("auto", (7, 0), False, ("fp16", True)),     # V100: fp16 with loss scaling
+    ("auto", (7, 5), False, ("fp16", True)),     # 2080 Ti
+    ("auto", (6, 1), False, ("fp32", False)),    # Pascal
+    ("fp32", (9, 0), True, ("fp32", False)),
+    ("fp16", (8, 0), True, ("fp16", True)),
+])
+def test_precision_follows_the_hardware(requested, cap, native, expect):
+    p = choose_precision(requested, CUDA, capability=cap, bf16_native=native)
+    assert (p.name, p.scaler) == expect and p.reason
+
+
+def test_precision_on_cpu_and_refusals():
+    assert choose_precision("auto", torch.device("cpu")).name == "fp32"
+    with pytest.raises(ValueError, match="does not compute in bf16"):
+        choose_precision("bf16", CUDA, capability=(7, 0), bf16_native=False)
+    with pytest.raises(ValueError, match="precision must be"):
+        choose_precision("fp8", torch.device("cpu"))
+
+
+def test_config_overrides_and_unknown_keys():
+    cfg = load_config("tiny", ["optim.lr=0.01", "data.num_workers=3"])
+    assert cfg.optim.lr == 0.01 and cfg.data.num_workers == 3 and cfg.model.subsampling == 2
+    with pytest.raises(ValueError, match="unknown config key.*optim.lrr"):
+        load_config("tiny", ["optim.lrr=0.01"])
+    with pytest.raises(ValueError, match="SECTION.KEY=VALUE"):
+        load_config("tiny", ["lr=0.01"])
+    with pytest.raises(ValueError, match="no config"):
+        load_config("nonexistent")
+    assert load_config("base").model.n_layers == 12
+
+
+def make_trainer(corpus, exp, *extra):
+    cfg = load_config("tiny", SMALL + list(extra))
+    return Trainer(cfg, str(corpus / "data.list"), None, exp, CPU)
+
+
+def test_non_finite_step_is_skipped_and_counted(corpus, tmp_path):
+    tr = make_trainer(corpus, tmp_path / "exp")
+    batch = next(iter(tr.loader))
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    bad = dict(batch, feats=batch["feats"].clone())
+    bad["feats"][0, 0, 0] = float("nan")
+    r = tr.train_step([bad])
+    assert r.skipped and tr.skipped == 1 and tr.step == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))  # nothing was applied
+    r = tr.train_step([batch])
+    assert not r.skipped and tr.skipped == 1
+    assert not all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    tr.close()
+
+
+def test_metrics_lines_have_every_field(corpus, tmp_path):
+    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=3")
+    tr.fit()
+    tr.close()
+    lines = [json.loads(x) for x in (tmp_path / "exp" / "metrics" / "rank0.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2, 3]
+    for field in ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
+                  "data_wait_s", "step_s"):
+        assert field in lines[0]
+
+
+def test_interrupted_checkpoint_write_leaves_the_previous_one(tmp_path, caplog):
+    d = tmp_path / "ck"
+    checkpoint.save_checkpoint(d, {"model": {"w": torch.ones(3)}, "optimizer": {}}, 10, {"epoch": 0})
+    # a crash while writing step 20: the data file is half written and has no completion marker
+    good = (d / "step_00000010.pt").read_bytes()
+    (d / "step_00000020.pt").write_bytes(good[: len(good) // 2])
+    state, marker = checkpoint.load_latest(d)
+    assert marker["step"] == 10 and torch.equal(state["model"]["w"], torch.ones(3))
+    assert "no completion marker" in caplog.text
+    # a newest checkpoint truncated after its marker was written (disk trouble) is caught by its hash
+    checkpoint.save_checkpoint(d, {"model": {"w": torch.zeros(3)}, "optimizer": {}}, 30, {"epoch": 0})
+    data = (d / "step_00000030.pt").read_bytes()
+    (d / "step_00000030.pt").write_bytes(data[:-100])
+    state, marker = checkpoint.load_latest(d)
+    assert marker["step"] == 10 and "SHA-256" in caplog.text
+
+
+def test_keep_last_removes_the_oldest(tmp_path):
+    for step in (1, 2, 3, 4):
+        checkpoint.save_checkpoint(tmp_path, {"model": {}, "optimizer": {}}, step, {}, keep_last=2)
+    assert [c["step"] for c in checkpoint.list_checkpoints(tmp_path)] == [3, 4]
+
+
+def test_resume_auto_continues_from_the_newest_complete_checkpoint(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    tr = make_trainer(corpus, exp, "train.max_steps=4", "train.save_every_steps=2")
+    tr.fit()
+    tr.close()
+    # step 4 (saved at the max_steps stop) is newest; make it incomplete: resume must take step 2
+    (exp / "checkpoints" / "step_00000004.done").unlink()
+    again = make_trainer(corpus, exp, "train.max_steps=6")
+    assert again.resume() and again.step == 2
+    again.close()
+
+
+def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path / "none.list"),
+                          "--exp", str(tmp_path / "exp")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no such data list" in out.stderr and not (tmp_path / "exp").exists()
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path), "--exp",
+                          str(tmp_path / "exp"), "optim.nope=1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "optim.nope" in out.stderr
+    assert time.time() - t0 < 60
+
+
+def test_train_with_2_gloo_ranks(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data",
+                          str(corpus / "data.list"), "--exp", str(exp), "--max-steps", "3", *SMALL],
+                         capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for rank in (0, 1):
+        lines = (exp / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+    assert checkpoint.load_latest(exp / "checkpoints")[1]["step"] == 3
