@@ -29,7 +29,11 @@ def cmd_synth(a: argparse.Namespace) -> int:
     summary = synthesize_corpus(a.out, utts=a.utts, seed=a.seed, shard_size=a.shard_size,
                                 compression=a.compression, noise_snr=a.noise_snr, raw=a.raw,
                                 hard=a.hard, progress=not a.quiet)
-    print(json.dumps(summary, indent=2, default=str))
+    print(f"{'split':>5} {'utts':>6} {'minutes':>8} {'shards':>6} {'voices':>6}  conditions")
+    for split, x in summary["splits"].items():
+        print(f"{split:>5} {x['utterances']:>6} {x['seconds'] / 60:>8.1f} {x['shards']:>6} {len(x['voices']):>6}  "
+              f"{x['conditions']}")
+    print(f"written to {summary['out_dir']} in {summary['elapsed_s']:.1f} s")
     return 0
 
 
@@ -155,6 +159,19 @@ def cmd_decode(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_notebooks(a: argparse.Namespace) -> int:
+    from .nb import root
+    from .runner import run_notebooks
+
+    records = run_notebooks(root() / "notebooks", Path(a.out), a.only, a.params, report=lambda m: print(m, flush=True))
+    failed = [r for r in records if not r["ok"]]
+    print(f"{len(records) - len(failed)} of {len(records)} notebooks ran; "
+          f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {a.out}/")
+    for r in failed:
+        print(f"FAILED {r['notebook']}: {r['error']} (see {r['output']})", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="asrlab", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -223,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data", required=True)
     d.add_argument("--name", help="name of the output (default: from the data path)")
     d.set_defaults(func=cmd_decode)
+
+    n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
+    n.add_argument("--only", help="run only the notebooks whose name contains this")
+    n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
+    n.add_argument("--out", default="runs", help="where the executed copies go")
+    n.set_defaults(func=cmd_notebooks)
     return p
 
 

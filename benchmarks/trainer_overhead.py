@@ -1,0 +1,76 @@
+"""Trainer overhead: steps/s of asrlab's training step against a bare loop, side by side.
+
+Same model, same initial weights, same in-memory batches; the bare loop does forward, CTC,
+backward, clip and AdamW step only; the trainer adds everything it does per step (autocast
+context, scaler bookkeeping, finite check, LR schedule, the all-ranks data check, the metrics
+line). No checkpoints in either. Rounds alternate (bare, trainer, bare, ...) so drift in the
+machine's speed hits both; the median round is reported.
+
+    .venv/bin/python benchmarks/trainer_overhead.py data/corpus/train/data.list [--steps 30] [--rounds 3]
+"""
+
+import argparse
+import itertools
+import statistics
+import tempfile
+import time
+
+import torch
+
+from asrlab.config import load_config
+from asrlab.model import ConformerCTC, ctc_loss
+from asrlab.train.dist import DistInfo
+from asrlab.train.trainer import Trainer
+
+
+def bare_loop(cfg, vocab, batches, state):
+    model = ConformerCTC(cfg.model, vocab)
+    model.load_state_dict(state)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                            weight_decay=cfg.optim.weight_decay)
+    t0 = time.perf_counter()
+    for b in batches:
+        log_probs, out_lens = model(b["feats"], b["feat_lens"])
+        loss_sum, _, mask = ctc_loss(log_probs, out_lens, b["targets"], b["target_lens"])
+        (loss_sum / max(1, int(mask.sum()))).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return len(batches) / (time.perf_counter() - t0)
+
+
+def trainer_loop(cfg, data, batches, state, exp):
+    tr = Trainer(cfg, data, None, exp, DistInfo(0, 1, 0, torch.device("cpu"), None))
+    tr.model.load_state_dict(state)
+    t0 = time.perf_counter()
+    tr.train_epoch(iter(batches), t0)
+    rate = len(batches) / (time.perf_counter() - t0)
+    tr.close()
+    return rate
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("data")
+    p.add_argument("--config", default="tiny")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=3)
+    a = p.parse_args()
+    cfg = load_config(a.config, ["train.progress=false", "data.num_workers=0"])
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Trainer(cfg, a.data, None, f"{tmp}/probe", DistInfo(0, 1, 0, torch.device("cpu"), None))
+        batches = list(itertools.islice(iter(probe.loader), a.steps))
+        vocab, state = len(probe.tok), {k: v.clone() for k, v in probe.model.state_dict().items()}
+        probe.close()
+        bare, ours = [], []
+        for r in range(a.rounds):
+            bare.append(bare_loop(cfg, vocab, batches, state))
+            ours.append(trainer_loop(cfg, a.data, batches, state, f"{tmp}/exp{r}"))
+            print(f"round {r + 1}: bare {bare[-1]:.3f} steps/s, trainer {ours[-1]:.3f} steps/s", flush=True)
+    b, o = statistics.median(bare), statistics.median(ours)
+    print(f"median over {a.rounds} rounds of {a.steps} steps: bare {b:.3f} steps/s, trainer {o:.3f} steps/s: "
+          f"trainer is {100 * (1 - o / b):+.1f}% slower")
+
+
+if __name__ == "__main__":
+    main()
