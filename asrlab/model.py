@@ -64,12 +64,16 @@ class ModelConfig:
     subsampling: int = 2  # time subsampling factor: 2 or 4
     pos_enc: str = "rel"  # "rel" (Transformer-XL style) or "abs" (sinusoidal)
     dropout: float = 0.1  # one dropout rate used everywhere
+    conv_channels: int = 0  # channels of the conv front end; 0: d_model (WeNet). The x2 front end
+    #                         runs at full time resolution, so fewer channels make it much cheaper
 
     def __post_init__(self) -> None:
         for name in ("input_dim", "d_model", "n_heads", "n_layers", "ff_dim", "conv_kernel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if isinstance(self.conv_channels, bool) or not isinstance(self.conv_channels, int) or self.conv_channels < 0:
+            raise ValueError(f"ModelConfig.conv_channels must be an int >= 0 (0: d_model), got {self.conv_channels!r}")
         if self.input_dim < 7:
             raise ValueError(
                 f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), "
@@ -143,18 +147,19 @@ class ConvSubsampling(nn.Module):
     real inputs.
     """
 
-    def __init__(self, input_dim: int, d_model: int, subsampling: int):
+    def __init__(self, input_dim: int, d_model: int, subsampling: int, channels: int = 0):
         super().__init__()
         self.subsampling = subsampling
         t_stride = 2 if subsampling == 4 else 1
+        c = channels or d_model
         self.conv = nn.Sequential(
-            nn.Conv2d(1, d_model, kernel_size=3, stride=2),
+            nn.Conv2d(1, c, kernel_size=3, stride=2),
             nn.ReLU(),
-            nn.Conv2d(d_model, d_model, kernel_size=3, stride=(t_stride, 2)),
+            nn.Conv2d(c, c, kernel_size=3, stride=(t_stride, 2)),
             nn.ReLU(),
         )
         freq_out = ((input_dim - 1) // 2 - 1) // 2
-        self.proj = nn.Linear(d_model * freq_out, d_model)
+        self.proj = nn.Linear(c * freq_out, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv(x.unsqueeze(1))  # (B, D, T', F'')
@@ -328,7 +333,7 @@ class ConformerCTC(nn.Module):
             raise ValueError(f"vocab_size must be an int >= 2 (blank + 1 label), got {vocab_size!r}")
         self.cfg, self.vocab_size = cfg, vocab_size
         self.input_norm = nn.LayerNorm(cfg.input_dim)
-        self.subsample = ConvSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling)
+        self.subsample = ConvSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling, cfg.conv_channels)
         pos_cls = RelPositionalEncoding if cfg.pos_enc == "rel" else AbsPositionalEncoding
         self.pos_enc = pos_cls(cfg.d_model, cfg.dropout)
         self.blocks = nn.ModuleList(ConformerBlock(cfg) for _ in range(cfg.n_layers))

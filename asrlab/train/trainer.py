@@ -103,6 +103,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
+        self.evals = 0
         torch.manual_seed(cfg.train.seed + 1 + self.info.rank)  # dropout differs across ranks
         self.ddp = DDP(self.model) if self.info.backend else None
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
@@ -274,11 +275,13 @@ class Trainer:
             if not stop:
                 self.epoch += 1
         bar.close()
-        if self.cv_loader is not None and not last_eval:
+        if self.cv_loader is not None and last_eval.get("step") != self.step:  # stopped mid-epoch
             last_eval = self.evaluate_and_log()
         return last_eval
 
     def evaluate_and_log(self) -> dict:
+        self.evals += 1
+        self.cv_loader.set_epoch(self.evals)  # a fresh pass (the position of the last one is spent)
         result = evaluate(self.model, self.cv_loader, self.tok, self.info, self._autocast)
         result.update(step=self.step, epoch=self.epoch)
         if self.eval_metrics is not None:
@@ -319,6 +322,8 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     loss, utts, char_err, chars, word_err, words = dist.all_reduce_sum(
         [loss, utts, char_err, chars, word_err, words], info)
     model.train(was_training)
+    if utts == 0:
+        log.warning("evaluation saw no utterance (empty or unusable data)")
     out = {"loss": loss / max(1, utts), "cer": char_err / max(1, chars), "wer": word_err / max(1, words),
            "utts": int(utts)}
     if keep_hyps:

@@ -1,0 +1,69 @@
+"""``asrlab notebooks``: run every notebook headless with papermill (the main job).
+
+Executed copies go to ``runs/<notebook>/<notebook>.ipynb``; the notebooks themselves write their
+figures to ``figures/`` and their key numbers to ``runs/<notebook>/results.json``.
+A parameter file is YAML: top-level keys apply to every notebook, a key named after a notebook
+(``01_stalls:``) holds parameters for that one only (e.g. ``notebooks/params/gpu.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+
+def notebook_params(params_file: str | Path | None, stem: str, available: set[str]) -> dict:
+    """The parameters for notebook ``stem`` that it declares (others are left out)."""
+    if not params_file:
+        return {}
+    raw = yaml.safe_load(Path(params_file).read_text()) or {}
+    merged = {k: v for k, v in raw.items() if not isinstance(v, dict) or k not in _stems(raw)}
+    merged.update(raw.get(stem) or {})
+    return {k: v for k, v in merged.items() if k in available}
+
+
+def _stems(raw: dict) -> set[str]:
+    return {k for k in raw if k[:2].isdigit()}
+
+
+def declared_parameters(nb_path: Path) -> set[str]:
+    """Names assigned in the cell tagged ``parameters``."""
+    import ast
+
+    nb = json.loads(nb_path.read_text())
+    for cell in nb["cells"]:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            tree = ast.parse("".join(cell["source"]))
+            return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)}
+    return set()
+
+
+def run_notebooks(nb_dir: Path, out_dir: Path, only: str | None = None, params_file: str | None = None,
+                  report=print) -> list[dict]:
+    """Execute the notebooks; returns one record per notebook (name, seconds, ok, error)."""
+    import papermill as pm
+
+    notebooks = sorted(p for p in Path(nb_dir).glob("*.ipynb") if not only or only in p.stem)
+    if not notebooks:
+        raise ValueError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
+    records = []
+    for nb in notebooks:
+        out = Path(out_dir) / nb.stem / nb.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        params = notebook_params(params_file, nb.stem, declared_parameters(nb))
+        report(f"{nb.stem}: running" + (f" with {params}" if params else ""))
+        t0 = time.time()
+        rec = {"notebook": nb.stem, "output": str(out), "ok": True}
+        try:
+            pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent), kernel_name="python3",
+                                progress_bar=False)
+        except pm.PapermillExecutionError as e:
+            rec.update(ok=False, error=f"cell {e.exec_count} ({e.ename}): {e.evalue}")
+        rec["seconds"] = round(time.time() - t0, 1)
+        report(f"{nb.stem}: {'ok' if rec['ok'] else 'FAILED at ' + rec['error']} in {rec['seconds']} s")
+        records.append(rec)
+    return records

@@ -1,0 +1,38 @@
+"""The notebook runner: parameter files, failures named by cell."""
+
+import json
+
+import nbformat
+import pytest
+
+from asrlab.runner import declared_parameters, notebook_params, run_notebooks
+
+
+def write_nb(path, *cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_parameter_file_merges_global_and_per_notebook_keys(tmp_path):
+    nb = tmp_path / "01_x.ipynb"
+    write_nb(nb, "nproc = 1\nbackend = 'gloo'\nutts = 10")
+    assert declared_parameters(nb) == {"nproc", "backend", "utts"}
+    params = tmp_path / "p.yaml"
+    params.write_text("nproc: 8\nbackend: nccl\nunrelated: 1\n01_x:\n  utts: 99\n02_y:\n  utts: 5\n")
+    assert notebook_params(params, "01_x", declared_parameters(nb)) == {"nproc": 8, "backend": "nccl", "utts": 99}
+
+
+def test_runner_executes_and_names_the_failing_cell(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    write_nb(nbs / "01_ok.ipynb", "x = 1", "y = x + 1")
+    write_nb(nbs / "02_broken.ipynb", "x = 1", "raise RuntimeError('boom')")
+    records = run_notebooks(nbs, tmp_path / "runs", report=lambda m: None)
+    ok, broken = records
+    assert ok["ok"] and (tmp_path / "runs" / "01_ok" / "01_ok.ipynb").exists()
+    assert not broken["ok"] and "cell 2" in broken["error"] and "boom" in broken["error"]
+    with pytest.raises(ValueError, match="no notebook"):
+        run_notebooks(nbs, tmp_path / "runs", only="nothing-matches", report=lambda m: None)
