@@ -17,17 +17,17 @@ Splits, voices, conditions
     formant scaling, roughness, breathiness, Klatt vs. harmonic synthesis).
 
     ``train``  ``utts`` utterances. Voices: TRAIN_ACCENTS x TRAIN_VARIANTS
-               (4 x 18 = 72). Noise: white, pink or brown at an SNR drawn
-               from U(``noise_snr``).
+               (4 x 18 = 72). Noise: white, pink, brown or babble-like at an
+               SNR drawn from U(``noise_snr``); mild reverberation on 30% of
+               utterances (RT60 0.1-0.35 s).
     ``dev``    ``utts // 10`` (at least 50). The same voices and conditions
                as train (other utterances).
     ``test``   ``utts // 10`` (at least 50). Voices: TEST_ACCENTS x
                TEST_VARIANTS (3 x 10 = 30), sharing neither an accent nor a
-               variant with train. Noise: babble-like (speech-shaped noise
-               gated at syllable rates), a type train never has, at an SNR
-               from the lower half of ``noise_snr``; plus mild reverberation
-               on every utterance (RT60 0.15-0.35 s; train has none unless
-               ``hard``).
+               variant with train. Its own conditions: babble-like noise only
+               (speech-shaped noise gated at syllable rates) at an SNR from
+               the lower half of ``noise_snr``, and reverberation on every
+               utterance (RT60 0.15-0.35 s).
 
     Why the test split differs this much: an earlier corpus held out three
     variants of the accents used in training, and a model trained on twelve
@@ -42,9 +42,16 @@ Splits, voices, conditions
     acoustic conditions. Dev keeps train's voices and conditions, so dev vs.
     test shows the generalization gap.
 
+    Why train covers babble and reverberation at all: a first version kept
+    both out of train entirely; a model at 1.6% CER on dev scored 41% on
+    test, with the same error rate on each held-out accent, so the number
+    measured unseen acoustics rather than unseen voices. Test's conditions
+    are now a harder mix of kinds that train has seen (babble only, lower
+    SNR, reverberation always), and its voices are still wholly new.
+
     ``hard=True`` makes every split harder: SNR ranges 5 dB lower, speed
     perturbation (0.9 / 1.0 / 1.1, by resampling, so pitch moves too), and
-    reverberation (half of train/dev utterances, RT60 0.2-0.6 s; test:
+    more reverberation (half of train/dev utterances, RT60 0.2-0.6 s; test:
     always, RT60 0.3-0.8 s and a weaker direct path).
     Every utterance gets 50-300 ms of leading and trailing silence (noise
     only) and a random level (peak between -9 and -1 dBFS).
@@ -154,7 +161,8 @@ SPEEDS = (0.9, 1.0, 1.1)
 # eSpeak is reset at utterances 0, 16, 32, ... of each split; part of what defines the output.
 RESET_EVERY = 16
 _NOISE_EXPONENT = {"white": 0.0, "pink": 1.0, "brown": 2.0}
-TRAIN_NOISES = tuple(_NOISE_EXPONENT)
+TRAIN_NOISES = (*_NOISE_EXPONENT, "babble")
+TRAIN_REVERB_SHARE = 0.3  # of train/dev utterances, unless hard (then 0.5)
 TEST_NOISES = ("babble",)
 
 
@@ -373,9 +381,9 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     else:
         noise = TRAIN_NOISES[int(rng.integers(len(TRAIN_NOISES)))]
         snr = rng.uniform(lo, hi)
-        reverb = bool(hard and rng.random() < 0.5)
-        rt60 = rng.uniform(0.2, 0.6)
-        drr = rng.uniform(0.0, 6.0)
+        reverb = bool(rng.random() < (0.5 if hard else TRAIN_REVERB_SHARE))
+        rt60 = rng.uniform(0.2, 0.6) if hard else rng.uniform(0.1, 0.35)
+        drr = rng.uniform(0.0, 6.0) if hard else rng.uniform(2.0, 8.0)
     speed = float(SPEEDS[int(rng.integers(len(SPEEDS)))]) if hard else 1.0
     lead = int(rng.uniform(*LEAD_TRAIL_S) * SAMPLE_RATE)
     trail = int(rng.uniform(*LEAD_TRAIL_S) * SAMPLE_RATE)
@@ -543,9 +551,8 @@ def _describe_conditions(split: str, noise_snr: tuple[float, float], hard: bool)
         rev = "RT60 0.3-0.8 s" if hard else "RT60 0.15-0.35 s"
         text = f"babble-like noise, SNR {lo:g}-{(lo + hi) / 2:g} dB, reverb always ({rev})"
     else:
-        text = f"white/pink/brown noise, SNR {lo:g}-{hi:g} dB"
-        if hard:
-            text += ", reverb on half (RT60 0.2-0.6 s)"
+        text = f"white/pink/brown/babble noise, SNR {lo:g}-{hi:g} dB"
+        text += ", reverb on half (RT60 0.2-0.6 s)" if hard else ", reverb on 30% (RT60 0.1-0.35 s)"
     if hard:
         text += ", speed 0.9/1.0/1.1"
     return text
