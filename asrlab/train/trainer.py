@@ -148,10 +148,9 @@ class Trainer:
                      "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
                      "step": self.step, "epoch": self.epoch, "epoch_done": self.epoch_done,
                      "skipped": self.skipped, "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
-            pos = loaders[0]["positions"]
             checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
                                        {"epoch": self.epoch, "epoch_done": self.epoch_done,
-                                        "batches_in_epoch": sum(p.get("block", 0) for p in pos.values())},
+                                        "rank0_position": loaders[0]["positions"]},
                                        self.cfg.train.keep_last)
         dist.barrier(self.info)
 
