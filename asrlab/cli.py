@@ -58,10 +58,10 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def _tokenizer_from(sources):
-    from .data.sources import read_source
+    from .data.sources import transcripts
     from .data.tokenizer import CharTokenizer
 
-    return CharTokenizer.build(item.text for s in sources for item in read_source(s) if item.text)
+    return CharTokenizer.build(transcripts(sources))
 
 
 def cmd_bench_loader(a: argparse.Namespace) -> int:

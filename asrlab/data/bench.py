@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from . import audio
 from .loader import AsrLoader, DataConfig
 from .shards import COMPRESSIONS, compress, tar_bytes
-from .sources import Source, read_source
+from .sources import Source, iter_items, read_source
 from .tokenizer import CharTokenizer
 
 
@@ -41,6 +41,11 @@ def _measure(batches, max_batches: int | None) -> dict:
             "audio_s_per_s": round(frames / 100.0 / dt, 1), "batches_per_s": round(n / dt, 2),
             "first_batch_s": round((t_first or end) - t0, 3),
             "steady_audio_s_per_s": round((frames - first_frames) / 100.0 / steady, 1) if steady > 0 else None}
+
+
+def _usable(sources: list[Source]):
+    """Items that were read whole (text and audio present)."""
+    return (item for item in iter_items(sources) if item.error is None and item.text and item.audio)
 
 
 def bench_asrlab(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max_batches: int | None = None) -> dict:
@@ -81,15 +86,8 @@ def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 200
     The best of ``repeats`` timed passes; compare loaders with it in audio seconds/s, which does
     not depend on which utterances the ceiling used.
     """
-    wavs = []
-    for src in sources:
-        for item in read_source(src):
-            if item.error is None and item.audio:
-                wavs.append(audio.resample(*audio.decode(item.audio), cfg.sample_rate))
-            if len(wavs) >= max_utts:
-                break
-        if len(wavs) >= max_utts:
-            break
+    wavs = [audio.resample(*audio.decode(item.audio), cfg.sample_rate)
+            for item in itertools.islice(_usable(sources), max_utts)]
     def fbank(w):
         return audio.fbank(w, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
 
@@ -139,16 +137,9 @@ def compression_cost(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
     ``read_ms_per_utt``: decompress + untar only; ``loader_ms_per_utt``: the whole pipeline
     (num_workers=0, so the cost is not hidden behind other processes).
     """
-    members, n = [], 0
-    for src in sources:
-        for item in read_source(src):
-            if item.error is None:
-                members += [(f"{item.key}.txt", item.text.encode()), (f"{item.key}.wav", item.audio)]
-                n += 1
-            if n >= max_utts:
-                break
-        if n >= max_utts:
-            break
+    members = []
+    for item in itertools.islice(_usable(sources), max_utts):
+        members += [(f"{item.key}.txt", item.text.encode()), (f"{item.key}.wav", item.audio)]
     plain = tar_bytes(members)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -66,9 +66,10 @@ class DataConfig:
         if self.num_workers < 0:
             raise ValueError("data.num_workers must be >= 0")
 
-    def frames(self, num_samples: int) -> int:
-        """Fbank frames of ``num_samples`` samples at ``sample_rate``."""
-        return audio.num_frames(num_samples, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
+    def frames(self, num_samples: int, sample_rate: int) -> int:
+        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.sample_rate``."""
+        resampled = round(num_samples * self.sample_rate / sample_rate)
+        return audio.num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
 
 
 @dataclass
@@ -213,7 +214,7 @@ class AsrDataset(IterableDataset):
             if reason is not None:
                 self._bad(item, reason, skipped)
                 continue
-            good.append((item, cfg.frames(round(samples * cfg.sample_rate / sr))))
+            good.append((item, cfg.frames(samples, sr)))
         if cfg.shuffle:
             good = [good[i] for i in rng.permutation(len(good))]
         if cfg.sort_size > 0:

@@ -38,7 +38,7 @@ def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
         except audio.AudioError:
             st.bad += 1
             continue
-        st.frames.append(cfg.frames(round(samples * cfg.sample_rate / sr)))
+        st.frames.append(cfg.frames(samples, sr))
         st.seconds += samples / sr
     return st
 

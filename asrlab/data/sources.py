@@ -102,6 +102,17 @@ def _kaldi_sources(d: Path, chunk: int) -> list[Source]:
     return _chunks(items, chunk, d.name)
 
 
+def iter_items(sources: list[Source]) -> Iterator[Item]:
+    """Every item of every source, in list order."""
+    for src in sources:
+        yield from read_source(src)
+
+
+def transcripts(sources: list[Source]) -> Iterator[str]:
+    """The non-empty transcripts of ``sources`` (what a tokenizer is built from)."""
+    return (item.text for item in iter_items(sources) if item.text)
+
+
 def read_source(src: Source, start: int = 0) -> Iterator[Item]:
     """Items of ``src`` from offset ``start`` on; audio is not read for the skipped ones.
 

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config, dump_config
 from ..data.loader import AsrLoader
-from ..data.sources import load_sources, read_source
+from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
@@ -55,12 +55,11 @@ def lr_lambda(cfg, max_steps: int):
     return f
 
 
-def build_tokenizer(exp: Path, data: str, info: dist.DistInfo, data_cfg: DataConfig) -> CharTokenizer:
+def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo) -> CharTokenizer:
     """The experiment's ``units.txt``: made from the training transcripts on first start, reused after."""
     units = exp / "units.txt"
     if info.is_main and not units.exists():
-        texts = (item.text for src in load_sources(data, data_cfg.raw_chunk) for item in read_source(src) if item.text)
-        CharTokenizer.build(texts).save(units)
+        CharTokenizer.build(transcripts(sources)).save(units)
     dist.barrier(info)
     return CharTokenizer.load(units)
 
@@ -89,7 +88,7 @@ class Trainer:
         self.exp.mkdir(parents=True, exist_ok=True)
         if self.info.is_main:
             dump_config(cfg, self.exp / "config.yaml")
-        self.tok = build_tokenizer(self.exp, data, self.info, cfg.data)
+        self.tok = build_tokenizer(self.exp, train_sources, self.info)
         self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
         self.cv_loader = None
         if cv_sources:
