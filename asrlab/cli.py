@@ -129,13 +129,15 @@ def cmd_train(a: argparse.Namespace) -> int:
     from .config import load_config
     from .train import launch
 
+    flags = [f"train.{k}={v}" for k, v in (("max_steps", a.max_steps), ("save_every_steps", a.save_every_steps),
+                                           ("precision", a.precision), ("max_minutes", a.max_minutes),
+                                           ("uneven", a.uneven), ("stall_timeout_s", a.stall_timeout),
+                                           ("backend", a.backend)) if v is not None]
+    cfg = load_config(a.config, flags + a.overrides)  # a bad key fails here, before any rank starts
     if a.nproc > 1 and not launch.under_torchrun():
         argv = sys.argv[1:]
-        return launch.launch(a.nproc, _strip_nproc(argv[argv.index("train") + 1:]))
-    flags = [f"train.{k}={v}" for k, v in (("max_steps", a.max_steps), ("save_every_steps", a.save_every_steps),
-                                           ("precision", a.precision), ("max_minutes", a.max_minutes))
-             if v is not None]
-    cfg = load_config(a.config, flags + a.overrides)
+        return launch.launch(a.nproc, _strip_nproc(argv[argv.index("train") + 1:]), a.exp,
+                             cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s)
     from .data.sources import load_sources
 
     load_sources(a.data)  # a missing or empty list is an error before anything starts
@@ -230,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-steps", type=int)
     t.add_argument("--max-minutes", type=float)
     t.add_argument("--save-every-steps", type=int)
+    t.add_argument("--uneven", choices=["stop", "join", "none"],
+                   help="ranks with unequal data: stop together (default), DDP Join, or unprotected")
+    t.add_argument("--stall-timeout", type=float, metavar="S",
+                   help="seconds without progress on any rank before the stall report and exit (0: off)")
+    t.add_argument("--backend", choices=["auto", "nccl", "gloo"])
     t.add_argument("--resume", choices=["auto", "none"], default="auto",
                    help="auto: continue from the newest complete checkpoint in EXP")
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=0.002")
@@ -250,7 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "func", None) is cmd_train:  # KEY=VALUE overrides may come before or after options
+        args.overrides += [x for x in extra if "=" in x and not x.startswith("-")]
+        extra = [x for x in extra if x not in args.overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from .data.sources import DataError

@@ -44,6 +44,18 @@ class TrainConfig:
     log_every_steps: int = 10
     tensorboard: bool = False
     progress: bool = True            # tqdm bar on rank 0 (only when a terminal or notebook shows it)
+    backend: str = "auto"            # auto (nccl on GPUs, gloo on CPU) | nccl | gloo
+    uneven: str = "stop"             # ranks with unequal data: stop (all stop at the first rank's end) | join | none
+    stall_timeout_s: float = 30.0    # watchdog: no rank progressed for this long -> report and exit; 0: off
+    first_step_timeout_s: float = 180.0  # the same, until every rank has finished its first step
+    timeline: bool = False           # record every phase change (EXP/heartbeat/rank*.timeline.jsonl)
+    preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
+
+    def __post_init__(self):
+        if self.uneven not in ("stop", "join", "none"):
+            raise ValueError(f"train.uneven must be stop, join or none, not {self.uneven!r}")
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
 
 
 @dataclass

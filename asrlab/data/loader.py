@@ -15,6 +15,7 @@ headers), so skipping consumed batches on resume costs I/O only.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Iterator
@@ -55,6 +56,10 @@ class DataConfig:
     bad_input: str = "skip"           # "skip": count by reason and go on; "fail": raise
     raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
     seed: int = 0
+    # fault injection, for the stall notebook and tests: sleep before each batch of the listed ranks
+    inject_delay_s: float = 0.0       # seconds per batch (0: off)
+    inject_delay_ranks: tuple = ()    # ranks that sleep (empty: every rank)
+    inject_delay_from_batch: int = 0  # first batch of each worker's epoch that sleeps
 
     def __post_init__(self):
         if self.batch_type not in ("dynamic", "static"):
@@ -159,6 +164,8 @@ class AsrDataset(IterableDataset):
         resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
         skipped = Counter(resume_skipped)
         it = None
+        delay = cfg.inject_delay_s if (not cfg.inject_delay_ranks or self.rank in cfg.inject_delay_ranks) else 0.0
+        served = 0
         while not pos.done:
             start = (src_i, offset)
             items: list[Item] = []
@@ -188,6 +195,9 @@ class AsrDataset(IterableDataset):
                 nxt.skipped = dict(skipped)
                 if batch is not None:
                     batch["worker"], batch["pos"] = worker, asdict(nxt)
+                    if delay and served >= cfg.inject_delay_from_batch:
+                        time.sleep(delay)  # injected fault (data.inject_delay_s)
+                    served += 1
                     yield batch
             resume_batch = 0
             block += 1
@@ -311,6 +321,18 @@ class AsrLoader:
         for w in range(W):  # every worker has run dry: the epoch is complete
             self.positions[w] = {**self.positions.get(w, asdict(Position(self.epoch))), "done": True}
         log.info("epoch %d on rank %d: skipped %s", self.epoch, ds.rank, dict(self.skipped()) or "nothing")
+
+    def where(self) -> str:
+        """Which worker the next batch is due from, and the shard it was last reading (for stall reports)."""
+        ds, W = self.dataset, self.dataset.num_workers
+        w = self.next_worker
+        pos = self.positions.get(w)
+        if pos is None:
+            return f"worker {w}, before its first batch"
+        mine = deal(epoch_sources(ds.sources, self.epoch, self.cfg), ds.rank, ds.world_size, w, W)
+        if pos.get("done") or pos["source"] >= len(mine):
+            return f"worker {w}, after its last shard"
+        return f"worker {w}, reading {mine[pos['source']].name}"
 
     def skipped(self) -> Counter:
         """Bad input skipped so far this epoch on this rank, by reason."""

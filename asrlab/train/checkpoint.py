@@ -42,11 +42,28 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(ckpt_dir: Path, state: dict, step: int, info: dict, keep_last: int = 0) -> Path:
-    """Write ``state`` for ``step`` atomically, then its marker; keep the newest ``keep_last`` (0: all)."""
+class _Ticking:
+    """A file that calls ``on_write`` on every write (a slow checkpoint is progress, not a stall)."""
+
+    def __init__(self, f, on_write):
+        self.f, self.on_write = f, on_write
+
+    def write(self, b) -> int:
+        self.on_write()
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_checkpoint(ckpt_dir: Path, state: dict, step: int, info: dict, keep_last: int = 0, on_write=None) -> Path:
+    """Write ``state`` for ``step`` atomically, then its marker; keep the newest ``keep_last`` (0: all).
+
+    ``on_write`` (optional) is called on every chunk written (the stall watchdog's progress).
+    """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"step_{step:08d}.pt"
-    _fsync_write(path, lambda f: torch.save(state, f))
+    _fsync_write(path, lambda f: torch.save(state, _Ticking(f, on_write) if on_write else f))
     marker = {"step": step, **info, "file": path.name, "sha256": sha256(path)}
     _fsync_write(path.with_suffix(".done"), lambda f: f.write(json.dumps(marker).encode()))
     if keep_last > 0:

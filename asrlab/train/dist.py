@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,10 @@ def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
         device = torch.device("cpu")
     if world == 1:
         return DistInfo(0, 1, 0, device, None)
-    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    if backend in (None, "auto"):
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise ValueError("backend nccl needs GPUs; this machine has none (use gloo)")
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)
@@ -72,6 +76,24 @@ def all_have(flag: bool, info: DistInfo) -> bool:
     t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=info.device if info.backend == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return bool(t.item())
+
+
+def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:
+    """Wait until every rank has arrived at ``name``, through the rendezvous store.
+
+    Not a collective: a rank that arrives while the others are inside a collective (an
+    unprotected uneven epoch end) waits here, visibly, instead of pairing its call with
+    someone else's gradient all-reduce. ``name`` must be unique within the run.
+    """
+    if info.backend is None:
+        return
+    from .heartbeat import run_id
+
+    store = dist.distributed_c10d._get_default_store()
+    key = f"asrlab/{run_id()}/{name}"
+    store.add(key, 1)
+    while store.add(key, 0) < info.world_size:
+        time.sleep(poll_s)
 
 
 def barrier(info: DistInfo) -> None:

@@ -1,13 +1,24 @@
 """``asrlab train --nproc N``: start N ranks with torchrun on this node and wait for them.
 
 Multi-node runs use torchrun's own rendezvous (``torchrun --nnodes ... -m asrlab.cli train``).
+The launcher is also the stall watchdog of last resort: if the ranks' own watchdogs cannot act
+(rank 0 frozen, say), it stops the job and writes the stall report from what the ranks left.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+from .heartbeat import read_heartbeats
+from .stall import COLLECT_S, STALL_EXIT, write_report
+
+log = logging.getLogger(__name__)
 
 
 def under_torchrun() -> bool:
@@ -19,8 +30,58 @@ def torchrun_command(nproc: int, train_args: list[str]) -> list[str]:
             "-m", "asrlab.cli", "train", *train_args]
 
 
-def launch(nproc: int, train_args: list[str], timeout_s: float | None = None) -> int:
-    """Run ``asrlab train`` on ``nproc`` local ranks; returns torchrun's exit code."""
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop torchrun and every process it started (they share its session)."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, stall_timeout_s: float = 0.0,
+           first_step_s: float = 0.0, timeout_s: float | None = None) -> int:
+    """Run ``asrlab train`` on ``nproc`` local ranks; returns torchrun's exit code (``STALL_EXIT`` on a stall)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    return subprocess.run(torchrun_command(nproc, train_args), env=env, timeout=timeout_s).returncode
+    t_launch = time.time()
+    proc = subprocess.Popen(torchrun_command(nproc, train_args), env=env, start_new_session=True)
+    seen, last_progress, stalled = None, time.monotonic(), False
+    try:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            if timeout_s and time.time() - t_launch > timeout_s:
+                _stop(proc)
+                raise TimeoutError(f"training ran past {timeout_s} s")
+            if exp is None or not stall_timeout_s:
+                continue
+            beats = {r: s for r, s in read_heartbeats(Path(exp)).items() if s.get("time", 0) >= t_launch}
+            current = {r: s["beats"] for r, s in beats.items()}
+            if current != seen:
+                seen, last_progress = current, time.monotonic()
+            started = len(beats) == nproc and all(s.get("completed", 0) > 0 for s in beats.values())
+            limit = (stall_timeout_s if started else max(first_step_s, stall_timeout_s)) + COLLECT_S + 20
+            if time.monotonic() - last_progress > limit:
+                log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", limit)
+                stalled = True
+                _stop(proc)
+    except BaseException:
+        _stop(proc)
+        raise
+    code = proc.returncode
+    if exp is not None and code != 0:
+        report = Path(exp) / "stall_report.json"
+        fresh = report.exists() and report.stat().st_mtime >= t_launch
+        dumps = [p for p in (Path(exp) / "stall").glob("rank*.json") if p.stat().st_mtime >= t_launch]
+        if not fresh and (dumps or stalled):
+            r = write_report(Path(exp), nproc, stall_timeout_s, since=t_launch)
+            print(f"STALL: {r['verdict']}\nfull report: {Path(exp) / 'stall_report.txt'}", file=sys.stderr, flush=True)
+            fresh = True
+        if fresh:
+            return STALL_EXIT
+    return code

@@ -1,10 +1,21 @@
 """The trainer: one code path for 1 process and for N under torchrun.
 
-A step: fetch (timed as data wait) -> copy -> forward under autocast -> backward (scaled) ->
-unscale -> clip -> finite check -> optimizer/scaler step -> LR step -> metrics line.
-A step whose gradient norm is not finite is skipped and counted, never silently.
-Checkpoints hold everything needed to continue exactly: model, optimizer, scheduler, scaler,
-step, epoch, every rank's RNG and every rank's loader position.
+A step: fetch (timed as data wait) -> [agree that every rank has data] -> copy -> forward under
+autocast -> backward (scaled; DDP's gradient all-reduce) -> unscale -> clip -> finite check ->
+optimizer/scaler step -> LR step -> metrics line. A step whose gradient norm is not finite is
+skipped and counted, never silently. Checkpoints hold everything needed to continue exactly:
+model, optimizer, scheduler, scaler, step, epoch, every rank's RNG and every rank's loader position.
+
+Each phase is announced to the rank's heartbeat (:mod:`.heartbeat`), which a watchdog thread
+(:mod:`.stall`) watches on every rank. Uneven data across ranks (``train.uneven``):
+
+* ``stop`` (default): before each step all ranks agree (one tiny all-reduce) whether every
+  rank still has a batch; when one has run out, all end the epoch at the same step.
+* ``join``: PyTorch's DDP ``Join``: ranks that ran out shadow the others' all-reduces until all
+  are done; then the optimizer, scheduler and step of a rank that trained longest are copied
+  to the rest (DDP copies the weights). Mid-epoch checkpoints and the time limit are per rank.
+* ``none``: nothing; a rank that runs out waits at the epoch end while the others wait for it
+  in their next all-reduce: the hang of field reports 000/001, for demonstrations.
 """
 
 from __future__ import annotations
@@ -25,10 +36,13 @@ from tqdm.auto import tqdm
 
 from ..config import Config, dump_config
 from ..data.loader import AsrLoader
+from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
+from .heartbeat import Heartbeat
+from .stall import Watchdog
 from .metrics import MetricsWriter
 from .precision import choose_precision
 
@@ -79,17 +93,21 @@ class Trainer:
 
     def __init__(self, cfg: Config, data: str, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
         self.cfg, self.exp = cfg, Path(exp)
-        self.info = info or dist.setup()
+        self.info = info or dist.setup(cfg.train.backend)
         self.device = self.info.device
+        self.exp.mkdir(parents=True, exist_ok=True)
+        self.hb = Heartbeat(self.info.rank, timeline=cfg.train.timeline)
         # everything that can be wrong is checked before any work
         self.precision = choose_precision(cfg.train.precision, self.device)
         train_sources = load_sources(data, cfg.data.raw_chunk)
         cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
-        self.exp.mkdir(parents=True, exist_ok=True)
         if self.info.is_main:
             dump_config(cfg, self.exp / "config.yaml")
         self.tok = build_tokenizer(self.exp, train_sources, self.info)
         self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
+        self.hb.describe = self.loader.where
+        if cfg.train.preflight and self.info.is_main and self.info.world_size > 1:
+            self._preflight(train_sources)
         self.cv_loader = None
         if cv_sources:
             cv_cfg = replace(cfg.data, shuffle=False, spec_augment=False)
@@ -104,12 +122,27 @@ class Trainer:
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
         self.evals = 0
         torch.manual_seed(cfg.train.seed + 1 + self.info.rank)  # dropout differs across ranks
-        self.ddp = DDP(self.model) if self.info.backend else None
+        self.ddp = None
+        if self.info.backend:
+            self.ddp = DDP(self.model)
+            self.ddp.register_comm_hook(None, _allreduce_hook(self.hb))
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
                  self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
                  count_parameters(self.model) / 1e6, len(train_sources))
+
+    def _preflight(self, sources: list[Source]) -> None:
+        """Warn, before any step, when this epoch's data will leave a rank short (rank 0 only)."""
+        layout = inspect_layout(sources, self.cfg.data, self.info.world_size, self.cfg.data.num_workers)
+        hangs = [r for r in layout["ranks"] if r["batches"] != layout["ranks"][0]["batches"]]
+        for w in layout["warnings"]:
+            log.warning("pre-flight: %s", w)
+        if hangs:
+            log.warning("pre-flight: uneven=%s: %s", self.cfg.train.uneven, {
+                "stop": "all ranks will stop this epoch when the first one runs out",
+                "join": "ranks that run out will shadow the others' all-reduces (DDP Join)",
+                "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[self.cfg.train.uneven])
 
     # -- state ------------------------------------------------------------------------------
     def resume(self) -> bool:
@@ -139,6 +172,7 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
+        self.hb.enter("checkpoint")
         cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         loaders = dist.all_gather_objects(self.loader.state_dict(), self.info)
         rngs = dist.all_gather_objects({"torch": torch.get_rng_state(), "cuda": cuda}, self.info)
@@ -150,7 +184,7 @@ class Trainer:
             checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
                                        {"epoch": self.epoch, "epoch_done": self.epoch_done,
                                         "rank0_position": loaders[0]["positions"]},
-                                       self.cfg.train.keep_last)
+                                       self.cfg.train.keep_last, on_write=self.hb.tick)
         dist.barrier(self.info)
 
     # -- one optimizer step ------------------------------------------------------------------
@@ -165,6 +199,7 @@ class Trainer:
         net = self.ddp or self.model
         total_loss, utts, frames, unalignable = 0.0, 0, 0, 0
         for i, batch in enumerate(batches):
+            self.hb.enter("forward")
             feats = batch["feats"].to(self.device, non_blocking=True)
             feat_lens = batch["feat_lens"].to(self.device, non_blocking=True)
             targets = batch["targets"].to(self.device, non_blocking=True)
@@ -175,11 +210,13 @@ class Trainer:
                     log_probs, out_lens = net(feats, feat_lens)
                 loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
                 loss = loss_sum / max(1, int(mask.sum())) / len(batches)
+                self.hb.enter("backward")
                 self.scaler.scale(loss).backward()
             total_loss += loss.item()
             utts += len(feat_lens)
             frames += int(batch["feat_lens"].sum())
             unalignable += n_bad
+        self.hb.enter("optimizer")
         self.scaler.unscale_(self.opt)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
         skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
@@ -195,23 +232,38 @@ class Trainer:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
+        self.hb.completed += 1
         return StepResult(total_loss, grad_norm, skipped, utts, frames, unalignable)
 
     # -- the loop ----------------------------------------------------------------------------
+    @property
+    def uneven(self) -> str:
+        """The uneven-data policy in force (alone, there is nothing to agree on)."""
+        return self.cfg.train.uneven if self.ddp is not None else "none"
+
     def _groups(self, it: Iterator[dict]) -> Iterator[tuple[list[dict], float]]:
         """Micro-batch groups of ``accum_steps`` and the time spent waiting for them (s).
 
-        Every rank asks every rank whether it still has data before each step, and all stop
-        together when one has run out (uneven data never leaves a rank waiting alone).
+        With ``uneven=stop`` every rank asks every rank whether it still has data before each
+        micro-batch, and all stop together when one has run out.
         """
         accum = self.cfg.optim.accum_steps
         while True:
             group, wait = [], 0.0
             for _ in range(accum):
+                self.hb.enter("data", self.step + 1)
                 t0 = time.perf_counter()
                 batch = next(it, None)
                 wait += time.perf_counter() - t0
-                if not dist.all_have(batch is not None, self.info):
+                if batch is None:
+                    log.info("rank %d: out of data for epoch %d after step %d", self.info.rank, self.epoch, self.step)
+                have = batch is not None
+                if self.uneven == "stop":
+                    self.hb.enter("sync")
+                    have = dist.all_have(have, self.info)
+                    if not have and batch is not None and self.info.is_main:
+                        log.info("uneven data: a rank ran out; every rank ends epoch %d at step %d", self.epoch, self.step)
+                if not have:
                     if group:
                         yield group, wait
                     return
@@ -223,10 +275,40 @@ class Trainer:
         if t.max_steps and self.step >= t.max_steps:
             return True
         out_of_time = bool(t.max_minutes) and time.perf_counter() - t_start > 60 * t.max_minutes
-        return dist.all_have(out_of_time, self.info) if self.info.backend else out_of_time
+        if self.info.backend and self.uneven != "join":  # ranks must agree (Join cannot shadow this)
+            return dist.all_have(out_of_time, self.info)
+        return out_of_time
 
     def train_epoch(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
+        if self.uneven != "join":
+            return self._train_batches(batches, t_start, bar)
+        from torch.distributed.algorithms.join import Join
+
+        with Join([self.ddp]):
+            stop = self._train_batches(batches, t_start, bar)
+        self._sync_after_join()
+        return stop
+
+    def _sync_after_join(self) -> None:
+        """After Join: every rank takes the optimizer, scheduler and step of one that trained longest."""
+        steps = dist.all_gather_objects((self.step, self.skipped), self.info)
+        src = max(range(len(steps)), key=lambda r: steps[r][0])
+        if len({s for s, _ in steps}) == 1:
+            return
+        if self.info.is_main:
+            log.info("join: ranks ended the epoch at steps %s; all continue from rank %d's step %d",
+                     [s for s, _ in steps], src, steps[src][0])
+        state = [self.opt.state_dict(), self.sched.state_dict(), self.scaler.state_dict()] if self.info.rank == src \
+            else [None, None, None]
+        torch.distributed.broadcast_object_list(state, src=src, device=self.device if self.info.backend == "nccl" else None)
+        if self.info.rank != src:
+            self.opt.load_state_dict(state[0])
+            self.sched.load_state_dict(state[1])
+            self.scaler.load_state_dict(state[2])
+        self.step, self.skipped = steps[src]
+
+    def _train_batches(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
         t = self.cfg.train
         for group, wait in self._groups(batches):
             t0 = time.perf_counter()
@@ -241,14 +323,29 @@ class Trainer:
                 bar.update(1)
                 if self.step % max(1, t.log_every_steps) == 0:
                     bar.set_postfix(loss=f"{r.loss:.3f}", lr=f"{self.opt.param_groups[0]['lr']:.1e}")
-            if t.save_every_steps and self.step % t.save_every_steps == 0:
+            if t.save_every_steps and self.step % t.save_every_steps == 0 and self.uneven != "join":
                 self.save()
             if self._limits_reached(t_start):
                 return True
         return False
 
     def fit(self) -> dict:
-        """Train until max_epochs / max_steps / max_minutes; returns the last evaluation."""
+        """Train until max_epochs / max_steps / max_minutes; returns the last evaluation.
+
+        The stall watchdog watches every rank while this runs (``train.stall_timeout_s``).
+        """
+        t = self.cfg.train
+        watchdog = None
+        if t.stall_timeout_s > 0:
+            watchdog = Watchdog(self.hb, self.exp, self.info.world_size, t.stall_timeout_s, t.first_step_timeout_s)
+            watchdog.start()
+        try:
+            return self._fit()
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+
+    def _fit(self) -> dict:
         t = self.cfg.train
         t_start = time.perf_counter()
         show = t.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
@@ -262,6 +359,8 @@ class Trainer:
             self.model.train()
             self.loader.set_epoch(self.epoch)
             stop = self.train_epoch(iter(self.loader), t_start, bar)
+            self.hb.enter("epoch_end", self.step)
+            dist.store_barrier(f"epoch{self.epoch}.{self.step}", self.info)
             if not stop:
                 self.epoch_done = True
                 skipped = self.loader.skipped()
@@ -275,12 +374,14 @@ class Trainer:
         bar.close()
         if self.cv_loader is not None and last_eval.get("step") != self.step:  # stopped mid-epoch
             last_eval = self.evaluate_and_log()
+        self.hb.enter("done", self.step)
         return last_eval
 
     def evaluate_and_log(self) -> dict:
         self.evals += 1
         self.cv_loader.set_epoch(self.evals)  # a fresh pass (the position of the last one is spent)
-        result = evaluate(self.model, self.cv_loader, self.tok, self.info, self._autocast)
+        self.hb.enter("eval")
+        result = evaluate(self.model, self.cv_loader, self.tok, self.info, self._autocast, tick=self.hb.tick)
         result.update(step=self.step, epoch=self.epoch)
         if self.eval_metrics is not None:
             self.eval_metrics.write({k: v for k, v in result.items() if k != "hyps"})
@@ -296,7 +397,7 @@ class Trainer:
 
 @torch.no_grad()
 def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: dist.DistInfo,
-             autocast=contextlib.nullcontext, keep_hyps: bool = False) -> dict:
+             autocast=contextlib.nullcontext, keep_hyps: bool = False, tick=None) -> dict:
     """CTC loss, CER and WER (greedy decoding) over this rank's share, summed over ranks."""
     was_training = model.training
     model.eval()
@@ -304,6 +405,8 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     loss = utts = char_err = chars = word_err = words = 0.0
     hyps = []
     for batch in loader:
+        if tick is not None:
+            tick()
         with autocast():
             log_probs, out_lens = model(batch["feats"].to(device), batch["feat_lens"].to(device))
         loss_sum, _, mask = ctc_loss(log_probs, out_lens, batch["targets"].to(device), batch["target_lens"].to(device))
@@ -329,9 +432,21 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     return out
 
 
+def _allreduce_hook(hb: Heartbeat):
+    """DDP's own all-reduce, announcing the phase: a rank that hangs here waits for the others."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def hook(state, bucket):
+        if hb.phase == "backward":
+            hb.enter("allreduce")
+        return allreduce_hook(state, bucket)
+
+    return hook
+
+
 def run(cfg: Config, data: str, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
     """Train from the command line (under torchrun or alone); returns the last evaluation."""
-    info = dist.setup()
+    info = dist.setup(cfg.train.backend)
     try:
         trainer = Trainer(cfg, data, cv, exp, info)
         if resume == "auto":

@@ -1,0 +1,157 @@
+"""Stalls: the verdict, the watchdog on 2 gloo ranks, and the uneven-data policies.
+
+Every multi-rank case runs ``asrlab train --nproc 2`` under a hard subprocess timeout and then
+checks that no process of it is left.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from asrlab.data.loader import DataConfig
+from asrlab.data.preflight import inspect_layout
+from asrlab.data.sources import load_sources
+from asrlab.train.heartbeat import Heartbeat, read_timeline
+from asrlab.train.stall import STALL_EXIT, Watchdog, ranks_text, verdict
+
+SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
+         "model.conv_channels=8", "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2",
+         "train.progress=false"]
+
+
+def snap(rank, phase, step, since, detail=""):
+    return {"rank": rank, "phase": phase, "step": step, "since": since, "detail": detail}
+
+
+def test_ranks_text():
+    assert ranks_text([1]) == "rank 1"
+    assert ranks_text([3, 1, 2]) == "ranks 1-3"
+    assert ranks_text([0, 2, 3]) == "ranks 0, 2, 3"
+    assert ranks_text([0, 1]) == "ranks 0, 1"
+
+
+def test_verdict_names_the_rank_waiting_for_data():
+    now = 1000.0
+    snaps = {0: snap(0, "allreduce", 17, 990), 1: snap(1, "data", 17, 959, "worker 0, reading a.tar"),
+             2: snap(2, "allreduce", 17, 991), 3: snap(3, "allreduce", 17, 992)}
+    assert verdict(snaps, 4, now) == ("rank 1 has waited 41 s for data at step 17 (worker 0, reading a.tar); "
+                                      "ranks 0, 2, 3 are blocked in the gradient all-reduce of step 17")
+
+
+def test_verdict_names_the_rank_that_finished_its_data():
+    snaps = {0: snap(0, "epoch_end", 12, 900), 1: snap(1, "allreduce", 13, 901),
+             2: snap(2, "allreduce", 13, 901), 3: snap(3, "allreduce", 13, 902)}
+    assert verdict(snaps, 4, 950.0) == ("rank 0 finished its data at step 12 and waits at epoch end; "
+                                        "ranks 1-3 are blocked in the gradient all-reduce of step 13")
+
+
+def test_verdict_picks_the_odd_one_out_and_missing_ranks():
+    snaps = {0: snap(0, "allreduce", 9, 900), 1: snap(1, "forward", 9, 880), 2: snap(2, "allreduce", 9, 901)}
+    assert verdict(snaps, 3, 925.0) == ("rank 1 is in the forward pass of step 9 for 45 s; "
+                                        "ranks 0, 2 are blocked in the gradient all-reduce of step 9")
+    v = verdict(snaps, 4, 925.0)  # a rank that never reported is the first suspect
+    assert v.startswith("rank 3 never wrote a heartbeat") and "rank 1 is in the forward pass of step 9" in v
+    assert verdict({}, 2, 0.0).startswith("ranks 0, 1 never wrote a heartbeat")
+
+
+def test_watchdog_fires_only_without_progress(tmp_path):
+    """Progress of any kind resets the clock; the first step has its own, longer allowance."""
+    hb = Heartbeat(0)
+    wd = Watchdog(hb, tmp_path, 1, timeout_s=0.6, first_step_s=1.5, poll_s=0.1, exit_on_stall=False)
+    wd.start()
+    hb.enter("data", 1)
+    time.sleep(1.0)  # longer than timeout_s, shorter than the first-step allowance
+    assert not wd.stalled.is_set()
+    hb.enter("forward")
+    hb.completed = 1
+    for _ in range(10):  # a slow phase that ticks (checkpoint bytes, eval batches) is progress
+        time.sleep(0.2)
+        hb.tick()
+    assert not wd.stalled.is_set()
+    hb.enter("data", 2)
+    wd.join(timeout=5)
+    assert wd.stalled.is_set()
+    report = json.loads((tmp_path / "stall_report.json").read_text())
+    assert report["verdict"].startswith("rank 0 has waited") and "for data at step 2" in report["verdict"]
+    assert "MainThread" in (tmp_path / "stall_report.txt").read_text()
+
+
+# --------------------------------------------------------------------------- 2 gloo ranks
+
+@pytest.fixture(scope="module")
+def uneven(corpus, tmp_path_factory):
+    """Three shards: one rank gets one, the other two; returns (data.list, the rank that runs out)."""
+    shards = load_sources(corpus / "data.list")[:3]
+    path = tmp_path_factory.mktemp("uneven") / "data.list"
+    path.write_text("".join(f"{s.path}\n" for s in shards))
+    cfg = DataConfig(max_frames_in_batch=800)
+    layout = inspect_layout(load_sources(path), cfg, world_size=2, num_workers=0)
+    batches = [r["batches"] for r in layout["ranks"]]
+    assert batches[0] != batches[1] and layout["warnings"]
+    return path, batches.index(min(batches)), min(batches)
+
+
+def train2(data, exp, *args, timeout=150):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data), "--exp", str(exp),
+           "--resume", "none", *SMALL, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    leftover = []
+    for _ in range(20):  # give torchrun's SIGTERM a moment to land
+        leftover = [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
+        if not leftover:
+            break
+        time.sleep(0.5)
+    assert not leftover, f"processes left running: {[p.info['cmdline'] for p in leftover]}"
+    return out
+
+
+def final_steps(exp):
+    return [json.loads((exp / "heartbeat" / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_uneven_unprotected_hangs_and_the_report_names_the_rank(uneven, tmp_path):
+    data, short, n = uneven
+    t0 = time.time()
+    out = train2(data, tmp_path / "exp", "--uneven", "none", "--stall-timeout", "5", "train.max_epochs=1")
+    assert out.returncode == STALL_EXIT, out.stderr[-3000:]
+    assert time.time() - t0 < 120
+    report = json.loads((tmp_path / "exp" / "stall_report.json").read_text())
+    other = 1 - short
+    assert report["verdict"] == (f"rank {short} finished its data at step {n} and waits at epoch end; "
+                                 f"rank {other} is blocked in the gradient all-reduce of step {n + 1}")
+    assert f"STALL: {report['verdict']}" in out.stderr
+    assert all(r["stacks"] for r in report["ranks"])  # both ranks dumped their Python stacks
+
+
+@pytest.mark.parametrize("policy", ["stop", "join"])
+def test_uneven_protected_finishes_with_ranks_at_the_same_step(uneven, tmp_path, policy):
+    data, short, n = uneven
+    out = train2(data, tmp_path / "exp", "--uneven", policy, "--stall-timeout", "20", "train.max_epochs=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    beats = final_steps(tmp_path / "exp")
+    assert [b["phase"] for b in beats] == ["done", "done"]
+    assert beats[0]["step"] == beats[1]["step"]
+    if policy == "stop":  # both ranks stop at the short rank's end, each epoch
+        assert beats[0]["step"] == 2 * n
+        assert [b["completed"] for b in beats] == [2 * n, 2 * n]
+    else:  # the long rank trains on; the short one shadows it and takes its step count after
+        assert beats[0]["step"] > 2 * n
+        assert beats[short]["completed"] == 2 * n < beats[1 - short]["completed"]
+
+
+def test_rank_blocked_in_data_loading_is_named(corpus, tmp_path):
+    out = train2(corpus / "data.list", tmp_path / "exp", "--stall-timeout", "5", "train.timeline=true",
+                 "data.inject_delay_s=120", "data.inject_delay_ranks=[1]", "data.inject_delay_from_batch=2",
+                 "data.num_workers=1")
+    assert out.returncode == STALL_EXIT, out.stderr[-3000:]
+    v = json.loads((tmp_path / "exp" / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 1 has waited") and "for data at step 3 (worker 0, reading" in v, v
+    assert "rank 0 is blocked in the data check of step 3" in v
+    timeline = read_timeline(tmp_path / "exp")
+    assert {e["phase"] for e in timeline[0]} >= {"data", "sync", "forward", "backward", "allreduce", "optimizer"}
