@@ -42,11 +42,13 @@ def save_figure(fig, name: str) -> Path:
     return path
 
 
-def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5.0, timeout_s: float | None = None) -> int:
+def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5.0, timeout_s: float | None = None,
+          check: bool = True) -> int:
     """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait.
 
     With ``live``, a loss curve is redrawn in place (one display) while it trains; executed
-    headless (papermill, nbval) the last drawing stays as a static figure. Returns the exit code.
+    headless (papermill, nbval) the last drawing stays as a static figure. Returns the exit code;
+    with ``check`` a non-zero one raises, showing the end of the log.
     """
     exp = Path(exp)
     cmd = [sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)]
@@ -66,7 +68,7 @@ def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5
                 raise TimeoutError(f"training ran past {timeout_s} s; log in {log_path}")
     if live:
         _redraw(exp, handle, time.time() - t0)
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
         raise RuntimeError(f"asrlab train exited with {proc.returncode}; end of {log_path}:\n{tail}")
     return proc.returncode

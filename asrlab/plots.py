@@ -49,3 +49,51 @@ def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
     ax.set(xlabel="step", ylabel="error rate (%)", title="validation")
     fig.tight_layout()
     return fig
+
+
+PHASE_COLOURS = {"start": "#dddddd", "data": "#d62728", "sync": "#ff9896", "forward": "#1f77b4",
+                 "backward": "#9467bd", "allreduce": "#7f7f7f", "optimizer": "#2ca02c", "checkpoint": "#8c564b",
+                 "eval": "#bcbd22", "epoch_end": "#000000", "done": "#ffffff"}
+
+
+def timeline(exp: str | Path, title: str = "") -> plt.Figure:
+    """A row per rank, coloured by phase over wall-clock time (needs ``train.timeline=true``).
+
+    A stalled run's last phases are drawn up to the stall report's time.
+    """
+    from .train.heartbeat import phase_intervals, read_timeline
+
+    spans = phase_intervals(read_timeline(exp), Path(exp))
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.45 * max(1, len(spans))))
+    seen = set()
+    for rank, rows in spans.items():
+        for phase, start, length in rows:
+            label = phase if phase not in seen else None
+            seen.add(phase)
+            ax.broken_barh([(start, length)], (rank - 0.4, 0.8), facecolors=PHASE_COLOURS.get(phase, "#17becf"),
+                           edgecolor="none", label=label)
+    ax.set(yticks=list(spans), yticklabels=[f"rank {r}" for r in spans], xlabel="seconds since the first step",
+           title=title or "what each rank was doing")
+    ax.invert_yaxis()
+    order = [p for p in PHASE_COLOURS if p in seen]
+    handles = {h.get_label(): h for h in ax.get_legend_handles_labels()[0]}
+    ax.legend([handles[p] for p in order], order, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
+    """Per rank: step time and the part of it spent waiting for data (s), per step."""
+    from .train.metrics import metric_files
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+    for name in metric_files(exp):
+        m = read_metrics(exp, name)
+        axes[0].plot([x["step"] for x in m], [x["step_s"] for x in m], lw=1, label=name)
+        axes[1].plot([x["step"] for x in m], [x["data_wait_s"] for x in m], lw=1, label=name)
+    axes[0].set(xlabel="step", ylabel="seconds", title=title or "step time")
+    axes[1].set(xlabel="step", title="of which waiting for data")
+    axes[0].legend()
+    fig.tight_layout()
+    return fig

@@ -125,3 +125,39 @@ def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
         rank = int(path.name[4:].split(".")[0])
         out[rank] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return out
+
+
+def phase_intervals(timelines: dict[int, list[dict]], exp: Path | None = None) -> dict[int, list[tuple]]:
+    """``{rank: [(phase, start_s, length_s), ...]}``, times relative to the earliest event.
+
+    A phase lasts until the rank's next event; the last one until the stall report's time
+    (when ``exp`` has a report) or the latest event of any rank.
+    """
+    events = [e for evs in timelines.values() for e in evs]
+    if not events:
+        return {}
+    t0 = min(e["t"] for e in events)
+    end = max(e["t"] for e in events)
+    report = Path(exp) / "stall_report.json" if exp is not None else None
+    if report is not None and report.exists():
+        end = max(end, json.loads(report.read_text())["time"])
+    out = {}
+    for rank, evs in sorted(timelines.items()):
+        rows = []
+        for e, nxt in zip(evs, evs[1:] + [None]):
+            stop = nxt["t"] if nxt is not None else (end if e["phase"] != "done" else e["t"])
+            rows.append((e["phase"], e["t"] - t0, max(0.0, stop - e["t"])))
+        out[rank] = rows
+    return out
+
+
+def phase_shares(timelines: dict[int, list[dict]]) -> dict[int, dict[str, float]]:
+    """Per rank, the share of its time in each phase (from its timeline)."""
+    out = {}
+    for rank, rows in phase_intervals(timelines).items():
+        total = sum(length for _, _, length in rows) or 1.0
+        shares: dict[str, float] = {}
+        for phase, _, length in rows:
+            shares[phase] = shares.get(phase, 0.0) + length / total
+        out[rank] = shares
+    return out

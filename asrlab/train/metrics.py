@@ -42,3 +42,25 @@ def read_metrics(exp: str | Path, name: str = "rank0") -> list[dict]:
     """The records of ``EXP/metrics/{name}.jsonl``."""
     path = Path(exp) / "metrics" / f"{name}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def metric_files(exp: str | Path) -> list[str]:
+    """The per-rank metric names of an experiment, ``["rank0", "rank1", ...]``."""
+    names = [p.stem for p in (Path(exp) / "metrics").glob("rank*.jsonl")]
+    return sorted(names, key=lambda n: int(n[4:]))
+
+
+def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
+    """Per rank: steps, median step time (s), and the share of step time spent waiting for data.
+
+    The first ``skip_first`` steps (start-up, the first batch) are left out.
+    """
+    out = []
+    for name in metric_files(exp):
+        m = read_metrics(exp, name)[skip_first:]
+        if not m:
+            continue
+        step_s = sorted(x["step_s"] for x in m)
+        out.append({"rank": int(name[4:]), "steps": len(m), "median_step_s": step_s[len(step_s) // 2],
+                    "data_wait_share": sum(x["data_wait_s"] for x in m) / max(1e-9, sum(x["step_s"] for x in m))})
+    return out

@@ -242,14 +242,15 @@ class Trainer:
         return self.cfg.train.uneven if self.ddp is not None else "none"
 
     def _groups(self, it: Iterator[dict]) -> Iterator[tuple[list[dict], float]]:
-        """Micro-batch groups of ``accum_steps`` and the time spent waiting for them (s).
+        """Micro-batch groups of ``accum_steps``, the time spent waiting for them (s), and when
+        fetching them began (``time.perf_counter``; a step's time runs from there).
 
         With ``uneven=stop`` every rank asks every rank whether it still has data before each
         micro-batch, and all stop together when one has run out.
         """
         accum = self.cfg.optim.accum_steps
         while True:
-            group, wait = [], 0.0
+            group, wait, begin = [], 0.0, time.perf_counter()
             for _ in range(accum):
                 self.hb.enter("data", self.step + 1)
                 t0 = time.perf_counter()
@@ -265,10 +266,10 @@ class Trainer:
                         log.info("uneven data: a rank ran out; every rank ends epoch %d at step %d", self.epoch, self.step)
                 if not have:
                     if group:
-                        yield group, wait
+                        yield group, wait, begin
                     return
                 group.append(batch)
-            yield group, wait
+            yield group, wait, begin
 
     def _limits_reached(self, t_start: float) -> bool:
         t = self.cfg.train
@@ -310,15 +311,14 @@ class Trainer:
 
     def _train_batches(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
         t = self.cfg.train
-        for group, wait in self._groups(batches):
-            t0 = time.perf_counter()
+        for group, wait, begin in self._groups(batches):
             r = self.train_step(group)
             self.metrics.write({
                 "step": self.step, "epoch": self.epoch, "loss": r.loss, "grad_norm": r.grad_norm,
                 "loss_scale": float(self.scaler.get_scale()) if self.precision.scaler else 1.0,
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(wait, 6),
-                "step_s": round(wait + time.perf_counter() - t0, 6)})
+                "step_s": round(time.perf_counter() - begin, 6)})  # data, data check, compute, all-reduce
             if bar is not None:
                 bar.update(1)
                 if self.step % max(1, t.log_every_steps) == 0:
