@@ -216,6 +216,11 @@ class Trainer:
             utts += len(feat_lens)
             frames += int(batch["feat_lens"].sum())
             unalignable += n_bad
+        if self.ddp is not None and self.device.type == "cuda":
+            # NCCL's all-reduce is asynchronous: wait for it here, under its own phase, so a hang in
+            # it is reported as one (the grad-norm read below would wait for it anyway).
+            self.hb.enter("allreduce")
+            torch.cuda.current_stream(self.device).synchronize()
         self.hb.enter("optimizer")
         self.scaler.unscale_(self.opt)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
