@@ -76,9 +76,10 @@ def test_non_finite_step_is_skipped_and_counted(corpus, tmp_path):
 
 
 def test_metrics_lines_have_every_field(corpus, tmp_path):
-    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=3")
+    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=3", "train.tensorboard=true")
     tr.fit()
     tr.close()
+    assert list((tmp_path / "exp" / "tensorboard").glob("events.out.tfevents.*"))  # the option works too
     lines = [json.loads(x) for x in (tmp_path / "exp" / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2, 3]
     for field in ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",

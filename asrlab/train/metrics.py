@@ -19,7 +19,11 @@ class MetricsWriter:
         self.f = open(self.path, "a", buffering=1)
         self.tb = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ValueError("train.tensorboard=true needs the tensorboard package: "
+                                 "pip install -e '.[tensorboard]'") from e
             self.tb = SummaryWriter(str(exp / "tensorboard"))
 
     def write(self, record: dict) -> None:
