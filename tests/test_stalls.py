@@ -6,6 +6,7 @@ checks that no process of it is left.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,12 @@ def test_verdict_picks_the_odd_one_out_and_missing_ranks():
     v = verdict(snaps, 4, 925.0)  # a rank that never reported is the first suspect
     assert v.startswith("rank 3 never wrote a heartbeat") and "rank 1 is in the forward pass of step 9" in v
     assert verdict({}, 2, 0.0).startswith("ranks 0, 1 never wrote a heartbeat")
+
+
+def test_verdict_names_a_frozen_rank_first():
+    snaps = {0: {**snap(0, "backward", 12, 995), "time": 996.0}, 1: {**snap(1, "allreduce", 13, 998), "time": 1004.0}}
+    assert verdict(snaps, 2, 1004.0) == ("rank 0 stopped responding 8 s ago (process frozen or gone; last seen in "
+                                         "the backward pass of step 12); rank 1 is blocked in the gradient all-reduce of step 13")
 
 
 def test_watchdog_fires_only_without_progress(tmp_path):
@@ -155,3 +162,28 @@ def test_rank_blocked_in_data_loading_is_named(corpus, tmp_path):
     assert "rank 0 is blocked in the data check of step 3" in v
     timeline = read_timeline(tmp_path / "exp")
     assert {e["phase"] for e in timeline[0]} >= {"data", "sync", "forward", "backward", "allreduce", "optimizer"}
+
+
+def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
+    """Rank 0 stopped (SIGSTOP) cannot write the report; rank 1 dumps, the launcher writes it and stops everything."""
+    exp = tmp_path / "exp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(corpus / "data.list"),
+                             "--exp", str(exp), "--resume", "none", "--stall-timeout", "5", *SMALL, "train.max_epochs=100"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            hb = exp / "heartbeat" / "rank0.json"
+            if hb.exists() and json.loads(hb.read_text())["completed"] >= 3:
+                break
+            time.sleep(0.2)
+        os.kill(json.loads(hb.read_text())["pid"], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == STALL_EXIT, err[-3000:]
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 0 stopped responding") and "rank 1 is blocked in the gradient all-reduce" in v, v
+    time.sleep(1)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from .heartbeat import read_heartbeats
 from .stall import COLLECT_S, STALL_EXIT, write_report
 
@@ -30,8 +32,25 @@ def torchrun_command(nproc: int, train_args: list[str]) -> list[str]:
             "-m", "asrlab.cli", "train", *train_args]
 
 
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_all(procs: dict[int, psutil.Process]) -> None:
+    """SIGKILL whatever of ``procs`` still runs (a frozen or stopped rank ignores SIGTERM)."""
+    for p in procs.values():
+        try:
+            if p.is_running():  # same pid *and* start time: never a recycled pid
+                p.kill()
+        except psutil.Error:
+            pass
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every process it started (they share its session)."""
+    """Stop torchrun and its process group (SIGTERM, then SIGKILL)."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -52,9 +71,11 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
     t_launch = time.time()
     proc = subprocess.Popen(torchrun_command(nproc, train_args), env=env, start_new_session=True)
     seen, last_progress, stalled = None, time.monotonic(), False
+    family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
         while proc.poll() is None:
             time.sleep(1.0)
+            family.update({p.pid: p for p in _descendants(proc.pid)})
             if timeout_s and time.time() - t_launch > timeout_s:
                 _stop(proc)
                 raise TimeoutError(f"training ran past {timeout_s} s")
@@ -65,7 +86,7 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
             if current != seen:
                 seen, last_progress = current, time.monotonic()
             started = len(beats) == nproc and all(s.get("completed", 0) > 0 for s in beats.values())
-            limit = (stall_timeout_s if started else max(first_step_s, stall_timeout_s)) + COLLECT_S + 20
+            limit = (stall_timeout_s if started else max(first_step_s, stall_timeout_s)) + COLLECT_S + 10
             if time.monotonic() - last_progress > limit:
                 log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", limit)
                 stalled = True
@@ -73,6 +94,8 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
     except BaseException:
         _stop(proc)
         raise
+    finally:
+        _kill_all(family)
     code = proc.returncode
     if exp is not None and code != 0:
         report = Path(exp) / "stall_report.json"

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STALL_EXIT = 3  # exit code of a rank (and of ``asrlab train``) stopped by the watchdog
 COLLECT_S = 8.0  # how long rank 0 waits for the other ranks' stack dumps
+STALE_S = 4.0    # a heartbeat file this much older than the others: that rank's process is frozen or gone
 
 
 def stall_dir(exp: Path) -> Path:
@@ -78,9 +79,15 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     present = [snaps[r] for r in sorted(snaps)]
     missing = [r for r in range(world_size) if r not in snaps]
     waited = {s["rank"]: int(now - s["since"]) for s in present}
+    frozen = [s for s in present if now - s.get("time", now) > STALE_S]
     data = [s for s in present if s["phase"] == "data"]
     ended = [s for s in present if s["phase"] in ("epoch_end", "done")]
-    if data:
+    if frozen:  # its watchdog thread stopped writing: the process itself is stopped, frozen or dead
+        lead = frozen
+        r = min(frozen, key=lambda s: s["time"])
+        first = (f"{ranks_text([s['rank'] for s in frozen])} stopped responding {int(now - r['time'])} s ago "
+                 f"(process frozen or gone; last seen {_where(r['phase'], r['step'])})")
+    elif data:
         lead = data
         r = sorted(data, key=lambda s: s["since"])[0]
         detail = f" ({r['detail']})" if r.get("detail") else ""
@@ -130,7 +137,7 @@ def write_dump(exp: Path, snap: dict) -> Path:
 
 
 def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None = None,
-                 wait_s: float = 0.0, since: float = 0.0) -> dict:
+                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None) -> dict:
     """Gather the ranks' dumps (waiting up to ``wait_s`` for all of them) into the report files.
 
     Only files of run ``rid`` (when given) written after ``since`` (wall clock) count. Ranks
@@ -153,7 +160,8 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
         time.sleep(0.2)
     beats = {r: b for r, b in read_heartbeats(exp, rid).items() if b.get("time", 0) >= since}
     snaps = {**beats, **dumps}
-    now = max([s.get("time", 0.0) for s in dumps.values()] or [time.time()])
+    if now is None:  # when the stall was seen: the first dump, else now
+        now = min([s.get("time", 0.0) for s in dumps.values()] or [time.time()])
     report = {"verdict": verdict(snaps, world_size, now), "time": now, "timeout_s": timeout_s,
               "world_size": world_size, "ranks": []}
     for r in range(world_size):
