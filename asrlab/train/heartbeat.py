@@ -21,6 +21,7 @@ PHASES = {
     "start": "starting up",
     "data": "waiting for data",
     "sync": "blocked in the data check",  # uneven=stop: does every rank have a batch?
+    "copy": "copying a batch to the device",
     "forward": "in the forward pass",
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",

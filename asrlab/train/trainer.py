@@ -39,6 +39,7 @@ from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
+from ..profiling import StepTimer
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
@@ -97,6 +98,8 @@ class Trainer:
         self.device = self.info.device
         self.exp.mkdir(parents=True, exist_ok=True)
         self.hb = Heartbeat(self.info.rank, timeline=cfg.train.timeline)
+        self.timer = StepTimer(self.device)  # the step's parts (s), to the metrics
+        self._last_bucket_t = [0.0]          # perf_counter() of the last gradient bucket's all-reduce launch
         # everything that can be wrong is checked before any work
         self.precision = choose_precision(cfg.train.precision, self.device)
         train_sources = load_sources(data, cfg.data.raw_chunk)
@@ -125,7 +128,7 @@ class Trainer:
         self.ddp = None
         if self.info.backend:
             self.ddp = DDP(self.model)
-            self.ddp.register_comm_hook(None, _allreduce_hook(self.hb))
+            self.ddp.register_comm_hook(None, _allreduce_hook(self.hb, self._last_bucket_t))
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
@@ -194,34 +197,45 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=p.dtype)
 
+    def _phase(self, phase: str, step: int | None = None) -> None:
+        """Enter a phase: the heartbeat (what this rank does now) and the step timer (how long it took)."""
+        self.hb.enter(phase, step)
+        self.timer.mark(PART_OF_PHASE.get(phase, phase))
+
     def train_step(self, batches: list[dict]) -> StepResult:
         """Forward/backward over ``batches`` (gradient accumulation), then one optimizer step."""
         net = self.ddp or self.model
-        total_loss, utts, frames, unalignable = 0.0, 0, 0, 0
+        losses, utts, frames, unalignable = [], 0, 0, 0
         for i, batch in enumerate(batches):
-            self.hb.enter("forward")
+            self._phase("copy")
             feats = batch["feats"].to(self.device, non_blocking=True)
             feat_lens = batch["feat_lens"].to(self.device, non_blocking=True)
             targets = batch["targets"].to(self.device, non_blocking=True)
             target_lens = batch["target_lens"].to(self.device, non_blocking=True)
             sync = i + 1 == len(batches) or self.ddp is None
+            self._phase("forward")
             with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
                 with self._autocast():
                     log_probs, out_lens = net(feats, feat_lens)
                 loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
                 loss = loss_sum / max(1, int(mask.sum())) / len(batches)
-                self.hb.enter("backward")
+                self._phase("backward")
+                self._last_bucket_t[0] = 0.0
                 self.scaler.scale(loss).backward()
-            total_loss += loss.item()
+            if sync and self.ddp is not None and self.device.type == "cpu" and self._last_bucket_t[0]:
+                # gloo all-reduces overlap backward; what is left after the last bucket's launch is exposed
+                self.timer.mark("comm", at=self._last_bucket_t[0])
+            losses.append(loss.detach())
             utts += len(feat_lens)
             frames += int(batch["feat_lens"].sum())
             unalignable += n_bad
         if self.ddp is not None and self.device.type == "cuda":
             # NCCL's all-reduce is asynchronous: wait for it here, under its own phase, so a hang in
             # it is reported as one (the grad-norm read below would wait for it anyway).
-            self.hb.enter("allreduce")
+            self._phase("allreduce")
             torch.cuda.current_stream(self.device).synchronize()
-        self.hb.enter("optimizer")
+        self._phase("optimizer")
+        total_loss = float(torch.stack(losses).sum())
         self.scaler.unscale_(self.opt)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
         skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
@@ -247,34 +261,32 @@ class Trainer:
         return self.cfg.train.uneven if self.ddp is not None else "none"
 
     def _groups(self, it: Iterator[dict]) -> Iterator[tuple[list[dict], float]]:
-        """Micro-batch groups of ``accum_steps``, the time spent waiting for them (s), and when
-        fetching them began (``time.perf_counter``; a step's time runs from there).
+        """Micro-batch groups of ``accum_steps``; the step timer starts when fetching a group begins.
 
         With ``uneven=stop`` every rank asks every rank whether it still has data before each
         micro-batch, and all stop together when one has run out.
         """
         accum = self.cfg.optim.accum_steps
         while True:
-            group, wait, begin = [], 0.0, time.perf_counter()
+            group = []
+            self.timer.start("data")
             for _ in range(accum):
-                self.hb.enter("data", self.step + 1)
-                t0 = time.perf_counter()
+                self._phase("data", self.step + 1)
                 batch = next(it, None)
-                wait += time.perf_counter() - t0
                 if batch is None:
                     log.info("rank %d: out of data for epoch %d after step %d", self.info.rank, self.epoch, self.step)
                 have = batch is not None
                 if self.uneven == "stop":
-                    self.hb.enter("sync")
+                    self._phase("sync")
                     have = dist.all_have(have, self.info)
                     if not have and batch is not None and self.info.is_main:
                         log.info("uneven data: a rank ran out; every rank ends epoch %d at step %d", self.epoch, self.step)
                 if not have:
                     if group:
-                        yield group, wait, begin
+                        yield group
                     return
                 group.append(batch)
-            yield group, wait, begin
+            yield group
 
     def _limits_reached(self, t_start: float) -> bool:
         t = self.cfg.train
@@ -316,14 +328,16 @@ class Trainer:
 
     def _train_batches(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
         t = self.cfg.train
-        for group, wait, begin in self._groups(batches):
+        for group in self._groups(batches):
             r = self.train_step(group)
+            parts = self.timer.stop()
             self.metrics.write({
                 "step": self.step, "epoch": self.epoch, "loss": r.loss, "grad_norm": r.grad_norm,
                 "loss_scale": float(self.scaler.get_scale()) if self.precision.scaler else 1.0,
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
-                "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(wait, 6),
-                "step_s": round(time.perf_counter() - begin, 6)})  # data, data check, compute, all-reduce
+                "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
+                "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
+                **{f"{p}_s": round(parts[p], 6) for p in ("copy", "forward", "backward", "comm", "optimizer")}})
             if bar is not None:
                 bar.update(1)
                 if self.step % max(1, t.log_every_steps) == 0:
@@ -437,11 +451,16 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     return out
 
 
-def _allreduce_hook(hb: Heartbeat):
-    """DDP's own all-reduce, announcing the phase: a rank that hangs here waits for the others."""
+PART_OF_PHASE = {"sync": "comm", "allreduce": "comm"}  # heartbeat phase -> step-timer part
+
+
+def _allreduce_hook(hb: Heartbeat, last_t: list[float]):
+    """DDP's own all-reduce, announcing the phase (a rank that hangs here waits for the others)
+    and noting when the last bucket was launched (``last_t[0]``, for the step timer)."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     def hook(state, bucket):
+        last_t[0] = time.perf_counter()
         if hb.phase == "backward":
             hb.enter("allreduce")
         return allreduce_hook(state, bucket)

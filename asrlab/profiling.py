@@ -1,0 +1,191 @@
+"""Where a step's time goes, and what the machine is doing meanwhile.
+
+``StepTimer``   splits every step into data wait, host-to-device copy, forward, backward,
+                communication and optimizer (s): CUDA events on GPUs (asynchronous kernels are
+                timed where they run, not where they were launched), wall clock on CPU. The
+                parts telescope: they add up to the step exactly.
+``GpuSampler``  a thread sampling NVML (``nvidia-ml-py``) per device: utilisation (%), memory
+                (MiB), power (W). No GPU or no NVML: ``available`` is False and ``reason`` says
+                why; it never raises.
+``CpuSampler``  a thread sampling ``psutil``: CPU % of the main process and of each of its
+                children (the data-loader workers), so a saturated worker pool shows.
+``trace``       a ``torch.profiler`` schedule that exports a Chrome trace for a window of steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+PARTS = ("data", "copy", "forward", "backward", "comm", "optimizer")
+
+
+class StepTimer:
+    """``start()``, then ``mark(part)`` as each part begins, then ``stop()`` -> ``{part: s, "total": s}``.
+
+    ``mark(part, at=t)`` (CPU only) back-dates a boundary to ``time.perf_counter()`` value ``t``:
+    the trainer uses it to split the end of backward into the exposed gradient all-reduce.
+    A part marked twice in a step accumulates.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.cuda = torch.device(device).type == "cuda"
+        self._marks: list[tuple[str | None, object]] = []
+
+    def _now(self):
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def start(self, part: str = "data") -> None:
+        self._marks = [(part, self._now())]
+
+    def mark(self, part: str, at: float | None = None) -> None:
+        if not self._marks:
+            self.start(part)
+            return
+        if at is not None and not self.cuda:
+            if at > self._marks[-1][1]:
+                self._marks.append((part, at))
+            return
+        self._marks.append((part, self._now()))
+
+    def stop(self) -> dict[str, float]:
+        end = self._now()
+        marks = self._marks + [(None, end)]
+        if self.cuda:
+            end.synchronize()
+            spans = [a[1].elapsed_time(b[1]) / 1e3 for a, b in zip(marks, marks[1:])]
+        else:
+            spans = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
+        out = {p: 0.0 for p in PARTS}
+        for (part, _), s in zip(marks, spans):
+            out[part] = out.get(part, 0.0) + s
+        out["total"] = sum(spans)
+        self._marks = []
+        return out
+
+
+class _Sampler(threading.Thread):
+    """A background thread calling ``self.sample()`` every ``interval_s``; ``samples`` is the list of rows."""
+
+    def __init__(self, interval_s: float):
+        super().__init__(daemon=True, name=type(self).__name__)
+        self.interval_s = interval_s
+        self.samples: list[dict] = []
+        self._halt = threading.Event()
+        self.t0 = time.time()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.samples.extend(self.sample())
+            except Exception as e:  # a sampler must never take the run down
+                self.reason = f"sampling failed: {e}"
+                return
+            self._halt.wait(self.interval_s)
+
+    def sample(self) -> list[dict]:
+        raise NotImplementedError
+
+    def stop(self) -> list[dict]:
+        self._halt.set()
+        if self.is_alive():
+            self.join(timeout=5)
+        return self.samples
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class GpuSampler(_Sampler):
+    """NVML per device: ``{"t", "device", "util_pct", "mem_mib", "power_w"}`` rows."""
+
+    def __init__(self, interval_s: float = 0.2):
+        super().__init__(interval_s)
+        self.available, self.reason, self._handles = False, "", []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.available = bool(self._handles)
+            self.reason = f"{len(self._handles)} GPU(s) through NVML" if self._handles else "NVML found no GPU"
+        except ImportError:
+            self.reason = "nvidia-ml-py is not installed"
+        except Exception as e:  # NVML library absent (no driver): pynvml.NVMLError_LibraryNotFound, ...
+            self.reason = f"no GPU sampling: {type(e).__name__}: {e}".strip()
+
+    def run(self) -> None:
+        if self.available:
+            super().run()
+
+    def sample(self) -> list[dict]:
+        t, nv, rows = time.time() - self.t0, self._nvml, []
+        for i, h in enumerate(self._handles):
+            try:
+                power = nv.nvmlDeviceGetPowerUsage(h) / 1e3
+            except Exception:
+                power = float("nan")
+            rows.append({"t": t, "device": i, "util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu,
+                         "mem_mib": nv.nvmlDeviceGetMemoryInfo(h).used / 2**20, "power_w": power})
+        return rows
+
+
+class CpuSampler(_Sampler):
+    """psutil: ``{"t", "pid", "role", "cpu_pct", "rss_mib"}`` for the process and each child (data-loader workers).
+
+    ``cpu_pct`` is of one core (a worker using two cores shows 200).
+    """
+
+    def __init__(self, interval_s: float = 0.5, pid: int | None = None):
+        super().__init__(interval_s)
+        import psutil
+
+        self._psutil = psutil
+        self.main = psutil.Process(pid)
+        self._known: dict[int, object] = {}
+        self.available, self.reason = True, f"psutil, {psutil.cpu_count()} logical cores"
+
+    def sample(self) -> list[dict]:
+        ps, t, rows = self._psutil, time.time() - self.t0, []
+        procs = [(self.main, "main")] + [(c, "worker") for c in self.main.children(recursive=True)]
+        for p, role in procs:
+            p = self._known.setdefault(p.pid, p)  # cpu_percent needs the same object between calls
+            try:
+                with p.oneshot():
+                    rows.append({"t": t, "pid": p.pid, "role": role, "cpu_pct": p.cpu_percent(None),
+                                 "rss_mib": p.memory_info().rss / 2**20})
+            except ps.Error:
+                continue
+        return rows
+
+
+@contextlib.contextmanager
+def trace(out_dir: str | Path, wait: int = 2, warmup: int = 2, active: int = 5, device: str = "cpu"):
+    """``torch.profiler`` over one window of steps; call ``prof.step()`` after each step.
+
+    Skips ``wait`` steps, warms up ``warmup``, records ``active``, then writes a Chrome trace
+    (open it in chrome://tracing or Perfetto) under ``out_dir``.
+    """
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with profile(activities=acts, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(out_dir)), record_shapes=False) as prof:
+        yield prof
+
+
+__all__ = ["PARTS", "StepTimer", "GpuSampler", "CpuSampler", "trace"]

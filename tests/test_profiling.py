@@ -1,0 +1,78 @@
+"""Profiling helpers: the step timer adds up, samplers run (and say so plainly without a GPU), traces export."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from asrlab.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, trace
+
+
+def test_step_timer_parts_match_known_sleeps_and_add_up():
+    timer = StepTimer("cpu")
+    plan = {"data": 0.06, "copy": 0.01, "forward": 0.04, "backward": 0.05, "optimizer": 0.02}
+    t0 = time.perf_counter()
+    timer.start("data")
+    time.sleep(plan["data"])
+    for part in ("copy", "forward", "backward"):
+        timer.mark(part)
+        time.sleep(plan[part])
+    comm_at = time.perf_counter() - 0.02  # the last 20 ms of backward were the exposed all-reduce
+    timer.mark("comm", at=comm_at)
+    timer.mark("optimizer")
+    time.sleep(plan["optimizer"])
+    parts = timer.stop()
+    wall = time.perf_counter() - t0
+    assert set(PARTS) <= set(parts)
+    assert sum(parts[p] for p in PARTS) == pytest.approx(parts["total"], abs=1e-9)  # they telescope
+    assert parts["total"] == pytest.approx(wall, abs=0.005)
+    for part, s in plan.items():
+        expect = s - 0.02 if part == "backward" else s
+        assert parts[part] == pytest.approx(expect, abs=0.015), part
+    assert parts["comm"] == pytest.approx(0.02, abs=0.01)
+
+
+def test_step_timer_accumulates_a_part_marked_twice():
+    timer = StepTimer("cpu")
+    timer.start("data")
+    time.sleep(0.02)
+    timer.mark("comm")
+    time.sleep(0.01)
+    timer.mark("data")
+    time.sleep(0.02)
+    parts = timer.stop()
+    assert parts["data"] == pytest.approx(0.04, abs=0.012) and parts["comm"] == pytest.approx(0.01, abs=0.008)
+
+
+def test_gpu_sampler_reports_plainly_without_a_gpu():
+    s = GpuSampler(interval_s=0.05)
+    with s:
+        time.sleep(0.2)
+    if torch.cuda.is_available():
+        assert s.available and s.samples and {"util_pct", "mem_mib", "power_w"} <= set(s.samples[0])
+    else:
+        assert not s.available and s.reason and s.samples == []
+
+
+def test_cpu_sampler_sees_the_process_and_its_children():
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        with CpuSampler(interval_s=0.1) as s:
+            time.sleep(0.8)
+    finally:
+        child.kill()
+    roles = {r["role"] for r in s.samples}
+    assert roles == {"main", "worker"}
+    busy = [r["cpu_pct"] for r in s.samples if r["pid"] == child.pid][1:]  # the first reading is 0 by design
+    assert busy and max(busy) > 30  # the spinning child shows
+
+
+def test_trace_exports_a_window_of_steps(tmp_path):
+    x = torch.randn(64, 64)
+    with trace(tmp_path, wait=1, warmup=1, active=2) as prof:
+        for _ in range(5):
+            (x @ x).sum()
+            prof.step()
+    assert list(tmp_path.glob("*.json"))
