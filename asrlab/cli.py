@@ -113,6 +113,32 @@ def cmd_bench_compression(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_train(a: argparse.Namespace) -> int:
+    import json as _json
+    import tempfile
+
+    from .config import load_config
+    from .tune import describe, grid, recommend, storage_variants, sweep
+
+    cfg = load_config(a.config, a.overrides)
+    points = grid(a.num_workers, a.prefetch, a.max_frames, a.storage.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        lists = storage_variants(a.list, tmp, a.storage.split(","), a.max_utts)
+        print(f"{'setting':66s} {'wait %':>6} {'utts/s':>7} {'audio h/h':>9} {'peak MiB':>8} {'GPU %':>5}")
+
+        def show(r):
+            gpu = f"{r['gpu_util_pct']:5.0f}" if r["gpu_util_pct"] is not None else "    -"
+            print(f"{describe(r):66s} {100 * r['data_wait']:6.1f} {r['utts_per_s']:7.1f} {r['audio_h_per_h']:9.0f} "
+                  f"{r['peak_mib']:8.0f} {gpu}", flush=True)
+
+        rows = sweep(cfg, lists, points, a.steps, progress=show)
+    best, text = recommend(rows, a.memory_mib)
+    print(f"\nrecommended: {text}")
+    if a.json:
+        Path(a.json).write_text(_json.dumps({"rows": rows, "recommended": best, "why": text}, indent=1))
+    return 0
+
+
 def _strip_nproc(argv: list[str]) -> list[str]:
     out, skip = [], False
     for i, x in enumerate(argv):
@@ -222,6 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json")
     bc.set_defaults(func=cmd_bench_compression)
 
+    bt = b.add_parser("train", help="train a few steps per loader setting; data wait, throughput, a recommendation")
+    bt.add_argument("list", help="training data.list (re-written once per storage)")
+    bt.add_argument("--config", default="tiny")
+    bt.add_argument("--num-workers", type=_ints, default=[0, 1, 2])
+    bt.add_argument("--prefetch", type=_ints, default=[2])
+    bt.add_argument("--max-frames", type=_ints, default=[5000])
+    bt.add_argument("--storage", default="shards/none", help="comma list of raw, shards/none, shards/gz, shards/bz2, ...")
+    bt.add_argument("--max-utts", type=int, default=1000, help="utterances to re-write per storage")
+    bt.add_argument("--steps", type=int, default=20, help="measured steps per setting (after 2 start-up steps)")
+    bt.add_argument("--memory-mib", type=float, help="peak memory budget of the process and its workers")
+    bt.add_argument("--json")
+    bt.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    bt.set_defaults(func=cmd_bench_train)
+
     t = sub.add_parser("train", help="train (1 process, or N under torchrun with --nproc N)")
     t.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
     t.add_argument("--data", required=True, help="training data.list (shard or raw) or Kaldi dir")
@@ -259,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if getattr(args, "func", None) is cmd_train:  # KEY=VALUE overrides may come before or after options
+    if getattr(args, "func", None) in (cmd_train, cmd_bench_train):  # KEY=VALUE overrides: before or after options
         args.overrides += [x for x in extra if "=" in x and not x.startswith("-")]
         extra = [x for x in extra if x not in args.overrides]
     if extra:

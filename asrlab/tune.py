@@ -1,0 +1,146 @@
+"""The training-throughput sweep and its recommendation (``asrlab bench train``, notebook 02).
+
+Each point of the grid trains the real model for a few steps in this process with one loader
+setting (``num_workers``, ``prefetch_factor``, ``max_frames_in_batch``, storage and shard
+compression) and measures, over the steps after the first ``skip`` (worker start-up):
+
+* ``data_wait``: the share of step time spent waiting for a batch (the step timer's ``data``);
+* ``utts_per_s`` and ``audio_h_per_h`` (hours of audio trained per hour of wall clock);
+* ``gpu_util_pct`` (NVML mean over the run, where there is a GPU);
+* ``peak_mib``: the peak resident memory of the process and its workers, and ``gpu_peak_mib``.
+
+``recommend`` picks the fastest point that fits the memory budget and says why, with the
+numbers, against the slowest point of the grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .config import Config, replace_section
+from .data.shards import write_split
+from .data.sources import iter_items, load_sources
+from .profiling import CpuSampler, GpuSampler
+from .train.metrics import read_metrics
+
+log = logging.getLogger(__name__)
+
+GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch")
+
+
+def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/none",), max_utts: int | None = None,
+                     shard_size: int = 250) -> dict[str, Path]:
+    """Re-write the first ``max_utts`` utterances of ``data`` in each storage; returns ``{storage: list path}``.
+
+    A storage is ``raw`` (one WAV file per utterance, WeNet's raw list) or ``shards/<compression>``
+    (``none``, ``gz``, ``bz2``, ``xz``, ``zst``).
+    """
+    items = [(it.key, it.text, it.audio) for it in itertools.islice(
+        (i for i in iter_items(load_sources(data)) if i.error is None and i.text), max_utts)]
+    out: dict[str, Path] = {}
+    for storage in storages:
+        d = Path(out_dir) / storage.replace("/", "_")
+        if storage == "raw":
+            write_split(items, d, "train", shard_size=shard_size, raw=True)
+            out[storage] = d / "raw.list"
+        elif storage.startswith("shards/"):
+            write_split(items, d, "train", shard_size=shard_size, compression=storage.split("/", 1)[1])
+            out[storage] = d / "data.list"
+        else:
+            raise ValueError(f"unknown storage {storage!r}: raw or shards/<none|gz|bz2|xz|zst>")
+    return out
+
+
+def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workdir: str | Path | None = None) -> dict:
+    """Train ``skip + steps`` steps with ``cfg`` on ``data``; throughput and waits over the last ``steps``."""
+    from .train.trainer import Trainer
+
+    cfg = replace_section(cfg, "train", max_steps=skip + steps, max_epochs=10_000, max_minutes=0.0,
+                          save_every_steps=0, stall_timeout_s=0.0, preflight=False, progress=False,
+                          tensorboard=False, timeline=False)
+    tmp = Path(tempfile.mkdtemp(prefix="asrlab-sweep-", dir=workdir))
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        trainer = Trainer(cfg, str(data), None, tmp / "exp")
+        with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu:
+            try:
+                trainer.fit()  # stall_timeout_s=0: no watchdog; the final checkpoint is not timed
+            finally:
+                trainer.close()
+        m = read_metrics(tmp / "exp")[skip:]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not m:
+        raise ValueError(f"{data}: fewer than {skip + 1} steps of data")
+    step_s = sum(x["step_s"] for x in m)
+    by_t: dict[float, float] = {}
+    for r in cpu.samples:
+        by_t[r["t"]] = by_t.get(r["t"], 0.0) + r["rss_mib"]
+    audio_s = sum(x["frames"] for x in m) * cfg.data.frame_shift_ms / 1000
+    out = {"steps": len(m), "step_s": step_s / len(m), "data_wait": sum(x["data_wait_s"] for x in m) / step_s,
+           "utts_per_s": sum(x["utts"] for x in m) / step_s, "audio_h_per_h": audio_s / step_s,
+           "peak_mib": max(by_t.values(), default=0.0),
+           "gpu_util_pct": (sum(r["util_pct"] for r in gpu.samples) / len(gpu.samples)) if gpu.samples else None,
+           "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
+    out["parts_s"] = {p: sum(x.get(f"{p}_s", 0.0) for x in m) / len(m) for p in ("copy", "forward", "backward", "comm", "optimizer")}
+    out["parts_s"]["data"] = sum(x["data_wait_s"] for x in m) / len(m)
+    return out
+
+
+def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,), storage=("shards/none",)) -> list[dict]:
+    """The points of a grid (``prefetch_factor`` only varies where there are workers)."""
+    points = []
+    for st, nw, pf, mf in itertools.product(storage, num_workers, prefetch_factor, max_frames_in_batch):
+        if nw == 0 and pf != prefetch_factor[0]:
+            continue
+        points.append({"storage": st, "num_workers": nw, "prefetch_factor": pf if nw else None, "max_frames_in_batch": mf})
+    return points
+
+
+def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 20, progress=None) -> list[dict]:
+    """Measure every point; ``lists`` maps each storage to its data list (see ``storage_variants``).
+
+    A short untimed run comes first, so the first point does not pay the process's one-time costs.
+    """
+    measure(cfg, lists[points[0]["storage"]], steps=1, skip=1)
+    rows = []
+    for p in points:
+        c = replace_section(cfg, "data", num_workers=p["num_workers"], prefetch_factor=p["prefetch_factor"] or 2,
+                            max_frames_in_batch=p["max_frames_in_batch"])
+        row = {**p, **measure(c, lists[p["storage"]], steps)}
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows
+
+
+def describe(p: dict) -> str:
+    pf = f", prefetch_factor={p['prefetch_factor']}" if p.get("prefetch_factor") else ""
+    return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}"
+
+
+def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None) -> tuple[dict, str]:
+    """The fastest point (audio hours per hour) that fits the memory budgets, with the evidence."""
+    fits = [r for r in rows if (memory_mib is None or r["peak_mib"] <= memory_mib)
+            and (gpu_memory_mib is None or not r.get("gpu_peak_mib") or r["gpu_peak_mib"] <= gpu_memory_mib)]
+    if not fits:
+        raise ValueError(f"no setting fits {memory_mib} MiB (smallest peak: {min(r['peak_mib'] for r in rows):.0f} MiB)")
+    best = max(fits, key=lambda r: r["audio_h_per_h"])
+    worst = min(rows, key=lambda r: r["audio_h_per_h"])
+    text = (f"{describe(best)}: data wait {100 * best['data_wait']:.1f}% of step time, "
+            f"{best['audio_h_per_h']:.0f} h of audio per hour, {best['audio_h_per_h'] / worst['audio_h_per_h']:.2f}x "
+            f"the slowest setting ({describe(worst)}: data wait {100 * worst['data_wait']:.1f}%); "
+            f"peak memory {best['peak_mib']:.0f} MiB")
+    if best.get("gpu_util_pct") is not None:
+        text += f", GPU utilisation {best['gpu_util_pct']:.0f}% (slowest: {worst['gpu_util_pct']:.0f}%)"
+    return best, text
+
+
+__all__ = ["storage_variants", "measure", "grid", "sweep", "recommend", "describe"]
