@@ -51,7 +51,7 @@ def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
     return fig
 
 
-PHASE_COLOURS = {"start": "#dddddd", "data": "#d62728", "sync": "#ff9896", "copy": "#17becf", "forward": "#1f77b4",
+PHASE_COLOURS = {"start": "#dddddd", "data": "#d62728", "sync": "#ff9896", "copy": "#17becf", "features": "#aec7e8", "forward": "#1f77b4",
                  "backward": "#9467bd", "allreduce": "#7f7f7f", "optimizer": "#2ca02c", "checkpoint": "#8c564b",
                  "eval": "#bcbd22", "epoch_end": "#000000", "done": "#ffffff"}
 

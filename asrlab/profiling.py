@@ -1,7 +1,7 @@
 """Where a step's time goes, and what the machine is doing meanwhile.
 
-``StepTimer``   splits every step into data wait, host-to-device copy, forward, backward,
-                communication and optimizer (s): CUDA events on GPUs (asynchronous kernels are
+``StepTimer``   splits every step into data wait, host-to-device copy, features (when
+                fbank is made on the device), forward, backward, communication and optimizer (s): CUDA events on GPUs (asynchronous kernels are
                 timed where they run, not where they were launched), wall clock on CPU. The
                 parts telescope: they add up to the step exactly.
 ``GpuSampler``  a thread sampling NVML (``nvidia-ml-py``) per device: utilisation (%), memory
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-PARTS = ("data", "copy", "forward", "backward", "comm", "optimizer")
+PARTS = ("data", "copy", "features", "forward", "backward", "comm", "optimizer")
 
 
 class StepTimer:

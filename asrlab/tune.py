@@ -31,7 +31,7 @@ from .train.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 
-GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch")
+GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
 
 
 def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/none",), max_utts: int | None = None,
@@ -89,18 +89,23 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
            "peak_mib": max(by_t.values(), default=0.0),
            "gpu_util_pct": (sum(r["util_pct"] for r in gpu.samples) / len(gpu.samples)) if gpu.samples else None,
            "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
-    out["parts_s"] = {p: sum(x.get(f"{p}_s", 0.0) for x in m) / len(m) for p in ("copy", "forward", "backward", "comm", "optimizer")}
+    out["parts_s"] = {p: sum(x.get(f"{p}_s", 0.0) for x in m) / len(m) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}
     out["parts_s"]["data"] = sum(x["data_wait_s"] for x in m) / len(m)
     return out
 
 
-def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,), storage=("shards/none",)) -> list[dict]:
-    """The points of a grid (``prefetch_factor`` only varies where there are workers)."""
+def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,), storage=("shards/none",),
+         features=("cpu",)) -> list[dict]:
+    """The points of a grid (``prefetch_factor`` only varies where there are workers).
+
+    ``features``: ``cpu`` (fbank in the loader) and/or ``device`` (fbank batched after the copy).
+    """
     points = []
-    for st, nw, pf, mf in itertools.product(storage, num_workers, prefetch_factor, max_frames_in_batch):
+    for st, ft, nw, pf, mf in itertools.product(storage, features, num_workers, prefetch_factor, max_frames_in_batch):
         if nw == 0 and pf != prefetch_factor[0]:
             continue
-        points.append({"storage": st, "num_workers": nw, "prefetch_factor": pf if nw else None, "max_frames_in_batch": mf})
+        points.append({"storage": st, "num_workers": nw, "prefetch_factor": pf if nw else None,
+                       "max_frames_in_batch": mf, "features": ft})
     return points
 
 
@@ -113,7 +118,7 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
     rows = []
     for p in points:
         c = replace_section(cfg, "data", num_workers=p["num_workers"], prefetch_factor=p["prefetch_factor"] or 2,
-                            max_frames_in_batch=p["max_frames_in_batch"])
+                            max_frames_in_batch=p["max_frames_in_batch"], features=p.get("features", "cpu"))
         row = {**p, **measure(c, lists[p["storage"]], steps)}
         rows.append(row)
         if progress:
@@ -123,7 +128,8 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
 
 def describe(p: dict) -> str:
     pf = f", prefetch_factor={p['prefetch_factor']}" if p.get("prefetch_factor") else ""
-    return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}"
+    ft = ", fbank on device" if p.get("features") == "device" else ""
+    return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}"
 
 
 def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None) -> tuple[dict, str]:

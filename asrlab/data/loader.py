@@ -41,6 +41,7 @@ class DataConfig:
     frame_length_ms: float = 25.0
     frame_shift_ms: float = 10.0
     dither: float = 0.0
+    features: str = "cpu"             # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
     spec_augment: bool = False
     shuffle: bool = True              # shuffle sources per epoch and items per block
     shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
@@ -70,6 +71,10 @@ class DataConfig:
             raise ValueError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
         if self.num_workers < 0:
             raise ValueError("data.num_workers must be >= 0")
+        if self.features not in ("cpu", "device"):
+            raise ValueError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
+        if self.features == "device" and (self.spec_augment or self.dither):
+            raise ValueError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
     def frames(self, num_samples: int, sample_rate: int) -> int:
         """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.sample_rate``."""
@@ -256,7 +261,7 @@ class AsrDataset(IterableDataset):
         return None
 
     def _collate(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> dict | None:
-        """Decode, resample, fbank (and SpecAugment) a batch, then pad it."""
+        """Decode, resample, fbank (and SpecAugment) a batch, then pad it (``features=device``: pad the waveforms)."""
         cfg = self.cfg
         feats, keys, targets = [], [], []
         for item in items:
@@ -265,16 +270,23 @@ class AsrDataset(IterableDataset):
             except audio.AudioError as e:
                 self._bad(item, e.reason, skipped)
                 continue
-            wav = audio.resample(wav, sr, cfg.sample_rate)
-            f = audio.fbank(wav, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms,
-                            cfg.frame_shift_ms, cfg.dither)
-            if cfg.spec_augment:
-                f = audio.spec_augment(f, rng)
-            feats.append(f)
+            x = audio.resample(wav, sr, cfg.sample_rate)
+            if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)
+                x = audio.fbank(x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
+                if cfg.spec_augment:
+                    x = audio.spec_augment(x, rng)
+            feats.append(x)
             keys.append(item.key)
             targets.append(torch.tensor(self.tokenizer.encode(item.text), dtype=torch.long))
         if not feats:
             return None
+        if cfg.features == "device":  # feats holds waveforms; the trainer makes fbank after the copy
+            wav_lens = torch.tensor([len(w) for w in feats], dtype=torch.long)
+            return {"keys": keys, "wavs": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), "wav_lens": wav_lens,
+                    "feat_lens": torch.tensor([audio.num_frames(len(w), cfg.sample_rate, cfg.frame_length_ms,
+                                                                cfg.frame_shift_ms) for w in feats], dtype=torch.long),
+                    "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
+                    "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
         return {
             "keys": keys,
             "feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),

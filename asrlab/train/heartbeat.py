@@ -22,6 +22,7 @@ PHASES = {
     "data": "waiting for data",
     "sync": "blocked in the data check",  # uneven=stop: does every rank have a batch?
     "copy": "copying a batch to the device",
+    "features": "computing fbank on the device",
     "forward": "in the forward pass",
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",

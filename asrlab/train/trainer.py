@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm.auto import tqdm
 
 from ..config import Config, dump_config
+from ..data.features import BatchFbank, batch_features
 from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
@@ -118,6 +119,9 @@ class Trainer:
 
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
+        self.fbank = BatchFbank.for_data(cfg.data)  # fbank after the copy (data.features=device), else None
+        if self.fbank is not None:
+            self.fbank.to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                      weight_decay=cfg.optim.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps))
@@ -208,8 +212,12 @@ class Trainer:
         losses, utts, frames, unalignable = [], 0, 0, 0
         for i, batch in enumerate(batches):
             self._phase("copy")
-            feats = batch["feats"].to(self.device, non_blocking=True)
-            feat_lens = batch["feat_lens"].to(self.device, non_blocking=True)
+            if self.fbank is None:
+                feats, feat_lens = batch_features(batch, self.device)
+            else:
+                wavs = batch["wavs"].to(self.device, non_blocking=True)
+                self._phase("features")
+                feats, feat_lens = self.fbank(wavs, batch["wav_lens"].to(self.device, non_blocking=True))
             targets = batch["targets"].to(self.device, non_blocking=True)
             target_lens = batch["target_lens"].to(self.device, non_blocking=True)
             sync = i + 1 == len(batches) or self.ddp is None
@@ -337,7 +345,7 @@ class Trainer:
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-                **{f"{p}_s": round(parts[p], 6) for p in ("copy", "forward", "backward", "comm", "optimizer")}})
+                **{f"{p}_s": round(parts[p], 6) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}})
             if bar is not None:
                 bar.update(1)
                 if self.step % max(1, t.log_every_steps) == 0:
@@ -421,13 +429,16 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    fbank = BatchFbank.for_data(loader.cfg)
+    if fbank is not None:
+        fbank.to(device)
     loss = utts = char_err = chars = word_err = words = 0.0
     hyps = []
     for batch in loader:
         if tick is not None:
             tick()
         with autocast():
-            log_probs, out_lens = model(batch["feats"].to(device), batch["feat_lens"].to(device))
+            log_probs, out_lens = model(*batch_features(batch, device, fbank))
         loss_sum, _, mask = ctc_loss(log_probs, out_lens, batch["targets"].to(device), batch["target_lens"].to(device))
         loss += float(loss_sum)
         utts += int(mask.sum())

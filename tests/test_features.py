@@ -1,0 +1,49 @@
+"""Batched fbank after the copy (data.features=device) equals the loader's per-utterance Kaldi fbank."""
+
+import pytest
+import torch
+
+from asrlab.config import load_config
+from asrlab.data import audio
+from asrlab.data.features import BatchFbank, batch_features
+from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.sources import load_sources
+from asrlab.train.dist import DistInfo
+from asrlab.train.trainer import Trainer
+
+
+def test_batch_fbank_matches_kaldi_fbank_per_utterance():
+    g = torch.Generator().manual_seed(0)
+    lens = [16000, 9000, 400, 399, 30001]
+    wavs = torch.zeros(len(lens), max(lens))
+    for i, n in enumerate(lens):
+        wavs[i, :n] = 0.1 * torch.randn(n, generator=g) + 0.05 * torch.sin(torch.arange(n) * 0.03)
+    feats, feat_lens = BatchFbank()(wavs, torch.tensor(lens))
+    for i, n in enumerate(lens):
+        ref = audio.fbank(wavs[i, :n], 16000) if n >= 400 else torch.zeros(0, 80)
+        assert int(feat_lens[i]) == len(ref) == audio.num_frames(n, 16000)
+        assert torch.allclose(feats[i, :len(ref)], ref, atol=1e-3)
+        assert not feats[i, len(ref):].any()  # padded frames are zero
+
+
+def test_loader_hands_over_waveforms_and_the_features_agree(corpus, tok):
+    sources = load_sources(corpus / "data.list")
+    cpu = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800))))
+    dev = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800, features="device"))))
+    assert "feats" not in dev and dev["keys"] == cpu["keys"]
+    feats, lens = batch_features(dev, torch.device("cpu"), BatchFbank())
+    assert torch.equal(lens, cpu["feat_lens"])
+    assert torch.allclose(feats, cpu["feats"], atol=1e-3)
+    with pytest.raises(ValueError, match="spec_augment"):
+        DataConfig(features="device", spec_augment=True)
+
+
+def test_trainer_steps_with_device_features(corpus, tmp_path):
+    cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",
+                               "model.conv_channels=8", "data.max_frames_in_batch=800", "data.features=device",
+                               "train.max_steps=2", "train.progress=false"])
+    tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), tmp_path / "exp",
+                 DistInfo(0, 1, 0, torch.device("cpu"), None))
+    result = tr.fit()
+    tr.close()
+    assert tr.step == 2 and result["utts"] > 100
