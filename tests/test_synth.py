@@ -162,11 +162,61 @@ def test_same_seed_same_bytes_other_seed_differs(corpus):
 
 
 def test_hard_conditions():
-    utts = [synth.make_utterance(0, "train", i, hard=True) for i in range(12)]
+    utts = [synth.make_utterance(0, "test", i, hard=True) for i in range(12)]
     assert {u.condition["speed"] for u in utts} == {0.9, 1.0, 1.1}
+    utts = [synth.make_utterance(0, "train", i, hard=True) for i in range(24)]
+    lo, hi = 0.9 * synth.TRAIN_SPEED[0], 1.1 * synth.TRAIN_SPEED[1]
+    assert all(lo - 0.005 <= u.condition["speed"] <= hi + 0.005 for u in utts)
     assert any(u.condition["reverb_rt60_s"] > 0 for u in utts)
     lo, hi = 10.0 - synth.HARD_SNR_SHIFT_DB, 30.0 - synth.HARD_SNR_SHIFT_DB
     assert all(lo <= u.condition["snr_db"] <= hi for u in utts)
     for u in utts:
         audio, sr = sf.read(io.BytesIO(u.wav), dtype="int16")
         assert sr == 16000 and audio.ndim == 1 and np.abs(audio).max() > 1000
+
+
+# --------------------------------------------------------------------------- generated voices
+
+def test_generated_variants_are_fixed_and_distinct():
+    pool = synth.generated_variants()
+    assert len(pool) == synth.GEN_VARIANTS and list(pool)[0] == "g000"
+    assert len(set(pool.values())) == len(pool)
+    assert not set(pool) & set(espeak.list_variants())  # no clash with a bundled name
+    for name, text in pool.items():
+        assert text.startswith("language variant\n") and f"name {name}\n" in text
+        klatt = [line for line in text.splitlines() if line.startswith("klatt")]
+        assert all(int(line.split()[1]) in synth.GEN_KLATT for line in klatt)
+    assert all(k not in (4, 5) for k in synth.GEN_KLATT)  # test's Klatt source models stay held out
+    # Same text however often it is made (a fixed seed, not the corpus seed).
+    synth.generated_variants.cache_clear()
+    assert synth.generated_variants() == pool
+
+
+def test_generated_variant_changes_the_voice_and_keeps_bundled_ones():
+    plain, _ = espeak.synthesize("three seven nine", "en-us", fresh=True)
+    m3, _ = espeak.synthesize("three seven nine", "en-us+m3", fresh=True)
+    espeak.add_variants(synth.generated_variants())
+    assert espeak.voice_exists("en-us+g007")
+    gen, _ = espeak.synthesize("three seven nine", "en-us+g007", fresh=True)
+    gen2, _ = espeak.synthesize("three seven nine", "en-us+g007", fresh=True)
+    m3_again, _ = espeak.synthesize("three seven nine", "en-us+m3", fresh=True)
+    assert np.array_equal(gen, gen2)
+    assert not (len(gen) == len(plain) and np.array_equal(gen, plain))
+    assert np.array_equal(m3, m3_again)  # the private data dir leaves bundled variants as they were
+    with pytest.raises(ValueError):
+        espeak.add_variants({"g007": "language variant\npitch 100 120\n"})  # other text, same name
+    with pytest.raises(ValueError):
+        espeak.add_variants({"m3": "language variant\n"})  # a bundled name
+
+
+def test_train_voices_and_speed():
+    utts = [synth.make_utterance(0, "train", i) for i in range(24)]
+    variants = [u.voice.split("+")[1] for u in utts]
+    assert any(v in synth.generated_variants() for v in variants)
+    assert all(v in synth.generated_variants() or v in synth.TRAIN_VARIANTS for v in variants)
+    assert all(u.voice in synth.split_voices("train") for u in utts)
+    speeds = [u.condition["speed"] for u in utts]
+    assert all(synth.TRAIN_SPEED[0] - 0.005 <= s <= synth.TRAIN_SPEED[1] + 0.005 for s in speeds)
+    assert len(set(speeds)) > 10  # continuous, not three values
+    test = [synth.make_utterance(0, "test", i) for i in range(8)]
+    assert all(u.condition["speed"] == 1.0 for u in test)  # test: eSpeak's own rate, no resampling

@@ -28,6 +28,22 @@ So: ``reset()`` followed by a fixed sequence of ``synthesize`` calls always
 gives byte-identical samples. :mod:`asrlab.data.synth` resets at the start of
 every fixed-size block of utterances.
 
+Extra voice variants. eSpeak reads a variant (``+name``) from the file
+``voices/!v/name`` of its data directory when a voice is selected.
+:func:`add_variants` makes more variants available (``{name: file text}``):
+they go into a private data directory, ``asrlab-espeak-data-<hash>`` in the
+temp directory, named by a hash of the bundled data's location and the variant
+texts, that links every entry of the bundled ``espeak-ng-data`` and adds the
+new files next to links to the bundled variants, as dot files
+(``voices/!v/.name``): eSpeak lists every voice file it finds when it first
+looks a voice up, in a table of at most 349 entries that the bundled data
+fills to 245, and skips dot files, so any number of variants can be added.
+``espeak_Initialize`` is then pointed at it (the library is reloaded if it
+was loaded with another directory). The bundled voices read the same files
+as before, so they sound exactly as before. The directory is made once (written under a temporary name
+and renamed into place, so concurrent processes never see half of it) and
+reused by later processes.
+
 Example::
 
     >>> from asrlab.data.espeak import synthesize
@@ -61,6 +77,8 @@ __all__ = [
     "list_variants",
     "voice_exists",
     "data_path",
+    "add_variants",
+    "active_data_path",
 ]
 
 # --- constants from speak_lib.h -------------------------------------------
@@ -100,6 +118,9 @@ _chunks: list[np.ndarray] = []
 _callback_ref = None  # keep the CFUNCTYPE object alive
 _current_voice: str | None = None
 _warned_in_place = False
+_extra_variants: dict[str, str] = {}  # name -> variant file text, see add_variants()
+_overlay_path: str | None = None  # private data directory holding _extra_variants
+_loaded_data: str | None = None  # data directory the loaded library was initialized with
 
 _SYNTH_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
@@ -120,6 +141,89 @@ def _paths() -> tuple[str, str]:
             "espeakng-loader is not installed (pip install espeakng-loader)"
         ) from exc
     return espeakng_loader.get_library_path(), espeakng_loader.get_data_path()
+
+
+_VARIANT_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _make_overlay(data: str, variants: dict[str, str]) -> str:
+    """A data directory: links to everything in ``data`` plus extra ``voices/!v`` files."""
+    import hashlib
+
+    h = hashlib.sha256(os.path.realpath(data).encode())
+    for name in sorted(variants):
+        h.update(b"\0" + name.encode() + b"\0" + variants[name].encode())
+    final = Path(tempfile.gettempdir()) / f"asrlab-espeak-data-{h.hexdigest()[:16]}"
+    if (final / ".complete").exists():
+        return str(final)
+    src = Path(data)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
+    try:
+        for entry in src.iterdir():
+            if entry.name != "voices":
+                os.symlink(entry.resolve(), tmp / entry.name)
+        (tmp / "voices").mkdir()
+        for entry in (src / "voices").iterdir():
+            if entry.name != "!v":
+                os.symlink(entry.resolve(), tmp / "voices" / entry.name)
+        vdir = tmp / "voices" / "!v"
+        vdir.mkdir()
+        for entry in (src / "voices" / "!v").iterdir():
+            if entry.name not in variants:
+                os.symlink(entry.resolve(), vdir / entry.name)
+        for name, text in variants.items():
+            # A leading dot keeps the file out of eSpeak's voice list (it skips dot files when
+            # listing), which holds at most 349 entries; the bundled data already uses 245.
+            (vdir / f".{name}").write_text(text)
+        (tmp / ".complete").write_text("")
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process was first; its directory has the same content
+            if not (final / ".complete").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return str(final)
+
+
+def add_variants(variants: dict[str, str]) -> None:
+    """Make extra voice variants usable as ``<language>+<name>``.
+
+    ``variants`` maps a name (letters, digits, ``_``; not a bundled variant's name)
+    to the text of an eSpeak variant file (``formant``, ``pitch``, ``klatt`` ...
+    lines, see eSpeak NG's voices documentation). Names already added must keep
+    their text. Cheap when nothing new is added, so callers may call it before
+    every synthesis.
+    """
+    global _overlay_path
+    new = {}
+    for name, text in variants.items():
+        if name in _extra_variants:
+            if _extra_variants[name] != text:
+                raise ValueError(f"variant {name!r} was already added with other settings")
+            continue
+        if not name or not set(name) <= _VARIANT_NAME_OK:
+            raise ValueError(f"variant name {name!r}: use letters, digits and _")
+        new[name] = text
+    if not new:
+        return
+    with _lock:
+        bundled = set(list_variants())
+        clash = sorted(set(new) & bundled)
+        if clash:
+            raise ValueError(f"variant name(s) {clash} clash with bundled variants")
+        _extra_variants.update(new)
+        _overlay_path = _make_overlay(_paths()[1], _extra_variants)
+        if _lib is not None and _loaded_data != _overlay_path:
+            _unload()
+
+
+def active_data_path() -> str:
+    """The data directory eSpeak is (or will be) initialized with: the bundled one or the overlay."""
+    return _overlay_path or data_path()
 
 
 def _open_library() -> ctypes.CDLL:
@@ -152,8 +256,8 @@ def _open_library() -> ctypes.CDLL:
 
 
 def _load() -> ctypes.CDLL:
-    global _lib, _libc, _sample_rate, _init_pid, _callback_ref, _current_voice
-    _, data = _paths()
+    global _lib, _libc, _sample_rate, _init_pid, _callback_ref, _current_voice, _loaded_data
+    data = active_data_path()
     lib = _open_library()
 
     lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
@@ -197,7 +301,7 @@ def _load() -> ctypes.CDLL:
             _libc.srand.argtypes = [ctypes.c_uint]
             _libc.srand.restype = None
 
-    _lib, _sample_rate, _init_pid, _current_voice = lib, sr, os.getpid(), None
+    _lib, _sample_rate, _init_pid, _current_voice, _loaded_data = lib, sr, os.getpid(), None, data
     log.debug("espeak-ng loaded, data %s, %d Hz", data, sr)
     return lib
 
@@ -266,18 +370,21 @@ def list_variants() -> list[str]:
 
 
 def voice_exists(voice: str) -> bool:
-    """True when ``voice`` (``lang`` or ``lang+variant``) is in the bundled data."""
+    """True when ``voice`` (``lang`` or ``lang+variant``) is in the bundled data or added."""
     lang, _, variant = voice.partition("+")
     if lang.lower() not in set(list_languages()):
         return False
-    return not variant or variant in set(list_variants())
+    return not variant or variant in _extra_variants or variant in set(list_variants())
 
 
 def _set_voice(lib: ctypes.CDLL, voice: str) -> None:
     global _current_voice
     if voice == _current_voice:
         return
-    rc = lib.espeak_SetVoiceByName(voice.encode())
+    lang, plus, variant = voice.partition("+")
+    if variant in _extra_variants:
+        variant = "." + variant  # see _make_overlay
+    rc = lib.espeak_SetVoiceByName(f"{lang}{plus}{variant}".encode())
     if rc != EE_OK:
         _current_voice = None
         raise EspeakError(f"unknown eSpeak voice {voice!r} (error {rc})")

@@ -16,10 +16,15 @@ Splits, voices, conditions
     file: phoneme set, vowel qualities, rhythm) times a variant (pitch,
     formant scaling, roughness, breathiness, Klatt vs. harmonic synthesis).
 
-    ``train``  ``utts`` utterances. Voices: TRAIN_ACCENTS x TRAIN_VARIANTS
-               (4 x 18 = 72). Noise: white, pink, brown or babble-like at an
-               SNR drawn from U(``noise_snr``); mild reverberation on 30% of
-               utterances (RT60 0.1-0.35 s).
+    ``train``  ``utts`` utterances. Voices: an accent from TRAIN_ACCENTS (4)
+               with, for 75% of utterances (GEN_VARIANT_SHARE), one of 256
+               *generated* variants (``g000`` .. ``g255``, see below), else one
+               of the 18 TRAIN_VARIANTS. Every utterance is also resampled by a
+               factor from U(0.88, 1.12) (TRAIN_SPEED: tempo, pitch and
+               formants move together, like a shorter or longer vocal tract).
+               Noise: white, pink, brown or babble-like at an SNR drawn from
+               U(``noise_snr``); mild reverberation on 30% of utterances
+               (RT60 0.1-0.35 s).
     ``dev``    ``utts // 10`` (at least 50). The same voices and conditions
                as train (other utterances).
     ``test``   ``utts // 10`` (at least 50). Voices: TEST_ACCENTS x
@@ -42,6 +47,21 @@ Splits, voices, conditions
     acoustic conditions. Dev keeps train's voices and conditions, so dev vs.
     test shows the generalization gap.
 
+    Generated variants: with only the 18 stock train variants, a model at
+    0.8% CER on dev scored 22% on test, and test errors depended mostly on
+    which held-out variant spoke (9% for ``grandpa``, 45% for ``steph``): the
+    stock variants cover a narrow band of formant settings, the held-out ones
+    lie outside it. :func:`generated_variants` is a fixed pool of 256 eSpeak
+    variant files with random settings (:func:`_random_variant`: pitch,
+    vocal-tract scale, per-formant frequency / height / width, spectral tilt,
+    voicing and consonant levels, breath, flutter, roughness, echo, Klatt
+    source model none/1/2/3, never test's 4 or 5), drawn from their own fixed
+    seed, not the corpus seed, and written to a private copy of eSpeak's data
+    directory (:func:`asrlab.data.espeak.add_variants`). They are drawn
+    independently of the test variants' files (none is copied or
+    interpolated from them), and the test split's bytes are exactly what
+    they were without them (its random draws and eSpeak calls are unchanged).
+
     Why train covers babble and reverberation at all: a first version kept
     both out of train entirely; a model at 1.6% CER on dev scored 41% on
     test, with the same error rate on each held-out accent, so the number
@@ -50,7 +70,8 @@ Splits, voices, conditions
     SNR, reverberation always), and its voices are still wholly new.
 
     ``hard=True`` makes every split harder: SNR ranges 5 dB lower, speed
-    perturbation (0.9 / 1.0 / 1.1, by resampling, so pitch moves too), and
+    perturbation (0.9 / 1.0 / 1.1, by resampling, so pitch moves too; in
+    train and dev on top of TRAIN_SPEED), and
     more reverberation (half of train/dev utterances, RT60 0.2-0.6 s; test:
     always, RT60 0.3-0.8 s and a weaker direct path).
     Every utterance gets 50-300 ms of leading and trailing silence (noise
@@ -59,7 +80,8 @@ Splits, voices, conditions
 Audio
     eSpeak renders at 22050 Hz; a windowed-sinc polyphase resampler in numpy
     (float64) takes it to 16 kHz (speed perturbation folds into the same
-    step). Noise and reverberation are numpy too. WAVs are 16 kHz mono
+    step; rates are rounded to multiples of 50 Hz). Noise and reverberation
+    are numpy too. WAVs are 16 kHz mono
     ``PCM_16``.
 
 Determinism
@@ -71,10 +93,12 @@ Determinism
     indices. An utterance's bytes thus depend only on ``(seed, split, its
     block, hard, noise_snr)``: not on the worker count, on what else ran in
     the process, or on ``utts`` (a bigger corpus extends a smaller one). The
-    same arguments give byte-identical shard files.
+    same arguments give byte-identical shard files. The generated variants'
+    files are a fixed function of GEN_VARIANT_SEED, so they are the same in
+    every process and run.
 
 Keys are ``<split>-<accent>_<variant>-<index:06d>``, e.g.
-``train-en-gb-x-rp_m3-000123``.
+``train-en-gb-x-rp_m3-000123`` or ``train-en-us_g017-000042``.
 """
 
 from __future__ import annotations
@@ -153,6 +177,14 @@ PITCH = (25, 75)
 PITCH_RANGE = (20, 90)
 WORD_GAP = (0, 3)  # x 10 ms
 
+# Generated voice variants (train/dev only), see _random_variant().
+GEN_VARIANTS = 256          # size of the pool, named g000 .. g255
+GEN_VARIANT_SHARE = 0.75    # share of train/dev utterances spoken by a generated variant
+GEN_VARIANT_SEED = 20240603  # the pool is fixed: it does not depend on the corpus seed
+GEN_KLATT = (0, 1, 2, 3)    # source models for generated variants (0 = eSpeak's own); 4, 5 are test's
+# Train/dev speed/VTLP factor: eSpeak's output read as if recorded at 22050 * factor Hz.
+TRAIN_SPEED = (0.88, 1.12)
+
 # Condition constants.
 LEAD_TRAIL_S = (0.05, 0.3)
 PEAK_DBFS = (-9.0, -1.0)
@@ -167,10 +199,13 @@ TEST_NOISES = ("babble",)
 
 
 def split_voices(split: str) -> list[str]:
-    """The eSpeak voice names a split draws from (train and dev share theirs)."""
+    """The eSpeak voice names a split draws from (train and dev share theirs, generated variants included)."""
     if split not in _SPLIT_ID:
         raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
-    accents, variants = (TEST_ACCENTS, TEST_VARIANTS) if split == "test" else (TRAIN_ACCENTS, TRAIN_VARIANTS)
+    if split == "test":
+        accents, variants = TEST_ACCENTS, TEST_VARIANTS
+    else:
+        accents, variants = TRAIN_ACCENTS, (*TRAIN_VARIANTS, *generated_variants())
     return [f"{a}+{v}" for a in accents for v in variants]
 
 
@@ -192,6 +227,67 @@ def _make_text(rng: np.random.Generator) -> str:
         template = COMMAND_TEMPLATES[int(rng.integers(len(COMMAND_TEMPLATES)))]
         return template.format(n=DIGIT_WORDS[int(rng.integers(1, 10))])
     return COMMANDS[int(rng.integers(len(COMMANDS)))]
+
+
+# --------------------------------------------------------------------------- voices
+
+def _random_variant(rng: np.random.Generator, name: str) -> str:
+    """The text of an eSpeak variant file with random voice settings.
+
+    Ranges follow what eSpeak NG's own ~90 variant files use (their 5th-95th
+    percentiles, test variants left out): a vocal-tract scale moves all formant
+    frequencies together (0.85-1.2), each formant then moves on its own
+    (+-12% for F1-F3, more above); formant heights and widths, voicing and
+    consonant levels, breathiness, flutter, roughness, echo, stress amplitudes
+    and the Klatt source model (none, 1, 2 or 3) are drawn independently. In
+    two of three variants a ``tone`` line sets the spectral tilt: levels at
+    100, 600, 1200, 2000 and 3000 Hz on a random slope from a 1/f**1.6 fall to
+    a 1/f**-0.5 rise, each jittered by about +-40% (eSpeak's stock variants
+    range from flat to a steep low-pass shape, which many of them share).
+    """
+    lines = ["language variant", f"name {name}"]
+    base = float(rng.uniform(60.0, 240.0))  # Hz
+    top = base * float(rng.uniform(1.1, 1.8))
+    lines.append(f"pitch {base:.0f} {top:.0f}")
+    scale = float(rng.uniform(0.85, 1.2))
+    for k in range(9):
+        if k == 0:  # nasal formant
+            freq = 100.0 * float(rng.uniform(0.75, 1.2))
+        elif k <= 3:
+            freq = 100.0 * scale * float(rng.uniform(0.88, 1.12))
+        else:
+            freq = 100.0 * scale * float(rng.uniform(0.7, 1.25))
+        height = float(rng.uniform(50.0, 150.0)) if k <= 2 else float(rng.uniform(0.0, 150.0))
+        width = float(rng.uniform(40.0, 180.0))
+        lines.append(f"formant {k} {freq:.0f} {height:.0f} {width:.0f}")
+    if rng.random() < 2.0 / 3.0:
+        freqs = np.array([100.0, 600.0, 1200.0, 2000.0, 3000.0])
+        slope = float(rng.uniform(-1.6, 0.5))
+        level = float(rng.uniform(60.0, 255.0)) * (freqs / 600.0) ** slope
+        level *= np.exp(rng.normal(0.0, 0.35, size=len(freqs)))
+        level = np.clip(level, 5.0, 255.0)
+        lines.append("tone " + " ".join(f"{f:.0f} {a:.0f}" for f, a in zip(freqs, level)))
+    lines.append(f"voicing {float(rng.uniform(25.0, 200.0)):.0f}")
+    lines.append(f"consonants {float(rng.uniform(40.0, 190.0)):.0f} {float(rng.uniform(50.0, 190.0)):.0f}")
+    lines.append(f"flutter {int(rng.integers(0, 25))}")
+    lines.append(f"roughness {int(rng.integers(0, 6))}")
+    if rng.random() < 0.3:
+        lines.append("breath " + " ".join(str(int(b)) for b in rng.integers(0, 6, size=8)))
+    if rng.random() < 0.3:
+        lines.append(f"echo {int(rng.integers(20, 200))} {int(rng.integers(0, 25))}")
+    if rng.random() < 0.3:
+        lines.append("stressAmp " + " ".join(str(int(a)) for a in rng.integers(12, 28, size=8)))
+    klatt = GEN_KLATT[int(rng.integers(len(GEN_KLATT)))]
+    if klatt:
+        lines.append(f"klatt {klatt}")
+    return "\n".join(lines) + "\n"
+
+
+@lru_cache(maxsize=1)
+def generated_variants() -> dict[str, str]:
+    """The pool of generated variants, ``{name: variant file text}`` (fixed, seed-independent)."""
+    return {f"g{i:03d}": _random_variant(np.random.default_rng((GEN_VARIANT_SEED, i)), f"g{i:03d}")
+            for i in range(GEN_VARIANTS)}
 
 
 # --------------------------------------------------------------------------- dsp
@@ -359,8 +455,16 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
         raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
     rng = np.random.default_rng((int(seed), _SPLIT_ID[split], int(index)))
     text = _make_text(rng)
-    voices = split_voices(split)
-    voice = voices[int(rng.integers(len(voices)))]
+    if split == "test":
+        voices = split_voices(split)
+        voice = voices[int(rng.integers(len(voices)))]
+    else:
+        accent = TRAIN_ACCENTS[int(rng.integers(len(TRAIN_ACCENTS)))]
+        if rng.random() < GEN_VARIANT_SHARE:
+            variant = f"g{int(rng.integers(GEN_VARIANTS)):03d}"
+        else:
+            variant = TRAIN_VARIANTS[int(rng.integers(len(TRAIN_VARIANTS)))]
+        voice = f"{accent}+{variant}"
     rate = int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1))
     pitch = int(rng.integers(PITCH[0], PITCH[1] + 1))
     prange = int(rng.integers(PITCH_RANGE[0], PITCH_RANGE[1] + 1))
@@ -388,7 +492,10 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     lead = int(rng.uniform(*LEAD_TRAIL_S) * SAMPLE_RATE)
     trail = int(rng.uniform(*LEAD_TRAIL_S) * SAMPLE_RATE)
     peak = 10.0 ** (rng.uniform(*PEAK_DBFS) / 20.0)
+    if split != "test":
+        speed *= float(rng.uniform(*TRAIN_SPEED))
 
+    espeak.add_variants(generated_variants())  # a no-op once they are there
     pcm, sr = espeak.synthesize(text, voice, rate, pitch, prange, word_gap=gap,
                                 seed=espeak_seed, fresh=fresh)
     if pcm.size == 0:
@@ -397,6 +504,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     # rounded to a multiple of 50 Hz (0.9 -> 0.9002, 1.1 -> 1.0998) to keep the resampling
     # ratio 320/397, 320/441, 320/485 (a small filter bank).
     orig_sr = sr if speed == 1.0 else 50 * int(round(sr * speed / 50))
+    speed = orig_sr / sr
     x = resample(pcm.astype(np.float64) / 32768.0, orig_sr, SAMPLE_RATE)
     if reverb:
         x = _reverb(rng, x, rt60, drr)
@@ -412,7 +520,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     key = f"{split}-{_voice_tag(voice)}-{index:06d}"
     condition = {
         "rate_wpm": rate, "pitch": pitch, "pitch_range": prange, "word_gap": gap,
-        "noise": noise, "snr_db": round(float(snr), 2), "speed": speed,
+        "noise": noise, "snr_db": round(float(snr), 2), "speed": round(speed, 3),
         "reverb_rt60_s": round(float(rt60), 3) if reverb else 0.0,
     }
     return Utterance(key, text, _encode_wav(x), len(x) / SAMPLE_RATE, voice, condition)
@@ -553,6 +661,7 @@ def _describe_conditions(split: str, noise_snr: tuple[float, float], hard: bool)
     else:
         text = f"white/pink/brown/babble noise, SNR {lo:g}-{hi:g} dB"
         text += ", reverb on half (RT60 0.2-0.6 s)" if hard else ", reverb on 30% (RT60 0.1-0.35 s)"
+        text += f", resampled x{TRAIN_SPEED[0]:g}-{TRAIN_SPEED[1]:g}"
     if hard:
         text += ", speed 0.9/1.0/1.1"
     return text
