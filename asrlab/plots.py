@@ -97,3 +97,75 @@ def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
     axes[0].legend()
     fig.tight_layout()
     return fig
+
+
+def step_breakdown(rows: list[dict], labels: list[str] | None = None, title: str = "") -> plt.Figure:
+    """Stacked bars: the mean step split into its parts (s), one bar per measured setting (``tune.measure`` rows)."""
+    from .profiling import PARTS
+
+    labels = labels or [str(i) for i in range(len(rows))]
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows) + 2), 3.4))
+    bottom = [0.0] * len(rows)
+    for part in PARTS:
+        vals = [r["parts_s"].get(part, 0.0) for r in rows]
+        if not any(vals):
+            continue
+        ax.bar(labels, vals, bottom=bottom, label=part, color=PHASE_COLOURS.get(part, None) if part != "comm" else "#7f7f7f")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set(ylabel="seconds per step", title=title or "where a step's time goes")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def samplers(samples: dict, title: str = "") -> plt.Figure:
+    """CPU % of the main process and of each data-loader worker over time; GPU utilisation where sampled."""
+    gpu = samples.get("gpu") or []
+    fig, axes = plt.subplots(2 if gpu else 1, 1, figsize=(9, 4.6 if gpu else 2.8), sharex=True, squeeze=False)
+    ax = axes[0, 0]
+    by_pid: dict = {}
+    for r in samples.get("cpu") or []:
+        by_pid.setdefault((r["role"], r["pid"]), []).append(r)
+    for i, ((role, pid), rows) in enumerate(sorted(by_pid.items(), key=lambda kv: (kv[0][0] != "main", kv[0][1]))):
+        ax.plot([r["t"] for r in rows], [r["cpu_pct"] for r in rows], lw=1,
+                label="main process" if role == "main" else f"worker {pid}")
+    ax.set(ylabel="CPU % (of one core)", title=title or "what the machine was doing")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if gpu:
+        ax = axes[1, 0]
+        for d in sorted({r["device"] for r in gpu}):
+            rows = [r for r in gpu if r["device"] == d]
+            ax.plot([r["t"] for r in rows], [r["util_pct"] for r in rows], lw=1, label=f"GPU {d}")
+        ax.set(ylabel="GPU utilisation %", ylim=(0, 105))
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    else:
+        ax.text(0.99, 0.97, samples.get("gpu_reason", "no GPU"), transform=ax.transAxes, ha="right", va="top", fontsize=8,
+                color="gray")
+    axes[-1, 0].set_xlabel("seconds")
+    fig.tight_layout()
+    return fig
+
+
+def sweep_heatmaps(rows: list[dict], x: str = "num_workers", y: str = "storage") -> plt.Figure:
+    """Two heatmaps over (``y``, ``x``): audio hours per hour, and data-wait share of step time (best over other keys)."""
+    xs = sorted({r[x] for r in rows}, key=str)
+    ys = sorted({r[y] for r in rows}, key=str)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.9 + 0.55 * len(ys) + 1.2))
+    for ax, key, fmt, cmap, best in ((axes[0], "audio_h_per_h", "{:.0f}", "viridis", max),
+                                     (axes[1], "data_wait", "{:.0%}", "magma_r", min)):
+        grid = [[None] * len(xs) for _ in ys]
+        for r in rows:
+            i, j = ys.index(r[y]), xs.index(r[x])
+            grid[i][j] = r[key] if grid[i][j] is None else best(grid[i][j], r[key])
+        vals = [[float("nan") if v is None else v for v in row] for row in grid]
+        im = ax.imshow(vals, cmap=cmap, aspect="auto")
+        for i, row in enumerate(vals):
+            for j, v in enumerate(row):
+                if v == v:
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", color="white", fontsize=9)
+        ax.set(xticks=range(len(xs)), xticklabels=xs, yticks=range(len(ys)), yticklabels=ys, xlabel=x,
+               title="audio hours trained per hour" if key == "audio_h_per_h" else "share of step time waiting for data")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    return fig

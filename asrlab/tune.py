@@ -91,6 +91,7 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
            "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
     out["parts_s"] = {p: sum(x.get(f"{p}_s", 0.0) for x in m) / len(m) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}
     out["parts_s"]["data"] = sum(x["data_wait_s"] for x in m) / len(m)
+    out["samples"] = {"cpu": cpu.samples, "gpu": gpu.samples, "gpu_reason": gpu.reason}
     return out
 
 

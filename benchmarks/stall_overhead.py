@@ -4,12 +4,14 @@
    changes a real step makes, as a share of a step.
 2. Watchdog thread: milliseconds per poll (write this rank's file, read every rank's), once a
    second, as a share of one core.
-3. Policies: ``asrlab train --nproc 2`` (gloo, 1 thread per rank) on *even* data (4 equal
+3. The collective ``stop`` adds to each step (one 1-element all-reduce, ``dist.all_have``) timed
+   alone on 2 gloo processes: microseconds per call.
+4. Policies: ``asrlab train --nproc 2`` (gloo, 1 thread per rank) on *even* data (4 equal
    shards, static batches) for ``--steps`` steps with ``--uneven none``, ``stop`` and ``join``,
    interleaved over ``--rounds`` rounds; steps/s from rank 0's metrics (first 5 steps left out).
    A small model (fast steps) so that per-step costs show; the tiny config's steps are ~5x longer.
 
-    .venv/bin/python benchmarks/stall_overhead.py --steps 80 --rounds 3
+    .venv/bin/python benchmarks/stall_overhead.py --steps 100 --rounds 5
 """
 
 from __future__ import annotations
@@ -45,6 +47,43 @@ def heartbeat_cost() -> dict:
     return {"enter_ns": enter_ns, "tick_ns": tick_ns, "poll_ms_8_ranks": poll_ms}
 
 
+def _all_have_worker(rank: int, port: int, n: int, out) -> None:
+    import torch.distributed as dist
+
+    from asrlab.train.dist import DistInfo, all_have
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    info = DistInfo(rank, 2, rank, __import__("torch").device("cpu"), "gloo")
+    for _ in range(200):
+        all_have(True, info)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        all_have(True, info)
+    if rank == 0:
+        out.put((time.perf_counter() - t0) / n)
+    dist.destroy_process_group()
+
+
+def all_have_cost(n: int = 5000) -> float:
+    """Seconds per ``all_have`` call between 2 gloo processes on this machine."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_all_have_worker, args=(r, port, n, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    cost = q.get(timeout=300)
+    for p in procs:
+        p.join(60)
+    return cost
+
+
 def run(data: Path, exp: Path, policy: str, steps: int) -> float:
     """Steps/s of rank 0 over steps 6..N of one run."""
     cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data), "--exp", str(exp),
@@ -64,6 +103,7 @@ def main() -> None:
     a = ap.parse_args()
 
     hb = heartbeat_cost()
+    sync_s = all_have_cost()
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         synthesize_corpus(d / "c", utts=400, shard_size=100, progress=False)  # 4 equal shards: 2 per rank
@@ -86,6 +126,8 @@ def main() -> None:
           f"{100 * changes_per_step * hb['enter_ns'] * 1e-9 / step_s:.4f}% of a {1e3 * step_s:.0f} ms step")
     print(f"watchdog thread: {hb['poll_ms_8_ranks']:.2f} ms per poll with 8 ranks' files, once a second "
           f"= {hb['poll_ms_8_ranks'] / 10:.3f}% of one core")
+    print(f"the data check of --uneven stop: one all_have per step, {1e6 * sync_s:.0f} us on 2 gloo processes "
+          f"= {100 * sync_s / step_s:.2f}% of a {1e3 * step_s:.0f} ms step of this small model")
     base = statistics.median(rates["none"])
     print(f"\nuneven-data policies, 2 gloo ranks, even data, {a.steps} steps x {a.rounds} rounds (median steps/s):")
     for policy, rs in rates.items():
