@@ -163,7 +163,9 @@ def sweep_heatmaps(rows: list[dict], x: str = "num_workers", y: str = "storage")
         for i, row in enumerate(vals):
             for j, v in enumerate(row):
                 if v == v:
-                    ax.text(j, i, fmt.format(v), ha="center", va="center", color="white", fontsize=9)
+                    r, g, b_, _ = im.cmap(im.norm(v))
+                    ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b_ > 0.5 else "white"
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", color=ink, fontsize=9)
         ax.set(xticks=range(len(xs)), xticklabels=xs, yticks=range(len(ys)), yticklabels=ys, xlabel=x,
                title="audio hours trained per hour" if key == "audio_h_per_h" else "share of step time waiting for data")
         fig.colorbar(im, ax=ax, shrink=0.8)
