@@ -187,6 +187,29 @@ def cmd_decode(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ckpt(a: argparse.Namespace) -> int:
+    from .train import checkpoint
+
+    ckpt_dir = Path(a.exp) / "checkpoints"
+    rows = checkpoint.list_checkpoints(ckpt_dir)
+    if not rows:
+        raise ValueError(f"no checkpoints in {ckpt_dir}")
+    print(f"{'step':>8} {'epoch':>5}  {'state':10s} position (rank 0: per worker source/offset/block/batch)")
+    for m in rows:
+        state = "complete" if m["complete"] else "INCOMPLETE"
+        where = "epoch done" if m.get("epoch_done") else "  ".join(
+            f"w{w}: {p['source']}/{p['offset']}/{p['block']}/{p['batch']}" for w, p in sorted(
+                (m.get("rank0_position") or {}).items()))
+        print(f"{m['step']:>8} {m.get('epoch', '?'):>5}  {state:10s} {where or '-'}")
+    if a.digest:
+        found = checkpoint.load_latest(ckpt_dir)
+        if found is None:
+            raise ValueError(f"no complete checkpoint in {ckpt_dir}")
+        state, marker = found
+        print(f"{checkpoint.state_digest(state)}  {marker['file']} (model and optimizer tensors)")
+    return 0
+
+
 def cmd_notebooks(a: argparse.Namespace) -> int:
     from .nb import root
     from .runner import run_notebooks
@@ -288,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data", required=True)
     d.add_argument("--name", help="name of the output (default: from the data path)")
     d.set_defaults(func=cmd_decode)
+
+    c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")
+    c.add_argument("exp")
+    c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
+    c.set_defaults(func=cmd_ckpt)
 
     n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
     n.add_argument("--only", help="run only the notebooks whose name contains this")

@@ -50,6 +50,8 @@ class TrainConfig:
     first_step_timeout_s: float = 180.0  # the same, until every rank has finished its first step
     timeline: bool = False           # record every phase change (EXP/heartbeat/rank*.timeline.jsonl)
     preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
+    trace_steps: int = 0             # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
+    trace_from: int = 10             # ... starting at this step of the run (1-based)
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):

@@ -76,3 +76,17 @@ def test_trace_exports_a_window_of_steps(tmp_path):
             (x @ x).sum()
             prof.step()
     assert list(tmp_path.glob("*.json"))
+
+
+def test_training_exports_a_trace_window(corpus, tmp_path):
+    from asrlab.config import load_config
+    from asrlab.train.dist import DistInfo
+    from asrlab.train.trainer import Trainer
+
+    cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",
+                               "model.conv_channels=8", "data.max_frames_in_batch=800", "train.max_steps=5",
+                               "train.trace_steps=2", "train.trace_from=3", "train.progress=false"])
+    tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", DistInfo(0, 1, 0, torch.device("cpu"), None))
+    tr.fit()
+    tr.close()
+    assert tr.step == 5 and list((tmp_path / "exp" / "trace" / "rank0").glob("*.json"))

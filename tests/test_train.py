@@ -122,6 +122,23 @@ def test_resume_auto_continues_from_the_newest_complete_checkpoint(corpus, tmp_p
     again.close()
 
 
+def test_ckpt_command_lists_checkpoints_and_digests_the_newest(corpus, tmp_path, capsys):
+    from asrlab.cli import main
+
+    exp = tmp_path / "exp"
+    tr = make_trainer(corpus, exp, "train.max_steps=4", "train.save_every_steps=2")
+    tr.fit()
+    tr.close()
+    (exp / "checkpoints" / "step_00000004.done").unlink()  # the newest is incomplete
+    assert main(["ckpt", str(exp), "--digest"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:3] == ["2", "0", "complete"] and "w0: " in out[1]
+    assert out[2].split()[:3] == ["4", "?", "INCOMPLETE"]  # no marker: its epoch is unknown
+    state, marker = checkpoint.load_latest(exp / "checkpoints")
+    assert marker["step"] == 2 and out[3] == f"{checkpoint.state_digest(state)}  step_00000002.pt (model and optimizer tensors)"
+    assert main(["ckpt", str(tmp_path / "nothing")]) == 2
+
+
 def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
     t0 = time.time()
     out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path / "none.list"),

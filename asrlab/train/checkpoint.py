@@ -115,7 +115,7 @@ def state_digest(state: dict) -> str:
     def walk(prefix: str, x) -> None:
         if isinstance(x, torch.Tensor):
             h.update(prefix.encode())
-            h.update(x.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            h.update(x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # 0-dim too
         elif isinstance(x, dict):
             for k in sorted(x, key=str):
                 walk(f"{prefix}/{k}", x[k])

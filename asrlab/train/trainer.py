@@ -40,7 +40,7 @@ from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
-from ..profiling import StepTimer
+from ..profiling import StepTimer, trace
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
@@ -101,6 +101,7 @@ class Trainer:
         self.hb = Heartbeat(self.info.rank, timeline=cfg.train.timeline)
         self.timer = StepTimer(self.device)  # the step's parts (s), to the metrics
         self._last_bucket_t = [0.0]          # perf_counter() of the last gradient bucket's all-reduce launch
+        self._prof = None                    # the torch.profiler window, while one records (train.trace_steps)
         # everything that can be wrong is checked before any work
         self.precision = choose_precision(cfg.train.precision, self.device)
         train_sources = load_sources(data, cfg.data.raw_chunk)
@@ -346,6 +347,8 @@ class Trainer:
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
                 **{f"{p}_s": round(parts[p], 6) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}})
+            if self._prof is not None:
+                self._prof.step()
             if bar is not None:
                 bar.update(1)
                 if self.step % max(1, t.log_every_steps) == 0:
@@ -366,9 +369,16 @@ class Trainer:
         if t.stall_timeout_s > 0:
             watchdog = Watchdog(self.hb, self.exp, self.info.world_size, t.stall_timeout_s, t.first_step_timeout_s)
             watchdog.start()
+        window = contextlib.nullcontext()
+        if t.trace_steps:  # steps trace_from .. trace_from + trace_steps - 1 of this run, one warm-up step before
+            warm = 1 if t.trace_from > 1 else 0
+            window = trace(self.exp / "trace" / f"rank{self.info.rank}", wait=max(0, t.trace_from - 1 - warm),
+                           warmup=warm, active=t.trace_steps, device=self.device.type)
         try:
-            return self._fit()
+            with window as self._prof:
+                return self._fit()
         finally:
+            self._prof = None
             if watchdog is not None:
                 watchdog.stop()
 
