@@ -26,7 +26,7 @@ import torch
 from .config import Config, replace_section
 from .data.shards import write_split
 from .data.sources import iter_items, load_sources
-from .profiling import CpuSampler, GpuSampler
+from .profiling import PARTS, CpuSampler, GpuSampler
 from .train.metrics import read_metrics
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,7 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
            "peak_mib": max(by_t.values(), default=0.0),
            "gpu_util_pct": (sum(r["util_pct"] for r in gpu.samples) / len(gpu.samples)) if gpu.samples else None,
            "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
-    out["parts_s"] = {p: sum(x.get(f"{p}_s", 0.0) for x in m) / len(m) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}
-    out["parts_s"]["data"] = sum(x["data_wait_s"] for x in m) / len(m)
+    out["parts_s"] = {p: sum(x["data_wait_s" if p == "data" else f"{p}_s"] for x in m) / len(m) for p in PARTS}
     out["samples"] = {"cpu": cpu.samples, "gpu": gpu.samples, "gpu_reason": gpu.reason}
     return out
 

@@ -280,20 +280,17 @@ class AsrDataset(IterableDataset):
             targets.append(torch.tensor(self.tokenizer.encode(item.text), dtype=torch.long))
         if not feats:
             return None
-        if cfg.features == "device":  # feats holds waveforms; the trainer makes fbank after the copy
-            wav_lens = torch.tensor([len(w) for w in feats], dtype=torch.long)
-            return {"keys": keys, "wavs": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), "wav_lens": wav_lens,
-                    "feat_lens": torch.tensor([audio.num_frames(len(w), cfg.sample_rate, cfg.frame_length_ms,
-                                                                cfg.frame_shift_ms) for w in feats], dtype=torch.long),
-                    "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
-                    "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
-        return {
-            "keys": keys,
-            "feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),
-            "feat_lens": torch.tensor([len(f) for f in feats], dtype=torch.long),
-            "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
-            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long),
-        }
+        lens = torch.tensor([len(x) for x in feats], dtype=torch.long)
+        batch = {"keys": keys, "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
+                 "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
+        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+        if cfg.features == "device":  # waveforms; the trainer makes fbank after the copy
+            batch.update(wavs=padded, wav_lens=lens, feat_lens=torch.tensor(
+                [audio.num_frames(n, cfg.sample_rate, cfg.frame_length_ms, cfg.frame_shift_ms) for n in lens.tolist()],
+                dtype=torch.long))
+        else:
+            batch.update(feats=padded, feat_lens=lens)
+        return batch
 
 
 class AsrLoader:

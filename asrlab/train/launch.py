@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from .heartbeat import read_heartbeats
-from .stall import COLLECT_S, STALL_EXIT, write_report
+from .stall import COLLECT_S, STALL_EXIT, ProgressClock, write_report
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     t_launch = time.time()
     proc = subprocess.Popen(torchrun_command(nproc, train_args), env=env, start_new_session=True)
-    seen, last_progress, stalled = None, time.monotonic(), False
+    clock, stalled = ProgressClock(nproc, stall_timeout_s, first_step_s), False
     family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
         while proc.poll() is None:
@@ -82,13 +82,9 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
             if exp is None or not stall_timeout_s:
                 continue
             beats = {r: s for r, s in read_heartbeats(Path(exp)).items() if s.get("time", 0) >= t_launch}
-            current = {r: s["beats"] for r, s in beats.items()}
-            if current != seen:
-                seen, last_progress = current, time.monotonic()
-            started = len(beats) == nproc and all(s.get("completed", 0) > 0 for s in beats.values())
-            limit = (stall_timeout_s if started else max(first_step_s, stall_timeout_s)) + COLLECT_S + 10
-            if time.monotonic() - last_progress > limit:
-                log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", limit)
+            idle = clock.overdue(beats, extra_s=COLLECT_S + 10)  # the ranks' own watchdogs had their chance
+            if idle is not None:
+                log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", idle)
                 stalled = True
                 _stop(proc)
     except BaseException:

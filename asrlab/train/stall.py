@@ -214,6 +214,30 @@ def kill_children() -> None:
 
 # --------------------------------------------------------------------------- the thread
 
+class ProgressClock:
+    """How long no rank has made progress, against the allowance in force (first step or not).
+
+    Fed every rank's heartbeat snapshots; progress is any change of any beat counter. Used by
+    every rank's ``Watchdog`` and by the launcher of last resort.
+    """
+
+    def __init__(self, world_size: int, timeout_s: float, first_step_s: float):
+        self.world_size, self.timeout_s, self.first_step_s = world_size, timeout_s, max(first_step_s, timeout_s)
+        self._seen: dict[int, int] | None = None
+        self._since = time.monotonic()
+
+    def overdue(self, beats: dict[int, dict], extra_s: float = 0.0) -> float | None:
+        """Seconds without progress when longer than the allowance (+ ``extra_s``), else None."""
+        now = time.monotonic()
+        current = {r: s["beats"] for r, s in beats.items()}
+        if current != self._seen:
+            self._seen, self._since = current, now
+        started = len(beats) == self.world_size and all(
+            s.get("completed", 0) > 0 or s["phase"] in ("epoch_end", "done") for s in beats.values())
+        idle = now - self._since
+        return idle if idle > (self.timeout_s if started else self.first_step_s) + extra_s else None
+
+
 class Watchdog(threading.Thread):
     """Watches every rank's heartbeat from this rank; see the module docstring."""
 
@@ -249,21 +273,12 @@ class Watchdog(threading.Thread):
             log.exception("rank %d: the stall watchdog failed and is off", self.hb.rank)
 
     def _watch(self) -> None:
-        seen: dict[int, int] = {}
-        last_progress = time.monotonic()
+        clock = ProgressClock(self.world_size, self.timeout_s, self.first_step_s)
         while not self._halt.wait(self.poll_s):
             self.flush()
             if self.exit_on_stall:
                 self._arm_faulthandler()
-            beats = read_heartbeats(self.exp, self.rid)
-            now = time.monotonic()
-            current = {r: s["beats"] for r, s in beats.items()}
-            if current != seen:
-                seen, last_progress = current, now
-            started = len(beats) == self.world_size and all(s["completed"] > 0 or s["phase"] in ("epoch_end", "done")
-                                                            for s in beats.values())
-            limit = self.timeout_s if started else self.first_step_s
-            if now - last_progress > limit:
+            if clock.overdue(read_heartbeats(self.exp, self.rid)) is not None:
                 self._on_stall()
                 return
 

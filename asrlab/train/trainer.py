@@ -40,7 +40,7 @@ from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
-from ..profiling import StepTimer, trace
+from ..profiling import PARTS, StepTimer, trace
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
@@ -269,7 +269,7 @@ class Trainer:
         """The uneven-data policy in force (alone, there is nothing to agree on)."""
         return self.cfg.train.uneven if self.ddp is not None else "none"
 
-    def _groups(self, it: Iterator[dict]) -> Iterator[tuple[list[dict], float]]:
+    def _groups(self, it: Iterator[dict]) -> Iterator[list[dict]]:
         """Micro-batch groups of ``accum_steps``; the step timer starts when fetching a group begins.
 
         With ``uneven=stop`` every rank asks every rank whether it still has data before each
@@ -346,7 +346,7 @@ class Trainer:
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-                **{f"{p}_s": round(parts[p], 6) for p in ("copy", "features", "forward", "backward", "comm", "optimizer")}})
+                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"}})
             if self._prof is not None:
                 self._prof.step()
             if bar is not None:
