@@ -158,7 +158,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     flags = [f"train.{k}={v}" for k, v in (("max_steps", a.max_steps), ("save_every_steps", a.save_every_steps),
                                            ("precision", a.precision), ("max_minutes", a.max_minutes),
                                            ("uneven", a.uneven), ("stall_timeout_s", a.stall_timeout),
-                                           ("backend", a.backend)) if v is not None]
+                                           ("backend", a.backend), ("nonfinite", a.nonfinite)) if v is not None]
     cfg = load_config(a.config, flags + a.overrides)  # a bad key fails here, before any rank starts
     if a.nproc > 1 and not launch.under_torchrun():
         argv = sys.argv[1:]
@@ -169,9 +169,13 @@ def cmd_train(a: argparse.Namespace) -> int:
     load_sources(a.data)  # a missing or empty list is an error before anything starts
     if a.cv:
         load_sources(a.cv)
-    from .train.trainer import run
+    from .train.trainer import HALT_EXIT, NonFiniteHalt, run
 
-    result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)
+    try:
+        result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)
+    except NonFiniteHalt as e:
+        print(f"training halted: {e}", file=sys.stderr)
+        return HALT_EXIT
     if result and int(os.environ.get("RANK", "0")) == 0:
         print(f"cv: loss {result['loss']:.4f}, CER {100 * result['cer']:.2f}%, WER {100 * result['wer']:.2f}% "
               f"({result['utts']} utterances)")
@@ -298,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every-steps", type=int)
     t.add_argument("--uneven", choices=["stop", "join", "none"],
                    help="ranks with unequal data: stop together (default), DDP Join, or unprotected")
+    t.add_argument("--nonfinite", choices=["skip", "rollback", "halt"],
+                   help="a step whose loss or gradients are not finite: skip and count it (default), roll back "
+                        "to the last checkpoint with a lower LR, or halt (exit 4) with a report")
     t.add_argument("--stall-timeout", type=float, metavar="S",
                    help="seconds without progress on any rank before the stall report and exit (0: off)")
     t.add_argument("--backend", choices=["auto", "nccl", "gloo"])

@@ -52,10 +52,17 @@ class TrainConfig:
     preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
     trace_steps: int = 0             # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
     trace_from: int = 10             # ... starting at this step of the run (1-based)
+    loss_scaling: bool = True        # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
+    diagnostics_every: int = 50      # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)
+    nonfinite: str = "skip"          # a step whose loss or gradients are not finite: skip | rollback | halt
+    rollback_lr_factor: float = 0.5  # rollback: reload the last checkpoint and multiply the LR by this
+    max_rollbacks: int = 3           # ... at most this many times, then halt
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):
             raise ValueError(f"train.uneven must be stop, join or none, not {self.uneven!r}")
+        if self.nonfinite not in ("skip", "rollback", "halt"):
+            raise ValueError(f"train.nonfinite must be skip, rollback or halt, not {self.nonfinite!r}")
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
 
@@ -77,7 +84,21 @@ def _build(cls, values: dict, where: str):
     if unknown:
         raise ValueError(f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
                          f"{where} has: {', '.join(sorted(known))}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    defaults = {f.name: f.default for f in fields(cls)}
+    return cls(**{k: _coerce(f"{where}.{k}", v, defaults[k]) for k, v in values.items()})
+
+
+def _coerce(key: str, value, default):
+    """Lists become tuples; a number where the default is a float becomes a float, and a string too
+    (YAML 1.1 reads ``1e-3`` as a string); anything else that cannot be is an error naming the key."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(default, float) and not isinstance(value, bool) and isinstance(value, (int, str)):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, not {value!r}") from None
+    return value
 
 
 def config_from_dict(d: dict) -> Config:

@@ -230,6 +230,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.logits = nn.Identity()  # a probe: diagnostics hooks see the raw q.k products (fp16 overflows here first)
         self.relative = relative
         if relative:
             self.linear_pos = nn.Linear(d_model, d_model, bias=False)
@@ -252,7 +253,7 @@ class MultiHeadSelfAttention(nn.Module):
             scores = content + rel_shift(position)
         else:
             scores = q.transpose(1, 2) @ k.transpose(-2, -1)
-        scores = scores / math.sqrt(self.d_head)
+        scores = self.logits(scores) / math.sqrt(self.d_head)
         key_pad = ~mask[:, None, None, :]  # (B, 1, 1, T)
         scores = scores.masked_fill(key_pad, torch.finfo(scores.dtype).min)
         # Zero again after softmax: rows of a zero-length utterance would be uniform.

@@ -53,6 +53,9 @@ def test_config_overrides_and_unknown_keys():
     with pytest.raises(ValueError, match="no config"):
         load_config("nonexistent")
     assert load_config("base").model.n_layers == 12
+    assert load_config("tiny", ["optim.lr=1e-3"]).optim.lr == 0.001   # YAML 1.1 reads 1e-3 as a string
+    with pytest.raises(ValueError, match="optim.lr must be a number"):
+        load_config("tiny", ["optim.lr=fast"])
 
 
 def make_trainer(corpus, exp, *extra):

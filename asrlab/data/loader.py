@@ -312,7 +312,11 @@ class AsrLoader:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``; keeps the saved position when it is the epoch already under way."""
         if epoch != self.epoch:
-            self.epoch, self.positions, self.next_worker = epoch, {}, 0
+            self.restart(epoch)
+
+    def restart(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning, forgetting any position."""
+        self.epoch, self.positions, self.next_worker = epoch, {}, 0
 
     def __iter__(self) -> Iterator[dict]:
         ds, W = self.dataset, self.dataset.num_workers

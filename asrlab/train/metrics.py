@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
-          "data_wait_s", "step_s", "copy_s", "features_s", "forward_s", "backward_s", "comm_s", "optimizer_s")
+          "data_wait_s", "step_s", "copy_s", "features_s", "forward_s", "backward_s", "comm_s", "optimizer_s",
+          "nonfinite", "rollbacks")
 
 
 class MetricsWriter:

@@ -21,13 +21,13 @@ Each phase is announced to the rank's heartbeat (:mod:`.heartbeat`), which a wat
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from dataclasses import replace
 from typing import Iterator
 
 import torch
@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm.auto import tqdm
 
 from ..config import Config, dump_config
+from ..diagnostics import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
 from ..data.features import BatchFbank, batch_features
 from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
@@ -49,6 +50,15 @@ from .metrics import MetricsWriter
 from .precision import choose_precision
 
 log = logging.getLogger(__name__)
+HALT_EXIT = 4  # exit code of a run halted by a non-finite step (train.nonfinite=halt, or rollbacks used up)
+
+
+class NonFiniteHalt(RuntimeError):
+    """Training stopped at a non-finite step; the message says where it was and what was saved."""
+
+
+class _Rollback(Exception):
+    """Internal: go back to the last checkpoint (train.nonfinite=rollback)."""
 
 
 def lr_lambda(cfg, max_steps: int):
@@ -88,6 +98,7 @@ class StepResult:
     utts: int
     frames: int
     unalignable: int
+    nonfinite: str | None = None   # None | "scaler" (fp16 overflow the loss scaler handles) | "loss" | "grad"
 
 
 class Trainer:
@@ -104,6 +115,8 @@ class Trainer:
         self._prof = None                    # the torch.profiler window, while one records (train.trace_steps)
         # everything that can be wrong is checked before any work
         self.precision = choose_precision(cfg.train.precision, self.device)
+        if self.precision.scaler and not cfg.train.loss_scaling:
+            self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
         train_sources = load_sources(data, cfg.data.raw_chunk)
         cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
         if self.info.is_main:
@@ -128,7 +141,12 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
-        self.evals = 0
+        self.evals, self.rollbacks = 0, 0
+        self.located: dict | None = None     # where the first non-finite value was (since the last rollback)
+        self.diag = self.trace_writer = None
+        if cfg.train.diagnostics_every > 0:
+            self.diag = Diagnostics(self.model, cfg.train.diagnostics_every)
+            self.trace_writer = TraceWriter(self.exp, self.info.rank)
         torch.manual_seed(cfg.train.seed + 1 + self.info.rank)  # dropout differs across ranks
         self.ddp = None
         if self.info.backend:
@@ -162,6 +180,13 @@ class Trainer:
         if state["world_size"] != self.info.world_size:
             raise ValueError(f"{marker['file']} was written by {state['world_size']} ranks; this run has "
                              f"{self.info.world_size} (elastic resume is not supported yet)")
+        self._load(state)
+        self.rollbacks = state.get("rollbacks", 0)
+        log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
+                 " (complete)" if self.epoch_done else "")
+        return True
+
+    def _load(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
@@ -174,9 +199,32 @@ class Trainer:
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
-        log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
-                 " (complete)" if self.epoch_done else "")
-        return True
+
+    def rollback(self) -> None:
+        """Go back to the newest complete checkpoint and lower the LR (``train.nonfinite=rollback``).
+
+        The LR becomes ``optim.lr * rollback_lr_factor ** rollbacks``; the loader goes back to the
+        checkpoint's position, so the same batches are trained on again with the lower LR.
+        """
+        t = self.cfg.train
+        self.hb.enter("checkpoint")
+        found = checkpoint.load_latest(self.exp / "checkpoints", map_location=self.device)
+        if found is None:
+            raise NonFiniteHalt(f"step {self.step}: not finite, and there is no checkpoint to roll back to "
+                                "(set --save-every-steps)")
+        state, marker = found
+        rollbacks, skipped, failed_at = self.rollbacks + 1, self.skipped, self.step
+        self._load(state)
+        self.rollbacks, self.skipped, self.located = rollbacks, skipped, None
+        if self.epoch_done:  # the checkpoint closed an epoch: start the next one from its beginning
+            self.epoch, self.epoch_done = self.epoch + 1, False
+            self.loader.restart(self.epoch)
+        scale = t.rollback_lr_factor ** self.rollbacks
+        self.sched.base_lrs = [self.cfg.optim.lr * scale for _ in self.sched.base_lrs]
+        for g, base in zip(self.opt.param_groups, self.sched.base_lrs):
+            g["lr"] = base * self.sched.lr_lambdas[0](self.sched.last_epoch)
+        log.warning("rollback %d/%d: step %d was not finite; back to %s (step %d), peak LR now %.3g",
+                    self.rollbacks, t.max_rollbacks, failed_at, marker["file"], self.step, self.cfg.optim.lr * scale)
 
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
@@ -188,7 +236,7 @@ class Trainer:
             state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                      "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
                      "step": self.step, "epoch": self.epoch, "epoch_done": self.epoch_done,
-                     "skipped": self.skipped, "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
+                     "skipped": self.skipped, "rollbacks": self.rollbacks, "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
             checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
                                        {"epoch": self.epoch, "epoch_done": self.epoch_done,
                                         "rank0_position": loaders[0]["positions"]},
@@ -207,37 +255,33 @@ class Trainer:
         self.hb.enter(phase, step)
         self.timer.mark(PART_OF_PHASE.get(phase, phase))
 
+    def _inputs(self, batch: dict, phases: bool = True) -> tuple[torch.Tensor, ...]:
+        """(feats, feat_lens, targets, target_lens) of a batch on the device."""
+        if phases:
+            self._phase("copy")
+        if self.fbank is None:
+            feats, feat_lens = batch_features(batch, self.device)
+        else:
+            wavs = batch["wavs"].to(self.device, non_blocking=True)
+            if phases:
+                self._phase("features")
+            feats, feat_lens = self.fbank(wavs, batch["wav_lens"].to(self.device, non_blocking=True))
+        return (feats, feat_lens, batch["targets"].to(self.device, non_blocking=True),
+                batch["target_lens"].to(self.device, non_blocking=True))
+
     def train_step(self, batches: list[dict]) -> StepResult:
         """Forward/backward over ``batches`` (gradient accumulation), then one optimizer step."""
         net = self.ddp or self.model
         losses, utts, frames, unalignable = [], 0, 0, 0
-        for i, batch in enumerate(batches):
-            self._phase("copy")
-            if self.fbank is None:
-                feats, feat_lens = batch_features(batch, self.device)
-            else:
-                wavs = batch["wavs"].to(self.device, non_blocking=True)
-                self._phase("features")
-                feats, feat_lens = self.fbank(wavs, batch["wav_lens"].to(self.device, non_blocking=True))
-            targets = batch["targets"].to(self.device, non_blocking=True)
-            target_lens = batch["target_lens"].to(self.device, non_blocking=True)
-            sync = i + 1 == len(batches) or self.ddp is None
-            self._phase("forward")
-            with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
-                with self._autocast():
-                    log_probs, out_lens = net(feats, feat_lens)
-                loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
-                loss = loss_sum / max(1, int(mask.sum())) / len(batches)
-                self._phase("backward")
-                self._last_bucket_t[0] = 0.0
-                self.scaler.scale(loss).backward()
-            if sync and self.ddp is not None and self.device.type == "cpu" and self._last_bucket_t[0]:
-                # gloo all-reduces overlap backward; what is left after the last bucket's launch is exposed
-                self.timer.mark("comm", at=self._last_bucket_t[0])
-            losses.append(loss.detach())
-            utts += len(feat_lens)
-            frames += int(batch["feat_lens"].sum())
-            unalignable += n_bad
+        sample = self.diag is not None and self.diag.due(self.step + 1)
+        rng = torch.get_rng_state()  # for replaying this step (dropout) if it goes non-finite
+        scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
+        recording = self.diag.recording() if sample else contextlib.nullcontext()
+        with recording:
+            for i, batch in enumerate(batches):
+                unalignable += self._micro_step(net, batch, i, len(batches), losses)
+                utts += len(batch["feat_lens"])
+                frames += int(batch["feat_lens"].sum())
         if self.ddp is not None and self.device.type == "cuda":
             # NCCL's all-reduce is asynchronous: wait for it here, under its own phase, so a hang in
             # it is reported as one (the grad-norm read below would wait for it anyway).
@@ -247,11 +291,15 @@ class Trainer:
         total_loss = float(torch.stack(losses).sum())
         self.scaler.unscale_(self.opt)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
-        skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
-        if skipped:  # the scaler skips its own step on inf/NaN gradients; in fp32 we must not step
+        kind = None
+        if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
+            kind = self._nonfinite_kind(math.isfinite(total_loss), math.isfinite(grad_norm))
+        if kind is not None:  # the scaler skips its own step on inf/NaN gradients; without it we must not step
             self.skipped += 1
-            log.warning("step %d: loss %s, grad norm %s: not finite, step skipped (%d so far)",
-                        self.step, total_loss, grad_norm, self.skipped)
+            log.warning("step %d: loss %s, grad norm %s: not finite (%s), step skipped (%d so far)",
+                        self.step + 1, total_loss, grad_norm, kind, self.skipped)
+            if kind != "scaler" and self.located is None:
+                self.located = self._locate(batches, rng, scale, kind, total_loss, grad_norm)
             if self.precision.scaler:
                 self.scaler.step(self.opt)
         else:
@@ -261,7 +309,78 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
         self.hb.completed += 1
-        return StepResult(total_loss, grad_norm, skipped, utts, frames, unalignable)
+        if sample:
+            self.trace_writer.write(self.step, scale, self.diag.summary())
+        return StepResult(total_loss, grad_norm, kind is not None, utts, frames, unalignable, kind)
+
+    def _micro_step(self, net, batch: dict, i: int, n: int, losses: list) -> int:
+        """Forward and backward of micro-batch ``i`` of ``n``; appends its loss, returns its unalignable count."""
+        feats, feat_lens, targets, target_lens = self._inputs(batch)
+        sync = i + 1 == n or self.ddp is None
+        self._phase("forward")
+        with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
+            with self._autocast():
+                log_probs, out_lens = net(feats, feat_lens)
+            loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
+            loss = loss_sum / max(1, int(mask.sum())) / n
+            self._phase("backward")
+            self._last_bucket_t[0] = 0.0
+            self.scaler.scale(loss).backward()
+        if sync and self.ddp is not None and self.device.type == "cpu" and self._last_bucket_t[0]:
+            # gloo all-reduces overlap backward; what is left after the last bucket's launch is exposed
+            self.timer.mark("comm", at=self._last_bucket_t[0])
+        losses.append(loss.detach())
+        return n_bad
+
+    def _nonfinite_kind(self, loss_ok: bool, grad_ok: bool) -> str:
+        """``"scaler"``: fp16 gradients overflowed at the current loss scale while every rank's loss is
+        finite (the scaler lowers its scale: routine); ``"loss"``: a rank's loss is not finite (the
+        forward pass overflowed); ``"grad"``: the gradients are not finite without loss scaling."""
+        if not grad_ok and self.ddp is not None and self.uneven != "join":
+            loss_ok = dist.all_have(loss_ok, self.info)  # the gradient norm is the same on every rank; the loss is not
+        if not loss_ok:
+            return "loss"
+        return "scaler" if self.precision.scaler else "grad"
+
+    def _locate(self, batches: list[dict], rng: torch.Tensor, scale: float, kind: str, loss: float,
+                grad_norm: float) -> dict:
+        """Replay this step with every module recorded (local: no all-reduce, gradients not kept),
+        name the first non-finite value, and save the weights and the micro-batch for :func:`replay`."""
+        saved_rng = torch.get_rng_state()
+        torch.set_rng_state(rng)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        diag = self.diag or Diagnostics(self.model)
+        first = summary = None
+        for batch in batches:
+            feats, feat_lens, targets, target_lens = self._inputs(batch, phases=False)
+
+            def run():
+                with self._autocast():
+                    log_probs, out_lens = self.model(feats, feat_lens)
+                loss_sum, _, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
+                torch.autograd.grad(loss_sum / max(1, int(mask.sum())) / len(batches) * scale, params,
+                                    allow_unused=True)
+
+            first, summary = locate(self.model, run, diag)
+            if first is not None:
+                break
+        torch.set_rng_state(saved_rng)
+        step = self.step + 1
+        where = describe(first) or "nowhere in the replay (not reproduced)"
+        meta = {"step": step, "rank": self.info.rank, "epoch": self.epoch, "kind": kind, "loss": loss,
+                "grad_norm": grad_norm, "loss_scale": scale, "precision": self.precision.name,
+                "lr": self.opt.param_groups[0]["lr"], "where": where,
+                "module": first["module"] if first else None, "direction": first["direction"] if first else None,
+                "keys": list(batch["keys"]), "tightest": tightest(summary, 5), "model": asdict(self.cfg.model),
+                "vocab_size": len(self.tok)}
+        path = save_bundle(self.exp / "nonfinite" / f"step{step:08d}-rank{self.info.rank}", self.model,
+                           {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,
+                            "keys": list(batch["keys"])}, meta)
+        meta["saved"] = str(path)
+        log.warning("step %d, rank %d: first non-finite value in %s; batch %s; weights and batch saved in %s",
+                    step, self.info.rank, where, ", ".join(meta["keys"][:3]) + (" ..." if len(meta["keys"]) > 3 else ""),
+                    path)
+        return meta
 
     # -- the loop ----------------------------------------------------------------------------
     @property
@@ -346,7 +465,12 @@ class Trainer:
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"}})
+                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
+                "nonfinite": r.nonfinite, "rollbacks": self.rollbacks})
+            if r.nonfinite in ("loss", "grad") and t.nonfinite != "skip":
+                if t.nonfinite == "halt" or self.rollbacks >= t.max_rollbacks:
+                    raise NonFiniteHalt(self._halt_report())
+                raise _Rollback()
             if self._prof is not None:
                 self._prof.step()
             if bar is not None:
@@ -358,6 +482,20 @@ class Trainer:
             if self._limits_reached(t_start):
                 return True
         return False
+
+    def _halt_report(self) -> str:
+        """Write ``EXP/nonfinite/halt.json`` (rank 0) and return the one-line reason."""
+        t, m = self.cfg.train, self.located or {}
+        why = "train.nonfinite=halt" if t.nonfinite == "halt" else f"{self.rollbacks} rollbacks used up"
+        msg = (f"halted at step {self.step} ({why}): loss {m.get('loss')}, grad norm {m.get('grad_norm')}; "
+               f"first non-finite value on rank {self.info.rank} in {m.get('where', '?')}; "
+               f"weights and batch in {m.get('saved', '?')}")
+        if self.info.is_main:
+            (self.exp / "nonfinite").mkdir(parents=True, exist_ok=True)
+            (self.exp / "nonfinite" / "halt.json").write_text(
+                json.dumps({"message": msg, "rollbacks": self.rollbacks, **m}, indent=2, default=str))
+        log.error("%s", msg)
+        return msg
 
     def fit(self) -> dict:
         """Train until max_epochs / max_steps / max_minutes; returns the last evaluation.
@@ -395,7 +533,14 @@ class Trainer:
             self.epoch_done = False
             self.model.train()
             self.loader.set_epoch(self.epoch)
-            stop = self.train_epoch(iter(self.loader), t_start, bar)
+            batches = iter(self.loader)
+            try:
+                stop = self.train_epoch(batches, t_start, bar)
+            except _Rollback:
+                batches.close()  # stops this epoch's loader workers
+                self.rollback()
+                bar.n = self.step
+                continue
             self.hb.enter("epoch_end", self.step)
             dist.store_barrier(f"epoch{self.epoch}.{self.step}", self.info)
             if not stop:
@@ -428,6 +573,8 @@ class Trainer:
 
     def close(self) -> None:
         self.metrics.close()
+        if self.trace_writer is not None:
+            self.trace_writer.close()
         if self.eval_metrics is not None:
             self.eval_metrics.close()
 

@@ -1,0 +1,354 @@
+"""Numerics diagnostics: where values leave fp16's range, and the first value that is not finite.
+
+Hooks on every module's forward output and on the gradient it sends back to its input record, on sampled steps only, four numbers per module and direction:
+
+* ``max_abs``: the largest magnitude (inf or nan when one is there),
+* ``rms``: root mean square,
+* ``nonfinite``: the fraction of inf/nan values,
+* ``tiny``: the fraction of non-zero values below fp16's smallest normal (2**-14 = 6.1e-5),
+  which fp16 stores with fewer digits and, below 6e-8, as zero.
+
+``headroom = 65504 / max_abs``: how many times larger the values may grow before fp16
+overflows (1 or less: they already do). The attention logits are a module of their own
+(``...attn.logits``), since that is where fp16 overflows first in transformers.
+
+Off sampled steps there are no hooks: the model runs untouched. When a step goes non-finite the trainer
+replays it with recording on (:func:`locate`), names the first module in execution order
+whose output (forward) or incoming gradient (backward) is not finite, and saves the model
+state and the batch (:func:`save_bundle`); :func:`replay` runs that step again in another
+precision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+FP16_MAX = 65504.0
+FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
+STATS = ("max_abs", "rms", "nonfinite", "tiny")
+
+
+def tensor_stats(x: torch.Tensor, sample: int | None = None) -> torch.Tensor:
+    """``[max_abs, rms, nonfinite fraction, tiny fraction]`` of ``x`` as a float32 tensor on its device.
+
+    ``max_abs`` and ``rms`` are exact (max_abs is inf/nan when any value is). With ``sample``, the
+    two fractions are counted on an evenly strided subset of about that many values (the
+    non-finite fraction is at least one value's share whenever max_abs is not finite).
+    """
+    x = x.detach()
+    n = max(1, x.numel())
+    lo, hi = torch.aminmax(x)  # one pass (vector_norm with ord=inf is 15x slower on CPU); nan propagates
+    max_abs = torch.maximum(-lo, hi).float()
+    rms = torch.linalg.vector_norm(x, dtype=torch.float32) / math.sqrt(n)
+    s = x.reshape(-1)
+    if sample and n > sample:
+        s = s[:: n // sample]
+    m = max(1, s.numel())
+    a = s.abs()
+    nonfinite = (m - torch.isfinite(s).sum()).float() / m
+    nonfinite = torch.where(torch.isfinite(max_abs), nonfinite, nonfinite.clamp(min=1 / n))
+    tiny = ((a < FP16_TINY).sum() - (a == 0).sum()).float() / m
+    return torch.stack([max_abs, rms, nonfinite, tiny])
+
+
+def headroom(max_abs: float) -> float:
+    """65504 / max_abs: the factor by which values may grow before fp16 overflows (0 once they have)."""
+    if max_abs is None or not math.isfinite(max_abs):
+        return 0.0
+    return math.inf if max_abs == 0 else FP16_MAX / max_abs
+
+
+def _first_tensor(out):
+    if torch.is_tensor(out):
+        return out if out.is_floating_point() else None
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    return None
+
+
+class Diagnostics:
+    """Per-module statistics of a model's forward outputs and backward gradients.
+
+    ``every``: record on steps where ``step % every == 0`` (0: never; :meth:`recording` still works).
+    The hooks exist only inside :meth:`recording`: other steps run the model untouched. ``sample``: values per
+    tensor the two fractions are counted on (None: all; see :func:`tensor_stats`). A forward
+    output that is the very tensor an inner module already returned (a container's, a no-op
+    dropout's) is recorded once, under the inner module's name.
+    """
+
+    def __init__(self, model: nn.Module, every: int = 0, sample: int | None = 65536):
+        self.every, self.sample = every, sample
+        self.active = False
+        self.records: list[tuple[str, str, torch.Tensor]] = []   # (module, "forward"/"backward", stats) in call order
+        self._seen: dict[tuple, torch.Tensor] = {}  # forward outputs recorded (kept alive so addresses stay unique)
+        self._input_ok: dict[str, bool] = {}   # exact mode: were the module's inputs finite (its latest call)
+        self.model = model
+
+    def _pre_hook(self, name: str):
+        """Backward: the gradient this module sends to its input (its own contribution, through a
+        fresh view of the input), so the module that first produces a non-finite gradient is named."""
+        def pre_hook(module, args):
+            if not self.active:
+                return None
+            if self.sample is None:  # exact mode (locating): one device sync per module, fine on a bad step
+                self._input_ok[name] = all(bool(torch.isfinite(a).all()) for a in args
+                                           if torch.is_tensor(a) and a.is_floating_point())
+            for i, a in enumerate(args):
+                if torch.is_tensor(a) and a.is_floating_point() and a.requires_grad:
+                    v = a.view_as(a)
+                    v.register_hook(lambda g: self.records.append((name, "backward", tensor_stats(g, self.sample)))
+                                    if self.active else None)
+                    return (*args[:i], v, *args[i + 1:])
+            return None
+        return pre_hook
+
+    def _hook(self, name: str):
+        def forward_hook(module, inputs, output):
+            if not self.active:
+                return
+            x = _first_tensor(output)
+            if x is None:
+                return
+            key = (x.data_ptr(), x.shape, x.stride(), x.dtype)
+            if self.sample is None or key not in self._seen:
+                self._seen[key] = x
+                self.records.append((name, "forward", tensor_stats(x, self.sample)))
+        return forward_hook
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    @contextmanager
+    def recording(self):
+        """Record every hooked module's statistics for the forward and backward passes run inside."""
+        self.records, self.active = [], True
+        handles = []
+        for name, m in self.model.named_modules():
+            name = name or "model"
+            handles += [m.register_forward_pre_hook(self._pre_hook(name)), m.register_forward_hook(self._hook(name))]
+        try:
+            yield self
+        finally:
+            self.active, self._seen = False, {}
+            for h in handles:
+                h.remove()
+
+    def rows(self) -> list[dict]:
+        """The records in call order: module, direction and the four statistics (one device sync)."""
+        if not self.records:
+            return []
+        values = torch.stack([s for _, _, s in self.records]).tolist()
+        return [{"module": m, "direction": d, **dict(zip(STATS, v))} for (m, d, _), v in zip(self.records, values)]
+
+    def summary(self) -> dict:
+        """``{"forward": {module: [max_abs, rms, nonfinite, tiny]}, "backward": {...}}``: the worst
+        value of each statistic over the calls of a module (a module called twice counts once)."""
+        out: dict[str, dict[str, list]] = {"forward": {}, "backward": {}}
+        for r in self.rows():
+            v = [r[k] for k in STATS]
+            old = out[r["direction"]].get(r["module"])
+            if old is not None:
+                v = [max(a, b) if not (math.isnan(a) or math.isnan(b)) else math.nan for a, b in zip(old, v)]
+            out[r["direction"]][r["module"]] = v
+        return out
+
+    def first_nonfinite(self) -> dict | None:
+        """The first record, in execution order, with a value that is not finite (forward before backward).
+
+        Forward, in exact mode: when that module's own input was already not finite, the value
+        came from its parent's code between submodules (``x * scale`` before a dropout, say), so
+        ``module`` is the innermost enclosing module whose inputs were finite and ``first_seen``
+        the module where it was first seen. Backward: the first module whose gradient to its
+        input is not finite.
+        """
+        rows = self.rows()
+        for direction in ("forward", "backward"):
+            for r in rows:
+                if r["direction"] == direction and not math.isfinite(r["max_abs"]):
+                    r = dict(r, first_seen=r["module"])
+                    if direction == "forward":
+                        parts = r["module"].split(".")
+                        for i in range(len(parts), 0, -1):
+                            name = ".".join(parts[:i])
+                            if self._input_ok.get(name, True):
+                                r["module"] = name
+                                break
+                        else:  # no enclosing module had finite inputs: the model's input did not
+                            r["module"] = "model"
+                    return r
+        return None
+
+
+
+def describe(first: dict | None) -> str:
+    """``"blocks.3.attn (forward), first seen at blocks.3.attn.logits"`` for a :meth:`Diagnostics.first_nonfinite` row."""
+    if first is None:
+        return ""
+    where = f"{first['module']} ({first['direction']})"
+    if first.get("first_seen", first["module"]) != first["module"]:
+        where += f", first seen at {first['first_seen']}"
+    return where
+
+
+def tightest(summary: dict, k: int = 5, direction: str = "forward") -> list[tuple[str, float]]:
+    """The ``k`` modules with the least fp16 headroom in a :meth:`Diagnostics.summary`."""
+    rooms = [(name, headroom(v[0])) for name, v in summary.get(direction, {}).items()]
+    return sorted(rooms, key=lambda x: x[1])[:k]
+
+
+class TraceWriter:
+    """Sampled summaries to ``EXP/diagnostics/rank{R}.jsonl``, one line per sampled step."""
+
+    def __init__(self, exp: Path, rank: int):
+        d = Path(exp) / "diagnostics"
+        d.mkdir(parents=True, exist_ok=True)
+        self.f = open(d / f"rank{rank}.jsonl", "a", buffering=1)
+
+    def write(self, step: int, loss_scale: float, summary: dict) -> None:
+        clean = {d: {m: [v if math.isfinite(v) else str(v) for v in vals] for m, vals in mods.items()}
+                 for d, mods in summary.items()}
+        self.f.write(json.dumps({"step": step, "loss_scale": loss_scale, **clean}) + "\n")
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def read_traces(exp: str | Path, rank: int = 0) -> list[dict]:
+    """The sampled summaries of an experiment (values back as floats, inf/nan included)."""
+    path = Path(exp) / "diagnostics" / f"rank{rank}.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        for d in ("forward", "backward"):
+            rec[d] = {m: [float(v) for v in vals] for m, vals in rec.get(d, {}).items()}
+        out.append(rec)
+    return out
+
+
+def headroom_traces(traces: list[dict], k: int = 5, direction: str = "forward") -> dict[str, list[tuple[int, float]]]:
+    """{module: [(step, headroom), ...]} for the ``k`` modules whose headroom got smallest while still
+    finite (once a value is inf or nan every module after it is too, so those samples do not rank)."""
+    worst: dict[str, float] = {}
+    for rec in traces:
+        for m, v in rec[direction].items():
+            if math.isfinite(v[0]):
+                worst[m] = min(worst.get(m, math.inf), headroom(v[0]))
+    names = sorted(worst, key=worst.get)[:k]
+    return {m: [(rec["step"], headroom(rec[direction][m][0])) for rec in traces if m in rec[direction]]
+            for m in names}
+
+
+# -- the step that went wrong: save it, replay it ------------------------------------------------
+
+def save_bundle(path: Path, model: nn.Module, inputs: dict, meta: dict) -> Path:
+    """Save what is needed to run a step again: model weights (before the step), its inputs, and ``meta``.
+
+    ``inputs``: ``feats`` (B, T, mel), ``feat_lens``, ``targets``, ``target_lens`` tensors and
+    ``keys`` (utterance ids); ``meta``: step, precision, loss scale, model config, ...
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path / "model.pt")
+    torch.save({k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in inputs.items()}, path / "batch.pt")
+    (path / "report.json").write_text(json.dumps(meta, indent=2, default=str))
+    return path
+
+
+def load_bundle(path: str | Path, device="cpu") -> tuple[dict, dict, dict]:
+    """(model state, inputs, meta) saved by :func:`save_bundle`."""
+    path = Path(path)
+    state = torch.load(path / "model.pt", map_location=device, weights_only=True)
+    inputs = torch.load(path / "batch.pt", map_location=device, weights_only=True)
+    return state, inputs, json.loads((path / "report.json").read_text())
+
+
+def locate(model: nn.Module, step_fn, diag: Diagnostics | None = None) -> tuple[dict | None, dict]:
+    """Run ``step_fn()`` (a forward and backward of ``model``) with every module recorded.
+
+    Returns (the first non-finite record or None, the summary).
+    """
+    diag = diag or Diagnostics(model)
+    sample, diag.sample = diag.sample, None  # exact counts
+    try:
+        diag._input_ok = {}
+        with diag.recording():
+            step_fn()
+        return diag.first_nonfinite(), diag.summary()
+    finally:
+        diag.sample = sample
+
+
+def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") -> list[dict]:
+    """Run a saved step again in each precision: loss, gradient norm and the first non-finite value.
+
+    fp16 runs with the loss scale the failing step had (``meta["loss_scale"]``, 1 without scaling).
+    """
+    from .model import ConformerCTC, ModelConfig, ctc_loss
+
+    device = torch.device(device)
+    state, inputs, meta = load_bundle(path, device)
+    model = ConformerCTC(ModelConfig(**meta["model"]), meta["vocab_size"]).to(device)
+    model.load_state_dict(state)
+    model.train()
+    rows = []
+    for name in precisions:
+        dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+        scale = float(meta.get("loss_scale") or 1.0) if name == "fp16" else 1.0
+        result: dict = {}
+
+        def step():
+            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                log_probs, out_lens = model(inputs["feats"], inputs["feat_lens"])
+            loss_sum, _, mask = ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])
+            loss = loss_sum / max(1, int(mask.sum()))
+            grads = torch.autograd.grad(loss * scale, [p for p in model.parameters() if p.requires_grad],
+                                        allow_unused=True)
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads
+                                                         if g is not None])) / scale
+            result.update(loss=float(loss.detach()), grad_norm=float(norm))
+
+        torch.manual_seed(int(meta.get("step", 0)))  # dropout, if any, draws the same masks in every precision
+        first, summary = locate(model, step)
+        tight = tightest(summary, 1)
+        rows.append({"precision": name, "loss": result["loss"], "grad_norm": result["grad_norm"],
+                     "finite": first is None and math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"]),
+                     "first_nonfinite": describe(first),
+                     "tightest_module": tight[0][0] if tight else "", "max_abs": summary["forward"].get(
+                         tight[0][0], [math.nan])[0] if tight else math.nan})
+    return rows
+
+
+
+
+def outcome(exp: str | Path, last: int = 10) -> dict:
+    """How a run ended: final loss (mean of the last ``last`` steps, None if any was not finite),
+    skipped steps, median s/step, the first non-finite step and where it was found."""
+    from .train.metrics import read_metrics
+
+    m = read_metrics(exp)
+    tail = [r["loss"] for r in m[-last:]]
+    finite = all(v is not None for v in tail)
+    bad = [r for r in m if r.get("nonfinite") in ("loss", "grad")]
+    where = ""
+    if bad:
+        reports = sorted(Path(exp).glob(f"nonfinite/step{bad[0]['step']:08d}-rank*/report.json"))
+        where = json.loads(reports[0].read_text())["where"] if reports else ""
+    step_s = sorted(r["step_s"] for r in m[1:]) or [math.nan]
+    return {"steps": len(m), "final_loss": sum(tail) / len(tail) if finite and tail else None, "finite": finite,
+            "skipped": m[-1]["skipped"] if m else 0, "first_nonfinite_step": bad[0]["step"] if bad else None,
+            "where": where, "step_s": step_s[len(step_s) // 2]}
+
+
+__all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "headroom", "headroom_traces", "load_bundle",
+           "locate", "outcome", "read_traces", "replay", "save_bundle", "tensor_stats", "tightest"]
