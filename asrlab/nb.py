@@ -42,6 +42,21 @@ def save_figure(fig, name: str) -> Path:
     return path
 
 
+def table(rows: list[dict], columns: list[str] | None = None, digits: int = 4) -> str:
+    """Rows of dicts as an aligned text table (floats to ``digits`` significant digits)."""
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.{digits}g}"
+        return "" if v is None else str(v)
+
+    grid = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in grid) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in grid]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
 def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5.0, timeout_s: float | None = None,
           check: bool = True) -> int:
     """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait.
@@ -89,7 +104,7 @@ def _redraw(exp: Path, handle, elapsed_s: float):
     if not m:
         return handle
     fig, ax = plt.subplots(figsize=(7, 2.8))
-    ax.plot([x["step"] for x in m], [x["loss"] for x in m], lw=1)
+    ax.plot([x["step"] for x in m], [x["loss"] if x["loss"] is not None else float("nan") for x in m], lw=1)
     ax.set(yscale="log", xlabel="step", ylabel="train loss",
            title=f"step {m[-1]['step']}, epoch {m[-1]['epoch']}, {elapsed_s:.0f} s")
     fig.tight_layout()

@@ -171,3 +171,57 @@ def sweep_heatmaps(rows: list[dict], x: str = "num_workers", y: str = "storage")
         fig.colorbar(im, ax=ax, shrink=0.8)
     fig.tight_layout()
     return fig
+
+
+def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
+    """Loss, gradient norm, loss scale and skipped steps per step, and the fp16 headroom of the ``k``
+    modules whose headroom got smallest (sampled steps; 1 = values at 65504, below it fp16 overflows)."""
+    import math
+
+    from .diagnostics import headroom_traces, read_traces
+
+    m = read_metrics(exp)
+    steps = [r["step"] for r in m]
+    bad = [r["step"] for r in m if r.get("nonfinite") in ("loss", "grad")]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 5.8), sharex=True)
+    (a_loss, a_norm), (a_scale, a_room) = axes
+    for ax, key, label in ((a_loss, "loss", "loss per utterance"), (a_norm, "grad_norm", "gradient norm (before clipping)")):
+        ax.plot(steps, [r[key] if r[key] is not None else math.nan for r in m], lw=1)
+        ax.set(ylabel=label, yscale="log")
+        for s in bad:
+            ax.axvline(s, color="tab:red", lw=0.6, alpha=0.5)
+    a_loss.set_title(title or "training, with non-finite steps in red")
+    a_scale.plot(steps, [r["loss_scale"] for r in m], lw=1, label="loss scale")
+    a_scale.set(ylabel="loss scale", yscale="log", xlabel="step")
+    skip = a_scale.twinx()
+    skip.plot(steps, [r["skipped"] for r in m], color="tab:red", lw=1, label="skipped steps")
+    skip.set_ylabel("skipped steps (total)", color="tab:red")
+    for name, pts in headroom_traces(read_traces(exp), k).items():
+        a_room.plot([s for s, _ in pts], [max(h, 1e-2) for _, h in pts], marker=".", lw=1, label=name)  # 0 (overflowed) drawn at 0.01
+    a_room.axhline(1.0, color="black", ls="--", lw=0.8)
+    a_room.text(0.01, 1.0, " fp16 overflows below", transform=a_room.get_yaxis_transform(), va="bottom", fontsize=8)
+    a_room.set(ylabel="fp16 headroom (65504 / max |x|)", yscale="log", xlabel="step")
+    a_room.legend(fontsize=7, loc="upper right", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def fix_comparison(rows: list[dict], title: str = "") -> plt.Figure:
+    """One bar per run (``diagnostics.outcome`` rows with a ``run`` label): final loss, skipped steps, s/step."""
+    import math
+
+    labels = [r["run"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, key, label in ((axes[0], "final_loss", "final loss (mean of the last steps)"),
+                           (axes[1], "skipped", "skipped steps"), (axes[2], "step_s", "seconds per step (median)")):
+        vals = [r[key] if r[key] is not None and math.isfinite(r[key]) else 0.0 for r in rows]
+        bars = ax.bar(labels, vals, color=["tab:red" if not r["finite"] else "tab:green" for r in rows])
+        if key == "final_loss":
+            for b, r in zip(bars, rows):
+                if not r["finite"]:
+                    ax.text(b.get_x() + b.get_width() / 2, 0, "NaN", ha="center", va="bottom", color="tab:red")
+        ax.set_title(label, fontsize=10)
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize=8)
+    fig.suptitle(title or "each fix against the failing run (green: finite to the end)")
+    fig.tight_layout()
+    return fig

@@ -61,3 +61,26 @@ def choose_precision(requested: str, device: torch.device, capability: tuple[int
 
 def _dtype(name: str) -> torch.dtype:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+# (name, compute capability, computes in bf16): what `auto` picks on each, for the capability table
+KNOWN_GPUS = (("V100", (7, 0), False), ("T4", (7, 5), False), ("RTX 2080 Ti", (7, 5), False),
+              ("A100", (8, 0), True), ("A5000 / RTX 3090", (8, 6), True), ("L4 / RTX 4090", (8, 9), True),
+              ("H100 / H200", (9, 0), True))
+
+
+def capability_table(device: torch.device | None = None) -> list[dict]:
+    """What ``--precision auto`` picks on common GPUs, on CPU, and on ``device`` (this machine)."""
+    cuda = torch.device("cuda", 0)
+    rows = []
+    for name, cap, native in KNOWN_GPUS:
+        p = choose_precision("auto", cuda, capability=cap, bf16_native=native)
+        rows.append({"hardware": name, "capability": f"{cap[0]}.{cap[1]}", "auto": p.name, "loss_scaling": p.scaler})
+    rows.append({"hardware": "CPU", "capability": "-", "auto": "fp32", "loss_scaling": False})
+    if device is not None:
+        p = choose_precision("auto", device)
+        here = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+        cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        rows.append({"hardware": f"this machine: {here}", "capability": f"{cap[0]}.{cap[1]}" if cap else "-",
+                     "auto": p.name, "loss_scaling": p.scaler, "why": p.reason})
+    return rows
