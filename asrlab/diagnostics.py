@@ -90,7 +90,8 @@ class Diagnostics:
         self.active = False
         self.records: list[tuple[str, str, torch.Tensor]] = []   # (module, "forward"/"backward", stats) in call order
         self._seen: dict[tuple, torch.Tensor] = {}  # forward outputs recorded (kept alive so addresses stay unique)
-        self._input_ok: dict[str, bool] = {}   # exact mode: were the module's inputs finite (its latest call)
+        self._calls: list[tuple[str, bool]] = []   # exact mode: the module calls under way, inputs finite?
+        self._origin: tuple[str, str] | None = None  # exact mode: (module, first seen at) of the first non-finite output
         self.model = model
 
     def _pre_hook(self, name: str):
@@ -100,8 +101,8 @@ class Diagnostics:
             if not self.active:
                 return None
             if self.sample is None:  # exact mode (locating): one device sync per module, fine on a bad step
-                self._input_ok[name] = all(bool(torch.isfinite(a).all()) for a in args
-                                           if torch.is_tensor(a) and a.is_floating_point())
+                self._calls.append((name, all(bool(torch.isfinite(a).all()) for a in args
+                                              if torch.is_tensor(a) and a.is_floating_point())))
             for i, a in enumerate(args):
                 if torch.is_tensor(a) and a.is_floating_point() and a.requires_grad:
                     v = a.view_as(a)
@@ -116,6 +117,8 @@ class Diagnostics:
             if not self.active:
                 return
             x = _first_tensor(output)
+            if self.sample is None and self._calls:
+                self._place(name, x)
             if x is None:
                 return
             key = (x.data_ptr(), x.shape, x.stride(), x.dtype)
@@ -123,6 +126,18 @@ class Diagnostics:
                 self._seen[key] = x
                 self.records.append((name, "forward", tensor_stats(x, self.sample)))
         return forward_hook
+
+    def _place(self, name: str, x) -> None:
+        """Exact mode, end of a module call: on the first non-finite output, find the innermost module
+        under way (this one or an enclosing one) whose inputs were finite: the value was made there."""
+        calls = self._calls
+        while calls and calls[-1][0] != name:  # a call whose forward raised; drop it
+            calls.pop()
+        if self._origin is None and x is not None and not bool(torch.isfinite(x).all()):
+            origin = next((n for n, ok in reversed(calls) if ok), "model")
+            self._origin = (origin, name)
+        if calls:
+            calls.pop()
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -175,15 +190,8 @@ class Diagnostics:
             for r in rows:
                 if r["direction"] == direction and not math.isfinite(r["max_abs"]):
                     r = dict(r, first_seen=r["module"])
-                    if direction == "forward":
-                        parts = r["module"].split(".")
-                        for i in range(len(parts), 0, -1):
-                            name = ".".join(parts[:i])
-                            if self._input_ok.get(name, True):
-                                r["module"] = name
-                                break
-                        else:  # no enclosing module had finite inputs: the model's input did not
-                            r["module"] = "model"
+                    if direction == "forward" and self._origin is not None:
+                        r["module"], r["first_seen"] = self._origin
                     return r
         return None
 
@@ -281,7 +289,7 @@ def locate(model: nn.Module, step_fn, diag: Diagnostics | None = None) -> tuple[
     diag = diag or Diagnostics(model)
     sample, diag.sample = diag.sample, None  # exact counts
     try:
-        diag._input_ok = {}
+        diag._calls, diag._origin = [], None
         with diag.recording():
             step_fn()
         return diag.first_nonfinite(), diag.summary()

@@ -1,71 +1,84 @@
-"""What the numerics diagnostics cost: trainer steps/s with them off, idle, and recording.
+"""What the numerics diagnostics cost: training with them at their default sampling against without.
 
 Same model, initial weights and in-memory batches as ``trainer_overhead.py`` (tiny config,
-2,500-frame batches, fp32 on CPU). Three variants, alternating within each round:
+2,500-frame batches, fp32 on CPU). Each run is a fresh process (a long-lived process slows down
+run after run on this machine, which hid the effect in earlier versions of this script), and the
+two settings alternate: ``off`` (``train.diagnostics_every=0``) and ``every=N`` (the default,
+50). Reported: the median over rounds of the per-round ratio of mean step time, and, within the
+``every=N`` runs, what one recorded step costs over the median of the others, which gives the
+same number without the between-process noise: ``excess / (N * median step)``.
 
-* ``off``: ``train.diagnostics_every=0``,
-* ``idle``: diagnostics on but never due (between two samples there are no hooks: this should
-  measure the same as ``off``),
-* ``every step``: statistics recorded on every step (what one sampled step costs),
-
-and, separately, end to end at the default sampling (``--every``, 50) against ``off`` over
-``2 * every`` steps (which one runs first alternates between rounds). The time per step at sampling N is ``idle + (every step - idle) / N``.
-
-    .venv/bin/python benchmarks/diagnostics_overhead.py data/corpus/train/data.list [--steps 20] [--rounds 5]
+    .venv/bin/python benchmarks/diagnostics_overhead.py data/corpus/train/data.list [--steps 100] [--rounds 3]
 """
 
 import argparse
-import itertools
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 
-import torch
 
-from asrlab.config import load_config, replace_section
-from asrlab.train.dist import DistInfo
-from asrlab.train.trainer import Trainer
-from trainer_overhead import trainer_loop
+def one_run(data: str, every: int, steps: int) -> list[float]:
+    """Train ``steps`` in-memory batches (after one untimed step); the step times (s) from the metrics."""
+    import itertools
+    import time
+
+    import torch
+
+    from asrlab.config import load_config
+    from asrlab.train.dist import DistInfo
+    from asrlab.train.metrics import read_metrics
+    from asrlab.train.trainer import Trainer
+
+    cfg = load_config("tiny", ["train.progress=false", "data.num_workers=0", f"train.diagnostics_every={every}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        tr = Trainer(cfg, data, None, tmp, DistInfo(0, 1, 0, torch.device("cpu"), None))
+        batches = list(itertools.islice(iter(tr.loader), steps + 1))
+        tr.train_epoch(iter(batches), time.perf_counter())
+        tr.close()
+        return [r["step_s"] for r in read_metrics(tmp)][1:]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("data")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--every", type=int, default=50, help="the default sampling, measured end to end")
-    p.add_argument("--end-to-end-rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--every", type=int, default=50)
+    p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # internal: one run, JSON out
     a = p.parse_args()
-    cfg = load_config("tiny", ["train.progress=false", "data.num_workers=0"])
-    variants = {"off": 0, "idle": 10 ** 9, "every step": 1}
-    with tempfile.TemporaryDirectory() as tmp:
-        probe = Trainer(cfg, a.data, None, f"{tmp}/probe", DistInfo(0, 1, 0, torch.device("cpu"), None))
-        batches = list(itertools.islice(iter(probe.loader), max(a.steps, 2 * a.every) + 1))
-        state = {k: v.clone() for k, v in probe.model.state_dict().items()}
-        probe.close()
-        rates = {v: [] for v in variants}
-        for r in range(a.rounds):
-            for name, every in variants.items():
-                c = replace_section(cfg, "train", diagnostics_every=every)
-                rates[name].append(trainer_loop(c, a.data, batches[:a.steps + 1], state, f"{tmp}/{name}{r}"))
-            print(f"round {r + 1}: " + ", ".join(f"{n} {rates[n][-1]:.3f}" for n in variants) + " steps/s", flush=True)
-        med = {n: statistics.median(v) for n, v in rates.items()}
-        print("median steps/s: " + ", ".join(f"{n} {v:.3f}" for n, v in med.items()))
-        t = {n: 1 / v for n, v in med.items()}  # s per step
-        at_n = (t["idle"] + (t["every step"] - t["idle"]) / a.every) / t["off"] - 1
-        print(f"idle hooks: {100 * (t['idle'] / t['off'] - 1):+.2f}% time per step; a recorded step: "
-              f"+{t['every step'] - t['off']:.3f} s ({100 * (t['every step'] / t['off'] - 1):+.0f}%); "
-              f"so at every={a.every}: {100 * at_n:+.2f}% time per step")
-        e2e = {"off": [], f"every={a.every}": []}
-        for r in range(a.end_to_end_rounds):
-            pair = [("off", 0), (f"every={a.every}", a.every)]
-            for name, every in pair if r % 2 == 0 else pair[::-1]:  # alternate which runs first
-                c = replace_section(cfg, "train", diagnostics_every=every)
-                e2e[name].append(trainer_loop(c, a.data, batches[:2 * a.every + 1], state, f"{tmp}/e2e{name}{r}"))
-            print(f"end to end, round {r + 1} ({2 * a.every} steps): " +
-                  ", ".join(f"{n} {v[-1]:.3f}" for n, v in e2e.items()) + " steps/s", flush=True)
-        slower = statistics.median(o / d - 1 for o, d in zip(*e2e.values()))
-        print(f"end to end over {a.end_to_end_rounds} rounds: median per-round cost at every={a.every}: "
-              f"{100 * slower:+.2f}% time per step")
+    if a.one is not None:
+        print(json.dumps(one_run(a.data, a.one, a.steps)))
+        return
+
+    def run(every):
+        out = subprocess.run([sys.executable, __file__, a.data, "--steps", str(a.steps), "--one", str(every)],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    means = {"off": [], "on": []}
+    excess, typical = [], []
+    for r in range(a.rounds):
+        order = [("off", 0), ("on", a.every)] if r % 2 == 0 else [("on", a.every), ("off", 0)]
+        for name, every in order:
+            s = run(every)  # s[i] is step i + 2 (step 1 untimed)
+            means[name].append(statistics.mean(s))
+            if every:
+                sampled = [x for i, x in enumerate(s) if (i + 2) % every == 0]
+                rest = statistics.median(x for i, x in enumerate(s) if (i + 2) % every)
+                excess += [x - rest for x in sampled]
+                typical.append(rest)
+        print(f"round {r + 1}: mean step off {means['off'][-1]:.4f} s, every={a.every} {means['on'][-1]:.4f} s",
+              flush=True)
+    ratio = statistics.median(on / off - 1 for on, off in zip(means["on"], means["off"]))
+    cost = statistics.median(excess)
+    step = statistics.median(typical)
+    print(f"between runs ({a.rounds} rounds of {a.steps} steps, alternating): median cost at every={a.every}: "
+          f"{100 * ratio:+.2f}% time per step")
+    print(f"within the every={a.every} runs: a recorded step costs {cost:.3f} s more than the median step "
+          f"({step:.3f} s), i.e. {100 * cost / step:.0f}% once; at every={a.every}: "
+          f"{100 * cost / (a.every * step):+.2f}% time per step")
 
 
 if __name__ == "__main__":
