@@ -158,7 +158,8 @@ def cmd_train(a: argparse.Namespace) -> int:
     flags = [f"train.{k}={v}" for k, v in (("max_steps", a.max_steps), ("save_every_steps", a.save_every_steps),
                                            ("precision", a.precision), ("max_minutes", a.max_minutes),
                                            ("uneven", a.uneven), ("stall_timeout_s", a.stall_timeout),
-                                           ("backend", a.backend), ("nonfinite", a.nonfinite)) if v is not None]
+                                           ("backend", a.backend), ("nonfinite", a.nonfinite),
+                                           ("ledger", a.ledger or None)) if v is not None]
     cfg = load_config(a.config, flags + a.overrides)  # a bad key fails here, before any rank starts
     if a.nproc > 1 and not launch.under_torchrun():
         argv = sys.argv[1:]
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every-steps", type=int)
     t.add_argument("--uneven", choices=["stop", "join", "none"],
                    help="ranks with unequal data: stop together (default), DDP Join, or unprotected")
+    t.add_argument("--ledger", action="store_true",
+                   help="write the utterance keys of every step to EXP/ledger/rank{R}.jsonl (to check coverage)")
     t.add_argument("--nonfinite", choices=["skip", "rollback", "halt"],
                    help="a step whose loss or gradients are not finite: skip and count it (default), roll back "
                         "to the last checkpoint with a lower LR, or halt (exit 4) with a report")

@@ -52,6 +52,7 @@ class TrainConfig:
     preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
     trace_steps: int = 0             # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
     trace_from: int = 10             # ... starting at this step of the run (1-based)
+    ledger: bool = False             # write the utterance keys of every step to EXP/ledger/rank{R}.jsonl
     loss_scaling: bool = True        # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
     diagnostics_every: int = 50      # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)
     nonfinite: str = "skip"          # a step whose loss or gradients are not finite: skip | rollback | halt

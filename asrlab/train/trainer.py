@@ -45,6 +45,7 @@ from ..profiling import PARTS, StepTimer, trace
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
+from .ledger import LedgerWriter
 from .stall import Watchdog
 from .metrics import MetricsWriter
 from .precision import choose_precision
@@ -154,6 +155,7 @@ class Trainer:
             self.ddp.register_comm_hook(None, _allreduce_hook(self.hb, self._last_bucket_t))
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
+        self.ledger = LedgerWriter(self.exp, self.info.rank) if cfg.train.ledger else None
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
                  self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
                  count_parameters(self.model) / 1e6, len(train_sources))
@@ -182,6 +184,8 @@ class Trainer:
                              f"{self.info.world_size} (elastic resume is not supported yet)")
         self._load(state)
         self.rollbacks = state.get("rollbacks", 0)
+        if self.ledger is not None:
+            self.ledger.resumed(self.step)
         log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
                  " (complete)" if self.epoch_done else "")
         return True
@@ -216,6 +220,8 @@ class Trainer:
         rollbacks, skipped, failed_at = self.rollbacks + 1, self.skipped, self.step
         self._load(state)
         self.rollbacks, self.skipped, self.located = rollbacks, skipped, None
+        if self.ledger is not None:
+            self.ledger.resumed(self.step)
         if self.epoch_done:  # the checkpoint closed an epoch: start the next one from its beginning
             self.epoch, self.epoch_done = self.epoch + 1, False
             self.loader.restart(self.epoch)
@@ -459,6 +465,8 @@ class Trainer:
         for group in self._groups(batches):
             r = self.train_step(group)
             parts = self.timer.stop()
+            if self.ledger is not None:
+                self.ledger.step(self.step, self.epoch, [k for b in group for k in b["keys"]])
             self.metrics.write({
                 "step": self.step, "epoch": self.epoch, "loss": r.loss, "grad_norm": r.grad_norm,
                 "loss_scale": float(self.scaler.get_scale()) if self.precision.scaler else 1.0,
@@ -528,7 +536,7 @@ class Trainer:
         last_eval: dict = {}
         if self.epoch_done:
             self.epoch += 1
-        stop = False
+        stop = bool(t.max_steps) and self.step >= t.max_steps  # resumed from the final checkpoint: nothing to do
         while self.epoch < t.max_epochs and not stop:
             self.epoch_done = False
             self.model.train()
@@ -573,8 +581,9 @@ class Trainer:
 
     def close(self) -> None:
         self.metrics.close()
-        if self.trace_writer is not None:
-            self.trace_writer.close()
+        for f in (self.trace_writer, self.ledger):
+            if f is not None:
+                f.close()
         if self.eval_metrics is not None:
             self.eval_metrics.close()
 
