@@ -27,7 +27,7 @@ PHASES = {
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",
     "optimizer": "in the optimizer step",
-    "checkpoint": "writing a checkpoint",
+    "checkpoint": "in a checkpoint (gathering every rank's state, then writing)",
     "eval": "evaluating",
     "epoch_end": "waiting at epoch end",
     "done": "finished",
