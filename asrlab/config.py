@@ -52,6 +52,9 @@ class TrainConfig:
     preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
     trace_steps: int = 0             # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
     trace_from: int = 10             # ... starting at this step of the run (1-based)
+    resume_mode: str = "exact"       # exact | epoch_start (WeNet: the epoch starts over at batch 0) |
+    #                                  reshuffle (a new shuffle seed, then skip the batches already trained)
+    inject_kill_at_save: int = 0     # fault injection: SIGKILL rank 0 halfway through writing this step's checkpoint
     ledger: bool = False             # write the utterance keys of every step to EXP/ledger/rank{R}.jsonl
     loss_scaling: bool = True        # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
     diagnostics_every: int = 50      # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)
@@ -64,6 +67,8 @@ class TrainConfig:
             raise ValueError(f"train.uneven must be stop, join or none, not {self.uneven!r}")
         if self.nonfinite not in ("skip", "rollback", "halt"):
             raise ValueError(f"train.nonfinite must be skip, rollback or halt, not {self.nonfinite!r}")
+        if self.resume_mode not in ("exact", "epoch_start", "reshuffle"):
+            raise ValueError(f"train.resume_mode must be exact, epoch_start or reshuffle, not {self.resume_mode!r}")
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
 

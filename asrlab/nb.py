@@ -89,6 +89,49 @@ def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5
     return proc.returncode
 
 
+def last_step(exp: str | Path) -> int:
+    """The last step rank 0 logged to its metrics (a line being written is not read); 0 before any."""
+    try:
+        lines = (Path(exp) / "metrics" / "rank0.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return json.loads(line)["step"]
+        except json.JSONDecodeError:
+            continue
+    return 0
+
+
+def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: float = 600) -> int:
+    """Run ``asrlab train ARGS --exp EXP`` and SIGKILL it, and every process under it (torchrun, ranks,
+    loader workers), as soon as rank 0 has logged ``step``: a crash at a step. Returns the last step logged."""
+    import psutil
+
+    exp = Path(exp)
+    exp.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)]
+    with open(exp.parent / f"{exp.name}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        try:
+            while last_step(exp) < step:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the run ended (exit {proc.returncode}) before step {step}")
+                if time.time() - t0 > timeout_s:
+                    raise TimeoutError(f"step {step} not reached in {timeout_s} s")
+                time.sleep(0.005)
+        finally:
+            tree = psutil.Process(proc.pid)
+            for p in [tree, *tree.children(recursive=True)]:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            proc.wait()
+    return last_step(exp)
+
+
 def _redraw(exp: Path, handle, elapsed_s: float):
     if not (exp / "metrics" / "rank0.jsonl").exists():
         return handle

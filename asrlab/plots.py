@@ -225,3 +225,36 @@ def fix_comparison(rows: list[dict], title: str = "") -> plt.Figure:
     fig.suptitle(title or "each fix against the failing run (green: finite to the end)")
     fig.tight_layout()
     return fig
+
+
+def resume_curves(runs: dict[str, str | Path], reference: str, title: str = "") -> plt.Figure:
+    """Training loss per step of each resumed run (from its resume on) over the ``reference`` run's.
+
+    ``runs``: label -> experiment; the reference is drawn whole, the others from the step they
+    resumed at (where their metrics' step goes back), dashed where it matters to see through."""
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    styles = iter([dict(ls="--", lw=1.6), dict(ls="-", lw=1.0), dict(ls=":", lw=1.8), dict(ls="-.", lw=1.2)])
+    for label, exp in runs.items():
+        m = read_metrics(exp)
+        start = max((i for i in range(1, len(m)) if m[i]["step"] <= m[i - 1]["step"]), default=0)
+        m = m if label == reference else m[start:]
+        kw = dict(color="black", lw=2.5, alpha=0.35) if label == reference else next(styles)
+        ax.plot([r["step"] for r in m], [r["loss"] for r in m], label=label, **kw)
+    ax.set(xlabel="step", ylabel="training loss per utterance", yscale="log",
+           title=title or "after the crash: each way of resuming against the run never interrupted")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def resume_times(rows: list[dict], title: str = "") -> plt.Figure:
+    """Seconds to the first batch after resuming, against the position in the epoch (``resume_time`` rows)."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    x = [100 * r["fraction"] for r in rows]
+    ax.plot(x, [r["resume_s"] for r in rows], marker="o", label="resume (seek to the saved position)")
+    ax.plot(x, [r["replay_s"] for r in rows], marker="s", label="replay (read and discard up to it)")
+    ax.set(xlabel="position in the epoch (%)", ylabel="seconds to the first batch", ylim=(0, None),
+           title=title or "resume time against position")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

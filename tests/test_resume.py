@@ -2,14 +2,12 @@
 the ledger shows every utterance trained on exactly once per epoch across the interruption."""
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
-import psutil
 import pytest
 
+from asrlab.nb import train_until_killed
 from asrlab.train.ledger import coverage, read_ledger
 
 from test_train import SMALL
@@ -36,39 +34,8 @@ def digest(exp) -> str:
     return p.stdout.strip().splitlines()[-1]
 
 
-def steps_done(exp) -> int:
-    """The last step rank 0 logged (a line being written is not read)."""
-    try:
-        lines = (exp / "metrics" / "rank0.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return 0
-    for line in reversed(lines):
-        try:
-            return json.loads(line)["step"]
-        except json.JSONDecodeError:
-            continue
-    return 0
-
-
-def kill_at(cmd, exp, step: int, timeout=240) -> int:
-    """Start ``cmd`` and SIGKILL it and every process under it (torchrun, ranks, loader workers) once
-    rank 0 logged ``step``."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    t0 = time.time()
-    try:
-        while steps_done(exp) < step:
-            assert p.poll() is None, "the run ended before it could be killed"
-            assert time.time() - t0 < timeout, "the run did not reach the step"
-            time.sleep(0.005)
-    finally:
-        tree = psutil.Process(p.pid)
-        for proc in [tree, *tree.children(recursive=True)]:
-            try:
-                proc.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        p.wait()
-    return steps_done(exp)
+def kill_at(cmd, exp, step: int) -> int:
+    return train_until_killed(cmd[cmd.index("train") + 1:], exp, step, timeout_s=240)
 
 
 @pytest.mark.parametrize("nproc,workers,kill_step", [(1, 0, 7), (1, 2, 11), (2, 0, 8)])
@@ -87,3 +54,15 @@ def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, worke
         assert [r["keys"] for r in read_ledger(exp, rank)] == [r["keys"] for r in read_ledger(ref, rank)]
     cov = coverage(exp)
     assert set(cov[0].values()) == {1} and len(cov[0]) == 120
+
+
+def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corpus, tmp_path):
+    ref, exp = tmp_path / "ref", tmp_path / "exp"
+    run(train_cmd(corpus, ref, 1, 0))
+    died = subprocess.run(train_cmd(corpus, exp, 1, 0, "train.inject_kill_at_save=9"), capture_output=True, timeout=240)
+    assert died.returncode == -9
+    names = sorted(p.name for p in (exp / "checkpoints").iterdir())
+    assert "step_00000009.pt.tmp" in names and "step_00000009.pt" not in names   # it died mid-write
+    run(train_cmd(corpus, exp, 1, 0))
+    assert digest(exp) == digest(ref)
+    assert [r["keys"] for r in read_ledger(exp)] == [r["keys"] for r in read_ledger(ref)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -313,6 +313,10 @@ class AsrLoader:
         """Start ``epoch``; keeps the saved position when it is the epoch already under way."""
         if epoch != self.epoch:
             self.restart(epoch)
+
+    def reseed(self, seed: int) -> None:
+        """Shuffle with another seed from now on (for demonstrating what a reshuffled resume loses)."""
+        self.cfg = self.dataset.cfg = replace(self.cfg, seed=seed)
 
     def restart(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning, forgetting any position."""

@@ -57,3 +57,10 @@ def coverage(exp: str | Path) -> dict[int, Counter]:
         for rec in read_ledger(exp, rank):
             out.setdefault(rec["epoch"], Counter()).update(rec["keys"])
     return out
+
+
+def epoch_coverage(exp: str | Path, epoch: int, keys: set[str]) -> dict:
+    """How the utterances ``keys`` were used in ``epoch``: exactly once, more than once, never."""
+    c = coverage(exp).get(epoch, Counter())
+    return {"once": sum(1 for k in keys if c[k] == 1), "more_than_once": sum(1 for k in keys if c[k] > 1),
+            "never": sum(1 for k in keys if c[k] == 0)}

@@ -24,6 +24,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -143,6 +145,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
         self.evals, self.rollbacks = 0, 0
+        self.epoch_step0 = 0                 # the step the current epoch started after
+        self._discard = 0                    # batches to skip at the start of the next epoch pass (resume_mode=reshuffle)
         self.located: dict | None = None     # where the first non-finite value was (since the last rollback)
         self.diag = self.trace_writer = None
         if cfg.train.diagnostics_every > 0:
@@ -188,6 +192,16 @@ class Trainer:
             self.ledger.resumed(self.step)
         log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
                  " (complete)" if self.epoch_done else "")
+        mode = self.cfg.train.resume_mode
+        if mode != "exact" and not self.epoch_done:  # the ways resumes go wrong elsewhere, for comparison
+            trained = self.step - self.epoch_step0
+            self.loader.restart(self.epoch)
+            if mode == "reshuffle":
+                self.loader.reseed(self.cfg.data.seed + 1)
+                self._discard = trained
+            log.warning("resume_mode=%s: epoch %d starts over%s", mode, self.epoch,
+                        f" with another shuffle seed, skipping {trained} batches" if mode == "reshuffle" else
+                        f" at batch 0 ({trained} batches of it are trained on again)")
         return True
 
     def _load(self, state: dict) -> None:
@@ -196,6 +210,7 @@ class Trainer:
         self.sched.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.skipped = state["step"], state["epoch"], state["skipped"]
+        self.epoch_step0 = state.get("epoch_step0", 0)
         self.epoch_done = state["epoch_done"]
         if not self.epoch_done:
             self.loader.load_state_dict(state["loader"][self.info.rank])
@@ -242,12 +257,28 @@ class Trainer:
             state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                      "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
                      "step": self.step, "epoch": self.epoch, "epoch_done": self.epoch_done,
-                     "skipped": self.skipped, "rollbacks": self.rollbacks, "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
+                     "skipped": self.skipped, "rollbacks": self.rollbacks, "epoch_step0": self.epoch_step0,
+                     "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
             checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
                                        {"epoch": self.epoch, "epoch_done": self.epoch_done,
                                         "rank0_position": loaders[0]["positions"]},
-                                       self.cfg.train.keep_last, on_write=self.hb.tick)
+                                       self.cfg.train.keep_last, on_write=self._on_checkpoint_write())
         dist.barrier(self.info)
+
+    def _on_checkpoint_write(self):
+        """Called per chunk written: progress for the watchdog; with ``train.inject_kill_at_save`` at this
+        step, a SIGKILL after the first chunk (a crash in the middle of a checkpoint write, for tests)."""
+        if not self.cfg.train.inject_kill_at_save or self.step != self.cfg.train.inject_kill_at_save:
+            return self.hb.tick
+        chunks = [0]
+
+        def tick():
+            chunks[0] += 1
+            if chunks[0] == 2:
+                log.warning("inject_kill_at_save: killing this process in the middle of checkpoint %d", self.step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.hb.tick()
+        return tick
 
     # -- one optimizer step ------------------------------------------------------------------
     def _autocast(self):
@@ -541,7 +572,10 @@ class Trainer:
             self.epoch_done = False
             self.model.train()
             self.loader.set_epoch(self.epoch)
-            batches = iter(self.loader)
+            if not self.loader.positions:  # a fresh pass over the epoch
+                self.epoch_step0 = self.step
+            batches = _skip(iter(self.loader), self._discard)
+            self._discard = 0
             try:
                 stop = self.train_epoch(batches, t_start, bar)
             except _Rollback:
@@ -626,6 +660,13 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     if keep_hyps:
         out["hyps"] = hyps
     return out
+
+
+def _skip(it: Iterator[dict], n: int) -> Iterator[dict]:
+    """``it`` without its first ``n`` items (a generator, so ``close()`` stops the loader under it)."""
+    for i, x in enumerate(it):
+        if i >= n:
+            yield x
 
 
 PART_OF_PHASE = {"sync": "comm", "allreduce": "comm"}  # heartbeat phase -> step-timer part
