@@ -141,6 +141,7 @@ class AsrDataset(IterableDataset):
         if not sources:
             raise DataError("no data: the data list has no sources")
         self.sources, self.tokenizer, self.cfg = sources, tokenizer, cfg
+        self.exclude: frozenset = frozenset()  # keys consumed this epoch under another layout (elastic resume)
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self.positions: dict[int, Position] = {}  # logical worker -> where to start
@@ -162,19 +163,13 @@ class AsrDataset(IterableDataset):
         yield from self._batches(mine, worker, pos)
 
     # -- one worker's stream -------------------------------------------------------------
-    def _batches(self, sources: list[Source], worker: int, pos: Position) -> Iterator[dict]:
-        cfg = self.cfg
-        g = self.rank * self.num_workers + worker  # global worker id, seeds this worker's RNGs
-        src_i, offset, block = pos.source, pos.offset, pos.block
-        resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
-        skipped = Counter(resume_skipped)
+    def _blocks(self, sources: list[Source], src_i: int = 0, offset: int = 0):
+        """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset)."""
         it = None
-        delay = cfg.inject_delay_s if (not cfg.inject_delay_ranks or self.rank in cfg.inject_delay_ranks) else 0.0
-        served = 0
-        while not pos.done:
+        while True:
             start = (src_i, offset)
             items: list[Item] = []
-            while len(items) < cfg.shuffle_size and src_i < len(sources):
+            while len(items) < self.cfg.shuffle_size and src_i < len(sources):
                 if it is None:
                     it = read_source(sources[src_i], offset)
                 item = next(it, None)
@@ -182,9 +177,34 @@ class AsrDataset(IterableDataset):
                     src_i, offset, it = src_i + 1, 0, None
                     continue
                 offset += 1
-                items.append(item)
+                if item.key not in self.exclude:
+                    items.append(item)
             if not items:
+                return
+            yield start, (src_i, offset), items
+
+    def consumed(self, sources: list[Source], worker: int, pos: Position) -> set[str]:
+        """The keys of the batches a worker served before ``pos``, planned again from the item headers
+        (no decoding): what an elastic resume must leave out of the rest of the epoch."""
+        g = self.rank * self.num_workers + worker
+        keys: set[str] = set()
+        for block, (_, _, items) in enumerate(self._blocks(sources)):
+            if not pos.done and block > pos.block:
                 break
+            plan = self._plan_block(items, np.random.default_rng([self.cfg.seed, self.epoch, g, block]), Counter())
+            for batch_items in plan if pos.done or block < pos.block else plan[:pos.batch]:
+                keys.update(item.key for item in batch_items)
+        return keys
+
+    def _batches(self, sources: list[Source], worker: int, pos: Position) -> Iterator[dict]:
+        cfg = self.cfg
+        g = self.rank * self.num_workers + worker  # global worker id, seeds this worker's RNGs
+        block = pos.block
+        resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
+        skipped = Counter(resume_skipped)
+        delay = cfg.inject_delay_s if (not cfg.inject_delay_ranks or self.rank in cfg.inject_delay_ranks) else 0.0
+        served = 0
+        for start, (src_i, offset), items in ([] if pos.done else self._blocks(sources, pos.source, pos.offset)):
             rng = np.random.default_rng([cfg.seed, self.epoch, g, block])
             plan = self._plan_block(items, rng, skipped)
             if resume_batch:  # resuming inside this block: its first batches were consumed
@@ -321,6 +341,7 @@ class AsrLoader:
     def restart(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning, forgetting any position."""
         self.epoch, self.positions, self.next_worker = epoch, {}, 0
+        self.dataset.exclude = frozenset()
 
     def __iter__(self) -> Iterator[dict]:
         ds, W = self.dataset, self.dataset.num_workers
@@ -361,7 +382,29 @@ class AsrLoader:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "positions": {str(w): p for w, p in self.positions.items()},
                 "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
-                "world_size": self.dataset.world_size}
+                "world_size": self.dataset.world_size, "exclude": sorted(self.dataset.exclude)}
+
+    def load_elastic(self, states: list[dict]) -> int:
+        """Continue the epoch of ``states`` (every rank's loader state, from another ranks x workers
+        layout): the utterances they had consumed are left out, the rest is dealt to this layout.
+        Returns how many were left out."""
+        ds, epoch = self.dataset, states[0]["epoch"]
+        consumed: set[str] = set()
+        order = epoch_sources(ds.sources, epoch, self.cfg)
+        for rank, st in enumerate(states):
+            old = AsrDataset(ds.sources, ds.tokenizer, replace(self.cfg, num_workers=st["num_workers"]), rank,
+                             st["world_size"])
+            old.epoch, old.exclude = epoch, frozenset(st.get("exclude", ()))
+            consumed |= old.exclude
+            for w, p in st["positions"].items():
+                mine = deal(order, rank, st["world_size"], int(w), old.num_workers)
+                consumed |= old.consumed(mine, int(w), Position(**p))
+        self.restart(epoch)
+        ds.exclude = frozenset(consumed)
+        log.info("elastic resume: epoch %d continues on %d ranks x %d workers without the %d utterances "
+                 "%d ranks x %d workers had consumed", epoch, ds.world_size, ds.num_workers, len(consumed),
+                 states[0]["world_size"], states[0]["num_workers"])
+        return len(consumed)
 
     def load_state_dict(self, state: dict) -> None:
         if (state["num_workers"], state["world_size"]) != (self.dataset.num_workers, self.dataset.world_size):
@@ -370,3 +413,4 @@ class AsrLoader:
                 f"this run has {self.dataset.world_size} x {self.dataset.num_workers}")
         self.epoch, self.next_worker = state["epoch"], state["next_worker"]
         self.positions = {int(w): dict(p) for w, p in state["positions"].items()}
+        self.dataset.exclude = frozenset(state.get("exclude", ()))

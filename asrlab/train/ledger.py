@@ -30,6 +30,14 @@ class LedgerWriter:
         self.f.close()
 
 
+def mark_resumed(exp: str | Path, rank: int, step: int) -> None:
+    """Add a ``resumed_from`` line to rank ``rank``'s ledger (a rank the resumed run no longer has)."""
+    path = Path(exp) / "ledger" / f"rank{rank}.jsonl"
+    if path.exists():
+        with open(path, "a") as f:
+            f.write(json.dumps({"resumed_from": step}) + "\n")
+
+
 def read_ledger(exp: str | Path, rank: int = 0) -> list[dict]:
     """The steps of rank ``rank`` that count: lines undone by a later ``resumed_from`` are dropped
     (a torn last line, from a process killed mid-write, is ignored)."""

@@ -47,7 +47,7 @@ from ..profiling import PARTS, StepTimer, trace
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
-from .ledger import LedgerWriter
+from .ledger import LedgerWriter, mark_resumed
 from .stall import Watchdog
 from .metrics import MetricsWriter
 from .precision import choose_precision
@@ -183,13 +183,13 @@ class Trainer:
         if found is None:
             return False
         state, marker = found
-        if state["world_size"] != self.info.world_size:
-            raise ValueError(f"{marker['file']} was written by {state['world_size']} ranks; this run has "
-                             f"{self.info.world_size} (elastic resume is not supported yet)")
         self._load(state)
         self.rollbacks = state.get("rollbacks", 0)
         if self.ledger is not None:
             self.ledger.resumed(self.step)
+            if self.info.is_main:  # ranks of the old layout that this one does not have
+                for r in range(self.info.world_size, state["world_size"]):
+                    mark_resumed(self.exp, r, self.step)
         log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
                  " (complete)" if self.epoch_done else "")
         mode = self.cfg.train.resume_mode
@@ -212,9 +212,13 @@ class Trainer:
         self.step, self.epoch, self.skipped = state["step"], state["epoch"], state["skipped"]
         self.epoch_step0 = state.get("epoch_step0", 0)
         self.epoch_done = state["epoch_done"]
-        if not self.epoch_done:
-            self.loader.load_state_dict(state["loader"][self.info.rank])
-        rng = state["rng"][self.info.rank]
+        loaders = state["loader"]
+        same = (len(loaders), loaders[0]["num_workers"]) == (self.info.world_size, self.loader.dataset.num_workers)
+        if not self.epoch_done and same:
+            self.loader.load_state_dict(loaders[self.info.rank])
+        elif not self.epoch_done:  # elastic: another ranks x workers layout; the rest of the epoch exactly once
+            self.loader.load_elastic(loaders)
+        rng = state["rng"][self.info.rank % len(state["rng"])]
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
