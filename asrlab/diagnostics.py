@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .jsonl import JsonLines, read_jsonl
+
 FP16_MAX = 65504.0
 FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
 STATS = ("max_abs", "rms", "nonfinite", "tiny")
@@ -217,14 +219,12 @@ class TraceWriter:
     """Sampled summaries to ``EXP/diagnostics/rank{R}.jsonl``, one line per sampled step."""
 
     def __init__(self, exp: Path, rank: int):
-        d = Path(exp) / "diagnostics"
-        d.mkdir(parents=True, exist_ok=True)
-        self.f = open(d / f"rank{rank}.jsonl", "a", buffering=1)
+        self.f = JsonLines(Path(exp) / "diagnostics" / f"rank{rank}.jsonl")
 
     def write(self, step: int, loss_scale: float, summary: dict) -> None:
         clean = {d: {m: [v if math.isfinite(v) else str(v) for v in vals] for m, vals in mods.items()}
                  for d, mods in summary.items()}
-        self.f.write(json.dumps({"step": step, "loss_scale": loss_scale, **clean}) + "\n")
+        self.f.write({"step": step, "loss_scale": loss_scale, **clean})
 
     def close(self) -> None:
         self.f.close()
@@ -236,8 +236,7 @@ def read_traces(exp: str | Path, rank: int = 0) -> list[dict]:
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
+    for rec in read_jsonl(path):
         for d in ("forward", "backward"):
             rec[d] = {m: [float(v) for v in vals] for m, vals in rec.get(d, {}).items()}
         out.append(rec)

@@ -91,16 +91,13 @@ def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5
 
 def last_step(exp: str | Path) -> int:
     """The last step rank 0 logged to its metrics (a line being written is not read); 0 before any."""
+    from .train.metrics import read_metrics
+
     try:
-        lines = (Path(exp) / "metrics" / "rank0.jsonl").read_text().splitlines()
+        m = read_metrics(exp)
     except FileNotFoundError:
         return 0
-    for line in reversed(lines):
-        try:
-            return json.loads(line)["step"]
-        except json.JSONDecodeError:
-            continue
-    return 0
+    return m[-1]["step"] if m else 0
 
 
 def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: float = 600) -> int:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from asrlab.nb import train_until_killed
-from asrlab.train.ledger import coverage, read_ledger
+from asrlab.train.ledger import LedgerWriter, coverage, read_ledger
 
 from test_train import SMALL
 
@@ -84,3 +84,17 @@ def test_elastic_resume_covers_the_rest_of_the_epoch_exactly_once(corpus, tmp_pa
     assert left_out and int(left_out.group(1)) > 0, log[-2000:]
     cov = coverage(exp)
     assert sorted(cov) == [0] and len(cov[0]) == 120 and set(cov[0].values()) == {1}
+
+
+def test_a_line_torn_by_a_kill_does_not_swallow_the_next_record(tmp_path):
+    w = LedgerWriter(tmp_path, 0)
+    w.step(1, 0, ["a"])
+    w.step(2, 0, ["b"])
+    w.close()
+    with open(tmp_path / "ledger" / "rank0.jsonl", "a") as f:
+        f.write('{"step": 3, "epoch": 0, "ke')   # SIGKILL in the middle of step 3's line
+    w = LedgerWriter(tmp_path, 0)                # the resumed run, from the checkpoint of step 1
+    w.resumed(1)
+    w.step(2, 0, ["c"])
+    w.close()
+    assert [r["keys"] for r in read_ledger(tmp_path)] == [["a"], ["c"]]

@@ -16,6 +16,8 @@ import socket
 import time
 from pathlib import Path
 
+from ..jsonl import append_jsonl, read_jsonl
+
 # phase -> how a verdict says it ("rank 1 {text} of step 17")
 PHASES = {
     "start": "starting up",
@@ -114,10 +116,8 @@ def read_heartbeats(exp: Path, rid: str | None = None) -> dict[int, dict]:
 def append_timeline(exp: Path, rank: int, events: list) -> None:
     if not events:
         return
-    d = heartbeat_dir(exp)
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / f"rank{rank}.timeline.jsonl", "a") as f:
-        f.writelines(json.dumps({"t": t, "phase": p, "step": s}) + "\n" for t, p, s in events)
+    append_jsonl(heartbeat_dir(exp) / f"rank{rank}.timeline.jsonl",
+                 [{"t": t, "phase": p, "step": s} for t, p, s in events])
 
 
 def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
@@ -125,7 +125,7 @@ def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
     out = {}
     for path in sorted(heartbeat_dir(exp).glob("rank*.timeline.jsonl")):
         rank = int(path.name[4:].split(".")[0])
-        out[rank] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[rank] = read_jsonl(path)
     return out
 
 

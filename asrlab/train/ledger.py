@@ -9,22 +9,25 @@ model was trained on. :func:`coverage` counts each utterance per epoch over all 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
+
+from ..jsonl import JsonLines, append_jsonl, read_jsonl
+
+
+def _path(exp: str | Path, rank: int) -> Path:
+    return Path(exp) / "ledger" / f"rank{rank}.jsonl"
 
 
 class LedgerWriter:
     def __init__(self, exp: Path, rank: int):
-        d = Path(exp) / "ledger"
-        d.mkdir(parents=True, exist_ok=True)
-        self.f = open(d / f"rank{rank}.jsonl", "a", buffering=1)
+        self.f = JsonLines(_path(exp, rank))
 
     def step(self, step: int, epoch: int, keys: list[str]) -> None:
-        self.f.write(json.dumps({"step": step, "epoch": epoch, "keys": keys}) + "\n")
+        self.f.write({"step": step, "epoch": epoch, "keys": keys})
 
     def resumed(self, step: int) -> None:
-        self.f.write(json.dumps({"resumed_from": step}) + "\n")
+        self.f.write({"resumed_from": step})
 
     def close(self) -> None:
         self.f.close()
@@ -32,21 +35,15 @@ class LedgerWriter:
 
 def mark_resumed(exp: str | Path, rank: int, step: int) -> None:
     """Add a ``resumed_from`` line to rank ``rank``'s ledger (a rank the resumed run no longer has)."""
-    path = Path(exp) / "ledger" / f"rank{rank}.jsonl"
-    if path.exists():
-        with open(path, "a") as f:
-            f.write(json.dumps({"resumed_from": step}) + "\n")
+    if _path(exp, rank).exists():
+        append_jsonl(_path(exp, rank), [{"resumed_from": step}])
 
 
 def read_ledger(exp: str | Path, rank: int = 0) -> list[dict]:
     """The steps of rank ``rank`` that count: lines undone by a later ``resumed_from`` are dropped
     (a torn last line, from a process killed mid-write, is ignored)."""
     steps: list[dict] = []
-    for line in (Path(exp) / "ledger" / f"rank{rank}.jsonl").read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for rec in read_jsonl(_path(exp, rank)):
         if "resumed_from" in rec:
             steps = [s for s in steps if s["step"] <= rec["resumed_from"]]
         else:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+
+from ..jsonl import JsonLines, read_jsonl
 
 FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
           "data_wait_s", "step_s", "copy_s", "features_s", "forward_s", "backward_s", "comm_s", "optimizer_s",
@@ -15,9 +16,8 @@ class MetricsWriter:
     """Appends records to ``EXP/metrics/{name}.jsonl`` (``rank0``, ``rank1``, ..., ``eval``)."""
 
     def __init__(self, exp: Path, name: str, tensorboard: bool = False):
-        (exp / "metrics").mkdir(parents=True, exist_ok=True)
         self.path = exp / "metrics" / f"{name}.jsonl"
-        self.f = open(self.path, "a", buffering=1)
+        self.f = JsonLines(self.path)
         self.tb = None
         if tensorboard:
             try:
@@ -31,7 +31,7 @@ class MetricsWriter:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         clean.update({f"{k}_nonfinite": str(v) for k, v in record.items()
                       if isinstance(v, float) and not math.isfinite(v)})
-        self.f.write(json.dumps(clean) + "\n")
+        self.f.write(clean)
         if self.tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k not in ("step", "epoch"):
@@ -44,9 +44,8 @@ class MetricsWriter:
 
 
 def read_metrics(exp: str | Path, name: str = "rank0") -> list[dict]:
-    """The records of ``EXP/metrics/{name}.jsonl``."""
-    path = Path(exp) / "metrics" / f"{name}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of ``EXP/metrics/{name}.jsonl`` (a line torn by a killed run is skipped)."""
+    return read_jsonl(Path(exp) / "metrics" / f"{name}.jsonl")
 
 
 def metric_files(exp: str | Path) -> list[str]:
