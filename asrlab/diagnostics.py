@@ -1,6 +1,7 @@
 """Numerics diagnostics: where values leave fp16's range, and the first value that is not finite.
 
-Hooks on every module's forward output and on the gradient it sends back to its input record, on sampled steps only, four numbers per module and direction:
+Hooks on every module's forward output and on the gradient it sends back to its input record,
+on sampled steps only, four numbers per module and direction:
 
 * ``max_abs``: the largest magnitude (inf or nan when one is there),
 * ``rms``: root mean square,
@@ -12,9 +13,9 @@ Hooks on every module's forward output and on the gradient it sends back to its 
 overflows (1 or less: they already do). The attention logits are a module of their own
 (``...attn.logits``), since that is where fp16 overflows first in transformers.
 
-Off sampled steps there are no hooks: the model runs untouched. When a step goes non-finite the trainer
-replays it with recording on (:func:`locate`), names the first module in execution order
-whose output (forward) or incoming gradient (backward) is not finite, and saves the model
+Off sampled steps there are no hooks: the model runs untouched. When a step goes non-finite
+the trainer replays it with recording on (:func:`locate`), names the first module in execution order
+whose output (forward) or gradient to its input (backward) is not finite, and saves the model
 state and the batch (:func:`save_bundle`); :func:`replay` runs that step again in another
 precision.
 """
@@ -198,7 +199,6 @@ class Diagnostics:
         return None
 
 
-
 def describe(first: dict | None) -> str:
     """``"blocks.3.attn (forward), first seen at blocks.3.attn.logits"`` for a :meth:`Diagnostics.first_nonfinite` row."""
     if first is None:
@@ -301,7 +301,7 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
 
     fp16 runs with the loss scale the failing step had (``meta["loss_scale"]``, 1 without scaling).
     """
-    from .model import ConformerCTC, ModelConfig, ctc_loss
+    from .model import ConformerCTC, ModelConfig, mean_ctc_loss
 
     device = torch.device(device)
     state, inputs, meta = load_bundle(path, device)
@@ -317,12 +317,10 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
         def step():
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 log_probs, out_lens = model(inputs["feats"], inputs["feat_lens"])
-            loss_sum, _, mask = ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])
-            loss = loss_sum / max(1, int(mask.sum()))
+            loss, _ = mean_ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])
             grads = torch.autograd.grad(loss * scale, [p for p in model.parameters() if p.requires_grad],
                                         allow_unused=True)
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads
-                                                         if g is not None])) / scale
+            norm = torch.nn.utils.get_total_norm([g for g in grads if g is not None]) / scale
             result.update(loss=float(loss.detach()), grad_norm=float(norm))
 
         torch.manual_seed(int(meta.get("step", 0)))  # dropout, if any, draws the same masks in every precision
@@ -334,8 +332,6 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
                      "tightest_module": tight[0][0] if tight else "", "max_abs": summary["forward"].get(
                          tight[0][0], [math.nan])[0] if tight else math.nan})
     return rows
-
-
 
 
 def outcome(exp: str | Path, last: int = 10) -> dict:

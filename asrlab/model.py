@@ -426,6 +426,12 @@ def ctc_loss(
     return losses.sum(), n_unalignable, mask
 
 
+def mean_ctc_loss(log_probs, out_lens, targets, target_lens) -> tuple[torch.Tensor, int]:
+    """The training objective: CTC loss per alignable utterance (nats), and how many were left out."""
+    loss_sum, n_unalignable, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
+    return loss_sum / max(1, int(mask.sum())), n_unalignable
+
+
 # ----------------------------------------------------------------------------- decoding, metrics
 
 

@@ -103,7 +103,7 @@ def last_step(exp: str | Path) -> int:
 def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: float = 600) -> int:
     """Run ``asrlab train ARGS --exp EXP`` and SIGKILL it, and every process under it (torchrun, ranks,
     loader workers), as soon as rank 0 has logged ``step``: a crash at a step. Returns the last step logged."""
-    import psutil
+    from .train.launch import kill_tree
 
     exp = Path(exp)
     exp.parent.mkdir(parents=True, exist_ok=True)
@@ -119,12 +119,7 @@ def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: f
                     raise TimeoutError(f"step {step} not reached in {timeout_s} s")
                 time.sleep(0.005)
         finally:
-            tree = psutil.Process(proc.pid)
-            for p in [tree, *tree.children(recursive=True)]:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
+            kill_tree(proc.pid)
             proc.wait()
     return last_step(exp)
 

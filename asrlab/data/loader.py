@@ -384,6 +384,15 @@ class AsrLoader:
                 "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
                 "world_size": self.dataset.world_size, "exclude": sorted(self.dataset.exclude)}
 
+    def load_states(self, states: list[dict]) -> None:
+        """Continue from a checkpoint's loader states (one per rank): this rank's own when the ranks x
+        workers layout is this one, else the elastic way (:meth:`load_elastic`)."""
+        ds = self.dataset
+        if (len(states), states[0]["num_workers"]) == (ds.world_size, ds.num_workers):
+            self.load_state_dict(states[ds.rank])
+        else:
+            self.load_elastic(states)
+
     def load_elastic(self, states: list[dict]) -> int:
         """Continue the epoch of ``states`` (every rank's loader state, from another ranks x workers
         layout): the utterances they had consumed are left out, the rest is dealt to this layout.

@@ -49,6 +49,15 @@ def _kill_all(procs: dict[int, psutil.Process]) -> None:
             pass
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL process ``pid`` and every process under it (torchrun, ranks, loader workers) at once."""
+    try:
+        root = {pid: psutil.Process(pid)}
+    except psutil.Error:
+        root = {}
+    _kill_all({**root, **{p.pid: p for p in _descendants(pid)}})
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """Stop torchrun and its process group (SIGTERM, then SIGKILL)."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):

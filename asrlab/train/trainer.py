@@ -44,7 +44,7 @@ from ..data.preflight import inspect_layout
 from ..data.sources import Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
 from ..profiling import PARTS, StepTimer, trace
-from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode
+from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode, mean_ctc_loss
 from . import checkpoint, dist
 from .heartbeat import Heartbeat
 from .ledger import LedgerWriter, mark_resumed
@@ -185,11 +185,6 @@ class Trainer:
         state, marker = found
         self._load(state)
         self.rollbacks = state.get("rollbacks", 0)
-        if self.ledger is not None:
-            self.ledger.resumed(self.step)
-            if self.info.is_main:  # ranks of the old layout that this one does not have
-                for r in range(self.info.world_size, state["world_size"]):
-                    mark_resumed(self.exp, r, self.step)
         log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
                  " (complete)" if self.epoch_done else "")
         mode = self.cfg.train.resume_mode
@@ -205,6 +200,7 @@ class Trainer:
         return True
 
     def _load(self, state: dict) -> None:
+        """Take a checkpoint's state (resume, rollback); the ledger notes that the steps after it are undone."""
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
@@ -212,13 +208,21 @@ class Trainer:
         self.step, self.epoch, self.skipped = state["step"], state["epoch"], state["skipped"]
         self.epoch_step0 = state.get("epoch_step0", 0)
         self.epoch_done = state["epoch_done"]
-        loaders = state["loader"]
-        same = (len(loaders), loaders[0]["num_workers"]) == (self.info.world_size, self.loader.dataset.num_workers)
-        if not self.epoch_done and same:
-            self.loader.load_state_dict(loaders[self.info.rank])
-        elif not self.epoch_done:  # elastic: another ranks x workers layout; the rest of the epoch exactly once
-            self.loader.load_elastic(loaders)
-        rng = state["rng"][self.info.rank % len(state["rng"])]
+        if not self.epoch_done:
+            self.loader.load_states(state["loader"])
+        self._set_rng(state["rng"][self.info.rank % len(state["rng"])])
+        if self.ledger is not None:
+            self.ledger.resumed(self.step)
+            if self.info.is_main:  # ranks of the old layout that this one does not have
+                for r in range(self.info.world_size, state["world_size"]):
+                    mark_resumed(self.exp, r, self.step)
+
+    def _rng(self) -> dict:
+        """This rank's RNG states: the CPU one, and the GPU's (dropout on the GPU draws from it)."""
+        return {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None}
+
+    def _set_rng(self, rng: dict) -> None:
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
@@ -239,8 +243,6 @@ class Trainer:
         rollbacks, skipped, failed_at = self.rollbacks + 1, self.skipped, self.step
         self._load(state)
         self.rollbacks, self.skipped, self.located = rollbacks, skipped, None
-        if self.ledger is not None:
-            self.ledger.resumed(self.step)
         if self.epoch_done:  # the checkpoint closed an epoch: start the next one from its beginning
             self.epoch, self.epoch_done = self.epoch + 1, False
             self.loader.restart(self.epoch)
@@ -254,9 +256,8 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
         self.hb.enter("checkpoint")
-        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         loaders = dist.all_gather_objects(self.loader.state_dict(), self.info)
-        rngs = dist.all_gather_objects({"torch": torch.get_rng_state(), "cuda": cuda}, self.info)
+        rngs = dist.all_gather_objects(self._rng(), self.info)
         if self.info.is_main:
             state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                      "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
@@ -315,7 +316,7 @@ class Trainer:
         net = self.ddp or self.model
         losses, utts, frames, unalignable = [], 0, 0, 0
         sample = self.diag is not None and self.diag.due(self.step + 1)
-        rng = torch.get_rng_state()  # for replaying this step (dropout) if it goes non-finite
+        rng = self._rng()  # for replaying this step (dropout) if it goes non-finite
         scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
         recording = self.diag.recording() if sample else contextlib.nullcontext()
         with recording:
@@ -362,8 +363,8 @@ class Trainer:
         with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
             with self._autocast():
                 log_probs, out_lens = net(feats, feat_lens)
-            loss_sum, n_bad, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
-            loss = loss_sum / max(1, int(mask.sum())) / n
+            loss, n_bad = mean_ctc_loss(log_probs, out_lens, targets, target_lens)
+            loss = loss / n
             self._phase("backward")
             self._last_bucket_t[0] = 0.0
             self.scaler.scale(loss).backward()
@@ -383,12 +384,12 @@ class Trainer:
             return "loss"
         return "scaler" if self.precision.scaler else "grad"
 
-    def _locate(self, batches: list[dict], rng: torch.Tensor, scale: float, kind: str, loss: float,
+    def _locate(self, batches: list[dict], rng: dict, scale: float, kind: str, loss: float,
                 grad_norm: float) -> dict:
         """Replay this step with every module recorded (local: no all-reduce, gradients not kept),
         name the first non-finite value, and save the weights and the micro-batch for :func:`replay`."""
-        saved_rng = torch.get_rng_state()
-        torch.set_rng_state(rng)
+        saved_rng = self._rng()
+        self._set_rng(rng)
         params = [p for p in self.model.parameters() if p.requires_grad]
         diag = self.diag or Diagnostics(self.model)
         first = summary = None
@@ -398,14 +399,13 @@ class Trainer:
             def run():
                 with self._autocast():
                     log_probs, out_lens = self.model(feats, feat_lens)
-                loss_sum, _, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
-                torch.autograd.grad(loss_sum / max(1, int(mask.sum())) / len(batches) * scale, params,
-                                    allow_unused=True)
+                loss, _ = mean_ctc_loss(log_probs, out_lens, targets, target_lens)
+                torch.autograd.grad(loss / len(batches) * scale, params, allow_unused=True)
 
             first, summary = locate(self.model, run, diag)
             if first is not None:
                 break
-        torch.set_rng_state(saved_rng)
+        self._set_rng(saved_rng)
         step = self.step + 1
         where = describe(first) or "nowhere in the replay (not reproduced)"
         meta = {"step": step, "rank": self.info.rank, "epoch": self.epoch, "kind": kind, "loss": loss,
