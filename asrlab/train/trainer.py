@@ -317,7 +317,6 @@ class Trainer:
         losses, utts, frames, unalignable = [], 0, 0, 0
         sample = self.diag is not None and self.diag.due(self.step + 1)
         rng = self._rng()  # for replaying this step (dropout) if it goes non-finite
-        scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
         recording = self.diag.recording() if sample else contextlib.nullcontext()
         with recording:
             for i, batch in enumerate(batches):
@@ -333,6 +332,8 @@ class Trainer:
         total_loss = float(torch.stack(losses).sum())
         self.scaler.unscale_(self.opt)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
+        # this step's loss scale (unchanged until scaler.update(); read after the grad norm has synchronized)
+        scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
         kind = None
         if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
             kind = self._nonfinite_kind(math.isfinite(total_loss), math.isfinite(grad_norm))
