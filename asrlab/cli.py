@@ -186,9 +186,13 @@ def cmd_train(a: argparse.Namespace) -> int:
 def cmd_decode(a: argparse.Namespace) -> int:
     from .decode import decode_exp
 
-    r = decode_exp(a.exp, a.data, a.name)
+    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight)
     print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
-          f"(checkpoint step {r['step']}); hypotheses in {r['hyps_path']}")
+          f"(checkpoint step {r['step']}, greedy); hypotheses in {r['hyps_path']}")
+    if "lexicon" in r:
+        lx = r["lexicon"]
+        print(f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
+              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}); hypotheses in {lx['hyps_path']}")
     return 0
 
 
@@ -316,10 +320,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=0.002")
     t.set_defaults(func=cmd_train)
 
-    d = sub.add_parser("decode", help="greedy CTC decoding; prints CER and WER, writes hypotheses")
+    d = sub.add_parser("decode", help="CTC decoding (greedy, or a lexicon beam search); prints CER and WER, "
+                                      "writes hypotheses")
     d.add_argument("--exp", required=True)
     d.add_argument("--data", required=True)
     d.add_argument("--name", help="name of the output (default: from the data path)")
+    d.add_argument("--lexicon", metavar="DATA_LIST",
+                   help="search only sentences of the words of this list's transcripts (usually train's)")
+    d.add_argument("--beam", type=int, default=32, help="prefixes kept per frame (with --lexicon)")
+    d.add_argument("--lm-weight", type=float, default=1.0,
+                   help="weight of the word bigram of the --lexicon transcripts (0: lexicon only)")
     d.set_defaults(func=cmd_decode)
 
     c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")

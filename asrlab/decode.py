@@ -7,9 +7,10 @@ from pathlib import Path
 
 from .config import load_config
 from .data.loader import AsrLoader
-from .data.sources import load_sources
+from .data.sources import load_sources, read_source
 from .data.tokenizer import CharTokenizer
-from .model import ConformerCTC
+from .lexicon import Lexicon, search
+from .model import ConformerCTC, cer, greedy_decode, wer
 from .train import checkpoint, dist
 from .train.trainer import evaluate
 
@@ -28,15 +29,61 @@ def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, di
     return model.eval(), tok, cfg, marker
 
 
-def decode_exp(exp: str | Path, data: str | Path, name: str | None = None) -> dict:
-    """CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` as ``key<TAB>ref<TAB>hyp``."""
-    model, tok, cfg, marker = load_model(exp)
+def eval_loader(cfg, tok: CharTokenizer, data: str | Path) -> AsrLoader:
+    """``data`` in order, without augmentation, batched as the experiment's config says."""
     data_cfg = replace(cfg.data, shuffle=False, spec_augment=False, num_workers=min(cfg.data.num_workers, 1))
-    loader = AsrLoader(load_sources(data, data_cfg.raw_chunk), tok, data_cfg)
-    info = dist.DistInfo(0, 1, 0, next(model.parameters()).device, None)
-    result = evaluate(model, loader, tok, info, keep_hyps=True)
+    return AsrLoader(load_sources(data, data_cfg.raw_chunk), tok, data_cfg)
+
+
+def local(model) -> dist.DistInfo:
+    """A single process on the model's device."""
+    return dist.DistInfo(0, 1, 0, next(model.parameters()).device, None)
+
+
+def transcripts(data: str | Path) -> list[str]:
+    """The transcripts of a data list (shards or raw), in order."""
+    return [item.text for src in load_sources(data) for item in read_source(src)]
+
+
+class GreedyKeepingLogProbs:
+    """``evaluate``'s decoder: greedy hypotheses, keeping each utterance's (T', V) log-probs
+    (``.kept``, in order) for a search afterwards, so the model runs once for both."""
+
+    def __init__(self, tok: CharTokenizer):
+        self.tok, self.kept = tok, []
+
+    def __call__(self, log_probs, out_lens) -> list[str]:
+        lp = log_probs.float().cpu().numpy()
+        self.kept.extend(lp[b, :n] for b, n in enumerate(out_lens.tolist()))
+        return [self.tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
+
+
+def _write_hyps(path: Path, rows) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}\t{r}\t{h}\n" for k, r, h in sorted(rows)))
+    return str(path)
+
+
+def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
+               beam: int = 32, lm_weight: float = 1.0) -> dict:
+    """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
+
+    With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
+    log-probs (``asrlab.lexicon``: the words and word bigram of its transcripts; beam and LM weight
+    as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
+    and ``<name>_lexicon.txt``."""
+    model, tok, cfg, marker = load_model(exp)
+    greedy = GreedyKeepingLogProbs(tok)
+    result = evaluate(model, eval_loader(cfg, tok, data), tok, local(model), keep_hyps=True, decoder=greedy)
+    rows = result.pop("hyps")
     name = name or Path(data).parent.name or Path(data).stem
-    out = Path(exp) / "decode" / f"{name}.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(f"{k}\t{r}\t{h}\n" for k, r, h in sorted(result.pop("hyps"))))
-    return {**result, "data": str(data), "step": marker["step"], "hyps_path": str(out)}
+    out = Path(exp) / "decode"
+    result.update(data=str(data), step=marker["step"], hyps_path=_write_hyps(out / f"{name}.txt", rows))
+    if lexicon_from is not None:
+        lex = Lexicon.from_texts(transcripts(lexicon_from))
+        hyps = [search(lp, tok.units, lex, beam, lm_weight) for lp in greedy.kept]
+        refs = [ref for _, ref, _ in rows]
+        result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,
+                             "hyps_path": _write_hyps(out / f"{name}_lexicon.txt",
+                                                      [(k, r, h) for (k, r, _), h in zip(rows, hyps)])}
+    return result

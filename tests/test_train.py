@@ -142,6 +142,25 @@ def test_ckpt_command_lists_checkpoints_and_digests_the_newest(corpus, tmp_path,
     assert main(["ckpt", str(tmp_path / "nothing")]) == 2
 
 
+def test_decode_command_greedy_and_with_a_lexicon(corpus, tmp_path, capsys):
+    from asrlab.cli import main
+    from conftest import WORDS
+
+    exp = tmp_path / "exp"
+    tr = make_trainer(corpus, exp, "train.max_steps=3")
+    tr.fit()
+    tr.close()
+    data = str(corpus / "data.list")
+    assert main(["decode", "--exp", str(exp), "--data", data, "--lexicon", data, "--beam", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "(checkpoint step 3, greedy)" in out[0] and out[0].endswith("train.txt")
+    assert "(beam 4, LM weight 1.0)" in out[1] and out[1].endswith("train_lexicon.txt")
+    greedy = [line.split("\t") for line in (exp / "decode" / "train.txt").read_text().splitlines()]
+    lexicon = [line.split("\t") for line in (exp / "decode" / "train_lexicon.txt").read_text().splitlines()]
+    assert [r[:2] for r in greedy] == [r[:2] for r in lexicon] and len(lexicon) == 120
+    assert all(set(hyp.split()) <= set(WORDS) for _, _, hyp in lexicon)  # only words of the train transcripts
+
+
 def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
     t0 = time.time()
     out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path / "none.list"),

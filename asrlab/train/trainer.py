@@ -629,8 +629,10 @@ class Trainer:
 
 @torch.no_grad()
 def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: dist.DistInfo,
-             autocast=contextlib.nullcontext, keep_hyps: bool = False, tick=None) -> dict:
-    """CTC loss, CER and WER (greedy decoding) over this rank's share, summed over ranks."""
+             autocast=contextlib.nullcontext, keep_hyps: bool = False, tick=None, decoder=None) -> dict:
+    """CTC loss, CER and WER over this rank's share, summed over ranks.
+
+    ``decoder(log_probs, out_lens) -> list[str]`` makes the hypotheses; default greedy."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -647,8 +649,9 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
         loss_sum, _, mask = ctc_loss(log_probs, out_lens, batch["targets"].to(device), batch["target_lens"].to(device))
         loss += float(loss_sum)
         utts += int(mask.sum())
-        for key, ids, tgt, n in zip(batch["keys"], greedy_decode(log_probs, out_lens), batch["targets"], batch["target_lens"]):
-            ref, hyp = tok.decode(tgt[:n].tolist()), tok.decode(ids)
+        texts = decoder(log_probs, out_lens) if decoder else [tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
+        for key, hyp, tgt, n in zip(batch["keys"], texts, batch["targets"], batch["target_lens"]):
+            ref = tok.decode(tgt[:n].tolist())
             char_err += edit_distance(ref, hyp)
             chars += len(ref)
             word_err += edit_distance(ref.split(), hyp.split())
