@@ -4,7 +4,7 @@ Greedy decoding takes the best character per frame, so a voice it has never hear
 near-miss spellings ("siconds", "twindow"). A recognizer for a closed vocabulary searches only
 strings made of known words (WeNet's TLG graph does this with a lexicon and an n-gram LM):
 
-    score(prefix) = log P_ctc(prefix | audio) + lm_weight * log P_lm(words) + word_bonus * words
+    score(prefix) = log P_ctc(prefix | audio) + lm_weight * log P_lm(its whole words)
 
 ``Lexicon.from_texts`` takes the words, and the bigram counts, from training transcripts; the
 search (``search``) keeps the ``beam`` best prefixes per frame, each extended only by a character
@@ -76,7 +76,7 @@ class Lexicon:
 
 
 def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int = 32, lm_weight: float = 0.0,
-           word_bonus: float = 0.0, prune: float = -8.0) -> str:
+           prune: float = -8.0) -> str:
     """The best lexicon-valid transcript of one utterance.
 
     log_probs: (T', V) CTC log-probabilities (natural log; blank = 0) of its real frames.
@@ -87,8 +87,8 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
     space = units.index(" ")
 
     def score(item) -> float:
-        prefix, (pb, pnb, lm, _) = item
-        return _logadd(pb, pnb) + lm_weight * lm + word_bonus * prefix.count(" ")
+        _, (pb, pnb, lm, _) = item
+        return _logadd(pb, pnb) + lm_weight * lm
 
     # prefix -> [log P(ending in blank), log P(ending in a label), LM log-prob of its whole words, last word]
     beams: dict[str, list] = {"": [0.0, NEG_INF, 0.0, BOS]}
@@ -131,7 +131,7 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
             lm += lexicon.logp(last_word, partial)
             last_word = partial
         lm += lexicon.logp(last_word, EOS)
-        s = _logadd(pb, pnb) + lm_weight * lm + word_bonus * (text.count(" ") + bool(text))
+        s = _logadd(pb, pnb) + lm_weight * lm
         if s > best_score:
             best, best_score = text, s
     if best_score == NEG_INF and beams:
