@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .config import load_config
 from .data.loader import AsrLoader
-from .data.sources import load_sources, read_source
+from .data.sources import load_sources, transcripts
 from .data.tokenizer import CharTokenizer
 from .lexicon import Lexicon, search
 from .model import ConformerCTC, cer, greedy_decode, wer
@@ -40,9 +40,9 @@ def local(model) -> dist.DistInfo:
     return dist.DistInfo(0, 1, 0, next(model.parameters()).device, None)
 
 
-def transcripts(data: str | Path) -> list[str]:
-    """The transcripts of a data list (shards or raw), in order."""
-    return [item.text for src in load_sources(data) for item in read_source(src)]
+def lexicon_of(data: str | Path) -> Lexicon:
+    """The words and word bigram of a data list's transcripts (usually train's)."""
+    return Lexicon.from_texts(transcripts(load_sources(data)))
 
 
 class GreedyKeepingLogProbs:
@@ -73,14 +73,14 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
     and ``<name>_lexicon.txt``."""
     model, tok, cfg, marker = load_model(exp)
-    greedy = GreedyKeepingLogProbs(tok)
+    greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
     result = evaluate(model, eval_loader(cfg, tok, data), tok, local(model), keep_hyps=True, decoder=greedy)
     rows = result.pop("hyps")
     name = name or Path(data).parent.name or Path(data).stem
     out = Path(exp) / "decode"
     result.update(data=str(data), step=marker["step"], hyps_path=_write_hyps(out / f"{name}.txt", rows))
     if lexicon_from is not None:
-        lex = Lexicon.from_texts(transcripts(lexicon_from))
+        lex = lexicon_of(lexicon_from)
         hyps = [search(lp, tok.units, lex, beam, lm_weight) for lp in greedy.kept]
         refs = [ref for _, ref, _ in rows]
         result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,

@@ -9,8 +9,8 @@ import argparse
 import logging
 import time
 
-from asrlab.decode import GreedyKeepingLogProbs, eval_loader, load_model, local, transcripts
-from asrlab.lexicon import Lexicon, search
+from asrlab.decode import GreedyKeepingLogProbs, eval_loader, lexicon_of, load_model, local
+from asrlab.lexicon import search
 from asrlab.model import cer, wer
 from asrlab.train.trainer import evaluate
 
@@ -25,7 +25,7 @@ def main():
     a = p.parse_args()
     logging.disable(logging.INFO)
     model, tok, cfg, marker = load_model(a.exp)
-    lex = Lexicon.from_texts(transcripts(f"{a.corpus}/train/data.list"))
+    lex = lexicon_of(f"{a.corpus}/train/data.list")
     print(f"{a.exp} (step {marker['step']}); lexicon: {len(lex.words)} words of train's transcripts")
     for split in a.splits.split(","):
         greedy = GreedyKeepingLogProbs(tok)
