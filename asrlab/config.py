@@ -35,7 +35,8 @@ class OptimConfig:
 class TrainConfig:
     max_epochs: int = 10
     max_steps: int = 0               # optimizer steps; 0: no limit (max_epochs decides)
-    max_minutes: float = 0.0         # stop after this much training wall-clock; 0: no limit
+    max_minutes: float = 0.0         # stop after this much training wall-clock (summed over resumes; cosine
+    #                                  decay then ends at min_lr by the clock or max_steps, whichever is first); 0: no limit
     precision: str = "auto"          # auto | fp32 | fp16 | bf16
     seed: int = 0
     save_every_steps: int = 0        # 0: only at epoch ends

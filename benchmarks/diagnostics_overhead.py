@@ -35,7 +35,7 @@ def one_run(data: str, every: int, steps: int) -> list[float]:
     with tempfile.TemporaryDirectory() as tmp:
         tr = Trainer(cfg, data, None, tmp, DistInfo(0, 1, 0, torch.device("cpu"), None))
         batches = list(itertools.islice(iter(tr.loader), steps + 1))
-        tr.train_epoch(iter(batches), time.perf_counter())
+        tr.train_epoch(iter(batches))
         tr.close()
         return [r["step_s"] for r in read_metrics(tmp)][1:]
 

@@ -13,7 +13,7 @@ from asrlab.config import load_config
 from asrlab.train import checkpoint
 from asrlab.train.dist import DistInfo
 from asrlab.train.precision import choose_precision
-from asrlab.train.trainer import Trainer
+from asrlab.train.trainer import RunClock, Trainer, lr_lambda
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
          "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
@@ -88,6 +88,40 @@ def test_metrics_lines_have_every_field(corpus, tmp_path):
     for field in ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
                   "data_wait_s", "step_s"):
         assert field in lines[0]
+
+
+def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
+    cfg = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0"])
+    clock = RunClock(budget_s=100.0)
+    f = lr_lambda(cfg, max_steps=1010, clock=clock)
+    assert f(4) == 0.5                                    # warm-up: step 5 of 10
+    clock.seen_s = 20.0
+    assert f(10) == pytest.approx(1.0, abs=1e-4)          # warm-up ended at 20% of the budget
+    assert clock.warm_end == 0.2
+    assert f(509) == pytest.approx(0.5)                   # half the steps, 20% of the time: steps lead
+    clock.seen_s = 60.0                                   # half of the rest of the time: 0.5 too
+    assert f(110) == pytest.approx(0.5)                   # ... though only a tenth of the steps
+    clock.seen_s = 100.0
+    assert f(110) == pytest.approx(0.0)                   # budget spent: the floor
+    assert lr_lambda(cfg, max_steps=1010)(509) == pytest.approx(0.5)  # no clock: steps alone
+
+
+def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    tr = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000", "optim.min_lr=0")
+    tr.fit()
+    tr.close()
+    lines = [json.loads(x) for x in (exp / "metrics" / "rank0.jsonl").read_text().splitlines()]
+    lrs = [x["lr"] for x in lines]
+    assert len(lrs) >= 5 and lrs[-1] < 0.2 * max(lrs)     # the clock, not max_steps (0), ended the decay
+    assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))  # after the 2 warm-up steps: only down
+    state, _ = checkpoint.load_latest(exp / "checkpoints")
+    assert state["clock"]["elapsed_s"] >= 3.0
+    again = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000")
+    assert again.resume() and again.clock.before_s >= 3.0
+    again.fit()                                           # the budget is spent: no more steps
+    again.close()
+    assert len((exp / "metrics" / "rank0.jsonl").read_text().splitlines()) == len(lines)
 
 
 def test_interrupted_checkpoint_write_leaves_the_previous_one(tmp_path, caplog):

@@ -78,6 +78,15 @@ def all_have(flag: bool, info: DistInfo) -> bool:
     return bool(t.item())
 
 
+def all_max(value: float, info: DistInfo) -> float:
+    """The largest of every rank's ``value`` (one tiny all-reduce)."""
+    if info.backend is None:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:
     """Wait until every rank has arrived at ``name``, through the rendezvous store.
 

@@ -64,8 +64,45 @@ class _Rollback(Exception):
     """Internal: go back to the last checkpoint (train.nonfinite=rollback)."""
 
 
-def lr_lambda(cfg, max_steps: int):
-    """Multiplier of the peak LR at optimizer step ``s``: linear warm-up, then the configured decay."""
+class RunClock:
+    """Training seconds of a run, summed over its resumes, against its budget (``train.max_minutes``).
+
+    ``seen_s`` is the time the ranks agreed on at the last step (the slowest rank's); the LR
+    schedule reads it through ``fraction()``, so every rank computes the same LR.
+    """
+
+    def __init__(self, budget_s: float):
+        self.budget_s = budget_s
+        self.before_s = 0.0                 # trained by earlier processes of this run (from the checkpoint)
+        self.t0 = time.perf_counter()
+        self.seen_s = 0.0
+        self.warm_end: float | None = None  # fraction() when warm-up ended
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.before_s + time.perf_counter() - self.t0
+
+    def fraction(self) -> float:
+        """Share of the budget used, 0..1 (0 without a budget)."""
+        return min(1.0, self.seen_s / self.budget_s) if self.budget_s > 0 else 0.0
+
+    def state_dict(self) -> dict:
+        return {"elapsed_s": self.elapsed(), "warm_end": self.warm_end}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.before_s = self.seen_s = float(state["elapsed_s"])
+        self.warm_end = state["warm_end"]
+        self.start()
+
+
+def lr_lambda(cfg, max_steps: int, clock: RunClock | None = None):
+    """Multiplier of the peak LR at optimizer step ``s``: linear warm-up, then the configured decay.
+
+    Cosine decay runs to ``min_lr`` at ``max_steps``; with a time budget (``clock``) it follows
+    whichever is further along, steps or training time, so a run the clock stops has decayed too.
+    """
     o = cfg.optim
     warm = max(1, o.warmup_steps)
 
@@ -75,8 +112,15 @@ def lr_lambda(cfg, max_steps: int):
             return s / warm
         if o.decay == "noam":  # WeNet's WarmupLR
             return (warm / s) ** 0.5
-        if o.decay == "cosine" and max_steps > warm:
-            t = min(1.0, (s - warm) / (max_steps - warm))
+        timed = clock is not None and clock.budget_s > 0
+        if o.decay == "cosine" and (max_steps > warm or timed):
+            t = (s - warm) / (max_steps - warm) if max_steps > warm else 0.0
+            if timed:
+                if clock.warm_end is None:
+                    clock.warm_end = clock.fraction()
+                done = clock.warm_end
+                t = max(t, (clock.fraction() - done) / (1 - done) if done < 1 else 1.0)
+            t = min(1.0, t)
             floor = o.min_lr / o.lr
             return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
         return 1.0
@@ -139,9 +183,12 @@ class Trainer:
         self.fbank = BatchFbank.for_data(cfg.data)  # fbank after the copy (data.features=device), else None
         if self.fbank is not None:
             self.fbank.to(self.device)
+        # fused: one kernel for all parameters (on 2 CPU cores the per-tensor loop took ~6% of a tiny step)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                     weight_decay=cfg.optim.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps))
+                                     weight_decay=cfg.optim.weight_decay,
+                                     fused=self.device.type in ("cpu", "cuda"))
+        self.clock = RunClock(60 * cfg.train.max_minutes)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps, self.clock))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
         self.evals, self.rollbacks = 0, 0
@@ -185,6 +232,8 @@ class Trainer:
         state, marker = found
         self._load(state)
         self.rollbacks = state.get("rollbacks", 0)
+        if "clock" in state:
+            self.clock.load_state_dict(state["clock"])
         log.info("resumed from %s: step %d, epoch %d%s", marker["file"], self.step, self.epoch,
                  " (complete)" if self.epoch_done else "")
         mode = self.cfg.train.resume_mode
@@ -263,7 +312,8 @@ class Trainer:
                      "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
                      "step": self.step, "epoch": self.epoch, "epoch_done": self.epoch_done,
                      "skipped": self.skipped, "rollbacks": self.rollbacks, "epoch_step0": self.epoch_step0,
-                     "world_size": self.info.world_size, "rng": rngs, "loader": loaders}
+                     "world_size": self.info.world_size, "rng": rngs, "loader": loaders,
+                     "clock": self.clock.state_dict()}
             checkpoint.save_checkpoint(self.exp / "checkpoints", state, self.step,
                                        {"epoch": self.epoch, "epoch_done": self.epoch_done,
                                         "rank0_position": loaders[0]["positions"]},
@@ -458,23 +508,29 @@ class Trainer:
                 group.append(batch)
             yield group
 
-    def _limits_reached(self, t_start: float) -> bool:
+    def _limits_reached(self) -> bool:
+        """Step or time budget spent. The ranks agree on the training time (the slowest rank's), which
+        the LR schedule reads; under Join (which cannot shadow that all-reduce) the LR decays by steps only."""
         t = self.cfg.train
         if t.max_steps and self.step >= t.max_steps:
             return True
-        out_of_time = bool(t.max_minutes) and time.perf_counter() - t_start > 60 * t.max_minutes
-        if self.info.backend and self.uneven != "join":  # ranks must agree (Join cannot shadow this)
-            return dist.all_have(out_of_time, self.info)
-        return out_of_time
+        elapsed = self.clock.elapsed()
+        if self.uneven == "join":
+            self.clock.seen_s = 0.0  # the ranks cannot agree on it here
+        else:
+            if self.info.backend:
+                elapsed = dist.all_max(elapsed, self.info)
+            self.clock.seen_s = elapsed
+        return bool(t.max_minutes) and elapsed > 60 * t.max_minutes
 
-    def train_epoch(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
+    def train_epoch(self, batches: Iterator[dict], bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
         if self.uneven != "join":
-            return self._train_batches(batches, t_start, bar)
+            return self._train_batches(batches, bar)
         from torch.distributed.algorithms.join import Join
 
         with Join([self.ddp]):
-            stop = self._train_batches(batches, t_start, bar)
+            stop = self._train_batches(batches, bar)
         self._sync_after_join()
         return stop
 
@@ -496,7 +552,7 @@ class Trainer:
             self.scaler.load_state_dict(state[2])
         self.step, self.skipped = steps[src]
 
-    def _train_batches(self, batches: Iterator[dict], t_start: float, bar=None) -> bool:
+    def _train_batches(self, batches: Iterator[dict], bar=None) -> bool:
         t = self.cfg.train
         for group in self._groups(batches):
             r = self.train_step(group)
@@ -523,7 +579,7 @@ class Trainer:
                     bar.set_postfix(loss=f"{r.loss:.3f}", lr=f"{self.opt.param_groups[0]['lr']:.1e}")
             if t.save_every_steps and self.step % t.save_every_steps == 0 and self.uneven != "join":
                 self.save()
-            if self._limits_reached(t_start):
+            if self._limits_reached():
                 return True
         return False
 
@@ -566,13 +622,14 @@ class Trainer:
 
     def _fit(self) -> dict:
         t = self.cfg.train
-        t_start = time.perf_counter()
+        self.clock.start()
         show = t.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
         bar = tqdm(total=t.max_steps or None, initial=self.step, disable=not show, desc="train", unit="step")
         last_eval: dict = {}
         if self.epoch_done:
             self.epoch += 1
-        stop = bool(t.max_steps) and self.step >= t.max_steps  # resumed from the final checkpoint: nothing to do
+        # resumed from the final checkpoint, or with the time budget spent: nothing to do
+        stop = (bool(t.max_steps) and self.step >= t.max_steps) or (t.max_minutes > 0 and self.clock.before_s >= self.clock.budget_s)
         while self.epoch < t.max_epochs and not stop:
             self.epoch_done = False
             self.model.train()
@@ -582,7 +639,7 @@ class Trainer:
             batches = _skip(iter(self.loader), self._discard)
             self._discard = 0
             try:
-                stop = self.train_epoch(batches, t_start, bar)
+                stop = self.train_epoch(batches, bar)
             except _Rollback:
                 batches.close()  # stops this epoch's loader workers
                 self.rollback()
