@@ -1,6 +1,7 @@
 """Trainer: precision per hardware, skipped non-finite steps, safe checkpoints, resume, config errors."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def test_metrics_lines_have_every_field(corpus, tmp_path):
 
 
 def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
-    cfg = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0"])
+    cfg = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0", "optim.decay_by_clock=true"])
     clock = RunClock(budget_s=100.0)
     f = lr_lambda(cfg, max_steps=1010, clock=clock)
     assert f(4) == 0.5                                    # warm-up: step 5 of 10
@@ -104,11 +105,14 @@ def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
     clock.seen_s = 100.0
     assert f(110) == pytest.approx(0.0)                   # budget spent: the floor
     assert lr_lambda(cfg, max_steps=1010)(509) == pytest.approx(0.5)  # no clock: steps alone
+    steps_only = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0"])  # the default
+    assert lr_lambda(steps_only, max_steps=1010, clock=clock)(110) == pytest.approx(0.5 * (1 + math.cos(0.101 * math.pi)))
 
 
 def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus, tmp_path):
     exp = tmp_path / "exp"
-    tr = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000", "optim.min_lr=0")
+    tr = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000", "optim.min_lr=0",
+                      "optim.decay_by_clock=true")
     tr.fit()
     tr.close()
     lines = [json.loads(x) for x in (exp / "metrics" / "rank0.jsonl").read_text().splitlines()]

@@ -100,8 +100,9 @@ class RunClock:
 def lr_lambda(cfg, max_steps: int, clock: RunClock | None = None):
     """Multiplier of the peak LR at optimizer step ``s``: linear warm-up, then the configured decay.
 
-    Cosine decay runs to ``min_lr`` at ``max_steps``; with a time budget (``clock``) it follows
-    whichever is further along, steps or training time, so a run the clock stops has decayed too.
+    Cosine decay runs to ``min_lr`` at ``max_steps``; with ``optim.decay_by_clock`` and a time budget
+    (``clock``) it follows whichever is further along, steps or training time, so a run the clock
+    stops has decayed too.
     """
     o = cfg.optim
     warm = max(1, o.warmup_steps)
@@ -112,7 +113,7 @@ def lr_lambda(cfg, max_steps: int, clock: RunClock | None = None):
             return s / warm
         if o.decay == "noam":  # WeNet's WarmupLR
             return (warm / s) ** 0.5
-        timed = clock is not None and clock.budget_s > 0
+        timed = o.decay_by_clock and clock is not None and clock.budget_s > 0
         if o.decay == "cosine" and (max_steps > warm or timed):
             t = (s - warm) / (max_steps - warm) if max_steps > warm else 0.0
             if timed:
