@@ -14,7 +14,7 @@ asrlab=${ASRLAB:-.venv/bin/asrlab}
 rm -rf "$out"
 mkdir -p "$out"
 t0=$(date +%s.%N)
-"$asrlab" synth "$out/corpus" --utts "$utts" > "$out/synth.log"
+"$asrlab" synth "$out/corpus" --utts "$utts" > "$out/synth.log" 2>&1
 t1=$(date +%s.%N)
 "$asrlab" train --config tiny --data "$out/corpus/train/data.list" --exp "$out/exp" \
     --max-minutes "$minutes" train.max_epochs=100 optim.decay_by_clock=true 2> "$out/train.log"
