@@ -3,13 +3,15 @@
 # for a fixed time (optim.decay_by_clock: its cosine LR decay ends with the clock), decode the held-out test voices.
 # Prints each stage's seconds and the total. Run with nothing else on the machine.
 #
-#   bash benchmarks/recognition_budget.sh [UTTS] [TRAIN_MINUTES] [OUT]      # defaults: 20000 11.5 runs/budget
+#   bash benchmarks/recognition_budget.sh [UTTS] [TRAIN_MINUTES] [OUT] [KEY=VALUE ...]
+#   (defaults: 20000 11.5 runs/budget; KEY=VALUE: config overrides for the training)
 #
 # The whole test split is decoded (utts / 10 utterances; its first 300 are data/corpus's test).
 set -euo pipefail
 utts=${1:-20000}
 minutes=${2:-11.5}
 out=${3:-runs/budget}
+shift $(( $# < 3 ? $# : 3 ))
 asrlab=${ASRLAB:-.venv/bin/asrlab}
 rm -rf "$out"
 mkdir -p "$out"
@@ -17,7 +19,7 @@ t0=$(date +%s.%N)
 "$asrlab" synth "$out/corpus" --utts "$utts" > "$out/synth.log" 2>&1
 t1=$(date +%s.%N)
 "$asrlab" train --config tiny --data "$out/corpus/train/data.list" --exp "$out/exp" \
-    --max-minutes "$minutes" train.max_epochs=100 optim.decay_by_clock=true 2> "$out/train.log"
+    --max-minutes "$minutes" train.max_epochs=100 optim.decay_by_clock=true "$@" 2> "$out/train.log"
 t2=$(date +%s.%N)
 "$asrlab" decode --exp "$out/exp" --data "$out/corpus/test/data.list" \
     --lexicon "$out/corpus/train/data.list" | tee "$out/decode.txt"
