@@ -27,8 +27,8 @@ class OptimConfig:
     warmup_steps: int = 150          # optimizer steps of linear warm-up
     decay: str = "cosine"            # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
     decay_by_clock: bool = False     # cosine ends at min_lr by train.max_minutes too, if that comes first
-    #                                  (helps runs that approach convergence; a 4-minute run far from it lost
-    #                                  4 points of CER to an early decay)
+    #                                  (meant for runs near convergence, not measured there; a 4-minute run
+    #                                  far from it lost 4 points of CER to the early decay)
     min_lr: float = 1e-5
     grad_clip: float = 5.0           # max global gradient norm (after unscaling)
     accum_steps: int = 1             # micro-batches per optimizer step

@@ -69,22 +69,25 @@ def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
     return t.tolist()
 
 
+def _reduce_one(value, dtype, op, info: DistInfo):
+    """One number all-reduced with ``op`` over the ranks (one tiny all-reduce)."""
+    t = torch.tensor([value], dtype=dtype, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
 def all_have(flag: bool, info: DistInfo) -> bool:
     """True when every rank says True (one tiny all-reduce)."""
     if info.backend is None:
         return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=info.device if info.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
+    return bool(_reduce_one(1 if flag else 0, torch.int32, dist.ReduceOp.MIN, info))
 
 
 def all_max(value: float, info: DistInfo) -> float:
     """The largest of every rank's ``value`` (one tiny all-reduce)."""
     if info.backend is None:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return float(_reduce_one(value, torch.float64, dist.ReduceOp.MAX, info))
 
 
 def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:

@@ -84,6 +84,10 @@ class RunClock:
     def elapsed(self) -> float:
         return self.before_s + time.perf_counter() - self.t0
 
+    def spent(self, seconds: float) -> bool:
+        """``seconds`` of training are past the budget (never, without one)."""
+        return self.budget_s > 0 and seconds > self.budget_s
+
     def fraction(self) -> float:
         """Share of the budget used, 0..1 (0 without a budget)."""
         return min(1.0, self.seen_s / self.budget_s) if self.budget_s > 0 else 0.0
@@ -522,7 +526,7 @@ class Trainer:
             if self.info.backend:
                 elapsed = dist.all_max(elapsed, self.info)
             self.clock.seen_s = elapsed
-        return bool(t.max_minutes) and elapsed > 60 * t.max_minutes
+        return self.clock.spent(elapsed)
 
     def train_epoch(self, batches: Iterator[dict], bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
@@ -630,7 +634,7 @@ class Trainer:
         if self.epoch_done:
             self.epoch += 1
         # resumed from the final checkpoint, or with the time budget spent: nothing to do
-        stop = (bool(t.max_steps) and self.step >= t.max_steps) or (t.max_minutes > 0 and self.clock.before_s >= self.clock.budget_s)
+        stop = (bool(t.max_steps) and self.step >= t.max_steps) or self.clock.spent(self.clock.before_s)
         while self.epoch < t.max_epochs and not stop:
             self.epoch_done = False
             self.model.train()
