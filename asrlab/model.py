@@ -3,17 +3,19 @@
 Data flow, with shapes (B = batch, T = input frames, F = fbank bins, D = d_model,
 V = vocab size, T' = frames after subsampling):
 
-    feats (B, T, F) --LayerNorm over F--> ConvSubsampling (x2 or x4 in time)
+    feats (B, T, F) --per-utterance CMVN--> ConvSubsampling (x2 or x4 in time)
         --> (B, T', D) --positional encoding--> N x ConformerBlock
         --> Linear(D, V) --> log_softmax (float32) --> (B, T', V)
 
 Design choices (all deliberate, see the classes for details):
 
-* Input normalisation is a per-frame ``nn.LayerNorm(F)`` (learnable scale and
-  bias). The data side hands us raw log-mel fbank whose level is arbitrary; a
-  per-frame norm is cheap, stateless, needs no statistics pass over the corpus
-  and cannot mix information across frames or utterances (so padding stays
-  harmless). It is not a global CMVN.
+* Input normalisation is per-utterance CMVN (``UtteranceCMVN``): each mel bin
+  minus its mean over the utterance's real frames, over their standard
+  deviation. The data side hands us raw log-mel fbank whose level and spectral
+  tilt depend on the voice; this removes both, keeps each frame's energy (the
+  speech/silence cue), is stateless, needs no statistics pass over the corpus
+  and ignores padding. The per-frame LayerNorm it replaced threw the energy
+  away: at 400 tiny-model steps it left dev CER at 34% against 15% (README).
 * No normalisation layer in the model mixes frames: the conv module uses
   LayerNorm instead of WeNet's default BatchNorm, so padded frames never leak
   into real ones, in training or in eval. Together with the attention key mask
@@ -136,6 +138,22 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- modules
+
+
+class UtteranceCMVN(nn.Module):
+    """(B, T, F) fbank, (B,) lengths -> each bin standardised over the utterance's real
+    frames (mean 0, variance 1, in float32); padded frames come out 0. No parameters."""
+
+    def __init__(self, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> torch.Tensor:
+        x = feats.float()
+        m = lengths_to_mask(feat_lens.to(x.device), x.size(1))[..., None].to(x.dtype)  # (B, T, 1)
+        n = m.sum(dim=1, keepdim=True).clamp(min=1.0)
+        x = (x - (x * m).sum(dim=1, keepdim=True) / n) * m
+        return x * torch.rsqrt(x.pow(2).sum(dim=1, keepdim=True) / n + self.eps)
 
 
 class ConvSubsampling(nn.Module):
@@ -333,7 +351,7 @@ class ConformerCTC(nn.Module):
         if not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"vocab_size must be an int >= 2 (blank + 1 label), got {vocab_size!r}")
         self.cfg, self.vocab_size = cfg, vocab_size
-        self.input_norm = nn.LayerNorm(cfg.input_dim)
+        self.input_norm = UtteranceCMVN()
         self.subsample = ConvSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling, cfg.conv_channels)
         pos_cls = RelPositionalEncoding if cfg.pos_enc == "rel" else AbsPositionalEncoding
         self.pos_enc = pos_cls(cfg.d_model, cfg.dropout)
@@ -355,7 +373,7 @@ class ConformerCTC(nn.Module):
         need = min_input_frames(self.cfg.subsampling)
         if feats.size(1) < need:
             raise ValueError(f"feats has {feats.size(1)} frames; need >= {need} for one output frame")
-        x = self.subsample(self.input_norm(feats))  # (B, T', D)
+        x = self.subsample(self.input_norm(feats, feat_lens))  # (B, T', D)
         out_lens = self.output_lengths(feat_lens.to(x.device))
         mask = lengths_to_mask(out_lens, x.size(1))
         x, pos_emb = self.pos_enc(x)

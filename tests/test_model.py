@@ -16,6 +16,7 @@ from asrlab.model import (
     min_ctc_frames,
     output_lengths,
     rel_shift,
+    UtteranceCMVN,
     wer,
 )
 
@@ -103,6 +104,28 @@ def test_padding_invariance(subsampling, pos_enc):
     n = int(alone_len)
     assert padded_lens[1] == n
     torch.testing.assert_close(padded[1, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_utterance_cmvn_standardises_real_frames_only():
+    feats = torch.randn(2, 50, 20) * 4.0 + 10.0
+    lens = torch.tensor([50, 23])
+    out = UtteranceCMVN()(feats, lens)
+    short = out[1, :23]
+    torch.testing.assert_close(short.mean(dim=0), torch.zeros(20), atol=1e-5, rtol=0)
+    torch.testing.assert_close(short.pow(2).mean(dim=0), torch.ones(20), atol=1e-3, rtol=0)
+    assert torch.equal(out[1, 23:], torch.zeros(27, 20))
+
+
+def test_output_ignores_voice_level_and_tilt():
+    """A louder voice (+ constant in log-mel) with another spectral tilt (+ per-bin constant)
+    and a wider range (x per-bin gain) gives the same output: the input is standardised per bin."""
+    model = ConformerCTC(small_cfg(), V).eval()
+    feats, lens = torch.randn(2, 60, 20), torch.tensor([60, 41])
+    tilt, gain = torch.linspace(-3.0, 5.0, 20), torch.linspace(0.5, 2.0, 20)
+    with torch.no_grad():
+        a, _ = model(feats, lens)
+        b, _ = model(feats * gain + tilt + 7.0, lens)
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 def test_log_softmax_float32_under_autocast():
