@@ -47,3 +47,18 @@ def test_trainer_steps_with_device_features(corpus, tmp_path):
     result = tr.fit()
     tr.close()
     assert tr.step == 2 and result["utts"] > 100
+
+
+def test_spec_augment_masks_with_the_bin_mean_and_scales_time_masks_to_the_utterance():
+    import numpy as np
+
+    feats = torch.randn(64, 80) * 3.0 + 12.0  # a 0.64-second command's raw log-mel
+    out = audio.spec_augment(feats, np.random.default_rng(0))
+    mean = feats.mean(dim=0)
+    time_masked = torch.isclose(out, mean.expand_as(out)).all(dim=1)
+    assert 1 <= int(time_masked.sum()) <= 2 * 6  # two bands of at most 10% of 64 frames
+    constant_bins = (out == out[0]).all(dim=0) & ~torch.isclose(feats, feats[0]).all(dim=0)
+    assert 1 <= int(constant_bins.sum()) <= 2 * 10
+    assert torch.allclose(out[:, constant_bins], mean[constant_bins].expand(64, -1))
+    assert not (out == 0).any()  # nothing reads as digital silence
+    assert torch.equal(out, audio.spec_augment(feats, np.random.default_rng(0)))  # follows the rng

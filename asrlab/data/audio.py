@@ -103,21 +103,27 @@ def fbank(wav: torch.Tensor, sample_rate: int, num_mel_bins: int = 80, frame_len
 
 
 def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int = 2, num_f_mask: int = 2,
-                 max_t: int = 50, max_f: int = 10) -> torch.Tensor:
-    """Zero ``num_t_mask`` time bands (≤ max_t frames) and ``num_f_mask`` mel bands (≤ max_f bins).
+                 max_t: int = 50, max_t_ratio: float = 0.1, max_f: int = 10) -> torch.Tensor:
+    """SpecAugment on one utterance's log-mel (frames, bins): ``num_t_mask`` time bands of at most
+    ``max_t`` frames and ``max_t_ratio`` of the utterance, ``num_f_mask`` bands of at most ``max_f`` bins.
 
+    A masked value becomes its bin's mean over the utterance, so after the model's per-utterance
+    CMVN a mask reads as 0 (average), not as the deep silence a raw 0 would be in log-mel.
+    The width cap follows the utterance: a fixed 50 frames hid most of a 0.6-second command.
     Draws from ``rng`` so a batch's masks follow from the loader's position (exact resume).
     """
     out = feats.clone()
     frames, bins = out.shape
+    mean = feats.mean(dim=0)
+    widest_t = max(1, min(max_t, int(frames * max_t_ratio)))
     for _ in range(num_t_mask):
-        width = int(rng.integers(1, max_t + 1))
+        width = int(rng.integers(1, widest_t + 1))
         start = int(rng.integers(0, max(1, frames - width)))
-        out[start:start + width, :] = 0
+        out[start:start + width, :] = mean
     for _ in range(num_f_mask):
         width = int(rng.integers(1, max_f + 1))
         start = int(rng.integers(0, max(1, bins - width)))
-        out[:, start:start + width] = 0
+        out[:, start:start + width] = mean[start:start + width]
     return out
 
 
