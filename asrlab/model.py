@@ -17,9 +17,10 @@ Design choices (all deliberate, see the classes for details):
   and ignores padding. The per-frame LayerNorm it replaced threw the energy
   away: after 400 tiny-model steps its dev CER was 34% / 27% (two seeds)
   against 15% / 18% with CMVN (README, Recognition).
-* No normalisation layer in the model mixes frames: the conv module uses
-  LayerNorm instead of WeNet's default BatchNorm, so padded frames never leak
-  into real ones, in training or in eval. Together with the attention key mask
+* No normalisation layer lets padding or other utterances in: the input CMVN
+  counts only the utterance's real frames, and the conv module uses LayerNorm
+  instead of WeNet's default BatchNorm, so padded frames never leak into real
+  ones, in training or in eval. Together with the attention key mask
   and zeroing padded frames right before the depthwise conv, an utterance's
   output does not depend on how much padding sits after it (tested).
 * The subsampling convs use no padding, so a real output frame only ever sees

@@ -1,5 +1,6 @@
 """Batched fbank after the copy (data.features=device) equals the loader's per-utterance Kaldi fbank."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,8 +51,6 @@ def test_trainer_steps_with_device_features(corpus, tmp_path):
 
 
 def test_spec_augment_masks_with_the_bin_mean_and_scales_time_masks_to_the_utterance():
-    import numpy as np
-
     feats = torch.randn(64, 80) * 3.0 + 12.0  # a 0.64-second command's raw log-mel
     out = audio.spec_augment(feats, np.random.default_rng(0))
     mean = feats.mean(dim=0)
