@@ -186,13 +186,13 @@ def cmd_train(a: argparse.Namespace) -> int:
 def cmd_decode(a: argparse.Namespace) -> int:
     from .decode import decode_exp
 
-    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight)
+    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus)
     print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
           f"(checkpoint step {r['step']}, greedy); hypotheses in {r['hyps_path']}")
     if "lexicon" in r:
         lx = r["lexicon"]
         print(f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
-              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}); hypotheses in {lx['hyps_path']}")
+              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}); hypotheses in {lx['hyps_path']}")
     return 0
 
 
@@ -329,7 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search only sentences of the words of this list's transcripts (usually train's)")
     d.add_argument("--beam", type=int, default=32, help="prefixes kept per frame (with --lexicon)")
     d.add_argument("--lm-weight", type=float, default=1.0,
-                   help="weight of the word bigram of the --lexicon transcripts (0: lexicon only)")
+                   help="weight of the word trigram of the --lexicon transcripts (0: lexicon only)")
+    d.add_argument("--word-bonus", type=float, default=3.0,
+                   help="nats added per word (with --lexicon): offsets the LM's cost of each word, which "
+                        "otherwise favours dropping a faint one")
     d.set_defaults(func=cmd_decode)
 
     c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")

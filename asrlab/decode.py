@@ -41,7 +41,7 @@ def local(model) -> dist.DistInfo:
 
 
 def lexicon_of(data: str | Path) -> Lexicon:
-    """The words and word bigram of a data list's transcripts (usually train's)."""
+    """The words and word trigram of a data list's transcripts (usually train's)."""
     return Lexicon.from_texts(transcripts(load_sources(data)))
 
 
@@ -65,12 +65,12 @@ def _write_hyps(path: Path, rows) -> str:
 
 
 def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
-               beam: int = 32, lm_weight: float = 1.0) -> dict:
+               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0) -> dict:
     """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
 
     With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
-    log-probs (``asrlab.lexicon``: the words and word bigram of its transcripts; beam and LM weight
-    as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
+    log-probs (``asrlab.lexicon``: the words and word trigram of its transcripts; beam, LM weight
+    and word bonus as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
     and ``<name>_lexicon.txt``."""
     model, tok, cfg, marker = load_model(exp)
     greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
@@ -81,9 +81,10 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     result.update(data=str(data), step=marker["step"], hyps_path=_write_hyps(out / f"{name}.txt", rows))
     if lexicon_from is not None:
         lex = lexicon_of(lexicon_from)
-        hyps = [search(lp, tok.units, lex, beam, lm_weight) for lp in greedy.kept]
+        hyps = [search(lp, tok.units, lex, beam, lm_weight, word_bonus) for lp in greedy.kept]
         refs = [ref for _, ref, _ in rows]
         result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,
+                             "word_bonus": word_bonus,
                              "hyps_path": _write_hyps(out / f"{name}_lexicon.txt",
                                                       [(k, r, h) for (k, r, _), h in zip(rows, hyps)])}
     return result

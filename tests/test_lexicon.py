@@ -1,4 +1,4 @@
-"""Tests for asrlab.lexicon: the lexicon-constrained CTC beam search and its word bigram."""
+"""Tests for asrlab.lexicon: the lexicon-constrained CTC beam search, its word n-gram and word bonus."""
 
 import itertools
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrlab.lexicon import EOS, Lexicon, search
+from asrlab.lexicon import BOS, EOS, Lexicon, search
 
 UNITS = ["<blank>", " ", "e", "f", "i", "k", "n", "o", "s", "x"]
 
@@ -61,12 +61,27 @@ def test_a_wide_beam_finds_the_most_probable_valid_transcript(seed):
     assert ctc_logp(lp, got) == pytest.approx(ctc_logp(lp, best), abs=1e-4)
 
 
-def test_the_bigram_is_a_distribution_and_prefers_what_it_has_seen():
-    lex = Lexicon.from_texts(["lights on", "lights off", "turn on the light", "six six"])
-    for prev in ("<s>", "lights", "six", "the", "never-seen"):
-        total = sum(math.exp(lex.logp(prev, w)) for w in [*lex.words, EOS])
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_the_ngram_is_a_distribution_and_prefers_what_it_has_seen(order):
+    lex = Lexicon.from_texts(["lights on", "lights off", "turn on the light", "six six"], order)
+    histories = {lex.start(), lex.then(lex.start(), "lights"), lex.then(lex.then(lex.start(), "turn"), "on"),
+                 lex.then(lex.start(), "never-seen")}
+    for history in histories:
+        total = sum(math.exp(lex.logp(history, w)) for w in [*lex.words, EOS])
         assert total == pytest.approx(1.0)
-    assert lex.logp("lights", "on") > lex.logp("lights", "six")
+    if order > 1:
+        assert lex.logp(lex.then(lex.start(), "lights"), "on") > lex.logp(lex.then(lex.start(), "lights"), "six")
+
+
+def test_a_trigram_knows_what_follows_two_words_where_a_bigram_only_knows_one():
+    texts = ["turn on the light"] * 5 + ["turn off the radio"] * 5
+    after = {n: Lexicon.from_texts(texts, n) for n in (2, 3)}
+    for n, lex in after.items():
+        history = lex.then(lex.then(lex.then(lex.start(), "turn"), "on"), "the")
+        assert history == ("on", "the")[-(n - 1):]
+        margin = lex.logp(history, "light") - lex.logp(history, "radio")
+        assert (margin > 2.0) if n == 3 else (margin == pytest.approx(0.0))
+    assert after[3].start() == (BOS, BOS)
 
 
 def test_the_lm_weight_breaks_an_acoustic_tie():
@@ -75,3 +90,17 @@ def test_the_lm_weight_breaks_an_acoustic_tie():
     assert search(lp, UNITS, lex, lm_weight=1.0) == "six on"
     lex = Lexicon.from_texts(["six no"] * 9 + ["six on"])
     assert search(lp, UNITS, lex, lm_weight=1.0) == "six no"
+
+
+def test_the_word_bonus_keeps_a_faint_last_word():
+    """A faint second word: the LM's cost of a word drops it; the word bonus offsets that cost."""
+    lex = Lexicon.from_texts(["six", "six on", "six no", "on", "no"])
+    lp = frames({"s": .9}, {"i": .9}, {"x": .9}, {" ": .45, "<blank>": .45}, {"o": .3, "<blank>": .6},
+                {"n": .3, "<blank>": .6})
+    assert search(lp, UNITS, lex, lm_weight=1.0) == "six"
+    assert search(lp, UNITS, lex, lm_weight=1.0, word_bonus=3.0) == "six on"
+
+
+def test_a_bad_order_is_an_error():
+    with pytest.raises(ValueError, match="order"):
+        Lexicon.from_texts(["six"], order=0)

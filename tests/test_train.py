@@ -192,7 +192,7 @@ def test_decode_command_greedy_and_with_a_lexicon(corpus, tmp_path, capsys):
     assert main(["decode", "--exp", str(exp), "--data", data, "--lexicon", data, "--beam", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "(checkpoint step 3, greedy)" in out[0] and out[0].endswith("train.txt")
-    assert "(beam 4, LM weight 1.0)" in out[1] and out[1].endswith("train_lexicon.txt")
+    assert "(beam 4, LM weight 1.0, word bonus 3.0)" in out[1] and out[1].endswith("train_lexicon.txt")
     greedy = [line.split("\t") for line in (exp / "decode" / "train.txt").read_text().splitlines()]
     lexicon = [line.split("\t") for line in (exp / "decode" / "train_lexicon.txt").read_text().splitlines()]
     assert [r[:2] for r in greedy] == [r[:2] for r in lexicon] and len(lexicon) == 120
