@@ -31,7 +31,7 @@ def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, di
 
 def eval_loader(cfg, tok: CharTokenizer, data: str | Path) -> AsrLoader:
     """``data`` in order, without augmentation, batched as the experiment's config says."""
-    data_cfg = replace(cfg.data, shuffle=False, spec_augment=False, num_workers=min(cfg.data.num_workers, 1))
+    data_cfg = replace(cfg.data, shuffle=False, spec_augment=False, noise_aug=0.0, num_workers=min(cfg.data.num_workers, 1))
     return AsrLoader(load_sources(data, data_cfg.raw_chunk), tok, data_cfg)
 
 

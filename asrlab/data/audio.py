@@ -127,6 +127,16 @@ def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int 
     return out
 
 
+def add_babble(wav: torch.Tensor, rng: np.random.Generator, snr_db: tuple[float, float]) -> torch.Tensor:
+    """``wav`` (samples, 16 kHz) plus babble-like noise at an SNR drawn from U(``snr_db``) (dB, against
+    the power of ``wav`` as it is, its own noise included)."""
+    from .synth import babble_noise
+
+    noise = torch.from_numpy(babble_noise(rng, len(wav))).to(wav.dtype)
+    snr = rng.uniform(*snr_db)
+    return wav + noise * (wav.pow(2).mean().sqrt() * 10.0 ** (-snr / 20.0))
+
+
 def encode_wav(samples: np.ndarray, sample_rate: int) -> bytes:
     """16-bit PCM WAV bytes for int16 or float ([-1, 1]) mono ``samples``."""
     buf = io.BytesIO()

@@ -43,6 +43,8 @@ class DataConfig:
     dither: float = 0.0
     features: str = "cpu"             # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
     spec_augment: bool = False
+    noise_aug: float = 0.0            # share of training utterances given babble-like noise on the fly (0: off)
+    noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
     shuffle: bool = True              # shuffle sources per epoch and items per block
     shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
     sort_size: int = 100              # items per length-sorting window; 0 disables sorting
@@ -73,6 +75,13 @@ class DataConfig:
             raise ValueError("data.num_workers must be >= 0")
         if self.features not in ("cpu", "device"):
             raise ValueError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
+        if not 0.0 <= self.noise_aug <= 1.0:
+            raise ValueError(f"data.noise_aug is a share of utterances, in [0, 1], not {self.noise_aug}")
+        if len(self.noise_aug_snr) != 2 or self.noise_aug_snr[0] > self.noise_aug_snr[1]:
+            raise ValueError(f"data.noise_aug_snr must be [low, high] in dB, not {list(self.noise_aug_snr)}")
+        if self.noise_aug and self.sample_rate != 16000:
+            raise ValueError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
+                             f"{self.sample_rate}")
         if self.features == "device" and (self.spec_augment or self.dither):
             raise ValueError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
@@ -281,7 +290,8 @@ class AsrDataset(IterableDataset):
         return None
 
     def _collate(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> dict | None:
-        """Decode, resample, fbank (and SpecAugment) a batch, then pad it (``features=device``: pad the waveforms)."""
+        """Decode, resample, (add noise,) fbank (and SpecAugment) a batch, then pad it (``features=device``: pad the
+        waveforms)."""
         cfg = self.cfg
         feats, keys, targets = [], [], []
         for item in items:
@@ -291,6 +301,8 @@ class AsrDataset(IterableDataset):
                 self._bad(item, e.reason, skipped)
                 continue
             x = audio.resample(wav, sr, cfg.sample_rate)
+            if cfg.noise_aug and rng.random() < cfg.noise_aug:
+                x = audio.add_babble(x, rng, cfg.noise_aug_snr)
             if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)
                 x = audio.fbank(x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
                 if cfg.spec_augment:

@@ -377,7 +377,7 @@ def _coloured_noise(rng: np.random.Generator, n: int, exponent: float) -> np.nda
     return _shaped(white, lambda f: np.maximum(f, 20.0) ** (-exponent / 2.0))
 
 
-def _babble_noise(rng: np.random.Generator, n: int) -> np.ndarray:
+def babble_noise(rng: np.random.Generator, n: int) -> np.ndarray:
     """Babble-like noise: 3-6 'talkers' gated at syllable rates, speech-shaped.
 
     Each talker is white noise times a syllable-rate envelope (2.5-6 Hz bursts,
@@ -511,7 +511,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     speech_power = float(np.mean(x**2)) + 1e-12
     x = np.concatenate([np.zeros(lead), x, np.zeros(trail)])
     if noise == "babble":
-        n = _babble_noise(rng, len(x))
+        n = babble_noise(rng, len(x))
     else:
         n = _coloured_noise(rng, len(x), _NOISE_EXPONENT[noise])
     x = x + n * math.sqrt(speech_power / 10.0 ** (snr / 10.0))
