@@ -9,6 +9,7 @@ from asrlab.data import audio
 from asrlab.data.features import BatchFbank, batch_features
 from asrlab.data.loader import AsrLoader, DataConfig
 from asrlab.data.sources import load_sources
+from asrlab.decode import eval_loader
 from asrlab.train.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
@@ -61,3 +62,28 @@ def test_spec_augment_masks_with_the_bin_mean_and_scales_time_masks_to_the_utter
     assert torch.allclose(out[:, constant_bins], mean[constant_bins].expand(64, -1))
     assert not (out == 0).any()  # nothing reads as digital silence
     assert torch.equal(out, audio.spec_augment(feats, np.random.default_rng(0)))  # follows the rng
+
+
+def test_babble_noise_is_added_at_the_drawn_snr_and_follows_the_rng():
+    wav = 0.1 * torch.sin(torch.arange(32000) * 0.05)
+    out = audio.add_babble(wav, np.random.default_rng(0), (10.0, 10.0))
+    noise = out - wav
+    assert float(10 * torch.log10(wav.pow(2).mean() / noise.pow(2).mean())) == pytest.approx(10.0, abs=0.01)
+    assert torch.equal(out, audio.add_babble(wav, np.random.default_rng(0), (10.0, 10.0)))
+    assert not torch.equal(out, audio.add_babble(wav, np.random.default_rng(1), (10.0, 10.0)))
+    # babble comes in syllable-rate bursts: its power over 50-ms windows swings far more than white noise's
+    power = noise.reshape(-1, 800).pow(2).mean(1)
+    assert float(power.max() / power.min()) > 4.0
+
+
+def test_noise_augmentation_touches_training_batches_only(corpus, tok):
+    sources = load_sources(corpus / "data.list")
+    clean = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800))))
+    noisy = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800, noise_aug=1.0))))
+    assert noisy["keys"] == clean["keys"] and not torch.allclose(noisy["feats"], clean["feats"], atol=0.1)
+    plain, augmented = (next(iter(eval_loader(load_config("tiny", extra), tok, corpus / "data.list")))
+                        for extra in ([], ["data.noise_aug=1.0"]))
+    assert torch.equal(plain["feats"], augmented["feats"])  # dev and decoding never get noise
+    for bad in ({"noise_aug": 1.5}, {"noise_aug_snr": (20.0, 5.0)}, {"noise_aug": 0.5, "sample_rate": 8000}):
+        with pytest.raises(ValueError, match="noise_aug"):
+            DataConfig(**bad)

@@ -39,7 +39,8 @@ def test_epochs_differ_and_same_seed_repeats(corpus, tok):
 @pytest.mark.parametrize("cut", [1, 4, 7])
 def test_resume_from_state_gives_the_same_batches(corpus, tok, num_workers, cut):
     srcs = load_sources(corpus / "data.list")
-    cfg = DataConfig(num_workers=num_workers, shuffle_size=25, spec_augment=True, max_frames_in_batch=600)
+    cfg = DataConfig(num_workers=num_workers, shuffle_size=25, spec_augment=True, noise_aug=0.5,
+                     max_frames_in_batch=600)
     full = [(b["keys"], b["feats"].sum().item()) for b in AsrLoader(srcs, tok, cfg)]
     assert len(full) > cut
     first = AsrLoader(srcs, tok, cfg)
