@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from .config import load_config
@@ -31,7 +30,7 @@ def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, di
 
 def eval_loader(cfg, tok: CharTokenizer, data: str | Path) -> AsrLoader:
     """``data`` in order, without augmentation, batched as the experiment's config says."""
-    data_cfg = replace(cfg.data, shuffle=False, spec_augment=False, noise_aug=0.0, num_workers=min(cfg.data.num_workers, 1))
+    data_cfg = cfg.data.for_eval(num_workers=min(cfg.data.num_workers, 1))
     return AsrLoader(load_sources(data, data_cfg.raw_chunk), tok, data_cfg)
 
 

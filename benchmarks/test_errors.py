@@ -15,7 +15,13 @@ from collections import defaultdict
 from asrlab.data.synth import DIGIT_WORDS, make_utterance
 from asrlab.model import cer
 
-SNR_BINS_DB = (10.0, 12.5, 15.0, 17.5, 20.0)  # test's SNRs: the lower half of the default (10, 30) dB
+SNR_LOW_DB, SNR_BAND_DB, SNR_BANDS = 10.0, 2.5, 4  # test's SNRs: 10-20 dB, the lower half of the default (10, 30)
+
+
+def snr_band(snr_db: float) -> str:
+    """``"SNR 12.5-15.0 dB"``: the band of ``snr_db`` (values outside 10-20 dB go to the nearest band)."""
+    low = SNR_LOW_DB + SNR_BAND_DB * min(max(int((snr_db - SNR_LOW_DB) // SNR_BAND_DB), 0), SNR_BANDS - 1)
+    return f"SNR {low:4.1f}-{low + SNR_BAND_DB:4.1f} dB"
 
 
 def main():
@@ -27,19 +33,19 @@ def main():
     rows = [line.rstrip("\n").split("\t") for line in open(a.hyps)]
     groups = defaultdict(list)
     for key, ref, hyp in rows:
-        split, voice, index = key.split("-", 1)[0], key.split("-", 1)[1].rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
-        utt = make_utterance(a.seed, split, index)
+        split, rest = key.split("-", 1)  # <split>-<accent>_<variant>-<index>
+        voice, index = rest.rsplit("-", 1)
+        utt = make_utterance(a.seed, split, int(index))
         if utt.text != ref:
             raise SystemExit(f"{key}: not utterance {index} of seed {a.seed} (another --seed?)")
         groups["variant " + voice.rsplit("_", 1)[1]].append((ref, hyp))
         groups["digit strings" if set(ref.split()) <= set(DIGIT_WORDS) else "commands"].append((ref, hyp))
-        snr = utt.condition["snr_db"]
-        low = max(b for b in SNR_BINS_DB if b <= snr) if snr >= SNR_BINS_DB[0] else SNR_BINS_DB[0]
-        groups[f"SNR {low:4.1f}-{low + 2.5:4.1f} dB"].append((ref, hyp))
+        groups[snr_band(utt.condition["snr_db"])].append((ref, hyp))
     print(f"{a.hyps}: {len(rows)} utterances, CER {100 * cer([r for _, r, _ in rows], [h for _, _, h in rows]):.2f}%")
-    for name in sorted(groups, key=lambda g: (g.split()[0], -cer(*zip(*groups[g])) if g.startswith("variant") else g)):
-        refs, hyps = zip(*groups[name])
-        print(f"  {name:22s} CER {100 * cer(refs, hyps):5.2f}%  ({len(refs)} utterances)")
+    rates = {name: cer(*zip(*pairs)) for name, pairs in groups.items()}
+    # SNR bands and content by name, variants worst first
+    for name in sorted(groups, key=lambda g: (g.split()[0], -rates[g] if g.startswith("variant") else g)):
+        print(f"  {name:22s} CER {100 * rates[name]:5.2f}%  ({len(groups[name])} utterances)")
 
 
 if __name__ == "__main__":

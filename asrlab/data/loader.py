@@ -85,6 +85,10 @@ class DataConfig:
         if self.features == "device" and (self.spec_augment or self.dither):
             raise ValueError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
+    def for_eval(self, **changes) -> "DataConfig":
+        """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise)."""
+        return replace(self, shuffle=False, spec_augment=False, noise_aug=0.0, **changes)
+
     def frames(self, num_samples: int, sample_rate: int) -> int:
         """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.sample_rate``."""
         resampled = round(num_samples * self.sample_rate / sample_rate)

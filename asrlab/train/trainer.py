@@ -180,8 +180,7 @@ class Trainer:
             self._preflight(train_sources)
         self.cv_loader = None
         if cv_sources:
-            cv_cfg = replace(cfg.data, shuffle=False, spec_augment=False, noise_aug=0.0)
-            self.cv_loader = AsrLoader(cv_sources, self.tok, cv_cfg, self.info.rank, self.info.world_size)
+            self.cv_loader = AsrLoader(cv_sources, self.tok, cfg.data.for_eval(), self.info.rank, self.info.world_size)
 
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
