@@ -183,16 +183,28 @@ def cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
+def _speeds(text: str) -> tuple[float, ...]:
+    """``"0.9,1.0,1.1"`` -> ``(0.9, 1.0, 1.1)``."""
+    try:
+        speeds = tuple(float(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speeds are numbers separated by commas, not {text!r}") from None
+    if not all(0.5 <= s <= 2.0 for s in speeds):
+        raise argparse.ArgumentTypeError(f"speeds must lie in [0.5, 2], not {text!r}")
+    return speeds
+
+
 def cmd_decode(a: argparse.Namespace) -> int:
     from .decode import decode_exp
 
-    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus)
+    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds)
     print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
           f"(checkpoint step {r['step']}, greedy); hypotheses in {r['hyps_path']}")
     if "lexicon" in r:
         lx = r["lexicon"]
+        speeds = "" if lx["speeds"] == [1.0] else ", speeds " + ",".join(f"{s:g}" for s in lx["speeds"])
         print(f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
-              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}); hypotheses in {lx['hyps_path']}")
+              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}{speeds}); hypotheses in {lx['hyps_path']}")
     return 0
 
 
@@ -333,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--word-bonus", type=float, default=3.0,
                    help="nats added per word (with --lexicon): offsets the LM's cost of each word, which "
                         "otherwise favours dropping a faint one")
+    d.add_argument("--speeds", type=_speeds, default=(1.0,), metavar="S1,S2,...",
+                   help="with --lexicon: search the audio played at each of these speeds (a test-time warp "
+                        "of the voice, e.g. 0.9,1.0,1.1) and keep the transcript best over all of them")
     d.set_defaults(func=cmd_decode)
 
     c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")

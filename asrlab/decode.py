@@ -8,7 +8,7 @@ from .config import load_config
 from .data.loader import AsrLoader
 from .data.sources import load_sources, transcripts
 from .data.tokenizer import CharTokenizer
-from .lexicon import Lexicon, search
+from .lexicon import Lexicon, rescore, search
 from .model import ConformerCTC, cer, greedy_decode, wer
 from .train import checkpoint, dist
 from .train.trainer import evaluate
@@ -28,9 +28,10 @@ def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, di
     return model.eval(), tok, cfg, marker
 
 
-def eval_loader(cfg, tok: CharTokenizer, data: str | Path) -> AsrLoader:
-    """``data`` in order, without augmentation, batched as the experiment's config says."""
-    data_cfg = cfg.data.for_eval(num_workers=min(cfg.data.num_workers, 1))
+def eval_loader(cfg, tok: CharTokenizer, data: str | Path, speed: float = 1.0) -> AsrLoader:
+    """``data`` in order, without augmentation, played ``speed`` times faster, batched as the experiment's
+    config says."""
+    data_cfg = cfg.data.for_eval(num_workers=min(cfg.data.num_workers, 1), speed=speed)
     return AsrLoader(load_sources(data, data_cfg.raw_chunk), tok, data_cfg)
 
 
@@ -63,14 +64,23 @@ def _write_hyps(path: Path, rows) -> str:
     return str(path)
 
 
+def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -> dict:
+    """``{key: (T', V) log-probs}`` of ``data`` played ``speed`` times faster."""
+    kept = GreedyKeepingLogProbs(tok)
+    rows = evaluate(model, eval_loader(cfg, tok, data, speed), tok, local(model), keep_hyps=True, decoder=kept)["hyps"]
+    return {key: lp for (key, _, _), lp in zip(rows, kept.kept)}
+
+
 def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
-               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0) -> dict:
+               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0, speeds=(1.0,)) -> dict:
     """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
 
     With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
     log-probs (``asrlab.lexicon``: the words and word trigram of its transcripts; beam, LM weight
     and word bonus as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
-    and ``<name>_lexicon.txt``."""
+    and ``<name>_lexicon.txt``. With several ``speeds`` (test-time warps, e.g. ``(0.9, 1.0, 1.1)``), the search runs
+    on the audio played at each, and ``lexicon.rescore`` picks among the results over all of them; greedy
+    decoding stays at speed 1."""
     model, tok, cfg, marker = load_model(exp)
     greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
     result = evaluate(model, eval_loader(cfg, tok, data), tok, local(model), keep_hyps=True, decoder=greedy)
@@ -80,10 +90,18 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     result.update(data=str(data), step=marker["step"], hyps_path=_write_hyps(out / f"{name}.txt", rows))
     if lexicon_from is not None:
         lex = lexicon_of(lexicon_from)
-        hyps = [search(lp, tok.units, lex, beam, lm_weight, word_bonus) for lp in greedy.kept]
+        by_speed = {1.0: {key: lp for (key, _, _), lp in zip(rows, greedy.kept)}}
+        for speed in speeds:
+            if speed not in by_speed:
+                by_speed[speed] = _log_probs(model, tok, cfg, data, speed)
+        hyps = []
+        for key, _, _ in rows:
+            views = [by_speed[s][key] for s in speeds if key in by_speed[s]] or [by_speed[1.0][key]]
+            found = [search(lp, tok.units, lex, beam, lm_weight, word_bonus) for lp in views]
+            hyps.append(found[0] if len(views) == 1 else rescore(views, found, tok.units, lex, lm_weight, word_bonus))
         refs = [ref for _, ref, _ in rows]
         result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,
-                             "word_bonus": word_bonus,
+                             "word_bonus": word_bonus, "speeds": list(speeds),
                              "hyps_path": _write_hyps(out / f"{name}_lexicon.txt",
                                                       [(k, r, h) for (k, r, _), h in zip(rows, hyps)])}
     return result

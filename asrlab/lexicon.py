@@ -11,6 +11,10 @@ transcripts; the search (``search``) keeps the ``beam`` best prefixes per frame,
 by a character that continues a word of the lexicon, or by a space after a whole word. A hypothesis
 must end on a whole word. The word bonus (a word insertion bonus, as in HMM and WFST decoders)
 offsets the LM's per-word cost, which otherwise favours dropping a faint word.
+
+``rescore`` combines views of one utterance (the audio played at a few speeds, a test-time warp of
+the voice): each view's best transcript is a candidate, and the candidate with the highest sum of
+its exact CTC log-likelihood over the views, plus the same LM and bonus terms, wins.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
+import torch
 
 NEG_INF = -math.inf
 BOS, EOS = "<s>", "</s>"
@@ -162,4 +167,39 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
     if best_score == NEG_INF and beams:
         prefix = max(beams.items(), key=score)[0]
         best = prefix[:prefix.rfind(" ") + 1].rstrip(" ")
+    return best
+
+
+def sentence_score(text: str, lexicon: Lexicon, lm_weight: float = 0.0, word_bonus: float = 0.0) -> float:
+    """The search's word terms of a whole transcript: ``lm_weight`` x its LM log-prob (end included) +
+    ``word_bonus`` per word (nats)."""
+    history, total = lexicon.start(), 0.0
+    for w in text.split():
+        total += lm_weight * lexicon.logp(history, w) + word_bonus
+        history = lexicon.then(history, w)
+    return total + lm_weight * lexicon.logp(history, EOS)
+
+
+def ctc_log_likelihood(log_probs: np.ndarray, ids: list[int]) -> float:
+    """log P(ids | audio) summed over every CTC alignment (natural log; blank = 0); -inf if too long."""
+    if not ids:
+        return float(log_probs[:, 0].sum())
+    if len(ids) > log_probs.shape[0]:
+        return NEG_INF
+    lp = torch.from_numpy(np.ascontiguousarray(log_probs, dtype=np.float32)).unsqueeze(1)  # (T', 1, V)
+    return -float(torch.nn.functional.ctc_loss(lp, torch.tensor([ids], dtype=torch.long), torch.tensor([lp.size(0)]),
+                                               torch.tensor([len(ids)]), blank=0, reduction="sum"))
+
+
+def rescore(views: list[np.ndarray], candidates: Iterable[str], units: list[str], lexicon: Lexicon,
+            lm_weight: float = 0.0, word_bonus: float = 0.0) -> str:
+    """The candidate with the best sum over ``views`` ((T', V) log-probs of one utterance each) of its
+    CTC log-likelihood, plus its ``sentence_score`` once. Ties go to the first candidate."""
+    index = {u: i for i, u in enumerate(units)}
+    best, best_score = "", NEG_INF
+    for text in dict.fromkeys(candidates):
+        ids = [index[c] for c in text]
+        s = sum(ctc_log_likelihood(v, ids) for v in views) + sentence_score(text, lexicon, lm_weight, word_bonus)
+        if s > best_score:
+            best, best_score = text, s
     return best

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrlab.lexicon import BOS, EOS, Lexicon, search
+from asrlab.lexicon import BOS, EOS, Lexicon, ctc_log_likelihood, rescore, search, sentence_score
 
 UNITS = ["<blank>", " ", "e", "f", "i", "k", "n", "o", "s", "x"]
 
@@ -48,17 +48,50 @@ def ctc_logp(lp: np.ndarray, text: str) -> float:
     return -float(loss)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_a_wide_beam_finds_the_most_probable_valid_transcript(seed):
-    """Against brute force: every sentence of the lexicon's words that fits the frames, scored exactly."""
+@pytest.mark.parametrize("seed,lm_weight,word_bonus", [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 1.0, 0), (4, 1.0, 3.0)])
+def test_a_wide_beam_finds_the_most_probable_valid_transcript(seed, lm_weight, word_bonus):
+    """Against brute force: every sentence of the lexicon's words that fits the frames, scored exactly
+    (CTC log-likelihood plus ``sentence_score``, the LM and bonus terms of a whole transcript). The search
+    lets a transcript end on a word separator, so a sentence's CTC term is the better of the two."""
     rng = np.random.default_rng(seed)
     lp = np.log(rng.dirichlet(np.full(len(UNITS), 0.3), size=7))
     words = ["six", "on", "no", "ox", "see", "if"]
-    lex = Lexicon.from_texts(words)
+    lex = Lexicon.from_texts(words + ["six on", "on if"])
+
+    def exact(s):
+        return max(ctc_logp(lp, s), ctc_logp(lp, s + " ")) + sentence_score(s, lex, lm_weight, word_bonus)
+
     sentences = [" ".join(s) for n in (1, 2, 3) for s in itertools.product(words, repeat=n) if len(" ".join(s)) <= 7]
-    best = max(sentences, key=lambda s: ctc_logp(lp, s))
-    got = search(lp, UNITS, lex, beam=4096, prune=-math.inf)
-    assert ctc_logp(lp, got) == pytest.approx(ctc_logp(lp, best), abs=1e-4)
+    best = max(sentences, key=exact)
+    got = search(lp, UNITS, lex, beam=4096, lm_weight=lm_weight, word_bonus=word_bonus, prune=-math.inf)
+    assert exact(got) == pytest.approx(exact(best), abs=1e-4)
+
+
+def test_ctc_log_likelihood_sums_every_alignment():
+    """Against enumeration: every length-4 path over the units that collapses to the text."""
+    rng = np.random.default_rng(0)
+    lp = np.log(rng.dirichlet(np.ones(len(UNITS)), size=4))
+
+    def collapse(path):
+        return "".join(UNITS[u] for u, _ in itertools.groupby(path) if u != 0)
+
+    for text in ("on", "off", "s", ""):
+        paths = [p for p in itertools.product(range(len(UNITS)), repeat=4) if collapse(p) == text]
+        want = np.logaddexp.reduce([sum(lp[t, u] for t, u in enumerate(p)) for p in paths])
+        ids = [UNITS.index(c) for c in text]
+        assert ctc_log_likelihood(lp, ids) == pytest.approx(want, abs=1e-4)
+    assert ctc_log_likelihood(lp, [UNITS.index(c) for c in "oxen"] + [1]) == -math.inf  # 5 labels, 4 frames
+
+
+def test_rescore_sums_the_views():
+    """One view slightly prefers "six", another strongly prefers "sin": over both, "sin"."""
+    lex = Lexicon.from_texts(["six", "sin"])
+    slight = frames({"s": .9}, {"i": .9}, {"x": .5, "n": .4})
+    strong = frames({"s": .9}, {"i": .9}, {"x": .1, "n": .8})
+    assert search(slight, UNITS, lex) == "six" and search(strong, UNITS, lex) == "sin"
+    assert rescore([slight], ["six", "sin"], UNITS, lex) == "six"
+    assert rescore([slight, strong], ["six", "sin"], UNITS, lex) == "sin"
+    assert rescore([slight, slight], ["sin", "six", "sin"], UNITS, lex) == "six"
 
 
 @pytest.mark.parametrize("order", [1, 2, 3])

@@ -102,7 +102,25 @@ def test_batches_respect_max_frames(corpus, tok):
         assert b["feats"].shape[2] == 80
 
 
+def test_speed_plays_the_audio_faster_and_batching_knows_the_new_length(corpus, tok):
+    """data.speed (decoding's test-time warp): 10% faster is ~10% fewer frames, predicted before the fbank."""
+    frames = {}
+    for speed in (1.0, 1.1, 0.9):
+        cfg = DataConfig(shuffle=False, speed=speed, max_frames_in_batch=400)
+        got = {k: int(n) for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg)
+               for k, n in zip(b["keys"], b["feat_lens"])}
+        frames[speed] = got
+        for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg):
+            assert b["feats"].shape[0] * b["feats"].shape[1] <= 400 or b["feats"].shape[0] == 1
+    assert DataConfig(speed=1.1).rate() == 14500 and DataConfig(speed=0.9).rate() == 17800
+    for key, n in frames[1.0].items():
+        assert frames[1.1][key] == pytest.approx(n * 14500 / 16000, abs=2)
+        assert frames[0.9][key] == pytest.approx(n * 17800 / 16000, abs=2)
+
+
 def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="data.speed"):
+        DataConfig(speed=0.2)
     with pytest.raises(ValueError, match="batch_type"):
         DataConfig(batch_type="huge")
     with pytest.raises(DataError, match="no such data list"):

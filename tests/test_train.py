@@ -197,6 +197,13 @@ def test_decode_command_greedy_and_with_a_lexicon(corpus, tmp_path, capsys):
     lexicon = [line.split("\t") for line in (exp / "decode" / "train_lexicon.txt").read_text().splitlines()]
     assert [r[:2] for r in greedy] == [r[:2] for r in lexicon] and len(lexicon) == 120
     assert all(set(hyp.split()) <= set(WORDS) for _, _, hyp in lexicon)  # only words of the train transcripts
+    assert main(["decode", "--exp", str(exp), "--data", data, "--lexicon", data, "--beam", "4",
+                 "--speeds", "0.9,1.0,1.1", "--name", "warped"]) == 0
+    assert "speeds 0.9,1,1.1)" in capsys.readouterr().out
+    warped = [line.split("\t") for line in (exp / "decode" / "warped_lexicon.txt").read_text().splitlines()]
+    assert [r[:2] for r in warped] == [r[:2] for r in lexicon]
+    with pytest.raises(SystemExit):
+        main(["decode", "--exp", str(exp), "--data", data, "--speeds", "fast"])
 
 
 def test_train_cli_refuses_missing_data_before_any_work(tmp_path):

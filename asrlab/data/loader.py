@@ -45,6 +45,8 @@ class DataConfig:
     spec_augment: bool = False
     noise_aug: float = 0.0            # share of training utterances given babble-like noise on the fly (0: off)
     noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
+    speed: float = 1.0                # play every utterance this much faster (tempo, pitch and formants move
+    #                                  together; by resampling to a multiple of 100 Hz): decoding's test-time warps
     shuffle: bool = True              # shuffle sources per epoch and items per block
     shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
     sort_size: int = 100              # items per length-sorting window; 0 disables sorting
@@ -82,6 +84,8 @@ class DataConfig:
         if self.noise_aug and self.sample_rate != 16000:
             raise ValueError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
                              f"{self.sample_rate}")
+        if not 0.5 <= self.speed <= 2.0:
+            raise ValueError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
         if self.features == "device" and (self.spec_augment or self.dither):
             raise ValueError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
@@ -89,9 +93,13 @@ class DataConfig:
         """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise)."""
         return replace(self, shuffle=False, spec_augment=False, noise_aug=0.0, **changes)
 
+    def rate(self) -> int:
+        """Hz to resample to, so that the result read at ``sample_rate`` plays ``speed`` times faster."""
+        return self.sample_rate if self.speed == 1.0 else int(round(self.sample_rate / self.speed / 100.0)) * 100
+
     def frames(self, num_samples: int, sample_rate: int) -> int:
-        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.sample_rate``."""
-        resampled = round(num_samples * self.sample_rate / sample_rate)
+        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.rate()``."""
+        resampled = round(num_samples * self.rate() / sample_rate)
         return audio.num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
 
 
@@ -304,7 +312,7 @@ class AsrDataset(IterableDataset):
             except audio.AudioError as e:
                 self._bad(item, e.reason, skipped)
                 continue
-            x = audio.resample(wav, sr, cfg.sample_rate)
+            x = audio.resample(wav, sr, cfg.rate())
             if cfg.noise_aug and rng.random() < cfg.noise_aug:
                 x = audio.add_babble(x, rng, cfg.noise_aug_snr)
             if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)
