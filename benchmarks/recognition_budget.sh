@@ -4,7 +4,8 @@
 # Prints each stage's seconds and the total. Run with nothing else on the machine.
 #
 #   bash benchmarks/recognition_budget.sh [UTTS] [TRAIN_MINUTES] [OUT] [KEY=VALUE ...]
-#   (defaults: 20000 11.5 runs/budget; KEY=VALUE: config overrides for the training)
+#   (defaults: 20000 11.5 runs/budget; KEY=VALUE: config overrides for the training;
+#    SPEEDS=0.9,1.0,1.1 by default: the decoding's test-time warps, asrlab decode --speeds; SPEEDS=1 for none)
 #
 # The whole test split is decoded (utts / 10 utterances; its first 300 are data/corpus's test).
 set -euo pipefail
@@ -13,6 +14,7 @@ minutes=${2:-11.5}
 out=${3:-runs/budget}
 shift $(( $# < 3 ? $# : 3 ))
 asrlab=${ASRLAB:-.venv/bin/asrlab}
+speeds=${SPEEDS:-0.9,1.0,1.1}
 rm -rf "$out"
 mkdir -p "$out"
 t0=$(date +%s.%N)
@@ -22,7 +24,7 @@ t1=$(date +%s.%N)
     --max-minutes "$minutes" train.max_epochs=100 optim.decay_by_clock=true "$@" 2> "$out/train.log"
 t2=$(date +%s.%N)
 "$asrlab" decode --exp "$out/exp" --data "$out/corpus/test/data.list" \
-    --lexicon "$out/corpus/train/data.list" | tee "$out/decode.txt"
+    --lexicon "$out/corpus/train/data.list" --speeds "$speeds" | tee "$out/decode.txt"
 t3=$(date +%s.%N)
 steps=$(tail -n 1 "$out/exp/metrics/rank0.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
 python3 - "$t0" "$t1" "$t2" "$t3" "$steps" "$utts" "$minutes" <<'EOF'
