@@ -81,6 +81,8 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     and ``<name>_lexicon.txt``. With several ``speeds`` (test-time warps, e.g. ``(0.9, 1.0, 1.1)``), the search runs
     on the audio played at each, and ``lexicon.rescore`` picks among the results over all of them; greedy
     decoding stays at speed 1."""
+    if tuple(speeds) != (1.0,) and lexicon_from is None:
+        raise ValueError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
     model, tok, cfg, marker = load_model(exp)
     greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
     result = evaluate(model, eval_loader(cfg, tok, data), tok, local(model), keep_hyps=True, decoder=greedy)
