@@ -57,6 +57,10 @@ class GreedyKeepingLogProbs:
         self.kept.extend(lp[b, :n] for b, n in enumerate(out_lens.tolist()))
         return [self.tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
 
+    def by_key(self, rows) -> dict:
+        """``{key: log-probs}``, given ``evaluate``'s ``(key, ref, hyp)`` rows of the same pass."""
+        return {key: lp for (key, _, _), lp in zip(rows, self.kept)}
+
 
 def _write_hyps(path: Path, rows) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,7 @@ def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -
     """``{key: (T', V) log-probs}`` of ``data`` played ``speed`` times faster."""
     kept = GreedyKeepingLogProbs(tok)
     rows = evaluate(model, eval_loader(cfg, tok, data, speed), tok, local(model), keep_hyps=True, decoder=kept)["hyps"]
-    return {key: lp for (key, _, _), lp in zip(rows, kept.kept)}
+    return kept.by_key(rows)
 
 
 def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
@@ -92,7 +96,7 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     result.update(data=str(data), step=marker["step"], hyps_path=_write_hyps(out / f"{name}.txt", rows))
     if lexicon_from is not None:
         lex = lexicon_of(lexicon_from)
-        by_speed = {1.0: {key: lp for (key, _, _), lp in zip(rows, greedy.kept)}}
+        by_speed = {1.0: greedy.by_key(rows)}
         for speed in speeds:
             if speed not in by_speed:
                 by_speed[speed] = _log_probs(model, tok, cfg, data, speed)

@@ -100,6 +100,11 @@ class Lexicon:
         return self._cache[key]
 
 
+def word_score(lexicon: Lexicon, history: tuple, w: str, lm_weight: float, word_bonus: float) -> float:
+    """What word ``w`` after ``history`` adds to a hypothesis' score: LM log-prob x weight + bonus (nats)."""
+    return lm_weight * lexicon.logp(history, w) + word_bonus
+
+
 def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int = 32, lm_weight: float = 0.0,
            word_bonus: float = 0.0, prune: float = -8.0) -> str:
     """The best lexicon-valid transcript of one utterance.
@@ -113,7 +118,7 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
     space = units.index(" ")
 
     def word(history: tuple, w: str) -> float:
-        return lm_weight * lexicon.logp(history, w) + word_bonus
+        return word_score(lexicon, history, w, lm_weight, word_bonus)
 
     def score(item) -> float:
         _, (pb, pnb, words, _) = item
@@ -175,7 +180,7 @@ def sentence_score(text: str, lexicon: Lexicon, lm_weight: float = 0.0, word_bon
     ``word_bonus`` per word (nats)."""
     history, total = lexicon.start(), 0.0
     for w in text.split():
-        total += lm_weight * lexicon.logp(history, w) + word_bonus
+        total += word_score(lexicon, history, w, lm_weight, word_bonus)
         history = lexicon.then(history, w)
     return total + lm_weight * lexicon.logp(history, EOS)
 
