@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .jsonl import JsonLines, read_jsonl
+from .train.precision import cpu_fp16_kernels
 
 FP16_MAX = 65504.0
 FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
@@ -324,7 +325,8 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
             result.update(loss=float(loss.detach()), grad_norm=float(norm))
 
         torch.manual_seed(int(meta.get("step", 0)))  # dropout, if any, draws the same masks in every precision
-        first, summary = locate(model, step)
+        with cpu_fp16_kernels(device, dtype):
+            first, summary = locate(model, step)
         tight = tightest(summary, 1)
         rows.append({"precision": name, "loss": result["loss"], "grad_norm": result["grad_norm"],
                      "finite": first is None and math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"]),

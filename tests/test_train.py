@@ -44,6 +44,27 @@ def test_precision_on_cpu_and_refusals():
         choose_precision("fp8", torch.device("cpu"))
 
 
+def test_fp16_on_cpu_finishes_an_odd_batch():
+    """oneDNN's fp16 depthwise conv1d never returns for odd batches of 3 or more on CPUs with AVX512-FP16
+    (torch 2.11); inside cpu_fp16_kernels, forward and backward finish. In a subprocess, so that a hang
+    is cut off by the timeout, not left in the suite."""
+    code = """
+import torch
+from asrlab.train.precision import cpu_fp16_kernels
+conv = torch.nn.Conv1d(144, 144, 15, padding=7, groups=144)
+x = torch.randn(3, 144, 50, requires_grad=True)
+with cpu_fp16_kernels(torch.device("cpu"), torch.float16):
+    assert not torch.backends.mkldnn.enabled
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = conv(x)
+    y.float().sum().backward()
+assert y.dtype == torch.float16 and torch.isfinite(x.grad).all() and torch.backends.mkldnn.enabled
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
 def test_config_overrides_and_unknown_keys():
     cfg = load_config("tiny", ["optim.lr=0.01", "data.num_workers=3"])
     assert cfg.optim.lr == 0.01 and cfg.data.num_workers == 3 and cfg.model.subsampling == 2

@@ -8,6 +8,7 @@ large activations overflow (field report 004).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,24 @@ class Precision:
     dtype: torch.dtype | None      # autocast dtype; None for fp32 (no autocast)
     scaler: bool                   # use a GradScaler (fp16 only)
     reason: str
+
+
+@contextlib.contextmanager
+def cpu_fp16_kernels(device: torch.device, dtype: torch.dtype | None):
+    """While inside: fp16 on CPU runs on PyTorch's own kernels, not oneDNN's (nothing changes elsewhere).
+
+    With torch 2.11 on a CPU with AVX512-FP16 (Sapphire Rapids), oneDNN's fp16 depthwise conv1d never
+    returns for an odd batch of 3 or more (the Conformer's convolution module; found when the NaN
+    notebook's fp16 run stalled at its first batch of 3). The switch is process-wide, so enter it
+    around whole passes (forward and backward), not per op."""
+    if device.type != "cpu" or dtype != torch.float16 or not torch.backends.mkldnn.enabled:
+        yield
+        return
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = True
 
 
 def choose_precision(requested: str, device: torch.device, capability: tuple[int, int] | None = None,

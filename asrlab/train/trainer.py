@@ -50,7 +50,7 @@ from .heartbeat import Heartbeat
 from .ledger import LedgerWriter, mark_resumed
 from .stall import Watchdog
 from .metrics import MetricsWriter
-from .precision import choose_precision
+from .precision import choose_precision, cpu_fp16_kernels
 
 log = logging.getLogger(__name__)
 HALT_EXIT = 4  # exit code of a run halted by a non-finite step (train.nonfinite=halt, or rollbacks used up)
@@ -617,7 +617,7 @@ class Trainer:
             window = trace(self.exp / "trace" / f"rank{self.info.rank}", wait=max(0, t.trace_from - 1 - warm),
                            warmup=warm, active=t.trace_steps, device=self.device.type)
         try:
-            with window as self._prof:
+            with window as self._prof, cpu_fp16_kernels(self.device, self.precision.dtype):
                 return self._fit()
         finally:
             self._prof = None
