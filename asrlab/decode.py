@@ -88,6 +88,8 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     if tuple(speeds) != (1.0,) and lexicon_from is None:
         raise ValueError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
     model, tok, cfg, marker = load_model(exp)
+    for speed in speeds:  # a bad speed is data.speed's error, before any decoding
+        cfg.data.for_eval(speed=speed)
     greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
     result = evaluate(model, eval_loader(cfg, tok, data), tok, local(model), keep_hyps=True, decoder=greedy)
     rows = result.pop("hyps")

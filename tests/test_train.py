@@ -227,6 +227,8 @@ def test_decode_command_greedy_and_with_a_lexicon(corpus, tmp_path, capsys):
         main(["decode", "--exp", str(exp), "--data", data, "--speeds", "fast"])
     assert main(["decode", "--exp", str(exp), "--data", data, "--speeds", "0.9,1.1"]) == 2  # no lexicon
     assert "give a lexicon" in capsys.readouterr().err
+    assert main(["decode", "--exp", str(exp), "--data", data, "--lexicon", data, "--speeds", "0.2,1.0"]) == 2
+    assert "data.speed is a tempo factor" in capsys.readouterr().err
 
 
 def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
