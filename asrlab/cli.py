@@ -26,7 +26,7 @@ def _pair(s: str) -> tuple[float, float]:
 def cmd_synth(a: argparse.Namespace) -> int:
     from .data.synth import synthesize_corpus
 
-    summary = synthesize_corpus(a.out, utts=a.utts, seed=a.seed, shard_size=a.shard_size,
+    summary = synthesize_corpus(a.out, utts=a.utts, seed=a.seed, held=a.held, shard_size=a.shard_size,
                                 compression=a.compression, noise_snr=a.noise_snr, raw=a.raw,
                                 hard=a.hard, progress=not a.quiet)
     print(f"{'split':>5} {'utts':>6} {'minutes':>8} {'shards':>6} {'voices':>6}  conditions")
@@ -249,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("synth", help="synthesize the embedded speech corpus (eSpeak NG) as WeNet shards")
     s.add_argument("out")
     s.add_argument("--utts", type=int, default=3000, help="training utterances (dev and test get a tenth)")
+    s.add_argument("--held", type=int, default=None, help="dev and test utterances each (default: a tenth of --utts)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--shard-size", type=int, default=500, help="utterances per shard")
     s.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])

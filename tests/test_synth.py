@@ -161,6 +161,19 @@ def test_same_seed_same_bytes_other_seed_differs(corpus):
     assert a.keys() == c.keys() and all(a[k] != c[k] for k in a)
 
 
+def test_held_sizes_dev_and_test_and_splits_extend_each_other(corpus):
+    root, _ = corpus
+    assert synth.split_sizes(5000, held=300) == {"train": 5000, "dev": 300, "test": 300}
+    with pytest.raises(ValueError, match="held"):
+        synth.split_sizes(100, held=0)
+    summary = synth.synthesize_corpus(root / "held", utts=UTTS + 8, held=20, seed=0, shard_size=SHARD,
+                                      progress=False, workers=1)
+    assert [summary["splits"][s]["utterances"] for s in ("train", "dev", "test")] == [UTTS + 8, 20, 20]
+    for split, n in (("train", UTTS), ("dev", 20), ("test", 20)):
+        small, big = _members(root / "a" / split), _members(root / "held" / split)
+        assert big[: 2 * n] == small[: 2 * n]  # the same first n utterances (.txt and .wav each)
+
+
 def test_hard_conditions():
     utts = [synth.make_utterance(0, "test", i, hard=True) for i in range(12)]
     assert {u.condition["speed"] for u in utts} == {0.9, 1.0, 1.1}

@@ -209,11 +209,14 @@ def split_voices(split: str) -> list[str]:
     return [f"{a}+{v}" for a in accents for v in variants]
 
 
-def split_sizes(utts: int) -> dict[str, int]:
-    """Utterances per split: train ``utts``, dev and test ``utts // 10`` but at least 50."""
+def split_sizes(utts: int, held: int | None = None) -> dict[str, int]:
+    """Utterances per split: train ``utts``; dev and test ``held`` each (default ``utts // 10``, at least 50)."""
     if utts < 1:
         raise ValueError("utts must be at least 1")
-    held = max(50, utts // 10)
+    if held is None:
+        held = max(50, utts // 10)
+    if held < 1:
+        raise ValueError("held (dev and test utterances) must be at least 1")
     return {"train": utts, "dev": held, "test": held}
 
 
@@ -577,7 +580,8 @@ def iter_split(split: str, n: int, seed: int = 0, *, hard: bool = False,
 
 # --------------------------------------------------------------------------- corpus
 
-def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shard_size: int = 500,
+def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, held: int | None = None,
+                      shard_size: int = 500,
                       compression: str = "none", noise_snr: tuple[float, float] = (10.0, 30.0),
                       raw: bool = False, hard: bool = False, progress: bool = True,
                       workers: int | None = None) -> dict:
@@ -588,6 +592,8 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
             and with ``raw`` ``wavs/`` + ``raw.list``).
         utts: training utterances; dev and test get ``utts // 10`` each (at least 50).
         seed: everything random derives from it; same arguments, same bytes.
+        held: dev and test utterances each, instead of ``utts // 10``. A split's first n
+            utterances are the same in every corpus of this seed that has n or more.
         shard_size: utterances per tar shard.
         compression: shard compression, one of :data:`asrlab.data.shards.COMPRESSIONS`.
         noise_snr: (low, high) SNR in dB for additive noise (test uses the lower half).
@@ -605,7 +611,7 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
 
     from .shards import write_split
 
-    sizes = split_sizes(int(utts))
+    sizes = split_sizes(int(utts), held)
     if workers is None:
         workers = _default_workers()
     out_dir = Path(out_dir)
