@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -240,6 +241,14 @@ def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
                           str(tmp_path / "exp"), "optim.nope=1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "optim.nope" in out.stderr
     assert time.time() - t0 < 60
+
+
+def test_a_rank_that_aborts_prints_its_python_stack():
+    """A C++ std::terminate in a rank (SIGABRT) leaves the Python stacks of its threads in stderr."""
+    code = "from asrlab.train import dist; dist.setup()\ndef where_it_died():\n    import os; os.abort()\nwhere_it_died()\n"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGABRT
+    assert "Fatal Python error: Aborted" in p.stderr and "where_it_died" in p.stderr
 
 
 def test_train_with_2_gloo_ranks(corpus, tmp_path):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -25,7 +27,12 @@ class DistInfo:
 
 
 def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
-    """Join the process group torchrun describes in the environment, or run alone without one."""
+    """Join the process group torchrun describes in the environment, or run alone without one.
+
+    Also arms ``faulthandler`` for fatal signals: a rank killed by SIGSEGV, or by SIGABRT from a
+    C++ ``std::terminate``, prints every thread's Python stack to stderr before it dies.
+    """
+    _stacks_on_fatal_signals()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -44,6 +51,15 @@ def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)
     return DistInfo(rank, world, local, device, backend)
+
+
+def _stacks_on_fatal_signals() -> None:
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    except (AttributeError, ValueError, OSError, RuntimeError):  # no real stderr (embedded interpreters)
+        pass
 
 
 def teardown() -> None:
