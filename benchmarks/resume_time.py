@@ -1,7 +1,7 @@
 """Resume seeks, it does not replay: time to the first batch after resuming at 10% and at 90% of an epoch,
 against replaying the epoch up to the same position (``asrlab.train.resume_time``).
 
-    .venv/bin/python benchmarks/resume_time.py data/corpus/train/data.list [--at 0.1,0.9] [--repeat 3]
+    .venv/bin/python benchmarks/resume_time.py data/corpus/train/data.list [--at 0.1,0.9] [--repeat 3] [KEY=VALUE ...]
 """
 
 import argparse
@@ -18,9 +18,10 @@ def main():
     p.add_argument("--at", default="0.1,0.9", help="positions in the epoch (fractions of its batches)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--config", default="tiny")
+    p.add_argument("overrides", nargs="*", help="config overrides, e.g. data.num_workers=1")
     a = p.parse_args()
     logging.disable(logging.INFO)
-    cfg = load_config(a.config)
+    cfg = load_config(a.config, a.overrides)
 
     def show(r):
         print(f"at {100 * r['fraction']:.0f}% of the epoch (after batch {r['batch']}): resume {r['resume_s']:.2f} s, "
