@@ -25,9 +25,9 @@ Splits, voices, conditions
                Noise: white, pink, brown or babble-like at an SNR drawn from
                U(``noise_snr``); mild reverberation on 30% of utterances
                (RT60 0.1-0.35 s).
-    ``dev``    ``utts // 10`` (at least 50). The same voices and conditions
+    ``dev``    ``utts // 10`` (at least 50; or ``held``). The same voices and conditions
                as train (other utterances).
-    ``test``   ``utts // 10`` (at least 50). Voices: TEST_ACCENTS x
+    ``test``   ``utts // 10`` (at least 50; or ``held``). Voices: TEST_ACCENTS x
                TEST_VARIANTS (3 x 10 = 30), sharing neither an accent nor a
                variant with train. Its own conditions: babble-like noise only
                (speech-shaped noise gated at syllable rates) at an SNR from
@@ -580,11 +580,10 @@ def iter_split(split: str, n: int, seed: int = 0, *, hard: bool = False,
 
 # --------------------------------------------------------------------------- corpus
 
-def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, held: int | None = None,
-                      shard_size: int = 500,
+def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shard_size: int = 500,
                       compression: str = "none", noise_snr: tuple[float, float] = (10.0, 30.0),
                       raw: bool = False, hard: bool = False, progress: bool = True,
-                      workers: int | None = None) -> dict:
+                      workers: int | None = None, held: int | None = None) -> dict:
     """Synthesize the train/dev/test corpus into WeNet shards under ``out_dir``.
 
     Args:
@@ -592,8 +591,6 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, held
             and with ``raw`` ``wavs/`` + ``raw.list``).
         utts: training utterances; dev and test get ``utts // 10`` each (at least 50).
         seed: everything random derives from it; same arguments, same bytes.
-        held: dev and test utterances each, instead of ``utts // 10``. A split's first n
-            utterances are the same in every corpus of this seed that has n or more.
         shard_size: utterances per tar shard.
         compression: shard compression, one of :data:`asrlab.data.shards.COMPRESSIONS`.
         noise_snr: (low, high) SNR in dB for additive noise (test uses the lower half).
@@ -602,6 +599,8 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, held
         progress: show tqdm progress bars.
         workers: processes for synthesis; ``None`` = number of usable CPUs (max 8),
             1 = in this process. Does not change the output.
+        held: dev and test utterances each, instead of ``utts // 10``. A split's first n
+            utterances are the same in every corpus of this seed that has n or more.
 
     Returns:
         A summary: per split ``utterances``, ``seconds`` of audio, ``shards`` (count),
