@@ -142,9 +142,20 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- modules
 
 
+DIGITAL_SILENCE = math.log(torch.finfo(torch.float32).eps) + 0.01  # Kaldi fbank of exact zeros: log(FLT_EPSILON)
+
+
 class UtteranceCMVN(nn.Module):
     """(B, T, F) fbank, (B,) lengths -> each bin standardised over the utterance's real
-    frames (mean 0, variance 1, in float32); padded frames come out 0. No parameters."""
+    frames (mean 0, variance 1, in float32); padded frames come out 0. No parameters.
+
+    Digital silence (exact zero samples: padded, edited or gated recordings) comes out of Kaldi
+    fbank at log(FLT_EPSILON) = -15.9 in every bin, some 10 nats below the quantisation noise of any
+    recorded sound; left as it is, it dominates each bin's variance and squeezes the speech into a
+    narrow band (the quickstart's model, 0.33% CER on dev voices with white noise at 60 dB SNR: 8.7%
+    with exact zeros instead, 0.66% with this; benchmarks/error_factors.txt). Such values are lifted to
+    the quietest other value of their bin in the utterance; audio without them comes out as before.
+    """
 
     def __init__(self, eps: float = 1e-5):
         super().__init__()
@@ -153,6 +164,10 @@ class UtteranceCMVN(nn.Module):
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> torch.Tensor:
         x = feats.float()
         m = lengths_to_mask(feat_lens.to(x.device), x.size(1))[..., None].to(x.dtype)  # (B, T, 1)
+        silent = x <= DIGITAL_SILENCE  # no host sync: a no-op where nothing is silent
+        sound = silent.logical_not() & m.bool()
+        floor = torch.where(sound, x, torch.full_like(x, math.inf)).amin(dim=1, keepdim=True)  # (B, 1, F)
+        x = torch.where(silent & floor.isfinite(), floor, x)
         n = m.sum(dim=1, keepdim=True).clamp(min=1.0)
         x = (x - (x * m).sum(dim=1, keepdim=True) / n) * m
         return x * torch.rsqrt(x.pow(2).sum(dim=1, keepdim=True) / n + self.eps)

@@ -243,3 +243,23 @@ def test_tiny_overfit():
     model.eval()
     with torch.no_grad():
         assert greedy_decode(*model(feats, feat_lens)) == [[3, 1, 4]]
+
+
+def test_utterance_cmvn_is_not_squeezed_by_digital_silence():
+    """Exact zeros around an utterance (fbank: log(FLT_EPSILON) in every bin) must not squeeze its sound frames
+    into a narrow band; the sound frames keep about the spread they have when the zeros are not there."""
+    from asrlab.data.audio import fbank
+
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(8000) / 16000.0
+    sound = 0.3 * torch.sin(2 * math.pi * 440.0 * t) * (1 + torch.sin(2 * math.pi * 3.0 * t)) \
+        + 0.01 * torch.randn(8000, generator=g)
+    alone = fbank(sound, 16000)
+    padded = fbank(torch.cat([torch.zeros(4800), sound, torch.zeros(4800)]), 16000)
+    assert padded.min() < -15.0  # the zeros are there, as Kaldi fbank makes them
+    cmvn = UtteranceCMVN()
+    spread_alone = cmvn(alone[None], torch.tensor([len(alone)]))[0].std(dim=0).mean()
+    out = cmvn(padded[None], torch.tensor([len(padded)]))[0]
+    loud = padded.mean(dim=1) > -15.0  # frames with sound in them
+    spread_padded = out[loud].std(dim=0).mean()
+    assert spread_padded > 0.5 * spread_alone, (float(spread_padded), float(spread_alone))
