@@ -9,10 +9,18 @@ first four are all in test's conditions (babble at 10-20 dB SNR, reverberation a
     train_accents_test_variants      the same; test's variants on train's accents
     train_voices_test_conditions     the dev split's first N (train's voices) in test's conditions
 
-    .venv/bin/python benchmarks/test_factors.py EXP LEXICON_LIST [--n 300] [--out data/factors]
+and two are clean:
 
-Each set's greedy and lexicon CER come from ``asrlab decode`` (beam 32, LM weight 1.0, word bonus 3.0; no test-time
-warps); hypotheses go to ``EXP/decode/<set>.txt``.
+    train_voices_60db                the dev split's first N, no reverberation, white noise at 60 dB SNR
+    train_voices_digital_silence     the same with no noise at all: exact zeros before and after the speech
+
+    .venv/bin/python benchmarks/error_factors.py EXP LEXICON_LIST [--n 300] [--out data/factors]
+
+The sets are written once under ``--out`` and reused. Each utterance is made with eSpeak reset first
+(``make_utterance(fresh=True)``), so ``test`` has the test split's texts, voices and conditions but not exactly its
+bytes (the corpus resets eSpeak once per 16 utterances). Each set's greedy and lexicon CER come from
+``asrlab decode`` (beam 32, LM weight 1.0, word bonus 3.0; no test-time warps); hypotheses go to
+``EXP/decode/<set>.txt``.
 """
 
 import argparse
