@@ -26,9 +26,9 @@ class OptimConfig:
     betas: tuple = (0.9, 0.98)
     warmup_steps: int = 150          # optimizer steps of linear warm-up
     decay: str = "cosine"            # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
-    decay_by_clock: bool = False     # cosine ends at min_lr by train.max_minutes too, if that comes first
-    #                                  (meant for runs near convergence, not measured there; a 4-minute run
-    #                                  far from it lost 4 points of CER to the early decay)
+    decay_by_clock: bool = False     # cosine ends at min_lr by whichever limit stops the run first:
+    #                                  train.max_steps, train.max_minutes, or train.max_epochs (its steps
+    #                                  estimated by the pre-flight layout); the quickstart's schedule
     min_lr: float = 1e-5
     grad_clip: float = 5.0           # max global gradient norm (after unscaling)
     accum_steps: int = 1             # micro-batches per optimizer step

@@ -15,6 +15,7 @@ from asrlab.config import load_config
 from asrlab.train import checkpoint
 from asrlab.train.dist import DistInfo
 from asrlab.train.precision import choose_precision
+from asrlab.train.metrics import read_metrics
 from asrlab.train.trainer import RunClock, Trainer, lr_lambda
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
@@ -131,14 +132,17 @@ def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
     assert lr_lambda(steps_only, max_steps=1010, clock=clock)(110) == pytest.approx(0.5 * (1 + math.cos(0.101 * math.pi)))
 
 
-def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus, tmp_path):
-    exp = tmp_path / "exp"
-    tr = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000", "optim.min_lr=0",
-                      "optim.decay_by_clock=true")
+def lrs_of_a_run_decaying_by_its_limits(corpus, exp, *limits) -> list[float]:
+    """Each step's LR of a run with ``optim.decay_by_clock`` (cosine to 0) that stops at ``limits``."""
+    tr = make_trainer(corpus, exp, *limits, "optim.min_lr=0", "optim.decay_by_clock=true")
     tr.fit()
     tr.close()
-    lines = [json.loads(x) for x in (exp / "metrics" / "rank0.jsonl").read_text().splitlines()]
-    lrs = [x["lr"] for x in lines]
+    return [x["lr"] for x in read_metrics(exp)]
+
+
+def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    lrs = lrs_of_a_run_decaying_by_its_limits(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000")
     assert len(lrs) >= 5 and lrs[-1] < 0.2 * max(lrs)     # the clock, not max_steps (0), ended the decay
     assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))  # after the 2 warm-up steps: only down
     state, _ = checkpoint.load_latest(exp / "checkpoints")
@@ -147,7 +151,14 @@ def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus,
     assert again.resume() and again.clock.before_s >= 3.0
     again.fit()                                           # the budget is spent: no more steps
     again.close()
-    assert len((exp / "metrics" / "rank0.jsonl").read_text().splitlines()) == len(lines)
+    assert len(read_metrics(exp)) == len(lrs)
+
+
+def test_a_run_its_epochs_end_before_its_clock_still_decays_to_the_floor(corpus, tmp_path):
+    """A fast machine (a GPU) ends the quickstart by max_epochs long before its clock: the LR must be low by then."""
+    lrs = lrs_of_a_run_decaying_by_its_limits(corpus, tmp_path / "exp", "train.max_minutes=30", "train.max_epochs=2")
+    assert len(lrs) >= 8 and lrs[-1] < 0.05 * max(lrs)   # the epochs, not the 30-minute clock, ended the decay
+    assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))
 
 
 def test_interrupted_checkpoint_write_leaves_the_previous_one(tmp_path, caplog):
@@ -182,6 +193,22 @@ def test_resume_auto_continues_from_the_newest_complete_checkpoint(corpus, tmp_p
     (exp / "checkpoints" / "step_00000004.done").unlink()
     again = make_trainer(corpus, exp, "train.max_steps=6")
     assert again.resume() and again.step == 2
+    again.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (benchmarks/on_gpu.sh gputests runs it on one)")
+def test_resume_on_a_gpu_restores_every_rng(corpus, tmp_path):
+    """A checkpoint read onto the GPU would put the CPU RNG state there, which torch.set_rng_state refuses."""
+    exp, gpu = tmp_path / "exp", DistInfo(0, 1, 0, CUDA, None)
+    tr = Trainer(load_config("tiny", SMALL + ["train.max_steps=2"]), str(corpus / "data.list"), None, exp, gpu)
+    tr.fit()
+    tr.close()
+    rng = checkpoint.load_latest(exp / "checkpoints")[0]["rng"][0]
+    again = Trainer(load_config("tiny", SMALL + ["train.max_steps=4"]), str(corpus / "data.list"), None, exp, gpu)
+    torch.manual_seed(123)
+    assert again.resume() and again.step == 2
+    assert torch.equal(torch.get_rng_state(), rng["torch"]) and torch.equal(torch.cuda.get_rng_state(CUDA), rng["cuda"])
+    again.fit()
     again.close()
 
 

@@ -133,6 +133,22 @@ def lr_lambda(cfg, max_steps: int, clock: RunClock | None = None):
     return f
 
 
+def decay_horizon(cfg: Config, sources: list[Source], world_size: int) -> int:
+    """Optimizer steps the cosine decay spans: ``train.max_steps`` (0: none), and with
+    ``optim.decay_by_clock`` also ``train.max_epochs`` times an epoch's steps as the pre-flight layout
+    estimates them (the fewest any rank gets), whichever is smaller. Without the epochs, a run that a fast
+    machine ends by its epochs before its clock would stop with the LR still high."""
+    t, o = cfg.train, cfg.optim
+    if not (o.decay == "cosine" and o.decay_by_clock and t.max_epochs > 0):
+        return t.max_steps
+    layout = inspect_layout(sources, cfg.data, world_size, cfg.data.num_workers)
+    per_epoch = min(r["batches"] for r in layout["ranks"]) // o.accum_steps
+    horizon = min(t.max_steps or t.max_epochs * per_epoch, t.max_epochs * per_epoch)
+    log.info("LR: cosine decay to min_lr by step %d (max_steps %d; %d epochs of ~%d steps) or by the %.1f-min "
+             "clock, whichever comes first", horizon, t.max_steps, t.max_epochs, per_epoch, t.max_minutes)
+    return horizon
+
+
 def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo) -> CharTokenizer:
     """The experiment's ``units.txt``: made from the training transcripts on first start, reused after."""
     units = exp / "units.txt"
@@ -192,7 +208,8 @@ class Trainer:
                                      weight_decay=cfg.optim.weight_decay,
                                      fused=self.device.type in ("cpu", "cuda"))
         self.clock = RunClock(60 * cfg.train.max_minutes)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, cfg.train.max_steps, self.clock))
+        horizon = decay_horizon(cfg, train_sources, self.info.world_size)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, horizon, self.clock))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
         self.evals, self.rollbacks = 0, 0
@@ -230,7 +247,7 @@ class Trainer:
     # -- state ------------------------------------------------------------------------------
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint of the experiment, if there is one."""
-        found = checkpoint.load_latest(self.exp / "checkpoints", map_location=self.device)
+        found = checkpoint.load_latest(self.exp / "checkpoints")  # on CPU: RNG states must be; load_state_dict moves the rest
         if found is None:
             return False
         state, marker = found
@@ -288,7 +305,7 @@ class Trainer:
         """
         t = self.cfg.train
         self.hb.enter("checkpoint")
-        found = checkpoint.load_latest(self.exp / "checkpoints", map_location=self.device)
+        found = checkpoint.load_latest(self.exp / "checkpoints")
         if found is None:
             raise NonFiniteHalt(f"step {self.step}: not finite, and there is no checkpoint to roll back to "
                                 "(set --save-every-steps)")
