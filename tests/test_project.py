@@ -46,3 +46,13 @@ def test_every_shipped_notebook_is_clean_and_parameterized():
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert "parameters" in code[0].get("metadata", {}).get("tags", []), f"{nb_path.name}: first code cell is not tagged parameters"
         assert not any(c.get("outputs") or c.get("execution_count") for c in code), f"{nb_path.name} has stored outputs"
+
+
+def test_papermill_reads_every_notebook_parameter():
+    """``papermill --help-notebook`` lists each parameter (a second '=' on a line hides it from papermill)."""
+    import papermill
+
+    from asrlab.runner import declared_parameters
+
+    for nb_path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert set(papermill.inspect_notebook(str(nb_path))) == declared_parameters(nb_path), nb_path.name
