@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--storage", default="shards/none", help="comma list of raw, shards/none, shards/gz, shards/bz2, ...")
     bt.add_argument("--features", default="cpu", help="comma list of cpu (fbank in the loader), device (after the copy)")
     bt.add_argument("--max-utts", type=int, default=1000, help="utterances to re-write per storage")
-    bt.add_argument("--steps", type=int, default=20, help="measured steps per setting (after 2 start-up steps)")
+    bt.add_argument("--steps", type=int, default=20, help="measured steps per setting (after 2 start-up steps, or workers x prefetch_factor if more)")
     bt.add_argument("--memory-mib", type=float, help="peak memory budget of the process and its workers")
     bt.add_argument("--json")
     bt.add_argument("overrides", nargs="*", metavar="KEY=VALUE")

@@ -94,6 +94,11 @@ class _Sampler(threading.Thread):
     def sample(self) -> list[dict]:
         raise NotImplementedError
 
+    def during(self, start: float, end: float) -> list[dict]:
+        """Rows sampled from wall-clock ``start`` to ``end`` (``time.time()`` s), and up to one interval after:
+        NVML's utilisation is a share of the time before its sample."""
+        return [r for r in self.samples if start <= self.t0 + r["t"] <= end + self.interval_s]
+
     def stop(self) -> list[dict]:
         self._halt.set()
         if self.is_alive():

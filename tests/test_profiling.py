@@ -69,6 +69,12 @@ def test_cpu_sampler_sees_the_process_and_its_children():
     assert busy and max(busy) > 30  # the spinning child shows
 
 
+def test_a_sampler_gives_the_rows_of_a_wall_clock_window():
+    s = CpuSampler(0.5)  # not started: rows set by hand, t in seconds after s.t0
+    s.samples = [{"t": t, "cpu_pct": t} for t in (0.0, 1.0, 2.0, 2.4, 3.0)]
+    assert [r["t"] for r in s.during(s.t0 + 0.9, s.t0 + 2.0)] == [1.0, 2.0, 2.4]  # and one interval after
+
+
 def test_trace_exports_a_window_of_steps(tmp_path):
     x = torch.randn(64, 64)
     with trace(tmp_path, wait=1, warmup=1, active=2) as prof:

@@ -110,7 +110,7 @@ def test_metrics_lines_have_every_field(corpus, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "exp" / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2, 3]
     for field in ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
-                  "data_wait_s", "step_s"):
+                  "data_wait_s", "step_s", "time"):
         assert field in lines[0]
 
 

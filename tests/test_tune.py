@@ -38,3 +38,11 @@ def test_measure_on_real_steps(corpus, tmp_path):
     r = measure(load_config("tiny", SMALL + ["data.num_workers=0"]), lists["shards/bz2"], steps=3)
     assert r["steps"] == 3 and 0 < r["data_wait"] < 1 and r["utts_per_s"] > 0 and r["peak_mib"] > 0
     assert sum(r["parts_s"].values()) == pytest.approx(r["step_s"], rel=1e-3)
+
+
+def test_measure_skips_the_batches_the_workers_prefetched(corpus, tmp_path):
+    """Those are ready before the first step ends: measured, they would hide the loader's steady pace."""
+    lists = storage_variants(corpus / "data.list", tmp_path, ("shards/none",), max_utts=60, shard_size=20)
+    cfg = load_config("tiny", SMALL + ["data.num_workers=1", "data.prefetch_factor=3"])
+    r = measure(cfg, lists["shards/none"], steps=2)
+    assert r["warmup_steps"] == 3 and r["steps"] == 2

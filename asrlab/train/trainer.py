@@ -586,6 +586,7 @@ class Trainer:
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
+                "time": round(time.time(), 3),       # wall clock at the step's end (unix s), to align with samplers
                 **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
                 "nonfinite": r.nonfinite, "rollbacks": self.rollbacks})
             if r.nonfinite in ("loss", "grad") and t.nonfinite != "skip":
