@@ -28,7 +28,7 @@ class OptimConfig:
     decay: str = "cosine"            # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
     decay_by_clock: bool = False     # cosine ends at min_lr by whichever limit stops the run first:
     #                                  train.max_steps, train.max_minutes, or train.max_epochs (its steps
-    #                                  estimated by the pre-flight layout); the quickstart's schedule
+    #                                  estimated by the pre-flight layout); the quickstart uses it
     min_lr: float = 1e-5
     grad_clip: float = 5.0           # max global gradient norm (after unscaling)
     accum_steps: int = 1             # micro-batches per optimizer step

@@ -143,7 +143,7 @@ def decay_horizon(cfg: Config, sources: list[Source], world_size: int) -> int:
         return t.max_steps
     layout = inspect_layout(sources, cfg.data, world_size, cfg.data.num_workers)
     per_epoch = min(r["batches"] for r in layout["ranks"]) // o.accum_steps
-    horizon = min(t.max_steps or t.max_epochs * per_epoch, t.max_epochs * per_epoch)
+    horizon = min(t.max_steps, t.max_epochs * per_epoch) if t.max_steps else t.max_epochs * per_epoch
     log.info("LR: cosine decay to min_lr by step %d (max_steps %d; %d epochs of ~%d steps) or by the %.1f-min "
              "clock, whichever comes first", horizon, t.max_steps, t.max_epochs, per_epoch, t.max_minutes)
     return horizon
