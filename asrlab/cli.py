@@ -194,7 +194,7 @@ def _speeds(text: str) -> tuple[float, ...]:
 def cmd_decode(a: argparse.Namespace) -> int:
     from .decode import decode_exp
 
-    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds)
+    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds, a.device)
     print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
           f"(checkpoint step {r['step']}, greedy); hypotheses in {r['hyps_path']}")
     if "lexicon" in r:
@@ -346,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--speeds", type=_speeds, default=(1.0,), metavar="S1,S2,...",
                    help="with --lexicon: search the audio played at each of these speeds (a test-time warp "
                         "of the voice, e.g. 0.9,1.0,1.1) and keep the transcript best over all of them")
+    d.add_argument("--device", help="where the model runs, e.g. cpu or cuda:1 (default: the first GPU if there "
+                                    "is one, else the CPU)")
     d.set_defaults(func=cmd_decode)
 
     c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from .config import load_config
 from .data.loader import AsrLoader
 from .data.sources import load_sources, transcripts
@@ -14,8 +16,11 @@ from .train import checkpoint, dist
 from .train.trainer import evaluate
 
 
-def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, dict]:
-    """(model in eval mode, tokenizer, config, checkpoint marker) of an experiment."""
+def load_model(exp: str | Path, device: str | torch.device | None = None) -> tuple[ConformerCTC, CharTokenizer, object, dict]:
+    """(model in eval mode on ``device``, tokenizer, config, checkpoint marker) of an experiment.
+
+    ``device`` None: the first GPU if there is one, else the CPU."""
+    device = _device(device)
     exp = Path(exp)
     cfg = load_config(exp / "config.yaml")
     tok = CharTokenizer.load(exp / "units.txt")
@@ -25,7 +30,20 @@ def load_model(exp: str | Path) -> tuple[ConformerCTC, CharTokenizer, object, di
     state, marker = found
     model = ConformerCTC(cfg.model, len(tok))
     model.load_state_dict(state["model"])
-    return model.eval(), tok, cfg, marker
+    return model.to(device).eval(), tok, cfg, marker
+
+
+def _device(name: str | torch.device | None) -> torch.device:
+    """``name`` as a device this machine has; None: the first GPU if there is one, else the CPU."""
+    if name is None:
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device {name!r} is not a device name (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return device
 
 
 def eval_loader(cfg, tok: CharTokenizer, data: str | Path, speed: float = 1.0) -> AsrLoader:
@@ -76,7 +94,8 @@ def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -
 
 
 def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
-               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0, speeds=(1.0,)) -> dict:
+               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0, speeds=(1.0,),
+               device: str | torch.device | None = None) -> dict:
     """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
 
     With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
@@ -84,10 +103,10 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     and word bonus as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
     and ``<name>_lexicon.txt``. With several ``speeds`` (test-time warps, e.g. ``(0.9, 1.0, 1.1)``), the search runs
     on the audio played at each, and ``lexicon.rescore`` picks among the results over all of them; greedy
-    decoding stays at speed 1."""
+    decoding stays at speed 1. The model runs on ``device`` (None: the first GPU if there is one), in fp32."""
     if tuple(speeds) != (1.0,) and lexicon_from is None:
         raise ValueError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
-    model, tok, cfg, marker = load_model(exp)
+    model, tok, cfg, marker = load_model(exp, device)
     for speed in speeds:  # a bad speed is data.speed's error, before any decoding
         cfg.data.for_eval(speed=speed)
     greedy = GreedyKeepingLogProbs(tok) if lexicon_from is not None else None  # plain greedy keeps nothing
