@@ -7,6 +7,12 @@
 #   utilization  notebooks/02_gpu_utilization with gpu1.yaml (base model; NVML utilisation per setting)
 #   nan          notebooks/03_nan_analysis with gpu1.yaml (fp16 on a real GPU)
 #   resume       notebooks/04_resume with gpu1.yaml
+#   recognition  tiny, a 6 x 256 conformer and base side by side on one GPU, on one corpus of 20,000 utterances,
+#                each on a 5-min clock (noise augmentation as the CPU's 15-minute run; the larger two at x2
+#                subsampling, 12,000-frame batches, cosine LR to the clock, no SpecAugment); test decoded with the
+#                lexicon and the speed warps: does capacity close the held-out-accent gap?
+#   cpu_budget   the same corpus; tiny and three larger variants in fp32, each for the steps 2 CPU cores make in
+#                11 minutes: the GPU as a fast stand-in for the CPU's 15-minute run
 #   precision    tiny, 300 steps each in fp32, bf16 and fp16 (GradScaler) on the same corpus: steps/s, loss, scale
 #   tests        pytest tests/ on the GPU machine (the suite is written for CPU; this shows what a GPU changes)
 #   gputests     only the tests that need a GPU (pytest -k gpu; they skip on CPU)
@@ -40,6 +46,35 @@ EOF
     utilization) notebook utilization 240 ;;
     nan) notebook nan 300 ;;
     resume) notebook resume 200 ;;
+    recognition|cpu_budget)
+        r=runs/recognition
+        mkdir -p $r "$out/$stage"
+        [ -f $r/corpus/train/data.list ] || "$py" -m asrlab.cli synth $r/corpus --utts 20000 > $r/synth.log 2>&1
+        fit() {  # NAME CONFIG ARGS...: train, then decode test with the lexicon (on the GPU)
+            local name=$1 config=$2 o="$out/$stage/$1"; shift 2
+            timeout -k 10 380 "$py" -m asrlab.cli train --config "$config" --data $r/corpus/train/data.list \
+                --exp $r/$name train.max_epochs=100 data.noise_aug=0.5 data.num_workers=4 "$@" > $o.train.log 2>&1
+            cp $r/$name/metrics/rank0.jsonl $o.metrics.jsonl
+            echo "$name trained: $(tail -n 1 $r/$name/metrics/rank0.jsonl | cut -c1-100)"
+            timeout -k 10 170 "$py" -m asrlab.cli decode --exp $r/$name --data $r/corpus/test/data.list \
+                --lexicon $r/corpus/train/data.list --speeds 0.9,1.0,1.1 > $o.decode.txt 2>&1
+            cp $r/$name/decode/test_lexicon.txt $o.test_lexicon.txt
+            grep CER $o.decode.txt
+        }
+        if [ $stage = recognition ]; then  # each on a 5-min clock
+            clock="--max-minutes 5 optim.decay_by_clock=true"
+            gpu="model.subsampling=2 optim.decay=cosine optim.min_lr=0.00001 data.spec_augment=false data.max_frames_in_batch=12000"
+            fit tiny tiny $clock &  # the CPU's config as it is
+            fit mid base $clock model.n_layers=6 model.ff_dim=1024 optim.warmup_steps=500 $gpu &   # 6 x 256, ~11M
+            fit base base $clock optim.lr=0.0005 optim.warmup_steps=1000 $gpu &                    # 12 x 256, 33M
+        else  # tiny and its variants in fp32, each for the steps 2 CPU cores make in 11 minutes (measured there)
+            fit tiny tiny --precision fp32 --max-steps 3500 &                            # 0.19 s per step on CPU
+            fit cc0 tiny --precision fp32 --max-steps 1700 model.conv_channels=0 &       # front end 144 wide: 0.39 s
+            fit do1 tiny --precision fp32 --max-steps 2400 model.dropout=0.1 &           # 0.27 s
+            fit w192 tiny --precision fp32 --max-steps 1600 model.d_model=192 model.ff_dim=768 model.n_layers=6 &  # 0.42 s
+        fi
+        wait
+        ;;
     precision)
         corpus=runs/precision/corpus
         [ -f $corpus/train/data.list ] || "$py" -m asrlab.cli synth $corpus --utts 3000 > /dev/null

@@ -1,4 +1,4 @@
-"""Where a model's test errors are: CER by held-out variant, by content (digit strings or commands)
+"""Where a model's test errors are: CER by held-out accent and variant, by content (digit strings or commands)
 and by the noise SNR each utterance was synthesized with.
 
     .venv/bin/python benchmarks/test_errors.py runs/budget/exp/decode/test_lexicon.txt [--seed 0]
@@ -38,13 +38,16 @@ def main():
         utt = make_utterance(a.seed, split, int(index))
         if utt.text != ref:
             raise SystemExit(f"{key}: not utterance {index} of seed {a.seed} (another --seed?)")
-        groups["variant " + voice.rsplit("_", 1)[1]].append((ref, hyp))
+        accent, variant = voice.rsplit("_", 1)
+        groups["accent " + accent].append((ref, hyp))
+        groups["variant " + variant].append((ref, hyp))
         groups["digit strings" if set(ref.split()) <= set(DIGIT_WORDS) else "commands"].append((ref, hyp))
         groups[snr_band(utt.condition["snr_db"])].append((ref, hyp))
     print(f"{a.hyps}: {len(rows)} utterances, CER {100 * cer([r for _, r, _ in rows], [h for _, _, h in rows]):.2f}%")
     rates = {name: cer(*zip(*pairs)) for name, pairs in groups.items()}
-    # SNR bands and content by name, variants worst first
-    for name in sorted(groups, key=lambda g: (g.split()[0], -rates[g] if g.startswith("variant") else g)):
+    # SNR bands and content by name, accents and variants worst first
+    worst_first = ("accent", "variant")
+    for name in sorted(groups, key=lambda g: (g.split()[0], -rates[g] if g.startswith(worst_first) else g)):
         print(f"  {name:22s} CER {100 * rates[name]:5.2f}%  ({len(groups[name])} utterances)")
 
 
