@@ -63,7 +63,8 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
 
     At least ``num_workers x prefetch_factor`` start-up steps are skipped: the batches the workers prefetch
     while the first, slow step runs would otherwise be measured as no wait at all (on an H100 with ``base``,
-    4 workers: 0.5% data wait over 6 steps after 2, 17.6% over 16).
+    4 workers: 0.5% data wait over 6 steps after 2). The steps must fit in one epoch of ``data``: a new
+    epoch's start (workers started again, their first batches) would be measured as data wait.
     """
     from .train.trainer import Trainer
 
@@ -81,11 +82,17 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
                 trainer.fit()  # stall_timeout_s=0: no watchdog; the final checkpoint is not timed
             finally:
                 trainer.close()
-        m = read_metrics(tmp / "exp")[skip:]
+        m = read_metrics(tmp / "exp")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    per_epoch = sum(1 for x in m if x["epoch"] == 0)
+    m = m[skip:]
     if not m:
         raise ValueError(f"{data}: fewer than {skip + 1} steps of data")
+    if per_epoch < skip + steps:
+        raise ValueError(f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
+                         f"than the {skip} start-up and {steps} measured steps: the loader's start of a new epoch "
+                         "would be measured as data wait; give more utterances or measure fewer steps")
     step_s = sum(x["step_s"] for x in m)
     util = [r["util_pct"] for r in gpu.during(m[0]["time"] - m[0]["step_s"], m[-1]["time"])]
     by_t: dict[float, float] = {}

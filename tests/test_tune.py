@@ -46,3 +46,11 @@ def test_measure_skips_the_batches_the_workers_prefetched(corpus, tmp_path):
     cfg = load_config("tiny", SMALL + ["data.num_workers=1", "data.prefetch_factor=3"])
     r = measure(cfg, lists["shards/none"], steps=2)
     assert r["warmup_steps"] == 3 and r["steps"] == 2
+
+
+def test_measure_refuses_a_window_longer_than_an_epoch(corpus, tmp_path):
+    """The workers' start at a new epoch would read as the loader's steady pace (on an H100, 1,000
+    utterances in 24,000-frame batches are about 9 batches: the sweep's 8 start-up and 6 measured steps crossed it)."""
+    lists = storage_variants(corpus / "data.list", tmp_path, ("shards/none",), max_utts=24, shard_size=12)
+    with pytest.raises(ValueError, match="one epoch holds [0-9]+ batches of 800 frames, fewer than the 2 start-up"):
+        measure(load_config("tiny", SMALL + ["data.num_workers=0"]), lists["shards/none"], steps=30)
