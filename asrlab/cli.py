@@ -195,8 +195,10 @@ def cmd_decode(a: argparse.Namespace) -> int:
     from .decode import decode_exp
 
     r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds, a.device)
-    print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['utts']} utterances "
-          f"(checkpoint step {r['step']}, greedy); hypotheses in {r['hyps_path']}")
+    short = r["decoded"] - r["utts"]
+    short = f", {short} of them too short for CTC to align" if short else ""
+    print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['decoded']} utterances "
+          f"(checkpoint step {r['step']}, greedy{short}); hypotheses in {r['hyps_path']}")
     if "lexicon" in r:
         lx = r["lexicon"]
         speeds = "" if lx["speeds"] == [1.0] else ", speeds " + ",".join(f"{s:g}" for s in lx["speeds"])

@@ -709,7 +709,8 @@ class Trainer:
 @torch.no_grad()
 def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: dist.DistInfo,
              autocast=contextlib.nullcontext, keep_hyps: bool = False, tick=None, decoder=None) -> dict:
-    """CTC loss, CER and WER over this rank's share, summed over ranks.
+    """CTC loss, CER and WER over this rank's share, summed over ranks; ``utts`` counts the utterances in
+    the loss (those CTC can align), ``decoded`` all of them (CER and WER are over all).
 
     ``decoder(log_probs, out_lens) -> list[str]`` makes the hypotheses; default greedy."""
     was_training = model.training
@@ -718,7 +719,7 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
     fbank = BatchFbank.for_data(loader.cfg)
     if fbank is not None:
         fbank.to(device)
-    loss = utts = char_err = chars = word_err = words = 0.0
+    loss = utts = decoded = char_err = chars = word_err = words = 0.0
     hyps = []
     for batch in loader:
         if tick is not None:
@@ -728,6 +729,7 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
         loss_sum, _, mask = ctc_loss(log_probs, out_lens, batch["targets"].to(device), batch["target_lens"].to(device))
         loss += float(loss_sum)
         utts += int(mask.sum())
+        decoded += len(batch["keys"])
         texts = decoder(log_probs, out_lens) if decoder else [tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
         for key, hyp, tgt, n in zip(batch["keys"], texts, batch["targets"], batch["target_lens"]):
             ref = tok.decode(tgt[:n].tolist())
@@ -737,13 +739,13 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
             words += len(ref.split())
             if keep_hyps:
                 hyps.append((key, ref, hyp))
-    loss, utts, char_err, chars, word_err, words = dist.all_reduce_sum(
-        [loss, utts, char_err, chars, word_err, words], info)
+    loss, utts, decoded, char_err, chars, word_err, words = dist.all_reduce_sum(
+        [loss, utts, decoded, char_err, chars, word_err, words], info)
     model.train(was_training)
     if utts == 0:
         log.warning("evaluation saw no utterance (empty or unusable data)")
     out = {"loss": loss / max(1, utts), "cer": char_err / max(1, chars), "wer": word_err / max(1, words),
-           "utts": int(utts)}
+           "utts": int(utts), "decoded": int(decoded)}
     if keep_hyps:
         out["hyps"] = hyps
     return out
