@@ -1,4 +1,4 @@
-"""The streaming loader: sources dealt to rank x worker, block shuffle, sort windows, batches.
+"""The streaming loader: sources dealt to ranks then workers, block shuffle, sort windows, batches.
 
 It mirrors WeNet's pipeline (shard list -> tar groups -> decode -> shuffle buffer -> sort
 buffer -> batch), with one change that makes it *know where it is*: each worker reads its
@@ -150,8 +150,10 @@ def epoch_sources(sources: list[Source], epoch: int, cfg: DataConfig) -> list[So
 
 
 def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_workers: int) -> list[Source]:
-    """The sources of (rank, worker): every (rank x worker)-th one, so each goes to exactly one."""
-    return sources[rank * num_workers + worker::world_size * num_workers]
+    """The sources of (rank, worker): every ``world_size``-th one to the rank, then every ``num_workers``-th
+    of those to the worker (WeNet's order), so each goes to exactly one and ranks differ by at most one
+    source. (Dealing to rank x worker slots instead gave 40 shards on 8 ranks x 4 workers as 8, 8, 4, ... 4.)"""
+    return sources[rank::world_size][worker::num_workers]
 
 
 class AsrDataset(IterableDataset):
