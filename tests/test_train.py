@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from asrlab.data.sources import DataError
 from asrlab.config import load_config
 from asrlab.train import checkpoint
 from asrlab.train.dist import DistInfo
@@ -318,4 +319,24 @@ def test_every_evaluation_sees_the_whole_cv_set(corpus, tmp_path):
     tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), tmp_path / "exp", CPU)
     first, second = tr.evaluate_and_log(), tr.evaluate_and_log()
     assert first["utts"] == second["utts"] > 100  # (utterances CTC can align; a few tones are too short)
+    tr.close()
+
+
+def test_a_rank_without_data_is_refused_before_any_work(corpus, tmp_path):
+    one = tmp_path / "one.list"
+    one.write_text((corpus / "data.list").read_text().splitlines()[0] + "\n")
+    two_ranks = DistInfo(0, 2, 0, torch.device("cpu"), "gloo")  # no process group: the check comes first
+    for uneven, why in (("stop", "no rank would ever take a step"), ("none", "the first all-reduce would hang")):
+        cfg = load_config("tiny", SMALL + [f"train.uneven={uneven}"])
+        with pytest.raises(DataError, match=rf"1 source\(s\) for 2 ranks, so 1 of them get no data and {why}"):
+            Trainer(cfg, str(one), None, tmp_path / uneven, two_ranks)
+        assert not (tmp_path / uneven / "config.yaml").exists()
+
+
+def test_an_epoch_without_a_step_is_an_error_not_a_silent_loop(corpus, tmp_path):
+    """Every utterance filtered out: before, each of max_epochs epochs ended at step 0 and training 'finished'."""
+    cfg = load_config("tiny", SMALL + ["data.min_duration_s=1000", "train.max_epochs=50"])
+    tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", CPU)
+    with pytest.raises(DataError, match="epoch 0 ended before its first step"):
+        tr.fit()
     tr.close()

@@ -41,7 +41,7 @@ from ..diagnostics import Diagnostics, TraceWriter, describe, locate, save_bundl
 from ..data.features import BatchFbank, batch_features
 from ..data.loader import AsrLoader
 from ..data.preflight import inspect_layout
-from ..data.sources import Source, load_sources, transcripts
+from ..data.sources import DataError, Source, load_sources, transcripts
 from ..data.tokenizer import CharTokenizer
 from ..profiling import PARTS, StepTimer, trace
 from ..model import ConformerCTC, count_parameters, ctc_loss, edit_distance, greedy_decode, mean_ctc_loss
@@ -186,6 +186,12 @@ class Trainer:
         if self.precision.scaler and not cfg.train.loss_scaling:
             self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
         train_sources = load_sources(data, cfg.data.raw_chunk)
+        if len(train_sources) < self.info.world_size and cfg.train.uneven != "join":
+            raise DataError(
+                f"{data}: {len(train_sources)} source(s) for {self.info.world_size} ranks, so "
+                f"{self.info.world_size - len(train_sources)} of them get no data and " + ("no rank would ever take a step"
+                if cfg.train.uneven == "stop" else "the first all-reduce would hang") + ": write smaller shards "
+                "(asrlab synth --shard-size), use fewer ranks, or let the others train alone (--uneven join)")
         cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
         if self.info.is_main:
             dump_config(cfg, self.exp / "config.yaml")
@@ -656,7 +662,8 @@ class Trainer:
             self.epoch_done = False
             self.model.train()
             self.loader.set_epoch(self.epoch)
-            if not self.loader.positions:  # a fresh pass over the epoch
+            fresh = not self.loader.positions
+            if fresh:  # a fresh pass over the epoch
                 self.epoch_step0 = self.step
             batches = _skip(iter(self.loader), self._discard)
             self._discard = 0
@@ -667,6 +674,9 @@ class Trainer:
                 self.rollback()
                 bar.n = self.step
                 continue
+            if fresh and not stop and self.step == self.epoch_step0:  # and so would every epoch after it
+                raise DataError(f"epoch {self.epoch} ended before its first step: a rank had no batch "
+                                f"(uneven={self.uneven}); see how the data falls on ranks with asrlab shards inspect")
             self.hb.enter("epoch_end", self.step)
             dist.store_barrier(f"epoch{self.epoch}.{self.step}", self.info)
             if not stop:
