@@ -29,6 +29,36 @@ def _stems(raw: dict) -> set[str]:
     return {k for k in raw if k[:2].isdigit()}
 
 
+def check_params(params_file: str | Path | None, declared: dict[str, set[str]]) -> None:
+    """Refuse a parameter file with a key no notebook would take (a typo would otherwise be dropped).
+
+    ``declared`` maps each notebook's stem to its parameters: a top-level key must be declared by some
+    notebook, a per-notebook block must name a notebook and hold only parameters that notebook declares.
+    """
+    if not params_file:
+        return
+    raw = yaml.safe_load(Path(params_file).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{params_file}: expected a mapping of parameter names to values")
+    anywhere = set().union(*declared.values()) if declared else set()
+    errors = []
+    for key, value in raw.items():
+        if key in _stems(raw):
+            if key not in declared:
+                errors.append(f"{key}: no such notebook (have {', '.join(sorted(declared))})")
+                continue
+            if not isinstance(value or {}, dict):
+                errors.append(f"{key}: expected that notebook's parameters as a mapping, got {value!r}")
+                continue
+            for name in sorted(set(value or {}) - declared[key]):
+                errors.append(f"{key}.{name}: {key} has no parameter {name!r} "
+                              f"(it has {', '.join(sorted(declared[key]))})")
+        elif key not in anywhere:
+            errors.append(f"{key}: no notebook has this parameter")
+    if errors:
+        raise ValueError(f"{params_file}: " + "; ".join(errors))
+
+
 def declared_parameters(nb_path: Path) -> set[str]:
     """Names assigned in the cell tagged ``parameters``."""
     import ast
@@ -47,6 +77,8 @@ def run_notebooks(nb_dir: Path, out_dir: Path, only: str | None = None, params_f
     """Execute the notebooks; returns one record per notebook (name, seconds, ok, error)."""
     import papermill as pm
 
+    declared = {p.stem: declared_parameters(p) for p in sorted(Path(nb_dir).glob("*.ipynb"))}
+    check_params(params_file, declared)
     notebooks = sorted(p for p in Path(nb_dir).glob("*.ipynb") if not only or only in p.stem)
     if not notebooks:
         raise ValueError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
@@ -54,7 +86,7 @@ def run_notebooks(nb_dir: Path, out_dir: Path, only: str | None = None, params_f
     for nb in notebooks:
         out = Path(out_dir) / nb.stem / nb.name
         out.parent.mkdir(parents=True, exist_ok=True)
-        params = notebook_params(params_file, nb.stem, declared_parameters(nb))
+        params = notebook_params(params_file, nb.stem, declared[nb.stem])
         report(f"{nb.stem}: running" + (f" with {params}" if params else ""))
         t0 = time.time()
         rec = {"notebook": nb.stem, "output": str(out), "ok": True}

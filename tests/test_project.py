@@ -56,3 +56,20 @@ def test_papermill_reads_every_notebook_parameter():
 
     for nb_path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert set(papermill.inspect_notebook(str(nb_path))) == declared_parameters(nb_path), nb_path.name
+
+
+def test_shipped_parameter_files_name_only_what_the_notebooks_take():
+    """Every key of ``notebooks/params/*.yaml`` reaches a notebook, and its configs and overrides load."""
+    from asrlab.config import load_config
+    from asrlab.runner import _stems, check_params, declared_parameters
+
+    declared = {p.stem: declared_parameters(p) for p in (ROOT / "notebooks").glob("*.ipynb")}
+    files = sorted((ROOT / "notebooks" / "params").glob("*.yaml"))
+    assert files
+    for path in files:
+        check_params(path, declared)
+        raw = yaml.safe_load(path.read_text())
+        for stem in _stems(raw):
+            block = {**{k: v for k, v in raw.items() if k not in _stems(raw)}, **raw[stem]}
+            if "config" in block or "overrides" in block:  # raises on an unknown key or a bad value
+                load_config(block.get("config", "tiny"), block.get("overrides", []))

@@ -36,3 +36,20 @@ def test_runner_executes_and_names_the_failing_cell(tmp_path):
     assert not broken["ok"] and "cell 2" in broken["error"] and "boom" in broken["error"]
     with pytest.raises(ValueError, match="no notebook"):
         run_notebooks(nbs, tmp_path / "runs", only="nothing-matches", report=lambda m: None)
+
+
+def test_a_parameter_the_notebooks_do_not_take_is_refused_before_any_runs(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    write_nb(nbs / "01_x.ipynb", "utts = 10", "open('ran', 'w')")
+    for text, why in [("utt: 5\n", "utt: no notebook has this parameter"),
+                      ("01_x:\n  nproc: 2\n", "01_x has no parameter 'nproc'"),
+                      ("02_y:\n  utts: 5\n", "02_y: no such notebook"),
+                      ("01_x: 5\n", "01_x: expected")]:
+        params = tmp_path / "p.yaml"
+        params.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            run_notebooks(nbs, tmp_path / "runs", params_file=str(params), report=lambda m: None)
+    assert not (tmp_path / "runs").exists()
+    params.write_text("utts: 3\n01_x:\n  utts: 4\n")
+    assert run_notebooks(nbs, tmp_path / "runs", params_file=str(params), report=lambda m: None)[0]["ok"]
