@@ -31,6 +31,7 @@ from .train.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 
+FED = 0.02  # a data wait under this share of step time: the loader keeps up
 GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
 
 
@@ -148,7 +149,11 @@ def describe(p: dict) -> str:
 
 
 def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None) -> tuple[dict, str]:
-    """The fastest point (audio hours per hour) that fits the memory budgets, with the evidence."""
+    """The fastest point (audio hours per hour) that fits the memory budgets, with the evidence.
+
+    The text also counts the other points that wait under ``FED`` of step time for data: the loader keeps up in
+    each, so their speeds differ in the step itself, which a short window ranks poorly.
+    """
     fits = [r for r in rows if (memory_mib is None or r["peak_mib"] <= memory_mib)
             and (gpu_memory_mib is None or not r.get("gpu_peak_mib") or r["gpu_peak_mib"] <= gpu_memory_mib)]
     if not fits:
@@ -161,6 +166,13 @@ def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib:
             f"peak memory {best['peak_mib']:.0f} MiB")
     if best.get("gpu_util_pct") is not None:
         text += f", GPU utilisation {best['gpu_util_pct']:.0f}% (slowest: {worst['gpu_util_pct']:.0f}%)"
+    fed = [r for r in fits if r is not best and r["data_wait"] < FED] if best["data_wait"] < FED else []
+    if fed:  # data wait does not rank these: their speeds differ in the step itself, not in waiting for data
+        lo, hi = min(r["audio_h_per_h"] for r in fed), max(r["audio_h_per_h"] for r in fed)
+        span = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+        text += (f". {len(fed)} other setting{'s' * (len(fed) > 1)} also wait{'s' * (len(fed) == 1)} under "
+                 f"{100 * FED:.0f}% for data ({span} h/h): their speeds differ in the step itself (batch make-up; "
+                 f"on CPU, workers sharing the cores), so measure longer before ranking them")
     return best, text
 
 

@@ -4,6 +4,8 @@
 #   bash benchmarks/on_gpu.sh STAGE [STAGE ...]
 #   info         GPU, torch, and what --precision auto picks here and why
 #   quickstart   notebooks/00_quickstart with notebooks/params/gpu1.yaml (tiny, the CPU clock, on the GPU)
+#   quickstart8  notebooks/00_quickstart with gpu.yaml's 8-GPU block on this one GPU: nproc 1, its 8 ranks' 12,000
+#                frames in one batch, a 4-min clock (synthesis, training and decoding must fit one 10-min call)
 #   utilization  notebooks/02_gpu_utilization with gpu1.yaml (base model; NVML utilisation per setting)
 #   nan          notebooks/03_nan_analysis with gpu1.yaml (fp16 on a real GPU)
 #   resume       notebooks/04_resume with gpu1.yaml
@@ -43,7 +45,16 @@ for row in capability_table(d):
 EOF
         ;;
     quickstart) notebook quickstart 420 ;;
-    utilization) notebook utilization 240 ;;
+    quickstart8)
+        "$py" - <<'PY'
+import yaml
+p = yaml.safe_load(open("notebooks/params/gpu.yaml"))
+q = dict(p["00_quickstart"], max_minutes=4.0)
+q["overrides"] = q["overrides"] + ["data.max_frames_in_batch=12000", "data.num_workers=4"]
+yaml.safe_dump({"nproc": 1, "precision": p["precision"], "00_quickstart": q}, open("runs/gpu8_on1.yaml", "w"))
+PY
+        params=runs/gpu8_on1.yaml notebook quickstart 560 ;;
+    utilization) notebook utilization 420 ;;  # 5,000 utterances synthesized and packed three ways first
     nan) notebook nan 300 ;;
     resume) notebook resume 200 ;;
     recognition|cpu_budget)

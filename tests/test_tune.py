@@ -27,6 +27,16 @@ def test_recommend_picks_the_fastest_point_that_fits_memory():
         recommend(rows, memory_mib=100)
 
 
+def test_recommend_names_the_other_settings_the_loader_keeps_up_with():
+    rows = [row("shards/none", 0, 5000, 800.0, 0.59, 2000), row("shards/none", 4, 5000, 2400.0, 0.006, 8100),
+            row("shards/bz2", 4, 5000, 3455.0, 0.005, 9200), row("raw", 4, 5000, 2223.0, 0.006, 8900)]
+    best, text = recommend(rows)
+    assert best is rows[2]
+    assert "2 other settings also wait under 2% for data (2223-2400 h/h)" in text
+    _, text = recommend(rows[:1] + rows[2:3])  # nothing else keeps the loader ahead: nothing to add
+    assert "other setting" not in text
+
+
 def test_grid_varies_prefetch_only_with_workers():
     pts = grid(num_workers=(0, 2), prefetch_factor=(2, 4), max_frames_in_batch=(800,), storage=("raw",))
     assert [(p["num_workers"], p["prefetch_factor"]) for p in pts] == [(0, None), (2, 2), (2, 4)]
