@@ -207,6 +207,16 @@ def cmd_decode(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stop(a: argparse.Namespace) -> int:
+    from .train.stop import request_stop
+
+    if not (Path(a.exp) / "metrics").is_dir():
+        raise FileNotFoundError(f"{a.exp}: no run there (no metrics/ folder)")
+    path = request_stop(a.exp, "asrlab stop")
+    print(f"asked the run in {a.exp} to stop after its current step ({path}); it writes a checkpoint and exits 0")
+    return 0
+
+
 def cmd_ckpt(a: argparse.Namespace) -> int:
     from .train import checkpoint
 
@@ -356,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("exp")
     c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
     c.set_defaults(func=cmd_ckpt)
+
+    st = sub.add_parser("stop", help="ask a running training to stop cleanly after its current step (checkpoint, exit 0)")
+    st.add_argument("exp")
+    st.set_defaults(func=cmd_stop)
 
     n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
     n.add_argument("--only", help="run only the notebooks whose name contains this")

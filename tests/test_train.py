@@ -340,3 +340,58 @@ def test_an_epoch_without_a_step_is_an_error_not_a_silent_loop(corpus, tmp_path)
     with pytest.raises(DataError, match="epoch 0 ended before its first step"):
         tr.fit()
     tr.close()
+
+
+def test_a_stop_request_ends_the_run_cleanly_after_the_current_step(corpus, tmp_path):
+    """EXP/STOP (a notebook's Stop button, ``asrlab stop``): checkpoint, evaluation, the file cleared, resumable."""
+    from asrlab.train.stop import request_stop, stop_requested
+
+    exp = tmp_path / "exp"
+    cfg = load_config("tiny", SMALL + ["train.max_epochs=50"])
+    tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), exp, CPU)
+    request_stop(exp)
+    result = tr.fit()
+    tr.close()
+    assert tr.stopped_on_request and [m["step"] for m in read_metrics(exp)] == [1]
+    assert result["step"] == 1 and checkpoint.load_latest(exp / "checkpoints")[1]["step"] == 1
+    assert not stop_requested(exp)                       # cleared: a resume trains on
+    again = Trainer(load_config("tiny", SMALL + ["train.max_epochs=50", "train.max_steps=3"]),
+                    str(corpus / "data.list"), None, exp, CPU)
+    assert again.resume()
+    again.fit()
+    again.close()
+    assert [m["step"] for m in read_metrics(exp)] == [1, 2, 3]
+
+
+def test_asrlab_stop_ends_2_gloo_ranks_at_the_same_step(corpus, tmp_path):
+    from asrlab.nb import last_step
+
+    exp = tmp_path / "exp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data",
+                             str(corpus / "data.list"), "--exp", str(exp), "train.max_epochs=1000", *SMALL],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.time() + 180
+        while last_step(exp) < 2:
+            assert proc.poll() is None and time.time() < deadline, "the run ended or did not reach step 2"
+            time.sleep(0.1)
+        out = subprocess.run([sys.executable, "-m", "asrlab.cli", "stop", str(exp)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and "stop after its current step" in out.stdout
+        assert proc.wait(timeout=120) == 0, proc.stdout.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    steps = [[json.loads(x)["step"] for x in (exp / "metrics" / f"rank{r}.jsonl").read_text().splitlines()]
+             for r in (0, 1)]
+    assert steps[0] == steps[1] and steps[0][-1] >= 2
+    assert checkpoint.load_latest(exp / "checkpoints")[1]["step"] == steps[0][-1]
+    assert not (exp / "STOP").exists()
+
+
+def test_asrlab_stop_refuses_a_folder_without_a_run(tmp_path, capsys):
+    from asrlab.cli import main
+
+    assert main(["stop", str(tmp_path / "nothing")]) == 2
+    assert "no run there" in capsys.readouterr().err

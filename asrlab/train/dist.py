@@ -106,6 +106,15 @@ def all_max(value: float, info: DistInfo) -> float:
     return float(_reduce_one(value, torch.float64, dist.ReduceOp.MAX, info))
 
 
+def all_max_many(values: list[float], info: DistInfo) -> list[float]:
+    """Element-wise largest of every rank's ``values`` (one small all-reduce for all of them)."""
+    if info.backend is None:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:
     """Wait until every rank has arrived at ``name``, through the rendezvous store.
 

@@ -49,6 +49,7 @@ from . import checkpoint, dist
 from .heartbeat import Heartbeat
 from .ledger import LedgerWriter, mark_resumed
 from .stall import Watchdog
+from .stop import STOP_FILE, clear_stop, stop_requested
 from .metrics import MetricsWriter
 from .precision import choose_precision, cpu_fp16_kernels
 
@@ -219,6 +220,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.skipped, self.epoch_done = 0, 0, 0, False
         self.evals, self.rollbacks = 0, 0
+        self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.train.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
         self._discard = 0                    # batches to skip at the start of the next epoch pass (resume_mode=reshuffle)
         self.located: dict | None = None     # where the first non-finite value was (since the last rollback)
@@ -543,12 +545,14 @@ class Trainer:
             return True
         elapsed = self.clock.elapsed()
         if self.uneven == "join":
-            self.clock.seen_s = 0.0  # the ranks cannot agree on it here
-        else:
-            if self.info.backend:
-                elapsed = dist.all_max(elapsed, self.info)
-            self.clock.seen_s = elapsed
-        return self.clock.spent(elapsed)
+            self.clock.seen_s = 0.0  # the ranks cannot agree on it here (nor on a stop request: see _fit)
+            return self.clock.spent(elapsed)
+        requested = 1.0 if stop_requested(self.exp) else 0.0
+        elapsed, requested = dist.all_max_many([elapsed, requested], self.info)  # one all-reduce for both
+        self.clock.seen_s = elapsed
+        if requested:
+            self.stopped_on_request = True
+        return self.stopped_on_request or self.clock.spent(elapsed)
 
     def train_epoch(self, batches: Iterator[dict], bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
@@ -669,6 +673,9 @@ class Trainer:
             self._discard = 0
             try:
                 stop = self.train_epoch(batches, bar)
+                if self.uneven == "join" and not stop:  # outside Join's shadowing the ranks can agree on it
+                    self.stopped_on_request = bool(dist.all_max(float(stop_requested(self.exp)), self.info))
+                    stop = self.stopped_on_request
             except _Rollback:
                 batches.close()  # stops this epoch's loader workers
                 self.rollback()
@@ -693,6 +700,11 @@ class Trainer:
         if self.cv_loader is not None and last_eval.get("step") != self.step:  # stopped mid-epoch
             last_eval = self.evaluate_and_log()
         self.hb.enter("done", self.step)
+        if self.stopped_on_request:
+            log.info("stopped at step %d on request (%s); checkpoint written", self.step, self.exp / STOP_FILE)
+            dist.store_barrier(f"stopped.{self.step}", self.info)  # every rank has seen the file before it goes
+            if self.info.is_main:
+                clear_stop(self.exp)
         return last_eval
 
     def evaluate_and_log(self) -> dict:
