@@ -86,6 +86,15 @@ def _write_hyps(path: Path, rows) -> str:
     return str(path)
 
 
+def read_hyps(path: str | Path) -> dict[str, tuple[str, str]]:
+    """``{key: (ref, hyp)}`` of a hypotheses file :func:`decode_exp` wrote."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        key, ref, hyp = (line.split("\t") + ["", ""])[:3]
+        out[key] = (ref, hyp)
+    return out
+
+
 def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -> dict:
     """``{key: (T', V) log-probs}`` of ``data`` played ``speed`` times faster."""
     kept = GreedyKeepingLogProbs(tok)
@@ -95,7 +104,7 @@ def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -
 
 def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
                beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0, speeds=(1.0,),
-               device: str | torch.device | None = None) -> dict:
+               device: str | torch.device | None = None, progress=None) -> dict:
     """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
 
     With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
@@ -103,7 +112,8 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     and word bonus as chosen on dev by ``benchmarks/lexicon_decode.py``): ``result["lexicon"]`` with its CER, WER
     and ``<name>_lexicon.txt``. With several ``speeds`` (test-time warps, e.g. ``(0.9, 1.0, 1.1)``), the search runs
     on the audio played at each, and ``lexicon.rescore`` picks among the results over all of them; greedy
-    decoding stays at speed 1. The model runs on ``device`` (None: the first GPU if there is one), in fp32."""
+    decoding stays at speed 1. The model runs on ``device`` (None: the first GPU if there is one), in fp32.
+    ``progress``: a function making a tqdm-like bar from ``total``, ``desc`` and ``unit``, for the search."""
     if tuple(speeds) != (1.0,) and lexicon_from is None:
         raise ValueError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
     model, tok, cfg, marker = load_model(exp, device)
@@ -122,10 +132,15 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
             if speed not in by_speed:
                 by_speed[speed] = _log_probs(model, tok, cfg, data, speed)
         hyps = []
+        bar = progress(total=len(rows), desc=f"lexicon search, {name}", unit="utt") if progress else None
         for key, _, _ in rows:
             views = [by_speed[s][key] for s in speeds if key in by_speed[s]] or [by_speed[1.0][key]]
             found = [search(lp, tok.units, lex, beam, lm_weight, word_bonus) for lp in views]
             hyps.append(found[0] if len(views) == 1 else rescore(views, found, tok.units, lex, lm_weight, word_bonus))
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
         refs = [ref for _, ref, _ in rows]
         result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,
                              "word_bonus": word_bonus, "speeds": list(speeds),

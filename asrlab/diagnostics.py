@@ -216,6 +216,19 @@ def tightest(summary: dict, k: int = 5, direction: str = "forward") -> list[tupl
     return sorted(rooms, key=lambda x: x[1])[:k]
 
 
+def tightest_at(trace: dict, k: int, direction: str = "forward") -> list[tuple[str, float]]:
+    """The ``k`` modules with the least headroom at one sampled step (0 where the value was not finite)."""
+    rooms = [(m, headroom(v[0]) if math.isfinite(v[0]) else 0.0) for m, v in trace[direction].items()]
+    return sorted(rooms, key=lambda r: r[1])[:k]
+
+
+def first_nonfinite_step(exp: str | Path) -> int | None:
+    """The first step whose loss or gradients were not finite (rank 0's metrics), or None."""
+    from .train.metrics import read_metrics
+
+    return next((m["step"] for m in read_metrics(exp) if m.get("nonfinite") in ("loss", "grad")), None)
+
+
 class TraceWriter:
     """Sampled summaries to ``EXP/diagnostics/rank{R}.jsonl``, one line per sampled step."""
 
@@ -355,5 +368,6 @@ def outcome(exp: str | Path, last: int = 10) -> dict:
             "where": where, "step_s": step_s[len(step_s) // 2]}
 
 
-__all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "headroom", "headroom_traces", "load_bundle",
-           "locate", "outcome", "read_traces", "replay", "save_bundle", "tensor_stats", "tightest"]
+__all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "first_nonfinite_step", "headroom",
+           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay", "save_bundle", "tensor_stats",
+           "tightest", "tightest_at"]

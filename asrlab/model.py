@@ -495,6 +495,34 @@ def edit_distance(ref: Sequence, hyp: Sequence) -> int:
     return int(torchaudio.functional.edit_distance(ref, hyp))
 
 
+def align(ref: Sequence, hyp: Sequence) -> list[tuple[str, object, object]]:
+    """A minimum-edit alignment of ``hyp`` to ``ref``: ``(op, ref_item, hyp_item)`` in order, op one of
+    ``=`` (match), ``S`` (substitution), ``D`` (deletion: ``hyp_item`` None), ``I`` (insertion: ``ref_item``
+    None). Its non-matches number :func:`edit_distance`; ties prefer a substitution, then a deletion."""
+    n, m = len(ref), len(hyp)
+    d = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        d[i][0] = i
+    for j in range(m + 1):
+        d[0][j] = j
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            d[i][j] = min(d[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]), d[i - 1][j] + 1, d[i][j - 1] + 1)
+    ops = []
+    i, j = n, m
+    while i or j:
+        if i and j and d[i][j] == d[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]):
+            ops.append(("=" if ref[i - 1] == hyp[j - 1] else "S", ref[i - 1], hyp[j - 1]))
+            i, j = i - 1, j - 1
+        elif i and d[i][j] == d[i - 1][j] + 1:
+            ops.append(("D", ref[i - 1], None))
+            i -= 1
+        else:
+            ops.append(("I", None, hyp[j - 1]))
+            j -= 1
+    return ops[::-1]
+
+
 def _error_rate(refs: list[Sequence], hyps: list[Sequence]) -> float:
     if len(refs) != len(hyps):
         raise ValueError(f"got {len(refs)} refs but {len(hyps)} hyps")

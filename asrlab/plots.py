@@ -56,24 +56,31 @@ PHASE_COLOURS = {"start": "#dddddd", "data": "#d62728", "sync": "#ff9896", "copy
                  "eval": "#bcbd22", "epoch_end": "#000000", "done": "#ffffff"}
 
 
-def timeline(exp: str | Path, title: str = "") -> plt.Figure:
+def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> plt.Figure:
     """A row per rank, coloured by phase over wall-clock time (needs ``train.timeline=true``).
 
-    A stalled run's last phases are drawn up to the stall report's time.
+    A stalled run's last phases are drawn up to the stall report's time; ``last_s``: only the last
+    that many seconds.
     """
     from .train.heartbeat import phase_intervals, read_timeline
 
     spans = phase_intervals(read_timeline(exp), Path(exp))
     fig, ax = plt.subplots(figsize=(10, 1.4 + 0.45 * max(1, len(spans))))
     seen = set()
+    end = max((start + length for rows in spans.values() for _, start, length in rows), default=0.0)
+    lo = max(0.0, end - last_s) if last_s else 0.0
     for rank, rows in spans.items():
         for phase, start, length in rows:
+            if start + length < lo:
+                continue
             label = phase if phase not in seen else None
             seen.add(phase)
             ax.broken_barh([(start, length)], (rank - 0.4, 0.8), facecolors=PHASE_COLOURS.get(phase, "#17becf"),
                            edgecolor="none", label=label)
     ax.set(yticks=list(spans), yticklabels=[f"rank {r}" for r in spans], xlabel="seconds since the first step",
            title=title or "what each rank was doing")
+    if last_s:
+        ax.set_xlim(lo, end + 0.02 * (end - lo))
     ax.invert_yaxis()
     order = [p for p in PHASE_COLOURS if p in seen]
     handles = {h.get_label(): h for h in ax.get_legend_handles_labels()[0]}
@@ -119,10 +126,19 @@ def step_breakdown(rows: list[dict], labels: list[str] | None = None, title: str
     return fig
 
 
-def samplers(samples: dict, title: str = "") -> plt.Figure:
-    """CPU % of the main process and of each data-loader worker over time; GPU utilisation where sampled."""
+def samplers(samples: dict, title: str = "", pyplot: bool = True) -> plt.Figure:
+    """CPU % of the main process and of each data-loader worker over time; GPU utilisation where sampled.
+
+    ``pyplot=False`` makes the figure outside pyplot, which a thread other than the main one may do."""
     gpu = samples.get("gpu") or []
-    fig, axes = plt.subplots(2 if gpu else 1, 1, figsize=(9, 4.6 if gpu else 2.8), sharex=True, squeeze=False)
+    size = (9, 4.6 if gpu else 2.8)
+    if pyplot:
+        fig, axes = plt.subplots(2 if gpu else 1, 1, figsize=size, sharex=True, squeeze=False)
+    else:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=size)
+        axes = fig.subplots(2 if gpu else 1, 1, sharex=True, squeeze=False)
     ax = axes[0, 0]
     by_pid: dict = {}
     for r in samples.get("cpu") or []:
@@ -147,28 +163,59 @@ def samplers(samples: dict, title: str = "") -> plt.Figure:
     return fig
 
 
-def sweep_heatmaps(rows: list[dict], x: str = "num_workers", y: str = "storage") -> plt.Figure:
-    """Two heatmaps over (``y``, ``x``): audio hours per hour, and data-wait share of step time (best over other keys)."""
+SWEEP_MEASURES = {  # key: (label, format, colour map, best of several settings in one cell)
+    "audio_h_per_h": ("audio hours trained per hour", "{:.0f}", "viridis", max),
+    "data_wait": ("share of step time waiting for data", "{:.0%}", "magma_r", min),
+    "peak_mib": ("peak memory of the process and its workers (MiB)", "{:.0f}", "cividis_r", min),
+    "gpu_util_pct": ("GPU utilisation (%, NVML)", "{:.0f}", "viridis", max),
+    "gpu_peak_mib": ("peak GPU memory (MiB)", "{:.0f}", "cividis_r", min),
+}
+
+
+def _heatmap(fig, ax, rows: list[dict], key: str, x: str, y: str, mark: dict | None = None) -> None:
+    """One measure over (``y``, ``x``), the best value where other keys differ; ``mark``: a setting to outline."""
+    label, fmt, cmap, best = SWEEP_MEASURES[key]
     xs = sorted({r[x] for r in rows}, key=str)
     ys = sorted({r[y] for r in rows}, key=str)
+    grid = [[None] * len(xs) for _ in ys]
+    for r in rows:
+        if r.get(key) is None:
+            continue
+        i, j = ys.index(r[y]), xs.index(r[x])
+        grid[i][j] = r[key] if grid[i][j] is None else best(grid[i][j], r[key])
+    vals = [[float("nan") if v is None else v for v in row] for row in grid]
+    im = ax.imshow(vals, cmap=cmap, aspect="auto")
+    for i, row in enumerate(vals):
+        for j, v in enumerate(row):
+            if v == v:
+                r, g, b_, _ = im.cmap(im.norm(v))
+                ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b_ > 0.5 else "white"
+                ax.text(j, i, fmt.format(v), ha="center", va="center", color=ink, fontsize=9)
+    if mark is not None and mark.get(x) in xs and mark.get(y) in ys:
+        j, i = xs.index(mark[x]), ys.index(mark[y])
+        ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, edgecolor="red", lw=2.5))
+        ax.text(j + 0.45, i - 0.45, "recommended", ha="right", va="top", color="red", fontsize=7)
+    ax.set(xticks=range(len(xs)), xticklabels=xs, yticks=range(len(ys)), yticklabels=ys, xlabel=x, ylabel=y,
+           title=label)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+
+
+def sweep_heatmaps(rows: list[dict], x: str = "num_workers", y: str = "storage") -> plt.Figure:
+    """Two heatmaps over (``y``, ``x``): audio hours per hour, and data-wait share of step time (best over other keys)."""
+    ys = {r[y] for r in rows}
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.9 + 0.55 * len(ys) + 1.2))
-    for ax, key, fmt, cmap, best in ((axes[0], "audio_h_per_h", "{:.0f}", "viridis", max),
-                                     (axes[1], "data_wait", "{:.0%}", "magma_r", min)):
-        grid = [[None] * len(xs) for _ in ys]
-        for r in rows:
-            i, j = ys.index(r[y]), xs.index(r[x])
-            grid[i][j] = r[key] if grid[i][j] is None else best(grid[i][j], r[key])
-        vals = [[float("nan") if v is None else v for v in row] for row in grid]
-        im = ax.imshow(vals, cmap=cmap, aspect="auto")
-        for i, row in enumerate(vals):
-            for j, v in enumerate(row):
-                if v == v:
-                    r, g, b_, _ = im.cmap(im.norm(v))
-                    ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b_ > 0.5 else "white"
-                    ax.text(j, i, fmt.format(v), ha="center", va="center", color=ink, fontsize=9)
-        ax.set(xticks=range(len(xs)), xticklabels=xs, yticks=range(len(ys)), yticklabels=ys, xlabel=x,
-               title="audio hours trained per hour" if key == "audio_h_per_h" else "share of step time waiting for data")
-        fig.colorbar(im, ax=ax, shrink=0.8)
+    for ax, key in zip(axes, ("audio_h_per_h", "data_wait")):
+        _heatmap(fig, ax, rows, key, x, y)
+        ax.set_ylabel("")
+    fig.tight_layout()
+    return fig
+
+
+def sweep_heatmap(rows: list[dict], key: str, x: str, y: str, mark: dict | None = None) -> plt.Figure:
+    """One measure of the sweep (a key of ``SWEEP_MEASURES``) over (``y``, ``x``), ``mark`` outlined."""
+    ys = {r[y] for r in rows}
+    fig, ax = plt.subplots(figsize=(6.5, 1.6 + 0.55 * len(ys)))
+    _heatmap(fig, ax, rows, key, x, y, mark)
     fig.tight_layout()
     return fig
 
@@ -202,6 +249,47 @@ def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
     a_room.text(0.01, 1.0, " fp16 overflows below", transform=a_room.get_yaxis_transform(), va="bottom", fontsize=8)
     a_room.set(ylabel="fp16 headroom (65504 / max |x|)", yscale="log", xlabel="step")
     a_room.legend(fontsize=7, loc="upper right", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def headroom_bars(trace: dict, k: int = 8, direction: str = "forward", title: str = ""):
+    """Bars of the ``k`` tightest modules' fp16 headroom at one sampled step (log scale, 1 = 65504)."""
+    from .diagnostics import tightest_at
+
+    rows = tightest_at(trace, k, direction)[::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
+    vals = [max(r, 1e-2) for _, r in rows]
+    ax.barh([m for m, _ in rows], vals, color=["tab:red" if r <= 1 else "tab:orange" if r < 10 else "tab:blue"
+                                               for _, r in rows])
+    ax.axvline(1.0, color="black", ls="--", lw=0.8)
+    ax.set(xscale="log", xlabel="fp16 headroom: 65504 / max |x| (below 1: overflow; 0.01: not finite)",
+           title=title or f"step {trace['step']}: the {len(rows)} tightest modules ({direction})")
+    ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def module_trace(traces: list[dict], module: str, direction: str = "forward", bad_step: int | None = None,
+                 title: str = ""):
+    """One module's max |x| over the sampled steps against fp16's 65504; ``bad_step`` marked."""
+    import math
+
+    from .diagnostics import FP16_MAX
+
+    pts = [(t["step"], t[direction][module][0]) for t in traces if module in t[direction]]
+    fig, ax = plt.subplots(figsize=(8, 3))
+    finite = [(s, v) for s, v in pts if math.isfinite(v)]
+    ax.plot([s for s, _ in finite], [max(v, 1e-6) for _, v in finite], marker="o", lw=1, label="max |x|")
+    for s, _ in [(s, v) for s, v in pts if not math.isfinite(v)]:
+        ax.plot([s], [FP16_MAX * 2], marker="x", color="tab:red", ms=9)
+    ax.axhline(FP16_MAX, color="black", ls="--", lw=0.8)
+    ax.text(0.01, FP16_MAX, " fp16's largest value, 65504", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
+    if bad_step is not None:
+        ax.axvline(bad_step, color="tab:red", lw=1.2)
+        ax.text(bad_step, 0.02, f" first non-finite step ({bad_step})", color="tab:red", fontsize=8,
+                transform=ax.get_xaxis_transform())
+    ax.set(yscale="log", xlabel="step", ylabel="max |x|", title=title or f"{module} ({direction})")
     fig.tight_layout()
     return fig
 
@@ -243,6 +331,25 @@ def resume_curves(runs: dict[str, str | Path], reference: str, title: str = "") 
     ax.set(xlabel="step", ylabel="training loss per utterance", yscale="log",
            title=title or "after the crash: each way of resuming against the run never interrupted")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def coverage_grid(counts: dict[str, list[int]], title: str = "") -> plt.Figure:
+    """A row per run, a column per utterance: trained never (grey), once (green), twice (orange), more (red)."""
+    from matplotlib.colors import ListedColormap
+
+    labels = list(counts)
+    grid = [[min(c, 3) for c in counts[name]] for name in labels]
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.5 * len(labels)))
+    ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=3,
+              cmap=ListedColormap(["#dddddd", "#2ca02c", "#ff9f1c", "#d62728"]))
+    ax.set(yticks=range(len(labels)), yticklabels=labels, xlabel="utterance (in the order the run never interrupted "
+           "trained them)", title=title or "how many times each utterance was trained in the epoch")
+    ax.tick_params(axis="y", labelsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#dddddd", "#2ca02c", "#ff9f1c", "#d62728")]
+    ax.legend(handles, ["never (yet)", "once", "twice", "3+"], ncol=4, fontsize=8, loc="upper left",
+              bbox_to_anchor=(0, -0.35 - 0.1 / max(1, len(labels))), frameon=False)
     fig.tight_layout()
     return fig
 

@@ -444,6 +444,16 @@ def _voice_tag(voice: str) -> str:
     return voice.replace("+", "_")
 
 
+def voice_of(key: str) -> dict | None:
+    """``{"split", "accent", "variant"}`` of an embedded corpus' utterance key
+    (``<split>-<accent>_<variant>-<index>``); None for a key of other data."""
+    parts = key.split("-")
+    if len(parts) < 3 or not parts[-1].isdigit() or "_" not in parts[-2]:
+        return None
+    accent, variant = "-".join(parts[1:-1]).rsplit("_", 1)
+    return {"split": parts[0], "accent": accent, "variant": variant}
+
+
 def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
                    noise_snr: tuple[float, float] = (10.0, 30.0), fresh: bool = True) -> Utterance:
     """Synthesize utterance ``index`` of ``split``.
@@ -582,7 +592,7 @@ def iter_split(split: str, n: int, seed: int = 0, *, hard: bool = False,
 
 def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shard_size: int = 500,
                       compression: str = "none", noise_snr: tuple[float, float] = (10.0, 30.0),
-                      raw: bool = False, hard: bool = False, progress: bool = True,
+                      raw: bool = False, hard: bool = False, progress=True,
                       workers: int | None = None, held: int | None = None) -> dict:
     """Synthesize the train/dev/test corpus into WeNet shards under ``out_dir``.
 
@@ -596,7 +606,8 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
         noise_snr: (low, high) SNR in dB for additive noise (test uses the lower half).
         raw: also write individual WAVs and ``raw.list``.
         hard: harder conditions (lower SNR, speed perturbation, reverberation).
-        progress: show tqdm progress bars.
+        progress: show progress bars: True (tqdm), False, or a function making a tqdm-like bar from
+            ``total``, ``desc`` and ``unit`` (``asrlab.widgets.progress`` in a notebook).
         workers: processes for synthesis; ``None`` = number of usable CPUs (max 8),
             1 = in this process. Does not change the output.
         held: dev and test utterances each, instead of ``utts // 10``. A split's first n
@@ -624,7 +635,8 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
         n = sizes[split]
         stats = {"seconds": 0.0, "voices": Counter(), "noises": Counter()}
         t0 = time.perf_counter()
-        bar = tqdm(total=n, desc=f"synth {split}", unit="utt", disable=not progress, leave=True)
+        bar = (progress(total=n, desc=f"synth {split}", unit="utt") if callable(progress) else
+               tqdm(total=n, desc=f"synth {split}", unit="utt", disable=not progress, leave=True))
 
         def stream(split=split, n=n, stats=stats, bar=bar):
             for u in iter_split(split, n, seed, hard=hard, noise_snr=noise_snr, workers=workers):

@@ -69,3 +69,24 @@ def epoch_coverage(exp: str | Path, epoch: int, keys: set[str]) -> dict:
     c = coverage(exp).get(epoch, Counter())
     return {"once": sum(1 for k in keys if c[k] == 1), "more_than_once": sum(1 for k in keys if c[k] > 1),
             "never": sum(1 for k in keys if c[k] == 0)}
+
+
+def epoch_steps(exp: str | Path, epoch: int) -> list[tuple[int, list[str]]]:
+    """``[(step, keys of every rank at that step), ...]`` of ``epoch``, in training order (the steps that
+    count: undone ones dropped, as in :func:`read_ledger`)."""
+    by_step: dict[int, list[str]] = {}
+    for rank in ledger_ranks(exp):
+        for rec in read_ledger(exp, rank):
+            if rec["epoch"] == epoch:
+                by_step.setdefault(rec["step"], []).extend(rec["keys"])
+    return sorted(by_step.items())
+
+
+def counts_until(steps: list[tuple[int, list[str]]], keys: list[str], step: int | None = None) -> list[int]:
+    """How many times each of ``keys`` was trained in ``steps`` up to ``step`` (all of them: None)."""
+    c: Counter = Counter()
+    for s, ks in steps:
+        if step is not None and s > step:
+            break
+        c.update(ks)
+    return [c[k] for k in keys]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
+
+import yaml
 
 from ..jsonl import JsonLines, read_jsonl
 
@@ -67,4 +70,43 @@ def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
         step_s = sorted(x["step_s"] for x in m)
         out.append({"rank": int(name[4:]), "steps": len(m), "median_step_s": step_s[len(step_s) // 2],
                     "data_wait_share": sum(x["data_wait_s"] for x in m) / max(1e-9, sum(x["step_s"] for x in m))})
+    return out
+
+
+def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
+    """What a person wants to know about a running experiment, read from its files.
+
+    Keys: ``step``, ``epoch``, ``loss`` (mean of the last 10 steps), ``lr``, ``step_s`` (median of the
+    last 20 steps' ``step_s``), ``s_per_step`` (wall clock per step over the last 20, evaluations
+    included), ``cer`` and ``cer_step`` (the last evaluation), ``max_steps``, ``max_minutes`` (from the
+    run's ``config.yaml``), ``left_s`` (time left by whichever limit comes first; None when unknown).
+    """
+    exp = Path(exp)
+    out = {"step": 0, "epoch": None, "loss": None, "lr": None, "step_s": None, "s_per_step": None, "cer": None,
+           "cer_step": None, "max_steps": 0, "max_minutes": 0.0, "left_s": None, "elapsed_s": elapsed_s}
+    cfg = exp / "config.yaml"
+    if cfg.exists():
+        train = (yaml.safe_load(cfg.read_text()) or {}).get("train", {})
+        out["max_steps"], out["max_minutes"] = int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0)
+    if not (exp / "metrics" / "rank0.jsonl").exists():
+        return out
+    m = read_metrics(exp)
+    if m:
+        last = m[-20:]
+        losses = [x["loss"] for x in m[-10:] if x.get("loss") is not None]
+        out.update(step=m[-1]["step"], epoch=m[-1]["epoch"], lr=m[-1]["lr"],
+                   loss=statistics.fmean(losses) if losses else None,
+                   step_s=statistics.median(x["step_s"] for x in last))
+        if len(last) > 1 and last[-1]["step"] > last[0]["step"]:
+            out["s_per_step"] = (last[-1]["time"] - last[0]["time"]) / (last[-1]["step"] - last[0]["step"])
+    if (exp / "metrics" / "eval.jsonl").exists():
+        ev = read_metrics(exp, "eval")
+        if ev:
+            out["cer"], out["cer_step"] = ev[-1]["cer"], ev[-1]["step"]
+    left = []
+    if out["max_steps"] and out["s_per_step"]:
+        left.append(max(0, out["max_steps"] - out["step"]) * out["s_per_step"])
+    if out["max_minutes"]:
+        left.append(max(0.0, 60 * out["max_minutes"] - elapsed_s))
+    out["left_s"] = min(left) if left else None
     return out

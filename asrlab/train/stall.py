@@ -201,6 +201,25 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
+    """``(verdict, [per-rank entry])`` from the stall report, or from the heartbeats of a run without one."""
+    exp = Path(exp)
+    report = exp / "stall_report.json"
+    if report.exists():
+        r = json.loads(report.read_text())
+        return r["verdict"], r["ranks"]
+    beats = read_heartbeats(exp)
+    if not beats:
+        return "no heartbeat: the run has not started, or this is not an experiment folder", []
+    now = max(b.get("time", 0.0) for b in beats.values()) or time.time()
+    ranks = [{**{k: b.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid")},
+              "in_phase_s": round(now - b.get("since", now), 1), "stacks": None} for _, b in sorted(beats.items())]
+    phases = {e["phase"] for e in ranks}
+    verdict = ("no stall: every rank finished" if phases == {"done"} else
+               "no stall report: the watchdog did not fire (the run is going, or ended another way)")
+    return verdict, ranks
+
+
 def kill_children() -> None:
     """Kill this process's children (data-loader workers) so none outlives the rank."""
     try:
