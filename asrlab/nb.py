@@ -1,6 +1,8 @@
-"""What notebooks share: where things go, results files, and a training run with a live curve.
+"""What notebooks share: where things go, results files, and training runs with their progress in the page.
 
-Notebooks orchestrate and plot; this module and the rest of the package compute.
+Notebooks orchestrate and plot; this module and the rest of the package compute. Where things go:
+``runs/<notebook>/`` and ``figures/`` of the project, or the folders named by ``ASRLAB_RUNS`` and
+``ASRLAB_FIGURES`` (``asrlab notebooks --out DIR`` sets both, so that two runs never overwrite each other).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ def root() -> Path:
     return Path.cwd()
 
 
+RUNS_ENV, FIGURES_ENV = "ASRLAB_RUNS", "ASRLAB_FIGURES"
+
+
 def run_dir(notebook: str) -> Path:
-    d = root() / "runs" / notebook
+    """Where a notebook writes its experiments and ``results.json``: ``runs/<notebook>`` (or under ``ASRLAB_RUNS``)."""
+    d = Path(os.environ.get(RUNS_ENV) or root() / "runs") / notebook
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -35,8 +41,9 @@ def save_results(notebook: str, results: dict) -> Path:
 
 
 def save_figure(fig, name: str) -> Path:
-    d = root() / "figures"
-    d.mkdir(exist_ok=True)
+    """``figures/<name>.png`` (or under ``ASRLAB_FIGURES``)."""
+    d = Path(os.environ.get(FIGURES_ENV) or root() / "figures")
+    d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
@@ -57,36 +64,116 @@ def table(rows: list[dict], columns: list[str] | None = None, digits: int = 4) -
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def train(args: list[str], exp: str | Path, live: bool = True, poll_s: float = 5.0, timeout_s: float | None = None,
-          check: bool = True) -> int:
-    """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait.
-
-    With ``live``, a loss curve is redrawn in place (one display) while it trains; executed
-    headless (papermill, nbval) the last drawing stays as a static figure. Returns the exit code;
-    with ``check`` a non-zero one raises, showing the end of the log.
-    """
-    exp = Path(exp)
+def _start(args: list[str], exp: Path):
+    """``asrlab train ARGS --exp EXP`` in a subprocess, its output to ``EXP.log``: (process, log path, log file)."""
     cmd = [sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)]
     log_path = exp.parent / f"{exp.name}.log"
     exp.parent.mkdir(parents=True, exist_ok=True)
-    handle = None
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        t0 = time.time()
-        while proc.poll() is None:
-            time.sleep(poll_s)
-            if live:
-                handle = _redraw(exp, handle, time.time() - t0)
-            if timeout_s and time.time() - t0 > timeout_s:
-                proc.kill()
-                proc.wait()
-                raise TimeoutError(f"training ran past {timeout_s} s; log in {log_path}")
-    if live:
-        _redraw(exp, handle, time.time() - t0)
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return proc, log_path, log
+
+
+def _ended(proc, log_path: Path, check: bool) -> int:
     if check and proc.returncode != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
         raise RuntimeError(f"asrlab train exited with {proc.returncode}; end of {log_path}:\n{tail}")
     return proc.returncode
+
+
+def _max_steps(exp: Path) -> int | None:
+    """The run's ``train.max_steps`` once it has written its config (None before, or without a limit)."""
+    import yaml
+
+    try:
+        return int(yaml.safe_load((exp / "config.yaml").read_text())["train"]["max_steps"]) or None
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: float | None = None,
+          check: bool = True, progress: bool = True) -> int:
+    """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait,
+    with a progress bar of its steps in the page. Returns the exit code; with ``check`` a non-zero one
+    raises, showing the end of the log. See :func:`train_live` for the monitor with a Stop button."""
+    from .train.launch import kill_tree
+    from .widgets import progress as bar_for
+
+    exp = Path(exp)
+    proc, log_path, log = _start(args, exp)
+    bar = bar_for(desc=exp.name, unit="step") if progress else None
+    t0 = time.time()
+    try:
+        while proc.poll() is None:
+            time.sleep(poll_s)
+            if bar is not None:
+                _advance(bar, exp)
+            if timeout_s and time.time() - t0 > timeout_s:
+                raise TimeoutError(f"training ran past {timeout_s} s; log in {log_path}")
+        if bar is not None:
+            _advance(bar, exp)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+            proc.wait()
+        log.close()
+        if bar is not None:
+            bar.close()
+    return _ended(proc, log_path, check)
+
+
+def _advance(bar, exp: Path) -> None:
+    if bar.total is None:
+        bar.total = _max_steps(exp)
+    step = last_step(exp)
+    if step != bar.n:
+        bar.update(step - bar.n)
+
+
+async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, timeout_s: float | None = None,
+                     check: bool = True, title: str = "") -> int:
+    """:func:`train` watched by a :class:`asrlab.widgets.TrainMonitor` (status, curves, a Stop button).
+
+    A coroutine: the cell ``await``s it, and between its sleeps the kernel takes the Stop button's
+    click (a cell that blocks would hear it only after training). A Stop click, or interrupting the
+    kernel, asks the run to end after its current step (``EXP/STOP``): it writes a checkpoint and the
+    notebook goes on with the model it has; an interrupt then re-raises once the run has ended.
+    Headless the monitor is a status line and a figure, updated in place.
+    """
+    import asyncio
+
+    from .train.launch import kill_tree
+    from .train.stop import clear_stop, request_stop
+    from .widgets import TrainMonitor
+
+    exp = Path(exp)
+    clear_stop(exp)  # a request left by an earlier run must not end this one
+    monitor = TrainMonitor(exp, title=title)
+    proc, log_path, log = _start(args, exp)
+    t0 = time.time()
+    try:
+        try:
+            while proc.poll() is None:
+                await asyncio.sleep(poll_s)
+                monitor.update(time.time() - t0)
+                if timeout_s and time.time() - t0 > timeout_s:
+                    raise TimeoutError(f"training ran past {timeout_s} s; log in {log_path}")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            request_stop(exp, "the notebook was interrupted")
+            try:
+                proc.wait(timeout=120)
+            finally:
+                monitor.update(time.time() - t0, "interrupted: stopped after its step")
+            raise
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+            proc.wait()
+        log.close()
+    ok = proc.returncode == 0
+    monitor.update(time.time() - t0, ("stopped" if monitor.stop_clicked else "finished") if ok
+                   else f"failed (exit code {proc.returncode})")
+    return _ended(proc, log_path, check)
 
 
 def last_step(exp: str | Path) -> int:
@@ -104,48 +191,25 @@ def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: f
     """Run ``asrlab train ARGS --exp EXP`` and SIGKILL it, and every process under it (torchrun, ranks,
     loader workers), as soon as rank 0 has logged ``step``: a crash at a step. Returns the last step logged."""
     from .train.launch import kill_tree
+    from .widgets import progress
 
     exp = Path(exp)
-    exp.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)]
-    with open(exp.parent / f"{exp.name}.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        try:
-            while last_step(exp) < step:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the run ended (exit {proc.returncode}) before step {step}")
-                if time.time() - t0 > timeout_s:
-                    raise TimeoutError(f"step {step} not reached in {timeout_s} s")
-                time.sleep(0.005)
-        finally:
-            kill_tree(proc.pid)
-            proc.wait()
+    proc, log_path, log = _start(args, exp)
+    t0 = time.time()
+    bar = progress(total=step, desc=f"{exp.name}: until step {step}", unit="step")
+    try:
+        while (now := last_step(exp)) < step:
+            if now != bar.n:
+                bar.update(now - bar.n)
+            if proc.poll() is not None:
+                raise RuntimeError(f"the run ended (exit {proc.returncode}) before step {step}; see {log_path}")
+            if time.time() - t0 > timeout_s:
+                raise TimeoutError(f"step {step} not reached in {timeout_s} s")
+            time.sleep(0.005)
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()
+        log.close()
+        bar.close()
     return last_step(exp)
 
-
-def _redraw(exp: Path, handle, elapsed_s: float):
-    if not (exp / "metrics" / "rank0.jsonl").exists():
-        return handle
-    try:
-        from IPython.display import display
-    except ImportError:
-        return handle
-    import matplotlib.pyplot as plt
-
-    from .train.metrics import read_metrics
-
-    m = read_metrics(exp)
-    if not m:
-        return handle
-    fig, ax = plt.subplots(figsize=(7, 2.8))
-    ax.plot([x["step"] for x in m], [x["loss"] if x["loss"] is not None else float("nan") for x in m], lw=1)
-    ax.set(yscale="log", xlabel="step", ylabel="train loss",
-           title=f"step {m[-1]['step']}, epoch {m[-1]['epoch']}, {elapsed_s:.0f} s")
-    fig.tight_layout()
-    if handle is None:
-        handle = display(fig, display_id=True)
-    else:
-        handle.update(fig)
-    plt.close(fig)
-    return handle

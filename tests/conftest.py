@@ -1,6 +1,12 @@
-"""Shared fixtures: a small corpus of tone WAVs in WeNet shards (fast; no eSpeak needed)."""
+"""Shared fixtures: a small corpus of tone WAVs in WeNet shards (fast; no eSpeak needed).
+
+The notebooks' kernels under nbval inherit this process's environment: explorers draw their static
+views there, as under ``asrlab notebooks`` (a test that wants widgets sets ``ASRLAB_WIDGETS`` itself).
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -8,6 +14,8 @@ import pytest
 from asrlab.data.audio import encode_wav
 from asrlab.data.shards import write_split
 from asrlab.data.tokenizer import CharTokenizer
+
+os.environ.setdefault("ASRLAB_WIDGETS", "static")
 
 WORDS = ["one", "two", "three", "stop", "go"]
 

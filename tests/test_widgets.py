@@ -1,0 +1,334 @@
+"""Explorers, both ways: built from small real runs, drawn as widgets (controls change what is shown)
+and as the static view headless runs get (no widget created)."""
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import ipywidgets
+import pytest
+import torch
+
+from asrlab import nb, widgets
+from asrlab.config import load_config
+from asrlab.decode import decode_exp
+from asrlab.train import checkpoint
+from asrlab.train.dist import DistInfo
+from asrlab.train.metrics import read_metrics
+from asrlab.train.trainer import Trainer
+
+SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
+         "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
+CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
+PNG = b"\x89PNG"
+
+
+@pytest.fixture(autouse=True)
+def live(monkeypatch):
+    monkeypatch.setenv(widgets.MODE_ENV, "live")
+
+
+def widget_count():
+    from ipywidgets.widgets.widget import _instances
+
+    return len(_instances)
+
+
+def is_png(value) -> bool:
+    return bytes(value).startswith(PNG)
+
+
+def find(box, cls):
+    """Every widget of type ``cls`` under ``box``, depth first."""
+    out = [box] if isinstance(box, cls) else []
+    for child in getattr(box, "children", ()):
+        out += find(child, cls)
+    return out
+
+
+def static_parts(explorer):
+    """The static view, checked to create no widget."""
+    before = widget_count()
+    parts = explorer.static()
+    assert widget_count() == before and parts
+    assert all(is_png(p) if isinstance(p, bytes) else isinstance(p, str) for p in parts)
+    return parts
+
+
+@pytest.fixture(scope="module")
+def run(corpus, tmp_path_factory):
+    """6 steps with a ledger, a timeline, numerics sampled every step and an overflow planted at step 4;
+    then greedy and lexicon decoding of the same list."""
+    exp = tmp_path_factory.mktemp("run") / "exp"
+    cfg = load_config("tiny", SMALL + ["train.max_steps=6", "train.diagnostics_every=1", "train.ledger=true",
+                                       "train.timeline=true", "train.max_epochs=2"])
+    tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), exp, CPU)
+    target = dict(tr.model.named_modules())["blocks.0.ff1.net.0"]
+    forward = target.forward
+    target.forward = lambda *a, **k: forward(*a, **k) * (math.inf if tr.step + 1 == 4 else 1.0)
+    tr.fit()
+    tr.close()
+    decoded = decode_exp(exp, corpus / "data.list", name="train", lexicon_from=corpus / "data.list", device="cpu")
+    return exp, decoded
+
+
+def test_mode_follows_the_environment(monkeypatch):
+    monkeypatch.setenv(widgets.MODE_ENV, "static")
+    assert not widgets.interactive()
+    monkeypatch.setenv(widgets.MODE_ENV, "live")
+    assert widgets.interactive()
+    monkeypatch.setenv(widgets.MODE_ENV, "auto")
+    assert not widgets.interactive()  # no kernel here
+    monkeypatch.setenv(widgets.MODE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="expected auto, live or static"):
+        widgets.interactive()
+
+
+def test_static_mode_shows_the_static_view_and_creates_no_widget(run, monkeypatch, capsys):
+    exp, _ = run
+    monkeypatch.setenv(widgets.MODE_ENV, "static")
+    before = widget_count()
+    widgets.NanExplorer(exp).show()
+    widgets.StallExplorer(exp).show()
+    assert widget_count() == before
+    assert "Image object" in capsys.readouterr().out  # IPython's display, outside a kernel, prints the repr
+
+
+def test_utterance_browser(run, corpus):
+    exp, decoded = run
+    b = widgets.UtteranceBrowser(corpus / "data.list", decoded["hyps_path"], decoded["lexicon"]["hyps_path"])
+    assert b.total == 120 and len(b.audio) == 120
+    wrong = b.select(errors_only=True)
+    assert wrong and all(b._errors(r) > 0 for r in wrong)   # an untrained model: errors everywhere
+    html = static_parts(b)[0]
+    assert "have a character error" in html and wrong[0]["key"] in html and ('class="d"' in html or 'class="s"' in html)
+    box = b.widget()
+    pick = find(box, ipywidgets.Select)[0]
+    text, player, picture = b.text.value, b.player.value, b.picture.value
+    assert bytes(player)[:4] == b"RIFF" and is_png(picture) and wrong[0]["key"] in text
+    pick.value = pick.options[1][1]
+    assert b.text.value != text and b.player.value != player and b.picture.value != picture
+    b.errors_only.value = False
+    assert len(pick.options) == 120
+
+
+def test_error_marks_follow_the_alignment():
+    from asrlab.widgets.utterances import marked
+
+    html = marked("one two", "on too")
+    assert '<span class="d">e</span>' in html and '<span class="s" title="reference: \'w\'">o</span>' in html
+    assert marked("go", "go") == "go" and '<span class="i">x</span>' in marked("go", "gox")
+
+
+def test_voices_filter_on_the_embedded_corpus_keys(tmp_path):
+    from asrlab.data.audio import encode_wav
+    from asrlab.data.shards import write_split
+    from asrlab.data.synth import voice_of
+
+    assert voice_of("test-en-029_m7-000012") == {"split": "test", "accent": "en-029", "variant": "m7"}
+    assert voice_of("utt00001") is None and voice_of("BAC009S0002W0122") is None
+    keys = ["test-en-029_m7-000001", "test-en-sc_f2-000002", "test-en-sc_m7-000003"]
+    wav = encode_wav((torch.zeros(4000)).numpy(), 16000)
+    write_split(((k, "go", wav) for k in keys), tmp_path / "d", "test", shard_size=10)
+    hyps = tmp_path / "hyps.txt"
+    hyps.write_text("".join(f"{k}\tgo\t{h}\n" for k, h in zip(keys, ["go", "no", "g"])))
+    b = widgets.UtteranceBrowser(tmp_path / "d" / "data.list", hyps)
+    b.widget()
+    assert [o for o, _ in b.accent.options] == ["all accents", "en-029", "en-sc"]
+    b.accent.value = "en-sc"
+    assert [k for _, k in b.pick.options] == keys[1:]
+    b.variant.value = "m7"
+    assert [k for _, k in b.pick.options] == keys[2:]
+
+
+def test_nan_explorer(run):
+    exp, _ = run
+    ex = widgets.NanExplorer(exp)
+    assert ex.bad_step == 4 and ex.focus == 3
+    static_parts(ex)
+    box = ex.widget()
+    slider = find(box, ipywidgets.SelectionSlider)[0]
+    assert list(slider.options) == [t["step"] for t in ex.traces] and slider.value == 3
+    before = ex.step_picture.value
+    slider.value = 1
+    assert ex.step_picture.value != before and is_png(ex.step_picture.value)
+    before = ex.module_picture.value
+    ex.module.value = ex.modules[-1]
+    assert ex.module_picture.value != before
+
+
+def test_stall_explorer_of_a_stalled_run(corpus, tmp_path):
+    """A real stall: one rank blocked in its data; the watchdog writes the report the explorer reads."""
+    exp = tmp_path / "exp"
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(corpus / "data.list"), "--exp",
+                          str(exp), "--stall-timeout", "3", "train.timeline=true", "data.inject_delay_s=3600",
+                          "data.inject_delay_ranks=[0]", "data.inject_delay_from_batch=3", *SMALL],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 3, out.stderr[-2000:]
+    ex = widgets.StallExplorer(exp, zoom_s=2)
+    assert "rank 0" in ex.verdict and ex.span_s > 3
+    html, picture = static_parts(ex)
+    assert ex.verdict.split(";")[0][:20] in html.replace("&#x27;", "'") and is_png(picture)
+    box = ex.widget()
+    assert "MainThread" in ex.detail.value and "<pre" in ex.detail.value  # rank 0's stacks
+    before = ex.picture.value
+    ex.zoom.value = 2.0
+    assert ex.picture.value != before
+
+
+def test_stall_explorer_of_a_run_that_finished(run):
+    exp, _ = run
+    ex = widgets.StallExplorer(exp)
+    assert ex.verdict == "no stall: every rank finished"
+    ex.widget()
+    assert "done" in ex.detail.value and "no stacks" in ex.detail.value
+
+
+def test_sweep_explorer(corpus, tmp_path):
+    from asrlab.tune import grid, recommend, sweep
+
+    cfg = load_config("tiny", SMALL)
+    rows = sweep(cfg, {"shards/none": corpus / "data.list"}, grid((0,), (2,), (400, 800)), steps=2)
+    best, why = recommend(rows)
+    ex = widgets.SweepExplorer(rows, best, why)
+    assert ex.axes == ["max_frames_in_batch"] and "gpu_util_pct" not in ex.measures  # no GPU here
+    assert "recommended" in static_parts(ex)[-1]
+    ex.widget()
+    before = ex.picture.value
+    ex.measure.value = "data_wait"
+    assert ex.picture.value != before
+
+
+def test_sampler_monitor_redraws_while_the_block_runs():
+    from asrlab.widgets.sweep import SamplerMonitor
+
+    with SamplerMonitor(redraw_s=0.2) as mon:
+        t0 = time.time()
+        while mon.redraws < 2 and time.time() - t0 < 30:
+            sum(i * i for i in range(20000))
+    assert mon.redraws >= 2 and is_png(mon.picture.value)
+
+
+def test_resume_explorer(run, corpus, tmp_path):
+    """A run resumed the way WeNet does (the epoch starts over) against the run never interrupted."""
+    from asrlab.data.sources import iter_items, load_sources
+
+    ref, _ = run
+    keys = {it.key for it in iter_items(load_sources(corpus / "data.list"))}
+    crashed = tmp_path / "crashed"
+    base = SMALL + ["train.ledger=true", "train.max_epochs=2", "train.save_every_steps=3"]
+    tr = Trainer(load_config("tiny", base + ["train.max_steps=3"]), str(corpus / "data.list"), None, crashed, CPU)
+    tr.fit()
+    tr.close()
+    assert checkpoint.load_latest(crashed / "checkpoints")[1]["step"] == 3
+    again = Trainer(load_config("tiny", base + ["train.max_steps=6", "train.resume_mode=epoch_start"]),
+                    str(corpus / "data.list"), None, crashed, CPU)
+    assert again.resume()
+    again.fit()
+    again.close()
+    ex = widgets.ResumeExplorer({"never interrupted": ref, "epoch starts over": crashed}, keys, reference="never interrupted")
+    final = ex.counts()
+    assert max(final["epoch starts over"]) == 2 and max(final["never interrupted"]) == 1  # the first steps twice
+    figure, table = static_parts(ex)
+    assert "epoch starts over" in table
+    box = ex.widget()
+    slider = find(box, ipywidgets.IntSlider)[0]
+    assert (slider.min, slider.max) == (1, 6)
+    before, text = ex.picture.value, ex.table.value
+    slider.value = 2
+    assert ex.picture.value != before and ex.table.value != text and "trained at step 2" in ex.table.value
+    assert sum(ex.counts(2)["never interrupted"]) == sum(len(k) for s, k in ex.steps["never interrupted"] if s <= 2)
+
+
+def test_monitor_reads_a_run_and_its_stop_button_writes_the_request(run, tmp_path):
+    exp, _ = run
+    mon = widgets.TrainMonitor(exp)
+    s = mon.update(12.0)
+    assert s["step"] == 6 and s["max_steps"] == 6 and s["cer"] is not None
+    assert "step <b>6</b> of 6" in mon.status.value and is_png(mon.image.value) and mon.bar.value == 1.0
+    mon.button.click()
+    assert (exp / "STOP").exists() and mon.button.disabled
+    (exp / "STOP").unlink()
+    mon.update(13.0, "stopped")
+    assert "stopped" in mon.status.value and mon.updates == 2
+
+
+def test_train_live_runs_and_reports_headless(corpus, tmp_path, monkeypatch, capsys):
+    """Static mode: the awaited run ends, its status is updated in place, the curves drawn once at the end."""
+    monkeypatch.setenv(widgets.MODE_ENV, "static")
+    exp = tmp_path / "exp"
+    args = ["--data", str(corpus / "data.list"), "--max-steps", "3", *SMALL]
+    before = widget_count()
+    assert asyncio.run(nb.train_live(args, exp, poll_s=0.2)) == 0
+    assert widget_count() == before and read_metrics(exp)[-1]["step"] == 3
+
+
+KERNEL_CODE = """
+import os
+os.environ["ASRLAB_WIDGETS"] = "live"
+from asrlab import nb
+code = await nb.train_live({args!r}, {exp!r}, poll_s=0.5)
+print("EXIT", code)
+"""
+
+
+def test_the_stop_button_is_heard_while_the_cell_awaits(corpus, tmp_path):
+    """In a real kernel: the cell awaits training; a click on the Stop button (the comm message a front end
+    sends) ends the run after its step, and the cell goes on with the model it has."""
+    from jupyter_client.manager import start_new_kernel
+
+    exp = tmp_path / "exp"
+    args = ["--data", str(corpus / "data.list"), "--cv", str(corpus / "data.list"), "train.max_epochs=1000", *SMALL]
+    km, kc = start_new_kernel(kernel_name="python3", env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        msg_id = kc.execute(KERNEL_CODE.format(args=args, exp=str(exp)))
+        button, printed, reply = None, "", None
+        deadline = time.time() + 240
+        while reply is None:
+            assert time.time() < deadline, "no reply from the kernel"
+            try:
+                m = kc.get_iopub_msg(timeout=1)
+            except Exception:
+                m = None
+            if m and m["msg_type"] == "comm_open" and m["content"]["data"]["state"].get("_model_name") == "ButtonModel":
+                button = m["content"]["comm_id"]
+            if m and m["msg_type"] == "stream":
+                printed += m["content"]["text"]
+            if button and nb.last_step(exp) >= 3 and not (exp / "STOP").exists() and "clicked" not in printed:
+                kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": button, "data": {
+                    "method": "custom", "content": {"event": "click"}}}))
+                printed += "clicked"
+            try:
+                r = kc.get_shell_msg(timeout=0.05)
+                if r["parent_header"].get("msg_id") == msg_id:
+                    reply = r
+            except Exception:
+                pass
+        while True:  # the rest of the cell's output
+            try:
+                m = kc.get_iopub_msg(timeout=2)
+            except Exception:
+                break
+            if m["msg_type"] == "stream":
+                printed += m["content"]["text"]
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert "EXIT 0" in printed
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    steps = [m["step"] for m in read_metrics(exp)]
+    assert 3 <= steps[-1] < 1000 and checkpoint.load_latest(exp / "checkpoints")[1]["step"] == steps[-1]
+    assert json.loads((exp / "metrics" / "eval.jsonl").read_text().splitlines()[-1])["step"] == steps[-1]
+    assert not (exp / "STOP").exists()
+
+
+def test_sweep_explorer_puts_two_different_settings_on_its_axes():
+    rows = [{"storage": st, "num_workers": 0, "prefetch_factor": None, "max_frames_in_batch": mf, "features": "cpu",
+             "audio_h_per_h": float(mf), "data_wait": 0.1, "peak_mib": 10.0, "gpu_util_pct": None}
+            for st in ("raw", "shards/none") for mf in (1000, 2000)]
+    ex = widgets.SweepExplorer(rows, rows[0], "why", x="num_workers", y="storage")  # num_workers does not vary
+    assert (ex.x, ex.y) == ("max_frames_in_batch", "storage")
