@@ -244,10 +244,16 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
     from .nb import root
     from .runner import run_notebooks
 
-    records = run_notebooks(root() / "notebooks", Path(a.out), a.only, a.params, report=lambda m: print(m, flush=True))
+    records = run_notebooks(root() / "notebooks", Path(a.out) if a.out else None, a.only, a.params,
+                            report=lambda m: print(m, flush=True), html=a.html)
     failed = [r for r in records if not r["ok"]]
+    where = Path(records[0]["output"]).parent.parent
     print(f"{len(records) - len(failed)} of {len(records)} notebooks ran; "
-          f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {a.out}/")
+          f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {where}/"
+          + (f", figures in {Path(a.out) / 'figures'}/" if a.out else ""))
+    for r in records:
+        if r.get("html"):
+            print(f"  {r['html']}")
     for r in failed:
         print(f"FAILED {r['notebook']}: {r['error']} (see {r['output']})", file=sys.stderr)
     return 1 if failed else 0
@@ -374,7 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
     n.add_argument("--only", help="run only the notebooks whose name contains this")
     n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
-    n.add_argument("--out", default="runs", help="where the executed copies go")
+    n.add_argument("--out", help="put everything the run writes under this folder (executed copies, results.json, "
+                                 "experiments, figures); default: runs/ and figures/ of the project")
+    n.add_argument("--html", action="store_true", help="also write each executed notebook as a standalone HTML page")
     n.set_defaults(func=cmd_notebooks)
     return p
 

@@ -1,15 +1,19 @@
 """``asrlab notebooks``: run every notebook headless with papermill (the main job).
 
-Executed copies go to ``runs/<notebook>/<notebook>.ipynb``; the notebooks themselves write their
-figures to ``figures/`` and their key numbers to ``runs/<notebook>/results.json``.
-A parameter file is YAML: top-level keys apply to every notebook, a key named after a notebook
-(``01_stalls:``) holds parameters for that one only (e.g. ``notebooks/params/gpu.yaml``).
+By default executed copies go to ``runs/<notebook>/<notebook>.ipynb``; the notebooks themselves write
+their figures to ``figures/`` and their key numbers to ``runs/<notebook>/results.json``. With an output
+folder everything goes under it (``DIR/<notebook>/`` and ``DIR/figures/``), so two runs with different
+parameters never overwrite each other. The kernels draw explorers as their static views
+(``ASRLAB_WIDGETS=static``). A parameter file is YAML: top-level keys apply to every notebook, a key
+named after a notebook (``01_stalls:``) holds parameters for that one only (e.g. ``notebooks/params/gpu.yaml``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -72,30 +76,72 @@ def declared_parameters(nb_path: Path) -> set[str]:
     return set()
 
 
-def run_notebooks(nb_dir: Path, out_dir: Path, only: str | None = None, params_file: str | None = None,
-                  report=print) -> list[dict]:
-    """Execute the notebooks; returns one record per notebook (name, seconds, ok, error)."""
+@contextmanager
+def _kernel_env(values: dict[str, str]):
+    """Environment variables the kernels papermill starts inherit, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = None, params_file: str | None = None,
+                  report=print, html: bool = False) -> list[dict]:
+    """Execute the notebooks; returns one record per notebook (name, seconds, ok, error, output, html).
+
+    ``out_dir`` None: executed copies under the project's ``runs/``, figures in ``figures/`` (the notebooks'
+    own defaults); a folder: everything under it. ``html``: also each executed notebook as a standalone page.
+    """
     import papermill as pm
+
+    from .nb import FIGURES_ENV, RUNS_ENV, root
+    from .widgets import MODE_ENV
 
     declared = {p.stem: declared_parameters(p) for p in sorted(Path(nb_dir).glob("*.ipynb"))}
     check_params(params_file, declared)
     notebooks = sorted(p for p in Path(nb_dir).glob("*.ipynb") if not only or only in p.stem)
     if not notebooks:
         raise ValueError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
+    env = {MODE_ENV: os.environ.get(MODE_ENV, "static")}
+    if out_dir is not None:
+        out_dir = Path(out_dir).resolve()
+        env.update({RUNS_ENV: str(out_dir), FIGURES_ENV: str(out_dir / "figures")})
+    runs = out_dir if out_dir is not None else Path(os.environ.get(RUNS_ENV) or root() / "runs")
     records = []
-    for nb in notebooks:
-        out = Path(out_dir) / nb.stem / nb.name
-        out.parent.mkdir(parents=True, exist_ok=True)
-        params = notebook_params(params_file, nb.stem, declared[nb.stem])
-        report(f"{nb.stem}: running" + (f" with {params}" if params else ""))
-        t0 = time.time()
-        rec = {"notebook": nb.stem, "output": str(out), "ok": True}
-        try:
-            pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent), kernel_name="python3",
-                                progress_bar=False)
-        except pm.PapermillExecutionError as e:
-            rec.update(ok=False, error=f"cell {e.exec_count} ({e.ename}): {e.evalue}")
-        rec["seconds"] = round(time.time() - t0, 1)
-        report(f"{nb.stem}: {'ok' if rec['ok'] else 'FAILED at ' + rec['error']} in {rec['seconds']} s")
-        records.append(rec)
+    with _kernel_env(env):
+        for nb in notebooks:
+            out = runs / nb.stem / nb.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            params = notebook_params(params_file, nb.stem, declared[nb.stem])
+            report(f"{nb.stem}: running" + (f" with {params}" if params else ""))
+            t0 = time.time()
+            rec = {"notebook": nb.stem, "output": str(out), "ok": True}
+            try:
+                pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent), kernel_name="python3",
+                                    progress_bar=False)
+            except pm.PapermillExecutionError as e:
+                rec.update(ok=False, error=f"cell {e.exec_count} ({e.ename}): {e.evalue}")
+            rec["seconds"] = round(time.time() - t0, 1)
+            if html and out.exists():
+                rec["html"] = str(to_html(out))
+            report(f"{nb.stem}: {'ok' if rec['ok'] else 'FAILED at ' + rec['error']} in {rec['seconds']} s")
+            records.append(rec)
     return records
+
+
+def to_html(notebook: str | Path) -> Path:
+    """An executed notebook as a standalone HTML page beside it (nbconvert; figures embedded)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    notebook = Path(notebook)
+    body, _ = HTMLExporter(embed_images=True).from_notebook_node(nbformat.read(notebook, as_version=4))
+    path = notebook.with_suffix(".html")
+    path.write_text(body)
+    return path

@@ -53,3 +53,24 @@ def test_a_parameter_the_notebooks_do_not_take_is_refused_before_any_runs(tmp_pa
     assert not (tmp_path / "runs").exists()
     params.write_text("utts: 3\n01_x:\n  utts: 4\n")
     assert run_notebooks(nbs, tmp_path / "runs", params_file=str(params), report=lambda m: None)[0]["ok"]
+
+
+def test_out_puts_everything_a_run_writes_under_one_folder(tmp_path):
+    """Executed copies, results.json, experiment folders and figures under --out; kernels draw static views;
+    --html writes a standalone page with the figures in it."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    write_nb(nbs / "01_x.ipynb", "n = 1",
+             "import os\nimport matplotlib.pyplot as plt\nfrom asrlab import nb, widgets\n"
+             "(nb.run_dir('01_x') / 'exp').mkdir(exist_ok=True)\n"
+             "fig, ax = plt.subplots(); ax.plot([1, 2]); nb.save_figure(fig, 'x_fig'); plt.show()\n"
+             "nb.save_results('01_x', {'mode': os.environ.get('ASRLAB_WIDGETS'), 'live': widgets.interactive()})")
+    out = tmp_path / "elsewhere"
+    rec = run_notebooks(nbs, out, report=lambda m: None, html=True)[0]
+    assert rec["ok"], rec
+    assert (out / "01_x" / "01_x.ipynb").exists() and (out / "01_x" / "exp").is_dir()
+    assert (out / "figures" / "x_fig.png").exists()
+    assert json.loads((out / "01_x" / "results.json").read_text()) == {"mode": "static", "live": False}
+    page = (out / "01_x" / "01_x.html").read_text()
+    assert rec["html"] == str(out / "01_x" / "01_x.html") and "<img" in page and "data:image/png;base64" in page
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "figures").exists() and not (nbs / "figures").exists()
