@@ -1,0 +1,297 @@
+"""The notebooks in JupyterLab, in a real browser (Debian's Chromium driven by Playwright).
+
+A JupyterLab server on 127.0.0.1 (a free port, a token) serves copies of the five notebooks with small
+parameters; each is opened in headless Chromium and run with Run > Run All Cells, as a person would.
+The test checks that the explorers were drawn in the page, that moving a slider or changing a picker
+changes what they show, that the quickstart's live monitor updated while it trained and that its Stop
+button ended the run (the notebook then went on). Screenshots go to ``runs/browser/``. The server, its
+kernels and the browser are ended whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "runs" / "browser"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return ("no Chromium on this machine: install Debian's (apt-get install -y chromium), which .ci/run does "
+                "when it can; this test never downloads a browser of its own")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed (pip install -e '.[dev]')"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+# Small runs: each notebook's whole story in well under a minute on 2 cores.
+TINY_MODEL = ["model.d_model=64", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=128", "model.conv_channels=16"]
+PARAMS = {
+    "00_quickstart": {"utts": 300, "max_steps": 100000, "max_epochs": 1000, "speeds": [1.0],
+                      "overrides": ["data.max_frames_in_batch=1500"]},
+    "01_stalls": {"stall_timeout": 4, "shard_utts": 30, "slow_delay_s": 0.3, "slow_epochs": 1},
+    "02_gpu_utilization": {"utts": 150, "num_workers": [0], "max_frames": [1500, 3000],
+                           "storage": ["shards/none", "raw"], "steps": 2, "detail_steps": 3, "overrides": TINY_MODEL},
+    "03_nan_analysis": {"utts": 150, "steps": 8, "lr": 0.3, "sample_every": 1, "overrides": TINY_MODEL},
+    "04_resume": {"utts": 120, "epochs": 1, "save_every": 2, "positions": [0.5], "overrides": TINY_MODEL},
+}
+
+DONE_JS = """() => {
+  const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim());
+  return prompts.length > 0 && prompts.every(t => /^\\[\\d+\\]:$/.test(t));
+}"""
+BUSY_JS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].some(p => p.textContent.includes('*'))"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 serving the parameterized copies; yields (base URL, token, folder)."""
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    from asrlab.train.launch import kill_tree
+
+    work = tmp_path_factory.mktemp("lab")
+    for src in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = parameterize_notebook(load_notebook_node(str(src)), PARAMS[src.stem])
+        nbformat.write(nb, work / src.name)
+    settings = work / ".settings" / "@jupyterlab"
+    # no news pop-up; the notebook's kernel starts without asking; every cell stays in the page (JupyterLab
+    # otherwise skips drawing cells out of view, whose outputs then read empty)
+    for ext, name, values in (("apputils-extension", "notification", {"fetchNews": "false", "checkForUpdates": False}),
+                              ("notebook-extension", "tracker", {"autoStartDefaultKernel": True,
+                                                                 "windowingMode": "none"})):
+        (settings / ext).mkdir(parents=True, exist_ok=True)
+        (settings / ext / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if k != "ASRLAB_WIDGETS"}  # auto: widgets in a front end
+    env.update(ASRLAB_RUNS=str(work / "runs"), ASRLAB_FIGURES=str(work / "figures"), PYTHONUNBUFFERED="1",
+               JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"), JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"),
+               JUPYTER_RUNTIME_DIR=str(work / ".runtime"))
+    log = open(work / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--ServerApp.allow_root=True",
+         "--ServerApp.port_retries=0", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, (work / "server.log").read_text()[-2000:]
+                assert time.time() < deadline, "JupyterLab did not answer in 90 s"
+                time.sleep(0.5)
+        yield base, token, work
+    finally:
+        kill_tree(server.pid)  # the server, its kernels and what they started
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(lab, browser):
+    """A fresh page per notebook; afterwards the page is closed and every kernel shut down."""
+    base, token, _ = lab
+    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        yield pg
+    finally:
+        pg.close()
+        sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10))
+        for s in sessions:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}",
+                                                          method="DELETE"), timeout=30)
+
+
+def open_and_run_all(page, lab, name: str) -> None:
+    """Open the notebook in its own workspace and Run > Run All Cells, until its cells are seen running."""
+    base, token, _ = lab
+    page.goto(f"{base}/lab/workspaces/{name}/tree/{name}.ipynb?token={token}&reset")
+    page.wait_for_selector(".jp-NotebookPanel", timeout=60_000)
+    for attempt in range(3):
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        if page.locator(".jp-Dialog").count():  # a kernel picker, should the setting above not have been read
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_function(f"() => ({BUSY_JS})() || ({DONE_JS})()", timeout=20_000)
+            return
+        except Exception:
+            page.screenshot(path=str(SHOTS / f"{name}_not_started_{attempt}.png"))
+            page.keyboard.press("Escape")
+    pytest.fail(f"{name}: Run All did not start its cells (screenshots in {SHOTS})")
+
+
+def wait_done(page, name: str, timeout_s: float) -> None:
+    """Until every code cell has run; fails with the notebook's error when a cell raised (Run All stops there)."""
+    deadline, idle_since = time.time() + timeout_s, None
+    while not page.evaluate(DONE_JS):
+        if page.evaluate(BUSY_JS):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.time()
+        elif time.time() - idle_since > 5:  # nothing running, yet not every cell ran
+            page.screenshot(path=str(SHOTS / f"{name}_failed.png"), full_page=True)
+            outputs = page.locator(".jp-OutputArea-output")
+            text = [outputs.nth(i).inner_text() for i in range(outputs.count())]
+            pytest.fail(f"{name} stopped before its last cell:\n" + "\n".join(t for t in text if "Error" in t)[-3000:])
+        assert time.time() < deadline, f"{name} did not finish in {timeout_s} s"
+        time.sleep(1)
+
+
+def shown(locator):
+    """``locator`` scrolled into view (JupyterLab skips drawing cells out of view, whose text then reads empty)."""
+    locator.wait_for(timeout=60_000)
+    locator.scroll_into_view_if_needed()
+    return locator
+
+
+def picture(locator) -> str:
+    """The src of an explorer's image, once the browser has decoded it (a drawn figure, not an empty tag)."""
+    img = locator.locator("img").first
+    img.wait_for(state="visible", timeout=30_000)
+    assert img.evaluate("i => i.complete && i.naturalWidth > 0"), "the figure was not drawn"
+    return img.get_attribute("src")
+
+
+def changes(page, read, act, what: str, timeout_s: float = 30, before=None) -> None:
+    """``act()`` must change what ``read()`` returns (from ``before``, if given), within ``timeout_s``."""
+    before = read() if before is None else before
+    act()
+    deadline = time.time() + timeout_s
+    while read() == before:
+        assert time.time() < deadline, f"{what}: nothing changed"
+        time.sleep(0.3)
+
+
+def slide(page, explorer, key: str = "Home") -> None:
+    handle = explorer.locator(".noUi-handle").first
+    handle.focus()
+    page.keyboard.press(key)
+
+
+def shoot(page, locator, name: str) -> None:
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_quickstart_monitor_stop_button_and_utterance_browser(lab, page):
+    open_and_run_all(page, lab, "00_quickstart")
+    monitor = page.locator(".asrlab-monitor")
+    try:
+        monitor.wait_for(timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(SHOTS / "00_quickstart_no_monitor.png"), full_page=True)
+        raise
+    seen = []
+    deadline = time.time() + 180
+    while len({s for s in seen if "step <b>0</b>" not in s}) < 2:  # two redraws while it trains
+        assert time.time() < deadline, f"the monitor did not update twice: {seen}"
+        status = monitor.locator(".asrlab-monitor-status").inner_html()
+        if "training" in status and (not seen or seen[-1] != status):
+            seen.append(status)
+        time.sleep(0.5)
+    picture(monitor)
+    shoot(page, monitor, "00_quickstart_monitor")
+    monitor.get_by_role("button", name="Stop").click()
+    wait_done(page, "00_quickstart", 300)
+    assert "stopped" in shown(monitor).locator(".asrlab-monitor-status").inner_text()
+    results = json.loads((lab[2] / "runs" / "00_quickstart" / "results.json").read_text())
+    assert 0 < results["steps"] < PARAMS["00_quickstart"]["max_steps"]  # the notebook went on with the model it had
+    browser = shown(page.locator(".asrlab-utterances"))
+    assert browser.locator("audio").count() == 1
+    first = picture(browser)
+    text = lambda: browser.locator("table.asrlab-utt").first.inner_text()  # noqa: E731
+    changes(page, text, lambda: browser.locator("select").last.select_option(index=1), "picking another utterance")
+    changes(page, lambda: picture(browser), lambda: None, "the fbank of the utterance picked", before=first)
+    shoot(page, browser, "00_quickstart_utterances")
+
+
+def explorer_after_run_all(page, lab, name: str, selector: str, timeout_s: float, says: str):
+    """Run the notebook to its end; its explorer ``selector``, in view, checked to say ``says``."""
+    open_and_run_all(page, lab, name)
+    wait_done(page, name, timeout_s)
+    explorer = shown(page.locator(selector).first)
+    assert says in explorer.inner_text()
+    return explorer
+
+
+def test_stalls_explorer(lab, page):
+    explorer = explorer_after_run_all(page, lab, "01_stalls", ".asrlab-stalls", 400, "finished its data")  # case A
+    detail = lambda: explorer.locator(".asrlab-rank").inner_text()  # noqa: E731
+    changes(page, detail, lambda: explorer.get_by_role("button", name="rank 1").click(), "picking rank 1")
+    assert "MainThread" in detail()
+    changes(page, lambda: picture(explorer), lambda: slide(page, explorer), "zooming the timeline")
+    shoot(page, explorer, "01_stalls_explorer")
+
+
+def test_sweep_explorer(lab, page):
+    explorer = explorer_after_run_all(page, lab, "02_gpu_utilization", ".asrlab-sweep", 300, "recommended")
+    changes(page, lambda: picture(explorer), lambda: explorer.locator("select").first.select_option(index=1),
+            "picking another measure")
+    shoot(page, explorer, "02_gpu_utilization_explorer")
+
+
+def test_nan_explorer(lab, page):
+    explorer = explorer_after_run_all(page, lab, "03_nan_analysis", ".asrlab-numerics", 400, "first non-finite step")
+    picture(explorer)
+    bars = lambda: explorer.locator("img").first.get_attribute("src")  # noqa: E731
+    changes(page, bars, lambda: slide(page, explorer, "End"), "moving the step slider")
+    trace = lambda: explorer.locator("img").last.get_attribute("src")  # noqa: E731
+    changes(page, trace, lambda: explorer.locator("select").first.select_option(index=1), "picking another module")
+    shoot(page, explorer, "03_nan_analysis_explorer")
+
+
+def test_resume_explorer(lab, page):
+    explorer = explorer_after_run_all(page, lab, "04_resume", ".asrlab-resume", 300,
+                                      "asrlab: seek to the saved position")
+    table = lambda: explorer.locator("table").inner_text()  # noqa: E731
+    before = table()
+    changes(page, lambda: picture(explorer), lambda: slide(page, explorer), "moving the step slider")
+    assert table() != before
+    shoot(page, explorer, "04_resume_explorer")
