@@ -16,7 +16,7 @@ Design choices (all deliberate, see the classes for details):
   speech/silence cue), is stateless, needs no statistics pass over the corpus
   and ignores padding. The per-frame LayerNorm it replaced threw the energy
   away: after 400 tiny-model steps its dev CER was 34% / 27% (two seeds)
-  against 15% / 18% with CMVN (benchmarks/recognition.md, "Input normalisation").
+  against 15% / 18% with CMVN (docs/recognition.md, "Input normalisation").
 * No normalisation layer lets padding or other utterances in: the input CMVN
   counts only the utterance's real frames, and the conv module uses LayerNorm
   instead of WeNet's default BatchNorm, so padded frames never leak into real

@@ -46,6 +46,9 @@ def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
         ax.plot([e["step"] for e in evals], [100 * e["wer"] for e in evals], "s--", label="cv WER")
         ax.set(yscale="log")
         ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no evaluation yet\n(one after each epoch)", ha="center", va="center", color="gray",
+                transform=ax.transAxes)
     ax.set(xlabel="step", ylabel="error rate (%)", title="validation")
     fig.tight_layout()
     return fig

@@ -6,7 +6,7 @@ Each mode (eager, then ``torch.compile(dynamic=True)``) runs in its own process 
 5 warm-up steps (compilation happens here), then 30 timed steps, fp32 on 2 threads, on random batches
 of the loader's shape (at most 2,500 frames of 80 mel bins, 120-320 frames per utterance, a new length
 every step, as the loader's batches have). Prints seconds for the first 5 steps and seconds per step
-after, or that the limit ended it. Output of the run quoted in benchmarks/recognition.md: benchmarks/compile_cpu.txt.
+after, or that the limit ended it. Output of the run quoted in docs/recognition.md: benchmarks/compile_cpu.txt.
 """
 
 import argparse

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 # Small runs: each notebook's whole story in well under a minute on 2 cores.
 TINY_MODEL = ["model.d_model=64", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=128", "model.conv_channels=16"]
 PARAMS = {
-    "00_quickstart": {"utts": 300, "max_steps": 100000, "max_epochs": 1000, "speeds": [1.0],
+    "00_quickstart": {"utts": 300, "max_steps": 400, "max_epochs": 1000, "speeds": [1.0],
                       "overrides": ["data.max_frames_in_batch=1500"]},
     "01_stalls": {"stall_timeout": 4, "shard_utts": 30, "slow_delay_s": 0.3, "slow_epochs": 1},
     "02_gpu_utilization": {"utts": 150, "num_workers": [0], "max_frames": [1500, 3000],

@@ -78,7 +78,8 @@ class UtteranceBrowser(Explorer):
 
     def table_html(self, rows: list[dict]) -> str:
         has_lex = any(r["lexicon"] is not None for r in rows)
-        head = "<tr><th>utterance</th><th></th><th>text</th></tr>"
+        td = '<td style="text-align:left;vertical-align:top">'  # inline: notebook front ends right-align tables
+        head = '<tr><th style="text-align:left">utterance</th><th></th><th style="text-align:left">text</th></tr>'
         body = []
         for r in rows:
             lines = [("reference", html_escape(r["ref"]).replace(" ", "&nbsp;")),
@@ -87,8 +88,9 @@ class UtteranceBrowser(Explorer):
                 lines.append((f"lexicon ({r['lexicon_errors']})", marked(r["ref"], r["lexicon"])))
             voice = f"<br><small>{r['accent']} / {r['variant']}</small>" if r["accent"] else ""
             for i, (name, text) in enumerate(lines):
-                first = f'<td rowspan="{len(lines)}"><code>{html_escape(r["key"])}</code>{voice}</td>' if i == 0 else ""
-                body.append(f"<tr>{first}<td><small>{name}</small></td><td><code>{text}</code></td></tr>")
+                first = (f'{td[:-1]} rowspan="{len(lines)}"><code>{html_escape(r["key"])}</code>{voice}</td>'
+                         if i == 0 else "")
+                body.append(f"<tr>{first}{td}<small>{name}</small></td>{td}<code>{text}</code></td></tr>")
         return f'{STYLE}<table class="asrlab-utt">{head}{"".join(body)}</table>'
 
     def summary(self) -> str:
