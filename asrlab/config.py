@@ -8,6 +8,7 @@ default.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -144,7 +145,10 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] = ()) ->
 
 
 def dump_config(cfg: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    """Written whole or not at all (a monitor may read it while the run starts)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    os.replace(tmp, path)
 
 
 def replace_section(cfg: Config, section: str, **changes) -> Config:

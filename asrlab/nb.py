@@ -70,8 +70,21 @@ def _start(args: list[str], exp: Path):
     log_path = exp.parent / f"{exp.name}.log"
     exp.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=_own_session)
     return proc, log_path, log
+
+
+def _own_session() -> None:
+    """In the run's process before it starts: a session of its own, so that interrupting the kernel (a SIGINT
+    to the kernel's process group) does not kill it mid-step (the notebook asks it to stop instead); on
+    Linux a SIGTERM when the kernel dies, so that no run outlives its notebook."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
 def _ended(proc, log_path: Path, check: bool) -> int:
@@ -79,16 +92,6 @@ def _ended(proc, log_path: Path, check: bool) -> int:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
         raise RuntimeError(f"asrlab train exited with {proc.returncode}; end of {log_path}:\n{tail}")
     return proc.returncode
-
-
-def _max_steps(exp: Path) -> int | None:
-    """The run's ``train.max_steps`` once it has written its config (None before, or without a limit)."""
-    import yaml
-
-    try:
-        return int(yaml.safe_load((exp / "config.yaml").read_text())["train"]["max_steps"]) or None
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
 
 
 def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: float | None = None,
@@ -123,11 +126,13 @@ def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: floa
 
 
 def _advance(bar, exp: Path) -> None:
-    if bar.total is None:
-        bar.total = _max_steps(exp)
-    step = last_step(exp)
-    if step != bar.n:
-        bar.update(step - bar.n)
+    from .train.metrics import run_status
+
+    s = run_status(exp)
+    if bar.total is None and s["max_steps"]:
+        bar.total = s["max_steps"]
+    if s["step"] != bar.n:
+        bar.update(s["step"] - bar.n)
 
 
 async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, timeout_s: float | None = None,

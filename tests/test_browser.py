@@ -46,13 +46,15 @@ TINY_MODEL = ["model.d_model=64", "model.n_heads=2", "model.n_layers=1", "model.
 PARAMS = {
     "00_quickstart": {"utts": 300, "max_steps": 400, "max_epochs": 1000, "speeds": [1.0],
                       "overrides": ["data.max_frames_in_batch=1500"]},
-    "01_stalls": {"stall_timeout": 4, "shard_utts": 30, "slow_delay_s": 0.3, "slow_epochs": 1},
+    "01_stalls": {"stall_timeout": 4, "shard_utts": 60, "slow_delay_s": 0.3, "slow_epochs": 1},  # 4+ batches a rank
     "02_gpu_utilization": {"utts": 150, "num_workers": [0], "max_frames": [1500, 3000],
                            "storage": ["shards/none", "raw"], "steps": 2, "detail_steps": 3, "overrides": TINY_MODEL},
     "03_nan_analysis": {"utts": 150, "steps": 8, "lr": 0.3, "sample_every": 1, "overrides": TINY_MODEL},
     "04_resume": {"utts": 120, "epochs": 1, "save_every": 2, "positions": [0.5], "overrides": TINY_MODEL},
 }
 
+ERRORS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent)
+  .filter(t => t.includes('Traceback (most recent call last)'))"""
 DONE_JS = """() => {
   const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim());
   return prompts.length > 0 && prompts.every(t => /^\\[\\d+\\]:$/.test(t));
@@ -159,7 +161,7 @@ def open_and_run_all(page, lab, name: str) -> None:
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         try:
-            page.wait_for_function(f"() => ({BUSY_JS})() || ({DONE_JS})()", timeout=20_000)
+            page.wait_for_function(f"() => ({BUSY_JS})() || ({DONE_JS})()", timeout=8_000)
             return
         except Exception:
             page.screenshot(path=str(SHOTS / f"{name}_not_started_{attempt}.png"))
@@ -168,18 +170,17 @@ def open_and_run_all(page, lab, name: str) -> None:
 
 
 def wait_done(page, name: str, timeout_s: float) -> None:
-    """Until every code cell has run; fails with the notebook's error when a cell raised (Run All stops there)."""
+    """Until every code cell has run; fails with the traceback as soon as a cell raised."""
     deadline, idle_since = time.time() + timeout_s, None
-    while not page.evaluate(DONE_JS):
-        if page.evaluate(BUSY_JS):
-            idle_since = None
-        elif idle_since is None:
-            idle_since = time.time()
-        elif time.time() - idle_since > 5:  # nothing running, yet not every cell ran
+    while True:
+        errors = page.evaluate(ERRORS_JS)
+        if errors:
             page.screenshot(path=str(SHOTS / f"{name}_failed.png"), full_page=True)
-            outputs = page.locator(".jp-OutputArea-output")
-            text = [outputs.nth(i).inner_text() for i in range(outputs.count())]
-            pytest.fail(f"{name} stopped before its last cell:\n" + "\n".join(t for t in text if "Error" in t)[-3000:])
+            pytest.fail(f"{name} raised:\n" + "\n".join(errors)[-3000:])
+        if page.evaluate(DONE_JS):
+            return
+        idle_since = None if page.evaluate(BUSY_JS) else (idle_since or time.time())
+        assert idle_since is None or time.time() - idle_since < 10, f"{name}: nothing runs, yet not every cell ran"
         assert time.time() < deadline, f"{name} did not finish in {timeout_s} s"
         time.sleep(1)
 

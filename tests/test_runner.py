@@ -64,6 +64,7 @@ def test_out_puts_everything_a_run_writes_under_one_folder(tmp_path):
              "import os\nimport matplotlib.pyplot as plt\nfrom asrlab import nb, widgets\n"
              "(nb.run_dir('01_x') / 'exp').mkdir(exist_ok=True)\n"
              "fig, ax = plt.subplots(); ax.plot([1, 2]); nb.save_figure(fig, 'x_fig'); plt.show()\n"
+             "bar = widgets.progress(total=2); bar.update(2); bar.close()\n"
              "nb.save_results('01_x', {'mode': os.environ.get('ASRLAB_WIDGETS'), 'live': widgets.interactive()})")
     out = tmp_path / "elsewhere"
     rec = run_notebooks(nbs, out, report=lambda m: None, html=True)[0]
@@ -73,4 +74,5 @@ def test_out_puts_everything_a_run_writes_under_one_folder(tmp_path):
     assert json.loads((out / "01_x" / "results.json").read_text()) == {"mode": "static", "live": False}
     page = (out / "01_x" / "01_x.html").read_text()
     assert rec["html"] == str(out / "01_x" / "01_x.html") and "<img" in page and "data:image/png;base64" in page
+    assert "widgets" not in nbformat.read(out / "01_x" / "01_x.ipynb", as_version=4).metadata  # no widget state
     assert not (tmp_path / "runs").exists() and not (tmp_path / "figures").exists() and not (nbs / "figures").exists()

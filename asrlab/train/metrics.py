@@ -84,10 +84,11 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
     exp = Path(exp)
     out = {"step": 0, "epoch": None, "loss": None, "lr": None, "step_s": None, "s_per_step": None, "cer": None,
            "cer_step": None, "max_steps": 0, "max_minutes": 0.0, "left_s": None, "elapsed_s": elapsed_s}
-    cfg = exp / "config.yaml"
-    if cfg.exists():
-        train = (yaml.safe_load(cfg.read_text()) or {}).get("train", {})
-        out["max_steps"], out["max_minutes"] = int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0)
+    try:  # absent before the run writes it, half-written while it does: read again at the next call
+        train = (yaml.safe_load((exp / "config.yaml").read_text()) or {}).get("train") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        train = {}
+    out["max_steps"], out["max_minutes"] = int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0)
     if not (exp / "metrics" / "rank0.jsonl").exists():
         return out
     m = read_metrics(exp)
