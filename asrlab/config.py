@@ -31,7 +31,7 @@ class OptimConfig:
     #                                  train.max_steps, train.max_minutes, or train.max_epochs (its steps
     #                                  estimated by the pre-flight layout); the quickstart uses it
     min_lr: float = 1e-5
-    grad_clip: float = 5.0           # max global gradient norm (after unscaling)
+    grad_clip: float = 5.0           # max global gradient norm (after unscaling); 0: no clipping
     accum_steps: int = 1             # micro-batches per optimizer step
 
 

@@ -395,3 +395,39 @@ def test_asrlab_stop_refuses_a_folder_without_a_run(tmp_path, capsys):
 
     assert main(["stop", str(tmp_path / "nothing")]) == 2
     assert "no run there" in capsys.readouterr().err
+
+
+def test_grad_clip_0_means_no_clipping(corpus, tmp_path):
+    """clip_grad_norm_(params, 0) would scale every gradient to zero; 0 must train as an infinite clip does."""
+    batch = None
+    after = {}
+    for clip in ("0", "1e12"):
+        tr = make_trainer(corpus, tmp_path / f"clip{clip}", f"optim.grad_clip={clip}")
+        batch = batch or next(iter(tr.loader))
+        r = tr.train_step([batch])
+        after[clip] = [p.detach().clone() for p in tr.model.parameters()]
+        assert r.grad_norm > 0
+        tr.close()
+    assert all(torch.equal(a, b) for a, b in zip(after["0"], after["1e12"]))
+
+
+def test_the_loss_scale_logged_is_the_one_the_step_used(corpus, tmp_path):
+    """fp16 with a scaler: an overflowing step halves the scale for the next one; its own line keeps its scale."""
+    tr = make_trainer(corpus, tmp_path / "exp", "train.precision=fp16", "train.max_steps=3")
+    target = dict(tr.model.named_modules())["blocks.0.ff1.net.0"]
+    forward = target.forward
+
+    def planted(*a, **k):  # the first step's gradients overflow here; its loss stays finite
+        out = forward(*a, **k)
+        if tr.step == 0:
+            out = out.clone()
+            out.register_hook(lambda g: torch.full_like(g, math.inf))
+        return out
+
+    target.forward = planted
+    tr.fit()
+    tr.close()
+    m = read_metrics(tmp_path / "exp")
+    assert m[0]["nonfinite"] == "scaler" and m[0]["loss_scale"] == 65536.0  # the scaler's initial scale
+    for before, now in zip(m, m[1:]):  # halved after each overflow (fp16 on CPU overflows on its own too)
+        assert now["loss_scale"] == before["loss_scale"] * (0.5 if before["nonfinite"] == "scaler" else 1.0)

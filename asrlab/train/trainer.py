@@ -168,6 +168,7 @@ class StepResult:
     frames: int
     unalignable: int
     nonfinite: str | None = None   # None | "scaler" (fp16 overflow the loss scaler handles) | "loss" | "grad"
+    loss_scale: float = 1.0        # the scale this step's backward used (the scaler may change it after)
 
 
 class Trainer:
@@ -410,7 +411,8 @@ class Trainer:
         self._phase("optimizer")
         total_loss = float(torch.stack(losses).sum())
         self.scaler.unscale_(self.opt)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
+        clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else math.inf  # 0: measure, do not clip
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
         # this step's loss scale (unchanged until scaler.update(); read after the grad norm has synchronized)
         scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
         kind = None
@@ -433,7 +435,7 @@ class Trainer:
         self.hb.completed += 1
         if sample:
             self.trace_writer.write(self.step, scale, self.diag.summary())
-        return StepResult(total_loss, grad_norm, kind is not None, utts, frames, unalignable, kind)
+        return StepResult(total_loss, grad_norm, kind is not None, utts, frames, unalignable, kind, scale)
 
     def _micro_step(self, net, batch: dict, i: int, n: int, losses: list) -> int:
         """Forward and backward of micro-batch ``i`` of ``n``; appends its loss, returns its unalignable count."""
@@ -592,7 +594,7 @@ class Trainer:
                 self.ledger.step(self.step, self.epoch, [k for b in group for k in b["keys"]])
             self.metrics.write({
                 "step": self.step, "epoch": self.epoch, "loss": r.loss, "grad_norm": r.grad_norm,
-                "loss_scale": float(self.scaler.get_scale()) if self.precision.scaler else 1.0,
+                "loss_scale": r.loss_scale,
                 "lr": self.opt.param_groups[0]["lr"], "skipped": self.skipped, "utts": r.utts,
                 "frames": r.frames, "unalignable": r.unalignable, "data_wait_s": round(parts["data"], 6),
                 "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
