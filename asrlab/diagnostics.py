@@ -272,26 +272,44 @@ def headroom_traces(traces: list[dict], k: int = 5, direction: str = "forward") 
 
 # -- the step that went wrong: save it, replay it ------------------------------------------------
 
-def save_bundle(path: Path, model: nn.Module, inputs: dict, meta: dict) -> Path:
+def save_bundle(path: Path, model: nn.Module, inputs: dict, meta: dict, rng: dict | None = None) -> Path:
     """Save what is needed to run a step again: model weights (before the step), its inputs, and ``meta``.
 
     ``inputs``: ``feats`` (B, T, mel), ``feat_lens``, ``targets``, ``target_lens`` tensors and
-    ``keys`` (utterance ids); ``meta``: step, precision, loss scale, model config, ...
+    ``keys`` (utterance ids); ``meta``: step, precision, loss scale, model config, ...; ``rng``: the
+    RNG states (``{"torch": ..., "cuda": ...}``) the step's forward started from, so that a replay draws
+    the same dropout masks.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path / "model.pt")
     torch.save({k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in inputs.items()}, path / "batch.pt")
+    if rng is not None:
+        torch.save({k: (v.cpu() if v is not None else None) for k, v in rng.items()}, path / "rng.pt")
     (path / "report.json").write_text(json.dumps(meta, indent=2, default=str))
     return path
 
 
 def load_bundle(path: str | Path, device="cpu") -> tuple[dict, dict, dict]:
-    """(model state, inputs, meta) saved by :func:`save_bundle`."""
+    """(model state, inputs, meta) saved by :func:`save_bundle`; ``meta["rng"]``: its RNG states, if saved."""
     path = Path(path)
     state = torch.load(path / "model.pt", map_location=device, weights_only=True)
     inputs = torch.load(path / "batch.pt", map_location=device, weights_only=True)
-    return state, inputs, json.loads((path / "report.json").read_text())
+    meta = json.loads((path / "report.json").read_text())
+    if (path / "rng.pt").exists():
+        meta["rng"] = torch.load(path / "rng.pt", weights_only=True)
+    return state, inputs, meta
+
+
+def _draw_as_the_step_did(meta: dict, device: torch.device) -> None:
+    """Set the RNGs where the saved step's forward started (its dropout masks); without them, the step number."""
+    rng = meta.get("rng")
+    if rng is None:
+        torch.manual_seed(int(meta.get("step", 0)))
+        return
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
 
 
 def locate(model: nn.Module, step_fn, diag: Diagnostics | None = None) -> tuple[dict | None, dict]:
@@ -337,7 +355,7 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
             norm = torch.nn.utils.get_total_norm([g for g in grads if g is not None]) / scale
             result.update(loss=float(loss.detach()), grad_norm=float(norm))
 
-        torch.manual_seed(int(meta.get("step", 0)))  # dropout, if any, draws the same masks in every precision
+        _draw_as_the_step_did(meta, device)  # dropout draws the failing step's masks, in every precision
         with cpu_fp16_kernels(device, dtype):
             first, summary = locate(model, step)
         tight = tightest(summary, 1)

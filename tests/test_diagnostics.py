@@ -189,3 +189,17 @@ def test_cli_halts_with_exit_code_4(corpus, tmp_path, capsys):
     assert code == HALT_EXIT == 4
     assert "training halted" in capsys.readouterr().err
     assert json.loads((exp / "nonfinite" / "halt.json").read_text())["direction"] == "forward"
+
+
+def test_replay_draws_the_failing_steps_own_dropout_masks(corpus, tmp_path):
+    """With dropout, the fp32 replay of a saved step gives that step's loss (it used to seed by the step number)."""
+    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=3", "model.dropout=0.3")
+    target = "blocks.0.ff1.net.0"
+    plant(dict(tr.model.named_modules())[target], lambda: tr.step + 1 == 3, "backward")  # the loss stays finite
+    tr.fit()
+    tr.close()
+    bundle = tmp_path / "exp" / "nonfinite" / "step00000003-rank0"
+    report = json.loads((bundle / "report.json").read_text())
+    assert report["kind"] == "grad" and math.isfinite(report["loss"])
+    fp32 = replay(bundle, precisions=("fp32",))[0]
+    assert fp32["loss"] == pytest.approx(report["loss"], rel=1e-6)

@@ -477,6 +477,7 @@ class Trainer:
         first = summary = None
         for batch in batches:
             feats, feat_lens, targets, target_lens = self._inputs(batch, phases=False)
+            masks = self._rng()  # where this micro-batch's dropout draws from, for the replay
 
             def run():
                 with self._autocast():
@@ -498,7 +499,7 @@ class Trainer:
                 "vocab_size": len(self.tok)}
         path = save_bundle(self.exp / "nonfinite" / f"step{step:08d}-rank{self.info.rank}", self.model,
                            {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,
-                            "keys": list(batch["keys"])}, meta)
+                            "keys": list(batch["keys"])}, meta, rng=masks)
         meta["saved"] = str(path)
         log.warning("step %d, rank %d: first non-finite value in %s; batch %s; weights and batch saved in %s",
                     step, self.info.rank, where, ", ".join(meta["keys"][:3]) + (" ..." if len(meta["keys"]) > 3 else ""),
