@@ -13,6 +13,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .errors import UsageError
+
 
 def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x]
@@ -162,9 +164,21 @@ def cmd_train(a: argparse.Namespace) -> int:
                                            ("ledger", a.ledger or None)) if v is not None]
     cfg = load_config(a.config, flags + a.overrides)  # a bad key fails here, before any rank starts
     if a.nproc > 1 and not launch.under_torchrun():
-        argv = sys.argv[1:]
-        return launch.launch(a.nproc, _strip_nproc(argv[argv.index("train") + 1:]), a.exp,
+        return launch.launch(a.nproc, _strip_nproc(a.argv[a.argv.index("train") + 1:]), a.exp,
                              cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s)
+    try:
+        return _train_here(a, cfg)
+    except Exception as e:
+        if not launch.under_torchrun():
+            raise
+        launch.record_rank_error(a.exp, e)
+        if not os.environ.get(launch.QUIET_ENV):  # a torchrun of the user's own: each rank says it
+            raise
+        return 2 if isinstance(e, (UsageError, FileNotFoundError)) else 1  # the launcher says it once
+
+
+def _train_here(a: argparse.Namespace, cfg) -> int:
+    """This process's part of ``asrlab train``: alone, or one rank under torchrun."""
     from .data.sources import load_sources
 
     load_sources(a.data)  # a missing or empty list is an error before anything starts
@@ -223,7 +237,7 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
     ckpt_dir = Path(a.exp) / "checkpoints"
     rows = checkpoint.list_checkpoints(ckpt_dir)
     if not rows:
-        raise ValueError(f"no checkpoints in {ckpt_dir}")
+        raise UsageError(f"no checkpoints in {ckpt_dir}")
     print(f"{'step':>8} {'epoch':>5}  {'state':10s} position (rank 0: per worker source/offset/block/batch)")
     for m in rows:
         state = "complete" if m["complete"] else "INCOMPLETE"
@@ -234,7 +248,7 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
     if a.digest:
         found = checkpoint.load_latest(ckpt_dir)
         if found is None:
-            raise ValueError(f"no complete checkpoint in {ckpt_dir}")
+            raise UsageError(f"no complete checkpoint in {ckpt_dir}")
         state, marker = found
         print(f"{checkpoint.state_digest(state)}  {marker['file']} (model and optimizer tensors)")
     return 0
@@ -390,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # what --nproc relaunches under torchrun
     if getattr(args, "func", None) in (cmd_train, cmd_bench_train):  # KEY=VALUE overrides: before or after options
         args.overrides += [x for x in extra if "=" in x and not x.startswith("-")]
         extra = [x for x in extra if x not in args.overrides]
@@ -397,11 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from .data.sources import DataError
-
     try:
         return args.func(args)
-    except (DataError, ValueError, FileNotFoundError) as e:
+    except (UsageError, FileNotFoundError) as e:  # what a person can fix; anything else is a bug: its traceback
         print(f"asrlab: error: {e}", file=sys.stderr)
         return 2
 

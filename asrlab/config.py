@@ -16,6 +16,7 @@ import yaml
 
 from .data.loader import DataConfig
 from .model import ModelConfig
+from .errors import UsageError
 
 CONF_DIR = Path(__file__).parent / "conf"
 
@@ -68,13 +69,13 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):
-            raise ValueError(f"train.uneven must be stop, join or none, not {self.uneven!r}")
+            raise UsageError(f"train.uneven must be stop, join or none, not {self.uneven!r}")
         if self.nonfinite not in ("skip", "rollback", "halt"):
-            raise ValueError(f"train.nonfinite must be skip, rollback or halt, not {self.nonfinite!r}")
+            raise UsageError(f"train.nonfinite must be skip, rollback or halt, not {self.nonfinite!r}")
         if self.resume_mode not in ("exact", "epoch_start", "reshuffle"):
-            raise ValueError(f"train.resume_mode must be exact, epoch_start or reshuffle, not {self.resume_mode!r}")
+            raise UsageError(f"train.resume_mode must be exact, epoch_start or reshuffle, not {self.resume_mode!r}")
         if self.backend not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
+            raise UsageError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
 
 
 @dataclass
@@ -92,7 +93,7 @@ def _build(cls, values: dict, where: str):
     known = {f.name for f in fields(cls)}
     unknown = set(values) - known
     if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
+        raise UsageError(f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
                          f"{where} has: {', '.join(sorted(known))}")
     defaults = {f.name: f.default for f in fields(cls)}
     return cls(**{k: _coerce(f"{where}.{k}", v, defaults[k]) for k, v in values.items()})
@@ -107,7 +108,7 @@ def _coerce(key: str, value, default):
         try:
             return float(value)
         except ValueError:
-            raise ValueError(f"{key} must be a number, not {value!r}") from None
+            raise UsageError(f"{key} must be a number, not {value!r}") from None
     return value
 
 
@@ -115,7 +116,7 @@ def config_from_dict(d: dict) -> Config:
     sections = {f.name: f for f in fields(Config)}
     unknown = set(d) - set(sections)
     if unknown:
-        raise ValueError(f"unknown config section(s) {', '.join(sorted(unknown))}; sections: {', '.join(sections)}")
+        raise UsageError(f"unknown config section(s) {', '.join(sorted(unknown))}; sections: {', '.join(sections)}")
     return Config(**{name: _build(f.default_factory().__class__, d.get(name) or {}, name)
                      for name, f in sections.items()})
 
@@ -127,7 +128,7 @@ def apply_overrides(d: dict, overrides: list[str]) -> dict:
         key, sep, value = o.partition("=")
         section, dot, name = key.partition(".")
         if not sep or not dot or not name:
-            raise ValueError(f"override {o!r} is not SECTION.KEY=VALUE (e.g. optim.lr=0.002)")
+            raise UsageError(f"override {o!r} is not SECTION.KEY=VALUE (e.g. optim.lr=0.002)")
         d.setdefault(section, {})[name] = yaml.safe_load(value)
     return d
 
@@ -138,7 +139,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] = ()) ->
         path = CONF_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         shipped = ", ".join(p.stem for p in sorted(CONF_DIR.glob("*.yaml")))
-        raise ValueError(f"no config {name_or_path!r}: give a YAML path or a shipped name ({shipped})")
+        raise UsageError(f"no config {name_or_path!r}: give a YAML path or a shipped name ({shipped})")
     raw = yaml.safe_load(path.read_text()) or {}
     cfg = config_from_dict(apply_overrides(raw, list(overrides)))
     return cfg

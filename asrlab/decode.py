@@ -14,6 +14,7 @@ from .lexicon import Lexicon, rescore, search
 from .model import ConformerCTC, cer, greedy_decode, wer
 from .train import checkpoint, dist
 from .train.trainer import evaluate
+from .errors import UsageError
 
 
 def load_model(exp: str | Path, device: str | torch.device | None = None) -> tuple[ConformerCTC, CharTokenizer, object, dict]:
@@ -40,9 +41,9 @@ def _device(name: str | torch.device | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"device {name!r} is not a device name (cpu, cuda, cuda:1, ...)") from None
+        raise UsageError(f"device {name!r} is not a device name (cpu, cuda, cuda:1, ...)") from None
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+        raise UsageError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
     return device
 
 
@@ -115,7 +116,7 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
     decoding stays at speed 1. The model runs on ``device`` (None: the first GPU if there is one), in fp32.
     ``progress``: a function making a tqdm-like bar from ``total``, ``desc`` and ``unit``, for the search."""
     if tuple(speeds) != (1.0,) and lexicon_from is None:
-        raise ValueError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
+        raise UsageError("decoding at several speeds rescores the lexicon search's results: give a lexicon too")
     model, tok, cfg, marker = load_model(exp, device)
     for speed in speeds:  # a bad speed is data.speed's error, before any decoding
         cfg.data.for_eval(speed=speed)

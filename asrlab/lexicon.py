@@ -27,6 +27,8 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from .errors import UsageError
+
 NEG_INF = -math.inf
 BOS, EOS = "<s>", "</s>"
 
@@ -55,7 +57,7 @@ class Lexicon:
 
     def __post_init__(self):
         if not self.words:
-            raise ValueError("a lexicon needs at least one word")
+            raise UsageError("a lexicon needs at least one word")
         self.prefixes = frozenset(w[:i] for w in self.words for i in range(1, len(w) + 1))
         self._context, self._followers = Counter(), Counter()  # per history: total count, distinct next words
         for gram, n in self.counts.items():
@@ -66,7 +68,7 @@ class Lexicon:
     @classmethod
     def from_texts(cls, texts: Iterable[str], order: int = 3) -> "Lexicon":
         if order < 1:
-            raise ValueError(f"n-gram order must be at least 1, got {order}")
+            raise UsageError(f"n-gram order must be at least 1, got {order}")
         counts = Counter()
         for text in texts:
             seq = [BOS] * (order - 1) + text.split() + [EOS]

@@ -42,6 +42,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchaudio
 
+from .errors import UsageError
+
 log = logging.getLogger(__name__)
 
 BLANK = 0
@@ -75,34 +77,34 @@ class ModelConfig:
         for name in ("input_dim", "d_model", "n_heads", "n_layers", "ff_dim", "conv_kernel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+                raise UsageError(f"ModelConfig.{name} must be a positive int, got {value!r}")
         if isinstance(self.conv_channels, bool) or not isinstance(self.conv_channels, int) or self.conv_channels < 0:
-            raise ValueError(f"ModelConfig.conv_channels must be an int >= 0 (0: d_model), got {self.conv_channels!r}")
+            raise UsageError(f"ModelConfig.conv_channels must be an int >= 0 (0: d_model), got {self.conv_channels!r}")
         if self.input_dim < 7:
-            raise ValueError(
+            raise UsageError(
                 f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), "
                 f"got {self.input_dim}"
             )
         if self.d_model % self.n_heads != 0:
-            raise ValueError(
+            raise UsageError(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
             )
         if self.d_model % 2 != 0:
-            raise ValueError(
+            raise UsageError(
                 f"ModelConfig.d_model must be even (sin/cos positional encoding), got {self.d_model}"
             )
         if self.conv_kernel % 2 != 1:
-            raise ValueError(
+            raise UsageError(
                 f"ModelConfig.conv_kernel must be odd (symmetric 'same' padding), got {self.conv_kernel}"
             )
         if self.subsampling not in (2, 4):
-            raise ValueError(f"ModelConfig.subsampling must be 2 or 4, got {self.subsampling!r}")
+            raise UsageError(f"ModelConfig.subsampling must be 2 or 4, got {self.subsampling!r}")
         if self.pos_enc not in ("rel", "abs"):
-            raise ValueError(f"ModelConfig.pos_enc must be 'rel' or 'abs', got {self.pos_enc!r}")
+            raise UsageError(f"ModelConfig.pos_enc must be 'rel' or 'abs', got {self.pos_enc!r}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
             0.0 <= self.dropout < 1.0
         ):
-            raise ValueError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
+            raise UsageError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
 
 
 # ----------------------------------------------------------------------------- lengths
@@ -120,7 +122,7 @@ def output_lengths(feat_lens, subsampling: int):
     elif subsampling == 2:
         out = (feat_lens - 1) // 2 - 2
     else:
-        raise ValueError(f"subsampling must be 2 or 4, got {subsampling!r}")
+        raise UsageError(f"subsampling must be 2 or 4, got {subsampling!r}")
     if isinstance(out, torch.Tensor):
         return out.clamp(min=0).long()
     return max(int(out), 0)

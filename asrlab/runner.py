@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from .errors import UsageError
+
 
 def notebook_params(params_file: str | Path | None, stem: str, available: set[str]) -> dict:
     """The parameters for notebook ``stem`` that it declares (others are left out)."""
@@ -43,7 +45,7 @@ def check_params(params_file: str | Path | None, declared: dict[str, set[str]]) 
         return
     raw = yaml.safe_load(Path(params_file).read_text()) or {}
     if not isinstance(raw, dict):
-        raise ValueError(f"{params_file}: expected a mapping of parameter names to values")
+        raise UsageError(f"{params_file}: expected a mapping of parameter names to values")
     anywhere = set().union(*declared.values()) if declared else set()
     errors = []
     for key, value in raw.items():
@@ -60,7 +62,7 @@ def check_params(params_file: str | Path | None, declared: dict[str, set[str]]) 
         elif key not in anywhere:
             errors.append(f"{key}: no notebook has this parameter")
     if errors:
-        raise ValueError(f"{params_file}: " + "; ".join(errors))
+        raise UsageError(f"{params_file}: " + "; ".join(errors))
 
 
 def declared_parameters(nb_path: Path) -> set[str]:
@@ -107,7 +109,7 @@ def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = 
     check_params(params_file, declared)
     notebooks = sorted(p for p in Path(nb_dir).glob("*.ipynb") if not only or only in p.stem)
     if not notebooks:
-        raise ValueError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
+        raise UsageError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
     env = {MODE_ENV: os.environ.get(MODE_ENV, "static")}
     if out_dir is not None:
         out_dir = Path(out_dir).resolve()

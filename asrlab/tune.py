@@ -28,6 +28,7 @@ from .data.shards import write_split
 from .data.sources import iter_items, load_sources
 from .profiling import PARTS, CpuSampler, GpuSampler
 from .train.metrics import read_metrics
+from .errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/no
             write_split(items, d, "train", shard_size=shard_size, compression=storage.split("/", 1)[1])
             out[storage] = d / "data.list"
         else:
-            raise ValueError(f"unknown storage {storage!r}: raw or shards/<none|gz|bz2|xz|zst>")
+            raise UsageError(f"unknown storage {storage!r}: raw or shards/<none|gz|bz2|xz|zst>")
     return out
 
 
@@ -89,9 +90,9 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
     per_epoch = sum(1 for x in m if x["epoch"] == 0)
     m = m[skip:]
     if not m:
-        raise ValueError(f"{data}: fewer than {skip + 1} steps of data")
+        raise UsageError(f"{data}: fewer than {skip + 1} steps of data")
     if per_epoch < skip + steps:
-        raise ValueError(f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
+        raise UsageError(f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
                          f"than the {skip} start-up and {steps} measured steps: the loader's start of a new epoch "
                          "would be measured as data wait; give more utterances or measure fewer steps")
     step_s = sum(x["step_s"] for x in m)
@@ -157,7 +158,7 @@ def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib:
     fits = [r for r in rows if (memory_mib is None or r["peak_mib"] <= memory_mib)
             and (gpu_memory_mib is None or not r.get("gpu_peak_mib") or r["gpu_peak_mib"] <= gpu_memory_mib)]
     if not fits:
-        raise ValueError(f"no setting fits {memory_mib} MiB (smallest peak: {min(r['peak_mib'] for r in rows):.0f} MiB)")
+        raise UsageError(f"no setting fits {memory_mib} MiB (smallest peak: {min(r['peak_mib'] for r in rows):.0f} MiB)")
     best = max(fits, key=lambda r: r["audio_h_per_h"])
     worst = min(rows, key=lambda r: r["audio_h_per_h"])
     text = (f"{describe(best)}: data wait {100 * best['data_wait']:.1f}% of step time, "

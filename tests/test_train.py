@@ -431,3 +431,44 @@ def test_the_loss_scale_logged_is_the_one_the_step_used(corpus, tmp_path):
     assert m[0]["nonfinite"] == "scaler" and m[0]["loss_scale"] == 65536.0  # the scaler's initial scale
     for before, now in zip(m, m[1:]):  # halved after each overflow (fp16 on CPU overflows on its own too)
         assert now["loss_scale"] == before["loss_scale"] * (0.5 if before["nonfinite"] == "scaler" else 1.0)
+
+
+def test_nproc_relaunches_the_arguments_it_was_given(monkeypatch, tmp_path):
+    """Called as main([...]) (a notebook, a test), not from the shell: torchrun gets those, not sys.argv."""
+    from asrlab import cli
+    from asrlab.train import launch
+
+    seen = {}
+    monkeypatch.setattr(launch, "launch", lambda nproc, args, *rest: seen.update(nproc=nproc, args=args) or 0)
+    monkeypatch.setattr(sys, "argv", ["pytest", "-q", "something"])
+    assert cli.main(["train", "--nproc", "2", "--data", "d.list", "--exp", str(tmp_path), "optim.lr=0.1"]) == 0
+    assert seen == {"nproc": 2, "args": ["--data", "d.list", "--exp", str(tmp_path), "optim.lr=0.1"]}
+
+
+def test_failing_ranks_say_the_first_error_once_and_last(corpus, tmp_path):
+    """2 ranks on a one-shard list: the clear message once, as the last line, not torchrun's report under it."""
+    one = tmp_path / "one.list"
+    one.write_text((corpus / "data.list").read_text().splitlines()[0] + "\n")
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(one),
+                          "--exp", str(tmp_path / "exp"), *SMALL], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("asrlab: error: rank ") and "1 source(s) for 2 ranks" in lines[-1]
+    assert "each error in" in lines[-1]                                    # both ranks failed; one is said
+    assert out.stderr.count("1 source(s) for 2 ranks") == 1 and "ChildFailedError" not in out.stderr
+    assert len(lines) < 25, out.stderr
+
+
+def test_a_bug_keeps_its_traceback_and_a_usage_error_is_one_line(monkeypatch, tmp_path, capsys):
+    from asrlab import cli
+
+    assert cli.main(["train", "--config", "no-such-config", "--data", "d.list", "--exp", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().startswith("asrlab: error: no config 'no-such-config'")
+
+    def bug(a):
+        raise ValueError("an internal mistake")
+
+    monkeypatch.setattr(cli, "cmd_ckpt", bug)
+    with pytest.raises(ValueError, match="an internal mistake"):
+        cli.main(["ckpt", str(tmp_path)])

@@ -21,6 +21,7 @@ from .loader import AsrLoader, DataConfig
 from .shards import COMPRESSIONS, compress, tar_bytes
 from .sources import Source, iter_items, read_source
 from .tokenizer import CharTokenizer
+from ..errors import UsageError
 
 
 def _measure(batches, max_batches: int | None) -> dict:
@@ -71,7 +72,7 @@ def bench_webdataset(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
 
     urls = [s.path for s in sources if s.path]
     if len(urls) != len(sources):
-        raise ValueError("the WebDataset comparison needs a shard list (not raw or Kaldi)")
+        raise UsageError("the WebDataset comparison needs a shard list (not raw or Kaldi)")
     ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
           .shuffle(cfg.shuffle_size if cfg.shuffle else 0).map(features)
           .batched(cfg.batch_size, collation_fn=collate, partial=True))

@@ -64,6 +64,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ..errors import UsageError
+
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -203,10 +205,10 @@ def add_variants(variants: dict[str, str]) -> None:
     for name, text in variants.items():
         if name in _extra_variants:
             if _extra_variants[name] != text:
-                raise ValueError(f"variant {name!r} was already added with other settings")
+                raise UsageError(f"variant {name!r} was already added with other settings")
             continue
         if not name or not set(name) <= _VARIANT_NAME_OK:
-            raise ValueError(f"variant name {name!r}: use letters, digits and _")
+            raise UsageError(f"variant name {name!r}: use letters, digits and _")
         new[name] = text
     if not new:
         return
@@ -214,7 +216,7 @@ def add_variants(variants: dict[str, str]) -> None:
         bundled = set(list_variants())
         clash = sorted(set(new) & bundled)
         if clash:
-            raise ValueError(f"variant name(s) {clash} clash with bundled variants")
+            raise UsageError(f"variant name(s) {clash} clash with bundled variants")
         _extra_variants.update(new)
         _overlay_path = _make_overlay(_paths()[1], _extra_variants)
         if _lib is not None and _loaded_data != _overlay_path:
@@ -394,7 +396,7 @@ def _set_voice(lib: ctypes.CDLL, voice: str) -> None:
 def _check(name: str, value: int, lo_hi: tuple[int, int]) -> int:
     value = int(value)
     if not lo_hi[0] <= value <= lo_hi[1]:
-        raise ValueError(f"{name}={value} outside {lo_hi}")
+        raise UsageError(f"{name}={value} outside {lo_hi}")
     return value
 
 
@@ -433,7 +435,7 @@ def synthesize(
     pitch = _check("pitch", pitch, PITCH_RANGE)
     pitch_range = _check("pitch_range", pitch_range, RANGE_RANGE)
     if dtype not in ("int16", "float32"):
-        raise ValueError(f"dtype must be 'int16' or 'float32', not {dtype!r}")
+        raise UsageError(f"dtype must be 'int16' or 'float32', not {dtype!r}")
     data = text.encode("utf-8") + b"\0"
     with _lock:
         if fresh:

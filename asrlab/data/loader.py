@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from . import audio
 from .sources import DataError, Item, Source, read_source
 from .tokenizer import CharTokenizer
+from ..errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -68,26 +69,26 @@ class DataConfig:
 
     def __post_init__(self):
         if self.batch_type not in ("dynamic", "static"):
-            raise ValueError(f"data.batch_type must be 'dynamic' or 'static', not {self.batch_type!r}")
+            raise UsageError(f"data.batch_type must be 'dynamic' or 'static', not {self.batch_type!r}")
         if self.bad_input not in ("skip", "fail"):
-            raise ValueError(f"data.bad_input must be 'skip' or 'fail', not {self.bad_input!r}")
+            raise UsageError(f"data.bad_input must be 'skip' or 'fail', not {self.bad_input!r}")
         if self.shuffle_size < 1 or self.batch_size < 1 or self.max_frames_in_batch < 1:
-            raise ValueError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
+            raise UsageError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
         if self.num_workers < 0:
-            raise ValueError("data.num_workers must be >= 0")
+            raise UsageError("data.num_workers must be >= 0")
         if self.features not in ("cpu", "device"):
-            raise ValueError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
+            raise UsageError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
         if not 0.0 <= self.noise_aug <= 1.0:
-            raise ValueError(f"data.noise_aug is a share of utterances, in [0, 1], not {self.noise_aug}")
+            raise UsageError(f"data.noise_aug is a share of utterances, in [0, 1], not {self.noise_aug}")
         if len(self.noise_aug_snr) != 2 or self.noise_aug_snr[0] > self.noise_aug_snr[1]:
-            raise ValueError(f"data.noise_aug_snr must be [low, high] in dB, not {list(self.noise_aug_snr)}")
+            raise UsageError(f"data.noise_aug_snr must be [low, high] in dB, not {list(self.noise_aug_snr)}")
         if self.noise_aug and self.sample_rate != 16000:
-            raise ValueError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
+            raise UsageError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
                              f"{self.sample_rate}")
         if not 0.5 <= self.speed <= 2.0:
-            raise ValueError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
+            raise UsageError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
         if self.features == "device" and (self.spec_augment or self.dither):
-            raise ValueError("data.features=device computes plain fbank; turn off spec_augment and dither")
+            raise UsageError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
     def for_eval(self, **changes) -> "DataConfig":
         """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise)."""

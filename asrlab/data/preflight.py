@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from . import audio
 from .loader import DataConfig, batch_sizes, deal, epoch_sources
 from .sources import Source, read_source
+from ..errors import UsageError
 
 
 @dataclass
@@ -61,7 +62,7 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
     ``num_workers`` 0 means the main process reads (one worker).
     """
     if world_size < 1 or num_workers < 0:
-        raise ValueError("world_size must be >= 1 and num_workers >= 0")
+        raise UsageError("world_size must be >= 1 and num_workers >= 0")
     stats = {s.name: source_stats(s, cfg) for s in tqdm(sources, desc="reading headers", disable=not progress)}
     W = max(1, num_workers)
     order = epoch_sources(sources, epoch, cfg)

@@ -19,6 +19,8 @@ from typing import BinaryIO, Iterable, Iterator
 
 import zstandard
 
+from ..errors import UsageError
+
 COMPRESSIONS = ("none", "gz", "bz2", "xz", "zst")
 _MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zst"}
 
@@ -42,7 +44,7 @@ def compress(data: bytes, compression: str) -> bytes:
         return lzma.compress(data)
     if compression == "zst":
         return zstandard.ZstdCompressor(level=3).compress(data)
-    raise ValueError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
+    raise UsageError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
 
 
 def detect_compression(head: bytes) -> str:
@@ -119,9 +121,9 @@ def write_split(utts: Iterable[tuple[str, str, bytes]], split_dir: str | Path, s
     Returns the shard paths. ``data.list`` (and ``raw.list``) hold absolute paths.
     """
     if shard_size < 1:
-        raise ValueError("shard_size must be at least 1")
+        raise UsageError("shard_size must be at least 1")
     if compression not in COMPRESSIONS:
-        raise ValueError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
+        raise UsageError(f"unknown compression {compression!r}; choose from {', '.join(COMPRESSIONS)}")
     split_dir = Path(split_dir).resolve()
     (split_dir / "shards").mkdir(parents=True, exist_ok=True)
     if raw:

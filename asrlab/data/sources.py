@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import UsageError
 from .shards import iter_tar
 
 AUDIO_EXTENSIONS = {"wav", "flac", "ogg", "opus", "mp3", "sph"}
 
 
-class DataError(RuntimeError):
+class DataError(UsageError, RuntimeError):
     """Bad input under the ``fail`` policy, or a data list that cannot be used at all."""
 
 

@@ -119,6 +119,7 @@ import numpy as np
 import soundfile as sf
 
 from . import espeak
+from ..errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ TEST_NOISES = ("babble",)
 def split_voices(split: str) -> list[str]:
     """The eSpeak voice names a split draws from (train and dev share theirs, generated variants included)."""
     if split not in _SPLIT_ID:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+        raise UsageError(f"unknown split {split!r}; choose from {SPLITS}")
     if split == "test":
         accents, variants = TEST_ACCENTS, TEST_VARIANTS
     else:
@@ -212,11 +213,11 @@ def split_voices(split: str) -> list[str]:
 def split_sizes(utts: int, held: int | None = None) -> dict[str, int]:
     """Utterances per split: train ``utts``; dev and test ``held`` each (default ``utts // 10``, at least 50)."""
     if utts < 1:
-        raise ValueError("utts must be at least 1")
+        raise UsageError("utts must be at least 1")
     if held is None:
         held = max(50, utts // 10)
     if held < 1:
-        raise ValueError("held (dev and test utterances) must be at least 1")
+        raise UsageError("held (dev and test utterances) must be at least 1")
     return {"train": utts, "dev": held, "test": held}
 
 
@@ -465,7 +466,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     bytes in the corpus equal this function's only for the first of each block.
     """
     if split not in _SPLIT_ID:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+        raise UsageError(f"unknown split {split!r}; choose from {SPLITS}")
     rng = np.random.default_rng((int(seed), _SPLIT_ID[split], int(index)))
     text = _make_text(rng)
     if split == "test":
@@ -486,7 +487,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
 
     lo, hi = float(noise_snr[0]), float(noise_snr[1])
     if hi < lo:
-        raise ValueError(f"noise_snr must be (low, high), got {noise_snr}")
+        raise UsageError(f"noise_snr must be (low, high), got {noise_snr}")
     if hard:
         lo, hi = lo - HARD_SNR_SHIFT_DB, hi - HARD_SNR_SHIFT_DB
     if split == "test":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from ..errors import UsageError
+
 BLANK = "<blank>"
 SPACE = "▁"  # how units.txt writes a space, as WeNet does
 
@@ -48,5 +50,5 @@ class CharTokenizer:
             units.append(" " if unit == SPACE else unit)
         tok = cls(units)
         if tok.units != units:
-            raise ValueError(f"{path}: units are not in canonical order (blank first, then sorted)")
+            raise UsageError(f"{path}: units are not in canonical order (blank first, then sorted)")
         return tok

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..errors import UsageError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -46,7 +48,7 @@ def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
     if backend in (None, "auto"):
         backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl" and device.type != "cuda":
-        raise ValueError("backend nccl needs GPUs; this machine has none (use gloo)")
+        raise UsageError("backend nccl needs GPUs; this machine has none (use gloo)")
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)

@@ -7,12 +7,14 @@ The launcher is also the stall watchdog of last resort: if the ranks' own watchd
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import psutil
@@ -27,9 +29,68 @@ def under_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+QUIET_ENV = "ASRLAB_LAUNCHER"  # set for ranks the asrlab launcher started: it reports their errors
+
+
 def torchrun_command(nproc: int, train_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    return [sys.executable, "-m", "asrlab.train.launch", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "asrlab.cli", "train", *train_args]
+
+
+def quiet_torchrun(argv: list[str]) -> int:
+    """torchrun, without its report of failed ranks (a traceback and a table per failure, some forty lines
+    that bury the rank's own error): one line per failed rank instead; the launcher then prints the first
+    rank's own error. Returns the first failed rank's exit code (128 + the signal when one killed it)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    try:
+        torchrun_main(argv)
+    except ChildFailedError as e:
+        for rank, f in sorted(e.failures.items()):
+            how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
+            print(f"torchrun: rank {rank} (pid {f.pid}) ended with {how}", file=sys.stderr, flush=True)
+        code = e.get_first_failure()[1].exitcode
+        return code if code > 0 else 128 - code
+    return 0
+
+
+def record_rank_error(exp: str | Path, error: BaseException) -> Path:
+    """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, the traceback) for the launcher."""
+    from ..errors import UsageError
+
+    rank = int(os.environ.get("RANK", "0"))
+    path = Path(exp) / "errors" / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
+        "usage": isinstance(error, (UsageError, FileNotFoundError)),
+        "traceback": "".join(traceback.format_exception(error))}))
+    return path
+
+
+def first_rank_error(exp: str | Path, since: float = 0.0) -> tuple[dict | None, list[int]]:
+    """The earliest rank error recorded since ``since`` (wall clock), and every rank that recorded one."""
+    errors = []
+    for path in (Path(exp) / "errors").glob("rank*.json"):
+        try:
+            e = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if e.get("time", 0) >= since:
+            errors.append(e)
+    errors.sort(key=lambda e: e["time"])
+    return (errors[0] if errors else None), sorted(e["rank"] for e in errors)
+
+
+def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
+    """The first rank's error, said once: one line for a usage error, the traceback for anything else."""
+    others = [r for r in ranks if r != first["rank"]]
+    tail = (f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in "
+            f"{Path(exp) / 'errors'}/)" if others else "")
+    if first["usage"]:
+        return f"asrlab: error: rank {first['rank']}: {first['message']}{tail}"
+    return f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -75,7 +136,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, stall_timeout_s: float = 0.0,
            first_step_s: float = 0.0, timeout_s: float | None = None) -> int:
     """Run ``asrlab train`` on ``nproc`` local ranks; returns torchrun's exit code (``STALL_EXIT`` on a stall)."""
-    env = dict(os.environ)
+    env = dict(os.environ, **{QUIET_ENV: "1"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     t_launch = time.time()
     proc = subprocess.Popen(torchrun_command(nproc, train_args), env=env, start_new_session=True)
@@ -110,6 +171,13 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
             r = write_report(Path(exp), nproc, stall_timeout_s, since=t_launch)
             print(f"STALL: {r['verdict']}\nfull report: {Path(exp) / 'stall_report.txt'}", file=sys.stderr, flush=True)
             fresh = True
+        first, ranks = first_rank_error(exp, since=t_launch)
+        if first is not None:  # said once, last, after whatever the ranks and torchrun printed
+            print(format_rank_error(first, ranks, exp), file=sys.stderr, flush=True)
         if fresh:
             return STALL_EXIT
     return code
+
+
+if __name__ == "__main__":  # the ranks' torchrun (see torchrun_command)
+    sys.exit(quiet_torchrun(sys.argv[1:]))

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from ..jsonl import JsonLines, read_jsonl
+from ..errors import UsageError
 
 FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
           "data_wait_s", "step_s", "copy_s", "features_s", "forward_s", "backward_s", "comm_s", "optimizer_s",
@@ -26,7 +27,7 @@ class MetricsWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
-                raise ValueError("train.tensorboard=true needs the tensorboard package: "
+                raise UsageError("train.tensorboard=true needs the tensorboard package: "
                                  "pip install -e '.[tensorboard]'") from e
             self.tb = SummaryWriter(str(exp / "tensorboard"))
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import UsageError
+
 CHOICES = ("auto", "fp32", "fp16", "bf16")
 
 
@@ -50,7 +52,7 @@ def choose_precision(requested: str, device: torch.device, capability: tuple[int
     to simulate hardware. Raises ValueError for a precision the hardware cannot do.
     """
     if requested not in CHOICES:
-        raise ValueError(f"precision must be one of {', '.join(CHOICES)}, not {requested!r}")
+        raise UsageError(f"precision must be one of {', '.join(CHOICES)}, not {requested!r}")
     if device.type != "cuda":
         if requested == "auto":
             return Precision("fp32", None, False, "auto: no GPU, fp32 on CPU")
@@ -71,7 +73,7 @@ def choose_precision(requested: str, device: torch.device, capability: tuple[int
                              f"auto: compute capability {cc} has no native bf16; fp16 with loss scaling")
         return Precision("fp32", None, False, f"auto: compute capability {cc} has no fast fp16 or bf16; fp32")
     if requested == "bf16" and not (capability >= (8, 0) and bf16_native):
-        raise ValueError(f"bf16 requested but this GPU (compute capability {cc}) does not compute in bf16; "
+        raise UsageError(f"bf16 requested but this GPU (compute capability {cc}) does not compute in bf16; "
                          "use --precision fp16 (with loss scaling) or fp32")
     if requested == "fp32":
         return Precision("fp32", None, False, "requested fp32")

@@ -7,6 +7,8 @@ import io
 import os
 import sys
 
+from ..errors import UsageError
+
 MODE_ENV = "ASRLAB_WIDGETS"
 
 
@@ -14,7 +16,7 @@ def interactive() -> bool:
     """Whether explorers build widgets here (see ``asrlab.widgets``)."""
     mode = os.environ.get(MODE_ENV, "auto").lower()
     if mode not in ("auto", "live", "static"):
-        raise ValueError(f"{MODE_ENV}={mode!r}: expected auto, live or static")
+        raise UsageError(f"{MODE_ENV}={mode!r}: expected auto, live or static")
     if mode != "auto":
         return mode == "live"
     ipython = sys.modules.get("IPython")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import Explorer, png
+from ..errors import UsageError
 
 class NanExplorer(Explorer):
     """The sampled numerics of a run (``train.diagnostics_every``): a step slider showing the tightest
@@ -18,7 +19,7 @@ class NanExplorer(Explorer):
         self.exp, self.k, self.direction = Path(exp), k, direction
         self.traces = read_traces(self.exp)
         if not self.traces:
-            raise ValueError(f"{exp}: no sampled diagnostics (train with train.diagnostics_every=N)")
+            raise UsageError(f"{exp}: no sampled diagnostics (train with train.diagnostics_every=N)")
         self.bad_step = first_nonfinite_step(self.exp)
         # modules ordered by how tight they got while still finite, then the rest
         tight = list(headroom_traces(self.traces, k=10**6, direction=direction))

@@ -6,6 +6,7 @@ import threading
 import time
 
 from .base import Explorer, interactive, png
+from ..errors import UsageError
 
 SETTINGS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
 
@@ -20,7 +21,7 @@ class SweepExplorer(Explorer):
         from ..plots import SWEEP_MEASURES
 
         if not rows:
-            raise ValueError("no sweep rows to explore")
+            raise UsageError("no sweep rows to explore")
         self.rows, self.best, self.why = rows, best, why
         self.measures = [k for k in SWEEP_MEASURES if any(r.get(k) is not None for r in rows)]
         varying = [k for k in SETTINGS if len({str(r.get(k)) for r in rows}) > 1]
