@@ -472,3 +472,46 @@ def test_a_bug_keeps_its_traceback_and_a_usage_error_is_one_line(monkeypatch, tm
     monkeypatch.setattr(cli, "cmd_ckpt", bug)
     with pytest.raises(ValueError, match="an internal mistake"):
         cli.main(["ckpt", str(tmp_path)])
+
+
+def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int) -> None:
+    """A rank of the test below: one step in which only rank 1's loss is infinite (its gradients are not)."""
+    import torch.distributed as tdist
+
+    from asrlab.train import dist as adist, trainer as trainer_module
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    info = adist.setup("gloo")
+    if rank == 1:
+        real = trainer_module.mean_ctc_loss
+
+        def infinite(*args):
+            loss, bad = real(*args)
+            return loss + torch.tensor(math.inf), bad  # a constant: the gradients stay finite
+
+        trainer_module.mean_ctc_loss = infinite
+    tr = Trainer(load_config("tiny", SMALL), data, None, f"{out}/exp", info)  # one experiment, as under torchrun
+    r = tr.train_step([next(iter(tr.loader))])
+    total = float(sum(p.detach().double().sum() for p in tr.model.parameters()))
+    with open(f"{out}/result{rank}.json", "w") as f:
+        json.dump({"skipped": r.skipped, "weights": total}, f)
+    tr.close()
+    tdist.destroy_process_group()
+
+
+def test_every_rank_skips_a_step_that_one_rank_found_non_finite(corpus, tmp_path):
+    """Each rank decided on its own loss: rank 0 stepped, rank 1 skipped, and the replicas' weights parted."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_one_step_with_rank1_loss_infinite, args=(str(corpus / "data.list"), str(tmp_path), port), nprocs=2,
+             join=True)
+    results = [json.loads((tmp_path / f"result{r}.json").read_text()) for r in (0, 1)]
+    assert [r["skipped"] for r in results] == [True, True]
+    assert results[0]["weights"] == results[1]["weights"]

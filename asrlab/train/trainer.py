@@ -416,16 +416,19 @@ class Trainer:
         # this step's loss scale (unchanged until scaler.update(); read after the grad norm has synchronized)
         scale = float(self.scaler.get_scale()) if self.precision.scaler else 1.0
         kind = None
-        if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
-            kind = self._nonfinite_kind(math.isfinite(total_loss), math.isfinite(grad_norm))
+        loss_ok, grad_ok = math.isfinite(total_loss), math.isfinite(grad_norm)  # the norm is every rank's already
+        if self.ddp is not None and self.uneven != "join":  # (Join would shadow this all-reduce on finished ranks)
+            loss_ok = dist.all_have(loss_ok, self.info)  # one rank's non-finite loss skips the step on every rank
+        if not (loss_ok and grad_ok):
+            kind = self._nonfinite_kind(loss_ok, grad_ok)
         if kind is not None:  # the scaler skips its own step on inf/NaN gradients; without it we must not step
             self.skipped += 1
             log.warning("step %d: loss %s, grad norm %s: not finite (%s), step skipped (%d so far)",
                         self.step + 1, total_loss, grad_norm, kind, self.skipped)
             if kind != "scaler" and self.located is None:
                 self.located = self._locate(batches, rng, scale, kind, total_loss, grad_norm)
-            if self.precision.scaler:
-                self.scaler.step(self.opt)
+            if kind == "scaler":  # the scaler skips it (its unscale found the overflow); a bad loss with finite
+                self.scaler.step(self.opt)  # gradients would be stepped by it, so it is not called then
         else:
             self.scaler.step(self.opt)
             self.sched.step()
@@ -460,8 +463,6 @@ class Trainer:
         """``"scaler"``: fp16 gradients overflowed at the current loss scale while every rank's loss is
         finite (the scaler lowers its scale: routine); ``"loss"``: a rank's loss is not finite (the
         forward pass overflowed); ``"grad"``: the gradients are not finite without loss scaling."""
-        if not grad_ok and self.ddp is not None and self.uneven != "join":
-            loss_ok = dist.all_have(loss_ok, self.info)  # the gradient norm is the same on every rank; the loss is not
         if not loss_ok:
             return "loss"
         return "scaler" if self.precision.scaler else "grad"
