@@ -67,7 +67,7 @@ def _tokenizer_from(sources):
 
 
 def cmd_bench_loader(a: argparse.Namespace) -> int:
-    from .data import bench
+    from .measure import loader_bench as bench
     from .data.sources import load_sources
 
     cfg = _data_config(a)
@@ -100,7 +100,7 @@ def cmd_bench_loader(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_compression(a: argparse.Namespace) -> int:
-    from .data import bench
+    from .measure import loader_bench as bench
     from .data.sources import load_sources
 
     cfg = _data_config(a)
@@ -120,7 +120,7 @@ def cmd_bench_train(a: argparse.Namespace) -> int:
     import tempfile
 
     from .config import load_config
-    from .tune import describe, grid, recommend, storage_variants, sweep
+    from .measure.tune import describe, grid, recommend, storage_variants, sweep
 
     cfg = load_config(a.config, a.overrides)
     points = grid(a.num_workers, a.prefetch, a.max_frames, a.storage.split(","), a.features.split(","))

@@ -13,7 +13,7 @@ from .data.tokenizer import CharTokenizer
 from .lexicon import Lexicon, rescore, search
 from .model import ConformerCTC, cer, greedy_decode, wer
 from .train import checkpoint, dist
-from .train.trainer import evaluate
+from .train.evaluate import evaluate
 from .errors import UsageError
 
 

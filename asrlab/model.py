@@ -14,9 +14,8 @@ Design choices (all deliberate, see the classes for details):
   deviation. The data side hands us raw log-mel fbank whose level and spectral
   tilt depend on the voice; this removes both, keeps each frame's energy (the
   speech/silence cue), is stateless, needs no statistics pass over the corpus
-  and ignores padding. The per-frame LayerNorm it replaced threw the energy
-  away: after 400 tiny-model steps its dev CER was 34% / 27% (two seeds)
-  against 15% / 18% with CMVN (docs/recognition.md, "Input normalisation").
+  and ignores padding. A per-frame LayerNorm would throw the energy away,
+  and trains to a worse CER (docs/recognition.md, "Input normalisation").
 * No normalisation layer lets padding or other utterances in: the input CMVN
   counts only the utterance's real frames, and the conv module uses LayerNorm
   instead of WeNet's default BatchNorm, so padded frames never leak into real
@@ -156,9 +155,8 @@ class UtteranceCMVN(nn.Module):
     recorded sound; left as it is, it dominates each bin's variance and squeezes the speech into a
     narrow band. Such values become the bin's quiet end: the mean minus 1.28 standard deviations of
     the bin's other values in the utterance (the 10th percentile, were they Gaussian), where
-    training's silences, always noisy, sit. The quickstart's model on the dev voices: 0.33% CER with
-    white noise at 60 dB SNR, 8.73% with exact zeros instead, 0.23% with this (benchmarks/
-    error_factors.txt). Audio without digital silence comes out exactly as before.
+    training's silences, always noisy, sit, so exact zeros decode as well as faint noise does
+    (benchmarks/error_factors.txt). Audio without digital silence is untouched by this.
     """
 
     def __init__(self, eps: float = 1e-5):

@@ -111,7 +111,7 @@ def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
 
 def step_breakdown(rows: list[dict], labels: list[str] | None = None, title: str = "") -> plt.Figure:
     """Stacked bars: the mean step split into its parts (s), one bar per measured setting (``tune.measure`` rows)."""
-    from .profiling import PARTS
+    from .measure.profiling import PARTS
 
     labels = labels or [str(i) for i in range(len(rows))]
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows) + 2), 3.4))

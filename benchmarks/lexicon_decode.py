@@ -15,7 +15,7 @@ from asrlab.decode import GreedyKeepingLogProbs, eval_loader, load_model, local
 from asrlab.data.sources import load_sources, transcripts
 from asrlab.lexicon import Lexicon, search
 from asrlab.model import cer, wer
-from asrlab.train.trainer import evaluate
+from asrlab.train.evaluate import evaluate
 
 
 def floats(text: str) -> list[float]:

@@ -1,5 +1,5 @@
 """Resume seeks, it does not replay: time to the first batch after resuming at 10% and at 90% of an epoch,
-against replaying the epoch up to the same position (``asrlab.train.resume_time``).
+against replaying the epoch up to the same position (``asrlab.measure.resume_time``).
 
     .venv/bin/python benchmarks/resume_time.py data/corpus/train/data.list [--at 0.1,0.9] [--repeat 3] [KEY=VALUE ...]
 """
@@ -9,7 +9,7 @@ import logging
 import tempfile
 
 from asrlab.config import load_config
-from asrlab.train.resume_time import resume_times
+from asrlab.measure.resume_time import resume_times
 
 
 def main():

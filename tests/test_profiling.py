@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from asrlab.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, trace
+from asrlab.measure.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, trace
 
 
 def test_step_timer_parts_match_known_sleeps_and_add_up():

@@ -3,7 +3,7 @@
 import pytest
 
 from asrlab.config import load_config
-from asrlab.tune import grid, measure, recommend, storage_variants
+from asrlab.measure.tune import grid, measure, recommend, storage_variants
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
          "model.conv_channels=8", "data.max_frames_in_batch=800"]

@@ -189,7 +189,7 @@ def test_stall_explorer_of_a_run_that_finished(run):
 
 
 def test_sweep_explorer(corpus, tmp_path):
-    from asrlab.tune import grid, recommend, sweep
+    from asrlab.measure.tune import grid, recommend, sweep
 
     cfg = load_config("tiny", SMALL)
     rows = sweep(cfg, {"shards/none": corpus / "data.list"}, grid((0,), (2,), (400, 800)), steps=2)

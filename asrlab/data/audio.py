@@ -109,7 +109,7 @@ def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int 
 
     A masked value becomes its bin's mean over the utterance, so after the model's per-utterance
     CMVN a mask reads as 0 (average), not as the deep silence a raw 0 would be in log-mel.
-    The width cap follows the utterance: a fixed 50 frames hid most of a 0.6-second command.
+    The width cap follows the utterance, so a short command is never mostly masked.
     Draws from ``rng`` so a batch's masks follow from the loader's position (exact resume).
     """
     out = feats.clone()

@@ -40,7 +40,7 @@ looks a voice up, in a table of at most 349 entries that the bundled data
 fills to 245, and skips dot files, so any number of variants can be added.
 ``espeak_Initialize`` is then pointed at it (the library is reloaded if it
 was loaded with another directory). The bundled voices read the same files
-as before, so they sound exactly as before. The directory is made once (written under a temporary name
+through the links, so they sound exactly as they do from the bundled directory. The directory is made once (written under a temporary name
 and renamed into place, so concurrent processes never see half of it) and
 reused by later processes.
 
@@ -337,8 +337,8 @@ def reset() -> None:
     """Unload and reload eSpeak NG so its internal state is as after start-up.
 
     After ``reset()``, a given sequence of :func:`synthesize` calls gives
-    byte-identical samples, whatever was synthesized before. Costs a few ms,
-    mostly in the next voice selection (eSpeak re-reads the language's data).
+    byte-identical samples, whatever was synthesized before. Not free: the next voice
+    selection re-reads the language's data, so callers reset per block, not per call.
     """
     with _lock:
         _unload()
@@ -424,7 +424,7 @@ def synthesize(
         seed: seed for eSpeak's internal noise generator (breathy/whisper/klatt
             voices).
         fresh: call :func:`reset` first, so the result does not depend on what
-            was synthesized before (costs a few ms). Without it, repeating a call
+            was synthesized before (at the cost of a reload). Without it, repeating a call
             can give slightly different samples (see the module docstring).
         dtype: ``"int16"`` (raw samples) or ``"float32"`` (scaled to [-1, 1)).
 

@@ -153,7 +153,7 @@ def epoch_sources(sources: list[Source], epoch: int, cfg: DataConfig) -> list[So
 def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_workers: int) -> list[Source]:
     """The sources of (rank, worker): every ``world_size``-th one to the rank, then every ``num_workers``-th
     of those to the worker (WeNet's order), so each goes to exactly one and ranks differ by at most one
-    source. (Dealing to rank x worker slots instead gave 40 shards on 8 ranks x 4 workers as 8, 8, 4, ... 4.)"""
+    source. (Dealing to rank x worker slots instead would give 40 shards on 8 ranks x 4 workers as 8, 8, 4, ... 4.)"""
     return sources[rank::world_size][worker::num_workers]
 
 

@@ -34,24 +34,22 @@ Splits, voices, conditions
                the lower half of ``noise_snr``, and reverberation on every
                utterance (RT60 0.15-0.35 s).
 
-    Why the test split differs this much: an earlier corpus held out three
-    variants of the accents used in training, and a model trained on twelve
-    variants scored exactly as well on the held-out three as on its own, so
-    test numbers measured nothing beyond dev. eSpeak variants of one accent
+    Why the test split differs this much: eSpeak variants of one accent
     share the phoneme inventory, durations and intonation model and mostly
     move pitch and formant scale, which training on a dozen variants already
-    covers. So ``test`` holds out whole accents (Caribbean ``en-029``,
+    covers, so held-out variants of train's own accents score as well as
+    train's voices and a test made of them says nothing beyond dev. So
+    ``test`` holds out whole accents (Caribbean ``en-029``,
     Scottish ``en-gb-scotland``, West Midlands ``en-gb-x-gbcwmd``: other
     vowels, rhoticity, h-dropping), variants never heard in training (``m7``,
     ``m8``, ``f5``, Klatt source models 4 and 5, named voices), and its own
     acoustic conditions. Dev keeps train's voices and conditions, so dev vs.
     test shows the generalization gap.
 
-    Generated variants: with only the 18 stock train variants, a model at
-    0.8% CER on dev scored 22% on test, and test errors depended mostly on
-    which held-out variant spoke (9% for ``grandpa``, 45% for ``steph``): the
-    stock variants cover a narrow band of formant settings, the held-out ones
-    lie outside it. :func:`generated_variants` is a fixed pool of 256 eSpeak
+    Generated variants: the 18 stock train variants cover a narrow band of
+    formant settings and the held-out ones lie outside it, so with those alone
+    test errors depend mostly on which held-out variant speaks.
+    :func:`generated_variants` is a fixed pool of 256 eSpeak
     variant files with random settings (:func:`_random_variant`: pitch,
     vocal-tract scale, per-formant frequency / height / width, spectral tilt,
     voicing and consonant levels, breath, flutter, roughness, echo, Klatt
@@ -62,12 +60,11 @@ Splits, voices, conditions
     interpolated from them), and the test split's bytes are exactly what
     they were without them (its random draws and eSpeak calls are unchanged).
 
-    Why train covers babble and reverberation at all: a first version kept
-    both out of train entirely; a model at 1.6% CER on dev scored 41% on
-    test, with the same error rate on each held-out accent, so the number
-    measured unseen acoustics rather than unseen voices. Test's conditions
-    are now a harder mix of kinds that train has seen (babble only, lower
-    SNR, reverberation always), and its voices are still wholly new.
+    Why train covers babble and reverberation at all: with both kept out of
+    train, test's error rate is the same on every held-out accent, i.e. it
+    measures unseen acoustics rather than unseen voices. So test's conditions
+    are a harder mix of kinds that train has seen (babble only, lower SNR,
+    reverberation always), while its voices are wholly new.
 
     ``hard=True`` makes every split harder: SNR ranges 5 dB lower, speed
     perturbation (0.9 / 1.0 / 1.1, by resampling, so pitch moves too; in
@@ -461,7 +458,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
 
     With ``fresh=True`` eSpeak is reset first, making this a pure function of its
     arguments. The corpus resets once per block of :data:`RESET_EVERY` utterances
-    instead (a reset makes the next voice change cost ~4 ms), calling this with
+    instead (a reset makes eSpeak re-read the voice's data), calling this with
     ``fresh=True`` for a block's first utterance and ``fresh=False`` after; so the
     bytes in the corpus equal this function's only for the first of each block.
     """

@@ -31,8 +31,8 @@ def cpu_fp16_kernels(device: torch.device, dtype: torch.dtype | None):
     """While inside: fp16 on CPU runs on PyTorch's own kernels, not oneDNN's (nothing changes elsewhere).
 
     With torch 2.11 on a CPU with AVX512-FP16 (Sapphire Rapids), oneDNN's fp16 depthwise conv1d (the
-    Conformer's convolution module) never returns for some batch sizes: 3, 5, 7 and 11 in a quick test
-    of 144 channels, kernel 15; 1, 2, 4, 6 and 9 ran (found when the NaN notebook's fp16 run stalled).
+    Conformer's convolution module) never returns for some batch sizes (3, 5, 7 and 11 with 144 channels
+    and kernel 15, while 1, 2, 4, 6 and 9 return), so an fp16 run on such a CPU would stall.
     The switch is process-wide, so enter it around whole passes (forward and backward), not per op."""
     if device.type != "cpu" or dtype != torch.float16 or not torch.backends.mkldnn.enabled:
         yield

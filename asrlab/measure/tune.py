@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, replace_section
-from .data.shards import write_split
-from .data.sources import iter_items, load_sources
+from ..config import Config, replace_section
+from ..data.shards import write_split
+from ..data.sources import iter_items, load_sources
+from ..errors import UsageError
+from ..train.metrics import read_metrics
 from .profiling import PARTS, CpuSampler, GpuSampler
-from .train.metrics import read_metrics
-from .errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,11 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
     last ``steps``.
 
     At least ``num_workers x prefetch_factor`` start-up steps are skipped: the batches the workers prefetch
-    while the first, slow step runs would otherwise be measured as no wait at all (on an H100 with ``base``,
-    4 workers: 0.5% data wait over 6 steps after 2). The steps must fit in one epoch of ``data``: a new
+    while the first, slow step runs would otherwise be measured as no wait at all, making a starved loader
+    look fed. The steps must fit in one epoch of ``data``: a new
     epoch's start (workers started again, their first batches) would be measured as data wait.
     """
-    from .train.trainer import Trainer
+    from ..train.trainer import Trainer
 
     skip = max(skip, cfg.data.num_workers * cfg.data.prefetch_factor)
     cfg = replace_section(cfg, "train", max_steps=skip + steps, max_epochs=10_000, max_minutes=0.0,

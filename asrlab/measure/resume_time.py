@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from ..config import Config, replace_section
-from .dist import DistInfo
-from .trainer import Trainer
+from ..train.dist import DistInfo
+from ..train.trainer import Trainer
 
 CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from . import audio
-from .loader import AsrLoader, DataConfig
-from .shards import COMPRESSIONS, compress, tar_bytes
-from .sources import Source, iter_items, read_source
-from .tokenizer import CharTokenizer
+from ..data import audio
+from ..data.loader import AsrLoader, DataConfig
+from ..data.shards import COMPRESSIONS, compress, tar_bytes
+from ..data.sources import Source, iter_items, read_source
+from ..data.tokenizer import CharTokenizer
 from ..errors import UsageError
 
 
