@@ -47,7 +47,7 @@ def tensor_stats(x: torch.Tensor, sample: int | None = None) -> torch.Tensor:
     """
     x = x.detach()
     n = max(1, x.numel())
-    lo, hi = torch.aminmax(x)  # one pass (vector_norm with ord=inf is 15x slower on CPU); nan propagates
+    lo, hi = torch.aminmax(x)  # one pass (vector_norm with ord=inf is much slower on CPU); nan propagates
     max_abs = torch.maximum(-lo, hi).float()
     rms = torch.linalg.vector_norm(x, dtype=torch.float32) / math.sqrt(n)
     s = x.reshape(-1)
@@ -328,18 +328,17 @@ def locate(model: nn.Module, step_fn, diag: Diagnostics | None = None) -> tuple[
         diag.sample = sample
 
 
-def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") -> list[dict]:
-    """Run a saved step again in each precision: loss, gradient norm and the first non-finite value.
-
-    fp16 runs with the loss scale the failing step had (``meta["loss_scale"]``, 1 without scaling).
-    """
-    from .model import ConformerCTC, ModelConfig, mean_ctc_loss
-
+def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32", "bf16", "fp16"),
+                device="cpu") -> list[dict]:
+    """Run a step saved by :func:`save_bundle` again in each precision, with ``model`` (weights loaded
+    from the bundle) and ``loss_fn(model, inputs) -> loss`` (the loop's own forward and loss): loss,
+    gradient norm and the first non-finite value per precision. fp16 runs with the loss scale the
+    failing step had (``meta["loss_scale"]``, 1 without scaling); every precision draws the failing
+    step's dropout masks."""
     device = torch.device(device)
     state, inputs, meta = load_bundle(path, device)
-    model = ConformerCTC(ModelConfig(**meta["model"]), meta["vocab_size"]).to(device)
     model.load_state_dict(state)
-    model.train()
+    model.to(device).train()
     rows = []
     for name in precisions:
         dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
@@ -348,14 +347,13 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
 
         def step():
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                log_probs, out_lens = model(inputs["feats"], inputs["feat_lens"])
-            loss, _ = mean_ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])
-            grads = torch.autograd.grad(loss * scale, [p for p in model.parameters() if p.requires_grad],
+                loss = loss_fn(model, inputs)
+            grads = torch.autograd.grad(loss.float() * scale, [p for p in model.parameters() if p.requires_grad],
                                         allow_unused=True)
             norm = torch.nn.utils.get_total_norm([g for g in grads if g is not None]) / scale
             result.update(loss=float(loss.detach()), grad_norm=float(norm))
 
-        _draw_as_the_step_did(meta, device)  # dropout draws the failing step's masks, in every precision
+        _draw_as_the_step_did(meta, device)
         with cpu_fp16_kernels(device, dtype):
             first, summary = locate(model, step)
         tight = tightest(summary, 1)
@@ -365,6 +363,20 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
                      "tightest_module": tight[0][0] if tight else "", "max_abs": summary["forward"].get(
                          tight[0][0], [math.nan])[0] if tight else math.nan})
     return rows
+
+
+def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") -> list[dict]:
+    """:func:`replay_step` of a step asrlab's trainer saved (its model and CTC loss)."""
+    from .model import ConformerCTC, ModelConfig, mean_ctc_loss
+
+    meta = json.loads((Path(path) / "report.json").read_text())
+    model = ConformerCTC(ModelConfig(**meta["model"]), meta["vocab_size"])
+
+    def loss_fn(m, inputs):
+        log_probs, out_lens = m(inputs["feats"], inputs["feat_lens"])
+        return mean_ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])[0]
+
+    return replay_step(path, model, loss_fn, precisions, device)
 
 
 def outcome(exp: str | Path, last: int = 10) -> dict:
@@ -387,5 +399,5 @@ def outcome(exp: str | Path, last: int = 10) -> dict:
 
 
 __all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "first_nonfinite_step", "headroom",
-           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay", "save_bundle", "tensor_stats",
+           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay", "replay_step", "save_bundle", "tensor_stats",
            "tightest", "tightest_at"]

@@ -64,7 +64,31 @@ def _stacks_on_fatal_signals() -> None:
         pass
 
 
+_CPU_GROUP: list = []  # [group] once made: the gloo group for control messages next to an NCCL one
+
+
+def cpu_group():
+    """A gloo process group over every rank, for agreements about control (is there data, stop now,
+    which run is this) that must never queue behind, or force a wait on, GPU work. The default group
+    when it is gloo already. Every rank must make the first call (it creates a group); None when alone."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if dist.get_backend() == "gloo":
+        return dist.group.WORLD
+    if not _CPU_GROUP:
+        _CPU_GROUP.append(dist.new_group(backend="gloo"))
+    return _CPU_GROUP[0]
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process: from the process group when there is one, else the environment."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def teardown() -> None:
+    _CPU_GROUP.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -24,6 +24,7 @@ PHASES = {
     "data": "waiting for data",
     "sync": "blocked in the data check",  # uneven=stop: does every rank have a batch?
     "copy": "copying a batch to the device",
+    "compute": "in the step's computation",
     "features": "computing fbank on the device",
     "forward": "in the forward pass",
     "backward": "in the backward pass",
@@ -57,13 +58,16 @@ class Heartbeat:
         self.beats = 0              # grows with every phase change or tick: progress of any kind
         self.completed = 0          # steps finished by this process (the first one has its own allowance)
         self.describe = None        # optional callable -> str, asked only when reporting (e.g. which shard)
+        self.allow_s = 0.0          # a longer allowance for the current phase (a marked slow evaluation)
+        self.phase_s: dict[str, float] = {}  # seconds spent in each phase so far (time shares, any loop)
         self.events: list | None = [] if timeline else None
 
-    def enter(self, phase: str, step: int | None = None) -> None:
+    def enter(self, phase: str, step: int | None = None, allow_s: float = 0.0) -> None:
         now = time.time()
         if step is not None:
             self.step = step
-        self.phase, self.since = phase, now
+        self.phase_s[self.phase] = self.phase_s.get(self.phase, 0.0) + (now - self.since)
+        self.phase, self.since, self.allow_s = phase, now, allow_s
         self.beats += 1
         if self.events is not None:
             self.events.append((now, phase, self.step))
@@ -72,7 +76,7 @@ class Heartbeat:
         self.beats += 1
 
     def snapshot(self) -> dict:
-        phase, step, since, beats = self.phase, self.step, self.since, self.beats
+        phase, step, since, beats, allow_s = self.phase, self.step, self.since, self.beats, self.allow_s
         detail = ""
         if self.describe is not None and phase == "data":
             try:
@@ -80,7 +84,7 @@ class Heartbeat:
             except Exception as e:  # a report must never fail because of a description
                 detail = f"(no description: {e})"
         return {"rank": self.rank, "phase": phase, "step": step, "since": since, "beats": beats,
-                "detail": detail, "completed": self.completed, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+                "detail": detail, "completed": self.completed, "allow_s": allow_s, "phase_s": dict(self.phase_s), "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
 
     def take_events(self) -> list:
         """Phase changes since the last call (the timeline), oldest first."""

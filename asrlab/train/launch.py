@@ -7,18 +7,17 @@ The launcher is also the stall watchdog of last resort: if the ranks' own watchd
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import psutil
 
+from .failures import first_rank_error, format_rank_error
 from .heartbeat import read_heartbeats
 from .stall import COLLECT_S, STALL_EXIT, ProgressClock, write_report
 
@@ -53,44 +52,6 @@ def quiet_torchrun(argv: list[str]) -> int:
         code = e.get_first_failure()[1].exitcode
         return code if code > 0 else 128 - code
     return 0
-
-
-def record_rank_error(exp: str | Path, error: BaseException) -> Path:
-    """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, the traceback) for the launcher."""
-    from ..errors import UsageError
-
-    rank = int(os.environ.get("RANK", "0"))
-    path = Path(exp) / "errors" / f"rank{rank}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
-        "usage": isinstance(error, (UsageError, FileNotFoundError)),
-        "traceback": "".join(traceback.format_exception(error))}))
-    return path
-
-
-def first_rank_error(exp: str | Path, since: float = 0.0) -> tuple[dict | None, list[int]]:
-    """The earliest rank error recorded since ``since`` (wall clock), and every rank that recorded one."""
-    errors = []
-    for path in (Path(exp) / "errors").glob("rank*.json"):
-        try:
-            e = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if e.get("time", 0) >= since:
-            errors.append(e)
-    errors.sort(key=lambda e: e["time"])
-    return (errors[0] if errors else None), sorted(e["rank"] for e in errors)
-
-
-def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
-    """The first rank's error, said once: one line for a usage error, the traceback for anything else."""
-    others = [r for r in ranks if r != first["rank"]]
-    tail = (f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in "
-            f"{Path(exp) / 'errors'}/)" if others else "")
-    if first["usage"]:
-        return f"asrlab: error: rank {first['rank']}: {first['message']}{tail}"
-    return f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

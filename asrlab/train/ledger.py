@@ -90,3 +90,25 @@ def counts_until(steps: list[tuple[int, list[str]]], keys: list[str], step: int 
             break
         c.update(ks)
     return [c[k] for k in keys]
+
+
+def coverage_report(exp: str | Path, epoch: int, keys: set[str] | None = None, show: int = 10,
+                    counts: dict[int, Counter] | None = None) -> dict:
+    """Whether ``epoch`` trained every key exactly once over all ranks, across kills and resumes.
+
+    ``keys``: the epoch's utterances (without them, the keys any epoch of the ledger trained, which
+    cannot see an utterance no epoch reached). Returns ``exactly_once``, the counts, and up to ``show``
+    of the ``skipped`` and ``repeated`` keys (with their count). ``counts``: :func:`coverage` of ``exp``,
+    when the caller has it already.
+    """
+    counts = coverage(exp) if counts is None else counts
+    c = counts.get(epoch, Counter())
+    if keys is None:
+        keys = set().union(*counts.values()) if c else set()
+    skipped = sorted(k for k in keys if c[k] == 0)
+    repeated = sorted((k for k in c if c[k] > 1), key=lambda k: (-c[k], k))
+    unknown = sorted(k for k in c if k not in keys)
+    return {"epoch": epoch, "keys": len(keys), "once": sum(1 for k in keys if c[k] == 1),
+            "skipped_count": len(skipped), "repeated_count": len(repeated), "unknown_count": len(unknown),
+            "skipped": skipped[:show], "repeated": [(k, c[k]) for k in repeated[:show]], "unknown": unknown[:show],
+            "exactly_once": not skipped and not repeated and not unknown and bool(keys)}

@@ -20,16 +20,19 @@ The thread talks through files, never through collectives: those are what is stu
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 
+from .failures import error_line, rank_errors, record_rank_error
 from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,11 @@ log = logging.getLogger(__name__)
 STALL_EXIT = 3  # exit code of a rank (and of ``asrlab train``) stopped by the watchdog
 COLLECT_S = 8.0  # how long rank 0 waits for the other ranks' stack dumps
 STALE_S = 4.0    # a heartbeat file this much older than the others: that rank's process is frozen or gone
+FAILURE_COLLECT_S = 3.0  # how long a rank that raised waits for the others' stack dumps (they poll every second)
+PEER_FAILED_EXIT = 5  # exit code of a rank the watchdog stopped because another rank raised
+# data-loader workers forked after the watchdog started dump their stacks on this signal (a real-time
+# one: SIGUSR1/2 are often the user's or the scheduler's); only a process that catches it is sent it
+WORKER_DUMP_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else None
 
 
 def stall_dir(exp: Path) -> Path:
@@ -66,7 +74,8 @@ def _is(group: list) -> str:
     return "is" if len(group) == 1 else "are"
 
 
-def _where(phase: str, step: int) -> str:
+def phase_text(phase: str, step: int) -> str:
+    """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
     if phase == "epoch_end":
         return f"{PHASES[phase]} (after step {step})"
     if phase in ("start", "done"):
@@ -86,7 +95,7 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
         lead = frozen
         r = min(frozen, key=lambda s: s["time"])
         first = (f"{ranks_text([s['rank'] for s in frozen])} stopped responding {int(now - r['time'])} s ago "
-                 f"(process frozen or gone; last seen {_where(r['phase'], r['step'])})")
+                 f"(process frozen or gone; last seen {phase_text(r['phase'], r['step'])})")
     elif data:
         lead = data
         r = sorted(data, key=lambda s: s["since"])[0]
@@ -104,14 +113,14 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     elif present:
         phase, step, lead = _groups(present)[0]  # the odd one out, the longest stuck first
         r = min(lead, key=lambda s: s["since"])
-        first = f"{ranks_text([s['rank'] for s in lead])} {_is(lead)} {_where(phase, step)} for {waited[r['rank']]} s"
+        first = f"{ranks_text([s['rank'] for s in lead])} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
     else:
         return "no rank wrote a heartbeat"
     lead_ranks = {s["rank"] for s in lead}
     rest = [s for s in present if s["rank"] not in lead_ranks]
     parts = [first]
     for phase, step, g in sorted(_groups(rest), key=lambda x: min(s["rank"] for s in x[2])):
-        parts.append(f"{ranks_text([s['rank'] for s in g])} {_is(g)} {_where(phase, step)}")
+        parts.append(f"{ranks_text([s['rank'] for s in g])} {_is(g)} {phase_text(phase, step)}")
     if missing and lead:
         parts.append(f"{ranks_text(missing)} never wrote a heartbeat")
     return "; ".join(parts)
@@ -137,12 +146,13 @@ def write_dump(exp: Path, snap: dict) -> Path:
 
 
 def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None = None,
-                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None) -> dict:
+                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None, failure: dict | None = None) -> dict:
     """Gather the ranks' dumps (waiting up to ``wait_s`` for all of them) into the report files.
 
     Only files of run ``rid`` (when given) written after ``since`` (wall clock) count. Ranks
     without a dump are described from their last heartbeat file; their stacks may be in
-    ``EXP/stall/rank{R}.faulthandler.txt``.
+    ``EXP/stall/rank{R}.faulthandler.txt``. ``failure``: a rank's recorded error (:mod:`.failures`),
+    which the others were left waiting for: the verdict names it first.
     """
     exp = Path(exp)
     deadline = time.time() + wait_s
@@ -155,15 +165,21 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
                 continue
             if (rid is None or d.get("run") == rid) and d.get("time", 0) >= since:
                 dumps[int(d["rank"])] = d
-        if len(dumps) >= world_size or time.time() >= deadline:
+        if len(dumps) >= world_size - (failure is not None) or time.time() >= deadline:
             break
         time.sleep(0.2)
     beats = {r: b for r, b in read_heartbeats(exp, rid).items() if b.get("time", 0) >= since}
     snaps = {**beats, **dumps}
     if now is None:  # when the stall was seen: the first dump, else now
         now = min([s.get("time", 0.0) for s in dumps.values()] or [time.time()])
-    report = {"verdict": verdict(snaps, world_size, now), "time": now, "timeout_s": timeout_s,
-              "world_size": world_size, "ranks": []}
+    if failure is None:
+        said = verdict(snaps, world_size, now)
+    else:  # the rank that raised first, then where it left the others
+        rest = [x for r, x in sorted(snaps.items()) if r != failure["rank"]]
+        said = "; ".join([error_line(failure)] + [f"{ranks_text([x['rank'] for x in g])} {_is(g)} {phase_text(p, st)}"
+                                                  for p, st, g in sorted(_groups(rest), key=lambda x: x[2][0]["rank"])])
+    report = {"verdict": said, "time": now, "timeout_s": timeout_s, "world_size": world_size, "ranks": [],
+              "failure": failure}
     for r in range(world_size):
         s = snaps.get(r)
         if s is None:
@@ -175,15 +191,23 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
         fh = stall_dir(exp) / f"rank{r}.faulthandler.txt"
         if entry["stacks"] is None and fh.exists() and fh.stat().st_size:
             entry["faulthandler"] = fh.read_text()
+        workers = stall_dir(exp) / f"rank{r}.workers.txt"
+        if s.get("phase") == "data" and workers.exists() and workers.stat().st_size:
+            entry["workers"] = workers.read_text()
         report["ranks"].append(entry)
-    (exp / "stall_report.json").write_text(json.dumps(report, indent=1))
-    (exp / "stall_report.txt").write_text(format_report(report))
+    for name, text in (("stall_report.txt", format_report(report)), ("stall_report.json", json.dumps(report, indent=1))):
+        tmp = exp / f"{name}.{os.getpid()}.tmp"  # whole or absent: the failing rank and a survivor may both write
+        tmp.write_text(text)
+        os.replace(tmp, exp / name)
     return report
 
 
 def format_report(report: dict) -> str:
-    lines = [report["verdict"], "",
-             f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job.", ""]
+    failure = report.get("failure")
+    why = (f"{error_line(failure)}. The other ranks were left waiting for it (their state and stacks below)."
+           if failure else
+           f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job.")
+    lines = [report["verdict"], "", why, ""]
     for e in report["ranks"]:
         if e.get("phase") is None:
             lines.append(f"rank {e['rank']}: no heartbeat")
@@ -198,6 +222,10 @@ def format_report(report: dict) -> str:
                 lines += frames[-12:]
         elif e.get("faulthandler"):
             lines += ["", f"--- rank {e['rank']}: faulthandler dump ---", e["faulthandler"]]
+        if e.get("workers"):
+            lines += ["", f"--- rank {e['rank']}: its data-loader workers' stacks ---", e["workers"].rstrip()]
+    if failure:
+        lines += ["", f"--- rank {failure['rank']}: the error ---", failure["traceback"].rstrip()]
     return "\n".join(lines) + "\n"
 
 
@@ -233,6 +261,17 @@ def kill_children() -> None:
 
 # --------------------------------------------------------------------------- the thread
 
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (Linux: SigCgt in /proc); elsewhere, no."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 class ProgressClock:
     """How long no rank has made progress, against the allowance in force (first step or not).
 
@@ -254,28 +293,67 @@ class ProgressClock:
         started = len(beats) == self.world_size and all(
             s.get("completed", 0) > 0 or s["phase"] in ("epoch_end", "done") for s in beats.values())
         idle = now - self._since
-        return idle if idle > (self.timeout_s if started else self.first_step_s) + extra_s else None
+        allowance = max([self.timeout_s if started else self.first_step_s]
+                        + [s.get("allow_s") or 0.0 for s in beats.values()])  # a phase the user marked as slow
+        return idle if idle > allowance + extra_s else None
 
 
 class Watchdog(threading.Thread):
     """Watches every rank's heartbeat from this rank; see the module docstring."""
 
     def __init__(self, hb: Heartbeat, exp: str | Path, world_size: int, timeout_s: float,
-                 first_step_s: float, poll_s: float = 1.0, exit_on_stall: bool = True):
+                 first_step_s: float, poll_s: float = 1.0, exit_on_stall: bool = True, rid: str | None = None):
         super().__init__(name="asrlab-watchdog", daemon=True)
         self.hb, self.exp, self.world_size = hb, Path(exp), world_size
         self.timeout_s, self.first_step_s, self.poll_s = timeout_s, max(first_step_s, timeout_s), poll_s
         self.exit_on_stall = exit_on_stall
-        self.rid = run_id()
+        self.rid = rid or run_id()
         self.stalled = threading.Event()
         self._halt = threading.Event()
         self._fh_file = None
+        self.t0 = time.time()
         for path in (self.exp / "heartbeat" / f"rank{hb.rank}.json",
                      self.exp / "heartbeat" / f"rank{hb.rank}.timeline.jsonl", stall_dir(self.exp) / f"rank{hb.rank}.json"):
             path.unlink(missing_ok=True)
         if hb.rank == 0:
             for name in ("stall_report.json", "stall_report.txt"):
                 (self.exp / name).unlink(missing_ok=True)
+        self._workers_file = self._arm_worker_dumps()
+
+    def _arm_worker_dumps(self):
+        """Workers forked from now on inherit a handler that writes their stacks to ``stall/rank{R}.workers.txt``."""
+        if WORKER_DUMP_SIGNAL is None or threading.current_thread() is not threading.main_thread():
+            return None
+        stall_dir(self.exp).mkdir(parents=True, exist_ok=True)
+        f = open(stall_dir(self.exp) / f"rank{self.hb.rank}.workers.txt", "w")
+        faulthandler.register(WORKER_DUMP_SIGNAL, file=f, all_threads=True, chain=False)
+        return f
+
+    def _dump_workers(self) -> None:
+        """Ask each child process that has the handler for its stacks, one after another."""
+        f = self._workers_file
+        if f is None:
+            return
+        try:
+            import psutil
+
+            children = psutil.Process().children(recursive=True)
+        except Exception:
+            return
+        for child in children:
+            if not _catches(child.pid, WORKER_DUMP_SIGNAL):
+                continue
+            size = os.fstat(f.fileno()).st_size
+            f.write(f"\n[data-loader worker, pid {child.pid}]\n")
+            f.flush()
+            try:
+                os.kill(child.pid, WORKER_DUMP_SIGNAL)
+            except OSError:
+                continue
+            deadline = time.time() + 1.0
+            while time.time() < deadline and os.fstat(f.fileno()).st_size <= size + 40:
+                time.sleep(0.02)
+            time.sleep(0.05)  # let the dump finish
 
     def _arm_faulthandler(self) -> None:
         """Last resort if this thread itself cannot run: dump stacks and exit after 4 x timeout."""
@@ -293,10 +371,15 @@ class Watchdog(threading.Thread):
 
     def _watch(self) -> None:
         clock = ProgressClock(self.world_size, self.timeout_s, self.first_step_s)
+        self.flush()  # at once: a rank that fails in its first second is reported with the others' state
         while not self._halt.wait(self.poll_s):
             self.flush()
             if self.exit_on_stall:
                 self._arm_faulthandler()
+            failed = [e for e in rank_errors(self.exp, self.t0, self.rid) if e["rank"] != self.hb.rank]
+            if failed:
+                self._on_stall(failed[0])
+                return
             if clock.overdue(read_heartbeats(self.exp, self.rid)) is not None:
                 self._on_stall()
                 return
@@ -305,25 +388,38 @@ class Watchdog(threading.Thread):
         write_heartbeat(self.exp, self.hb.snapshot(), self.rid)
         append_timeline(self.exp, self.hb.rank, self.hb.take_events())
 
-    def _on_stall(self) -> None:
+    def _on_stall(self, failure: dict | None = None) -> None:
+        """No progress (or ``failure``: another rank raised): dump this rank's stacks; the reporting rank
+        (rank 0, or the lowest that did not fail) writes the report; then this rank exits."""
         self.stalled.set()
         faulthandler.cancel_dump_traceback_later()
-        write_dump(self.exp, {**self.hb.snapshot(), "run": self.rid})
-        log.error("rank %d: no rank made progress for %g s; writing stacks to %s",
-                  self.hb.rank, self.timeout_s, stall_dir(self.exp))
+        snap = self.hb.snapshot()
+        if snap["phase"] == "data":
+            self._dump_workers()
+        write_dump(self.exp, {**snap, "run": self.rid})
+        if failure is None:
+            log.error("rank %d: no rank made progress for %g s; writing stacks to %s",
+                      self.hb.rank, self.timeout_s, stall_dir(self.exp))
+        else:
+            log.error("rank %d: %s; stopping this rank", self.hb.rank, error_line(failure))
         report_path = self.exp / "stall_report.json"
-        if self.hb.rank == 0:
-            report = write_report(self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S)
+        reporter = 0 if failure is None else min(r for r in range(self.world_size) if r != failure["rank"])
+        if self.hb.rank == reporter:
+            report = write_report(self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S,
+                                  since=self.t0, failure=failure)
             log.error("STALL: %s (report: %s)", report["verdict"], self.exp / "stall_report.txt")
-            print(f"STALL: {report['verdict']}\nfull report: {self.exp / 'stall_report.txt'}", file=sys.stderr, flush=True)
-        else:  # let rank 0 finish the report before this rank's exit makes torchrun stop everyone
+            if (self.exp / "lab.json").exists():  # a loop of the user's: say how it ended
+                _write_lab_status(self.exp, {"status": "stalled" if failure is None else "failed", "ended": time.time()})
+            print(f"{'STALL' if failure is None else 'FAILED'}: {report['verdict']}\n"
+                  f"full report: {self.exp / 'stall_report.txt'}", file=sys.stderr, flush=True)
+        else:  # let the reporting rank finish the report before this rank's exit makes torchrun stop everyone
             deadline = time.time() + COLLECT_S + 4
             while not report_path.exists() and time.time() < deadline:
                 time.sleep(0.2)
         if self.exit_on_stall:
             kill_children()
             logging.shutdown()
-            os._exit(STALL_EXIT)
+            os._exit(STALL_EXIT if failure is None else PEER_FAILED_EXIT)
 
     def stop(self) -> None:
         """End watching (training is over); writes the final heartbeat and timeline."""
@@ -334,8 +430,154 @@ class Watchdog(threading.Thread):
         if self._fh_file is not None:
             self._fh_file.close()
             Path(self._fh_file.name).unlink(missing_ok=True)
+        if self._workers_file is not None and not self.stalled.is_set():
+            faulthandler.unregister(WORKER_DUMP_SIGNAL)
+            self._workers_file.close()
+            Path(self._workers_file.name).unlink(missing_ok=True)
         if not self.stalled.is_set():
             self.flush()
 
 
-__all__ = ["STALL_EXIT", "Watchdog", "verdict", "write_report", "format_report", "ranks_text", "stall_dir"]
+_WATCHED: list[Heartbeat] = []  # the heartbeat of this process's running StallWatch, if any
+
+
+def announce(phase: str, step: int | None = None) -> None:
+    """Tell this process's stall watch (if one runs) that it is now in ``phase``: how asrlab's other
+    parts (the uneven guard's agreement, the numerics guard's optimizer step) show up in a verdict."""
+    if _WATCHED:
+        _WATCHED[-1].enter(phase, step)
+
+
+class StallWatch:
+    """The stall watch for any training loop: a heartbeat per rank, watched from every rank.
+
+    ::
+
+        with StallWatch("exp", timeout_s=60) as watch:
+            for batch in watch.data(loader):      # "data" while the next batch is awaited; one step per batch
+                watch.enter("forward")
+                loss = model(batch).mean()
+                watch.enter("backward")
+                loss.backward()
+                watch.enter("optimizer")
+                opt.step()
+
+    A hang anywhere (a collective, the data, a file read, a lock in user code) ends the run within
+    ``timeout_s`` + a few seconds with ``EXP/stall_report.txt``: the verdict naming the rank(s) and
+    phase, every rank's stacks, and its data-loader workers' stacks when it waits for data. An
+    exception leaving the ``with`` block is recorded (:mod:`.failures`); the other ranks' watches
+    then stop them within seconds, the verdict naming that rank and its error, instead of leaving them
+    in a collective until its timeout. ``watch.enter("eval", allow_s=900)`` marks a phase that may take
+    long; the first step has ``first_step_s``. Ranks are those of the process group (or ``RANK``/
+    ``WORLD_SIZE``); all ranks must share ``exp`` (a shared file system on several nodes).
+    """
+
+    def __init__(self, exp: str | Path, timeout_s: float = 60.0, first_step_s: float | None = None,
+                 timeline: bool = False, exit_on_stall: bool = True, poll_s: float = 1.0):
+        from . import dist
+
+        self.exp = Path(exp)
+        self.rank, self.world_size = dist.world()
+        self.hb = Heartbeat(self.rank, timeline=timeline)
+        self.timeout_s = timeout_s
+        self.first_step_s = max(first_step_s or 5 * timeout_s, timeout_s)
+        self.exit_on_stall, self.poll_s = exit_on_stall, poll_s
+        self.rid = self._agree_on_run_id(dist.cpu_group())
+        self.watchdog: Watchdog | None = None
+
+    def _agree_on_run_id(self, group) -> str:
+        """Rank 0's run id for every rank (processes started without torchrun have none in common)."""
+        rid = [run_id()]
+        if group is not None:
+            import torch.distributed as tdist
+
+            tdist.broadcast_object_list(rid, src=0, group=group)
+        return rid[0]
+
+    def start(self) -> "StallWatch":
+        self.exp.mkdir(parents=True, exist_ok=True)
+        if self.rank == 0:
+            _write_lab_status(self.exp, {"world_size": self.world_size, "status": "running", "started": time.time(),
+                                         "run": self.rid, "timeout_s": self.timeout_s})
+        self.watchdog = Watchdog(self.hb, self.exp, self.world_size, self.timeout_s, self.first_step_s,
+                                 poll_s=self.poll_s, exit_on_stall=self.exit_on_stall, rid=self.rid)
+        self.watchdog.start()
+        _WATCHED.append(self.hb)
+        # a loop that never calls stop() still records its error (for the other ranks) or its end
+        self._excepthook, sys.excepthook = sys.excepthook, self._on_uncaught
+        atexit.register(self.stop)
+        return self
+
+    def _on_uncaught(self, kind, error, tb) -> None:
+        self.stop(error if isinstance(error, Exception) else None)
+        self._excepthook(kind, error, tb)
+
+    def __enter__(self) -> "StallWatch":
+        return self.start() if self.watchdog is None else self
+
+    def enter(self, phase: str, step: int | None = None, allow_s: float = 0.0) -> None:
+        """This rank is now in ``phase`` (any name; asrlab's own are described in the verdict)."""
+        self.hb.enter(phase, step, allow_s)
+
+    def tick(self) -> None:
+        """Progress inside a long phase (an evaluation batch): no stall while ticks come."""
+        self.hb.tick()
+
+    def data(self, batches):
+        """Yield from ``batches``, in phase ``data`` while each next batch is awaited and ``compute`` after it
+        came (until the loop enters another phase); each batch is a step, done when the next one is asked
+        for. ``epoch_end`` when it runs out."""
+        it = iter(batches)
+        while True:
+            self.hb.enter("data", self.hb.step + 1)
+            try:
+                batch = next(it)
+            except StopIteration:
+                self.hb.enter("epoch_end")
+                return
+            self.hb.enter("compute")
+            yield batch
+            self.hb.completed += 1
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """End the watch: ``error`` is recorded for the other ranks and ``asrlab doctor``."""
+        if self.watchdog is None:
+            return
+        watchdog, self.watchdog = self.watchdog, None
+        if self.hb in _WATCHED:
+            _WATCHED.remove(self.hb)
+        if sys.excepthook == self._on_uncaught:
+            sys.excepthook = self._excepthook
+        atexit.unregister(self.stop)
+        if error is not None:
+            record_rank_error(self.exp, error, self.rank, self.rid, self.hb.phase, self.hb.step)
+            failure = rank_errors(self.exp, watchdog.t0, self.rid)[0]
+            watchdog.flush()
+            if failure["rank"] == self.rank:  # the first to fail reports, with the stacks the others dump
+                write_report(self.exp, self.world_size, self.timeout_s, self.rid,  # when their watches see
+                             wait_s=FAILURE_COLLECT_S, since=watchdog.t0, failure=failure)  # the error
+        else:
+            self.hb.enter("done")
+        watchdog.stop()
+        if error is not None or self.rank == 0:  # the rank that failed says so (rank 0 may be killed before it could)
+            _write_lab_status(self.exp, {"status": "failed" if error is not None else "finished", "ended": time.time()})
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop(exc if isinstance(exc, Exception) else None)
+        return False
+
+
+def _write_lab_status(exp: Path, update: dict) -> None:
+    """``EXP/lab.json``: what a loop using the parts says about its run (for ``asrlab doctor``)."""
+    path = exp / "lab.json"
+    try:
+        state = json.loads(path.read_text()) if "started" not in update else {}
+    except (OSError, ValueError):
+        state = {}
+    state.update(update)
+    tmp = path.with_name("lab.json.tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, path)
+
+
+__all__ = ["PEER_FAILED_EXIT", "announce", "STALL_EXIT", "StallWatch", "Watchdog", "verdict", "write_report", "format_report", "ranks_text", "stall_dir"]

@@ -1,0 +1,80 @@
+"""A rank's error, recorded where every other rank and the launcher can read it.
+
+``EXP/errors/rank{R}.json`` holds when a rank failed, what it raised and the traceback. The other
+ranks' stall watchdogs read it (a rank that raised leaves the others waiting in their next
+collective until its timeout: the watchdog ends them within seconds instead, naming the rank that
+failed first), and so do the launcher and ``asrlab doctor``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+from ..errors import UsageError
+from .heartbeat import PHASES
+
+
+def errors_dir(exp: str | Path) -> Path:
+    return Path(exp) / "errors"
+
+
+def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = None, run: str | None = None,
+                      phase: str | None = None, step: int | None = None) -> Path:
+    """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, where, the traceback)."""
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    path = errors_dir(exp) / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({
+        "rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
+        "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
+        "traceback": "".join(traceback.format_exception(error))}))
+    os.replace(tmp, path)  # whole or absent: another rank polls this folder
+    return path
+
+
+def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> list[dict]:
+    """Every rank error recorded since ``since`` (wall clock; of run ``run`` when given), earliest first."""
+    errors = []
+    for path in errors_dir(exp).glob("rank*.json"):
+        try:
+            e = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if e.get("time", 0) >= since and (run is None or e.get("run") in (None, run)):
+            errors.append(e)
+    return sorted(errors, key=lambda e: e["time"])
+
+
+def first_rank_error(exp: str | Path, since: float = 0.0, run: str | None = None) -> tuple[dict | None, list[int]]:
+    """The earliest rank error recorded since ``since`` (wall clock), and every rank that recorded one."""
+    errors = rank_errors(exp, since, run)
+    return (errors[0] if errors else None), sorted(e["rank"] for e in errors)
+
+
+def error_line(e: dict) -> str:
+    """``rank 1 failed at step 7 (in the forward pass): ValueError: bad frame``."""
+    where = (f" at step {e['step']} ({PHASES.get(e['phase'], e['phase'])})"
+             if e.get("phase") and e.get("step") is not None else "")
+    lines = [line for line in e["message"].splitlines() if line.strip()]
+    said = f"{e['type']}: {lines[0] if lines else ''}"
+    if len(lines) > 1 and lines[0].startswith("Caught "):  # a DataLoader worker's error: its own last line
+        said = f"{lines[-1].strip()} ({lines[0].rstrip('.')})"
+    return f"rank {e['rank']} failed{where}: {said}"
+
+
+def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
+    """The first rank's error, said once: one line for a usage error, the traceback for anything else."""
+    others = [r for r in ranks if r != first["rank"]]
+    tail = (f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in "
+            f"{errors_dir(exp)}/)" if others else "")
+    if first["usage"]:
+        return f"asrlab: error: rank {first['rank']}: {first['message']}{tail}"
+    return f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
+
+
+__all__ = ["error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error"]

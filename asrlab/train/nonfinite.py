@@ -1,0 +1,219 @@
+"""Non-finite steps in any training loop: find where, keep the step, apply a policy.
+
+:class:`NumericsGuard` wraps what a loop already does around its optimizer::
+
+    guard = NumericsGuard(model, "exp", every=100, policy="skip")
+    for step, batch in enumerate(loader, 1):
+        with guard.step(step, batch):                  # sampled steps record every module
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model, batch)
+            scaler.scale(loss).backward()
+        check = guard.optimizer_step(opt, loss, scaler, replay=lambda: loss_fn(model, batch))
+
+``optimizer_step`` unscales, clips (``clip``; 0: measure only), decides with every rank (one tiny
+all-reduce on the gloo control group) whether the step is finite, and steps the optimizer through
+the user's own ``GradScaler`` (or directly). An overflow the scaler handles (fp16 gradients inf at
+this loss scale, the loss finite) is routine: the scaler skips and lowers its scale. A non-finite
+loss, or non-finite gradients without a scaler, is not: the step is skipped on every rank, replayed
+once with every module hooked (the RNG state the step started from, so dropout draws the same masks)
+to name the first non-finite module and direction, and saved as a bundle under ``EXP/nonfinite/``
+(weights before the step, the batch, its keys, the RNG) that :func:`asrlab.diagnostics.replay_step`
+runs again in fp32, bf16 and fp16. Then the policy: ``skip`` goes on, ``halt`` raises
+:class:`NonFiniteHalt`, ``rollback`` returns ``check.action == "rollback"`` (the loop reloads its
+last state). Sampled steps append fp16 headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..diagnostics import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
+from . import dist
+from .stall import announce
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("skip", "rollback", "halt")
+
+
+class NonFiniteHalt(RuntimeError):
+    """Training stopped at a non-finite step; the message says where it was and what was saved."""
+
+
+@dataclass
+class StepCheck:
+    """What :meth:`NumericsGuard.optimizer_step` found. ``kind``: None (finite), ``"scaler"`` (fp16
+    gradients overflowed at this loss scale: routine), ``"loss"`` (a rank's loss was not finite) or
+    ``"grad"`` (gradients not finite without loss scaling). ``action``: step / skip / rollback."""
+    loss: float
+    grad_norm: float
+    loss_scale: float
+    kind: str | None
+    action: str
+    skipped: int
+
+    def metrics(self) -> dict:
+        return {"loss": self.loss if math.isfinite(self.loss) else None,
+                "grad_norm": self.grad_norm if math.isfinite(self.grad_norm) else None,
+                "loss_scale": self.loss_scale, "skipped": self.skipped, "nonfinite": self.kind}
+
+
+def rng_state(device: torch.device | None = None) -> dict:
+    """The CPU RNG state and the GPU's (dropout on the GPU draws from it)."""
+    cuda = device is not None and device.type == "cuda"
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if cuda else None}
+
+
+def set_rng_state(rng: dict, device: torch.device | None = None) -> None:
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:
+    """None when both are finite; ``"loss"`` when a rank's loss is not; else ``"scaler"`` with loss
+    scaling (the scaler skips and lowers its scale), ``"grad"`` without."""
+    if loss_ok and grad_ok:
+        return None
+    if not loss_ok:
+        return "loss"
+    return "scaler" if scaled else "grad"
+
+
+class NumericsGuard:
+    """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never);
+    ``max_rollbacks``: after this many, a rollback becomes a halt."""
+
+    def __init__(self, model: nn.Module, exp: str | Path, every: int = 0, policy: str = "skip",
+                 max_rollbacks: int = 3, group=None, meta: dict | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        self.model, self.exp, self.policy, self.max_rollbacks = model, Path(exp), policy, max_rollbacks
+        self.rank, self.world_size = dist.world()
+        self.group = group if group is not None or self.world_size == 1 else dist.cpu_group()
+        self.diag = Diagnostics(model, every=every)
+        self.traces = TraceWriter(self.exp, self.rank) if every else None
+        self.meta = meta or {}
+        self.skipped = self.rollbacks = 0
+        self.located: dict | None = None
+        self._step, self._batch, self._rng, self._sampled, self._dtype = 0, None, None, False, None
+        self._device = next(model.parameters()).device
+        model.register_forward_pre_hook(self._note_autocast)
+
+    @contextlib.contextmanager
+    def step(self, step: int, batch=None):
+        """Around a step's forward and backward: remembers the batch, the RNG state and the autocast the
+        forward ran under, for a replay that fails the same way; records module statistics on sampled steps."""
+        self._step, self._batch, self._rng, self._dtype = step, batch, rng_state(self._device), None
+        self._sampled = self.diag.due(step)
+        with (self.diag.recording() if self._sampled else contextlib.nullcontext()):
+            yield self
+
+    def _note_autocast(self, module, args) -> None:
+        """Forward pre-hook: the autocast dtype the loop's forward runs under (None: none)."""
+        kind = self._device.type
+        self._dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+
+    def _autocast(self):
+        if self._dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self._device.type, dtype=self._dtype)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                       scaler: torch.amp.GradScaler | None = None, clip: float = 0.0,
+                       replay: Callable[[], torch.Tensor] | None = None) -> StepCheck:
+        """Unscale, clip, agree on finiteness, step or skip (see the module docstring)."""
+        announce("optimizer", self._step)
+        scaled = scaler is not None and scaler.is_enabled()
+        if scaled:
+            scaler.unscale_(optimizer)
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf))
+        loss_value = float(loss.detach())
+        scale = float(scaler.get_scale()) if scaled else 1.0  # this step's scale: update() has not run
+        loss_ok = own_ok = math.isfinite(loss_value)
+        if self.group is not None:  # a rank's bad loss skips the step on every rank, or the replicas part
+            t = torch.tensor([int(loss_ok)], dtype=torch.int32)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=self.group)
+            loss_ok = bool(t.item())
+        kind = nonfinite_kind(loss_ok, math.isfinite(grad_norm), scaled)
+        action = "step"
+        if kind is None or kind == "scaler":
+            (scaler.step(optimizer) if scaled else optimizer.step())  # the scaler skips an overflowed step itself
+        if kind is not None:
+            self.skipped += 1
+            action = "skip"
+            log.warning("step %d: loss %s, grad norm %s: not finite (%s), step skipped (%d so far)",
+                        self._step, loss_value, grad_norm, kind, self.skipped)
+            if kind != "scaler":
+                if self.located is None and (not own_ok or kind == "grad"):  # the rank(s) whose batch it was
+                    self.located = self._locate(replay, kind, loss_value, grad_norm, scale)
+                action = self._apply_policy()
+        if scaled:
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if self._sampled and self.traces is not None:
+            self.traces.write(self._step, scale, self.diag.summary())
+        return StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped)
+
+    def _apply_policy(self) -> str:
+        where = self.located.get("where") if self.located else "?"
+        if self.policy == "skip":
+            return "skip"
+        if self.policy == "rollback" and self.rollbacks < self.max_rollbacks:
+            self.rollbacks += 1
+            self.located = None  # a new failure after the rollback is located again
+            return "rollback"
+        raise NonFiniteHalt(f"step {self._step}: not finite; first non-finite value in {where}; "
+                            f"saved in {self.located.get('saved') if self.located else '-'}")
+
+    def _locate(self, replay, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
+        """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
+        first = summary = None
+        if replay is not None:
+            saved = rng_state(self._device)
+            set_rng_state(self._rng, self._device)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+
+            def run():
+                with self._autocast():
+                    loss = replay()
+                torch.autograd.grad(loss * scale, params, allow_unused=True)
+
+            first, summary = locate(self.model, run, self.diag)
+            set_rng_state(saved, self._device)
+        keys = _keys(self._batch)
+        meta = {"step": self._step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
+                "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
+                "module": first["module"] if first else None, "direction": first["direction"] if first else None,
+                "keys": keys, "tightest": tightest(summary, 5) if summary else [], **self.meta}
+        inputs = ({k: v for k, v in self._batch.items() if torch.is_tensor(v) or k == "keys"}
+                  if isinstance(self._batch, dict) else {})
+        path = save_bundle(self.exp / "nonfinite" / f"step{self._step:08d}-rank{self.rank}", self.model,
+                           inputs, meta, rng=self._rng)
+        meta["saved"] = str(path)
+        log.warning("step %d, rank %d: first non-finite value in %s; batch %s; saved in %s", self._step, self.rank,
+                    meta["where"], ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
+        return meta
+
+    def close(self) -> None:
+        if self.traces is not None:
+            self.traces.close()
+
+
+def _keys(batch) -> list[str]:
+    """The batch's sample keys (utterance ids), where it carries them as ``batch["keys"]``."""
+    if isinstance(batch, dict) and "keys" in batch:
+        return [str(k) for k in batch["keys"]]
+    return []
+
+
+__all__ = ["NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]

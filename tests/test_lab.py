@@ -1,0 +1,279 @@
+"""asrlab.lab in a loop of the user's own: examples/lab_loop.py (bare_loop.py plus ten lines) under torchrun
+with two gloo ranks, with each failure injected; and each part alone."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrlab import lab
+from asrlab.train.checkpoint import list_checkpoints
+from asrlab.train.launch import kill_tree
+from asrlab.train.stall import PEER_FAILED_EXIT
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def torchrun(exp: Path, fault: str = "", *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "lab_loop.py",
+           str(exp), *args]
+    env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def report(exp: Path) -> dict:
+    return json.loads((exp / "stall_report.json").read_text())
+
+
+def test_the_lab_loop_is_the_bare_loop_plus_at_most_ten_lines():
+    import difflib
+
+    bare = (EXAMPLES / "bare_loop.py").read_text().splitlines()[1:]  # below the docstrings
+    labbed = (EXAMPLES / "lab_loop.py").read_text().splitlines()[1:]
+    differ = [line for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, bare, labbed).get_opcodes()
+              if tag != "equal" for line in labbed[j1:j2]]
+    assert all("# +lab" in line or "# ~lab" in line for line in differ), differ  # every change is marked
+    assert 1 <= sum("# +lab" in line for line in differ) <= 10
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    exp = tmp_path_factory.mktemp("lab") / "finished"
+    r = torchrun(exp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return exp
+
+
+def test_a_finished_run_trains_every_key_once_per_epoch(finished):
+    lab_json = json.loads((finished / "lab.json").read_text())
+    assert lab_json["status"] == "finished" and lab_json["world_size"] == 2
+    for epoch in (0, 1):
+        cov = lab.coverage_report(finished, epoch)
+        assert cov["exactly_once"] and cov["keys"] == 512, cov
+    assert not (finished / "stall_report.json").exists() and not (finished / "errors").exists()
+
+
+def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
+    exp = tmp_path / "hang"
+    t0 = time.monotonic()
+    r = torchrun(exp, "hang_data:1:6")
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    rep = report(exp)
+    assert rep["verdict"].startswith("rank 1 has waited") and "for data at step 6" in rep["verdict"], rep["verdict"]
+    assert "rank 0 is blocked in the data check of step 6" in rep["verdict"]
+    rank1 = rep["ranks"][1]
+    assert "_faulty" in rank1["workers"] and "time.sleep" not in rank1.get("stacks", {})  # the worker's stack
+    assert elapsed < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
+    assert json.loads((exp / "lab.json").read_text())["status"] == "stalled"
+
+
+def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
+    exp = tmp_path / "raise"
+    r = torchrun(exp, "raise:1:6")
+    assert r.returncode != 0
+    rep = report(exp)
+    assert rep["verdict"].startswith("rank 1 failed at step 6 (waiting for data): OSError: utterance utt"), rep["verdict"]
+    assert "rank 0 is blocked in the data check of step 6" in rep["verdict"]
+    assert rep["failure"]["rank"] == 1 and "could not read its audio" in rep["failure"]["traceback"]
+    assert rep["ranks"][0]["stacks"]  # where the survivor waited
+    assert json.loads((exp / "lab.json").read_text())["status"] == "failed"
+
+
+def test_without_torchrun_the_survivor_exits_within_seconds_not_at_the_collective_timeout(tmp_path):
+    """Ranks started by hand (as srun or a script would): nothing kills rank 0 when rank 1 dies;
+    its watch does, on seeing rank 1's error, long before gloo's 30-minute timeout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exp = tmp_path / "srun"
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "TOY_FAULT": "raise:1:6", "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, "lab_loop.py", str(exp)], cwd=EXAMPLES, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p.pid)
+    assert codes[1] == 1
+    # rank 0's watch stops it (gloo may notice the closed connection first: then it fails on its own)
+    assert codes[0] in (PEER_FAILED_EXIT, 1), procs[0].stderr.read()[-2000:]
+    assert report(exp)["failure"]["rank"] == 1
+
+
+def test_uneven_data_ends_every_rank_at_the_same_step(tmp_path):
+    exp = tmp_path / "uneven"
+    r = torchrun(exp, "uneven:1:0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = [len(lab.read_ledger(exp, rank)) for rank in (0, 1)]
+    assert steps[0] == steps[1] == 2 * (512 // 2 * 4 // 5 // 8)  # rank 1's batches per epoch, two epochs
+
+
+def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path):
+    exp = tmp_path / "overflow"
+    r = torchrun(exp, "overflow:0:6", "1", "fp16")
+    assert r.returncode == 0, r.stderr[-3000:]
+    bundles = sorted((exp / "nonfinite").iterdir())
+    assert [b.name for b in bundles] == ["step00000006-rank0"]  # only the rank whose batch overflowed
+    meta = json.loads((bundles[0] / "report.json").read_text())
+    assert (meta["module"], meta["direction"], meta["kind"]) == ("proj", "forward", "loss")
+    assert len(meta["keys"]) == 8 and all(k.startswith("utt") for k in meta["keys"])
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import toy
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    rows = {row["precision"]: row for row in lab.replay_step(bundles[0], toy.Model(), toy.loss_fn)}
+    assert rows["fp32"]["finite"] and not rows["fp16"]["finite"]
+    assert rows["fp16"]["first_nonfinite"].startswith("proj")
+
+
+def _kill_at(exp: Path, step: int) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOY_FAULT": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             "lab_loop.py", str(exp)], cwd=EXAMPLES, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ledger = exp / "ledger" / "rank0.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ledger.exists() and len(ledger.read_text().splitlines()) >= step:
+                break
+            time.sleep(0.005)
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()
+    return len(ledger.read_text().splitlines())
+
+
+def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(finished, tmp_path):
+    exp = tmp_path / "killed"
+    killed = _kill_at(exp, 25)
+    assert 25 <= killed < 64
+    r = torchrun(exp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = [json.loads(line) for line in (exp / "ledger" / "rank0.jsonl").read_text().splitlines()
+               if "resumed_from" in line]
+    assert len(resumed) == 1 and resumed[0]["resumed_from"] <= killed
+    for epoch in (0, 1):
+        assert lab.coverage_report(exp, epoch)["exactly_once"]
+    last = list_checkpoints(finished / "checkpoints")[-1]["file"]
+    a = torch.load(finished / "checkpoints" / last, weights_only=True)["model"]
+    b = torch.load(exp / "checkpoints" / last, weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- each part alone -------------------------------------------------------------------------------
+
+def _uneven_rank(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    result = {}
+    for every in (1, 3):
+        guard = lab.UnevenGuard(range(10 if rank == 0 else 7), every=every)
+        result[every] = [list(guard), guard.stopped_early]
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_uneven_rank, args=(port, str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for every in ("1", "3"):
+        assert r0[every][0] == r1[every][0] == list(range(7))
+        assert r0[every][1] is True and r1[every][1] is False
+
+
+class Scale(torch.nn.Module):
+    """Multiplies by ``factor``: inf makes this module the first non-finite one."""
+    factor = 1.0
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def test_numerics_guard_skips_halts_or_asks_for_a_rollback(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Scale(), torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = {"x": torch.randn(3, 4), "keys": ["a", "b", "c"]}
+
+    def loss_of(bad: bool):
+        model[1].factor = math.inf if bad else 1.0
+        return model(batch["x"]).pow(2).mean()
+
+    for policy, expect in (("skip", "skip"), ("rollback", "rollback")):
+        guard = lab.NumericsGuard(model, tmp_path / policy, policy=policy)
+        before = [p.detach().clone() for p in model.parameters()]
+        with guard.step(1, batch):
+            loss = loss_of(True)
+            loss.backward()
+        check = guard.optimizer_step(opt, loss, replay=lambda: loss_of(True))
+        assert (check.kind, check.action, check.skipped) == ("loss", expect, 1)
+        assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # not stepped
+        meta = json.loads(next((tmp_path / policy / "nonfinite").glob("*/report.json")).read_text())
+        assert meta["module"] == "1" and meta["direction"] == "forward" and meta["keys"] == ["a", "b", "c"]
+        with guard.step(2, batch):
+            loss = loss_of(False)
+            loss.backward()
+        assert guard.optimizer_step(opt, loss).action == "step"
+    guard = lab.NumericsGuard(model, tmp_path / "halt", policy="halt")
+    with guard.step(1, batch):
+        loss = loss_of(True)
+        loss.backward()
+    with pytest.raises(lab.NonFiniteHalt, match="first non-finite value in 1"):
+        guard.optimizer_step(opt, loss, replay=lambda: loss_of(True))
+
+
+def test_run_state_resumes_bitwise_with_rng_and_refuses_an_unknown_version(tmp_path):
+    def run(steps: int, exp: Path, resume: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        state = lab.RunState(exp, model, opt)
+        start = (state.load() or {"step": 0})["step"] if resume else 0
+        for step in range(start + 1, steps + 1):
+            loss = model(torch.randn(5, 4)).pow(2).mean()  # draws from the RNG that the state keeps
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            state.record(step, 0, [f"k{step}"])
+            if step % 3 == 0:
+                state.save(step)
+        state.close()
+        return [p.detach().clone() for p in model.parameters()]
+
+    ref = run(9, tmp_path / "ref", False)
+    run(7, tmp_path / "cut", False)          # saved at 3 and 6, stopped at 7
+    got = run(9, tmp_path / "cut", True)     # resumes at 6
+    assert all(torch.equal(a, b) for a, b in zip(ref, got))
+    assert lab.coverage_report(tmp_path / "cut", 0)["exactly_once"]
+    newest = tmp_path / "cut" / "checkpoints" / "step_00000009.pt"
+    state = torch.load(newest, weights_only=True)
+    state["version"] = 99
+    torch.save(state, newest)
+    from asrlab.train.checkpoint import sha256
+    marker = newest.with_suffix(".done")
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "sha256": sha256(newest)}))
+    model = torch.nn.Linear(4, 8)
+    with pytest.raises(ValueError, match="version 99"):
+        lab.RunState(tmp_path / "cut", torch.nn.Sequential(model, torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))).load()
