@@ -171,7 +171,9 @@ def cmd_train(a: argparse.Namespace) -> int:
     except Exception as e:
         if not launch.under_torchrun():
             raise
-        launch.record_rank_error(a.exp, e)
+        from .train.failures import record_rank_error
+
+        record_rank_error(a.exp, e)
         if not os.environ.get(launch.QUIET_ENV):  # a torchrun of the user's own: each rank says it
             raise
         return 2 if isinstance(e, (UsageError, FileNotFoundError)) else 1  # the launcher says it once
@@ -252,6 +254,14 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
         state, marker = found
         print(f"{checkpoint.state_digest(state)}  {marker['file']} (model and optimizer tensors)")
     return 0
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from .doctor import diagnose, format_diagnosis
+
+    d = diagnose(a.exp)
+    print(json.dumps(d, indent=1) if a.json else format_diagnosis(d).rstrip("\n"))
+    return 0 if d["ok"] else 1
 
 
 def cmd_notebooks(a: argparse.Namespace) -> int:
@@ -390,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stop", help="ask a running training to stop cleanly after its current step (checkpoint, exit 0)")
     st.add_argument("exp")
     st.set_defaults(func=cmd_stop)
+
+    dr = sub.add_parser("doctor", help="what happened to a run: the verdict (finished, running, stopped, stalled, "
+                                       "crashed, non-finite halt), per-rank timing, non-finite steps, resumes, "
+                                       "ledger coverage, checkpoint integrity; exit 1 when it failed")
+    dr.add_argument("exp")
+    dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")
+    dr.set_defaults(func=cmd_doctor)
 
     n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
     n.add_argument("--only", help="run only the notebooks whose name contains this")

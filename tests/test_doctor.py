@@ -1,0 +1,276 @@
+"""``asrlab doctor``: the verdict and every section, read from the files of real runs of asrlab's trainer
+(finished, stopped, stalled on 2 ranks, a rank crashed, a non-finite halt, killed and resumed), and
+from copies of a finished run broken on purpose (the ledger, a checkpoint's bytes)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from asrlab.cli import main
+from asrlab.data.sources import load_sources
+from asrlab.doctor import diagnose, format_diagnosis
+from asrlab.errors import UsageError
+from asrlab.jsonl import read_jsonl
+from asrlab.nb import train_until_killed
+from asrlab.train.heartbeat import write_heartbeat
+
+from test_stalls import SMALL, train2
+
+FAST = SMALL  # test_stalls' small model: a step takes milliseconds; the stall watchdog on (its default)
+
+
+def doctor(exp, capsys, *flags) -> tuple[int, str]:
+    """``asrlab doctor EXP`` through the CLI: (exit code, what it printed)."""
+    capsys.readouterr()
+    code = main(["doctor", str(exp), *flags])
+    return code, capsys.readouterr().out
+
+
+def train(corpus, exp, *args) -> int:
+    """``asrlab train`` in this process (one rank): the quickest real run."""
+    return main(["train", "--data", str(corpus / "data.list"), "--exp", str(exp), *FAST, *args])
+
+
+@pytest.fixture(scope="module")
+def finished(corpus, tmp_path_factory):
+    """Two complete epochs with a ledger and a checkpoint every 4 steps (the last 3 kept)."""
+    exp = tmp_path_factory.mktemp("finished") / "exp"
+    assert train(corpus, exp, "--ledger", "--save-every-steps", "4", "--resume", "none", "train.max_epochs=2") == 0
+    return exp
+
+
+def copy_of(exp, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(exp, dst)
+    return dst
+
+
+def test_a_finished_run(finished, capsys):
+    code, out = doctor(finished, capsys)
+    d = diagnose(finished)
+    last = d["last_step"]
+    assert code == 0 and d["verdict"] == "finished" and d["ok"]
+    assert out.startswith(f"FINISHED: finished at step {last} (max_epochs=2 reached)")
+    assert [(e["epoch"], e["complete"], e["keys"], e["exactly_once"]) for e in d["coverage"]["epochs"]] == [
+        (0, True, 120, True), (1, True, 120, True)]
+    assert "epoch 0: complete, 120 keys, each exactly once" in out
+    assert [c["state"] for c in d["checkpoints"]["files"]] == ["ok"] * 3
+    assert d["checkpoints"]["newest_loadable"] == f"step_{last:08d}.pt"
+    assert [r["state"] for r in d["ranks"]] == ["done"] and d["steps"]["ranks"][0]["steps"] == last - 1
+    assert d["loss_scale"]["first"] == d["loss_scale"]["last"] == 1.0 and d["loss_scale"]["skipped"] == 0
+    assert d["resumes"]["resumed_from"] == [] and "resumes: none" in out
+    text = out
+    code, out = doctor(finished, capsys, "--json")
+    parsed = json.loads(out)
+    assert code == 0 and parsed["verdict"] == "finished" and parsed["coverage"]["epochs"][1]["once"] == 120
+    assert format_diagnosis(parsed) == text  # the JSON holds everything the text says
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["doctor", str(tmp_path / "nothing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["doctor", str(tmp_path)]) == 2
+    assert "no run there" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="no run there"):
+        diagnose(tmp_path)
+
+
+def _keys_of_epoch(exp, epoch):
+    return [k for r in read_jsonl(exp / "ledger" / "rank0.jsonl") if r.get("epoch") == epoch for k in r["keys"]]
+
+
+def test_broken_coverage_names_the_keys(finished, tmp_path, capsys):
+    """Epoch 1 of the ledger edited: one utterance trained twice in place of another."""
+    exp = copy_of(finished, tmp_path)
+    path = exp / "ledger" / "rank0.jsonl"
+    lines = read_jsonl(path)
+    keys = _keys_of_epoch(exp, 1)
+    twice, never = keys[0], keys[-1]
+    for r in lines:
+        if r.get("epoch") == 1 and never in r["keys"]:
+            r["keys"] = [twice if k == never else k for k in r["keys"]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    e0, e1 = d["coverage"]["epochs"]
+    assert code == 1 and d["verdict"] == "finished" and not d["ok"] and d["coverage"]["broken"]
+    assert e0["exactly_once"] and not e1["exactly_once"]
+    assert e1["repeated_keys"] == {twice: 2} and e1["skipped_keys"] == [never]
+    assert f"epoch 1: complete, 119 keys, 1 repeated ({twice} x2), 1 skipped ({never})" in out and "BROKEN" in out
+
+
+def test_expected_keys_from_lab_json(finished, tmp_path, capsys):
+    """A loop that names the keys each epoch should cover: one that no epoch trained is found."""
+    exp = copy_of(finished, tmp_path)
+    keys = sorted(set(_keys_of_epoch(exp, 0))) + ["utt99999"]
+    (exp / "keys.txt").write_text("".join(f"{k}\n" for k in keys))
+    (exp / "lab.json").write_text(json.dumps({"world_size": 1, "epoch_keys": "keys.txt", "status": None}))
+    code, out = doctor(exp, capsys)
+    cov = diagnose(exp)["coverage"]
+    assert code == 1 and cov["expected"] == 121 and [e["skipped_keys"] for e in cov["epochs"]] == [["utt99999"]] * 2
+    assert "the 121 keys of" in out and "1 skipped (utt99999)" in out
+
+
+def test_a_corrupt_newest_checkpoint(finished, tmp_path, capsys):
+    exp = copy_of(finished, tmp_path)
+    ckpts = sorted((exp / "checkpoints").glob("step_*.pt"))
+    newest, middle, oldest = ckpts[-1], ckpts[-2], ckpts[0]
+    with open(newest, "r+b") as f:       # flip bytes in the middle of the newest
+        f.seek(newest.stat().st_size // 2)
+        b = f.read(16)
+        f.seek(-16, 1)
+        f.write(bytes(x ^ 0xFF for x in b))
+    middle.with_suffix(".done").unlink()  # and one whose write never finished
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    states = {c["file"]: c["state"] for c in d["checkpoints"]["files"]}
+    assert states[newest.name].startswith("SHA-256 mismatch") and states[middle.name].startswith("no marker")
+    assert states[oldest.name] == "ok" and d["checkpoints"]["newest_loadable"] == oldest.name
+    assert f"newest loadable: {oldest.name}" in out and f"{newest.name}: epoch 1 (done), SHA-256 mismatch" in out
+    assert code == 0 and d["verdict"] == "finished"  # the run did finish; its integrity section says what is lost
+
+
+def test_a_stopped_run(corpus, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "STOP").write_text("test\n")  # asked before the first step: it stops after it
+    assert train(corpus, exp, "train.max_epochs=5") == 0
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 0 and d["verdict"] == "stopped" and d["last_step"] == 1
+    assert out.startswith("STOPPED: stopped on request at step 1, before its limits (max_epochs=5)")
+    assert "from step_00000001.pt" in out
+
+
+def test_a_non_finite_halt(corpus, tmp_path, capsys):
+    """A real divergence (an absurd LR) under train.nonfinite=halt: module, utterances, bundle."""
+    exp = tmp_path / "exp"
+    assert train(corpus, exp, "--max-steps", "20", "--nonfinite", "halt", "optim.lr=1e30",
+                 "optim.warmup_steps=0") == 4
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    bundle = next((exp / "nonfinite").glob("step*-rank0"))
+    report = json.loads((bundle / "report.json").read_text())
+    assert code == 1 and d["verdict"] == "nonfinite_halt" and not d["ok"]
+    assert d["summary"] == json.loads((exp / "nonfinite" / "halt.json").read_text())["message"]
+    [event] = d["nonfinite"]["events"]
+    assert (event["step"], event["module"], event["direction"]) == (report["step"], report["module"], "forward")
+    assert event["keys"] == report["keys"] and event["bundle"] == str(bundle) and d["last_step"] == report["step"]
+    assert out.startswith(f"NONFINITE_HALT: halted at step {report['step']}")
+    assert f"first in {report['where']}; utterances {report['keys'][0]}" in out and f"bundle: {bundle}" in out
+    assert f"asrlab.diagnostics.replay('{bundle}')" in out
+    assert d["loss_scale"]["skipped_by_kind"] == {"loss": 1}
+
+
+def test_loss_scale_history_of_an_fp16_run(corpus, tmp_path, capsys):
+    """fp16 on the CPU overflows at the scaler's first scales: each step skipped halves the scale."""
+    exp = tmp_path / "exp"
+    assert train(corpus, exp, "--max-steps", "4", "--precision", "fp16") == 0
+    code, out = doctor(exp, capsys)
+    ls = diagnose(exp)["loss_scale"]
+    n = ls["skipped_by_kind"].get("scaler", 0)
+    assert code == 0 and ls["first"] == 65536.0 and n >= 1 and ls["skipped"] == n
+    changes = n - (read_jsonl(exp / "metrics" / "rank0.jsonl")[-1]["nonfinite"] == "scaler")  # (seen next step)
+    assert ls["changes"] == changes and ls["min"] == ls["last"] == 65536.0 / 2 ** changes
+    assert f"loss scale: first 65536, min {ls['min']:g}, last {ls['last']:g}, {changes} changes" in out
+    assert f"skipped steps: {n} (in the steps that count: scaler {n})" in out
+
+
+def _beat(exp, rank, phase, step, age, pid, run="r1", in_phase=2.0):
+    now = time.time()
+    write_heartbeat(exp, {"rank": rank, "phase": phase, "step": step, "since": now - age - in_phase, "beats": 9,
+                          "detail": "", "completed": step - 1, "pid": pid, "host": socket.gethostname(),
+                          "time": now - age}, run)
+
+
+def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
+    """What each rank does now; a heartbeat older than 3 s is a frozen process (alive) or a gone one."""
+    exp = tmp_path / "exp"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _beat(exp, 0, "forward", 5, 0.2, os.getpid())
+    _beat(exp, 1, "allreduce", 5, 0.4, os.getpid())
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 0 and d["verdict"] == "running" and [r["state"] for r in d["ranks"]] == ["alive", "alive"]
+    assert (f"rank 1 ({socket.gethostname()}, pid {os.getpid()}): blocked in the gradient all-reduce of step 5 "
+            "for 2") in out
+    d = diagnose(exp, now=time.time() + 10)  # looked at 10 s later: the processes are there, their beats old
+    assert d["verdict"] == "stalled" and [r["state"] for r in d["ranks"]] == ["frozen", "frozen"]
+    assert d["summary"].startswith(f"ranks 0, 1 frozen: process alive (pid {os.getpid()}) but no heartbeat for 10 s")
+    _beat(exp, 1, "allreduce", 5, 1.0, dead.pid)
+    code, out = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 1 and d["verdict"] == "crashed" and d["ranks"][1]["state"] == "gone"
+    assert d["summary"].startswith(f"rank 1 ended without recording an error (rank 1, pid {dead.pid}, "
+                                   "last seen blocked in the gradient all-reduce of step 5)")
+    _beat(exp, 1, "done", 5, 100.0, dead.pid, run="older")  # a file of an earlier launch is not this run's
+    assert [r["rank"] for r in diagnose(exp)["ranks"]] == [0]
+
+
+def test_a_stalled_2_rank_run(corpus, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    out = train2(corpus / "data.list", exp, "--stall-timeout", "5", "data.inject_delay_s=120",
+                 "data.inject_delay_ranks=[1]", "data.inject_delay_from_batch=2")
+    assert out.returncode != 0, out.stderr[-3000:]
+    code, text = doctor(exp, capsys)
+    d = diagnose(exp)
+    report = json.loads((exp / "stall_report.json").read_text())
+    assert code == 1 and d["verdict"] == "stalled" and d["summary"] == report["verdict"]
+    assert d["summary"].startswith("rank 1 has waited") and "for data at step 3" in d["summary"]
+    assert text.startswith("STALLED: rank 1 has waited") and f"stall report ({exp / 'stall_report.txt'})" in text
+    assert [(r["rank"], r["phase"], r["step"]) for r in d["stall"]["ranks"]] == [(0, "sync", 3), (1, "data", 3)]
+    assert "rank 1 (" in text and "waiting for data of step 3 for" in text
+    assert d["world_size"] == 2 and [r["rank"] for r in d["steps"]["ranks"]] == [0, 1]
+    assert d["steps"]["spread"] is not None and "spread: rank" in text
+
+
+def test_a_crashed_rank(corpus, tmp_path, capsys):
+    """One shard of four cut short, with data.bad_input=fail: the rank that reads it raises."""
+    shards = load_sources(corpus / "data.list")[:4]
+    cut = tmp_path / "cut.tar"
+    data = open(shards[3].path, "rb").read()
+    cut.write_bytes(data[:len(data) // 2])
+    lst = tmp_path / "data.list"
+    lst.write_text("".join(f"{s.path}\n" for s in shards[:3]) + f"{cut}\n")
+    exp = tmp_path / "exp"
+    out = train2(lst, exp, "data.bad_input=fail", "--stall-timeout", "20")
+    assert out.returncode != 0, out.stderr[-3000:]
+    [err] = [json.loads(p.read_text()) for p in (exp / "errors").glob("rank*.json") if "truncated" in p.read_text()]
+    code, text = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 1 and d["verdict"] == "crashed"
+    e = d["error"]
+    assert (e["rank"], e["type"], e["message"]) == (err["rank"], "DataError", err["message"])
+    assert "cut.tar" in e["message"] and "truncated_tar" in e["message"]
+    assert d["summary"].startswith(f"rank {err['rank']} failed") and e["traceback_tail"]
+    assert f"first error: rank {err['rank']} failed: DataError: " in text and "next: fix the cause, then run the same command again (no checkpoint loads" in text
+
+
+def test_killed_then_resumed(corpus, tmp_path, capsys):
+    """SIGKILL at step 7 (checkpoints every 3): a crash without an error; the resume is listed and the
+    epoch it finished is covered exactly once (the killed launch's step 7 was undone)."""
+    exp = tmp_path / "exp"
+    args = ["--data", str(corpus / "data.list"), "--ledger", "--save-every-steps", "3", "train.max_epochs=1", *FAST]
+    killed = train_until_killed([*args, "data.inject_delay_s=0.2"], exp, 7, timeout_s=120)  # slow enough for
+    # the watchdog to write a heartbeat (once a second)
+    code, text = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 1 and d["verdict"] == "crashed" and d["ranks"][0]["state"] == "gone"
+    assert d["summary"].startswith("rank 0 ended without recording an error") and "killed (SIGKILL" in text
+    saved = int(d["checkpoints"]["newest_loadable"][5:13])
+    assert 3 <= saved < killed and saved % 3 == 0  # steps after the checkpoint were trained, then lost
+    assert main(["train", "--exp", str(exp), *args]) == 0
+    code, text = doctor(exp, capsys)
+    d = diagnose(exp)
+    assert code == 0 and d["verdict"] == "finished"
+    assert d["resumes"]["resumed_from"] == [saved] and f"resumes: from step {saved}" in text
+    [e0] = d["coverage"]["epochs"]
+    assert e0["complete"] and e0["exactly_once"] and e0["keys"] == 120
+    assert d["history"] == []
