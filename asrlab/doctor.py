@@ -464,7 +464,8 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     closed = {c["epoch"] for c in (ckpts or checkpoint_integrity(exp))["files"] if c.get("epoch_done")}
     epochs = []
     for e in sorted(cov):
-        complete = e in closed or any(later > e for later in cov)
+        # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or holding every key
+        complete = e in closed or any(later > e for later in cov) or (bool(expected) and expected <= set(cov[e]))
         r = coverage_report(exp, e, expected, FIRST, cov)
         skipped = r["skipped_count"] if complete else 0  # an epoch still going has not reached them yet
         epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"],
@@ -584,11 +585,12 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  ({h})")
 
     st = d["steps"]
-    lines += ["", "step times (per rank, first step left out):"]
+    lines += ["", "step times (per rank):"]
     if not st["ranks"]:
         lines.append(f"  {st.get('missing') or 'no metrics'}")
     for r in st["ranks"]:
-        lines.append(f"  rank {r['rank']}: steps {r['steps']}, median {r['median_step_s']:.4f} s/step, "
+        how = "mean (heartbeat)" if r.get("source") else "median"
+        lines.append(f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
                      f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
     if st["spread"]:
         s = st["spread"]

@@ -195,15 +195,20 @@ def last_step(exp: str | Path) -> int:
 def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: float = 600) -> int:
     """Run ``asrlab train ARGS --exp EXP`` and SIGKILL it, and every process under it (torchrun, ranks,
     loader workers), as soon as rank 0 has logged ``step``: a crash at a step. Returns the last step logged."""
+    exp = Path(exp)
+    return _kill_at(_start(args, exp), exp, step, lambda: last_step(exp), timeout_s)
+
+
+def _kill_at(started, exp: Path, step: int, steps, timeout_s: float) -> int:
+    """SIGKILL the run ``started`` (process, log path, log file) and all under it once ``steps()`` >= ``step``."""
     from .train.launch import kill_tree
     from .widgets import progress
 
-    exp = Path(exp)
-    proc, log_path, log = _start(args, exp)
+    proc, log_path, log = started
     t0 = time.time()
     bar = progress(total=step, desc=f"{exp.name}: until step {step}", unit="step")
     try:
-        while (now := last_step(exp)) < step:
+        while (now := steps()) < step:
             if now != bar.n:
                 bar.update(now - bar.n)
             if proc.poll() is not None:
@@ -216,5 +221,75 @@ def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: f
         proc.wait()
         log.close()
         bar.close()
-    return last_step(exp)
+    return steps()
 
+
+def examples_dir() -> Path:
+    """``examples/`` of the project: the training loops of one's own that notebook 05 runs."""
+    return root() / "examples"
+
+
+def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str]):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", script,
+           str(exp), *map(str, args)]
+    log_path = exp.parent / f"{exp.name}.log"
+    exp.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "w")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=examples_dir(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                            preexec_fn=_own_session)
+    return proc, log_path, log
+
+
+def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args: list | None = None,
+             timeout_s: float = 600) -> dict:
+    """Run ``torchrun --nproc-per-node NPROC examples/SCRIPT EXP ARGS`` (``TOY_FAULT=fault``) to its end,
+    with a clock in the page: ``{"exit", "seconds", "log"}`` (the output is in ``EXP.log``)."""
+    from .widgets import progress
+
+    exp = Path(exp)
+    proc, log_path, log = _loop_start(script, exp, nproc, fault, args or [])
+    t0 = time.time()
+    bar = progress(desc=f"{exp.name}: running", unit="s")
+    try:
+        while proc.poll() is None:
+            if time.time() - t0 > timeout_s:
+                raise TimeoutError(f"{script} did not end in {timeout_s} s; see {log_path}")
+            time.sleep(0.5)
+            bar.update(round(time.time() - t0) - bar.n)
+    finally:
+        from .train.launch import kill_tree
+
+        kill_tree(proc.pid)
+        proc.wait()
+        log.close()
+        bar.close()
+    return {"exit": proc.returncode, "seconds": round(time.time() - t0, 1), "log": str(log_path)}
+
+
+def run_loop_until_killed(script: str, exp: str | Path, step: int, nproc: int = 2, args: list | None = None,
+                          timeout_s: float = 600) -> int:
+    """Run a loop as :func:`run_loop` and SIGKILL every process of it once rank 0's ledger has ``step``
+    steps: a crash at a step. Returns the steps rank 0's ledger holds then."""
+    exp = Path(exp)
+    ledger = exp / "ledger" / "rank0.jsonl"
+
+    def steps() -> int:
+        return sum(1 for line in ledger.read_text().splitlines() if line.startswith('{"step"')) if ledger.exists() else 0
+
+    return _kill_at(_loop_start(script, exp, nproc, "", args or []), exp, step, steps, timeout_s)
+
+
+def doctor(exp: str | Path) -> dict:
+    """Run ``asrlab doctor EXP --json``, print its diagnosis as the command prints it, return the dict
+    (with ``"exit"``: the command's exit code)."""
+    from .doctor import format_diagnosis
+
+    r = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(exp), "--json"], capture_output=True,
+                       text=True)
+    if r.returncode == 2 or not r.stdout.strip():
+        raise RuntimeError(f"asrlab doctor {exp} failed: {r.stderr.strip()}")
+    d = json.loads(r.stdout)
+    print(f"$ asrlab doctor {exp}    # exit {r.returncode}\n")
+    print(format_diagnosis(d).rstrip())
+    return {**d, "exit": r.returncode}

@@ -2,7 +2,8 @@
 label sequence), a small CTC model, and faults to inject through ``TOY_FAULT`` (``kind:rank:step``):
 
 * ``hang_data:1:6``   rank 1's data-loader worker blocks forever fetching its batch of step 6
-* ``raise:1:6``       rank 1 raises while fetching its batch of step 6 (a corrupt file, say)
+* ``raise:1:6``       rank 1 raises in its forward pass of step 6 (a bug in the model code, say) while
+                      rank 0 goes on into the gradient all-reduce
 * ``uneven:1:0``      rank 1 has a fifth fewer utterances than rank 0
 * ``overflow:0:6``    rank 0's batch of step 6 holds an utterance whose frames are 3e4 times larger
 """
@@ -45,8 +46,6 @@ class Utterances(torch.utils.data.Dataset):
         if kind == "hang_data":
             while True:
                 time.sleep(1)
-        if kind == "raise":
-            raise OSError(f"utterance utt{i:04d}: could not read its audio (a corrupt file)")
         x = self[i]
         if kind == "overflow":
             x["feats"] = x["feats"] * 3e4
@@ -91,11 +90,16 @@ def collate(items: list) -> dict:
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
+        self.calls = 0
         self.proj = nn.Linear(MEL, 128)
         self.hidden = nn.Sequential(nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 128), nn.ReLU())
         self.out = nn.Linear(128, VOCAB)
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        kind, rank, step = fault()
+        if kind == "raise" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
+            raise RuntimeError(f"shapes do not match in the joiner: {tuple(feats.shape)} vs (8, 50, 40)")
         return self.out(self.hidden(self.proj(feats))).log_softmax(-1)
 
 

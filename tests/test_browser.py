@@ -51,6 +51,7 @@ PARAMS = {
                            "storage": ["shards/none", "raw"], "steps": 2, "detail_steps": 3, "overrides": TINY_MODEL},
     "03_nan_analysis": {"utts": 150, "steps": 8, "lr": 0.3, "sample_every": 1, "overrides": TINY_MODEL},
     "04_resume": {"utts": 120, "epochs": 1, "save_every": 2, "positions": [0.5], "overrides": TINY_MODEL},
+    "05_your_loop": {},
 }
 
 ERRORS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent)
@@ -296,3 +297,12 @@ def test_resume_explorer(lab, page):
     changes(page, lambda: picture(explorer), lambda: slide(page, explorer), "moving the step slider")
     assert table() != before
     shoot(page, explorer, "04_resume_explorer")
+
+
+def test_doctor_explorer(lab, page):
+    explorer = explorer_after_run_all(page, lab, "05_your_loop", ".asrlab-doctor", 400, "what asrlab doctor says")
+    text = lambda: explorer.locator("pre").inner_text()  # noqa: E731
+    assert text().startswith("FINISHED")
+    changes(page, text, lambda: explorer.locator("select").first.select_option(label="hang in data"), "picking a run")
+    assert text().startswith("STALLED: rank 1 has waited")
+    shoot(page, explorer, "05_your_loop_explorer")

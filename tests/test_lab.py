@@ -82,10 +82,12 @@ def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
     r = torchrun(exp, "raise:1:6")
     assert r.returncode != 0
     rep = report(exp)
-    assert rep["verdict"].startswith("rank 1 failed at step 6 (waiting for data): OSError: utterance utt"), rep["verdict"]
-    assert "rank 0 is blocked in the data check of step 6" in rep["verdict"]
-    assert rep["failure"]["rank"] == 1 and "could not read its audio" in rep["failure"]["traceback"]
-    assert rep["ranks"][0]["stacks"]  # where the survivor waited
+    assert rep["verdict"].startswith("rank 1 failed at step 6 (in the step's computation): RuntimeError: shapes do "
+                                     "not match"), rep["verdict"]
+    assert "rank 0 is in the step's computation of step 6" in rep["verdict"]
+    assert rep["failure"]["rank"] == 1 and "in forward" in rep["failure"]["traceback"]
+    main = next(f for name, f in rep["ranks"][0]["stacks"].items() if name.startswith("MainThread"))
+    assert "backward" in "".join(main)  # where the survivor waited: the gradient all-reduce of its backward
     assert json.loads((exp / "lab.json").read_text())["status"] == "failed"
 
 
@@ -277,3 +279,14 @@ def test_run_state_resumes_bitwise_with_rng_and_refuses_an_unknown_version(tmp_p
     model = torch.nn.Linear(4, 8)
     with pytest.raises(ValueError, match="version 99"):
         lab.RunState(tmp_path / "cut", torch.nn.Sequential(model, torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))).load()
+
+
+def test_the_readme_shows_the_lines_the_example_runs():
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = readme.split("## In your own training loop", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    example = (EXAMPLES / "lab_loop.py").read_text()
+    shown = [line.split("#")[0].strip() for line in block.splitlines() if "lab." in line or "state." in line
+             or "guard." in line]
+    assert len(shown) >= 8
+    for line in shown:  # each asrlab call the README shows is in the example a test runs (names aside)
+        assert line.replace("loss_fn", "toy.loss_fn") in example or line in example, line

@@ -16,6 +16,7 @@ only arrange and draw.
 """
 
 from .base import MODE_ENV, Explorer, interactive, progress
+from .doctor import DoctorExplorer
 from .monitor import TrainMonitor
 from .numerics import NanExplorer
 from .resume import ResumeExplorer
@@ -24,4 +25,4 @@ from .sweep import SweepExplorer
 from .utterances import UtteranceBrowser
 
 __all__ = ["MODE_ENV", "interactive", "progress", "Explorer", "TrainMonitor", "UtteranceBrowser", "StallExplorer",
-           "SweepExplorer", "NanExplorer", "ResumeExplorer"]
+           "SweepExplorer", "NanExplorer", "ResumeExplorer", "DoctorExplorer"]
