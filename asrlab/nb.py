@@ -225,8 +225,13 @@ def _kill_at(started, exp: Path, step: int, steps, timeout_s: float) -> int:
 
 
 def examples_dir() -> Path:
-    """``examples/`` of the project: the training loops of one's own that notebook 05 runs."""
-    return root() / "examples"
+    """``examples/`` of the project (the training loops of one's own that notebook 05 runs): next to the
+    notebooks, or next to the package (an editable install run from elsewhere)."""
+    for d in (root() / "examples", Path(__file__).resolve().parents[1] / "examples"):
+        if (d / "lab_loop.py").exists():
+            return d
+    raise FileNotFoundError("examples/lab_loop.py not found next to the notebooks or the asrlab package: "
+                            "run from a checkout of the project")
 
 
 def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str]):

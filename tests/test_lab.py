@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from asrlab import lab
+from asrlab.doctor import diagnose
 from asrlab.train.checkpoint import list_checkpoints
 from asrlab.train.launch import kill_tree
 from asrlab.train.stall import PEER_FAILED_EXIT
@@ -60,6 +61,9 @@ def test_a_finished_run_trains_every_key_once_per_epoch(finished):
         cov = lab.coverage_report(finished, epoch)
         assert cov["exactly_once"] and cov["keys"] == 512, cov
     assert not (finished / "stall_report.json").exists() and not (finished / "errors").exists()
+    d = diagnose(finished)  # asrlab doctor reads a loop's run as it reads asrlab train's
+    assert (d["verdict"], d["ok"]) == ("finished", True) and all(e["exactly_once"] for e in d["coverage"]["epochs"])
+    assert [r["steps"] for r in d["steps"]["ranks"]] == [64, 64]
 
 
 def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
@@ -75,6 +79,8 @@ def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
     assert "_faulty" in rank1["workers"] and "time.sleep" not in rank1.get("stacks", {})  # the worker's stack
     assert elapsed < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
     assert json.loads((exp / "lab.json").read_text())["status"] == "stalled"
+    d = diagnose(exp)
+    assert (d["verdict"], d["ok"]) == ("stalled", False) and d["summary"].startswith("rank 1 has waited")
 
 
 def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
@@ -89,6 +95,8 @@ def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
     main = next(f for name, f in rep["ranks"][0]["stacks"].items() if name.startswith("MainThread"))
     assert "backward" in "".join(main)  # where the survivor waited: the gradient all-reduce of its backward
     assert json.loads((exp / "lab.json").read_text())["status"] == "failed"
+    d = diagnose(exp)
+    assert (d["verdict"], d["error"]["rank"], d["error"]["type"]) == ("crashed", 1, "RuntimeError")
 
 
 def test_without_torchrun_the_survivor_exits_within_seconds_not_at_the_collective_timeout(tmp_path):
@@ -132,6 +140,8 @@ def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path)
     meta = json.loads((bundles[0] / "report.json").read_text())
     assert (meta["module"], meta["direction"], meta["kind"]) == ("proj", "forward", "loss")
     assert len(meta["keys"]) == 8 and all(k.startswith("utt") for k in meta["keys"])
+    event = diagnose(exp)["nonfinite"]["events"][0]
+    assert (event["step"], event["module"], event["direction"], event["keys"]) == (6, "proj", "forward", meta["keys"])
     sys.path.insert(0, str(EXAMPLES))
     try:
         import toy
@@ -171,6 +181,8 @@ def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(finish
     assert len(resumed) == 1 and resumed[0]["resumed_from"] <= killed
     for epoch in (0, 1):
         assert lab.coverage_report(exp, epoch)["exactly_once"]
+    d = diagnose(exp)
+    assert d["ok"] and d["resumes"]["resumed_from"] == [resumed[0]["resumed_from"]]
     last = list_checkpoints(finished / "checkpoints")[-1]["file"]
     a = torch.load(finished / "checkpoints" / last, weights_only=True)["model"]
     b = torch.load(exp / "checkpoints" / last, weights_only=True)["model"]
@@ -290,3 +302,25 @@ def test_the_readme_shows_the_lines_the_example_runs():
     assert len(shown) >= 8
     for line in shown:  # each asrlab call the README shows is in the example a test runs (names aside)
         assert line.replace("loss_fn", "toy.loss_fn") in example or line in example, line
+
+
+def test_no_false_stall_on_a_slow_first_step_or_a_marked_slow_phase_but_a_real_one_is_seen(tmp_path):
+    """Alone, with a 1 s timeout: a 2.5 s first step (first_step_s=6) and a 2.5 s phase marked allow_s=6
+    pass; 2.5 s in an unmarked phase is a stall. Waits on the watchdog's event, with generous bounds."""
+    watch = lab.StallWatch(tmp_path, timeout_s=1.0, first_step_s=6.0, exit_on_stall=False, poll_s=0.2).start()
+    try:
+        stalled = watch.watchdog.stalled
+        for _ in watch.data([1]):
+            watch.enter("forward")
+            assert not stalled.wait(2.5)  # the first step: its own allowance
+            break
+        watch.hb.completed += 1
+        watch.enter("eval", allow_s=6.0)
+        assert not stalled.wait(2.5)  # marked slow
+        watch.enter("forward", step=2)
+        assert stalled.wait(30)  # unmarked: a stall within timeout + polling (30: a busy machine)
+        watch.watchdog.join(timeout=30)  # the report is written
+        verdict = report(tmp_path)["verdict"]
+        assert verdict.startswith("rank 0 is in the forward pass of step 2"), verdict
+    finally:
+        watch.stop()
