@@ -186,7 +186,8 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
     load_sources(a.data)  # a missing or empty list is an error before anything starts
     if a.cv:
         load_sources(a.cv)
-    from .train.trainer import HALT_EXIT, NonFiniteHalt, run
+    from .train.nonfinite import HALT_EXIT, NonFiniteHalt
+    from .train.trainer import run
 
     try:
         result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)

@@ -15,7 +15,7 @@ from asrlab.diagnostics import (FP16_MAX, Diagnostics, headroom, locate, read_tr
                                 tensor_stats)
 from asrlab.model import ConformerCTC
 from asrlab.train.metrics import read_metrics
-from asrlab.train.trainer import HALT_EXIT, NonFiniteHalt
+from asrlab.train.nonfinite import HALT_EXIT, NonFiniteHalt
 
 from test_train import SMALL, make_trainer
 
@@ -203,3 +203,34 @@ def test_replay_draws_the_failing_steps_own_dropout_masks(corpus, tmp_path):
     assert report["kind"] == "grad" and math.isfinite(report["loss"])
     fp32 = replay(bundle, precisions=("fp32",))[0]
     assert fp32["loss"] == pytest.approx(report["loss"], rel=1e-6)
+
+
+def test_an_accumulated_step_is_replayed_micro_batch_by_micro_batch(corpus, tmp_path):
+    """Two micro-batches, the second goes non-finite: its bundle holds that micro-batch, and a replay of
+    it draws its own dropout masks (the loss it had in training)."""
+    from asrlab.train import step as step_module
+
+    tr = make_trainer(corpus, tmp_path / "exp", "optim.accum_steps=2", "model.dropout=0.3")
+    losses, real = [], step_module.mean_ctc_loss
+
+    def recorded(*args):
+        out = real(*args)
+        losses.append(float(out[0].detach()))
+        return out
+
+    step_module.mean_ctc_loss = recorded
+    calls = []
+    try:  # the second micro-batch's backward in training (call 2), and in its replay (call 4)
+        plant(dict(tr.model.named_modules())["blocks.0.ff1.net.0"], lambda: calls.append(1) or len(calls) in (2, 4),
+              "backward")
+        it = iter(tr.loader)
+        first, second = next(it), next(it)
+        assert tr.train_step([first, second]).nonfinite == "grad"
+    finally:
+        step_module.mean_ctc_loss = real
+        tr.close()
+    bundle = tmp_path / "exp" / "nonfinite" / "step00000001-rank0"
+    report = json.loads((bundle / "report.json").read_text())
+    assert report["keys"] == list(second["keys"]) and report["module"] == "blocks.0.ff1.net.0"
+    assert losses[2:] == losses[:2]  # the replay ran each micro-batch as training did
+    assert replay(bundle, precisions=("fp32",))[0]["loss"] == pytest.approx(losses[1], rel=1e-6)

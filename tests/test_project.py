@@ -75,3 +75,31 @@ def test_shipped_parameter_files_name_only_what_the_notebooks_take():
             block = {**{k: v for k, v in raw.items() if k not in _stems(raw)}, **raw[stem]}
             if "config" in block or "overrides" in block:  # raises on an unknown key or a bad value
                 load_config(block.get("config", "tiny"), block.get("overrides", []))
+
+
+def test_the_trainer_is_built_from_the_public_parts_not_beside_them():
+    """asrlab's trainer stays a loop over the parts a user's loop gets (asrlab.lab): one NonFiniteHalt (the
+    numerics guard's), RNG states captured and set only by the parts, and a trainer short enough to read."""
+    import ast
+
+    from asrlab import lab
+    from asrlab.train import nonfinite, state, trainer
+
+    train = ROOT / "asrlab" / "train"
+    assert len((train / "trainer.py").read_text().splitlines()) <= 400
+    halts = [p.relative_to(ROOT).as_posix() for p in (ROOT / "asrlab").rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.ClassDef) and node.name == "NonFiniteHalt"]
+    assert halts == ["asrlab/train/nonfinite.py"]
+    rng_calls = {"get_rng_state", "set_rng_state", "getstate", "setstate"}  # torch's (CPU, CUDA), Python's
+    for path in sorted(train.glob("*.py")):
+        if path.name in ("nonfinite.py", "state.py"):  # rng_state / all_rng_state and their setters
+            continue
+        called = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                  for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)}
+        assert not called & rng_calls, f"{path.name} captures or sets RNG states itself: {called & rng_calls}"
+    for part in ("NumericsGuard", "UnevenGuard"):
+        assert getattr(trainer, part) is getattr(lab, part)
+    from asrlab.train import trainer_state
+
+    assert trainer_state.all_rng_state is state.all_rng_state and trainer_state.NonFiniteHalt is nonfinite.NonFiniteHalt

@@ -17,7 +17,8 @@ from asrlab.train import checkpoint
 from asrlab.train.dist import DistInfo
 from asrlab.train.precision import choose_precision
 from asrlab.train.metrics import read_metrics
-from asrlab.train.trainer import RunClock, Trainer, lr_lambda
+from asrlab.train.schedule import RunClock, lr_lambda
+from asrlab.train.trainer import Trainer
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
          "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
@@ -478,20 +479,20 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
     """A rank of the test below: one step in which only rank 1's loss is infinite (its gradients are not)."""
     import torch.distributed as tdist
 
-    from asrlab.train import dist as adist, trainer as trainer_module
+    from asrlab.train import dist as adist, step as step_module
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     info = adist.setup("gloo")
     if rank == 1:
-        real = trainer_module.mean_ctc_loss
+        real = step_module.mean_ctc_loss
 
         def infinite(*args):
             loss, bad = real(*args)
             return loss + torch.tensor(math.inf), bad  # a constant: the gradients stay finite
 
-        trainer_module.mean_ctc_loss = infinite
+        step_module.mean_ctc_loss = infinite
     tr = Trainer(load_config("tiny", SMALL), data, None, f"{out}/exp", info)  # one experiment, as under torchrun
     r = tr.train_step([next(iter(tr.loader))])
     total = float(sum(p.detach().double().sum() for p in tr.model.parameters()))

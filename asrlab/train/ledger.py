@@ -39,6 +39,18 @@ def mark_resumed(exp: str | Path, rank: int, step: int) -> None:
         append_jsonl(_path(exp, rank), [{"resumed_from": step}])
 
 
+def note_resume(exp: str | Path, ledger: LedgerWriter | None, step: int, rank: int, world_size: int,
+                saved_world_size: int) -> None:
+    """The steps after ``step`` are undone: said in this rank's ledger and (rank 0) in the ledgers of the
+    ranks the saved layout had and this one has not (nothing without a ledger)."""
+    if ledger is None:
+        return
+    ledger.resumed(step)
+    if rank == 0:
+        for r in range(world_size, saved_world_size):
+            mark_resumed(exp, r, step)
+
+
 def read_ledger(exp: str | Path, rank: int = 0) -> list[dict]:
     """The steps of rank ``rank`` that count: lines undone by a later ``resumed_from`` are dropped
     (a torn last line, from a process killed mid-write, is ignored)."""

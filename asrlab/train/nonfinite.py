@@ -19,13 +19,20 @@ once with every module hooked (the RNG state the step started from, so dropout d
 to name the first non-finite module and direction, and saved as a bundle under ``EXP/nonfinite/``
 (weights before the step, the batch, its keys, the RNG) that :func:`asrlab.diagnostics.replay_step`
 runs again in fp32, bf16 and fp16. Then the policy: ``skip`` goes on, ``halt`` raises
-:class:`NonFiniteHalt`, ``rollback`` returns ``check.action == "rollback"`` (the loop reloads its
-last state). Sampled steps append fp16 headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
+:class:`NonFiniteHalt` (after ``EXP/nonfinite/halt.json``, which ``asrlab doctor`` reads), ``rollback``
+returns ``check.action == "rollback"`` (the loop reloads its last state). Sampled steps append fp16
+headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
+
+With gradient accumulation, ``replay`` may be a list: one callable per micro-batch, replayed in
+order until one shows the first non-finite value. A callable may return ``(loss, inputs)``: the
+tensors (and ``"keys"``) to keep in the bundle instead of the batch given to ``step()`` (the inputs
+the model saw, where the loop computes them from the batch).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -42,23 +49,31 @@ from .stall import announce
 log = logging.getLogger(__name__)
 
 POLICIES = ("skip", "rollback", "halt")
+HALT_EXIT = 4  # exit code of ``asrlab train`` halted by a non-finite step (policy halt, or rollbacks used up)
 
 
 class NonFiniteHalt(RuntimeError):
-    """Training stopped at a non-finite step; the message says where it was and what was saved."""
+    """Training stopped at a non-finite step; the message says where it was and what was saved.
+    ``check``: the step's :class:`StepCheck` (the step is complete: the loop may still log it)."""
+
+    def __init__(self, message: str, check: "StepCheck | None" = None):
+        super().__init__(message)
+        self.check = check
 
 
 @dataclass
 class StepCheck:
     """What :meth:`NumericsGuard.optimizer_step` found. ``kind``: None (finite), ``"scaler"`` (fp16
     gradients overflowed at this loss scale: routine), ``"loss"`` (a rank's loss was not finite) or
-    ``"grad"`` (gradients not finite without loss scaling). ``action``: step / skip / rollback."""
+    ``"grad"`` (gradients not finite without loss scaling). ``action``: step / skip / rollback / halt.
+    ``rollbacks``: those asked for before this step."""
     loss: float
     grad_norm: float
     loss_scale: float
     kind: str | None
     action: str
     skipped: int
+    rollbacks: int = 0
 
     def metrics(self) -> dict:
         return {"loss": self.loss if math.isfinite(self.loss) else None,
@@ -90,13 +105,16 @@ def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:
 
 class NumericsGuard:
     """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never);
-    ``max_rollbacks``: after this many, a rollback becomes a halt."""
+    ``max_rollbacks``: after this many, a rollback becomes a halt. ``agree``: decide finiteness with
+    every rank (False where ranks do not step together: DDP's Join shadows only its own all-reduces).
+    ``meta``: extra keys for each bundle's report; a callable value is read when a bundle is saved."""
 
     def __init__(self, model: nn.Module, exp: str | Path, every: int = 0, policy: str = "skip",
-                 max_rollbacks: int = 3, group=None, meta: dict | None = None):
+                 max_rollbacks: int = 3, group=None, meta: dict | None = None, agree: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.model, self.exp, self.policy, self.max_rollbacks = model, Path(exp), policy, max_rollbacks
+        self.agree = agree
         self.rank, self.world_size = dist.world()
         self.group = group if group is not None or self.world_size == 1 else dist.cpu_group()
         self.diag = Diagnostics(model, every=every)
@@ -129,7 +147,7 @@ class NumericsGuard:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                        scaler: torch.amp.GradScaler | None = None, clip: float = 0.0,
-                       replay: Callable[[], torch.Tensor] | None = None) -> StepCheck:
+                       replay: Callable | list[Callable] | None = None) -> StepCheck:
         """Unscale, clip, agree on finiteness, step or skip (see the module docstring)."""
         announce("optimizer", self._step)
         scaled = scaler is not None and scaler.is_enabled()
@@ -140,12 +158,12 @@ class NumericsGuard:
         loss_value = float(loss.detach())
         scale = float(scaler.get_scale()) if scaled else 1.0  # this step's scale: update() has not run
         loss_ok = own_ok = math.isfinite(loss_value)
-        if self.group is not None:  # a rank's bad loss skips the step on every rank, or the replicas part
+        if self.group is not None and self.agree:  # a rank's bad loss skips the step on every rank, or replicas part
             t = torch.tensor([int(loss_ok)], dtype=torch.int32)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=self.group)
             loss_ok = bool(t.item())
         kind = nonfinite_kind(loss_ok, math.isfinite(grad_norm), scaled)
-        action = "step"
+        action, rollbacks = "step", self.rollbacks
         if kind is None or kind == "scaler":
             (scaler.step(optimizer) if scaled else optimizer.step())  # the scaler skips an overflowed step itself
         if kind is not None:
@@ -156,49 +174,76 @@ class NumericsGuard:
             if kind != "scaler":
                 if self.located is None and (not own_ok or kind == "grad"):  # the rank(s) whose batch it was
                     self.located = self._locate(replay, kind, loss_value, grad_norm, scale)
-                action = self._apply_policy()
+                action = self._policy()
         if scaled:
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if self._sampled and self.traces is not None:
             self.traces.write(self._step, scale, self.diag.summary())
-        return StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped)
+        check = StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped, rollbacks)
+        if action == "halt":
+            raise self._halt(check)
+        return check
 
-    def _apply_policy(self) -> str:
-        where = self.located.get("where") if self.located else "?"
-        if self.policy == "skip":
-            return "skip"
+    def _policy(self) -> str:
         if self.policy == "rollback" and self.rollbacks < self.max_rollbacks:
             self.rollbacks += 1
             self.located = None  # a new failure after the rollback is located again
             return "rollback"
-        raise NonFiniteHalt(f"step {self._step}: not finite; first non-finite value in {where}; "
-                            f"saved in {self.located.get('saved') if self.located else '-'}")
+        return "skip" if self.policy == "skip" else "halt"
+
+    def _halt(self, check: StepCheck) -> NonFiniteHalt:
+        """The halt, said alike on every rank: where the rank that located the step found it (ranks that
+        agree on finiteness halt at the same step, so they can share it); rank 0 writes ``halt.json``."""
+        m = self.located or {}
+        if self.group is not None and self.agree:
+            found: list = [None] * self.world_size
+            torch.distributed.all_gather_object(found, m, group=self.group)
+            m = next((x for x in found if x.get("module")), next((x for x in found if x), {}))
+        why = f"{self.rollbacks} rollbacks used up" if self.policy == "rollback" else "policy halt"
+        msg = (f"halted at step {self._step} ({why}): loss {m.get('loss', check.loss)}, grad norm "
+               f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
+               f"{m.get('where', '?')}; weights and batch in {m.get('saved', '-')}")
+        if self.rank == 0:
+            path = self.exp / "nonfinite" / "halt.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"message": msg, "rollbacks": self.rollbacks, **m}, indent=2, default=str))
+        log.error("%s", msg)
+        return NonFiniteHalt(msg, check)
 
     def _locate(self, replay, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
         """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
         first = summary = None
+        inputs, rng = self._batch, self._rng
         if replay is not None:
             saved = rng_state(self._device)
             set_rng_state(self._rng, self._device)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            for part in replay if isinstance(replay, (list, tuple)) else [replay]:
+                rng, got = rng_state(self._device), {}  # where this micro-batch's draws (dropout) start
 
-            def run():
-                with self._autocast():
-                    loss = replay()
-                torch.autograd.grad(loss * scale, params, allow_unused=True)
+                def run():
+                    with self._autocast():
+                        out = part()
+                    part_loss, got["inputs"] = out if isinstance(out, tuple) else (out, None)
+                    torch.autograd.grad(part_loss * scale, params, allow_unused=True)
 
-            first, summary = locate(self.model, run, self.diag)
+                first, summary = locate(self.model, run, self.diag)
+                inputs = got["inputs"] if got["inputs"] is not None else inputs
+                if first is not None:
+                    break
             set_rng_state(saved, self._device)
-        keys = _keys(self._batch)
+        keys = _keys(inputs)
         meta = {"step": self._step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
                 "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
-                "keys": keys, "tightest": tightest(summary, 5) if summary else [], **self.meta}
-        inputs = ({k: v for k, v in self._batch.items() if torch.is_tensor(v) or k == "keys"}
-                  if isinstance(self._batch, dict) else {})
+                "keys": keys, "tightest": tightest(summary, 5) if summary else [],
+                **{k: v() if callable(v) else v for k, v in self.meta.items()}}
+        if not isinstance(inputs, dict):
+            inputs = {}
+        inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v) or k == "keys"}
         path = save_bundle(self.exp / "nonfinite" / f"step{self._step:08d}-rank{self.rank}", self.model,
-                           inputs, meta, rng=self._rng)
+                           inputs, meta, rng=rng)
         meta["saved"] = str(path)
         log.warning("step %d, rank %d: first non-finite value in %s; batch %s; saved in %s", self._step, self.rank,
                     meta["where"], ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
@@ -216,4 +261,4 @@ def _keys(batch) -> list[str]:
     return []
 
 
-__all__ = ["NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]
+__all__ = ["HALT_EXIT", "NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]

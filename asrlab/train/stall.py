@@ -21,6 +21,7 @@ The thread talks through files, never through collectives: those are what is stu
 from __future__ import annotations
 
 import atexit
+import contextlib
 import faulthandler
 import json
 import logging
@@ -31,6 +32,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 from .failures import error_line, rank_errors, record_rank_error
 from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
@@ -438,7 +440,7 @@ class Watchdog(threading.Thread):
             self.flush()
 
 
-_WATCHED: list[Heartbeat] = []  # the heartbeat of this process's running StallWatch, if any
+_WATCHED: list = []  # what announce() tells: the running StallWatch's heartbeat, or a loop's own (announced_to)
 
 
 def announce(phase: str, step: int | None = None) -> None:
@@ -446,6 +448,18 @@ def announce(phase: str, step: int | None = None) -> None:
     parts (the uneven guard's agreement, the numerics guard's optimizer step) show up in a verdict."""
     if _WATCHED:
         _WATCHED[-1].enter(phase, step)
+
+
+@contextlib.contextmanager
+def announced_to(enter):
+    """Inside the block, :func:`announce` calls ``enter(phase, step)``: for a loop that keeps its own heartbeat
+    and :class:`Watchdog` instead of a :class:`StallWatch` (asrlab's trainer, which also times each phase)."""
+    listener = SimpleNamespace(enter=enter)
+    _WATCHED.append(listener)
+    try:
+        yield
+    finally:
+        _WATCHED.remove(listener)
 
 
 class StallWatch:
@@ -580,4 +594,4 @@ def _write_lab_status(exp: Path, update: dict) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["PEER_FAILED_EXIT", "announce", "STALL_EXIT", "StallWatch", "Watchdog", "verdict", "write_report", "format_report", "ranks_text", "stall_dir"]
+__all__ = ["PEER_FAILED_EXIT", "announce", "announced_to", "STALL_EXIT", "StallWatch", "Watchdog", "verdict", "write_report", "format_report", "ranks_text", "stall_dir"]

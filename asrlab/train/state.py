@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, dist
-from .ledger import LedgerWriter, coverage_report, mark_resumed
+from .ledger import LedgerWriter, coverage_report, note_resume
 from .nonfinite import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,9 @@ def all_rng_state(device: torch.device | None = None) -> dict:
 
 
 def set_all_rng_state(state: dict, device: torch.device | None = None) -> None:
-    random.setstate(_tuples(state["python"]))
+    """Set what :func:`all_rng_state` saved (Python's and NumPy's only where saved)."""
+    if state.get("python") is not None:
+        random.setstate(_tuples(state["python"]))
     set_rng_state(state, device)
     if state.get("numpy") is not None:
         import numpy as np
@@ -124,11 +126,7 @@ class RunState:
         else:
             log.warning("%s was saved by %d ranks, this run has %d: RNGs and loader positions not restored",
                         marker["file"], state["world_size"], self.world_size)
-        if self.ledger is not None:
-            self.ledger.resumed(state["step"])
-            if self.rank == 0:  # ranks of the saved layout that this run does not have
-                for r in range(self.world_size, state["world_size"]):
-                    mark_resumed(self.exp, r, state["step"])
+        note_resume(self.exp, self.ledger, state["step"], self.rank, self.world_size, state["world_size"])
         log.info("resumed from %s (step %d, epoch %d)", marker["file"], state["step"], state["epoch"])
         return {"step": state["step"], "epoch": state["epoch"], "extra": state.get("extra", {})}
 

@@ -5,8 +5,8 @@ it in their next gradient all-reduce, until the collective's timeout (field repo
 :class:`UnevenGuard` wraps any iterable of batches: before each batch every rank says whether it
 has one (one tiny all-reduce on the gloo control group, :func:`.dist.cpu_group`, so it never waits
 on GPU work even when training uses NCCL), and all stop together when one has not. DDP's ``join``
-is the other answer (ranks that ran out shadow the others' all-reduces); ``asrlab train --uneven``
-offers both.
+is the other answer (ranks that ran out shadow the others' all-reduces; :func:`after_join` then
+gives every rank the optimizer state of one that trained longest); ``asrlab train --uneven`` offers both.
 """
 
 from __future__ import annotations
@@ -73,4 +73,31 @@ class UnevenGuard:
 
 _END = object()
 
-__all__ = ["UnevenGuard"]
+
+def after_join(step: int, parts: list, counts: tuple = (), device: torch.device | None = None) -> tuple[int, tuple]:
+    """After an epoch under DDP's ``Join`` (ranks that ran out shadowed the others' all-reduces): every
+    rank takes the ``step``, the ``counts`` and the state of ``parts`` (optimizer, scheduler, scaler:
+    anything with ``state_dict``) of a rank that trained longest; DDP kept the weights equal. A collective
+    on the default group (``device``: where NCCL wants the objects); returns ``(step, counts)``."""
+    import torch.distributed as tdist
+
+    if not (tdist.is_available() and tdist.is_initialized()):
+        return step, counts
+    steps: list = [None] * tdist.get_world_size()
+    tdist.all_gather_object(steps, (step, tuple(counts)))
+    src = max(range(len(steps)), key=lambda r: steps[r][0])
+    if len({s for s, _ in steps}) == 1:
+        return step, counts
+    rank = tdist.get_rank()
+    if rank == 0:
+        log.info("join: ranks ended the epoch at steps %s; all continue from rank %d's step %d",
+                 [s for s, _ in steps], src, steps[src][0])
+    state = [p.state_dict() for p in parts] if rank == src else [None] * len(parts)
+    tdist.broadcast_object_list(state, src=src, device=device)
+    if rank != src:
+        for p, s in zip(parts, state):
+            p.load_state_dict(s)
+    return steps[src]
+
+
+__all__ = ["UnevenGuard", "after_join"]

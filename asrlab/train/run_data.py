@@ -1,0 +1,51 @@
+"""A run's data, checked before any work: enough sources for the ranks, the tokenizer, the pre-flight layout."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..config import Config
+from ..data.preflight import inspect_layout
+from ..data.sources import DataError, Source, load_sources, transcripts
+from ..data.tokenizer import CharTokenizer
+from . import dist
+
+log = logging.getLogger(__name__)
+
+
+def load_train_sources(cfg: Config, data: str, world_size: int) -> list[Source]:
+    """The training sources; an error when some rank would get none (unless ``train.uneven=join``)."""
+    sources = load_sources(data, cfg.data.raw_chunk)
+    uneven = cfg.train.uneven
+    if len(sources) < world_size and uneven != "join":
+        raise DataError(
+            f"{data}: {len(sources)} source(s) for {world_size} ranks, so {world_size - len(sources)} of them get no "
+            "data and " + ("no rank would ever take a step" if uneven == "stop" else "the first all-reduce would hang")
+            + ": write smaller shards (asrlab synth --shard-size), use fewer ranks, or let the others train alone "
+            "(--uneven join)")
+    return sources
+
+
+def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo) -> CharTokenizer:
+    """The experiment's ``units.txt``: made from the training transcripts on first start, reused after."""
+    units = exp / "units.txt"
+    if info.is_main and not units.exists():
+        CharTokenizer.build(transcripts(sources)).save(units)
+    dist.barrier(info)
+    return CharTokenizer.load(units)
+
+
+def preflight(cfg: Config, sources: list[Source], world_size: int) -> None:
+    """Warn, before any step, when this epoch's data will leave a rank short."""
+    layout = inspect_layout(sources, cfg.data, world_size, cfg.data.num_workers)
+    for w in layout["warnings"]:
+        log.warning("pre-flight: %s", w)
+    if any(r["batches"] != layout["ranks"][0]["batches"] for r in layout["ranks"]):
+        log.warning("pre-flight: uneven=%s: %s", cfg.train.uneven, {
+            "stop": "all ranks will stop this epoch when the first one runs out",
+            "join": "ranks that run out will shadow the others' all-reduces (DDP Join)",
+            "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[cfg.train.uneven])
+
+
+__all__ = ["build_tokenizer", "load_train_sources", "preflight"]

@@ -1,0 +1,115 @@
+"""One optimizer step of asrlab's trainer: the micro-batches of a step (gradient accumulation) copied,
+turned into features, run forward under autocast and backward (scaled; DDP's all-reduce on the
+last), then the numerics guard's optimizer step, which also replays a non-finite step micro-batch by
+micro-batch to find where it went wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from ..data.features import batch_features
+from ..model import mean_ctc_loss
+from .nonfinite import NonFiniteHalt, StepCheck
+
+
+@dataclass
+class StepResult:
+    """A step: the numerics guard's account of it (loss, grad norm, kind, action) and what it trained on."""
+    check: StepCheck
+    utts: int
+    frames: int
+    unalignable: int
+    halt: NonFiniteHalt | None = None  # raised once the step is logged
+
+    loss = property(lambda self: self.check.loss)
+    grad_norm = property(lambda self: self.check.grad_norm)
+    loss_scale = property(lambda self: self.check.loss_scale)  # the scale this step's backward used
+    nonfinite = property(lambda self: self.check.kind)         # None | "scaler" | "loss" | "grad"
+    skipped = property(lambda self: self.check.kind is not None)
+
+
+class TrainStep:
+    """The step part of :class:`.trainer.Trainer` (a mixin: it reads and sets the trainer's attributes)."""
+
+    def _autocast(self):
+        p = self.precision
+        return contextlib.nullcontext() if p.dtype is None else torch.autocast(self.device.type, dtype=p.dtype)
+
+    def _inputs(self, batch: dict, phases: bool = True) -> tuple[torch.Tensor, ...]:
+        """(feats, feat_lens, targets, target_lens) of a batch on the device."""
+        if phases:
+            self.phases.enter("copy")
+        if self.fbank is None:
+            feats, feat_lens = batch_features(batch, self.device)
+        else:
+            wavs = batch["wavs"].to(self.device, non_blocking=True)
+            if phases:
+                self.phases.enter("features")
+            feats, feat_lens = self.fbank(wavs, batch["wav_lens"].to(self.device, non_blocking=True))
+        return (feats, feat_lens, batch["targets"].to(self.device, non_blocking=True),
+                batch["target_lens"].to(self.device, non_blocking=True))
+
+    def train_step(self, batches: list[dict]) -> StepResult:
+        """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step."""
+        net = self.ddp or self.model
+        losses, utts, frames, unalignable = [], 0, 0, 0
+        with self.guard.step(self.step + 1, batches):  # sampled module statistics; the RNG kept for a replay
+            for i, batch in enumerate(batches):
+                unalignable += self._micro_step(net, batch, i, len(batches), losses)
+                utts += len(batch["feat_lens"])
+                frames += int(batch["feat_lens"].sum())
+        if self.ddp is not None and self.device.type == "cuda":
+            # NCCL's all-reduce is asynchronous: wait for it here, under its own phase, so a hang in
+            # it is reported as one (the grad-norm read below would wait for it anyway).
+            self.phases.enter("allreduce")
+            torch.cuda.current_stream(self.device).synchronize()
+        self.phases.enter("optimizer")
+        replays = [self._replay(b, len(batches)) for b in batches]
+        try:  # grad_clip 0: the norm is measured, not clipped
+            check, halt = self.guard.optimizer_step(self.opt, torch.stack(losses).sum(), self.scaler,
+                                                    self.cfg.optim.grad_clip, replay=replays), None
+        except NonFiniteHalt as e:  # the step is complete: it is counted and logged before the halt
+            check, halt = e.check, e
+        if check.kind is None:
+            self.sched.step()
+        self.step += 1
+        self.hb.completed += 1
+        return StepResult(check, utts, frames, unalignable, halt)
+
+    def _micro_step(self, net, batch: dict, i: int, n: int, losses: list) -> int:
+        """Forward and backward of micro-batch ``i`` of ``n``; appends its loss, returns its unalignable count."""
+        feats, feat_lens, targets, target_lens = self._inputs(batch)
+        sync = i + 1 == n or self.ddp is None
+        self.phases.enter("forward")
+        with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
+            with self._autocast():
+                log_probs, out_lens = net(feats, feat_lens)
+            loss, n_bad = mean_ctc_loss(log_probs, out_lens, targets, target_lens)
+            loss = loss / n
+            self.phases.backward()
+            self.scaler.scale(loss).backward()
+        if sync and self.ddp is not None:
+            self.phases.backward_done()
+        losses.append(loss.detach())
+        return n_bad
+
+    def _replay(self, batch: dict, n: int):
+        """Micro-batch ``batch`` of ``n`` for the guard's replay of a non-finite step, with the inputs a
+        bundle keeps for :func:`asrlab.diagnostics.replay`. The guard replays under the step's autocast;
+        features and loss leave it, since :meth:`_micro_step` computes them outside."""
+        def run():
+            with torch.autocast(self.device.type, enabled=False):
+                feats, feat_lens, targets, target_lens = self._inputs(batch, phases=False)
+                with self._autocast():
+                    log_probs, out_lens = self.model(feats, feat_lens)
+                loss = mean_ctc_loss(log_probs, out_lens, targets, target_lens)[0] / n
+            return loss, {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,
+                          "keys": list(batch["keys"])}
+        return run
+
+
+__all__ = ["StepResult", "TrainStep"]
