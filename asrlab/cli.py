@@ -435,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, FileNotFoundError) as e:  # what a person can fix; anything else is a bug: its traceback
         print(f"asrlab: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``asrlab doctor EXP | head``): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail
+        return 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@
 #   precision    tiny, 300 steps each in fp32, bf16 and fp16 (GradScaler) on the same corpus: steps/s, loss, scale
 #   tests        pytest tests/ on the GPU machine (the suite is written for CPU; this shows what a GPU changes)
 #   gputests     only the tests that need a GPU (pytest -k gpu; they skip on CPU)
+#   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
+#                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
 #
 # ASRLAB_PY: the Python that holds asrlab and its dependencies (default python3). 01_stalls needs 2 ranks and
 # nccl refuses two ranks on one GPU, so it is not run here.
@@ -104,6 +106,19 @@ EOF
         done
         ;;
     tests) timeout 420 "$py" -m pytest tests -q -x --timeout 180 -p no:cacheprovider 2>&1 | tail -40 ;;
+    lab)
+        n=$(nvidia-smi -L | wc -l)
+        for run in "fp32:none:-1:-1" "fp16:overflow:0:6"; do
+            prec=${run%%:*}; fault=${run#*:}; exp=$PWD/runs/lab_gpu_$prec
+            rm -rf "$exp"
+            (cd examples && TOY_FAULT=$fault timeout 300 "$py" -m torch.distributed.run --standalone \
+                --nproc-per-node "$n" lab_loop.py "$exp" 2 "$prec") 2>&1 | tail -5
+            "$py" -m asrlab.cli doctor "$exp" | tee "runs/lab_gpu_$prec.doctor.txt"
+        done
+        if [ "$n" -ge 2 ]; then
+            echo "nproc: $n" > runs/lab_params.yaml
+            timeout 560 "$py" -m asrlab.cli notebooks --only your_loop --params runs/lab_params.yaml 2>&1 | tee runs/your_loop.log
+        fi ;;
     gputests) timeout 120 "$py" -m pytest tests -q --timeout 100 -p no:cacheprovider -k gpu 2>&1 | tail -15 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac

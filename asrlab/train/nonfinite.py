@@ -154,7 +154,11 @@ class NumericsGuard:
         if scaled:
             scaler.unscale_(optimizer)
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf))
+        grads = [p.grad for p in params]
+        if clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        else:  # measure only: no pass that multiplies every gradient by one
+            grad_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
         loss_value = float(loss.detach())
         scale = float(scaler.get_scale()) if scaled else 1.0  # this step's scale: update() has not run
         loss_ok = own_ok = math.isfinite(loss_value)
