@@ -464,8 +464,10 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     closed = {c["epoch"] for c in (ckpts or checkpoint_integrity(exp))["files"] if c.get("epoch_done")}
     epochs = []
     for e in sorted(cov):
-        # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or holding every key
-        complete = e in closed or any(later > e for later in cov) or (bool(expected) and expected <= set(cov[e]))
+        # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or the last epoch of a
+        # loop that says it finished (lab.json) holding every expected key
+        ended = (lab or {}).get("status") == "finished" and e == max(cov)
+        complete = e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
         r = coverage_report(exp, e, expected, FIRST, cov)
         skipped = r["skipped_count"] if complete else 0  # an epoch still going has not reached them yet
         epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"],
