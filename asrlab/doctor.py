@@ -352,14 +352,14 @@ def _without_heartbeats(exp: Path, d: dict, train_cfg: dict, ckpts: dict) -> dic
 def step_times(exp: str | Path) -> dict:
     """Per rank: steps, median step time, share of it waiting for data (:func:`rank_summary`, the first step
     left out), and the spread: the slowest rank and how much slower than the fastest its median step is."""
+    missing = None
     try:
         ranks = rank_summary(exp)
     except KeyError as e:  # a loop's metrics without the trainer's timing keys
-        ranks = _heartbeat_times(exp)
-        if not ranks:
-            return {"ranks": [], "spread": None, "missing": f"the metrics lines have no {e}"}
-    if not ranks:
-        ranks = _heartbeat_times(exp)
+        ranks, missing = [], f"the metrics lines have no {e}"
+    ranks = ranks or _heartbeat_times(exp)  # a loop without asrlab's metrics: its heartbeat's time per phase
+    if not ranks and missing:
+        return {"ranks": [], "spread": None, "missing": missing}
     out: dict = {"ranks": [{**r, "median_step_s": round(r["median_step_s"], 6),
                             "data_wait_share": round(r["data_wait_share"], 4)} for r in ranks], "spread": None}
     if len(ranks) > 1:

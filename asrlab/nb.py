@@ -66,12 +66,16 @@ def table(rows: list[dict], columns: list[str] | None = None, digits: int = 4) -
 
 def _start(args: list[str], exp: Path):
     """``asrlab train ARGS --exp EXP`` in a subprocess, its output to ``EXP.log``: (process, log path, log file)."""
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)]
+    return _spawn([sys.executable, "-m", "asrlab.cli", "train", *args, "--exp", str(exp)], exp)
+
+
+def _spawn(cmd: list[str], exp: Path, cwd: Path | None = None, env: dict | None = None):
+    """``cmd`` in its own session, its output to ``EXP.log``: (process, log path, log file)."""
     log_path = exp.parent / f"{exp.name}.log"
     exp.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=_own_session)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, preexec_fn=_own_session)
     return proc, log_path, log
 
 
@@ -237,13 +241,7 @@ def examples_dir() -> Path:
 def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str]):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", script,
            str(exp), *map(str, args)]
-    log_path = exp.parent / f"{exp.name}.log"
-    exp.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "w")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=examples_dir(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                            preexec_fn=_own_session)
-    return proc, log_path, log
+    return _spawn(cmd, exp, cwd=examples_dir(), env={"TOY_FAULT": fault, "OMP_NUM_THREADS": "1"})
 
 
 def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args: list | None = None,
