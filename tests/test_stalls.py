@@ -158,10 +158,12 @@ def test_rank_blocked_in_data_loading_is_named(corpus, tmp_path):
                  "data.num_workers=1")
     assert out.returncode == STALL_EXIT, out.stderr[-3000:]
     v = json.loads((tmp_path / "exp" / "stall_report.json").read_text())["verdict"]
-    assert v.startswith("rank 1 has waited") and "for data at step 3 (worker 0, reading" in v, v
-    assert "rank 0 is blocked in the data check of step 3" in v
+    # the uneven guard fetches a batch ahead: batch 3 is fetched before step 2 is trained, and rank 0
+    # waits for rank 1 in step 2's first collective (DDP's)
+    assert v.startswith("rank 1 has waited") and "for data at step 2 (worker 0, reading" in v, v
+    assert "; rank 0 is " in v and v.endswith(" of step 2"), v
     timeline = read_timeline(tmp_path / "exp")
-    assert {e["phase"] for e in timeline[0]} >= {"data", "sync", "forward", "backward", "allreduce", "optimizer"}
+    assert {e["phase"] for e in timeline[0]} >= {"data", "forward", "backward", "allreduce", "optimizer"}
 
 
 def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):

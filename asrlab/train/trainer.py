@@ -97,6 +97,7 @@ class Trainer(TrainStep, TrainerState):
         self.step, self.epoch, self.epoch_done, self.evals = 0, 0, False, 0
         self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.train.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
+        self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
         self._discard = 0                    # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
         self.guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
             self.model, self.exp, cfg.train.diagnostics_every, cfg.train.nonfinite, cfg.train.max_rollbacks,
@@ -159,7 +160,9 @@ class Trainer(TrainStep, TrainerState):
     def train_epoch(self, batches: Iterator[dict], bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
         if self.uneven != "join":
-            return self._train_batches(UnevenGuard(batches) if self.uneven == "stop" else batches, bar)
+            if self.uneven == "stop":  # the guard fetches ahead: checkpoints take the position from it
+                batches = self._held_by = UnevenGuard(batches, state_of=self.loader)
+            return self._train_batches(batches, bar)
         from torch.distributed.algorithms.join import Join
 
         with Join([self.ddp]):
@@ -239,6 +242,7 @@ class Trainer(TrainStep, TrainerState):
             self.epoch_done = False
             self.model.train()
             self.loader.set_epoch(self.epoch)
+            self._held_by = None
             fresh = not self.loader.positions
             if fresh:  # a fresh pass over the epoch
                 self.epoch_step0 = self.step

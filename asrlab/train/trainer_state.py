@@ -31,7 +31,7 @@ class TrainerState:
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
         self.hb.enter("checkpoint")
-        loaders = dist.all_gather_objects(self.loader.state_dict(), self.info)
+        loaders = dist.all_gather_objects((self._held_by or self.loader).state_dict(), self.info)
         rngs = dist.all_gather_objects(all_rng_state(self.device), self.info)
         if self.info.is_main:
             state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),

@@ -4,9 +4,10 @@ When one rank's data ends before the others', that rank leaves the loop while th
 it in their next gradient all-reduce, until the collective's timeout (field reports 000/001).
 :class:`UnevenGuard` wraps any iterable of batches: before each batch every rank says whether it
 has one (one tiny all-reduce on the gloo control group, :func:`.dist.cpu_group`, so it never waits
-on GPU work even when training uses NCCL), and all stop together when one has not. DDP's ``join``
-is the other answer (ranks that ran out shadow the others' all-reduces; :func:`after_join` then
-gives every rank the optimizer state of one that trained longest); ``asrlab train --uneven`` offers both.
+on GPU work even when training uses NCCL; sent a batch ahead, so no rank waits for it), and all stop
+together when one has not. DDP's ``join`` is the other answer (ranks that ran out shadow the others'
+all-reduces; :func:`after_join` then gives every rank the optimizer state of one that trained
+longest); ``asrlab train --uneven`` offers both.
 """
 
 from __future__ import annotations
@@ -25,46 +26,87 @@ log = logging.getLogger(__name__)
 class UnevenGuard:
     """``for batch in UnevenGuard(loader):``: every rank gets the same number of batches.
 
-    ``every``: agree once per ``every`` batches (one all-reduce per group; a rank holds back up to
-    ``every`` - 1 batches it fetched early, so stops are still at the same step). After the loop,
+    The ranks agree one group ahead: the group after the one handed out is fetched first and its
+    agreement sent without waiting, so it completes during the training of the batches before it and
+    adds no synchronisation point of its own. ``every``: agree once per ``every`` batches (a rank
+    fetches up to ``every`` batches ahead; stops are still at the same step). After the loop,
     ``stopped_early`` says whether this rank had data left when another ran out, ``batches`` how many
     it yielded. Alone (no process group) it passes batches through.
+
+    The guard holds batches it has fetched and not handed out, so a loader's own position runs ahead
+    of training: :meth:`state_dict` is the position of ``state_of`` (default: ``batches`` when it has a
+    ``state_dict``) as it was before the first batch the guard holds, for a checkpoint that resumes
+    exactly at the next untrained batch.
     """
 
-    def __init__(self, batches: Iterable, every: int = 1, group=None):
+    def __init__(self, batches: Iterable, every: int = 1, group=None, state_of=None):
         if every < 1:
             raise ValueError("every must be >= 1")
         self.source, self.every = batches, every
         self.group = group if group is not None else dist.cpu_group()
+        self.state_of = state_of if state_of is not None else (batches if hasattr(batches, "state_dict") else None)
         self.batches = 0
         self.stopped_early = False
+        self._held: list = []  # [(position before it was fetched, batch)], oldest first
 
-    def _all_have(self, n: int) -> int:
-        """The fewest batches any rank has of the ``every`` it tried to fetch."""
-        if self.group is None:
-            return n
+    def state_dict(self) -> dict:
+        """The position of ``state_of`` after the batches handed out so far (see the class docstring)."""
+        if self.state_of is None:
+            raise TypeError("UnevenGuard.state_dict needs state_of= (the loader whose position to keep)")
+        return self._held[0][0] if self._held else self.state_of.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hands a saved position to ``state_of`` (before iterating)."""
+        if self.state_of is None:
+            raise TypeError("UnevenGuard.load_state_dict needs state_of= (the loader whose position to set)")
+        self.state_of.load_state_dict(state)
+
+    def _fetch(self, it) -> list:
+        got = []
+        for _ in range(self.every):
+            pos = self.state_of.state_dict() if self.state_of is not None else None
+            b = next(it, _END)
+            if b is _END:
+                break
+            got.append((pos, b))
+        return got
+
+    def _agree(self, n: int):
+        """Send this rank's count; returns a callable for the fewest any rank has (waits only if not yet in)."""
         import torch.distributed as tdist
 
-        announce("sync")
         t = torch.tensor([n], dtype=torch.int64)
-        tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group)
-        return int(t.item())
+        work = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
+
+        def result() -> int:
+            if not work.is_completed():
+                announce("sync")
+                work.wait()
+            return int(t.item())
+        return result
 
     def __iter__(self) -> Iterator:
         it = iter(self.source)
-        self.batches, self.stopped_early = 0, False
+        self.batches, self.stopped_early, self._held = 0, False, []
+        if self.group is None:
+            for b in it:
+                self.batches += 1
+                yield b
+            return
+        self._held = self._fetch(it)
+        fewest = self._agree(len(self._held))
         while True:
-            ahead = []
-            for _ in range(self.every):
-                b = next(it, _END)
-                if b is _END:
-                    break
-                ahead.append(b)
-            n = self._all_have(len(ahead))
-            yield from ahead[:n]
-            self.batches += n
+            n = fewest()
+            if n == self.every:  # the next group first, so its agreement runs while this one trains
+                ahead = self._fetch(it)
+                fewest = self._agree(len(ahead))
+                self._held += ahead
+            for _ in range(n):
+                _, b = self._held.pop(0)
+                self.batches += 1
+                yield b
             if n < self.every:
-                self.stopped_early = n < len(ahead)
+                self.stopped_early = bool(self._held)
                 if self.stopped_early:
                     log.info("uneven data: another rank ran out; this rank stops after %d batches with data left",
                              self.batches)
