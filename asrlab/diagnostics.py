@@ -38,6 +38,58 @@ FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
 STATS = ("max_abs", "rms", "nonfinite", "tiny")
 
 
+def raw_stats(x: torch.Tensor, sample: int | None = None) -> tuple:
+    """What :func:`tensor_stats` needs of ``x``, in the fewest ops (a hook calls this on every module of a
+    sampled step, where each op's fixed cost outweighs its work): the minimum, the maximum and the L2
+    norm of all of ``x``, its size, and either a float32 copy of an evenly strided subset of at most
+    ``sample`` values (counted later with every other record's in a few ops, :func:`stats_of`) or, with no
+    ``sample``, the counts of finite values and of non-zero values below fp16's smallest normal."""
+    x = x.detach()
+    n = max(1, x.numel())
+    if x.numel() == 0:
+        x = x.new_zeros(1)
+    lo, hi = torch.aminmax(x)  # one pass (vector_norm with ord=inf is much slower on CPU); nan propagates
+    norm = torch.linalg.vector_norm(x, dtype=torch.float32)
+    s = x.reshape(-1)
+    if sample:
+        if n > sample:
+            s = s[:: -(-n // sample)]  # at most sample values, spread over all of x
+        return lo, hi, norm, n, s.to(torch.float32, copy=True)
+    a = s.abs()
+    return lo, hi, norm, n, (torch.count_nonzero(a < math.inf),  # False for nan too; isfinite is several ops
+                             torch.count_nonzero((a < FP16_TINY) & (a > 0)), max(1, s.numel()))
+
+
+def stats_of(raws: list[tuple]) -> torch.Tensor:
+    """``[max_abs, rms, nonfinite fraction, tiny fraction]`` per :func:`raw_stats` record, as an
+    ``(N, 4)`` float32 tensor on their device (a handful of ops for all of them)."""
+    if not raws:
+        return torch.zeros(0, len(STATS))
+    lo, hi, norm = (torch.stack([r[i] for r in raws]).float() for i in range(3))
+    dev = lo.device
+    n = torch.tensor([r[3] for r in raws], dtype=torch.float32, device=dev)
+    finite, tiny, m = torch.zeros_like(n), torch.zeros_like(n), torch.ones_like(n)
+    sampled = [i for i, r in enumerate(raws) if torch.is_tensor(r[4])]
+    if sampled:
+        parts = [raws[i][4] for i in sampled]
+        a = torch.nn.utils.rnn.pad_sequence(parts, batch_first=True).abs()  # padded with zeros: finite, not tiny
+        idx = torch.tensor(sampled, device=dev)
+        size = torch.tensor([p.numel() for p in parts], dtype=torch.float32, device=dev)
+        finite[idx] = (a < math.inf).sum(1).float() - (a.shape[1] - size)
+        tiny[idx] = ((a < FP16_TINY) & (a > 0)).sum(1).float()
+        m[idx] = size.clamp(min=1)
+    counted = [i for i, r in enumerate(raws) if not torch.is_tensor(r[4])]
+    if counted:
+        idx = torch.tensor(counted, device=dev)
+        finite[idx] = torch.stack([raws[i][4][0] for i in counted]).float()
+        tiny[idx] = torch.stack([raws[i][4][1] for i in counted]).float()
+        m[idx] = torch.tensor([float(raws[i][4][2]) for i in counted], device=dev)
+    max_abs = torch.maximum(hi, -lo)
+    nonfinite = (m - finite) / m
+    nonfinite = torch.where(torch.isfinite(max_abs), nonfinite, torch.maximum(nonfinite, 1 / n))
+    return torch.stack([max_abs, norm / n.sqrt(), nonfinite, tiny / m], dim=1)
+
+
 def tensor_stats(x: torch.Tensor, sample: int | None = None) -> torch.Tensor:
     """``[max_abs, rms, nonfinite fraction, tiny fraction]`` of ``x`` as a float32 tensor on its device.
 
@@ -45,20 +97,7 @@ def tensor_stats(x: torch.Tensor, sample: int | None = None) -> torch.Tensor:
     two fractions are counted on an evenly strided subset of about that many values (the
     non-finite fraction is at least one value's share whenever max_abs is not finite).
     """
-    x = x.detach()
-    n = max(1, x.numel())
-    lo, hi = torch.aminmax(x)  # one pass (vector_norm with ord=inf is much slower on CPU); nan propagates
-    max_abs = torch.maximum(-lo, hi).float()
-    rms = torch.linalg.vector_norm(x, dtype=torch.float32) / math.sqrt(n)
-    s = x.reshape(-1)
-    if sample and n > sample:
-        s = s[:: n // sample]
-    m = max(1, s.numel())
-    a = s.abs()
-    nonfinite = (m - torch.isfinite(s).sum()).float() / m
-    nonfinite = torch.where(torch.isfinite(max_abs), nonfinite, nonfinite.clamp(min=1 / n))
-    tiny = ((a < FP16_TINY).sum() - (a == 0).sum()).float() / m
-    return torch.stack([max_abs, rms, nonfinite, tiny])
+    return stats_of([raw_stats(x, sample)])[0]
 
 
 def headroom(max_abs: float) -> float:
@@ -89,10 +128,10 @@ class Diagnostics:
     dropout's) is recorded once, under the inner module's name.
     """
 
-    def __init__(self, model: nn.Module, every: int = 0, sample: int | None = 65536):
+    def __init__(self, model: nn.Module, every: int = 0, sample: int | None = 1024):
         self.every, self.sample = every, sample
         self.active = False
-        self.records: list[tuple[str, str, torch.Tensor]] = []   # (module, "forward"/"backward", stats) in call order
+        self.records: list[tuple[str, str, tuple]] = []   # (module, "forward"/"backward", raw_stats) in call order
         self._seen: dict[tuple, torch.Tensor] = {}  # forward outputs recorded (kept alive so addresses stay unique)
         self._calls: list[tuple[str, bool]] = []   # exact mode: the module calls under way, inputs finite?
         self._origin: tuple[str, str] | None = None  # exact mode: (module, first seen at) of the first non-finite output
@@ -110,7 +149,7 @@ class Diagnostics:
             for i, a in enumerate(args):
                 if torch.is_tensor(a) and a.is_floating_point() and a.requires_grad:
                     v = a.view_as(a)
-                    v.register_hook(lambda g: self.records.append((name, "backward", tensor_stats(g, self.sample)))
+                    v.register_hook(lambda g: self.records.append((name, "backward", raw_stats(g, self.sample)))
                                     if self.active else None)
                     return (*args[:i], v, *args[i + 1:])
             return None
@@ -128,7 +167,7 @@ class Diagnostics:
             key = (x.data_ptr(), x.shape, x.stride(), x.dtype)
             if self.sample is None or key not in self._seen:
                 self._seen[key] = x
-                self.records.append((name, "forward", tensor_stats(x, self.sample)))
+                self.records.append((name, "forward", raw_stats(x, self.sample)))
         return forward_hook
 
     def _place(self, name: str, x) -> None:
@@ -165,7 +204,7 @@ class Diagnostics:
         """The records in call order: module, direction and the four statistics (one device sync)."""
         if not self.records:
             return []
-        values = torch.stack([s for _, _, s in self.records]).tolist()
+        values = stats_of([s for _, _, s in self.records]).tolist()
         return [{"module": m, "direction": d, **dict(zip(STATS, v))} for (m, d, _), v in zip(self.records, values)]
 
     def summary(self) -> dict:

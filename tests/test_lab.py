@@ -73,8 +73,10 @@ def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
     elapsed = time.monotonic() - t0
     assert r.returncode != 0
     rep = report(exp)
-    assert rep["verdict"].startswith("rank 1 has waited") and "for data at step 6" in rep["verdict"], rep["verdict"]
-    assert "rank 0 is blocked in the data check of step 6" in rep["verdict"]
+    # the uneven guard fetches a batch ahead: step 6's batch is fetched before step 5 is trained, and rank 0
+    # waits in step 5's gradient all-reduce (inside backward: the watch sees the loop's compute phase)
+    assert rep["verdict"].startswith("rank 1 has waited") and "for data at step 5" in rep["verdict"], rep["verdict"]
+    assert "rank 0 is in the step's computation of step 5" in rep["verdict"]
     rank1 = rep["ranks"][1]
     assert "_faulty" in rank1["workers"] and "time.sleep" not in rank1.get("stacks", {})  # the worker's stack
     assert elapsed < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
@@ -200,8 +202,27 @@ def _uneven_rank(rank: int, port: int, out: str) -> None:
     for every in (1, 3):
         guard = lab.UnevenGuard(range(10 if rank == 0 else 7), every=every)
         result[every] = [list(guard), guard.stopped_early]
+        loader = Counting(10 if rank == 0 else 7)
+        guard = lab.UnevenGuard(loader, every=every)
+        positions = [(guard.state_dict()["fetched"], loader.fetched) for _ in guard]
+        result[f"positions{every}"] = positions + [(guard.state_dict()["fetched"], loader.fetched)]
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
+
+
+class Counting:
+    """A loader whose position counts the batches fetched from it (as a real loader's does)."""
+
+    def __init__(self, n: int):
+        self.n, self.fetched = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.fetched += 1
+            yield i
+
+    def state_dict(self) -> dict:
+        return {"fetched": self.fetched}
 
 
 def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):
@@ -215,6 +236,12 @@ def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batc
     for every in ("1", "3"):
         assert r0[every][0] == r1[every][0] == list(range(7))
         assert r0[every][1] is True and r1[every][1] is False
+        # the guard's position: the batches handed out, while the loader under it has run ahead
+        for r in (r0, r1):
+            kept, ahead = zip(*r[f"positions{every}"])
+            assert list(kept) == list(range(1, 8)) + [7]
+            assert max(a - k for k, a in zip(kept, ahead)) >= 1
+        assert r0[f"positions{every}"][-1][1] > 7  # rank 0 fetched data it never trained
 
 
 class Scale(torch.nn.Module):

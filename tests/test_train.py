@@ -476,7 +476,7 @@ def test_a_bug_keeps_its_traceback_and_a_usage_error_is_one_line(monkeypatch, tm
 
 
 def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int) -> None:
-    """A rank of the test below: one step in which only rank 1's loss is infinite (its gradients are not)."""
+    """A rank of the test below: a step in which only rank 1's loss is infinite (its gradients are not), then one more."""
     import torch.distributed as tdist
 
     from asrlab.train import dist as adist, step as step_module
@@ -485,25 +485,30 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     info = adist.setup("gloo")
+    real = step_module.mean_ctc_loss
     if rank == 1:
-        real = step_module.mean_ctc_loss
-
         def infinite(*args):
             loss, bad = real(*args)
             return loss + torch.tensor(math.inf), bad  # a constant: the gradients stay finite
 
         step_module.mean_ctc_loss = infinite
-    tr = Trainer(load_config("tiny", SMALL), data, None, f"{out}/exp", info)  # one experiment, as under torchrun
-    r = tr.train_step([next(iter(tr.loader))])
+    tr = Trainer(load_config("tiny", SMALL + ["train.nonfinite=halt"]), data, None, f"{out}/exp", info)
+    batches = iter(tr.loader)
+    r = tr.train_step([next(batches)])
     total = float(sum(p.detach().double().sum() for p in tr.model.parameters()))
+    step_module.mean_ctc_loss = real
+    r2 = tr.train_step([next(batches)])
     with open(f"{out}/result{rank}.json", "w") as f:
-        json.dump({"skipped": r.skipped, "weights": total}, f)
+        json.dump({"skipped": r.skipped, "kind": r.nonfinite, "halt1": r.halt is not None, "weights": total,
+                   "halt2": str(r2.halt) if r2.halt else None}, f)
     tr.close()
     tdist.destroy_process_group()
 
 
-def test_every_rank_skips_a_step_that_one_rank_found_non_finite(corpus, tmp_path):
-    """Each rank decided on its own loss: rank 0 stepped, rank 1 skipped, and the replicas' weights parted."""
+def test_every_rank_decides_alike_on_a_step_that_one_rank_found_non_finite(corpus, tmp_path):
+    """Each rank decided on its own loss: rank 0 stepped, rank 1 skipped, and the replicas' weights parted.
+    Now every rank decides on the all-reduced gradients (finite here: all step), and the policy (halt)
+    answers rank 1's finding on every rank at the next step."""
     import socket
 
     import torch.multiprocessing as mp
@@ -514,5 +519,9 @@ def test_every_rank_skips_a_step_that_one_rank_found_non_finite(corpus, tmp_path
     mp.spawn(_one_step_with_rank1_loss_infinite, args=(str(corpus / "data.list"), str(tmp_path), port), nprocs=2,
              join=True)
     results = [json.loads((tmp_path / f"result{r}.json").read_text()) for r in (0, 1)]
-    assert [r["skipped"] for r in results] == [True, True]
+    assert [r["skipped"] for r in results] == [False, False] and [r["kind"] for r in results] == [None, "loss"]
     assert results[0]["weights"] == results[1]["weights"]
+    assert [r["halt1"] for r in results] == [False, False]
+    for r in results:  # both halt at step 2, naming rank 1's step 1
+        assert r["halt2"] and r["halt2"].startswith("halted at step 2 after step 1 (policy halt)"), r["halt2"]
+        assert "rank 1: first non-finite value in" in r["halt2"]

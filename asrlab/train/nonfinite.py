@@ -10,18 +10,20 @@
             scaler.scale(loss).backward()
         check = guard.optimizer_step(opt, loss, scaler, replay=lambda: loss_fn(model, batch))
 
-``optimizer_step`` unscales, clips (``clip``; 0: measure only), decides with every rank (one tiny
-all-reduce on the gloo control group) whether the step is finite, and steps the optimizer through
-the user's own ``GradScaler`` (or directly). An overflow the scaler handles (fp16 gradients inf at
-this loss scale, the loss finite) is routine: the scaler skips and lowers its scale. A non-finite
-loss, or non-finite gradients without a scaler, is not: the step is skipped on every rank, replayed
-once with every module hooked (the RNG state the step started from, so dropout draws the same masks)
-to name the first non-finite module and direction, and saved as a bundle under ``EXP/nonfinite/``
-(weights before the step, the batch, its keys, the RNG) that :func:`asrlab.diagnostics.replay_step`
-runs again in fp32, bf16 and fp16. Then the policy: ``skip`` goes on, ``halt`` raises
-:class:`NonFiniteHalt` (after ``EXP/nonfinite/halt.json``, which ``asrlab doctor`` reads), ``rollback``
-returns ``check.action == "rollback"`` (the loop reloads its last state). Sampled steps append fp16
-headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
+``optimizer_step`` unscales, clips (``clip``; 0: measure only) and steps the optimizer through the
+user's own ``GradScaler`` (or directly) when the gradients are finite. Under DDP the gradients are
+all-reduced, the same on every rank, so every rank takes the same decision with no collective of its
+own. An overflow the scaler handles (fp16 gradients inf at this loss scale, the loss finite) is
+routine: the scaler skips and lowers its scale. A rank's non-finite loss, or non-finite gradients
+without a scaler, is not: that rank replays the step once with every module hooked (the weights
+before the step, the RNG state it started from, so dropout draws the same masks) to name the first
+non-finite module and direction, and saves it as a bundle under ``EXP/nonfinite/`` (weights, batch,
+keys, RNG) that :func:`asrlab.diagnostics.replay_step` runs again in fp32, bf16 and fp16. Then the
+policy: ``skip`` goes on, ``halt`` raises :class:`NonFiniteHalt` (after ``EXP/nonfinite/halt.json``,
+which ``asrlab doctor`` reads), ``rollback`` returns ``check.action == "rollback"`` (the loop reloads
+its last state). With other ranks, rollback and halt answer at the next step, on every rank alike:
+each rank sends what it found (one tiny all-reduce on the gloo control group, not waited for) and
+reads every rank's one step later; ``skip`` needs no agreement at all. Sampled steps append fp16 headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
 
 With gradient accumulation, ``replay`` may be a list: one callable per micro-batch, replayed in
 order until one shows the first non-finite value. A callable may return ``(loss, inputs)``: the
@@ -64,9 +66,11 @@ class NonFiniteHalt(RuntimeError):
 @dataclass
 class StepCheck:
     """What :meth:`NumericsGuard.optimizer_step` found. ``kind``: None (finite), ``"scaler"`` (fp16
-    gradients overflowed at this loss scale: routine), ``"loss"`` (a rank's loss was not finite) or
-    ``"grad"`` (gradients not finite without loss scaling). ``action``: step / skip / rollback / halt.
-    ``rollbacks``: those asked for before this step."""
+    gradients overflowed at this loss scale: routine), ``"loss"`` (this rank's loss was not finite) or
+    ``"grad"`` (gradients not finite without loss scaling). ``stepped``: whether the optimizer stepped
+    (the gradients were finite). ``action``: step / skip / rollback / halt (with other ranks, a rollback
+    or halt answers the previous step's findings). ``skipped``: steps skipped so far; ``rollbacks``:
+    those asked for before this step."""
     loss: float
     grad_norm: float
     loss_scale: float
@@ -74,6 +78,7 @@ class StepCheck:
     action: str
     skipped: int
     rollbacks: int = 0
+    stepped: bool = True
 
     def metrics(self) -> dict:
         return {"loss": self.loss if math.isfinite(self.loss) else None,
@@ -105,8 +110,9 @@ def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:
 
 class NumericsGuard:
     """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never);
-    ``max_rollbacks``: after this many, a rollback becomes a halt. ``agree``: decide finiteness with
-    every rank (False where ranks do not step together: DDP's Join shadows only its own all-reduces).
+    ``max_rollbacks``: after this many, a rollback becomes a halt. ``agree``: apply the policy with
+    every rank, one step late (False where ranks do not step together: DDP's Join shadows only its own
+    all-reduces; each rank then answers its own findings at once).
     ``meta``: extra keys for each bundle's report; a callable value is read when a bundle is saved."""
 
     def __init__(self, model: nn.Module, exp: str | Path, every: int = 0, policy: str = "skip",
@@ -122,6 +128,7 @@ class NumericsGuard:
         self.meta = meta or {}
         self.skipped = self.rollbacks = 0
         self.located: dict | None = None
+        self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
         self._step, self._batch, self._rng, self._sampled, self._dtype = 0, None, None, False, None
         self._device = next(model.parameters()).device
         model.register_forward_pre_hook(self._note_autocast)
@@ -148,8 +155,10 @@ class NumericsGuard:
     def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                        scaler: torch.amp.GradScaler | None = None, clip: float = 0.0,
                        replay: Callable | list[Callable] | None = None) -> StepCheck:
-        """Unscale, clip, agree on finiteness, step or skip (see the module docstring)."""
+        """Unscale, clip, step or skip, locate, apply the policy (see the module docstring)."""
         announce("optimizer", self._step)
+        loss_value = float(loss.detach())
+        own_ok = math.isfinite(loss_value)
         scaled = scaler is not None and scaler.is_enabled()
         if scaled:
             scaler.unscale_(optimizer)
@@ -158,43 +167,68 @@ class NumericsGuard:
         if clip > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         else:  # measure only: no pass that multiplies every gradient by one
-            grad_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
-        loss_value = float(loss.detach())
+            grad_norm = float(_total_norm(grads)) if grads else 0.0
         scale = float(scaler.get_scale()) if scaled else 1.0  # this step's scale: update() has not run
-        loss_ok = own_ok = math.isfinite(loss_value)
-        if self.group is not None and self.agree:  # a rank's bad loss skips the step on every rank, or replicas part
-            t = torch.tensor([int(loss_ok)], dtype=torch.int32)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=self.group)
-            loss_ok = bool(t.item())
-        kind = nonfinite_kind(loss_ok, math.isfinite(grad_norm), scaled)
-        action, rollbacks = "step", self.rollbacks
-        if kind is None or kind == "scaler":
-            (scaler.step(optimizer) if scaled else optimizer.step())  # the scaler skips an overflowed step itself
-        if kind is not None:
+        grad_ok = math.isfinite(grad_norm)
+        kind = nonfinite_kind(own_ok, grad_ok, scaled)
+        if kind in ("loss", "grad") and self.located is None:  # before the step: the weights it started from
+            self.located = self._locate(replay, kind, loss_value, grad_norm, scale)
+        # Step or skip on the gradients alone: after DDP's all-reduce they are the same on every rank, so
+        # every rank decides alike with no collective of its own. The scaler skips inf gradients itself.
+        if grad_ok or scaled:
+            (scaler.step(optimizer) if scaled else optimizer.step())
+        stepped = grad_ok
+        if not stepped:
             self.skipped += 1
-            action = "skip"
-            log.warning("step %d: loss %s, grad norm %s: not finite (%s), step skipped (%d so far)",
-                        self._step, loss_value, grad_norm, kind, self.skipped)
-            if kind != "scaler":
-                if self.located is None and (not own_ok or kind == "grad"):  # the rank(s) whose batch it was
-                    self.located = self._locate(replay, kind, loss_value, grad_norm, scale)
-                action = self._policy()
+        if kind is not None:
+            log.warning("step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)", self._step,
+                        loss_value, grad_norm, kind, "taken" if stepped else "skipped", self.skipped)
         if scaled:
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if self._sampled and self.traces is not None:
             self.traces.write(self._step, scale, self.diag.summary())
-        check = StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped, rollbacks)
+        rollbacks = self.rollbacks
+        action = self._act(kind in ("loss", "grad"))
+        if action == "step" and not stepped:
+            action = "skip"
+        check = StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped, rollbacks, stepped)
         if action == "halt":
             raise self._halt(check)
         return check
+
+    def _act(self, found: bool) -> str:
+        """The policy's action at this step. Alone, for this step's own finding. With other ranks, for the
+        previous step's findings of every rank: each rank sends its finding without waiting, and reads the
+        others' one step later, when they are long in; so every rank acts alike, one step late, and no
+        step waits on an agreement."""
+        if self.group is None or not self.agree:
+            return self._policy() if found else "step"
+        if self.policy == "skip":  # nothing to do alike: the step itself was decided alike
+            return "step"
+        import torch.distributed as tdist
+
+        found_before = False
+        if self._sent is not None:
+            flag, work = self._sent
+            if not work.is_completed():
+                announce("sync", self._step)
+                work.wait()
+                announce("optimizer", self._step)
+            found_before = bool(flag.item())
+        action = self._policy() if found_before else "step"
+        self._sent = None
+        if action == "step":  # after a rollback or a halt, the steps before it are void
+            flag = torch.tensor([int(found)], dtype=torch.int32)
+            self._sent = flag, tdist.all_reduce(flag, op=tdist.ReduceOp.MAX, group=self.group, async_op=True)
+        return action
 
     def _policy(self) -> str:
         if self.policy == "rollback" and self.rollbacks < self.max_rollbacks:
             self.rollbacks += 1
             self.located = None  # a new failure after the rollback is located again
             return "rollback"
-        return "skip" if self.policy == "skip" else "halt"
+        return "step" if self.policy == "skip" else "halt"  # skip: the non-finite step was skipped; go on
 
     def _halt(self, check: StepCheck) -> NonFiniteHalt:
         """The halt, said alike on every rank: where the rank that located the step found it (ranks that
@@ -205,7 +239,8 @@ class NumericsGuard:
             torch.distributed.all_gather_object(found, m, group=self.group)
             m = next((x for x in found if x.get("module")), next((x for x in found if x), {}))
         why = f"{self.rollbacks} rollbacks used up" if self.policy == "rollback" else "policy halt"
-        msg = (f"halted at step {self._step} ({why}): loss {m.get('loss', check.loss)}, grad norm "
+        at = f" after step {m['step']}" if m.get("step") not in (None, self._step) else ""
+        msg = (f"halted at step {self._step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
                f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
                f"{m.get('where', '?')}; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
@@ -256,6 +291,15 @@ class NumericsGuard:
     def close(self) -> None:
         if self.traces is not None:
             self.traces.close()
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The gradients' L2 norm in one fused pass (without get_total_norm's per-tensor grouping); torch's
+    own where they lie on several devices."""
+    try:
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    except RuntimeError:
+        return torch.nn.utils.get_total_norm(grads)
 
 
 def _keys(batch) -> list[str]:

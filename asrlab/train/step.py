@@ -29,7 +29,7 @@ class StepResult:
     grad_norm = property(lambda self: self.check.grad_norm)
     loss_scale = property(lambda self: self.check.loss_scale)  # the scale this step's backward used
     nonfinite = property(lambda self: self.check.kind)         # None | "scaler" | "loss" | "grad"
-    skipped = property(lambda self: self.check.kind is not None)
+    skipped = property(lambda self: not self.check.stepped)
 
 
 class TrainStep:
@@ -74,7 +74,7 @@ class TrainStep:
                                                     self.cfg.optim.grad_clip, replay=replays), None
         except NonFiniteHalt as e:  # the step is complete: it is counted and logged before the halt
             check, halt = e.check, e
-        if check.kind is None:
+        if check.stepped:  # the same on every rank (decided on the all-reduced gradients)
             self.sched.step()
         self.step += 1
         self.hb.completed += 1
