@@ -125,3 +125,50 @@ def test_bad_config_is_a_clear_error():
         DataConfig(batch_type="huge")
     with pytest.raises(DataError, match="no such data list"):
         load_sources("/definitely/not/here/data.list")
+
+
+def _padding(plans, cfg) -> tuple[float, list[list[int]]]:
+    """Padding share of a plan's frames, and each block's batches' longest utterance, in order."""
+    from asrlab.data import audio
+
+    speech = padded = 0
+    longest = []
+    for plan in plans:
+        longest.append([])
+        for items in plan:
+            lens = [cfg.frames(*audio.audio_info(it.audio)) for it in items]
+            speech, padded = speech + sum(lens), padded + len(lens) * max(lens)
+            longest[-1].append(max(lens))
+    return 1 - speech / padded, longest
+
+
+def test_duration_buckets_pad_less_shuffle_the_batches_and_resume_exactly(corpus, tok):
+    from dataclasses import replace
+
+    from asrlab.data import audio
+    from asrlab.data.loader import AsrDataset
+    from asrlab.data.preflight import estimate_batches
+
+    srcs = load_sources(corpus / "data.list")
+    windows = DataConfig(shuffle_size=120, sort_size=20, max_frames_in_batch=400)
+    buckets = replace(windows, bucketing=True)
+    pad_w, _ = _padding(AsrDataset(srcs, tok, windows).plan(), windows)
+    plans = list(AsrDataset(srcs, tok, buckets).plan())
+    pad_b, longest = _padding(plans, buckets)
+    assert pad_b < pad_w and pad_b <= 0.05, (pad_b, pad_w)
+    assert all(block != sorted(block) for block in longest if len(block) > 3)  # not short to long through a block
+    again = [[[it.key for it in b] for b in plan] for plan in AsrDataset(srcs, tok, buckets).plan()]
+    assert again == [[[it.key for it in b] for b in plan] for plan in plans]  # the same for (seed, epoch)
+    frames = [buckets.frames(*audio.audio_info(it.audio)) for plan in plans for b in plan for it in b]
+    assert sum(len(p) for p in plans) == estimate_batches(frames, buckets)  # the pre-flight's count is exact
+    cfg = replace(buckets, num_workers=2)
+    full = [b["keys"] for b in AsrLoader(srcs, tok, cfg)]
+    assert sorted(k for b in full for k in b) == sorted(it.key for p in plans for b in p for it in b)
+    first, out = AsrLoader(srcs, tok, cfg), []
+    for b in first:
+        out.append(b["keys"])
+        if len(out) == 5:
+            break
+    resumed = AsrLoader(srcs, tok, cfg)
+    resumed.load_state_dict(first.state_dict())
+    assert out + [b["keys"] for b in resumed] == full

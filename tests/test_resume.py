@@ -41,14 +41,15 @@ def kill_at(cmd, exp, step: int) -> int:
     return train_until_killed(cmd[cmd.index("train") + 1:], exp, step, timeout_s=240)
 
 
-@pytest.mark.parametrize("nproc,workers,seed", [(1, 0, 1), (1, 2, 2), (2, 0, 3)])
-def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, workers, seed):
+@pytest.mark.parametrize("nproc,workers,seed,extra", [(1, 0, 1, ()), (1, 2, 2, ()), (2, 0, 3, ()),
+                                                      (1, 2, 4, ("data.bucketing=true",))])
+def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, workers, seed, extra):
     kill_step = random.Random(seed).randint(4, STEPS - 3)   # a step drawn per case, the same every run
     ref, exp = tmp_path / "ref", tmp_path / "exp"
-    run(train_cmd(corpus, ref, nproc, workers))
-    killed = kill_at(train_cmd(corpus, exp, nproc, workers), exp, kill_step)
+    run(train_cmd(corpus, ref, nproc, workers, *extra))
+    killed = kill_at(train_cmd(corpus, exp, nproc, workers, *extra), exp, kill_step)
     assert killed < STEPS
-    run(train_cmd(corpus, exp, nproc, workers))
+    run(train_cmd(corpus, exp, nproc, workers, *extra))
     resumed = [json.loads(line)["resumed_from"] for line in (exp / "ledger" / "rank0.jsonl").read_text().splitlines()
                if "resumed_from" in line]
     assert len(resumed) == 1 and resumed[0] <= killed < STEPS   # it did go back to a checkpoint
@@ -72,14 +73,15 @@ def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corp
     assert [r["keys"] for r in read_ledger(exp)] == [r["keys"] for r in read_ledger(ref)]
 
 
-@pytest.mark.parametrize("first,then", [((2, 1), (1, 2)), ((1, 0), (2, 0))])
-def test_elastic_resume_covers_the_rest_of_the_epoch_exactly_once(corpus, tmp_path, first, then):
+@pytest.mark.parametrize("first,then,extra", [((2, 1), (1, 2), ()), ((1, 0), (2, 0), ()),
+                                               ((2, 1), (1, 2), ("data.bucketing=true",))])
+def test_elastic_resume_covers_the_rest_of_the_epoch_exactly_once(corpus, tmp_path, first, then, extra):
     """A checkpoint from one ranks x workers layout resumes on another: each utterance of the
     interrupted epoch is trained on exactly once (bitwise equality is not expected)."""
     exp = tmp_path / "exp"
     (n1, w1), (n2, w2) = first, then
-    kill_at(train_cmd(corpus, exp, n1, w1), exp, 5)   # checkpoint at step 3, steps 4-5 lost
-    log = run(train_cmd(corpus, exp, n2, w2, "train.max_epochs=1", "--max-steps", "0", "--uneven", "join"))
+    kill_at(train_cmd(corpus, exp, n1, w1, *extra), exp, 5)   # checkpoint at step 3, steps 4-5 lost
+    log = run(train_cmd(corpus, exp, n2, w2, *extra, "train.max_epochs=1", "--max-steps", "0", "--uneven", "join"))
     left_out = re.search(r"elastic resume: epoch 0 continues on \d ranks x \d workers without the (\d+) utterances", log)
     assert left_out and int(left_out.group(1)) > 0, log[-2000:]
     cov = coverage(exp)

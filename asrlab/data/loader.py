@@ -51,9 +51,14 @@ class DataConfig:
     shuffle: bool = True              # shuffle sources per epoch and items per block
     shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
     sort_size: int = 100              # items per length-sorting window; 0 disables sorting
+    bucketing: bool = False           # duration buckets: sort each whole shuffle block by length, cut it into
+    #                                  batches, shuffle the batches' order (least padding; sort_size unused)
     batch_type: str = "dynamic"       # "dynamic": by max_frames_in_batch; "static": batch_size
     batch_size: int = 16              # utterances per batch (static)
     max_frames_in_batch: int = 5000   # padded fbank frames per batch (dynamic)
+    max_frames_by_length: tuple = ()  # [[up_to_frames, max_frames], ...]: a batch whose longest utterance has at
+    #                                  most up_to_frames gets max_frames (asrlab tune measures it on a GPU); longer
+    #                                  than the last row: the last row's; empty: max_frames_in_batch for all
     min_duration_s: float = 0.05
     max_duration_s: float = 30.0
     num_workers: int = 0
@@ -74,6 +79,10 @@ class DataConfig:
             raise UsageError(f"data.bad_input must be 'skip' or 'fail', not {self.bad_input!r}")
         if self.shuffle_size < 1 or self.batch_size < 1 or self.max_frames_in_batch < 1:
             raise UsageError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
+        rows = [tuple(r) for r in self.max_frames_by_length]
+        if any(len(r) != 2 or min(r) < 1 for r in rows) or [r[0] for r in rows] != sorted({r[0] for r in rows}):
+            raise UsageError("data.max_frames_by_length must be [[up_to_frames, max_frames], ...] of positive "
+                             f"numbers, up_to_frames increasing, not {list(self.max_frames_by_length)}")
         if self.num_workers < 0:
             raise UsageError("data.num_workers must be >= 0")
         if self.features not in ("cpu", "device"):
@@ -89,6 +98,13 @@ class DataConfig:
             raise UsageError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
         if self.features == "device" and (self.spec_augment or self.dither):
             raise UsageError("data.features=device computes plain fbank; turn off spec_augment and dither")
+
+    def frame_limit(self, longest: int) -> int:
+        """Padded frames a dynamic batch may hold when its longest utterance has ``longest`` frames."""
+        for up_to, limit in self.max_frames_by_length:
+            if longest <= up_to:
+                return limit
+        return self.max_frames_by_length[-1][1] if self.max_frames_by_length else self.max_frames_in_batch
 
     def for_eval(self, **changes) -> "DataConfig":
         """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise)."""
@@ -124,7 +140,8 @@ class Position:
 def batch_sizes(frames: list[int], cfg: DataConfig) -> list[int]:
     """Cut a sequence of utterance lengths (frames) into batches; returns the batch sizes.
 
-    Dynamic batches keep (utterances x longest) <= max_frames_in_batch, as WeNet does.
+    Dynamic batches keep (utterances x longest) <= max_frames_in_batch, as WeNet does (or the limit
+    ``max_frames_by_length`` gives for the batch's longest utterance).
     """
     sizes: list[int] = []
     n, longest = 0, 0
@@ -132,7 +149,8 @@ def batch_sizes(frames: list[int], cfg: DataConfig) -> list[int]:
         if cfg.batch_type == "static":
             full = n == cfg.batch_size
         else:
-            full = n > 0 and (n + 1) * max(longest, f) > cfg.max_frames_in_batch
+            t = max(longest, f)
+            full = n > 0 and (n + 1) * t > cfg.frame_limit(t)
         if full:
             sizes.append(n)
             n, longest = 0, 0
@@ -140,6 +158,19 @@ def batch_sizes(frames: list[int], cfg: DataConfig) -> list[int]:
     if n:
         sizes.append(n)
     return sizes
+
+
+def batching_order(frames: list[int], cfg: DataConfig) -> list[int]:
+    """The order a shuffle block's items (lengths ``frames``, already shuffled) are cut into batches in:
+    the whole block sorted by length (``bucketing``: each batch holds neighbouring lengths), sorted in
+    windows of ``sort_size`` (WeNet's), or as they are. Ties keep their shuffled order."""
+    idx = list(range(len(frames)))
+    if cfg.bucketing:
+        return sorted(idx, key=frames.__getitem__)
+    if cfg.sort_size > 0:
+        return [i for s in range(0, len(idx), cfg.sort_size)
+                for i in sorted(idx[s:s + cfg.sort_size], key=frames.__getitem__)]
+    return idx
 
 
 def epoch_sources(sources: list[Source], epoch: int, cfg: DataConfig) -> list[Source]:
@@ -207,15 +238,24 @@ class AsrDataset(IterableDataset):
                 return
             yield start, (src_i, offset), items
 
+    def plan(self, worker: int = 0, sources: list[Source] | None = None) -> Iterator[list[list[Item]]]:
+        """The batches (lists of items) of each shuffle block a worker serves this epoch, planned from
+        the item headers (no decoding), block by block; bad input left out. ``sources``: the worker's
+        (default: dealt to it from this epoch's order)."""
+        if sources is None:
+            sources = deal(epoch_sources(self.sources, self.epoch, self.cfg), self.rank, self.world_size,
+                           worker, self.num_workers)
+        g = self.rank * self.num_workers + worker
+        for block, (_, _, items) in enumerate(self._blocks(sources)):
+            yield self._plan_block(items, np.random.default_rng([self.cfg.seed, self.epoch, g, block]), Counter())
+
     def consumed(self, sources: list[Source], worker: int, pos: Position) -> set[str]:
         """The keys of the batches a worker served before ``pos``, planned again from the item headers
         (no decoding): what an elastic resume must leave out of the rest of the epoch."""
-        g = self.rank * self.num_workers + worker
         keys: set[str] = set()
-        for block, (_, _, items) in enumerate(self._blocks(sources)):
+        for block, plan in enumerate(self.plan(worker, sources)):
             if not pos.done and block > pos.block:
                 break
-            plan = self._plan_block(items, np.random.default_rng([self.cfg.seed, self.epoch, g, block]), Counter())
             for batch_items in plan if pos.done or block < pos.block else plan[:pos.batch]:
                 keys.update(item.key for item in batch_items)
         return keys
@@ -258,7 +298,7 @@ class AsrDataset(IterableDataset):
         log.debug("skipping %s: %s", item.where, reason)
 
     def _plan_block(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> list[list]:
-        """Check items from their headers, shuffle, sort in windows, cut into batches."""
+        """Check items from their headers, shuffle, sort (:func:`batching_order`), cut into batches."""
         cfg = self.cfg
         good = []
         for item in items:
@@ -276,13 +316,13 @@ class AsrDataset(IterableDataset):
             good.append((item, cfg.frames(samples, sr)))
         if cfg.shuffle:
             good = [good[i] for i in rng.permutation(len(good))]
-        if cfg.sort_size > 0:
-            good = [x for s in range(0, len(good), cfg.sort_size)
-                    for x in sorted(good[s:s + cfg.sort_size], key=lambda x: x[1])]
+        good = [good[i] for i in batching_order([f for _, f in good], cfg)]
         plan, s = [], 0
         for n in batch_sizes([f for _, f in good], cfg):
             plan.append([it for it, _ in good[s:s + n]])
             s += n
+        if cfg.bucketing and cfg.shuffle:  # else the batches would run from short to long through the block
+            plan = [plan[i] for i in rng.permutation(len(plan))]
         return plan
 
     def _check_text(self, text: str | None) -> str | None:

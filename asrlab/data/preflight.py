@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from . import audio
-from .loader import DataConfig, batch_sizes, deal, epoch_sources
+from .loader import DataConfig, batch_sizes, batching_order, deal, epoch_sources
 from .sources import Source, read_source
 from ..errors import UsageError
 
@@ -45,13 +45,11 @@ def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
 
 
 def estimate_batches(frames: list[int], cfg: DataConfig) -> int:
-    """Batches the loader makes of these lengths (blocks sorted in windows; shuffle ignored)."""
+    """Batches the loader makes of these lengths (the shuffle ignored: exact with ``bucketing``)."""
     n = 0
     for b in range(0, len(frames), cfg.shuffle_size):
         block = frames[b:b + cfg.shuffle_size]
-        if cfg.sort_size > 0:
-            block = [f for s in range(0, len(block), cfg.sort_size) for f in sorted(block[s:s + cfg.sort_size])]
-        n += len(batch_sizes(block, cfg))
+        n += len(batch_sizes([block[i] for i in batching_order(block, cfg)], cfg))
     return n
 
 
