@@ -141,6 +141,36 @@ def cmd_bench_train(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(a: argparse.Namespace) -> int:
+    """The batch from measured GPU memory: data.max_frames_by_length for this config and data."""
+    import torch
+
+    from .config import load_config
+    from .data.preflight import source_stats
+    from .data.sources import load_sources, transcripts
+    from .data.tokenizer import CharTokenizer
+    from .measure.memory import calibrate
+
+    cfg = load_config(a.config, a.overrides)
+    if not torch.cuda.is_available():  # say so before reading the data
+        calibrate(cfg, 0, 0, a.margin)
+    sources = load_sources(a.list, cfg.data.raw_chunk)
+    vocab = len(CharTokenizer.build(transcripts(sources)))
+    longest = max((f for src in sources for f in source_stats(src, cfg.data).frames), default=0)
+    if longest == 0:
+        raise UsageError(f"{a.list}: no readable utterance to size the batch by")
+    r = calibrate(cfg, vocab, longest, a.margin)
+    print(f"{r['device']}: {r['total_mib']} MiB, budget {r['budget_mib']} MiB (margin {100 * a.margin:.0f}%), "
+          f"precision {r['precision']}, vocabulary {vocab}, longest utterance {longest} frames")
+    print(f"{'longest in batch (frames)':>26} {'utterances':>10} {'max_frames':>10}")
+    for row in r["rows"]:
+        print(f"{row['frames']:>26} {row['utts']:>10} {row['max_frames']:>10}")
+    print(f"\nuse: data.max_frames_by_length={json.dumps(r['max_frames_by_length'], separators=(',', ':'))}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
 def _strip_nproc(argv: list[str]) -> list[str]:
     out, skip = [], False
     for i, x in enumerate(argv):
@@ -347,6 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--json")
     bt.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     bt.set_defaults(func=cmd_bench_train)
+
+    tu = sub.add_parser("tune", help="on a GPU: the largest batch per utterance length that fits its memory "
+                                     "(data.max_frames_by_length), from real training steps")
+    tu.add_argument("list", help="training data.list (its transcripts give the vocabulary, its headers the longest utterance)")
+    tu.add_argument("--config", default="tiny")
+    tu.add_argument("--margin", type=float, default=0.1, help="share of GPU memory left free")
+    tu.add_argument("--json")
+    tu.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    tu.set_defaults(func=cmd_tune)
 
     t = sub.add_parser("train", help="train (1 process, or N under torchrun with --nproc N)")
     t.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")

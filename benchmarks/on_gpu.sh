@@ -18,6 +18,8 @@
 #   precision    tiny, 300 steps each in fp32, bf16 and fp16 (GradScaler) on the same corpus: steps/s, loss, scale
 #   tests        pytest tests/ on the GPU machine (the suite is written for CPU; this shows what a GPU changes)
 #   gputests     only the tests that need a GPU (pytest -k gpu; they skip on CPU)
+#   tune         asrlab tune (data.max_frames_by_length from measured peak memory) for tiny and base, on a
+#                synthesized corpus, with fp16/bf16 as --precision auto picks
 #   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
 #                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
 #
@@ -28,7 +30,7 @@ py=${ASRLAB_PY:-python3}
 out=${OUT:-gpu_out}
 mkdir -p "$out" runs
 params=notebooks/params/gpu1.yaml
-pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log figures runs/precision 2>/dev/null; }
+pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json figures runs/precision 2>/dev/null; }
 notebook() { timeout "$2" "$py" -m asrlab.cli notebooks --only "$1" --params "$params" 2>&1 | tee "runs/$1.log"; }
 for stage in "$@"; do
     echo "=== $stage $(date -u +%H:%M:%S)"
@@ -119,6 +121,12 @@ EOF
             echo "nproc: $n" > runs/lab_params.yaml
             timeout 560 "$py" -m asrlab.cli notebooks --only your_loop --params runs/lab_params.yaml 2>&1 | tee runs/your_loop.log
         fi ;;
+    tune)
+        [ -f runs/tune_corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/tune_corpus --utts 300 --quiet
+        for c in tiny base; do
+            timeout 240 "$py" -m asrlab.cli tune runs/tune_corpus/train/data.list --config "$c" \
+                --json "runs/tune_$c.json" 2>&1 | tee "runs/tune_$c.log"
+        done ;;
     gputests) timeout 120 "$py" -m pytest tests -q --timeout 100 -p no:cacheprovider -k gpu 2>&1 | tail -15 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac

@@ -1,6 +1,7 @@
 """The throughput sweep: grid, a real measurement, and the recommendation on fake measurements."""
 
 import pytest
+import torch
 
 from asrlab.config import load_config
 from asrlab.measure.tune import grid, measure, recommend, storage_variants
@@ -64,3 +65,60 @@ def test_measure_refuses_a_window_longer_than_an_epoch(corpus, tmp_path):
     lists = storage_variants(corpus / "data.list", tmp_path, ("shards/none",), max_utts=24, shard_size=12)
     with pytest.raises(ValueError, match="one epoch holds [0-9]+ batches of 800 frames, fewer than the 2 start-up"):
         measure(load_config("tiny", SMALL + ["data.num_workers=0"]), lists["shards/none"], steps=30)
+
+
+# -- the batch from measured memory (asrlab tune) ---------------------------------------------------
+
+def test_memory_search_finds_the_largest_batch_per_length():
+    from asrlab.measure.memory import ladder, search, table
+
+    budget = 10_000_000
+    cost = lambda utts, frames: utts * frames * 200 + utts * frames * frames * 2  # activations + attention
+    calls = []
+
+    def fits(utts, frames):
+        calls.append((utts, frames))
+        return cost(utts, frames) <= budget
+
+    lengths = ladder(1500)
+    assert lengths == [100, 200, 400, 800, 1500]
+    rows = search(fits, lengths, max_utts=256)
+    for r in rows:
+        u, t = r["utts"], r["frames"]
+        assert (u == 0 or fits(u, t)) and (u == 256 or not fits(u + 1, t)), r
+    assert rows[0]["utts"] == 250 and [r["max_frames"] for r in rows] == sorted(r["max_frames"] for r in rows)[::-1]
+    assert len(calls) < 25 * len(lengths)  # a search, not a scan
+    assert table(rows) == [[r["frames"], r["max_frames"]] for r in rows if r["utts"]]
+
+
+def test_a_calibrated_table_sizes_batches_by_their_longest_utterance():
+    from asrlab.data.loader import DataConfig, batch_sizes
+
+    cfg = DataConfig(max_frames_by_length=[[100, 1000], [400, 1600]])
+    assert batch_sizes([50] * 30 + [300] * 10 + [900] * 3, cfg) == [20, 10, 5, 5, 1, 1, 1]
+    with pytest.raises(Exception, match="up_to_frames increasing"):
+        DataConfig(max_frames_by_length=[[400, 100], [100, 200]])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given where there is no GPU")
+def test_tune_says_it_needs_a_gpu(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "asrlab.cli", "tune", str(tmp_path / "none.list")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "needs a GPU, and there is none here" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (benchmarks/on_gpu.sh gputests runs it on one)")
+def test_gpu_calibrated_batches_fit_and_one_more_utterance_does_not():
+    from asrlab.measure.memory import calibrate, step_fits
+
+    cfg = load_config("tiny")
+    device = torch.device("cuda")
+    r = calibrate(cfg, 50, 1200, margin=0.5)
+    budget = r["budget_mib"] << 20
+    fits = step_fits(cfg, 50, device, budget)
+    for row in r["rows"]:
+        assert row["utts"] > 0 and fits(row["utts"], row["frames"])
+        assert row["utts"] == 4096 or not fits(row["utts"] + 1, row["frames"])
