@@ -14,11 +14,12 @@ batch iterator and parts:
   bare2     the same again: an A/A control (what two copies of one loop differ by: the resolution)
   watch     + StallWatch(timeout_s=60): batches through ``watch.data(...)`` (two heartbeat phases per
             step); its watchdog thread (a file written and read once a second)
-  uneven    + UnevenGuard: one 1-element all-reduce on the gloo group per batch
+  uneven    + UnevenGuard: one 1-element all-reduce on the gloo group per batch, sent a batch ahead
+            (waited for when the next batch is asked for)
   numerics  + NumericsGuard(every=50: asrlab train's ``train.diagnostics_every`` and lab.py's example;
             the class's own default, 0, never samples) around forward/backward, and
-            ``guard.optimizer_step`` in place of the scaler's three calls (grad norm, one 1-element
-            all-reduce, step)
+            ``guard.optimizer_step`` in place of the scaler's three calls (grad norm, step; one
+            1-element all-reduce sent and read at the next step)
   all       as examples/lab_loop.py: ``watch.data(UnevenGuard(...))``, the numerics guard,
             ``RunState.record`` (one ledger line per step) and a StepTimer; checkpoints are not in
             the loop: ``RunState.save`` is timed on its own
@@ -268,7 +269,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     t0 = time.perf_counter()
     for _ in lab.UnevenGuard(ug):
         pass
-    micro["uneven_item_us"] = (time.perf_counter() - t0) / k * 1e6  # the all-reduce + generator + announce
+    micro["uneven_item_us"] = (time.perf_counter() - t0) / k * 1e6  # nothing to overlap: the all-reduce + generator
 
     from asrlab.train.nonfinite import rng_state
 
@@ -280,9 +281,10 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     loss.backward()
     micro["grad_norm_ms"] = min(timeit.repeat(lambda: torch.nn.utils.clip_grad_norm_(p, float("inf")),
                                               number=20, repeat=5)) / 20 * 1e3
-    if hasattr(torch.nn.utils, "get_total_norm"):
-        micro["norm_only_ms"] = min(timeit.repeat(lambda: torch.nn.utils.get_total_norm([q.grad for q in p]),
-                                                  number=20, repeat=5)) / 20 * 1e3
+    from asrlab.train.nonfinite import _total_norm
+
+    micro["norm_only_ms"] = min(timeit.repeat(lambda: _total_norm([q.grad for q in p]),
+                                              number=20, repeat=5)) / 20 * 1e3
 
     class KeepGrads:  # an optimizer whose step does nothing and whose zero_grad keeps the gradients
         param_groups = [{"params": p}]
@@ -352,21 +354,23 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     import asrlab.diagnostics as diagnostics
 
     x = torch.randn(a.batch, a.frames // 2, cfg.d_model)  # an activation of this model and batch
-    micro["stats_us"] = min(timeit.repeat(lambda: diagnostics.tensor_stats(x, 65536), number=500, repeat=3)) / 500 * 1e6
+    sample = nv.guard.diag.sample
+    micro["stats_us"] = min(timeit.repeat(lambda: diagnostics.raw_stats(x, sample), number=500, repeat=3)) / 500 * 1e6
 
     # the sampled step's forward + backward by part, on the bare module (no DDP: no collectives): no hooks,
     # the hooks with a statistics function that does nothing, the real statistics
-    mod, real_stats = nv.model.module, diagnostics.tensor_stats
+    mod, real_stats = nv.model.module, diagnostics.raw_stats
+    nothing = (torch.zeros(()),) * 5 + (1, 1)
 
     def fwd_bwd(mode: str) -> float:
-        diagnostics.tensor_stats = real_stats if mode == "stats" else (lambda t, sample=None: torch.zeros(4))
+        diagnostics.raw_stats = real_stats if mode == "stats" else (lambda t, sample=None: nothing)
         try:
             t0 = time.perf_counter()
             with nv.guard.diag.recording() if mode != "plain" else contextlib.nullcontext():
                 _loss(mod, data[1]).backward()
             return time.perf_counter() - t0
         finally:
-            diagnostics.tensor_stats = real_stats
+            diagnostics.raw_stats = real_stats
             mod.zero_grad()
 
     modes = {"plain": [], "hooks": [], "stats": []}
@@ -540,13 +544,14 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
                f"= {m0['poll_ms'] / 10:.3f}% of a core")
     out.append(f"  gloo 1-element all-reduce (cpu_group)           {r('allreduce_us', '{:.0f}')} us "
                f"= {100 * ar / step_s:.2f}% of a {1e3 * step_s:.0f} ms step")
-    out.append(f"  UnevenGuard per batch (all-reduce + rest)       {r('uneven_item_us', '{:.0f}')} us")
+    out.append(f"  UnevenGuard per batch, nothing between batches   {r('uneven_item_us', '{:.0f}')} us "
+               "(each agreement waited for at once: in a loop it overlaps the step)")
     out.append(f"  NumericsGuard, every step: guard.step() context  {r('guard_ctx_us', '{:.1f}')} us "
                f"(of which rng_state {m0['rng_state_us']:.1f} us); forward pre-hook {r('autocast_hook_us', '{:.1f}')} us")
-    out.append(f"    guard.optimizer_step without the optimizer's step (grad norm, 1 all-reduce, checks) "
+    out.append(f"    guard.optimizer_step without the optimizer's step (grad norm, checks, last step's agreement read, this one's sent) "
                f"{r('guard_opt_ms', '{:.2f}')} ms = {100 * m0['guard_opt_ms'] * 1e-3 / step_s:.2f}% of the step")
     out.append(f"    of which the norm: clip_grad_norm_(params, inf) (norm + a x1 pass) {r('grad_norm_ms', '{:.2f}')} ms, "
-               + (f"torch.nn.utils.get_total_norm {r('norm_only_ms', '{:.2f}')} ms" if "norm_only_ms" in m0 else ""))
+               + f"the guard's (one _foreach_norm) {r('norm_only_ms', '{:.2f}')} ms")
     out.append(f"  NumericsGuard, sampled step vs unsampled (alternating, median of {a.pairs} pairs): "
                f"{m0['sampled_step_ms']:.1f} vs {m0['unsampled_step_ms']:.1f} ms "
                f"(+{m0['sampled_step_ms'] - m0['unsampled_step_ms']:.1f} ms)")
@@ -557,7 +562,7 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
     stats = m0["fb_stats_ms"] - m0["fb_hooks_ms"]
     out.append(f"    by part (forward + backward of the module alone, rank 0): no hooks {m0['fb_plain_ms']:.1f} ms, "
                f"hooks with no-op statistics {m0['fb_hooks_ms']:.1f} ms, with the statistics {m0['fb_stats_ms']:.1f} ms:")
-    out.append(f"    the hooks {hooks:+.1f} ms, tensor_stats {stats:+.1f} ms ({m0['hooked_records']} records, "
+    out.append(f"    the hooks {hooks:+.1f} ms, the statistics {stats:+.1f} ms ({m0['hooked_records']} records, "
                f"{1e3 * stats / max(1, m0['hooked_records']):.0f} us each; {r('stats_us', '{:.0f}')} us on one "
                f"{a.batch}x{a.frames // 2}x144 activation), then summary() {r('summary_ms', '{:.2f}')} ms, "
                f"the trace line {r('trace_write_ms', '{:.2f}')} ms")
