@@ -502,6 +502,7 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
         json.dump({"skipped": r.skipped, "kind": r.nonfinite, "halt1": r.halt is not None, "weights": total,
                    "halt2": str(r2.halt) if r2.halt else None}, f)
     tr.close()
+    tdist.barrier()  # neither rank closes its connections while the other may still read from them
     tdist.destroy_process_group()
 
 

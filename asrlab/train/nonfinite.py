@@ -211,9 +211,11 @@ class NumericsGuard:
         found_before = False
         if self._sent is not None:
             flag, work = self._sent
-            if not work.is_completed():
+            waits = not work.is_completed()
+            if waits:
                 announce("sync", self._step)
-                work.wait()
+            work.wait()  # also when complete: it hands the result over (and any error)
+            if waits:
                 announce("optimizer", self._step)
             found_before = bool(flag.item())
         action = self._policy() if found_before else "step"

@@ -81,7 +81,7 @@ class UnevenGuard:
         def result() -> int:
             if not work.is_completed():
                 announce("sync")
-                work.wait()
+            work.wait()  # also when complete: it hands the result over (and any error)
             return int(t.item())
         return result
 
