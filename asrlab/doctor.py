@@ -23,6 +23,7 @@ import yaml
 
 from .errors import UsageError
 from .jsonl import read_jsonl
+from .measure.profiling import format_split, step_split
 from .train import checkpoint
 from .train.failures import error_line, rank_errors
 from .train.heartbeat import read_heartbeats
@@ -362,6 +363,12 @@ def step_times(exp: str | Path) -> dict:
         return {"ranks": [], "spread": None, "missing": missing}
     out: dict = {"ranks": [{**r, "median_step_s": round(r["median_step_s"], 6),
                             "data_wait_share": round(r["data_wait_share"], 4)} for r in ranks], "spread": None}
+    for r in out["ranks"]:
+        if r.get("source") is None:  # from metrics lines: where the steps' wall clock went
+            try:
+                r["split"] = step_split(read_metrics(exp, f"rank{r['rank']}")[1:])
+            except KeyError:  # a loop's metrics without the timing keys
+                r["split"] = None
     if len(ranks) > 1:
         slow = max(ranks, key=lambda r: r["median_step_s"])
         fast = min(ranks, key=lambda r: r["median_step_s"])
@@ -594,6 +601,8 @@ def format_diagnosis(d: dict) -> str:
         how = "mean (heartbeat)" if r.get("source") else "median"
         lines.append(f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
                      f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
+        if r.get("split"):
+            lines.append(f"    wall clock: {format_split(r['split'])}")
     if st["spread"]:
         s = st["spread"]
         lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "

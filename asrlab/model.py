@@ -425,11 +425,22 @@ def min_ctc_frames(labels: Sequence[int]) -> int:
     return len(labels) + sum(a == b for a, b in zip(labels, labels[1:]))
 
 
+def alignable(out_lens: torch.Tensor, targets: torch.Tensor, target_lens: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: which utterances CTC can align (see ``min_ctc_frames``), computed where the inputs lie."""
+    targets = targets.clamp(min=0)  # padding value (-1 or 0) is never read past target_lens
+    out_lens, target_lens = out_lens.to(targets.device), target_lens.to(targets.device)
+    max_len = targets.size(1)
+    same = targets[:, 1:] == targets[:, :-1]  # (B, L-1)
+    inside = torch.arange(max(max_len - 1, 0), device=targets.device)[None] < (target_lens[:, None] - 1)
+    return out_lens >= target_lens + (same & inside).sum(dim=1)
+
+
 def ctc_loss(
     log_probs: torch.Tensor,
     out_lens: torch.Tensor,
     targets: torch.Tensor,
     target_lens: torch.Tensor,
+    host_targets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
     """Summed CTC loss (nats) over the utterances CTC can align.
 
@@ -440,28 +451,32 @@ def ctc_loss(
     labels), see ``min_ctc_frames``. Unalignable ones would give an infinite loss;
     they are excluded and counted rather than zeroed by ``zero_infinity``.
 
+    ``host_targets``: the targets on the host, with ``out_lens`` and ``target_lens`` there too. The
+    mask, its count and the lengths CTC needs on the host are then found there, and nothing is read
+    back from the device (without them, counting the mask waits for the device).
+
     Returns (loss_sum, n_unalignable, mask): loss_sum is a 0-dim tensor, the *sum*
     over alignable utterances (divide by ``mask.sum()`` for a per-utterance mean,
     or by ``target_lens[mask].sum()`` for a per-token mean: the caller decides);
     mask (B,) bool is True for the utterances included. If none is alignable,
     loss_sum is an exact zero that still has a grad_fn (backward is a no-op).
     """
-    targets = targets.clamp(min=0)  # padding value (-1 or 0) is never read past target_lens
-    out_lens, target_lens = out_lens.to(targets.device), target_lens.to(targets.device)
-    b, max_len = targets.shape
-    same = targets[:, 1:] == targets[:, :-1]  # (B, L-1)
-    inside = torch.arange(max(max_len - 1, 0), device=targets.device)[None] < (target_lens[:, None] - 1)
-    need = target_lens + (same & inside).sum(dim=1)
-    mask = out_lens >= need
-    n_unalignable = int(b - mask.sum().item())
+    if host_targets is None:
+        out_lens, target_lens = out_lens.to(targets.device), target_lens.to(targets.device)
+    mask = alignable(out_lens, targets if host_targets is None else host_targets, target_lens)
+    b = mask.numel()
+    n_unalignable = int(b - mask.sum())
     if n_unalignable == b:
         return log_probs[:0].sum(), n_unalignable, mask
-    lp = log_probs if n_unalignable == 0 else log_probs[mask.to(log_probs.device)]
+    lp, tg = log_probs, targets.clamp(min=0)
+    if n_unalignable:
+        keep = mask.nonzero().squeeze(1)
+        lp = log_probs.index_select(0, keep.to(log_probs.device))
+        tg = tg.index_select(0, keep.to(tg.device))
+        out_lens, target_lens = out_lens[keep.to(out_lens.device)], target_lens[keep.to(target_lens.device)]
     losses = F.ctc_loss(
         lp.transpose(0, 1),  # (T', B', V)
-        targets[mask] if n_unalignable else targets,
-        out_lens[mask] if n_unalignable else out_lens,
-        target_lens[mask] if n_unalignable else target_lens,
+        tg, out_lens, target_lens,
         blank=BLANK,
         reduction="none",
         zero_infinity=False,
@@ -469,10 +484,10 @@ def ctc_loss(
     return losses.sum(), n_unalignable, mask
 
 
-def mean_ctc_loss(log_probs, out_lens, targets, target_lens) -> tuple[torch.Tensor, int]:
+def mean_ctc_loss(log_probs, out_lens, targets, target_lens, host_targets=None) -> tuple[torch.Tensor, int]:
     """The training objective: CTC loss per alignable utterance (nats), and how many were left out."""
-    loss_sum, n_unalignable, mask = ctc_loss(log_probs, out_lens, targets, target_lens)
-    return loss_sum / max(1, int(mask.sum())), n_unalignable
+    loss_sum, n_unalignable, mask = ctc_loss(log_probs, out_lens, targets, target_lens, host_targets)
+    return loss_sum / max(1, mask.numel() - n_unalignable), n_unalignable
 
 
 # ----------------------------------------------------------------------------- decoding, metrics

@@ -20,6 +20,9 @@
 #   gputests     only the tests that need a GPU (pytest -k gpu; they skip on CPU)
 #   tune         asrlab tune (data.max_frames_by_length from measured peak memory) for tiny and base, on a
 #                synthesized corpus, with fp16/bf16 as --precision auto picks
+#   busy         benchmarks/busy_gpu.py: the base config at 4 workers and 12,000-frame batches, random batches
+#                against duration buckets: NVML busy share, audio h/h, data wait, the wall clock split
+#                (run gputests too: the steady-state step under sync debug mode "error")
 #   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
 #                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
 #
@@ -30,7 +33,7 @@ py=${ASRLAB_PY:-python3}
 out=${OUT:-gpu_out}
 mkdir -p "$out" runs
 params=notebooks/params/gpu1.yaml
-pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json figures runs/precision 2>/dev/null; }
+pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json figures runs/precision 2>/dev/null; }
 notebook() { timeout "$2" "$py" -m asrlab.cli notebooks --only "$1" --params "$params" 2>&1 | tee "runs/$1.log"; }
 for stage in "$@"; do
     echo "=== $stage $(date -u +%H:%M:%S)"
@@ -127,6 +130,8 @@ EOF
             timeout 240 "$py" -m asrlab.cli tune runs/tune_corpus/train/data.list --config "$c" \
                 --json "runs/tune_$c.json" 2>&1 | tee "runs/tune_$c.log"
         done ;;
+    busy) timeout 560 "$py" benchmarks/busy_gpu.py --config base --workers 4 --max-frames 12000 --steps 40 \
+              --json runs/busy_gpu.json 2>&1 | tee runs/busy_gpu.log ;;
     gputests) timeout 120 "$py" -m pytest tests -q --timeout 100 -p no:cacheprovider -k gpu 2>&1 | tail -15 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac

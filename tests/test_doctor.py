@@ -65,6 +65,9 @@ def test_a_finished_run(finished, capsys):
     assert [r["state"] for r in d["ranks"]] == ["done"] and d["steps"]["ranks"][0]["steps"] == last - 1
     assert d["loss_scale"]["first"] == d["loss_scale"]["last"] == 1.0 and d["loss_scale"]["skipped"] == 0
     assert d["resumes"]["resumed_from"] == [] and "resumes: none" in out
+    split = d["steps"]["ranks"][0]["split"]  # where the wall clock went, named in the text
+    assert sum(split[k] for k in ("data_wait", "host_overhead", "compute", "comm")) == pytest.approx(1, abs=1e-3)
+    assert f"wall clock: data wait {100 * split['data_wait']:.0f}%" in out and "is the largest" in out
     text = out
     code, out = doctor(finished, capsys, "--json")
     parsed = json.loads(out)

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from asrlab.measure.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, trace
+from asrlab.measure.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, format_split, step_split, trace
 
 
 def test_step_timer_parts_match_known_sleeps_and_add_up():
@@ -96,3 +96,31 @@ def test_training_exports_a_trace_window(corpus, tmp_path):
     tr.fit()
     tr.close()
     assert tr.step == 5 and list((tmp_path / "exp" / "trace" / "rank0").glob("*.json"))
+
+
+def _lines(n, period, data=0.0, comm=0.0, forward=0.0, epoch=0, t0=100.0):
+    return [{"step": i + 1, "epoch": epoch, "time": t0 + i * period, "data_wait_s": data, "comm_s": comm,
+             "copy_s": 0.0, "features_s": 0.0, "forward_s": forward, "backward_s": 0.0, "optimizer_s": 0.0}
+            for i in range(n)]
+
+
+def test_the_step_split_shares_the_wall_clock_and_names_the_largest():
+    # 1 s per step: 0.1 data, 0.2 communication, 0.5 compute; 0.2 s outside every timed part
+    split = step_split(_lines(11, 1.0, data=0.1, comm=0.2, forward=0.5))
+    assert split["steps"] == 10 and split["wall_s"] == pytest.approx(10.0)
+    assert (split["data_wait"], split["comm"], split["compute"], split["host_overhead"]) == pytest.approx(
+        (0.1, 0.2, 0.5, 0.2))
+    assert split["largest"] == "compute" and split["basis"] == "timed parts"
+    assert format_split(split) == ("data wait 10%, host overhead 20%, compute 50%, communication 20%: "
+                                   "compute is the largest")
+    # a GPU busy 30% of the time: compute is the busy time less communication, the rest host overhead
+    split = step_split(_lines(11, 1.0, data=0.1, comm=0.2, forward=0.5), gpu_busy=0.3)
+    assert split["compute"] == pytest.approx(0.1) and split["host_overhead"] == pytest.approx(0.6)
+    assert split["largest"] == "host_overhead"
+
+
+def test_the_step_split_leaves_out_an_epochs_end_and_needs_two_lines():
+    lines = _lines(5, 1.0, forward=0.9) + _lines(5, 1.0, forward=0.9, epoch=1, t0=200.0)  # 96 s of evaluation
+    split = step_split(lines)
+    assert split["steps"] == 8 and split["compute"] == pytest.approx(0.9)
+    assert step_split(_lines(1, 1.0)) is None and step_split([]) is None

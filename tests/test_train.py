@@ -95,10 +95,12 @@ def test_non_finite_step_is_skipped_and_counted(corpus, tmp_path):
     before = [p.detach().clone() for p in tr.model.parameters()]
     bad = dict(batch, feats=batch["feats"].clone())
     bad["feats"][0, 0, 0] = float("nan")
-    r = tr.train_step([bad])
-    assert r.skipped and tr.skipped == 1 and tr.step == 1
+    assert tr.train_step([bad]) is None  # the step is read with the next one, or when settled
+    r = tr.settle()
+    assert r.skipped and r.step == 1 and tr.skipped == 1 and tr.step == 1
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))  # nothing was applied
-    r = tr.train_step([batch])
+    assert tr.train_step([batch]) is None
+    r = tr.settle()
     assert not r.skipped and tr.skipped == 1
     assert not all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
     tr.close()
@@ -405,7 +407,8 @@ def test_grad_clip_0_means_no_clipping(corpus, tmp_path):
     for clip in ("0", "1e12"):
         tr = make_trainer(corpus, tmp_path / f"clip{clip}", f"optim.grad_clip={clip}")
         batch = batch or next(iter(tr.loader))
-        r = tr.train_step([batch])
+        tr.train_step([batch])
+        r = tr.settle()
         after[clip] = [p.detach().clone() for p in tr.model.parameters()]
         assert r.grad_norm > 0
         tr.close()
@@ -487,17 +490,18 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
     info = adist.setup("gloo")
     real = step_module.mean_ctc_loss
     if rank == 1:
-        def infinite(*args):
-            loss, bad = real(*args)
+        def infinite(*args, **kw):
+            loss, bad = real(*args, **kw)
             return loss + torch.tensor(math.inf), bad  # a constant: the gradients stay finite
 
         step_module.mean_ctc_loss = infinite
     tr = Trainer(load_config("tiny", SMALL + ["train.nonfinite=halt"]), data, None, f"{out}/exp", info)
     batches = iter(tr.loader)
-    r = tr.train_step([next(batches)])
+    tr.train_step([next(batches)])
     total = float(sum(p.detach().double().sum() for p in tr.model.parameters()))
+    r = tr.train_step([next(batches)])  # step 1, read (and located) before step 2 is taken
     step_module.mean_ctc_loss = real
-    r2 = tr.train_step([next(batches)])
+    r2 = tr.settle()
     with open(f"{out}/result{rank}.json", "w") as f:
         json.dump({"skipped": r.skipped, "kind": r.nonfinite, "halt1": r.halt is not None, "weights": total,
                    "halt2": str(r2.halt) if r2.halt else None}, f)

@@ -56,11 +56,18 @@ class StepTimer:
             return
         self._marks.append((part, self._now()))
 
-    def stop(self) -> dict[str, float]:
+    def stop(self, lazy: bool = False):
+        """The parts of the step (s); ``lazy``: a callable that returns them, which on a GPU reads the
+        events only when called (by then long completed), so stopping never waits on the device."""
         end = self._now()
         marks = self._marks + [(None, end)]
+        self._marks = []
+        read = lambda: self._parts(marks)  # noqa: E731
+        return read if lazy else read()
+
+    def _parts(self, marks) -> dict[str, float]:
         if self.cuda:
-            end.synchronize()
+            marks[-1][1].synchronize()
             spans = [a[1].elapsed_time(b[1]) / 1e3 for a, b in zip(marks, marks[1:])]
         else:
             spans = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
@@ -68,8 +75,53 @@ class StepTimer:
         for (part, _), s in zip(marks, spans):
             out[part] = out.get(part, 0.0) + s
         out["total"] = sum(spans)
-        self._marks = []
         return out
+
+
+SPLIT = ("data_wait", "host_overhead", "compute", "comm")
+SPLIT_NAMES = {"data_wait": "data wait", "host_overhead": "host overhead", "compute": "compute",
+               "comm": "communication"}
+COMPUTE_PARTS = ("copy", "features", "forward", "backward", "optimizer")
+
+
+def step_split(metrics: list[dict], gpu_busy: float | None = None) -> dict | None:
+    """Where the wall-clock time of a run of steps went, as shares that add up to 1, and the largest.
+
+    ``metrics``: one rank's metrics lines (``time``, ``data_wait_s``, ``comm_s`` and the compute parts),
+    in order; the wall clock is the span of their ``time`` stamps, and each share is over the steps after
+    the first (steps across an epoch's end, with its evaluation and checkpoint, are left out).
+
+    * ``data_wait``: waiting for a batch; ``comm``: exposed communication (gradient all-reduce, agreements);
+    * ``compute``: the step's own work; with ``gpu_busy`` (the GPU's busy fraction over the same time,
+      e.g. NVML utilisation / 100) the busy time less communication, else the timed parts
+      (copy, features, forward, backward, optimizer);
+    * ``host_overhead``: the rest: time the device sat idle while the host ran (Python, launches,
+      bookkeeping between steps). None with fewer than two lines."""
+    pairs = [(a, b) for a, b in zip(metrics, metrics[1:]) if a.get("epoch") == b.get("epoch")]
+    wall = sum(b["time"] - a["time"] for a, b in pairs)
+    if not pairs or wall <= 0:
+        return None
+    lines = [b for _, b in pairs]
+    data = sum(x["data_wait_s"] for x in lines) / wall
+    comm = sum(x.get("comm_s", 0.0) for x in lines) / wall
+    if gpu_busy is None:
+        compute = sum(x.get(f"{p}_s", 0.0) for x in lines for p in COMPUTE_PARTS) / wall
+    else:
+        compute = max(0.0, gpu_busy - comm)
+    data, comm, compute = (min(1.0, v) for v in (data, comm, compute))
+    scale = max(1.0, data + comm + compute)  # timers overlap a little at the edges: never over 1 together
+    out = {"data_wait": data / scale, "comm": comm / scale, "compute": compute / scale}
+    out["host_overhead"] = max(0.0, 1.0 - sum(out.values()))
+    out = {k: round(out[k], 4) for k in SPLIT}
+    out.update(largest=max(SPLIT, key=lambda k: out[k]), steps=len(lines), wall_s=round(wall, 3),
+               basis="GPU busy (NVML)" if gpu_busy is not None else "timed parts")
+    return out
+
+
+def format_split(split: dict) -> str:
+    """``data wait 3%, host overhead 12%, compute 80%, communication 5%: compute is the largest``."""
+    shares = ", ".join(f"{SPLIT_NAMES[k]} {100 * split[k]:.0f}%" for k in SPLIT)
+    return f"{shares}: {SPLIT_NAMES[split['largest']]} is the largest"
 
 
 class _Sampler(threading.Thread):
@@ -193,4 +245,4 @@ def trace(out_dir: str | Path, wait: int = 2, warmup: int = 2, active: int = 5, 
         yield prof
 
 
-__all__ = ["PARTS", "StepTimer", "GpuSampler", "CpuSampler", "trace"]
+__all__ = ["PARTS", "SPLIT", "StepTimer", "GpuSampler", "CpuSampler", "format_split", "step_split", "trace"]

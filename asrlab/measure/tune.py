@@ -28,7 +28,7 @@ from ..data.shards import write_split
 from ..data.sources import iter_items, load_sources
 from ..errors import UsageError
 from ..train.metrics import read_metrics
-from .profiling import PARTS, CpuSampler, GpuSampler
+from .profiling import PARTS, CpuSampler, GpuSampler, format_split, step_split
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
            "gpu_util_pct": sum(util) / len(util) if util else None,
            "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
     out["parts_s"] = {p: sum(x["data_wait_s" if p == "data" else f"{p}_s"] for x in m) / len(m) for p in PARTS}
+    out["split"] = step_split(m, None if out["gpu_util_pct"] is None else out["gpu_util_pct"] / 100)
     out["samples"] = {"cpu": cpu.samples, "gpu": gpu.samples, "gpu_reason": gpu.reason}
     return out
 
@@ -149,6 +150,16 @@ def describe(p: dict) -> str:
     return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}"
 
 
+NEXT = {  # what to try next, by the largest share of the recommended setting's step time
+    "data_wait": "the loader still holds the steps back: more workers or uncompressed shards, where cores allow",
+    "host_overhead": "the device idles while Python runs: fewer, larger steps (asrlab tune finds the largest batch "
+                     "per length that fits; data.bucketing=true keeps them free of padding)",
+    "compute": "the step itself: data.bucketing=true trains less padding, and asrlab tune sizes batches to the "
+               "memory on a GPU",
+    "comm": "the gradient all-reduce: larger batches (fewer all-reduces per hour of audio), or gradient accumulation",
+}
+
+
 def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None) -> tuple[dict, str]:
     """The fastest point (audio hours per hour) that fits the memory budgets, with the evidence.
 
@@ -167,6 +178,8 @@ def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib:
             f"peak memory {best['peak_mib']:.0f} MiB")
     if best.get("gpu_util_pct") is not None:
         text += f", GPU utilisation {best['gpu_util_pct']:.0f}% (slowest: {worst['gpu_util_pct']:.0f}%)"
+    if best.get("split"):
+        text += f". Its steps: {format_split(best['split'])}; {NEXT[best['split']['largest']]}"
     fed = [r for r in fits if r is not best and r["data_wait"] < FED] if best["data_wait"] < FED else []
     if fed:  # data wait does not rank these: their speeds differ in the step itself, not in waiting for data
         lo, hi = min(r["audio_h_per_h"] for r in fed), max(r["audio_h_per_h"] for r in fed)

@@ -25,6 +25,15 @@ its last state). With other ranks, rollback and halt answer at the next step, on
 each rank sends what it found (one tiny all-reduce on the gloo control group, not waited for) and
 reads every rank's one step later; ``skip`` needs no agreement at all. Sampled steps append fp16 headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
 
+``optimizer_step(..., defer=True)`` never waits on the device: loss, gradient norm and loss scale
+stay there, the step is skipped on the device through the fused optimizer's ``found_inf`` (or the
+scaler's), and the values are copied to the host without waiting. The call returns the previous
+deferred step's :class:`StepCheck`, read when the device is long past it (None at the first);
+``flush()`` returns the last one. A non-finite step is located when it is read, from its own batch
+and RNG state, before the next step is taken (a skipped step leaves the weights as they were); the
+policy answers then, one read later with other ranks. It needs an optimizer that takes ``found_inf``
+(``fused=True`` Adam, AdamW, SGD).
+
 With gradient accumulation, ``replay`` may be a list: one callable per micro-batch, replayed in
 order until one shows the first non-finite value. A callable may return ``(loss, inputs)``: the
 tensors (and ``"keys"``) to keep in the bundle instead of the batch given to ``step()`` (the inputs
@@ -37,7 +46,7 @@ import contextlib
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -79,11 +88,35 @@ class StepCheck:
     skipped: int
     rollbacks: int = 0
     stepped: bool = True
+    step: int = 0  # the step the check is of (a deferred check arrives with the next step)
 
     def metrics(self) -> dict:
         return {"loss": self.loss if math.isfinite(self.loss) else None,
                 "grad_norm": self.grad_norm if math.isfinite(self.grad_norm) else None,
                 "loss_scale": self.loss_scale, "skipped": self.skipped, "nonfinite": self.kind}
+
+
+@dataclass
+class _Taken:
+    """A step as the guard keeps it until its check is read: what a replay needs, and its device values
+    (loss, gradient norm, loss scale) on their way to the host."""
+    step: int
+    batch: object
+    rng: dict | None
+    dtype: torch.dtype | None
+    replay: Callable | list | None
+    scaled: bool
+    values: torch.Tensor | None = None
+    ready: object = None  # a CUDA event recorded after the copy; None: on the host already
+    extra: dict = field(default_factory=dict)
+
+    def read(self) -> tuple[float, float, float]:
+        if self.ready is not None and not self.ready.query():
+            announce("sync", self.step)  # the host waits on the device: a stall here is the device's
+            self.ready.synchronize()
+            announce("optimizer", self.step)
+        loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
+        return loss, norm, scale
 
 
 def rng_state(device: torch.device | None = None) -> dict:
@@ -129,6 +162,8 @@ class NumericsGuard:
         self.skipped = self.rollbacks = 0
         self.located: dict | None = None
         self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
+        self._pending: _Taken | None = None  # the deferred step whose check is not read yet
+        self.replaying: int | None = None  # the step a replay runs again, while it runs
         self._step, self._batch, self._rng, self._sampled, self._dtype = 0, None, None, False, None
         self._device = next(model.parameters()).device
         model.register_forward_pre_hook(self._note_autocast)
@@ -154,50 +189,110 @@ class NumericsGuard:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                        scaler: torch.amp.GradScaler | None = None, clip: float = 0.0,
-                       replay: Callable | list[Callable] | None = None) -> StepCheck:
-        """Unscale, clip, step or skip, locate, apply the policy (see the module docstring)."""
+                       replay: Callable | list[Callable] | None = None, defer: bool = False) -> StepCheck | None:
+        """Unscale, clip, step or skip, locate, apply the policy (see the module docstring).
+        ``defer``: the previous deferred step's check (None at the first), nothing read from the device."""
         announce("optimizer", self._step)
-        loss_value = float(loss.detach())
-        own_ok = math.isfinite(loss_value)
         scaled = scaler is not None and scaler.is_enabled()
+        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled)
+        if not defer:
+            return self._eager_step(optimizer, loss, scaler, clip, taken)
+        if not getattr(optimizer, "_step_supports_amp_scaling", False):
+            raise ValueError("optimizer_step(defer=True) needs an optimizer that skips a step on the device "
+                             "(found_inf): torch.optim.Adam, AdamW or SGD with fused=True")
+        before = self._pending
+        self._pending = None
+        check = self._finish(before) if before is not None else None  # may raise the halt it answers
+        if check is not None and check.action == "rollback":  # this step is void: the loop reloads
+            optimizer.zero_grad(set_to_none=True)
+            return check
+        norm, scale = self._measure(optimizer, scaler, clip, scaled)
+        if scaled:
+            scaler.step(optimizer)  # fused: the scaler hands its found_inf to the optimizer, no host read
+        else:
+            optimizer.grad_scale, optimizer.found_inf = None, (~torch.isfinite(norm)).to(torch.float32)
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.grad_scale, optimizer.found_inf
+        self._keep(taken, loss, norm, scale, scaler, optimizer, scaled)
+        self._pending = taken
+        return check
+
+    def flush(self) -> StepCheck | None:
+        """The check of the last deferred step (waits for it); None when none is pending."""
+        before, self._pending = self._pending, None
+        return self._finish(before) if before is not None else None
+
+    def _measure(self, optimizer, scaler, clip: float, scaled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unscaled gradients' norm (clipped to ``clip`` when > 0) and the step's loss scale, on the device."""
         if scaled:
             scaler.unscale_(optimizer)
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         grads = [p.grad for p in params]
         if clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
         else:  # measure only: no pass that multiplies every gradient by one
-            grad_norm = float(_total_norm(grads)) if grads else 0.0
-        scale = float(scaler.get_scale()) if scaled else 1.0  # this step's scale: update() has not run
-        grad_ok = math.isfinite(grad_norm)
-        kind = nonfinite_kind(own_ok, grad_ok, scaled)
-        if kind in ("loss", "grad") and self.located is None:  # before the step: the weights it started from
-            self.located = self._locate(replay, kind, loss_value, grad_norm, scale)
-        # Step or skip on the gradients alone: after DDP's all-reduce they are the same on every rank, so
-        # every rank decides alike with no collective of its own. The scaler skips inf gradients itself.
-        if grad_ok or scaled:
-            (scaler.step(optimizer) if scaled else optimizer.step())
-        stepped = grad_ok
-        if not stepped:
-            self.skipped += 1
-        if kind is not None:
-            log.warning("step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)", self._step,
-                        loss_value, grad_norm, kind, "taken" if stepped else "skipped", self.skipped)
+            norm = _total_norm(grads) if grads else torch.zeros((), device=self._device)
+        scale = scaler._get_scale_async().detach().clone() if scaled else None  # this step's: update() comes later
+        return norm, scale
+
+    def _keep(self, taken: _Taken, loss, norm, scale, scaler, optimizer, scaled: bool) -> None:
+        """The step's end: scale updated, gradients dropped, values sent to the host without waiting."""
         if scaled:
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        if self._sampled and self.traces is not None:
-            self.traces.write(self._step, scale, self.diag.summary())
+        values = torch.stack([loss.detach().float().reshape(()), norm.detach().float().reshape(()),
+                              scale.float().reshape(()) if scale is not None else torch.ones((), device=norm.device)])
+        if values.device.type == "cuda":
+            taken.values = values.to("cpu", non_blocking=True)  # pinned: copied as the stream gets there
+            taken.ready = torch.cuda.Event()
+            taken.ready.record()
+        else:
+            taken.values = values
+        if self._sampled and self.traces is not None:  # sampled steps read their statistics (a sync, by choice)
+            taken.extra["summary"] = self.diag.summary()
+
+    def _eager_step(self, optimizer, loss, scaler, clip: float, taken: _Taken) -> StepCheck:
+        """The step decided on the host: read, located before the step (the weights it started from), then stepped."""
+        norm, scale = self._measure(optimizer, scaler, clip, taken.scaled)
+        loss_value, grad_norm = float(loss.detach()), float(norm)
+        kind = nonfinite_kind(math.isfinite(loss_value), math.isfinite(grad_norm), taken.scaled)
+        if kind in ("loss", "grad") and self.located is None:
+            self.located = self._locate(taken, kind, loss_value, grad_norm, float(scale) if taken.scaled else 1.0)
+        # Step or skip on the gradients alone: after DDP's all-reduce they are the same on every rank, so
+        # every rank decides alike with no collective of its own. The scaler skips inf gradients itself.
+        if math.isfinite(grad_norm) or taken.scaled:
+            (scaler.step(optimizer) if taken.scaled else optimizer.step())
+        self._keep(taken, loss, norm, scale, scaler, optimizer, taken.scaled)
+        if taken.ready is not None:
+            taken.ready.synchronize()
+        return self._finish(taken, located=True)
+
+    def _finish(self, taken: _Taken, located: bool = False) -> StepCheck:
+        """The step's check from its values: counted, located (unless it was), logged, the policy applied."""
+        loss, grad_norm, scale = taken.read()
+        kind = nonfinite_kind(math.isfinite(loss), math.isfinite(grad_norm), taken.scaled)
+        stepped = math.isfinite(grad_norm)
+        if not stepped:
+            self.skipped += 1
+        if kind in ("loss", "grad") and self.located is None and not located:
+            self.located = self._locate(taken, kind, loss, grad_norm, scale)
+        if kind is not None:
+            log.warning("step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)", taken.step,
+                        loss, grad_norm, kind, "taken" if stepped else "skipped", self.skipped)
+        if "summary" in taken.extra:
+            self.traces.write(taken.step, scale, taken.extra["summary"])
         rollbacks = self.rollbacks
-        action = self._act(kind in ("loss", "grad"))
+        action = self._act(kind in ("loss", "grad"), taken.step)
         if action == "step" and not stepped:
             action = "skip"
-        check = StepCheck(loss_value, grad_norm, scale, kind, action, self.skipped, rollbacks, stepped)
+        check = StepCheck(loss, grad_norm, scale, kind, action, self.skipped, rollbacks, stepped, taken.step)
         if action == "halt":
             raise self._halt(check)
         return check
 
-    def _act(self, found: bool) -> str:
+    def _act(self, found: bool, step: int) -> str:
         """The policy's action at this step. Alone, for this step's own finding. With other ranks, for the
         previous step's findings of every rank: each rank sends its finding without waiting, and reads the
         others' one step later, when they are long in; so every rank acts alike, one step late, and no
@@ -213,10 +308,10 @@ class NumericsGuard:
             flag, work = self._sent
             waits = not work.is_completed()
             if waits:
-                announce("sync", self._step)
+                announce("sync", step)
             work.wait()  # also when complete: it hands the result over (and any error)
             if waits:
-                announce("optimizer", self._step)
+                announce("optimizer", step)
             found_before = bool(flag.item())
         action = self._policy() if found_before else "step"
         self._sent = None
@@ -241,8 +336,8 @@ class NumericsGuard:
             torch.distributed.all_gather_object(found, m, group=self.group)
             m = next((x for x in found if x.get("module")), next((x for x in found if x), {}))
         why = f"{self.rollbacks} rollbacks used up" if self.policy == "rollback" else "policy halt"
-        at = f" after step {m['step']}" if m.get("step") not in (None, self._step) else ""
-        msg = (f"halted at step {self._step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
+        at = f" after step {m['step']}" if m.get("step") not in (None, check.step) else ""
+        msg = (f"halted at step {check.step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
                f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
                f"{m.get('where', '?')}; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
@@ -252,13 +347,15 @@ class NumericsGuard:
         log.error("%s", msg)
         return NonFiniteHalt(msg, check)
 
-    def _locate(self, replay, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
+    def _locate(self, taken: _Taken, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
         """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
         first = summary = None
-        inputs, rng = self._batch, self._rng
+        inputs, rng, replay = taken.batch, taken.rng, taken.replay
         if replay is not None:
-            saved = rng_state(self._device)
-            set_rng_state(self._rng, self._device)
+            saved, dtype = rng_state(self._device), self._dtype
+            set_rng_state(taken.rng, self._device)
+            self._dtype = taken.dtype  # the replay runs under the autocast the step's forward ran under
+            self.replaying = taken.step
             params = [p for p in self.model.parameters() if p.requires_grad]
             for part in replay if isinstance(replay, (list, tuple)) else [replay]:
                 rng, got = rng_state(self._device), {}  # where this micro-batch's draws (dropout) start
@@ -274,8 +371,9 @@ class NumericsGuard:
                 if first is not None:
                     break
             set_rng_state(saved, self._device)
+            self._dtype, self.replaying = dtype, None
         keys = _keys(inputs)
-        meta = {"step": self._step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
+        meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
                 "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
                 "keys": keys, "tightest": tightest(summary, 5) if summary else [],
@@ -283,10 +381,10 @@ class NumericsGuard:
         if not isinstance(inputs, dict):
             inputs = {}
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v) or k == "keys"}
-        path = save_bundle(self.exp / "nonfinite" / f"step{self._step:08d}-rank{self.rank}", self.model,
+        path = save_bundle(self.exp / "nonfinite" / f"step{taken.step:08d}-rank{self.rank}", self.model,
                            inputs, meta, rng=rng)
         meta["saved"] = str(path)
-        log.warning("step %d, rank %d: first non-finite value in %s; batch %s; saved in %s", self._step, self.rank,
+        log.warning("step %d, rank %d: first non-finite value in %s; batch %s; saved in %s", taken.step, self.rank,
                     meta["where"], ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
         return meta
 

@@ -38,8 +38,9 @@ class StepPhases:
         if phase != self.hb.phase:
             self.enter(phase, step)
 
-    def stop(self) -> dict[str, float]:
-        return self.timer.stop()
+    def stop(self, lazy: bool = False):
+        """The step timer's parts, or with ``lazy`` a callable that reads them (see :meth:`StepTimer.stop`)."""
+        return self.timer.stop(lazy)
 
     def backward(self) -> None:
         self.enter("backward")

@@ -2,12 +2,17 @@
 turned into features, run forward under autocast and backward (scaled; DDP's all-reduce on the
 last), then the numerics guard's optimizer step, which also replays a non-finite step micro-batch by
 micro-batch to find where it went wrong.
+
+The step never waits on the device: loss, gradient norm, loss scale and the skip decision stay there
+(the guard's deferred step), the CTC loss takes its lengths from the batch on the host, and what a
+step measured is read with the next step, when the device is long past it. So ``train_step`` returns
+the step before the one it trained (:meth:`TrainStep.settle` returns the last one).
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,6 +29,11 @@ class StepResult:
     frames: int
     unalignable: int
     halt: NonFiniteHalt | None = None  # raised once the step is logged
+    step: int = 0
+    epoch: int = 0
+    lr: float = 0.0                    # the learning rate after the step
+    keys: list = field(default_factory=list)
+    parts: object = None               # the step timer's parts: a dict, or a callable that reads them
 
     loss = property(lambda self: self.check.loss)
     grad_norm = property(lambda self: self.check.grad_norm)
@@ -33,7 +43,8 @@ class StepResult:
 
 
 class TrainStep:
-    """The step part of :class:`.trainer.Trainer` (a mixin: it reads and sets the trainer's attributes)."""
+    """The step part of :class:`.trainer.Trainer` (a mixin: it reads and sets the trainer's attributes;
+    ``_unread`` is a deque of the trained steps whose check is still on the device)."""
 
     def _autocast(self):
         p = self.precision
@@ -53,32 +64,50 @@ class TrainStep:
         return (feats, feat_lens, batch["targets"].to(self.device, non_blocking=True),
                 batch["target_lens"].to(self.device, non_blocking=True))
 
-    def train_step(self, batches: list[dict]) -> StepResult:
-        """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step."""
+    def train_step(self, batches: list[dict]) -> StepResult | None:
+        """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step, all
+        queued without waiting on the device. Returns the step before it, now read (None at the first)."""
         net = self.ddp or self.model
-        losses, utts, frames, unalignable = [], 0, 0, 0
+        losses, unalignable = [], 0
         with self.guard.step(self.step + 1, batches):  # sampled module statistics; the RNG kept for a replay
             for i, batch in enumerate(batches):
                 unalignable += self._micro_step(net, batch, i, len(batches), losses)
-                utts += len(batch["feat_lens"])
-                frames += int(batch["feat_lens"].sum())
         if self.ddp is not None and self.device.type == "cuda":
-            # NCCL's all-reduce is asynchronous: wait for it here, under its own phase, so a hang in
-            # it is reported as one (the grad-norm read below would wait for it anyway).
+            # DDP has made the stream wait for NCCL's all-reduce; nothing here waits on the stream
             self.phases.enter("allreduce")
-            torch.cuda.current_stream(self.device).synchronize()
         self.phases.enter("optimizer")
         replays = [self._replay(b, len(batches)) for b in batches]
         try:  # grad_clip 0: the norm is measured, not clipped
             check, halt = self.guard.optimizer_step(self.opt, torch.stack(losses).sum(), self.scaler,
-                                                    self.cfg.optim.grad_clip, replay=replays), None
-        except NonFiniteHalt as e:  # the step is complete: it is counted and logged before the halt
+                                                    self.cfg.optim.grad_clip, replay=replays, defer=True), None
+        except NonFiniteHalt as e:  # the step it answers is complete: logged before the halt
             check, halt = e.check, e
-        if check.stepped:  # the same on every rank (decided on the all-reduced gradients)
+        if halt is None and not (check is not None and check.action == "rollback"):  # else this step is void
+            # every step, skipped or not: whether it was is on the device (rank-alike: the gradients are)
             self.sched.step()
-        self.step += 1
-        self.hb.completed += 1
-        return StepResult(check, utts, frames, unalignable, halt)
+            self.step += 1
+            self.hb.completed += 1
+            self._unread.append(StepResult(None, sum(len(b["keys"]) for b in batches),
+                                           sum(int(b["feat_lens"].sum()) for b in batches), unalignable,
+                                           step=self.step, epoch=self.epoch, lr=self.opt.param_groups[0]["lr"],
+                                           keys=[k for b in batches for k in b["keys"]]))
+        return self._read(check, halt)
+
+    def settle(self) -> StepResult | None:
+        """The last step trained, read (waits for the device); None when every step was read."""
+        try:
+            check, halt = self.guard.flush(), None
+        except NonFiniteHalt as e:
+            check, halt = e.check, e
+        return self._read(check, halt)
+
+    def _read(self, check: StepCheck | None, halt: NonFiniteHalt | None) -> StepResult | None:
+        if check is None:
+            return None
+        r = self._unread.popleft()
+        assert r.step == check.step, (r.step, check.step)
+        r.check, r.halt = check, halt
+        return r
 
     def _micro_step(self, net, batch: dict, i: int, n: int, losses: list) -> int:
         """Forward and backward of micro-batch ``i`` of ``n``; appends its loss, returns its unalignable count."""
@@ -87,8 +116,10 @@ class TrainStep:
         self.phases.enter("forward")
         with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
             with self._autocast():
-                log_probs, out_lens = net(feats, feat_lens)
-            loss, n_bad = mean_ctc_loss(log_probs, out_lens, targets, target_lens)
+                log_probs, _ = net(feats, feat_lens)
+            # the lengths from the batch, on the host: nothing in the loss waits for the device
+            loss, n_bad = mean_ctc_loss(log_probs, self.model.output_lengths(batch["feat_lens"]), targets,
+                                        batch["target_lens"], host_targets=batch["targets"])
             loss = loss / n
             self.phases.backward()
             self.scaler.scale(loss).backward()

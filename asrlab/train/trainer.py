@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Iterator
@@ -98,6 +99,8 @@ class Trainer(TrainStep, TrainerState):
         self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.train.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
         self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
+        self._unread = deque()               # steps trained whose check is still on the device (train_step)
+        self._limits_sent = None             # (elapsed, stop request) all-reduce under way on the control group
         self._discard = 0                    # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
         self.guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
             self.model, self.exp, cfg.train.diagnostics_every, cfg.train.nonfinite, cfg.train.max_rollbacks,
@@ -142,8 +145,11 @@ class Trainer(TrainStep, TrainerState):
             yield group
 
     def _limits_reached(self) -> bool:
-        """Step or time budget spent. The ranks agree on the training time (the slowest rank's), which
-        the LR schedule reads; under Join (which cannot shadow that all-reduce) the LR decays by steps only."""
+        """Step or time budget spent, or a stop asked for. The ranks agree on the training time (the
+        slowest rank's), which the LR schedule reads, and on the request, one step late: each rank sends
+        its own on the gloo control group without waiting and reads every rank's at the next step, so
+        no step waits on it and every rank stops at the same step. Under Join (which cannot shadow that
+        all-reduce) the LR decays by steps only."""
         t = self.cfg.train
         if t.max_steps and self.step >= t.max_steps:
             return True
@@ -152,10 +158,54 @@ class Trainer(TrainStep, TrainerState):
             self.clock.seen_s = 0.0  # the ranks cannot agree on it here (nor on a stop request: see _fit)
             return self.clock.spent(elapsed)
         requested = 1.0 if stop_requested(self.exp) else 0.0
-        elapsed, requested = dist.all_max_many([elapsed, requested], self.info)  # one all-reduce for both
-        self.clock.seen_s = elapsed
-        self.stopped_on_request = self.stopped_on_request or bool(requested)
-        return self.stopped_on_request or self.clock.spent(elapsed)
+        if self.info.backend is None:
+            agreed = [elapsed, requested]
+        else:
+            agreed = self._limits_agreed()
+            values = torch.tensor([elapsed, requested], dtype=torch.float64)
+            self._limits_sent = values, torch.distributed.all_reduce(
+                values, op=torch.distributed.ReduceOp.MAX, group=dist.cpu_group(), async_op=True)
+            if agreed is None:
+                return False
+        self.clock.seen_s = agreed[0]
+        self.stopped_on_request = self.stopped_on_request or bool(agreed[1])
+        return self.stopped_on_request or self.clock.spent(agreed[0])
+
+    def _limits_agreed(self) -> list[float] | None:
+        """Every rank's (elapsed, request) sent at the last step, once in (None when none was sent)."""
+        if self._limits_sent is None:
+            return None
+        values, work = self._limits_sent
+        self._limits_sent = None
+        work.wait()  # long in by now; also hands over the result (and any error)
+        return values.tolist()
+
+    def _log(self, r) -> None:
+        """A step read back: its ledger and metrics lines, then its halt or rollback if it asks for one."""
+        c = r.check
+        parts = r.parts() if callable(r.parts) else r.parts
+        if self.ledger is not None:
+            self.ledger.step(r.step, r.epoch, r.keys)
+        self.metrics.write({
+            "step": r.step, "epoch": r.epoch, "loss": c.loss, "grad_norm": c.grad_norm,
+            "loss_scale": c.loss_scale, "lr": r.lr, "skipped": c.skipped,
+            "utts": r.utts, "frames": r.frames, "unalignable": r.unalignable,
+            "data_wait_s": round(parts["data"], 6),
+            "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
+            "time": round(time.time(), 3),       # wall clock when the step was read (unix s), to align with samplers
+            **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
+            "nonfinite": c.kind, "rollbacks": c.rollbacks})
+        if r.halt is not None:
+            raise r.halt
+        if c.action == "rollback":
+            self._unread.clear()  # the steps after the one it answers are void
+            raise Rollback()
+
+    def _settle(self) -> None:
+        """Read and log the last step trained (before a checkpoint, an evaluation, the epoch's end)."""
+        r = self.settle()
+        if r is not None:
+            self._log(r)
 
     def train_epoch(self, batches: Iterator[dict], bar=None) -> bool:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
@@ -175,33 +225,28 @@ class Trainer(TrainStep, TrainerState):
     def _train_batches(self, batches, bar=None) -> bool:
         t = self.cfg.train
         for group in self._groups(iter(batches)):
-            r = self.train_step(group)
-            c, parts = r.check, self.phases.stop()
-            if self.ledger is not None:
-                self.ledger.step(self.step, self.epoch, [k for b in group for k in b["keys"]])
-            self.metrics.write({
-                "step": self.step, "epoch": self.epoch, "loss": c.loss, "grad_norm": c.grad_norm,
-                "loss_scale": c.loss_scale, "lr": self.opt.param_groups[0]["lr"], "skipped": c.skipped,
-                "utts": r.utts, "frames": r.frames, "unalignable": r.unalignable,
-                "data_wait_s": round(parts["data"], 6),
-                "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-                "time": round(time.time(), 3),       # wall clock at the step's end (unix s), to align with samplers
-                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
-                "nonfinite": c.kind, "rollbacks": c.rollbacks})
-            if r.halt is not None:
-                raise r.halt
-            if c.action == "rollback":
-                raise Rollback()
+            r = self.train_step(group)  # the step before this one, read now that the device is past it
+            if self._unread and self._unread[-1].parts is None:
+                self._unread[-1].parts = self.phases.stop(lazy=True)  # read when the step is
+            else:
+                self.phases.stop()
+            if r is not None:
+                self._log(r)
             if self._prof is not None:
                 self._prof.step()
             if bar is not None:
                 bar.update(1)
-                if self.step % max(1, t.log_every_steps) == 0:
-                    bar.set_postfix(loss=f"{c.loss:.3f}", lr=f"{self.opt.param_groups[0]['lr']:.1e}")
+                if r is not None and self.step % max(1, t.log_every_steps) == 0:
+                    bar.set_postfix(loss=f"{r.check.loss:.3f}", lr=f"{r.lr:.1e}")
             if t.save_every_steps and self.step % t.save_every_steps == 0 and self.uneven != "join":
+                self._settle()
                 self.save()
             if self._limits_reached():
+                self._settle()
+                self._limits_agreed()  # every rank sent one at this step: read it, so none is left under way
                 return True
+        self._settle()
+        self._limits_agreed()
         return False
 
     def fit(self) -> dict:
