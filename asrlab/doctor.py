@@ -75,7 +75,7 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
                "stop_requested": (exp / STOP_FILE).exists()}
     d["ranks"] = [_rank_state(b, now) for _, b in sorted(beats.items())]
     d["steps"] = step_times(exp)
-    d["nonfinite"] = nonfinite_events(exp, rank0)
+    d["nonfinite"] = nonfinite_events(exp)
     d["loss_scale"] = loss_scale_history(rank0)
     d["resumes"] = resume_points(exp)
     d["coverage"] = ledger_coverage(exp, lab, ckpts)
@@ -392,10 +392,11 @@ def _heartbeat_times(exp: Path) -> list[dict]:
     return out
 
 
-def nonfinite_events(exp: str | Path, rank0: list[dict]) -> dict:
+def nonfinite_events(exp: str | Path) -> dict:
     """The replay bundles of non-finite steps (``EXP/nonfinite/step*-rank*/``: step, kind, module, direction,
-    utterance ids) and the steps rank 0's metrics marked non-finite (loss or gradients; fp16 overflows
-    the loss scaler handles are counted in :func:`loss_scale_history`)."""
+    utterance ids) and the steps any rank's metrics marked non-finite (its loss, or gradients; fp16
+    overflows the loss scaler handles are counted in :func:`loss_scale_history`). Every rank's: a rank's
+    own non-finite loss is marked on that rank only."""
     events = []
     for report in sorted(Path(exp).glob("nonfinite/step*-rank*/report.json")):
         m = _read_json(report)
@@ -404,7 +405,8 @@ def nonfinite_events(exp: str | Path, rank0: list[dict]) -> dict:
         events.append({**{k: m.get(k) for k in ("step", "rank", "epoch", "kind", "module", "direction", "where",
                                                 "keys", "loss", "grad_norm", "loss_scale", "precision")},
                        "bundle": str(report.parent)})
-    steps = [m["step"] for m in rank0 if m.get("nonfinite") in ("loss", "grad")]
+    steps = sorted({m["step"] for name in metric_files(exp) for m in read_metrics(exp, name)
+                    if m.get("nonfinite") in ("loss", "grad")})
     return {"events": events, "steps": steps}
 
 

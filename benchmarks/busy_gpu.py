@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", default=[], help="config overrides (after --)")
     a = ap.parse_args(argv)
     work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
     data = a.data
     if not data:
         from asrlab.data.synth import synthesize_corpus

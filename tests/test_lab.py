@@ -206,6 +206,15 @@ def _uneven_rank(rank: int, port: int, out: str) -> None:
         guard = lab.UnevenGuard(loader, every=every)
         positions = [(guard.state_dict()["fetched"], loader.fetched) for _ in guard]
         result[f"positions{every}"] = positions + [(guard.state_dict()["fetched"], loader.fetched)]
+    # a checkpoint after 3 batches, while the guard holds batches fetched ahead; resumed by a new guard
+    guard = lab.UnevenGuard(Counting(10 if rank == 0 else 7), every=2)
+    it = iter(guard)
+    first = [next(it) for _ in range(3)]
+    state = guard.state_dict()
+    it.close()
+    resumed = lab.UnevenGuard(Counting(10 if rank == 0 else 7), every=2)
+    resumed.load_state_dict(state)
+    result["resumed"] = [first, state["fetched"], list(resumed)]
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -217,12 +226,15 @@ class Counting:
         self.n, self.fetched = n, 0
 
     def __iter__(self):
-        for i in range(self.n):
+        for i in range(self.fetched, self.n):
             self.fetched += 1
             yield i
 
     def state_dict(self) -> dict:
         return {"fetched": self.fetched}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fetched = state["fetched"]
 
 
 def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):
@@ -242,6 +254,8 @@ def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batc
             assert list(kept) == list(range(1, 8)) + [7]
             assert max(a - k for k, a in zip(kept, ahead)) >= 1
         assert r0[f"positions{every}"][-1][1] > 7  # rank 0 fetched data it never trained
+    for r in (r0, r1):  # resumed exactly after the 3 batches trained, though the loader had run ahead
+        assert r["resumed"] == [[0, 1, 2], 3, [3, 4, 5, 6]]
 
 
 class Scale(torch.nn.Module):

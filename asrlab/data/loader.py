@@ -395,6 +395,7 @@ class AsrLoader:
         self.epoch = 0
         self.positions: dict[int, dict] = {}
         self.next_worker = 0
+        self._exclude_sorted: tuple[frozenset | None, list[str]] = (None, [])
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``; keeps the saved position when it is the epoch already under way."""
@@ -447,9 +448,14 @@ class AsrLoader:
         return total
 
     def state_dict(self) -> dict:
+        """The position; ``exclude`` is a list shared between calls (sorted once per resume, since the
+        uneven guard asks for a state per batch): read it, do not change it."""
+        ex = self.dataset.exclude
+        if self._exclude_sorted[0] is not ex:
+            self._exclude_sorted = (ex, sorted(ex))
         return {"epoch": self.epoch, "positions": {str(w): p for w, p in self.positions.items()},
                 "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
-                "world_size": self.dataset.world_size, "exclude": sorted(self.dataset.exclude)}
+                "world_size": self.dataset.world_size, "exclude": self._exclude_sorted[1]}
 
     def load_states(self, states: list[dict]) -> None:
         """Continue from a checkpoint's loader states (one per rank): this rank's own when the ranks x

@@ -83,7 +83,6 @@ def step_fits(cfg: Config, vocab: int, device: torch.device, budget_bytes: int) 
                 log_probs, out_lens = model(feats, lens)
             mean_ctc_loss(log_probs, out_lens, targets, target_lens)[0].backward()
             opt.step()
-            opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device)
         except torch.OutOfMemoryError:

@@ -23,7 +23,8 @@ policy: ``skip`` goes on, ``halt`` raises :class:`NonFiniteHalt` (after ``EXP/no
 which ``asrlab doctor`` reads), ``rollback`` returns ``check.action == "rollback"`` (the loop reloads
 its last state). With other ranks, rollback and halt answer at the next step, on every rank alike:
 each rank sends what it found (one tiny all-reduce on the gloo control group, not waited for) and
-reads every rank's one step later; ``skip`` needs no agreement at all. Sampled steps append fp16 headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
+reads every rank's one step later; ``skip`` needs no agreement at all. Sampled steps append fp16
+headroom traces to ``EXP/diagnostics/rank{R}.jsonl``.
 
 ``optimizer_step(..., defer=True)`` never waits on the device: loss, gradient norm and loss scale
 stay there, the step is skipped on the device through the fused optimizer's ``found_inf`` (or the
