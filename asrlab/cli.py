@@ -42,25 +42,43 @@ def cmd_synth(a: argparse.Namespace) -> int:
 def _data_config(a: argparse.Namespace):
     from .data.loader import DataConfig
 
-    cfg = DataConfig(seed=a.seed)
+    cfg = DataConfig(seed=a.seed, bad_input=getattr(a, "bad_input", "skip"))
     if getattr(a, "max_frames", None):
         cfg = replace(cfg, max_frames_in_batch=a.max_frames)
     return cfg
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
+    from .data.index import use_index
     from .data.preflight import format_layout, inspect_layout
     from .data.sources import load_sources
 
     cfg = _data_config(a)
-    report = inspect_layout(load_sources(a.list, cfg.raw_chunk), cfg, a.world_size, a.num_workers,
-                            epoch=a.epoch, progress=not a.json)
+    sources = load_sources(a.list, cfg.raw_chunk)
+    if cfg.index:  # the layout from the index (built or brought up to date first)
+        use_index(a.list, sources, progress=not a.json)
+    report = inspect_layout(sources, cfg, a.world_size, a.num_workers, epoch=a.epoch, progress=not a.json)
     print(json.dumps(report, indent=2) if a.json else format_layout(report))
     return 0
 
 
+def cmd_index(a: argparse.Namespace) -> int:
+    from .data.index import use_index
+    from .data.sources import load_sources
+
+    s = use_index(a.list, load_sources(a.list, a.raw_chunk), processes=a.processes, progress=not a.json)
+    if a.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(f"{s['path']}: {s['sources']} sources ({s['reused']} reused, {s['indexed']} indexed), "
+              f"{s['utterances']} utterances, {s['usable']} usable, {s['hours']:.2f} h, {s['seconds']:.1f} s")
+        if s["skipped"]:
+            print(f"unusable, as training would skip them (data.bad_input=skip): {s['skipped']}")
+    return 0
+
+
 def _tokenizer_from(sources):
-    from .data.sources import transcripts
+    from .data.index import transcripts
     from .data.tokenizer import CharTokenizer
 
     return CharTokenizer.build(transcripts(sources))
@@ -76,6 +94,8 @@ def cmd_bench_loader(a: argparse.Namespace) -> int:
     ceiling = bench.features_ceiling(sources, cfg)
     print(f"ceiling (fbank alone on decoded audio, 1 thread): {ceiling['utts_per_s']} utts/s, "
           f"{ceiling['audio_s_per_s']} audio s/s")
+    if ceiling["skipped"]:
+        print(f"skipped bad input (data.bad_input=skip): {ceiling['skipped']}")
     head = (f"{'workers':>7} {'prefetch':>8} {'batch':>8} {'utts/s':>8} {'audio s/s':>9} {'batches/s':>9} "
             f"{'1st batch s':>11} {'steady audio s/s':>16} {'of ceiling':>10}")
     if a.against:
@@ -340,8 +360,18 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--max-frames", type=int, help="max_frames_in_batch (default: the loader's)")
     i.add_argument("--epoch", type=int, default=0)
     i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
+                    help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inspect)
+
+    ix = sub.add_parser("index", help="index a data list ahead of training: per utterance its length and transcript "
+                                      "(LIST.index.json; a changed shard is indexed again alone)")
+    ix.add_argument("list", help="data.list (shard or raw) or a Kaldi dir")
+    ix.add_argument("--processes", type=int, default=None, help="parallel processes (default: one per core)")
+    ix.add_argument("--raw-chunk", type=int, default=1000, help="raw items per source, as data.raw_chunk")
+    ix.add_argument("--json", action="store_true")
+    ix.set_defaults(func=cmd_index)
 
     b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     bl = b.add_parser("loader", help="loader throughput per setting")
@@ -353,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--max-batches", type=int, default=None)
     bl.add_argument("--against", choices=["webdataset"])
     bl.add_argument("--seed", type=int, default=0)
+    bl.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
+                     help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
     bl.add_argument("--json")
     bl.set_defaults(func=cmd_bench_loader)
     bc = b.add_parser("compression", help="what shard compression costs per utterance")
@@ -360,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--compressions", default="none,gz,bz2,xz,zst")
     bc.add_argument("--max-utts", type=int, default=1000)
     bc.add_argument("--seed", type=int, default=0)
+    bc.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
+                     help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
     bc.add_argument("--json")
     bc.set_defaults(func=cmd_bench_compression)
 

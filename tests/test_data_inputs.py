@@ -136,3 +136,26 @@ def test_tokenizer_round_trips_in_wenet_units_format(tmp_path):
     again = CharTokenizer.load(tmp_path / "units.txt")
     assert again.units == tok.units and again.decode(again.encode("go stop")) == "go stop"
     assert tok.oov("góal") == {"ó", "a"}
+
+
+@pytest.mark.parametrize("case", ["undecodable", "truncated_tar", "missing_file"])
+def test_every_command_that_reads_data_follows_the_bad_input_policy(tmp_path, case, capsys):
+    """The loader benchmark, the compression benchmark, the layout and the index skip and count what
+    training skips, or fail naming it with --bad-input fail."""
+    from asrlab.cli import main
+    from asrlab.data.index import forget, use_index
+
+    path, reason, where = make_bad(tmp_path, case)
+    assert main(["bench", "loader", str(path), "--num-workers", "0", "--max-batches", "1"]) == 0
+    assert f"skipped bad input (data.bad_input=skip): {{'{reason}': 1}}" in capsys.readouterr().out
+    assert main(["bench", "compression", str(path), "--compressions", "gz", "--max-utts", "10"]) == 0
+    capsys.readouterr()
+    assert main(["shards", "inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"]
+    for command in (["bench", "loader", str(path), "--num-workers", "0"], ["bench", "compression", str(path)]):
+        assert main(command + ["--bad-input", "fail"]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and where in err, err
+    forget()
+    s = use_index(path, load_sources(path), progress=False)
+    assert s["skipped"] == {reason: 1} and s["utterances"] - s["usable"] == 1

@@ -137,6 +137,25 @@ def add_babble(wav: torch.Tensor, rng: np.random.Generator, snr_db: tuple[float,
     return wav + noise * (wav.pow(2).mean().sqrt() * 10.0 ** (-snr / 20.0))
 
 
+def cut(data: bytes, start: float, end: float | None) -> bytes:
+    """The stretch ``[start, end)`` (seconds; ``end`` None: to the end) of any audio soundfile reads, as
+    16-bit WAV; an ``AudioError`` when it does not decode or the stretch is empty."""
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            rate = f.samplerate
+            first = int(round(start * rate))
+            last = f.frames if end is None else min(f.frames, int(round(end * rate)))
+            if first >= last:
+                raise AudioError("empty_audio", f"segment {start}-{end} s of {f.frames / rate:.2f} s")
+            f.seek(first)
+            x = f.read(last - first, dtype="int16", always_2d=True)
+    except AudioError:
+        raise
+    except Exception as e:  # soundfile raises several types (RuntimeError, LibsndfileError)
+        raise AudioError("undecodable_audio", str(e)) from None
+    return encode_wav(x.mean(axis=1).astype(np.int16) if x.shape[1] > 1 else x[:, 0], rate)
+
+
 def encode_wav(samples: np.ndarray, sample_rate: int) -> bytes:
     """16-bit PCM WAV bytes for int16 or float ([-1, 1]) mono ``samples``."""
     buf = io.BytesIO()

@@ -25,7 +25,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import audio
-from .sources import DataError, Item, Source, read_source
+from .index import header_items
+from .sources import DataError, Item, Source, bad_input, read_source
 from .tokenizer import CharTokenizer
 from ..errors import UsageError
 
@@ -66,6 +67,7 @@ class DataConfig:
     pin_memory: bool = False
     bad_input: str = "skip"           # "skip": count by reason and go on; "fail": raise
     raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
+    index: bool = True                # start-up reads lengths and transcripts from LIST.index.json (asrlab.data.index)
     seed: int = 0
     # fault injection, for the stall notebook and tests: sleep before each batch of the listed ranks
     inject_delay_s: float = 0.0       # seconds per batch (0: off)
@@ -218,15 +220,17 @@ class AsrDataset(IterableDataset):
         yield from self._batches(mine, worker, pos)
 
     # -- one worker's stream -------------------------------------------------------------
-    def _blocks(self, sources: list[Source], src_i: int = 0, offset: int = 0):
-        """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset)."""
+    def _blocks(self, sources: list[Source], src_i: int = 0, offset: int = 0, headers: bool = False):
+        """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset).
+        ``headers``: lengths without audio, from the index where one is loaded (for planning only)."""
         it = None
+        read = header_items if headers else read_source
         while True:
             start = (src_i, offset)
             items: list[Item] = []
             while len(items) < self.cfg.shuffle_size and src_i < len(sources):
                 if it is None:
-                    it = read_source(sources[src_i], offset)
+                    it = read(sources[src_i], offset)
                 item = next(it, None)
                 if item is None:
                     src_i, offset, it = src_i + 1, 0, None
@@ -246,7 +250,7 @@ class AsrDataset(IterableDataset):
             sources = deal(epoch_sources(self.sources, self.epoch, self.cfg), self.rank, self.world_size,
                            worker, self.num_workers)
         g = self.rank * self.num_workers + worker
-        for block, (_, _, items) in enumerate(self._blocks(sources)):
+        for block, (_, _, items) in enumerate(self._blocks(sources, headers=True)):
             yield self._plan_block(items, np.random.default_rng([self.cfg.seed, self.epoch, g, block]), Counter())
 
     def consumed(self, sources: list[Source], worker: int, pos: Position) -> set[str]:
@@ -292,9 +296,7 @@ class AsrDataset(IterableDataset):
             block += 1
 
     def _bad(self, item: Item, reason: str, skipped: Counter) -> None:
-        if self.cfg.bad_input == "fail":
-            raise DataError(f"{item.where}: {reason}")
-        skipped[reason] += 1
+        bad_input(item.where, reason, self.cfg.bad_input, skipped)
         log.debug("skipping %s: %s", item.where, reason)
 
     def _plan_block(self, items: list[Item], rng: np.random.Generator, skipped: Counter) -> list[list]:
@@ -305,7 +307,10 @@ class AsrDataset(IterableDataset):
             reason = item.error or self._check_text(item.text)
             if reason is None:
                 try:
-                    samples, sr = audio.audio_info(item.audio)
+                    if item.samples is not None:  # from the index (a plan made without the audio)
+                        samples, sr = item.samples, item.rate
+                    else:
+                        samples, sr = audio.audio_info(item.audio)
                 except audio.AudioError as e:
                     reason = e.reason
                 else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from . import audio
+from .index import indexed
 from .loader import DataConfig, batch_sizes, batching_order, deal, epoch_sources
 from .sources import Source, read_source
 from ..errors import UsageError
@@ -28,8 +29,18 @@ class SourceStats:
 
 
 def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
-    """Utterance lengths of one source, read from the audio headers (no decoding)."""
+    """Utterance lengths of one source: from its index where one is loaded (:mod:`.index`), else read
+    from the audio headers (no decoding)."""
     st = SourceStats(src.name)
+    utts = indexed(src)
+    if utts is not None:
+        for u in utts:
+            if u.bad is None:
+                st.frames.append(cfg.frames(u.samples, u.rate))
+                st.seconds += u.seconds
+            else:
+                st.bad += 1
+        return st
     for item in read_source(src):
         if item.error or not item.text:
             st.bad += 1

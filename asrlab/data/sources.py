@@ -1,4 +1,7 @@
-"""What users already have, read as a list of sources: WeNet shard lists, raw lists, Kaldi dirs.
+"""What users already have, read as a list of sources: WeNet shard lists, raw lists (with ``start`` and
+``end`` in seconds where an utterance is cut from a longer file), NeMo JSONL manifests
+(``audio_filepath``, ``text``, ``offset`` and ``duration``), Kaldi dirs (``wav.scp``, ``text``, and
+``segments`` where there is one).
 
 A *source* is the unit the loader deals to ranks and workers: one tar shard, or a chunk of
 ``chunk`` lines of a raw list or Kaldi dir. Reading a source yields ``Item``s in a fixed order,
@@ -11,6 +14,7 @@ import json
 import shlex
 import subprocess
 import tarfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +27,14 @@ AUDIO_EXTENSIONS = {"wav", "flac", "ogg", "opus", "mp3", "sph"}
 
 class DataError(UsageError, RuntimeError):
     """Bad input under the ``fail`` policy, or a data list that cannot be used at all."""
+
+
+def bad_input(where: str, reason: str, policy: str, skipped: Counter) -> None:
+    """What every reader does with an unusable item: under ``data.bad_input=fail`` a ``DataError`` naming it,
+    under ``skip`` one more in ``skipped[reason]``."""
+    if policy == "fail":
+        raise DataError(f"{where}: {reason}")
+    skipped[reason] += 1
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,8 @@ class Item:
     audio: bytes | None
     where: str
     error: str | None = None
+    samples: int | None = None  # the length, where an index gave it instead of the audio
+    rate: int | None = None
 
 
 def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
@@ -60,14 +74,44 @@ def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
         raise DataError(f"{path}: the data list is empty")
     if lines[0].startswith("{"):
         items = []
+        nemo = "audio_filepath" in json.loads(lines[0]) if _is_json(lines[0]) else False
         for n, line in enumerate(lines, 1):
             try:
                 obj = json.loads(line)
-                items.append((str(obj["key"]), _resolve(obj["wav"], path), obj.get("txt")))
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise DataError(f"{path}:{n}: not a WeNet raw line with key/wav/txt ({e})") from None
+                items.append(_nemo_item(obj, path) if nemo else
+                             (str(obj["key"]), _resolve(obj["wav"], path), obj.get("txt"),
+                              *_segment(obj.get("start"), obj.get("end"))))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                what = "a NeMo manifest line with audio_filepath/text" if nemo else "a WeNet raw line with key/wav/txt"
+                raise DataError(f"{path}:{n}: not {what} ({e})") from None
         return _chunks(items, chunk, path.name)
     return [Source(name=Path(p).name, path=_resolve(p, path)) for p in lines]
+
+
+def _is_json(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _segment(start, end) -> tuple:
+    """``(start, end)`` in seconds for an utterance cut from a longer file; () for the whole file."""
+    if start is None and end is None:
+        return ()
+    start, end = float(start or 0.0), (float(end) if end is not None else None)
+    if start < 0 or (end is not None and end <= start):
+        raise ValueError(f"a segment needs 0 <= start < end, not start={start}, end={end}")
+    return (start, end)
+
+
+def _nemo_item(obj: dict, list_path: Path) -> tuple:
+    """A NeMo manifest line: the key from the file's name (and offset), the segment from offset/duration."""
+    audio_path = _resolve(obj["audio_filepath"], list_path)
+    offset, duration = obj.get("offset"), obj.get("duration")
+    key = Path(audio_path).stem + (f"-{float(offset):.2f}" if offset else "")
+    seg = _segment(offset, float(offset or 0.0) + float(duration)) if offset else ()
+    return (key, audio_path, obj.get("text"), *seg)
 
 
 def _resolve(p: str, list_path: Path) -> str:
@@ -93,11 +137,27 @@ def _kaldi_sources(d: Path, chunk: int) -> list[Source]:
         parts = line.strip().split(maxsplit=1)
         if parts:
             texts[parts[0]] = parts[1] if len(parts) > 1 else ""
-    items = []
+    wavs = {}
     for line in scp.read_text(encoding="utf-8").splitlines():
         parts = line.strip().split(maxsplit=1)
         if len(parts) == 2:
-            items.append((parts[0], _resolve(parts[1], scp), texts.get(parts[0])))
+            wavs[parts[0]] = _resolve(parts[1], scp)
+    items = []
+    segments = d / "segments"
+    if segments.exists():  # utterance, recording, start, end (s): utterances cut from longer recordings
+        for n, line in enumerate(segments.read_text(encoding="utf-8").splitlines(), 1):
+            parts = line.split()
+            if not parts:
+                continue
+            try:
+                utt, rec, start, end = parts[0], parts[1], float(parts[2]), float(parts[3])
+                items.append((utt, wavs[rec], texts.get(utt), *_segment(start, None if end < 0 else end)))
+            except (IndexError, ValueError) as e:
+                raise DataError(f"{segments}:{n}: not 'utterance recording start end' ({e})") from None
+            except KeyError:
+                raise DataError(f"{segments}:{n}: recording {parts[1]} is not in wav.scp") from None
+    else:
+        items = [(key, loc, texts.get(key)) for key, loc in wavs.items()]
     if not items:
         raise DataError(f"{scp}: no entries")
     return _chunks(items, chunk, d.name)
@@ -121,8 +181,9 @@ def read_source(src: Source, start: int = 0) -> Iterator[Item]:
     ``error`` says so; every item before it still comes out.
     """
     if src.path is None:
-        for key, loc, text in src.items[start:]:
-            yield _read_location(key, loc, text, f"{src.name}:{key}")
+        for key, loc, text, *seg in src.items[start:]:
+            item = _read_location(key, loc, text, f"{src.name}:{key}")
+            yield _cut(item, *seg) if seg and item.audio is not None else item
         return
     yield from _read_tar(src, start)
 
@@ -145,6 +206,17 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
         return Item(key, text, None, where, "missing_file")
     except OSError:
         return Item(key, text, None, where, "unreadable_file")
+
+
+def _cut(item: Item, start: float, end: float | None) -> Item:
+    """The item with its audio cut to ``[start, end)`` seconds (16-bit WAV of that stretch)."""
+    from .audio import AudioError, cut
+
+    try:
+        item.audio = cut(item.audio, start, end)
+    except AudioError as e:
+        item.audio, item.error = None, e.reason
+    return item
 
 
 def _read_tar(src: Source, start: int) -> Iterator[Item]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
+from collections import Counter
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from torch.utils.data import DataLoader
 from ..data import audio
 from ..data.loader import AsrLoader, DataConfig
 from ..data.shards import COMPRESSIONS, compress, tar_bytes
-from ..data.sources import Source, iter_items, read_source
+from ..data.sources import Source, bad_input, iter_items, read_source
 from ..data.tokenizer import CharTokenizer
 from ..errors import UsageError
 
@@ -44,9 +45,20 @@ def _measure(batches, max_batches: int | None) -> dict:
             "steady_audio_s_per_s": round((frames - first_frames) / 100.0 / steady, 1) if steady > 0 else None}
 
 
-def _usable(sources: list[Source]):
-    """Items that were read whole (text and audio present)."""
-    return (item for item in iter_items(sources) if item.error is None and item.text and item.audio)
+def _usable(sources: list[Source], cfg: DataConfig, skipped: Counter):
+    """Items read whole whose audio header reads, as the loader would take them; the others follow
+    ``cfg.bad_input`` (counted by reason in ``skipped``, or a ``DataError``)."""
+    for item in iter_items(sources):
+        reason = item.error or (None if item.text else "empty_text")
+        if reason is None:
+            try:
+                audio.audio_info(item.audio)
+            except audio.AudioError as e:
+                reason = e.reason
+        if reason is None:
+            yield item
+        else:
+            bad_input(item.where, reason, cfg.bad_input, skipped)
 
 
 def bench_asrlab(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max_batches: int | None = None) -> dict:
@@ -87,8 +99,13 @@ def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 200
     The best of ``repeats`` timed passes; compare loaders with it in audio seconds/s, which does
     not depend on which utterances the ceiling used.
     """
-    wavs = [audio.resample(*audio.decode(item.audio), cfg.sample_rate)
-            for item in itertools.islice(_usable(sources), max_utts)]
+    skipped: Counter = Counter()
+    wavs = []
+    for item in itertools.islice(_usable(sources, cfg, skipped), max_utts):
+        try:
+            wavs.append(audio.resample(*audio.decode(item.audio), cfg.sample_rate))
+        except audio.AudioError as e:  # a header that reads over samples that do not
+            bad_input(item.where, e.reason, cfg.bad_input, skipped)
     def fbank(w):
         return audio.fbank(w, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
 
@@ -105,7 +122,7 @@ def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 200
     finally:
         torch.set_num_threads(threads)
     return {"utts": len(wavs), "seconds": round(dt, 3), "utts_per_s": round(len(wavs) / dt, 1),
-            "audio_s_per_s": round(frames / 100.0 / dt, 1)}
+            "audio_s_per_s": round(frames / 100.0 / dt, 1), "skipped": dict(skipped)}
 
 
 def sweep(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, num_workers=(0, 1, 2),
@@ -138,8 +155,8 @@ def compression_cost(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
     ``read_ms_per_utt``: decompress + untar only; ``loader_ms_per_utt``: the whole pipeline
     (num_workers=0, so the cost is not hidden behind other processes).
     """
-    members = []
-    for item in itertools.islice(_usable(sources), max_utts):
+    members, skipped = [], Counter()
+    for item in itertools.islice(_usable(sources, cfg, skipped), max_utts):
         members += [(f"{item.key}.txt", item.text.encode()), (f"{item.key}.wav", item.audio)]
     plain = tar_bytes(members)
     rows = []

@@ -6,8 +6,9 @@ import logging
 from pathlib import Path
 
 from ..config import Config
+from ..data.index import transcripts, use_index
 from ..data.preflight import inspect_layout
-from ..data.sources import DataError, Source, load_sources, transcripts
+from ..data.sources import DataError, Source, load_sources
 from ..data.tokenizer import CharTokenizer
 from . import dist
 
@@ -25,6 +26,20 @@ def load_train_sources(cfg: Config, data: str, world_size: int) -> list[Source]:
             + ": write smaller shards (asrlab synth --shard-size), use fewer ranks, or let the others train alone "
             "(--uneven join)")
     return sources
+
+
+def index_sources(data: str, sources: list[Source], info: dist.DistInfo, progress: bool = False) -> None:
+    """Load ``data``'s index (:mod:`asrlab.data.index`), indexing what is new or changed: rank 0 first
+    (in parallel, writing it), then the others read what it wrote."""
+    def run(write: bool) -> None:
+        s = use_index(data, sources, progress=progress, write=write)
+        log.info("index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
+                 s["path"], s["sources"], s["reused"], s["indexed"], s["utterances"], s["hours"], s["seconds"])
+    if info.is_main:
+        run(True)
+    dist.barrier(info)
+    if not info.is_main:
+        run(False)
 
 
 def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo) -> CharTokenizer:
@@ -48,4 +63,4 @@ def preflight(cfg: Config, sources: list[Source], world_size: int) -> None:
             "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[cfg.train.uneven])
 
 
-__all__ = ["build_tokenizer", "load_train_sources", "preflight"]
+__all__ = ["build_tokenizer", "index_sources", "load_train_sources", "preflight"]

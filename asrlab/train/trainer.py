@@ -43,7 +43,7 @@ from .metrics import MetricsWriter
 from .nonfinite import NumericsGuard
 from .phases import StepPhases
 from .precision import choose_precision, cpu_fp16_kernels
-from .run_data import build_tokenizer, load_train_sources, preflight
+from .run_data import build_tokenizer, index_sources, load_train_sources, preflight
 from .schedule import RunClock, decay_horizon, lr_lambda
 from .stall import Watchdog, announced_to
 from .step import TrainStep
@@ -70,6 +70,9 @@ class Trainer(TrainStep, TrainerState):
         if self.precision.scaler and not cfg.train.loss_scaling:
             self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
         train_sources = load_train_sources(cfg, data, self.info.world_size)
+        if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
+            show = cfg.train.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
+            index_sources(data, train_sources, self.info, progress=show)
         cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
         if self.info.is_main:
             dump_config(cfg, self.exp / "config.yaml")
