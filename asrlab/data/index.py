@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import audio
+from .remote import is_url, stamp_of
 from .sources import Item, Source, read_source
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def _identity(src: Source) -> tuple:
 def stamp(src: Source) -> tuple:
     """What changes when the source's data does: size and mtime of the shard, or of each raw file."""
     def of(path: str):
+        if is_url(path):
+            return stamp_of(path)
         try:
             st = os.stat(path)
             return (st.st_size, st.st_mtime_ns)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import UsageError
+from .remote import RemoteReadError, is_url, open_binary
 from .shards import iter_tar
 
 AUDIO_EXTENSIONS = {"wav", "flac", "ogg", "opus", "mp3", "sph"}
@@ -116,7 +117,7 @@ def _nemo_item(obj: dict, list_path: Path) -> tuple:
 
 def _resolve(p: str, list_path: Path) -> str:
     """A path as given, or relative to the list's folder if that is where it exists."""
-    if Path(p).is_absolute() or Path(p).exists() or p.rstrip().endswith("|"):
+    if is_url(p) or Path(p).is_absolute() or Path(p).exists() or p.rstrip().endswith("|"):
         return p
     beside = list_path.parent / p
     return str(beside) if beside.exists() else p
@@ -198,6 +199,14 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
             return Item(key, text, None, where, "pipe_failed" if not isinstance(e, FileNotFoundError)
                         else "missing_file")
         return Item(key, text, out.stdout, where)
+    if is_url(loc):
+        try:
+            with open_binary(loc) as f:
+                return Item(key, text, f.read(), where)
+        except FileNotFoundError:
+            return Item(key, text, None, where, "missing_file")
+        except OSError:
+            return Item(key, text, None, where, "remote_read_failed")
     if ":" in Path(loc).name and not Path(loc).exists():  # ark:offset, which we do not read
         return Item(key, text, None, where, "unsupported_location")
     try:
@@ -222,7 +231,7 @@ def _cut(item: Item, start: float, end: float | None) -> Item:
 def _read_tar(src: Source, start: int) -> Iterator[Item]:
     """Group consecutive tar members by key prefix (WeNet's ``tar_file_and_group``)."""
     try:
-        f = open(src.path, "rb")
+        f = open_binary(src.path)
     except FileNotFoundError:
         if start == 0:  # the error counts as the source's item 0, so a seek past it skips it
             yield Item("", None, None, src.name, "missing_file")
@@ -262,4 +271,5 @@ def _read_tar(src: Source, start: int) -> Iterator[Item]:
                     yield item
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         if index >= start:  # the error is item number ``index``: a seek past it skips it
-            yield Item("", None, None, f"{src.name} after {index} utterances ({e})", "truncated_tar")
+            reason = "remote_read_failed" if isinstance(e, RemoteReadError) else "truncated_tar"
+            yield Item("", None, None, f"{src.name} after {index} utterances ({e})", reason)
