@@ -62,6 +62,20 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pack(a: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from .data.pack import pack
+
+    s = pack(a.data, a.out, a.shard_size, a.compression, a.processes, a.bad_input, None if a.json else tqdm)
+    if a.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(f"{s['list']}: {s['shards']} shards, {s['utterances']} utterances from {s['sources']} sources"
+              + (f"; left out (data.bad_input=skip): {s['skipped']}" if s["skipped"] else ""))
+    return 0
+
+
 def cmd_index(a: argparse.Namespace) -> int:
     from .data.index import use_index
     from .data.sources import load_sources
@@ -364,6 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inspect)
+    pk = sh.add_parser("pack", help="WeNet shards from a Kaldi dir, a raw list, a NeMo manifest or shards to re-pack; "
+                                    "each shard read back and checked")
+    pk.add_argument("data", help="a Kaldi dir, raw list, NeMo manifest or shard list")
+    pk.add_argument("out", help="folder for shards/ and data.list")
+    pk.add_argument("--shard-size", type=int, default=1000, help="utterances per shard")
+    pk.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])
+    pk.add_argument("--processes", type=int, default=None, help="parallel processes (default: one per core)")
+    pk.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
+                    help="an unusable utterance: counted and left out, or an error")
+    pk.add_argument("--json", action="store_true")
+    pk.set_defaults(func=cmd_pack)
 
     ix = sub.add_parser("index", help="index a data list ahead of training: per utterance its length and transcript "
                                       "(LIST.index.json; a changed shard is indexed again alone)")

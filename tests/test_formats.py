@@ -13,6 +13,7 @@ import soundfile as sf
 from asrlab.data.audio import decode
 from asrlab.data.index import forget, use_index
 from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.shards import iter_tar
 from asrlab.data.sources import DataError, iter_items, load_sources
 from asrlab.data.tokenizer import CharTokenizer
 
@@ -120,3 +121,54 @@ def test_a_bad_segment_is_a_clear_error(tmp_path):
                                                    "end": 1.0}) + "\n")
     with pytest.raises(DataError, match=r"raw.list:1: .*0 <= start < end"):
         load_sources(tmp_path / "raw.list")
+
+
+def kaldi_dir(d):
+    d.mkdir()
+    sf.write(d / "rec1.flac", recording(), RATE)
+    (d / "wav.scp").write_text(f"rec1 {d / 'rec1.flac'}\n")
+    (d / "segments").write_text("".join(f"s{i} rec1 {a} {b}\n" for i, (a, b) in enumerate(bounds())))
+    (d / "text").write_text("".join(f"s{i} {t}\n" for i, t in enumerate(TEXTS)))
+    return d
+
+
+@pytest.mark.parametrize("compression", ["none", "zst"])
+def test_shards_pack_writes_what_it_read(tmp_path, compression, capsys):
+    """A Kaldi dir with segments and a NeMo manifest of FLAC files (one of them missing), packed in
+    parallel: the shards read back as the inputs do; what could not be read is counted, not packed."""
+    from asrlab.cli import main
+
+    kaldi = kaldi_dir(tmp_path / "kaldi")
+    for i, s in enumerate(SECONDS):
+        sf.write(tmp_path / f"utt{i}.flac", tone(s, 500 + 50 * i), RATE)
+    lines = [json.dumps({"audio_filepath": f"utt{i}.flac", "duration": s, "text": t})
+             for i, (s, t) in enumerate(zip(SECONDS, TEXTS))]
+    lines.append(json.dumps({"audio_filepath": "gone.flac", "duration": 1.0, "text": "go"}))
+    (tmp_path / "manifest.json").write_text("\n".join(lines) + "\n")
+    for src, n in ((kaldi, 3), (tmp_path / "manifest.json", 3)):
+        out = tmp_path / f"packed_{src.name}"
+        assert main(["shards", "pack", str(src), str(out), "--shard-size", "2", "--compression", compression,
+                     "--processes", "2", "--json"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        assert (s["utterances"], s["shards"]) == (n, 2)
+        assert s["skipped"] == ({} if src == kaldi else {"missing_file": 1})
+        before = {i.key: (i.text, decode(i.audio)[0].numpy()) for i in iter_items(load_sources(src)) if i.audio}
+        after = {i.key: (i.text, decode(i.audio)[0].numpy()) for i in iter_items(load_sources(out / "data.list"))}
+        assert sorted(after) == sorted(before)
+        assert all(after[k][0] == before[k][0] and np.array_equal(after[k][1], before[k][1]) for k in after)
+        names = [m for p in (out / "data.list").read_text().split() for m, _ in iter_tar(open(p, "rb"))]
+        assert any(m.endswith(".flac") for m in names) == (src != kaldi)  # FLAC stays FLAC; a cut is WAV
+    with pytest.raises(DataError, match="gone.flac|missing_file"):
+        from asrlab.data.pack import pack
+
+        pack(tmp_path / "manifest.json", tmp_path / "strict", bad_input_policy="fail")
+
+
+def test_a_shard_that_does_not_read_back_is_not_listed(tmp_path, monkeypatch):
+    from asrlab.data import pack as pack_module
+
+    kaldi = kaldi_dir(tmp_path / "kaldi")
+    monkeypatch.setattr(pack_module, "compress", lambda data, c: data[: len(data) // 2])  # a short write
+    with pytest.raises(DataError, match="read back, it does not hold what was written"):
+        pack_module.pack(kaldi, tmp_path / "out", processes=1)
+    assert not (tmp_path / "out" / "data.list").exists() and not list((tmp_path / "out" / "shards").iterdir())
