@@ -172,3 +172,47 @@ def test_duration_buckets_pad_less_shuffle_the_batches_and_resume_exactly(corpus
     resumed = AsrLoader(srcs, tok, cfg)
     resumed.load_state_dict(first.state_dict())
     assert out + [b["keys"] for b in resumed] == full
+
+
+def test_speed_perturbation_is_planned_deterministic_and_resumes_exactly(corpus, tok):
+    """Each utterance at 0.9, 1.0 or 1.1 times its speed, drawn per epoch: its frames are those its speed
+    gives (the batch budget holds), the same seed repeats them, another epoch draws again, a resume
+    mid-epoch continues bitwise, and evaluation does not perturb."""
+    import torch
+
+    from asrlab.data import audio
+    from asrlab.data.sources import iter_items
+
+    srcs = load_sources(corpus / "data.list")
+    cfg = DataConfig(speed_perturb=(0.9, 1.0, 1.1), shuffle_size=40, max_frames_in_batch=900)
+    samples = {i.key: audio.audio_info(i.audio) for i in iter_items(srcs)}
+    lengths = {s: {k: cfg.frames(n, sr, s) for k, (n, sr) in samples.items()} for s in cfg.speed_perturb}
+
+    def epoch(loader, e=0):
+        loader.set_epoch(e)
+        return [(list(b["keys"]), b["feat_lens"].tolist(), b["feats"]) for b in loader]
+
+    batches = epoch(AsrLoader(srcs, tok, cfg))
+    speeds = Counter()
+    for keys, lens, feats in batches:
+        assert max(lens) * len(lens) <= 900
+        for k, n in zip(keys, lens):
+            speeds[next(s for s in cfg.speed_perturb if lengths[s][k] == n)] += 1
+    assert sum(speeds.values()) == 120 and min(speeds.values()) >= 20  # every speed, about a third each
+    again = epoch(AsrLoader(srcs, tok, cfg))
+    assert [(k, n) for k, n, _ in again] == [(k, n) for k, n, _ in batches]
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(again, batches))
+    other = epoch(AsrLoader(srcs, tok, cfg), 1)
+    assert sorted(n for _, ns, _ in other for n in ns) != sorted(n for _, ns, _ in batches for n in ns)
+    first = AsrLoader(srcs, tok, cfg)
+    out = []
+    for i, b in enumerate(first):
+        out.append((list(b["keys"]), b["feats"].sum().item()))
+        if i == 3:
+            break
+    resumed = AsrLoader(srcs, tok, cfg)
+    resumed.load_state_dict(first.state_dict())
+    out += [(list(b["keys"]), b["feats"].sum().item()) for b in resumed]
+    assert out == [(k, f.sum().item()) for k, _, f in batches]
+    plain = AsrLoader(srcs, tok, cfg.for_eval(max_frames_in_batch=100_000))
+    assert {k: n for b in plain for k, n in zip(b["keys"], b["feat_lens"].tolist())} == lengths[1.0]

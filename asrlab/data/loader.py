@@ -49,6 +49,8 @@ class DataConfig:
     noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
     speed: float = 1.0                # play every utterance this much faster (tempo, pitch and formants move
     #                                  together; by resampling to a multiple of 100 Hz): decoding's test-time warps
+    speed_perturb: tuple = ()         # training: each utterance at one of these speeds, e.g. [0.9, 1.0, 1.1] (WeNet's
+    #                                  and ESPnet's recipes), drawn per utterance per epoch, planned with its length
     shuffle: bool = True              # shuffle sources per epoch and items per block
     shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
     sort_size: int = 100              # items per length-sorting window; 0 disables sorting
@@ -98,6 +100,10 @@ class DataConfig:
                              f"{self.sample_rate}")
         if not 0.5 <= self.speed <= 2.0:
             raise UsageError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.5 <= x <= 2.0
+               for x in self.speed_perturb):
+            raise UsageError(f"data.speed_perturb is a list of tempo factors in [0.5, 2], e.g. [0.9, 1.0, 1.1], "
+                             f"not {list(self.speed_perturb)}")
         if self.features == "device" and (self.spec_augment or self.dither):
             raise UsageError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
@@ -109,16 +115,18 @@ class DataConfig:
         return self.max_frames_by_length[-1][1] if self.max_frames_by_length else self.max_frames_in_batch
 
     def for_eval(self, **changes) -> "DataConfig":
-        """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise)."""
-        return replace(self, shuffle=False, spec_augment=False, noise_aug=0.0, **changes)
+        """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise, speeds)."""
+        return replace(self, shuffle=False, spec_augment=False, noise_aug=0.0, speed_perturb=(), **changes)
 
-    def rate(self) -> int:
-        """Hz to resample to, so that the result read at ``sample_rate`` plays ``speed`` times faster."""
-        return self.sample_rate if self.speed == 1.0 else int(round(self.sample_rate / self.speed / 100.0)) * 100
+    def rate(self, perturb: float = 1.0) -> int:
+        """Hz to resample to, so that the result read at ``sample_rate`` plays ``speed`` (times ``perturb``,
+        an utterance's speed perturbation) times faster."""
+        speed = self.speed * perturb
+        return self.sample_rate if speed == 1.0 else int(round(self.sample_rate / speed / 100.0)) * 100
 
-    def frames(self, num_samples: int, sample_rate: int) -> int:
-        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.rate()``."""
-        resampled = round(num_samples * self.rate() / sample_rate)
+    def frames(self, num_samples: int, sample_rate: int, perturb: float = 1.0) -> int:
+        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.rate(perturb)``."""
+        resampled = -(-num_samples * self.rate(perturb) // sample_rate)  # torchaudio's resample rounds up
         return audio.num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
 
 
@@ -318,7 +326,11 @@ class AsrDataset(IterableDataset):
             if reason is not None:
                 self._bad(item, reason, skipped)
                 continue
-            good.append((item, cfg.frames(samples, sr)))
+            good.append((item, samples, sr))
+        if cfg.speed_perturb:  # drawn with the block's RNG before its shuffle: a resume plans the same speeds
+            for (item, _, _), speed in zip(good, rng.choice(cfg.speed_perturb, size=len(good))):
+                item.speed = float(speed)
+        good = [(item, cfg.frames(samples, sr, item.speed)) for item, samples, sr in good]
         if cfg.shuffle:
             good = [good[i] for i in rng.permutation(len(good))]
         good = [good[i] for i in batching_order([f for _, f in good], cfg)]
@@ -360,7 +372,7 @@ class AsrDataset(IterableDataset):
             except audio.AudioError as e:
                 self._bad(item, e.reason, skipped)
                 continue
-            x = audio.resample(wav, sr, cfg.rate())
+            x = audio.resample(wav, sr, cfg.rate(item.speed))
             if cfg.noise_aug and rng.random() < cfg.noise_aug:
                 x = audio.add_babble(x, rng, cfg.noise_aug_snr)
             if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)

@@ -58,6 +58,7 @@ class Item:
     error: str | None = None
     samples: int | None = None  # the length, where an index gave it instead of the audio
     rate: int | None = None
+    speed: float = 1.0          # the speed perturbation the loader drew for it this epoch
 
 
 def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
