@@ -133,3 +133,16 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
     tr = Trainer(cfg, str(shards / "data.list"), None, tmp_path / "b", cpu)
     assert len(tr.tok) > 10
     tr.close()
+
+
+def test_sources_gone_from_the_list_leave_the_index(shards):
+    lst = shards / "data.list"
+    use_index(lst, load_sources(lst), progress=False)
+    lst.write_text("".join(lst.read_text().splitlines(keepends=True)[:4]))
+    s = use_index(lst, load_sources(lst), progress=False)
+    assert (s["sources"], s["reused"]) == (4, 4)
+    assert len(json.loads(index_path(lst).read_text())["sources"]) == 10  # nothing was indexed: not rewritten
+    forget()
+    os.utime(load_sources(lst)[0].path, ns=(1, 1))
+    use_index(lst, load_sources(lst), progress=False)
+    assert len(json.loads(index_path(lst).read_text())["sources"]) == 4

@@ -152,7 +152,7 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         tmp.write_text(json.dumps({"version": VERSION, "list": str(Path(list_path).resolve()),
-                                   "sources": {**known, **entries}}), encoding="utf-8")
+                                   "sources": entries}), encoding="utf-8")  # sources gone from the list: dropped
         os.replace(tmp, path)  # readers see the old index or the new one, never half of one
     utts = [u for s in sources for u in _LOADED[_identity(s)][1]]
     usable = [u for u in utts if u.bad is None]

@@ -58,13 +58,15 @@ def _pack_source(args) -> dict:
 
     for item in read_source(src):
         ext = _ext(item.audio) if item.audio is not None else None
-        reason = item.error or (None if item.text else "empty_text") or (None if ext else "undecodable_audio")
+        reason = item.error or (None if item.text and item.text.strip() else "empty_text") or \
+            (None if ext else "undecodable_audio")
         if reason is not None:
             bad_input(item.where, reason, policy, skipped)
             continue
-        members += [(f"{item.key}.txt", item.text.encode("utf-8")), (f"{item.key}.{ext}", item.audio)]
+        text = item.text.strip()  # as a shard's reader gives it back
+        members += [(f"{item.key}.txt", text.encode("utf-8")), (f"{item.key}.{ext}", item.audio)]
         count += 1
-        want.append((item.key, item.text, hashlib.sha256(item.audio).hexdigest()))
+        want.append((item.key, text, hashlib.sha256(item.audio).hexdigest()))
         if len(want) == shard_size:
             flush()
     if want:
