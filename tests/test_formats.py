@@ -172,3 +172,30 @@ def test_a_shard_that_does_not_read_back_is_not_listed(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="read back, it does not hold what was written"):
         pack_module.pack(kaldi, tmp_path / "out", processes=1)
     assert not (tmp_path / "out" / "data.list").exists() and not list((tmp_path / "out" / "shards").iterdir())
+
+
+def test_a_kaldi_dir_with_audio_in_an_ark(tmp_path):
+    """wav.scp entries ``file.ark:offset``, the archive written by kaldiio; with segments too; a torn offset
+    is bad input, not a crash."""
+    import kaldiio
+
+    d = tmp_path / "kaldi"
+    d.mkdir()
+    with kaldiio.WriteHelper(f"ark,scp:{d / 'wav.ark'},{d / 'wav.scp'}", write_function="soundfile") as w:
+        for i, s in enumerate(SECONDS):
+            w(f"u{i}", (RATE, (tone(s, 400 + 200 * i) * 32767).astype(np.int16)))
+        w("rec", (RATE, (recording() * 32767).astype(np.int16)))
+    (d / "text").write_text("".join(f"u{i} {t}\n" for i, t in enumerate(TEXTS)))
+    scp = (d / "wav.scp").read_text()
+    (d / "wav.scp").write_text("".join(line + "\n" for line in scp.splitlines() if not line.startswith("rec")))
+    got = keys_and_lengths(d)
+    assert sorted(got) == ["u0", "u1", "u2"] and all(abs(got[f"u{i}"] - 100 * s) <= 3 for i, s in enumerate(SECONDS))
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    (seg / "wav.scp").write_text(next(line for line in scp.splitlines() if line.startswith("rec")) + "\n")
+    (seg / "segments").write_text("".join(f"s{i} rec {a} {b}\n" for i, (a, b) in enumerate(bounds())))
+    (seg / "text").write_text("".join(f"s{i} {t}\n" for i, t in enumerate(TEXTS)))
+    assert sorted(keys_and_lengths(seg)) == ["s0", "s1", "s2"]
+    (d / "wav.scp").write_text(f"u0 {d / 'wav.ark'}:7\n")  # not where an entry starts
+    (item,) = iter_items(load_sources(d))
+    assert item.error == "undecodable_audio"

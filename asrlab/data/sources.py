@@ -208,14 +208,34 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
             return Item(key, text, None, where, "missing_file")
         except OSError:
             return Item(key, text, None, where, "remote_read_failed")
-    if ":" in Path(loc).name and not Path(loc).exists():  # ark:offset, which we do not read
-        return Item(key, text, None, where, "unsupported_location")
+    if ":" in Path(loc).name and not Path(loc).exists():  # ark:offset (Kaldi's wav-copy or kaldiio's arks)
+        return _read_ark(key, loc, text, where)
     try:
         return Item(key, text, Path(loc).read_bytes(), where)
     except FileNotFoundError:
         return Item(key, text, None, where, "missing_file")
     except OSError:
         return Item(key, text, None, where, "unreadable_file")
+
+
+def _read_ark(key: str, loc: str, text: str, where: str) -> Item:
+    """Audio stored in a Kaldi archive at a byte offset (``file.ark:1234``), read with kaldiio."""
+    from .audio import encode_wav
+
+    try:
+        import kaldiio
+    except ImportError:
+        return Item(key, text, None, where, "unsupported_location")
+    if not Path(loc.rsplit(":", 1)[0]).exists():
+        return Item(key, text, None, where, "missing_file")
+    try:
+        got = kaldiio.load_mat(loc)
+    except Exception:  # kaldiio raises several types for a bad offset or a torn archive
+        return Item(key, text, None, where, "undecodable_audio")
+    if not isinstance(got, tuple):  # a feature matrix, not audio
+        return Item(key, text, None, where, "unsupported_location")
+    rate, samples = got
+    return Item(key, text, encode_wav(samples, rate), where)
 
 
 def _cut(item: Item, start: float, end: float | None) -> Item:
