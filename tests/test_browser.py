@@ -178,29 +178,60 @@ def server_log(lab, chars: int = 3000) -> str:
     return (lab[2] / "server.log").read_text()[-chars:]
 
 
-def open_and_run_all(page, lab, name: str) -> None:
-    """Open the notebook in its own workspace and Run > Run All Cells, until its first code cell has run.
+def kernel_of(lab, name: str) -> str | None:
+    """The id of the kernel the server's session for this notebook runs, if any."""
+    for s in _api(lab, "/api/sessions"):
+        if s["path"].endswith(f"{name}.ipynb"):
+            return s["kernel"]["id"]
+    return None
 
-    Should the first cell not run within 90 s (the page on a kernel that went away), the sessions are
-    ended and the notebook opened once more."""
+
+def settled_kernel(lab, name: str, quiet_s: float = 5, timeout_s: float = 90) -> str:
+    """The notebook's kernel once nothing changes it: the session's kernel and the only kernel running, the
+    same for ``quiet_s``. JupyterLab may replace the kernel of a session just after the page has opened it
+    (a kernel started, the first shut down a moment later); cells sent before that queue on a kernel that
+    is gone."""
+    deadline, seen, since = time.time() + timeout_s, None, time.time()
+    while True:
+        kernels = [k["id"] for k in _api(lab, "/api/kernels")]
+        now = (kernel_of(lab, name), tuple(kernels))
+        if now != seen:
+            seen, since = now, time.time()
+        elif now[0] is not None and kernels == [now[0]] and time.time() - since >= quiet_s:
+            return now[0]
+        assert time.time() < deadline, f"{name}: its kernel did not settle in {timeout_s} s: {seen}"
+        time.sleep(0.5)
+
+
+def open_and_run_all(page, lab, name: str) -> None:
+    """Open the notebook in its own workspace and, once its kernel has settled, Run > Run All Cells, until
+    its first code cell has run on that kernel.
+
+    Should the first cell not run within 90 s, or the kernel have been replaced meanwhile, the sessions
+    are ended and the notebook opened once more."""
     base, token, _ = lab
-    for attempt in range(2):
+    for attempt in range(3):
         start_kernel(lab, name)
         page.goto(f"{base}/lab/workspaces/{name}/tree/{name}.ipynb?token={token}&reset")
         page.wait_for_selector(".jp-NotebookPanel", timeout=60_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
         if page.locator(".jp-Dialog").count():  # a kernel picker, should the session above not have been found
             page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        kernel = settled_kernel(lab, name)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         try:
             page.wait_for_function(FIRST_RAN_JS, timeout=90_000)
-            return
+            ran = True
         except Exception:
-            page.screenshot(path=str(SHOTS / f"{name}_not_started_{attempt}.png"))
-            page.keyboard.press("Escape")
-            end_sessions(lab)
-    pytest.fail(f"{name}: Run All did not run its first cell (screenshots in {SHOTS}); the server said:\n"
+            ran = False
+        if ran and kernel_of(lab, name) == kernel:
+            return
+        page.screenshot(path=str(SHOTS / f"{name}_not_started_{attempt}.png"))
+        page.keyboard.press("Escape")
+        end_sessions(lab)
+    pytest.fail(f"{name}: Run All did not run on a settled kernel (screenshots in {SHOTS}); the server said:\n"
                 + server_log(lab))
 
 
