@@ -348,6 +348,11 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _bad_input_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
+                        help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="asrlab", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -374,8 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--max-frames", type=int, help="max_frames_in_batch (default: the loader's)")
     i.add_argument("--epoch", type=int, default=0)
     i.add_argument("--seed", type=int, default=0)
-    i.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                    help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
+    _bad_input_option(i)
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inspect)
     pk = sh.add_parser("pack", help="WeNet shards from a Kaldi dir, a raw list, a NeMo manifest or shards to re-pack; "
@@ -385,8 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("--shard-size", type=int, default=1000, help="utterances per shard")
     pk.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])
     pk.add_argument("--processes", type=int, default=None, help="parallel processes (default: one per core)")
-    pk.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                    help="an unusable utterance: counted and left out, or an error")
+    _bad_input_option(pk)
     pk.add_argument("--json", action="store_true")
     pk.set_defaults(func=cmd_pack)
 
@@ -408,8 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--max-batches", type=int, default=None)
     bl.add_argument("--against", choices=["webdataset"])
     bl.add_argument("--seed", type=int, default=0)
-    bl.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                     help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
+    _bad_input_option(bl)
     bl.add_argument("--json")
     bl.set_defaults(func=cmd_bench_loader)
     bc = b.add_parser("compression", help="what shard compression costs per utterance")
@@ -417,8 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--compressions", default="none,gz,bz2,xz,zst")
     bc.add_argument("--max-utts", type=int, default=1000)
     bc.add_argument("--seed", type=int, default=0)
-    bc.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                     help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
+    _bad_input_option(bc)
     bc.add_argument("--json")
     bc.set_defaults(func=cmd_bench_compression)
 

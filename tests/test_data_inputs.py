@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import tarfile
 from collections import Counter
 
 import numpy as np

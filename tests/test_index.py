@@ -55,7 +55,7 @@ def test_a_changed_shard_is_indexed_again_alone(shards, monkeypatch):
     changed = sources[3]
     st = os.stat(changed.path)
     os.utime(changed.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert indexed(changed) is None  # the loaded entry no longer holds: readers go back to the audio
+    assert indexed(changed, recheck_s=0) is None  # the loaded entry no longer holds: readers go back to the audio
     read = []
     real = index_module.index_source
     monkeypatch.setattr(index_module, "index_source", lambda src: read.append(src.name) or real(src))
@@ -128,8 +128,7 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
     def unread(*args, **kw):
         raise AssertionError("start-up read a shard")
 
-    for module in (index_module, preflight):
-        monkeypatch.setattr(module, "read_source", unread)
+    monkeypatch.setattr(index_module, "read_source", unread)  # pre-flight's fallback reads through it too
     tr = Trainer(cfg, str(shards / "data.list"), None, tmp_path / "b", cpu)
     assert len(tr.tok) > 10
     tr.close()
@@ -146,3 +145,18 @@ def test_sources_gone_from_the_list_leave_the_index(shards):
     os.utime(load_sources(lst)[0].path, ns=(1, 1))
     use_index(lst, load_sources(lst), progress=False)
     assert len(json.loads(index_path(lst).read_text())["sources"]) == 4
+
+
+def test_a_stamp_checked_recently_is_trusted(shards, monkeypatch):
+    """Start-up asks for the same sources several times (pre-flight, tokenizer, planning): their stamps
+    are not checked again each time (a request per shard over HTTP), only once the last check is old."""
+    lst = shards / "data.list"
+    sources = load_sources(lst)
+    use_index(lst, sources, progress=False)
+    checks = []
+    real = index_module.stamp
+    monkeypatch.setattr(index_module, "stamp", lambda src: checks.append(src.name) or real(src))
+    for _ in range(3):
+        assert all(indexed(x) is not None for x in sources)
+    assert checks == []
+    assert indexed(sources[0], recheck_s=0) is not None and checks == [sources[0].name]

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import audio
 from .remote import is_url, stamp_of
-from .sources import Item, Source, read_source
+from .sources import Item, Source, check_item, read_source
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
-_LOADED: dict[tuple, tuple[tuple, list["Utt"]]] = {}  # source identity -> (stamp, its utterances)
+_LOADED: dict[tuple, list] = {}  # source identity -> [stamp, its utterances, when the stamp was last checked]
+RECHECK_S = 30.0  # a stamp checked this recently is trusted: checking a shard over HTTP costs a request
 
 
 @dataclass(frozen=True)
@@ -75,18 +75,8 @@ def stamp(src: Source) -> tuple:
 
 def index_source(src: Source) -> list[Utt]:
     """Read ``src`` once: every item's length from its audio header, its transcript, or why it is unusable."""
-    out = []
-    for item in read_source(src):
-        if item.error or not item.text:
-            out.append(Utt(item.key, 0, 0, item.text, item.error or "empty_text"))
-            continue
-        try:
-            samples, rate = audio.audio_info(item.audio)
-        except audio.AudioError as e:
-            out.append(Utt(item.key, 0, 0, item.text, e.reason))
-            continue
-        out.append(Utt(item.key, samples, rate, item.text))
-    return out
+    return [Utt(item.key, samples, rate, item.text, bad)
+            for item in read_source(src) for bad, samples, rate in [check_item(item)]]
 
 
 def index_path(list_path: str | Path) -> Path:
@@ -147,7 +137,7 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
     for i, (src, st) in enumerate(zip(sources, stamps)):
         utts = fresh[i] if i in fresh else [Utt(*u) for u in known[_entry_key(src)]["utts"]]
         entries[_entry_key(src)] = {"stamp": st, "utts": [[u.key, u.samples, u.rate, u.text, u.bad] for u in utts]}
-        _LOADED[_identity(src)] = (st, utts)
+        _LOADED[_identity(src)] = [st, utts, time.monotonic()]
     if todo and write:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -162,14 +152,17 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
             "seconds": time.perf_counter() - t0}
 
 
-def indexed(src: Source) -> list[Utt] | None:
-    """The utterances of ``src`` from an index loaded in this process, while its stamp still holds."""
+def indexed(src: Source, recheck_s: float = RECHECK_S) -> list[Utt] | None:
+    """The utterances of ``src`` from an index loaded in this process, while its stamp still holds
+    (checked again when the last check is more than ``recheck_s`` old)."""
     got = _LOADED.get(_identity(src))
     if got is None:
         return None
-    st, utts = got
-    if st != stamp(src):
-        return None
+    st, utts, checked = got
+    if time.monotonic() - checked > recheck_s:
+        if st != stamp(src):
+            return None
+        got[2] = time.monotonic()
     return utts
 
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from . import audio
-from .index import indexed
+from .index import index_source, indexed
 from .loader import DataConfig, batch_sizes, batching_order, deal, epoch_sources
-from .sources import Source, read_source
+from .sources import Source
 from ..errors import UsageError
 
 
@@ -33,25 +32,12 @@ def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
     from the audio headers (no decoding)."""
     st = SourceStats(src.name)
     utts = indexed(src)
-    if utts is not None:
-        for u in utts:
-            if u.bad is None:
-                st.frames.append(cfg.frames(u.samples, u.rate))
-                st.seconds += u.seconds
-            else:
-                st.bad += 1
-        return st
-    for item in read_source(src):
-        if item.error or not item.text:
+    for u in index_source(src) if utts is None else utts:
+        if u.bad is None:
+            st.frames.append(cfg.frames(u.samples, u.rate))
+            st.seconds += u.seconds
+        else:
             st.bad += 1
-            continue
-        try:
-            samples, sr = audio.audio_info(item.audio)
-        except audio.AudioError:
-            st.bad += 1
-            continue
-        st.frames.append(cfg.frames(samples, sr))
-        st.seconds += samples / sr
     return st
 
 

@@ -11,7 +11,6 @@ so a position inside it is just an item offset, and ``read_source(src, start)`` 
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import tarfile
 from collections import Counter
@@ -174,6 +173,21 @@ def iter_items(sources: list[Source]) -> Iterator[Item]:
 def transcripts(sources: list[Source]) -> Iterator[str]:
     """The non-empty transcripts of ``sources`` (what a tokenizer is built from)."""
     return (item.text for item in iter_items(sources) if item.text)
+
+
+def check_item(item: Item) -> tuple[str | None, int, int]:
+    """Why the loader would skip ``item`` (None: usable), and its sample count and rate from the audio
+    header (0, 0 when unusable). Reads the header only, no decoding."""
+    from . import audio
+
+    reason = item.error or (None if item.text else "empty_text")
+    if reason is not None:
+        return reason, 0, 0
+    try:
+        samples, rate = audio.audio_info(item.audio)
+    except audio.AudioError as e:
+        return e.reason, 0, 0
+    return None, samples, rate
 
 
 def read_source(src: Source, start: int = 0) -> Iterator[Item]:

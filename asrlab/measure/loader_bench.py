@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from ..data import audio
 from ..data.loader import AsrLoader, DataConfig
 from ..data.shards import COMPRESSIONS, compress, tar_bytes
-from ..data.sources import Source, bad_input, iter_items, read_source
+from ..data.sources import Source, bad_input, check_item, iter_items, read_source
 from ..data.tokenizer import CharTokenizer
 from ..errors import UsageError
 
@@ -49,12 +49,7 @@ def _usable(sources: list[Source], cfg: DataConfig, skipped: Counter):
     """Items read whole whose audio header reads, as the loader would take them; the others follow
     ``cfg.bad_input`` (counted by reason in ``skipped``, or a ``DataError``)."""
     for item in iter_items(sources):
-        reason = item.error or (None if item.text else "empty_text")
-        if reason is None:
-            try:
-                audio.audio_info(item.audio)
-            except audio.AudioError as e:
-                reason = e.reason
+        reason = check_item(item)[0]
         if reason is None:
             yield item
         else:
