@@ -49,14 +49,14 @@ def _data_config(a: argparse.Namespace):
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
-    from .data.index import use_index
+    from .data.index import use_indexes
     from .data.preflight import format_layout, inspect_layout
-    from .data.sources import load_sources
+    from .data.sources import load_data
 
     cfg = _data_config(a)
-    sources = load_sources(a.list, cfg.raw_chunk)
+    sources = load_data(a.list, cfg.raw_chunk)
     if cfg.index:  # the layout from the index (built or brought up to date first)
-        use_index(a.list, sources, progress=not a.json)
+        use_indexes(a.list, sources, progress=not a.json)
     report = inspect_layout(sources, cfg, a.world_size, a.num_workers, epoch=a.epoch, progress=not a.json)
     print(json.dumps(report, indent=2) if a.json else format_layout(report))
     return 0
@@ -245,9 +245,9 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 def _train_here(a: argparse.Namespace, cfg) -> int:
     """This process's part of ``asrlab train``: alone, or one rank under torchrun."""
-    from .data.sources import load_sources
+    from .data.sources import load_data, load_sources
 
-    load_sources(a.data)  # a missing or empty list is an error before anything starts
+    load_data(a.data)  # a missing or empty list is an error before anything starts
     if a.cv:
         load_sources(a.cv)
     from .train.nonfinite import HALT_EXIT, NonFiniteHalt
@@ -373,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = sub.add_parser("shards", help="look at shards").add_subparsers(dest="shards_command", required=True)
     i = sh.add_parser("inspect", help="per rank and worker: shards, utterances, hours, batches; warnings")
-    i.add_argument("list", help="data.list (shard or raw) or a Kaldi dir")
+    i.add_argument("list", nargs="+", help="data.list (shard or raw), Kaldi dir or NeMo manifest; several: a mix, "
+                                          "[NAME=]LIST[:WEIGHT] each, as asrlab train --data takes them")
     i.add_argument("--world-size", type=int, default=1)
     i.add_argument("--num-workers", type=int, default=0)
     i.add_argument("--max-frames", type=int, help="max_frames_in_batch (default: the loader's)")
@@ -449,7 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train (1 process, or N under torchrun with --nproc N)")
     t.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
-    t.add_argument("--data", required=True, help="training data.list (shard or raw) or Kaldi dir")
+    t.add_argument("--data", required=True, action="append",
+                   help="training data.list (shard or raw), Kaldi dir or NeMo manifest; given several times, "
+                        "the corpora are mixed: [NAME=]LIST[:WEIGHT] each (drawn by weight, every utterance "
+                        "once an epoch)")
     t.add_argument("--cv", help="validation data.list, evaluated at epoch ends")
     t.add_argument("--exp", required=True, help="experiment dir: checkpoints, metrics, units.txt, config.yaml")
     t.add_argument("--nproc", type=int, default=1, help="local ranks; >1 starts torchrun (gloo on CPU, nccl on GPUs)")

@@ -75,6 +75,7 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
                "stop_requested": (exp / STOP_FILE).exists()}
     d["ranks"] = [_rank_state(b, now) for _, b in sorted(beats.items())]
     d["steps"] = step_times(exp)
+    d["corpora"] = corpus_throughput(exp)
     d["nonfinite"] = nonfinite_events(exp)
     d["loss_scale"] = loss_scale_history(rank0)
     d["resumes"] = resume_points(exp)
@@ -378,6 +379,26 @@ def step_times(exp: str | Path) -> dict:
     return out
 
 
+def corpus_throughput(exp: str | Path) -> dict | None:
+    """Per corpus of a mixed run, over every rank's metrics (the steps that count): utterances, audio
+    hours, and audio seconds per second of loader work (reading and decoding), the slowest named: a
+    corpus far slower than the rest starves the ranks that draw it. None for a run on one list."""
+    total: dict[str, list] = {}
+    for name in metric_files(exp):
+        for m in _kept(read_metrics(exp, name)):
+            for corpus, (n, audio_s, load_s) in (m.get("corpora") or {}).items():
+                t = total.setdefault(corpus, [0, 0.0, 0.0])
+                t[0] += n
+                t[1] += audio_s
+                t[2] += load_s
+    if not total:
+        return None
+    out = {c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}
+           for c, (n, a, w) in sorted(total.items())}
+    rated = [c for c in out if out[c]["audio_per_load_s"]]
+    return {"corpora": out, "slowest": min(rated, key=lambda c: out[c]["audio_per_load_s"]) if len(rated) > 1 else None}
+
+
 def _heartbeat_times(exp: Path) -> list[dict]:
     """Per rank, from the time a StallWatch heartbeat kept per phase (a loop without asrlab's metrics):
     steps done, mean seconds per step (``median_step_s`` holds the mean), share of it waiting for data."""
@@ -609,6 +630,14 @@ def format_diagnosis(d: dict) -> str:
         s = st["spread"]
         lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
                      f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)")
+
+    mix = d.get("corpora")
+    if mix:
+        lines += ["", "corpora (all ranks; audio seconds per second of loader work):"]
+        for c, x in mix["corpora"].items():
+            lines.append(f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, "
+                         f"{x['audio_per_load_s'] if x['audio_per_load_s'] is not None else '-'} s/s"
+                         + ("  <- slowest to load" if c == mix["slowest"] else ""))
 
     nf = d["nonfinite"]
     lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] else " none")]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from .remote import is_url, stamp_of
-from .sources import Item, Source, check_item, read_source
+from .sources import Item, Source, check_item, corpus_specs, read_source
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,14 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
             "seconds": time.perf_counter() - t0}
 
 
+def use_indexes(data, sources: list[Source], progress: Callable | bool = True, write: bool = True) -> list[dict]:
+    """:func:`use_index` for each list of ``data`` (one list, or several mixed: its sources are the
+    ones of that corpus); returns their summaries."""
+    specs = corpus_specs(data)
+    return [use_index(path, [s for s in sources if s.corpus == name] if len(specs) > 1 else sources,
+                      progress=progress, write=write) for name, path, _ in specs]
+
+
 def indexed(src: Source, recheck_s: float = RECHECK_S) -> list[Utt] | None:
     """The utterances of ``src`` from an index loaded in this process, while its stamp still holds
     (checked again when the last check is more than ``recheck_s`` old)."""
@@ -215,4 +223,4 @@ def _tqdm(**kw):
 
 
 __all__ = ["Utt", "forget", "header_items", "index_path", "index_source", "indexed", "stamp", "transcripts",
-           "use_index"]
+           "use_index", "use_indexes"]

@@ -198,6 +198,39 @@ def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_wor
     return sources[rank::world_size][worker::num_workers]
 
 
+def corpora(sources: list[Source]) -> list[list[Source]]:
+    """``sources`` grouped by corpus, in the order the corpora first appear (one group without a mix)."""
+    groups: dict[str, list[Source]] = {}
+    for src in sources:
+        groups.setdefault(src.corpus, []).append(src)
+    return list(groups.values())
+
+
+def worker_streams(sources: list[Source], epoch: int, cfg: "DataConfig", rank: int, world_size: int,
+                   worker: int, num_workers: int) -> list[list[Source]]:
+    """The sources (rank, worker) reads this epoch, per corpus: each corpus shuffled and dealt on its own,
+    so every rank and worker gets its share of each."""
+    return [deal(epoch_sources(group, epoch, cfg), rank, world_size, worker, num_workers)
+            for group in corpora(sources)]
+
+
+def mix_counts(batches: list[dict]) -> dict | None:
+    """Per corpus, what ``batches`` hold: ``{corpus: [utterances, audio seconds, worker seconds]}`` (None
+    without a mix). Worker seconds are the loader's time reading and decoding them, so audio seconds
+    over worker seconds is a corpus's throughput per loader worker."""
+    total: dict[str, list] = {}
+    for b in batches:
+        for name, (n, audio_s, load_s) in (b.get("corpora") or {}).items():
+            t = total.setdefault(name, [0, 0.0, 0.0])
+            t[0] += n
+            t[1] += audio_s
+            t[2] += load_s
+    return {k: [n, round(a, 3), round(w, 4)] for k, (n, a, w) in total.items()} or None
+
+
+_MUX = 2**32 - 1  # marks the RNG that draws a block's corpora apart from the block's other RNGs
+
+
 class AsrDataset(IterableDataset):
     """Batches for one rank. Use it through ``AsrLoader``, which tracks the consumed position."""
 
@@ -211,6 +244,9 @@ class AsrDataset(IterableDataset):
         self.epoch = 0
         self.positions: dict[int, Position] = {}  # logical worker -> where to start
         self.rotate = 0  # physical DataLoader worker w plays logical worker (w + rotate) % W
+        groups = corpora(sources)
+        self.mixed = len(groups) > 1
+        self.weights = [g[0].weight for g in groups]
 
     @property
     def num_workers(self) -> int:
@@ -223,45 +259,79 @@ class AsrDataset(IterableDataset):
         pos = self.positions.get(worker, Position(epoch=self.epoch))
         if pos.epoch != self.epoch:
             pos = Position(epoch=self.epoch)
-        mine = deal(epoch_sources(self.sources, self.epoch, self.cfg), self.rank, self.world_size,
-                    worker, self.num_workers)
-        yield from self._batches(mine, worker, pos)
+        yield from self._batches(self.streams(worker), worker, pos)
+
+    def streams(self, worker: int) -> list[list[Source]]:
+        """The sources a worker reads this epoch, per corpus (:func:`worker_streams`)."""
+        return worker_streams(self.sources, self.epoch, self.cfg, self.rank, self.world_size, worker,
+                              self.num_workers)
+
+    def _start(self, pos: Position, n: int) -> tuple[list[int], list[int]]:
+        """A position's (source, offset) per corpus."""
+        if isinstance(pos.source, list):
+            if len(pos.source) != n:
+                raise ValueError(f"a loader position for {len(pos.source)} corpora, this data has {n}")
+            return list(pos.source), list(pos.offset)
+        if n > 1 and (pos.source, pos.offset) != (0, 0):
+            raise ValueError(f"a loader position for one data list, this data mixes {n}")
+        return [pos.source] * n, [pos.offset] * n
+
+    @staticmethod
+    def _packed(src: list[int], off: list[int]) -> tuple:
+        """(source, offset) as a position holds them: numbers for one corpus, lists for a mix."""
+        return (src[0], off[0]) if len(src) == 1 else (list(src), list(off))
 
     # -- one worker's stream -------------------------------------------------------------
-    def _blocks(self, sources: list[Source], src_i: int = 0, offset: int = 0, headers: bool = False):
-        """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset).
-        ``headers``: lengths without audio, from the index where one is loaded (for planning only)."""
-        it = None
+    def _blocks(self, streams: list[list[Source]], src: list[int] | None = None, off: list[int] | None = None,
+                block: int = 0, g: int = 0, headers: bool = False):
+        """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset)
+        lists, one entry per corpus. In a mix each item comes from a corpus drawn by weight among those
+        with items left (drawn with the block's RNG, so a block read again holds the same items), as
+        lhotse's ``mux`` does; keys are qualified by the corpus. ``headers``: lengths without audio, from
+        the index where one is loaded (for planning only)."""
         read = header_items if headers else read_source
+        n = len(streams)
+        src, off = list(src or [0] * n), list(off or [0] * n)
+        its: list = [None] * n
+        clock = time.perf_counter
         while True:
-            start = (src_i, offset)
+            start = (list(src), list(off))
             items: list[Item] = []
-            while len(items) < self.cfg.shuffle_size and src_i < len(sources):
-                if it is None:
-                    it = read(sources[src_i], offset)
-                item = next(it, None)
+            live = [k for k in range(n) if src[k] < len(streams[k])]
+            mux = np.random.default_rng([self.cfg.seed, self.epoch, g, block, _MUX]) if self.mixed else None
+            while len(items) < self.cfg.shuffle_size and live:
+                k = live[0] if mux is None else _draw(live, self.weights, mux.random())
+                if its[k] is None:
+                    its[k] = read(streams[k][src[k]], off[k])
+                t0 = clock() if mux is not None else 0.0
+                item = next(its[k], None)
                 if item is None:
-                    src_i, offset, it = src_i + 1, 0, None
+                    src[k], off[k], its[k] = src[k] + 1, 0, None
+                    if src[k] >= len(streams[k]):
+                        live.remove(k)
                     continue
-                offset += 1
+                off[k] += 1
+                if mux is not None:
+                    corpus = streams[k][src[k]].corpus
+                    item.key, item.where, item.corpus = f"{corpus}/{item.key}", f"{corpus}/{item.where}", corpus
+                    item.load_s = clock() - t0
                 if item.key not in self.exclude:
                     items.append(item)
             if not items:
                 return
-            yield start, (src_i, offset), items
+            yield start, (list(src), list(off)), items
+            block += 1
 
-    def plan(self, worker: int = 0, sources: list[Source] | None = None) -> Iterator[list[list[Item]]]:
+    def plan(self, worker: int = 0, sources: list[list[Source]] | None = None) -> Iterator[list[list[Item]]]:
         """The batches (lists of items) of each shuffle block a worker serves this epoch, planned from
-        the item headers (no decoding), block by block; bad input left out. ``sources``: the worker's
-        (default: dealt to it from this epoch's order)."""
-        if sources is None:
-            sources = deal(epoch_sources(self.sources, self.epoch, self.cfg), self.rank, self.world_size,
-                           worker, self.num_workers)
+        the item headers (no decoding), block by block; bad input left out. ``sources``: the worker's,
+        per corpus (default: :meth:`streams`)."""
+        streams = self.streams(worker) if sources is None else sources
         g = self.rank * self.num_workers + worker
-        for block, (_, _, items) in enumerate(self._blocks(sources, headers=True)):
+        for block, (_, _, items) in enumerate(self._blocks(streams, g=g, headers=True)):
             yield self._plan_block(items, np.random.default_rng([self.cfg.seed, self.epoch, g, block]), Counter())
 
-    def consumed(self, sources: list[Source], worker: int, pos: Position) -> set[str]:
+    def consumed(self, sources: list[list[Source]], worker: int, pos: Position) -> set[str]:
         """The keys of the batches a worker served before ``pos``, planned again from the item headers
         (no decoding): what an elastic resume must leave out of the rest of the epoch."""
         keys: set[str] = set()
@@ -272,7 +342,7 @@ class AsrDataset(IterableDataset):
                 keys.update(item.key for item in batch_items)
         return keys
 
-    def _batches(self, sources: list[Source], worker: int, pos: Position) -> Iterator[dict]:
+    def _batches(self, sources: list[list[Source]], worker: int, pos: Position) -> Iterator[dict]:
         cfg = self.cfg
         g = self.rank * self.num_workers + worker  # global worker id, seeds this worker's RNGs
         block = pos.block
@@ -280,7 +350,8 @@ class AsrDataset(IterableDataset):
         skipped = Counter(resume_skipped)
         delay = cfg.inject_delay_s if (not cfg.inject_delay_ranks or self.rank in cfg.inject_delay_ranks) else 0.0
         served = 0
-        for start, (src_i, offset), items in ([] if pos.done else self._blocks(sources, pos.source, pos.offset)):
+        first = self._start(pos, len(sources))
+        for start, (src_i, offset), items in ([] if pos.done else self._blocks(sources, *first, block, g)):
             rng = np.random.default_rng([cfg.seed, self.epoch, g, block])
             plan = self._plan_block(items, rng, skipped)
             if resume_batch:  # resuming inside this block: its first batches were consumed
@@ -291,8 +362,8 @@ class AsrDataset(IterableDataset):
                 batch = self._collate(batch_items, np.random.default_rng([cfg.seed, self.epoch, g, block, b]),
                                       skipped)
                 last = b + 1 == len(plan)
-                nxt = Position(self.epoch, src_i, offset, block + 1, 0) if last else \
-                    Position(self.epoch, start[0], start[1], block, b + 1)
+                nxt = Position(self.epoch, *self._packed(src_i, offset), block + 1, 0) if last else \
+                    Position(self.epoch, *self._packed(*start), block, b + 1)
                 nxt.skipped = dict(skipped)
                 if batch is not None:
                     batch["worker"], batch["pos"] = worker, asdict(nxt)
@@ -366,7 +437,9 @@ class AsrDataset(IterableDataset):
         waveforms)."""
         cfg = self.cfg
         feats, keys, targets = [], [], []
+        mix: dict[str, list] = {}
         for item in items:
+            t0 = time.perf_counter()
             try:
                 wav, sr = audio.decode(item.audio)
             except audio.AudioError as e:
@@ -382,6 +455,11 @@ class AsrDataset(IterableDataset):
             feats.append(x)
             keys.append(item.key)
             targets.append(torch.tensor(self.tokenizer.encode(item.text), dtype=torch.long))
+            if self.mixed:
+                m = mix.setdefault(item.corpus, [0, 0.0, 0.0])
+                m[0] += 1
+                m[1] += len(wav) / sr
+                m[2] += item.load_s + time.perf_counter() - t0
         if not feats:
             return None
         lens = torch.tensor([len(x) for x in feats], dtype=torch.long)
@@ -394,7 +472,20 @@ class AsrDataset(IterableDataset):
                 dtype=torch.long))
         else:
             batch.update(feats=padded, feat_lens=lens)
+        if self.mixed:
+            batch["corpora"] = mix
         return batch
+
+
+def _draw(live: list[int], weights: list[float], u: float) -> int:
+    """The corpus of ``live`` that ``u`` (uniform in [0, 1)) falls on, by weight."""
+    total = sum(weights[k] for k in live)
+    acc = 0.0
+    for k in live:
+        acc += weights[k] / total
+        if u < acc:
+            return k
+    return live[-1]
 
 
 class AsrLoader:
@@ -452,10 +543,12 @@ class AsrLoader:
         pos = self.positions.get(w)
         if pos is None:
             return f"worker {w}, before its first batch"
-        mine = deal(epoch_sources(ds.sources, self.epoch, self.cfg), ds.rank, ds.world_size, w, W)
-        if pos.get("done") or pos["source"] >= len(mine):
+        if pos.get("done"):
             return f"worker {w}, after its last shard"
-        return f"worker {w}, reading {mine[pos['source']].name}"
+        streams = worker_streams(ds.sources, self.epoch, self.cfg, ds.rank, ds.world_size, w, W)
+        src, _ = ds._start(Position(**pos), len(streams))
+        reading = [mine[i].label for mine, i in zip(streams, src) if i < len(mine)]
+        return f"worker {w}, reading {', '.join(reading)}" if reading else f"worker {w}, after its last shard"
 
     def skipped(self) -> Counter:
         """Bad input skipped so far this epoch on this rank, by reason."""
@@ -489,15 +582,13 @@ class AsrLoader:
         Returns how many were left out."""
         ds, epoch = self.dataset, states[0]["epoch"]
         consumed: set[str] = set()
-        order = epoch_sources(ds.sources, epoch, self.cfg)
         for rank, st in enumerate(states):
             old = AsrDataset(ds.sources, ds.tokenizer, replace(self.cfg, num_workers=st["num_workers"]), rank,
                              st["world_size"])
             old.epoch, old.exclude = epoch, frozenset(st.get("exclude", ()))
             consumed |= old.exclude
             for w, p in st["positions"].items():
-                mine = deal(order, rank, st["world_size"], int(w), old.num_workers)
-                consumed |= old.consumed(mine, int(w), Position(**p))
+                consumed |= old.consumed(old.streams(int(w)), int(w), Position(**p))
         self.restart(epoch)
         ds.exclude = frozenset(consumed)
         log.info("elastic resume: epoch %d continues on %d ranks x %d workers without the %d utterances "

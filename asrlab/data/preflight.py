@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from .index import index_source, indexed
-from .loader import DataConfig, batch_sizes, batching_order, deal, epoch_sources
+from .loader import DataConfig, batch_sizes, batching_order, worker_streams
 from .sources import Source
 from ..errors import UsageError
 
@@ -58,14 +58,14 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
     """
     if world_size < 1 or num_workers < 0:
         raise UsageError("world_size must be >= 1 and num_workers >= 0")
-    stats = {s.name: source_stats(s, cfg) for s in tqdm(sources, desc="reading headers", disable=not progress)}
+    stats = {s.label: source_stats(s, cfg) for s in tqdm(sources, desc="reading headers", disable=not progress)}
     W = max(1, num_workers)
-    order = epoch_sources(sources, epoch, cfg)
     ranks = []
     for r in range(world_size):
         workers = []
         for w in range(W):
-            mine = [stats[s.name] for s in deal(order, r, world_size, w, W)]
+            mine = [stats[s.label] for stream in worker_streams(sources, epoch, cfg, r, world_size, w, W)
+                    for s in stream]
             frames = [f for st in mine for f in st.frames]
             workers.append({"worker": w, "shards": len(mine), "utts": len(frames),
                             "seconds": round(sum(st.seconds for st in mine), 2),
@@ -73,10 +73,26 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
         ranks.append({"rank": r, "workers": workers,
                       **{k: sum(x[k] for x in workers) for k in ("shards", "utts", "batches")},
                       "seconds": round(sum(x["seconds"] for x in workers), 2)})
+    mixed = _corpora(sources, stats)
+    few = [f"corpus {name} has {c['sources']} source(s) for {world_size} ranks: "
+           f"{world_size - c['sources']} rank(s) train on none of it (write it in smaller shards)"
+           for name, c in mixed.items() if c["sources"] < world_size]
     return {"epoch": epoch, "world_size": world_size, "num_workers": num_workers,
             "sources": len(sources), "utts": sum(len(s.frames) for s in stats.values()),
-            "bad": sum(s.bad for s in stats.values()), "ranks": ranks,
-            "warnings": layout_warnings(ranks)}
+            "bad": sum(s.bad for s in stats.values()), "ranks": ranks, "corpora": mixed,
+            "warnings": layout_warnings(ranks) + few}
+
+
+def _corpora(sources: list[Source], stats: dict) -> dict:
+    """Per corpus of a mix (none for one list): sources, usable utterances, audio seconds, weight."""
+    out: dict[str, dict] = {}
+    for s in sources:
+        if s.corpus:
+            c = out.setdefault(s.corpus, {"sources": 0, "utts": 0, "seconds": 0.0, "weight": s.weight})
+            c["sources"] += 1
+            c["utts"] += len(stats[s.label].frames)
+            c["seconds"] = round(c["seconds"] + stats[s.label].seconds, 2)
+    return out
 
 
 def layout_warnings(ranks: list[dict]) -> list[str]:
@@ -111,6 +127,9 @@ def format_layout(report: dict) -> str:
              + f"; epoch {report['epoch']} dealt to {report['world_size']} ranks x "
                f"{max(1, report['num_workers'])} workers",
              f"{'rank':>4} {'worker':>6} {'shards':>6} {'utts':>7} {'hours':>7} {'batches':>7}"]
+    for name, c in report.get("corpora", {}).items():
+        lines.insert(-1, f"corpus {name}: {c['sources']} source(s), {c['utts']} utterances, "
+                         f"{c['seconds'] / 3600:.3f} h, weight {c['weight']:g}")
     for r in report["ranks"]:
         for w in r["workers"]:
             lines.append(f"{r['rank']:>4} {w['worker']:>6} {w['shards']:>6} {w['utts']:>7} "

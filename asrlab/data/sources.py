@@ -14,7 +14,7 @@ import json
 import subprocess
 import tarfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -44,6 +44,13 @@ class Source:
     name: str
     path: str | None = None
     items: tuple[tuple[str, str, str | None], ...] = ()
+    corpus: str = ""      # in a mix of several lists: the list's name (keys are qualified by it), else ""
+    weight: float = 1.0   # in a mix: how often the loader draws from this source's list
+
+    @property
+    def label(self) -> str:
+        """The source's name, qualified by its corpus in a mix (shard names repeat across corpora)."""
+        return f"{self.corpus}/{self.name}" if self.corpus else self.name
 
 
 @dataclass
@@ -58,6 +65,8 @@ class Item:
     samples: int | None = None  # the length, where an index gave it instead of the audio
     rate: int | None = None
     speed: float = 1.0          # the speed perturbation the loader drew for it this epoch
+    corpus: str = ""            # in a mix: its corpus (the loader counts and times each)
+    load_s: float = 0.0         # in a mix: the worker's time reading and decoding it
 
 
 def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
@@ -87,6 +96,56 @@ def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
                 raise DataError(f"{path}:{n}: not {what} ({e})") from None
         return _chunks(items, chunk, path.name)
     return [Source(name=Path(p).name, path=_resolve(p, path)) for p in lines]
+
+
+def corpus_specs(data: str | Path | list) -> list[tuple[str, str, float]]:
+    """``(name, list, weight)`` of each corpus in ``data``: one list, or several as ``[NAME=]LIST[:WEIGHT]``
+    (a list of them, or one string with commas). Without ``NAME=`` a corpus is named after its list (its
+    folder's name for a ``data.list`` or a Kaldi dir), made unique with a number; the weight defaults to 1."""
+    specs = [str(d) for d in data] if isinstance(data, (list, tuple)) else [str(data)]
+    if len(specs) == 1 and "," in specs[0] and not Path(specs[0]).exists():
+        specs = [x.strip() for x in specs[0].split(",") if x.strip()]
+    out, seen = [], Counter()
+    for spec in specs:
+        name, _, rest = spec.partition("=") if "=" in spec.split("/")[0] else ("", "", spec)
+        path, weight = rest, 1.0
+        head, sep, tail = rest.rpartition(":")
+        if sep and head:
+            try:
+                path, weight = head, float(tail)
+            except ValueError:
+                pass
+        if not weight > 0:
+            raise UsageError(f"{spec}: a corpus weight must be above 0")
+        name = name or _corpus_name(path)
+        seen[name] += 1
+        out.append((name if seen[name] == 1 else f"{name}{seen[name]}", path, weight))
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise UsageError(f"corpus names repeat: {names}")
+    return out
+
+
+_GENERIC = {"data", "train", "dev", "test", "wav", "shards", "list", "raw", "manifest", ""}
+
+
+def _corpus_name(path: str) -> str:
+    """The first name on the list's path, from the list up, that says more than "data" or "train"."""
+    p = Path(path).resolve()
+    for part in [p.name if p.is_dir() else p.stem] + [q.name for q in p.parents]:
+        if part.lower() not in _GENERIC:
+            return part
+    return "data"
+
+
+def load_data(data: str | Path | list, chunk: int = 1000) -> list[Source]:
+    """The sources of ``data``: one list as :func:`load_sources` reads it, or several lists mixed (see
+    :func:`corpus_specs`), each source tagged with its corpus and weight."""
+    specs = corpus_specs(data)
+    if len(specs) == 1:  # one list: no corpus to tell apart, its weight moot
+        return load_sources(specs[0][1], chunk)
+    return [replace(src, corpus=name, weight=weight)
+            for name, path, weight in specs for src in load_sources(path, chunk)]
 
 
 def _is_json(line: str) -> bool:

@@ -6,18 +6,19 @@ import logging
 from pathlib import Path
 
 from ..config import Config
-from ..data.index import transcripts, use_index
+from ..data.index import transcripts, use_indexes
 from ..data.preflight import inspect_layout
-from ..data.sources import DataError, Source, load_sources
+from ..data.sources import DataError, Source, load_data
 from ..data.tokenizer import CharTokenizer
 from . import dist
 
 log = logging.getLogger(__name__)
 
 
-def load_train_sources(cfg: Config, data: str, world_size: int) -> list[Source]:
-    """The training sources; an error when some rank would get none (unless ``train.uneven=join``)."""
-    sources = load_sources(data, cfg.data.raw_chunk)
+def load_train_sources(cfg: Config, data: str | list, world_size: int) -> list[Source]:
+    """The training sources (one list, or several mixed: :func:`asrlab.data.sources.corpus_specs`); an
+    error when some rank would get none (unless ``train.uneven=join``)."""
+    sources = load_data(data, cfg.data.raw_chunk)
     uneven = cfg.train.uneven
     if len(sources) < world_size and uneven != "join":
         raise DataError(
@@ -28,13 +29,14 @@ def load_train_sources(cfg: Config, data: str, world_size: int) -> list[Source]:
     return sources
 
 
-def index_sources(data: str, sources: list[Source], info: dist.DistInfo, progress: bool = False) -> None:
-    """Load ``data``'s index (:mod:`asrlab.data.index`), indexing what is new or changed: rank 0 first
-    (in parallel, writing it), then the others read what it wrote."""
+def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, progress: bool = False) -> None:
+    """Load the index of each of ``data``'s lists (:mod:`asrlab.data.index`), indexing what is new or
+    changed: rank 0 first (in parallel, writing it), then the others read what it wrote."""
     def run(write: bool) -> None:
-        s = use_index(data, sources, progress=progress, write=write)
-        log.info("index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
-                 s["path"], s["sources"], s["reused"], s["indexed"], s["utterances"], s["hours"], s["seconds"])
+        for s in use_indexes(data, sources, progress=progress, write=write):
+            log.info("index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
+                     s["path"], s["sources"], s["reused"], s["indexed"], s["utterances"], s["hours"],
+                     s["seconds"])
     if info.is_main:
         run(True)
     dist.barrier(info)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..data.features import batch_features
+from ..data.loader import mix_counts
 from ..model import mean_ctc_loss
 from .nonfinite import NonFiniteHalt, StepCheck
 
@@ -34,6 +35,7 @@ class StepResult:
     lr: float = 0.0                    # the learning rate after the step
     keys: list = field(default_factory=list)
     parts: object = None               # the step timer's parts: a dict, or a callable that reads them
+    corpora: dict | None = None        # in a mix: per corpus, utterances, audio and loader seconds
 
     loss = property(lambda self: self.check.loss)
     grad_norm = property(lambda self: self.check.grad_norm)
@@ -90,7 +92,8 @@ class TrainStep:
             self._unread.append(StepResult(None, sum(len(b["keys"]) for b in batches),
                                            sum(int(b["feat_lens"].sum()) for b in batches), unalignable,
                                            step=self.step, epoch=self.epoch, lr=self.opt.param_groups[0]["lr"],
-                                           keys=[k for b in batches for k in b["keys"]]))
+                                           keys=[k for b in batches for k in b["keys"]],
+                                           corpora=mix_counts(batches)))
         return self._read(check, halt)
 
     def settle(self) -> StepResult | None:

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 class Trainer(TrainStep, TrainerState):
     """Owns the model, optimizer, scheduler, scaler, loaders and guards of one rank."""
 
-    def __init__(self, cfg: Config, data: str, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
+    def __init__(self, cfg: Config, data: str | list, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
         self.cfg, self.exp = cfg, Path(exp)
         self.info = info or dist.setup(cfg.train.backend)
         self.device = self.info.device
@@ -197,7 +197,7 @@ class Trainer(TrainStep, TrainerState):
             "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
             "time": round(time.time(), 3),       # wall clock when the step was read (unix s), to align with samplers
             **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
-            "nonfinite": c.kind, "rollbacks": c.rollbacks})
+            "nonfinite": c.kind, "rollbacks": c.rollbacks, **({"corpora": r.corpora} if r.corpora else {})})
         if r.halt is not None:
             raise r.halt
         if c.action == "rollback":
@@ -357,7 +357,7 @@ def _skip(it: Iterator[dict], n: int) -> Iterator[dict]:
             yield x
 
 
-def run(cfg: Config, data: str, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
+def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
     """Train from the command line (under torchrun or alone); returns the last evaluation."""
     info = dist.setup(cfg.train.backend)
     try:
