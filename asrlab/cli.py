@@ -205,14 +205,18 @@ def cmd_tune(a: argparse.Namespace) -> int:
     return 0
 
 
-def _strip_nproc(argv: list[str]) -> list[str]:
+_LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id", "--max-restarts")
+
+
+def _strip_launcher(argv: list[str]) -> list[str]:
+    """``argv`` without the flags the launcher gives torchrun (the ranks' arguments)."""
     out, skip = [], False
-    for i, x in enumerate(argv):
+    for x in argv:
         if skip:
             skip = False
-        elif x == "--nproc":
+        elif x in _LAUNCHER_FLAGS:
             skip = True
-        elif not x.startswith("--nproc="):
+        elif not x.startswith(tuple(f + "=" for f in _LAUNCHER_FLAGS)):
             out.append(x)
     return out
 
@@ -227,9 +231,14 @@ def cmd_train(a: argparse.Namespace) -> int:
                                            ("backend", a.backend), ("nonfinite", a.nonfinite),
                                            ("ledger", a.ledger or None)) if v is not None]
     cfg = load_config(a.config, flags + a.overrides)  # a bad key fails here, before any rank starts
-    if a.nproc > 1 and not launch.under_torchrun():
-        return launch.launch(a.nproc, _strip_nproc(a.argv[a.argv.index("train") + 1:]), a.exp,
-                             cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s)
+    nodes = None
+    if a.nnodes > 1 or a.rdzv_endpoint:
+        if not a.rdzv_endpoint:
+            raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT: where the first node's agent listens")
+        nodes = launch.Nodes(a.nnodes, a.node_rank, a.rdzv_endpoint, a.rdzv_id, a.max_restarts)
+    if (a.nproc > 1 or nodes is not None) and not launch.under_torchrun():
+        return launch.launch(a.nproc, _strip_launcher(a.argv[a.argv.index("train") + 1:]), a.exp,
+                             cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s, nodes=nodes)
     try:
         return _train_here(a, cfg)
     except Exception as e:
@@ -457,6 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--cv", help="validation data.list, evaluated at epoch ends")
     t.add_argument("--exp", required=True, help="experiment dir: checkpoints, metrics, units.txt, config.yaml")
     t.add_argument("--nproc", type=int, default=1, help="local ranks; >1 starts torchrun (gloo on CPU, nccl on GPUs)")
+    t.add_argument("--nnodes", type=int, default=1, help="nodes of the job (the same command on each; torchrun's "
+                                                          "rendezvous at --rdzv-endpoint)")
+    t.add_argument("--node-rank", type=int, help="this node's rank, 0 to nnodes-1 (SLURM_NODEID); without it "
+                                                 "the nodes are ranked as they join (torchrun's c10d rendezvous)")
+    t.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="the first node's address and a free port")
+    t.add_argument("--rdzv-id", help="the job's id, the same on every node (SLURM_JOB_ID)")
+    t.add_argument("--max-restarts", type=int, default=0,
+                   help="torch elastic restarts of every rank after a failure (each resumes from the last checkpoint)")
     t.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
     t.add_argument("--max-steps", type=int)
     t.add_argument("--max-minutes", type=float)

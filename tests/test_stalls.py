@@ -190,3 +190,28 @@ def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
     assert v.startswith("rank 0 stopped responding") and "; rank 1 is " in v, v
     time.sleep(1)
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_hang_while_indexing_at_start_up_is_a_stall(corpus, tmp_path):
+    """Before the first step the watchdog already watches: a shard whose read never returns while the
+    index is built ends the run with the stall report, not silence."""
+    lst = tmp_path / "data.list"  # a list of its own: no index yet
+    lst.write_text((corpus / "data.list").read_text())
+    code = f"""
+import sys, time
+from asrlab.data import index
+real = index.index_source
+def stuck(src):
+    if src.name.endswith("00003.tar"):
+        time.sleep(600)
+    return real(src)
+index.index_source = stuck
+from asrlab.cli import main
+sys.exit(main(["train", "--data", {str(lst)!r}, "--exp", {str(tmp_path / 'exp')!r},
+               "--stall-timeout", "3", "train.first_step_timeout_s=4", *{SMALL!r}]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == STALL_EXIT, out.stderr[-3000:]
+    said = (tmp_path / "exp" / "stall_report.txt").read_text().splitlines()[0]
+    assert "reading the data's index" in said, said

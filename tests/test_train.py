@@ -443,7 +443,7 @@ def test_nproc_relaunches_the_arguments_it_was_given(monkeypatch, tmp_path):
     from asrlab.train import launch
 
     seen = {}
-    monkeypatch.setattr(launch, "launch", lambda nproc, args, *rest: seen.update(nproc=nproc, args=args) or 0)
+    monkeypatch.setattr(launch, "launch", lambda nproc, args, *rest, **kw: seen.update(nproc=nproc, args=args) or 0)
     monkeypatch.setattr(sys, "argv", ["pytest", "-q", "something"])
     assert cli.main(["train", "--nproc", "2", "--data", "d.list", "--exp", str(tmp_path), "optim.lr=0.1"]) == 0
     assert seen == {"nproc": 2, "args": ["--data", "d.list", "--exp", str(tmp_path), "optim.lr=0.1"]}

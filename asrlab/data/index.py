@@ -104,10 +104,11 @@ def _entry_key(src: Source) -> str:
 
 
 def use_index(list_path: str | Path, sources: list[Source], processes: int | None = None,
-              progress: Callable | bool = True, write: bool = True) -> dict:
+              progress: Callable | bool = True, write: bool = True, on_source: Callable | None = None) -> dict:
     """Load the index of ``list_path`` (its ``sources``), indexing the sources it lacks or whose stamp
     changed, in parallel; write it back and register it for :func:`indexed`. ``progress``: a tqdm bar
-    (True), none (False), or a callable that makes one. Returns a summary: path, sources, reused,
+    (True), none (False), or a callable that makes one; ``on_source``: called as each source is indexed
+    (a heartbeat's tick: a hang while indexing is a stall like any other). Returns a summary: path, sources, reused,
     indexed, utterances, usable, hours, skipped (what the loader would skip, by reason; lengths and
     vocabulary are the run's to check), seconds taken."""
     t0 = time.perf_counter()
@@ -126,11 +127,15 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
                 for i in todo:
                     fresh[i] = index_source(sources[i])
                     bar.update(1)
+                    if on_source is not None:
+                        on_source()
             else:
                 with ProcessPoolExecutor(n) as pool:
                     for i, utts in zip(todo, pool.map(index_source, [sources[i] for i in todo])):
                         fresh[i] = utts
                         bar.update(1)
+                        if on_source is not None:
+                            on_source()
         finally:
             bar.close()
     entries = {}
@@ -152,12 +157,13 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
             "seconds": time.perf_counter() - t0}
 
 
-def use_indexes(data, sources: list[Source], progress: Callable | bool = True, write: bool = True) -> list[dict]:
+def use_indexes(data, sources: list[Source], progress: Callable | bool = True, write: bool = True,
+                on_source: Callable | None = None) -> list[dict]:
     """:func:`use_index` for each list of ``data`` (one list, or several mixed: its sources are the
     ones of that corpus); returns their summaries."""
     specs = corpus_specs(data)
     return [use_index(path, [s for s in sources if s.corpus == name] if len(specs) > 1 else sources,
-                      progress=progress, write=write) for name, path, _ in specs]
+                      progress=progress, write=write, on_source=on_source) for name, path, _ in specs]
 
 
 def indexed(src: Source, recheck_s: float = RECHECK_S) -> list[Utt] | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime
 import faulthandler
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -100,6 +102,43 @@ def all_gather_objects(obj, info: DistInfo) -> list:
     out = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def gather_objects(obj, info: DistInfo) -> list | None:
+    """``[obj of rank 0, obj of rank 1, ...]`` on rank 0 (None on the others), over the gloo control group."""
+    if info.backend is None:
+        return [obj]
+    out = [None] * info.world_size if info.is_main else None
+    dist.gather_object(obj, out, dst=0, group=cpu_group())
+    return out
+
+
+def broadcast_object(obj, info: DistInfo):
+    """Rank 0's ``obj`` on every rank (over the gloo control group: a checkpoint stays off the GPUs)."""
+    if info.backend is None:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=cpu_group())
+    return box[0]
+
+
+def shared_folder(path: str | Path, info: DistInfo) -> bool:
+    """Whether every rank sees the same folder at ``path`` (True on one node, where nothing is asked):
+    rank 0 writes a token there, and every rank looks for it."""
+    from .relay import across_nodes
+
+    if info.backend is None or not across_nodes():
+        return True
+    mark = Path(path) / ".asrlab_shared"
+    token = secrets.token_hex(8) if info.is_main else None
+    if info.is_main:
+        mark.write_text(token)
+    token = broadcast_object(token, info)
+    try:
+        mine = mark.read_text() == token
+    except OSError:
+        mine = False
+    return all_have(mine, info)
 
 
 def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import traceback
 from pathlib import Path
 
 from ..errors import UsageError
+from . import relay
 from .heartbeat import PHASES
 
 
@@ -24,16 +26,24 @@ def errors_dir(exp: str | Path) -> Path:
 
 def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = None, run: str | None = None,
                       phase: str | None = None, step: int | None = None) -> Path:
-    """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, where, the traceback)."""
+    """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, where, the traceback). Across
+    nodes, an error that says a peer went away also names the ranks that did (:func:`.relay.lost_peers`)."""
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     path = errors_dir(exp) / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({
-        "rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
-        "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
-        "traceback": "".join(traceback.format_exception(error))}))
-    os.replace(tmp, path)  # whole or absent: another rank polls this folder
+    record = {"rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
+              "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
+              "traceback": "".join(traceback.format_exception(error)),
+              **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {})}
+    for attempt in range(2):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)  # whole or absent: another rank polls this folder
+        relay.flush()  # and to the other nodes, where they do not share this folder
+        lost = relay.lost_peers(record["message"]) if attempt == 0 else None  # (the error first: the others
+        if not lost:                                                          # wait on it to tell it from a loss)
+            break
+        record["lost"] = lost
     return path
 
 
@@ -64,7 +74,17 @@ def error_line(e: dict) -> str:
     said = f"{e['type']}: {lines[0] if lines else ''}"
     if len(lines) > 1 and lines[0].startswith("Caught "):  # a DataLoader worker's error: its own last line
         said = f"{lines[-1].strip()} ({lines[0].rstrip('.')})"
-    return f"rank {e['rank']} failed{where}: {said}"
+    node = f" on node {e['node']} ({e.get('host')})" if "node" in e else ""
+    lost = e.get("lost")
+    if isinstance(lost, str):
+        return f"{lost}; rank {e['rank']}{node} then failed{where}: {said}"
+    if lost:
+        gone = ", ".join(f"rank {b['rank']}" + (f" on node {b.get('node')} ({b.get('host')})" if "node" in b else "")
+                         for b in lost)
+        last = lost[0]
+        seen = f", last seen {PHASES.get(last['phase'], last['phase'])} of step {last.get('step')}" if last.get("phase") else ""
+        return f"{gone} stopped responding (process or node gone{seen}); rank {e['rank']}{node} then failed{where}: {said}"
+    return f"rank {e['rank']}{node} failed{where}: {said}"
 
 
 def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
@@ -74,7 +94,8 @@ def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
             f"{errors_dir(exp)}/)" if others else "")
     if first["usage"]:
         return f"asrlab: error: rank {first['rank']}: {first['message']}{tail}"
-    return f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
+    said = f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
+    return f"{said}\nLOST: {error_line(first)}" if first.get("lost") else said  # the cause, last
 
 
 __all__ = ["error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error"]

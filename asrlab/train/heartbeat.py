@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 from ..jsonl import append_jsonl, read_jsonl
+from .relay import node_rank
 
 # phase -> how a verdict says it ("rank 1 {text} of step 17")
 PHASES = {
     "start": "starting up",
+    "index": "reading the data's index (lengths and transcripts, before the first step)",
     "data": "waiting for data",
     "sync": "blocked in the data check",  # uneven=stop: does every rank have a batch?
     "copy": "copying a batch to the device",
@@ -84,7 +86,8 @@ class Heartbeat:
             except Exception as e:  # a report must never fail because of a description
                 detail = f"(no description: {e})"
         return {"rank": self.rank, "phase": phase, "step": step, "since": since, "beats": beats,
-                "detail": detail, "completed": self.completed, "allow_s": allow_s, "phase_s": dict(self.phase_s), "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+                "detail": detail, "completed": self.completed, "allow_s": allow_s, "phase_s": dict(self.phase_s),
+                "pid": os.getpid(), "host": socket.gethostname(), "node": node_rank(), "time": time.time()}
 
     def take_events(self) -> list:
         """Phase changes since the last call (the timeline), oldest first."""

@@ -1,6 +1,7 @@
-"""``asrlab train --nproc N``: start N ranks with torchrun on this node and wait for them.
+"""``asrlab train --nproc N [--nnodes M ...]``: start N ranks with torchrun on this node and wait for them.
 
-Multi-node runs use torchrun's own rendezvous (``torchrun --nnodes ... -m asrlab.cli train``).
+On several nodes the same command runs on each, and torchrun's own rendezvous makes them one job
+(:class:`Nodes`); the stall watch's files reach every node through :mod:`.relay`.
 The launcher is also the stall watchdog of last resort: if the ranks' own watchdogs cannot act
 (rank 0 frozen, say), it stops the job and writes the stall report from what the ranks left.
 """
@@ -13,10 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from ..errors import UsageError
 from .failures import first_rank_error, format_rank_error
 from .heartbeat import read_heartbeats
 from .stall import COLLECT_S, STALL_EXIT, ProgressClock, write_report
@@ -31,8 +34,34 @@ def under_torchrun() -> bool:
 QUIET_ENV = "ASRLAB_LAUNCHER"  # set for ranks the asrlab launcher started: it reports their errors
 
 
-def torchrun_command(nproc: int, train_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "asrlab.train.launch", "--standalone", f"--nproc-per-node={nproc}",
+@dataclass(frozen=True)
+class Nodes:
+    """A job over several nodes, as torchrun takes it: with ``node_rank`` the nodes are ranked as given
+    (torchrun's static rendezvous, the first node's agent serving the store at ``endpoint``); without,
+    as they join (the c10d rendezvous, elastic). ``max_restarts``: torch elastic restarts of every rank."""
+    nnodes: int
+    node_rank: int | None
+    endpoint: str
+    run_id: str | None = None
+    max_restarts: int = 0
+
+    def torchrun_args(self) -> list[str]:
+        host, _, port = self.endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--rdzv-endpoint {self.endpoint}: not HOST:PORT")
+        args = [f"--nnodes={self.nnodes}", f"--max-restarts={self.max_restarts}"]
+        if self.run_id:
+            args.append(f"--rdzv-id={self.run_id}")
+        if self.node_rank is not None:
+            if not 0 <= self.node_rank < self.nnodes:
+                raise UsageError(f"--node-rank {self.node_rank}: not between 0 and {self.nnodes - 1}")
+            return args + [f"--node-rank={self.node_rank}", f"--master-addr={host}", f"--master-port={port}"]
+        return args + ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}"]
+
+
+def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = None) -> list[str]:
+    where = ["--standalone"] if nodes is None else nodes.torchrun_args()
+    return [sys.executable, "-m", "asrlab.train.launch", *where, f"--nproc-per-node={nproc}",
             "-m", "asrlab.cli", "train", *train_args]
 
 
@@ -95,13 +124,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, stall_timeout_s: float = 0.0,
-           first_step_s: float = 0.0, timeout_s: float | None = None) -> int:
-    """Run ``asrlab train`` on ``nproc`` local ranks; returns torchrun's exit code (``STALL_EXIT`` on a stall)."""
+           first_step_s: float = 0.0, timeout_s: float | None = None, nodes: Nodes | None = None) -> int:
+    """Run ``asrlab train`` on ``nproc`` local ranks (of ``nodes``, when the job spans several); returns
+    torchrun's exit code (``STALL_EXIT`` on a stall)."""
     env = dict(os.environ, **{QUIET_ENV: "1"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    world = nproc * (nodes.nnodes if nodes is not None else 1)  # every rank's heartbeat reaches EXP (relay)
     t_launch = time.time()
-    proc = subprocess.Popen(torchrun_command(nproc, train_args), env=env, start_new_session=True)
-    clock, stalled = ProgressClock(nproc, stall_timeout_s, first_step_s), False
+    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes), env=env, start_new_session=True)
+    clock, stalled = ProgressClock(world, stall_timeout_s, first_step_s), False
     family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
         while proc.poll() is None:
@@ -128,11 +159,12 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
         report = Path(exp) / "stall_report.json"
         fresh = report.exists() and report.stat().st_mtime >= t_launch
         dumps = [p for p in (Path(exp) / "stall").glob("rank*.json") if p.stat().st_mtime >= t_launch]
-        if not fresh and (dumps or stalled):
-            r = write_report(Path(exp), nproc, stall_timeout_s, since=t_launch)
-            print(f"STALL: {r['verdict']}\nfull report: {Path(exp) / 'stall_report.txt'}", file=sys.stderr, flush=True)
-            fresh = True
         first, ranks = first_rank_error(exp, since=t_launch)
+        if not fresh and (dumps or stalled):  # (a rank's error, when one was recorded, is the verdict's cause)
+            r = write_report(Path(exp), world, stall_timeout_s, since=t_launch, failure=first)
+            print(f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {Path(exp) / 'stall_report.txt'}",
+                  file=sys.stderr, flush=True)
+            fresh = True
         if first is not None:  # said once, last, after whatever the ranks and torchrun printed
             print(format_rank_error(first, ranks, exp), file=sys.stderr, flush=True)
         if fresh:

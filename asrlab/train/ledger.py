@@ -29,8 +29,37 @@ class LedgerWriter:
     def resumed(self, step: int) -> None:
         self.f.write({"resumed_from": step})
 
+    def flush(self) -> None:
+        self.f.f.flush()
+
     def close(self) -> None:
         self.f.close()
+
+
+def ledger_sizes(exp: str | Path, world_size: int) -> list[int]:
+    """The size in bytes of each rank's ledger in ``exp`` (0 where there is none)."""
+    return [_path(exp, r).stat().st_size if _path(exp, r).exists() else 0 for r in range(world_size)]
+
+
+def ledger_tail(exp: str | Path, rank: int, start: int) -> bytes:
+    """Rank ``rank``'s ledger from byte ``start`` on (lines are only ever appended)."""
+    try:
+        with open(_path(exp, rank), "rb") as f:
+            f.seek(start)
+            return f.read()
+    except OSError:
+        return b""
+
+
+def put_ledger_tail(exp: str | Path, rank: int, start: int, data: bytes) -> None:
+    """Write ``data`` into this folder's copy of rank ``rank``'s ledger at byte ``start`` (the copy of a rank
+    on a node with a folder of its own, brought up to date at each checkpoint)."""
+    path = _path(exp, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.truncate(start)
+        f.seek(start)
+        f.write(data)
 
 
 def mark_resumed(exp: str | Path, rank: int, step: int) -> None:

@@ -29,11 +29,12 @@ def load_train_sources(cfg: Config, data: str | list, world_size: int) -> list[S
     return sources
 
 
-def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, progress: bool = False) -> None:
+def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, progress: bool = False,
+                  on_source=None) -> None:
     """Load the index of each of ``data``'s lists (:mod:`asrlab.data.index`), indexing what is new or
     changed: rank 0 first (in parallel, writing it), then the others read what it wrote."""
     def run(write: bool) -> None:
-        for s in use_indexes(data, sources, progress=progress, write=write):
+        for s in use_indexes(data, sources, progress=progress, write=write, on_source=on_source):
             log.info("index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
                      s["path"], s["sources"], s["reused"], s["indexed"], s["utterances"], s["hours"],
                      s["seconds"])
@@ -44,11 +45,16 @@ def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, 
         run(False)
 
 
-def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo) -> CharTokenizer:
-    """The experiment's ``units.txt``: made from the training transcripts on first start, reused after."""
+def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo, shared: bool = True) -> CharTokenizer:
+    """The experiment's ``units.txt``: made from the training transcripts on first start, reused after;
+    rank 0's, sent to every rank whose node has an ``EXP`` of its own (not ``shared``)."""
     units = exp / "units.txt"
     if info.is_main and not units.exists():
         CharTokenizer.build(transcripts(sources)).save(units)
+    if not shared:
+        text = dist.broadcast_object(units.read_text(encoding="utf-8") if info.is_main else None, info)
+        if not units.exists() or units.read_text(encoding="utf-8") != text:
+            units.write_text(text, encoding="utf-8")
     dist.barrier(info)
     return CharTokenizer.load(units)
 

@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
+from . import relay
 from .failures import error_line, rank_errors, record_rank_error
 from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
 
@@ -65,6 +66,15 @@ def ranks_text(ranks: list[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
+def _who(group: list[dict], nodes: bool) -> str:
+    """The ranks of ``group``, and (``nodes``: the job spans several) the node and host of each."""
+    text = ranks_text([s["rank"] for s in group])
+    if not nodes:
+        return text
+    where = sorted({(s.get("node", 0), s.get("host")) for s in group})
+    return f"{text} on " + ", ".join(f"node {n} ({h})" for n, h in where)
+
+
 def _groups(snaps: list[dict]) -> list[tuple[str, int, list[dict]]]:
     groups: dict[tuple[str, int], list[dict]] = {}
     for s in snaps:
@@ -80,7 +90,7 @@ def phase_text(phase: str, step: int) -> str:
     """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
     if phase == "epoch_end":
         return f"{PHASES[phase]} (after step {step})"
-    if phase in ("start", "done"):
+    if phase in ("start", "index", "done"):
         return PHASES[phase]
     return f"{PHASES.get(phase, phase)} of step {step}"
 
@@ -93,21 +103,22 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     frozen = [s for s in present if now - s.get("time", now) > STALE_S]
     data = [s for s in present if s["phase"] == "data"]
     ended = [s for s in present if s["phase"] in ("epoch_end", "done")]
+    nodes = len({s.get("node", 0) for s in present}) > 1
     if frozen:  # its watchdog thread stopped writing: the process itself is stopped, frozen or dead
         lead = frozen
         r = min(frozen, key=lambda s: s["time"])
-        first = (f"{ranks_text([s['rank'] for s in frozen])} stopped responding {int(now - r['time'])} s ago "
+        first = (f"{_who(frozen, nodes)} stopped responding {int(now - r['time'])} s ago "
                  f"(process frozen or gone; last seen {phase_text(r['phase'], r['step'])})")
     elif data:
         lead = data
         r = sorted(data, key=lambda s: s["since"])[0]
         detail = f" ({r['detail']})" if r.get("detail") else ""
-        first = (f"{ranks_text([s['rank'] for s in data])} {'has' if len(data) == 1 else 'have'} waited "
+        first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
                  f"{waited[r['rank']]} s for data at step {r['step']}{detail}")
     elif ended and len(ended) < len(present):
         lead = ended
         r = ended[0]
-        first = (f"{ranks_text([s['rank'] for s in ended])} finished {'its' if len(ended) == 1 else 'their'} data "
+        first = (f"{_who(ended, nodes)} finished {'its' if len(ended) == 1 else 'their'} data "
                  f"at step {r['step']} and {'waits' if len(ended) == 1 else 'wait'} at epoch end")
     elif missing:
         lead = []
@@ -115,7 +126,7 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     elif present:
         phase, step, lead = _groups(present)[0]  # the odd one out, the longest stuck first
         r = min(lead, key=lambda s: s["since"])
-        first = f"{ranks_text([s['rank'] for s in lead])} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
+        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
     else:
         return "no rank wrote a heartbeat"
     lead_ranks = {s["rank"] for s in lead}
@@ -321,6 +332,7 @@ class Watchdog(threading.Thread):
             for name in ("stall_report.json", "stall_report.txt"):
                 (self.exp / name).unlink(missing_ok=True)
         self._workers_file = self._arm_worker_dumps()
+        self.relay: relay.Relay | None = None
 
     def _arm_worker_dumps(self):
         """Workers forked from now on inherit a handler that writes their stacks to ``stall/rank{R}.workers.txt``."""
@@ -367,6 +379,7 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         try:
+            self.relay = relay.start(self.exp, self.hb.rank, self.world_size, self.rid)  # None on one node
             self._watch()
         except Exception:  # never take training down; say so loudly
             log.exception("rank %d: the stall watchdog failed and is off", self.hb.rank)
@@ -399,6 +412,7 @@ class Watchdog(threading.Thread):
         if snap["phase"] == "data":
             self._dump_workers()
         write_dump(self.exp, {**snap, "run": self.rid})
+        relay.flush(self.relay)  # to the other nodes' reports
         if failure is None:
             log.error("rank %d: no rank made progress for %g s; writing stacks to %s",
                       self.hb.rank, self.timeout_s, stall_dir(self.exp))
@@ -419,12 +433,14 @@ class Watchdog(threading.Thread):
             while not report_path.exists() and time.time() < deadline:
                 time.sleep(0.2)
         if self.exit_on_stall:
+            relay.flush(self.relay)
             kill_children()
             logging.shutdown()
             os._exit(STALL_EXIT if failure is None else PEER_FAILED_EXIT)
 
-    def stop(self) -> None:
-        """End watching (training is over); writes the final heartbeat and timeline."""
+    def stop(self, settle: bool = True) -> None:
+        """End watching (training is over); writes the final heartbeat and timeline. ``settle``: across
+        nodes, wait a little for the other ranks' last heartbeats (no: more watching follows)."""
         self._halt.set()
         if self.is_alive():
             self.join(timeout=5)
@@ -438,6 +454,8 @@ class Watchdog(threading.Thread):
             Path(self._workers_file.name).unlink(missing_ok=True)
         if not self.stalled.is_set():
             self.flush()
+        if self.relay is not None:
+            self.relay.stop(wait_s=3.0 if settle else 0.0)
 
 
 _WATCHED: list = []  # what announce() tells: the running StallWatch's heartbeat, or a loop's own (announced_to)

@@ -62,6 +62,7 @@ class Trainer(TrainStep, TrainerState):
         self.info = info or dist.setup(cfg.train.backend)
         self.device = self.info.device
         self.exp.mkdir(parents=True, exist_ok=True)
+        self.shared_exp = dist.shared_folder(self.exp, self.info)  # else rank 0's files reach the others by broadcast
         self.hb = Heartbeat(self.info.rank, timeline=cfg.train.timeline)
         self.phases = StepPhases(self.hb, self.device)  # to the heartbeat and the step timer
         self._prof = None                    # the torch.profiler window, while one records (train.trace_steps)
@@ -70,20 +71,8 @@ class Trainer(TrainStep, TrainerState):
         if self.precision.scaler and not cfg.train.loss_scaling:
             self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
         train_sources = load_train_sources(cfg, data, self.info.world_size)
-        if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
-            show = cfg.train.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
-            index_sources(data, train_sources, self.info, progress=show)
-        cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
-        if self.info.is_main:
-            dump_config(cfg, self.exp / "config.yaml")
-        self.tok = build_tokenizer(self.exp, train_sources, self.info)
-        self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
-        self.hb.describe = self.loader.where
-        if cfg.train.preflight and self.info.is_main and self.info.world_size > 1:
-            preflight(cfg, train_sources, self.info.world_size)
-        self.cv_loader = None
-        if cv_sources:
-            self.cv_loader = AsrLoader(cv_sources, self.tok, cfg.data.for_eval(), self.info.rank, self.info.world_size)
+        with self._watched("index"):  # a hang while reading the data at start-up is a stall like any other
+            self._start_data(data, cv, train_sources)
 
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
@@ -121,6 +110,40 @@ class Trainer(TrainStep, TrainerState):
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
                  self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
                  count_parameters(self.model) / 1e6, len(train_sources))
+
+    def _start_data(self, data, cv: str | None, train_sources: list) -> None:
+        """The index, the tokenizer, the loaders and the pre-flight check."""
+        cfg = self.cfg
+        if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
+            show = cfg.train.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
+            index_sources(data, train_sources, self.info, progress=show, on_source=self.hb.tick)
+        cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
+        if self.info.is_main:
+            dump_config(cfg, self.exp / "config.yaml")
+        self.tok = build_tokenizer(self.exp, train_sources, self.info, self.shared_exp)
+        self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
+        self.hb.describe = self.loader.where
+        if cfg.train.preflight and self.info.is_main and self.info.world_size > 1:
+            preflight(cfg, train_sources, self.info.world_size)
+        self.cv_loader = None
+        if cv_sources:
+            self.cv_loader = AsrLoader(cv_sources, self.tok, cfg.data.for_eval(), self.info.rank, self.info.world_size)
+
+    @contextlib.contextmanager
+    def _watched(self, phase: str):
+        """The stall watchdog over work before :meth:`fit` (which starts its own), in ``phase``."""
+        t = self.cfg.train
+        watchdog = None
+        if t.stall_timeout_s > 0:
+            watchdog = Watchdog(self.hb, self.exp, self.info.world_size, t.stall_timeout_s, t.first_step_timeout_s)
+            watchdog.start()
+        self.hb.enter(phase)
+        try:
+            yield
+        finally:
+            self.hb.enter("start")
+            if watchdog is not None:
+                watchdog.stop(settle=False)
 
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")

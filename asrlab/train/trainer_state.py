@@ -14,7 +14,7 @@ import os
 import signal
 
 from . import checkpoint, dist
-from .ledger import note_resume
+from .ledger import ledger_sizes, ledger_tail, note_resume, put_ledger_tail
 from .nonfinite import NonFiniteHalt
 from .state import all_rng_state, set_all_rng_state
 
@@ -31,6 +31,8 @@ class TrainerState:
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
         self.hb.enter("checkpoint")
+        if self.ledger is not None and not self.shared_exp:
+            self._gather_ledgers()
         loaders = dist.all_gather_objects((self._held_by or self.loader).state_dict(), self.info)
         rngs = dist.all_gather_objects(all_rng_state(self.device), self.info)
         if self.info.is_main:
@@ -46,9 +48,29 @@ class TrainerState:
                                        self.cfg.train.keep_last, on_write=self._on_checkpoint_write())
         dist.barrier(self.info)
 
+    def _gather_ledgers(self) -> None:
+        """Bring rank 0's copies of every rank's ledger up to date (nodes with an ``EXP`` of their own):
+        each rank sends what its ledger holds beyond rank 0's copy of it, so the checkpoint's node can
+        prove coverage. Nothing is sent by the ranks that share rank 0's folder."""
+        self.ledger.flush()
+        sizes = dist.broadcast_object(ledger_sizes(self.exp, self.info.world_size) if self.info.is_main else None,
+                                      self.info)
+        tails = dist.gather_objects(ledger_tail(self.exp, self.info.rank, sizes[self.info.rank]), self.info)
+        for r, data in enumerate(tails or []):
+            if data:
+                put_ledger_tail(self.exp, r, sizes[r], data)
+
+    def _latest_checkpoint(self):
+        """The newest complete checkpoint and its marker (None without one); where the nodes do not share
+        ``EXP``, rank 0's, sent to every rank."""
+        if self.shared_exp:
+            return checkpoint.load_latest(self.exp / "checkpoints")  # on CPU: RNG states must be
+        found = checkpoint.load_latest(self.exp / "checkpoints") if self.info.is_main else None
+        return dist.broadcast_object(found, self.info)
+
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint of the experiment, if there is one."""
-        found = checkpoint.load_latest(self.exp / "checkpoints")  # on CPU: RNG states must be; load_state_dict moves the rest
+        found = self._latest_checkpoint()  # on CPU: load_state_dict moves the rest
         if found is None:
             return False
         state, marker = found
@@ -78,7 +100,7 @@ class TrainerState:
         """
         t = self.cfg.train
         self.hb.enter("checkpoint")
-        found = checkpoint.load_latest(self.exp / "checkpoints")
+        found = self._latest_checkpoint()
         if found is None:
             raise NonFiniteHalt(f"step {self.step}: not finite, and there is no checkpoint to roll back to "
                                 "(set --save-every-steps)")
