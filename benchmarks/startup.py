@@ -42,22 +42,24 @@ print(json.dumps({"construct_s": built - imported, "first_step_s": done - import
 """
 
 
-def corpus(n: int, out: Path) -> Path:
+def corpus(n: int, out: Path, low_s: float = 0.3, high_s: float = 1.0, seed: int | None = None,
+           shard_size: int = 1000) -> Path:
+    """``n`` tone utterances of ``low_s``-``high_s`` seconds in uncompressed shards under ``out``."""
     from asrlab.data.audio import encode_wav
     from asrlab.data.shards import write_split
 
     lst = out / "train" / "data.list"
     if lst.exists():
         return lst
-    rng = np.random.default_rng(n)
+    rng = np.random.default_rng(n if seed is None else seed)
 
     def utts():
         for i in range(n):
-            samples = int(16000 * rng.uniform(0.3, 1.0))
+            samples = int(16000 * rng.uniform(low_s, high_s))
             wav = (0.2 * np.sin(np.arange(samples) * rng.uniform(0.02, 0.2)) * 32767).astype(np.int16)
             yield f"utt{i:07d}", " ".join(rng.choice(WORDS, size=rng.integers(1, 4))), encode_wav(wav, 16000)
 
-    write_split(utts(), out / "train", "train", shard_size=1000)
+    write_split(utts(), out / "train", "train", shard_size=shard_size)
     return lst
 
 

@@ -18,10 +18,11 @@ GPUS=${SLURM_GPUS_ON_NODE:-8}
 
 # build the data's index once before the job starts, where the list's folder is writable:
 #   asrlab index "$DATA"
+# workers, bucketing and the checkpoint interval as docs/scale.md derives them for 64 GPUs
 srun --kill-on-bad-exit=1 bash -c "
   exec .venv/bin/asrlab train --config base --data '$DATA' --cv '$CV' --exp '$EXP' \
     --nnodes $SLURM_NNODES --node-rank \$SLURM_NODEID --rdzv-endpoint $FIRST:$PORT --rdzv-id $SLURM_JOB_ID \
-    --nproc $GPUS --max-restarts ${ASRLAB_RESTARTS:-0} --ledger --save-every-steps 1000 \
-    data.num_workers=8 data.bucketing=true train.stall_timeout_s=600
+    --nproc $GPUS --max-restarts ${ASRLAB_RESTARTS:-0} --ledger --save-every-steps 5000 \
+    data.num_workers=4 data.bucketing=true
 "
 # afterwards, on the first node: .venv/bin/asrlab doctor "$EXP"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, dump_config
+from ..data.loader import AsrLoader
 from ..data.index import transcripts, use_indexes
 from ..data.preflight import inspect_layout
-from ..data.sources import DataError, Source, load_data
+from ..data.sources import DataError, Source, load_data, load_sources
 from ..data.tokenizer import CharTokenizer
 from . import dist
 
@@ -71,4 +73,24 @@ def preflight(cfg: Config, sources: list[Source], world_size: int) -> None:
             "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[cfg.train.uneven])
 
 
-__all__ = ["build_tokenizer", "index_sources", "load_train_sources", "preflight"]
+def start_data(cfg: Config, data, cv: str | None, train_sources: list[Source], exp: Path, info: dist.DistInfo,
+               shared: bool, hb) -> tuple[CharTokenizer, AsrLoader, AsrLoader | None]:
+    """A run's data before its first step: the index (each source indexed is a tick of the heartbeat
+    ``hb``), the tokenizer, the training and validation loaders (``hb`` describes the first's position
+    in stall reports) and the pre-flight check."""
+    if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
+        show = cfg.train.progress and info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
+        index_sources(data, train_sources, info, progress=show, on_source=hb.tick)
+    cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
+    if info.is_main:
+        dump_config(cfg, exp / "config.yaml")
+    tok = build_tokenizer(exp, train_sources, info, shared)
+    loader = AsrLoader(train_sources, tok, cfg.data, info.rank, info.world_size)
+    hb.describe = loader.where
+    if cfg.train.preflight and info.is_main and info.world_size > 1:
+        preflight(cfg, train_sources, info.world_size)
+    cv_loader = AsrLoader(cv_sources, tok, cfg.data.for_eval(), info.rank, info.world_size) if cv_sources else None
+    return tok, loader, cv_loader
+
+
+__all__ = ["build_tokenizer", "index_sources", "load_train_sources", "preflight", "start_data"]

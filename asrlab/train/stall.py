@@ -458,6 +458,23 @@ class Watchdog(threading.Thread):
             self.relay.stop(wait_s=3.0 if settle else 0.0)
 
 
+@contextlib.contextmanager
+def watching(hb: Heartbeat, exp: str | Path, world_size: int, train_cfg, phase: str):
+    """A :class:`Watchdog` over work before training's own (start-up), ``hb`` in ``phase`` meanwhile;
+    off when ``train_cfg.stall_timeout_s`` is 0."""
+    watchdog = None
+    if train_cfg.stall_timeout_s > 0:
+        watchdog = Watchdog(hb, exp, world_size, train_cfg.stall_timeout_s, train_cfg.first_step_timeout_s)
+        watchdog.start()
+    hb.enter(phase)
+    try:
+        yield
+    finally:
+        hb.enter("start")
+        if watchdog is not None:
+            watchdog.stop(settle=False)  # training's own watchdog follows
+
+
 _WATCHED: list = []  # what announce() tells: the running StallWatch's heartbeat, or a loop's own (announced_to)
 
 

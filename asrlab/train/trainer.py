@@ -29,10 +29,9 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm.auto import tqdm
 
-from ..config import Config, dump_config
+from ..config import Config
 from ..data.features import BatchFbank
-from ..data.loader import AsrLoader
-from ..data.sources import DataError, load_sources
+from ..data.sources import DataError
 from ..measure.profiling import PARTS, trace
 from ..model import ConformerCTC, count_parameters
 from . import dist
@@ -43,9 +42,9 @@ from .metrics import MetricsWriter
 from .nonfinite import NumericsGuard
 from .phases import StepPhases
 from .precision import choose_precision, cpu_fp16_kernels
-from .run_data import build_tokenizer, index_sources, load_train_sources, preflight
+from .run_data import load_train_sources, start_data
 from .schedule import RunClock, decay_horizon, lr_lambda
-from .stall import Watchdog, announced_to
+from .stall import Watchdog, announced_to, watching
 from .step import TrainStep
 from .stop import STOP_FILE, clear_stop, stop_requested
 from .trainer_state import Rollback, TrainerState
@@ -71,8 +70,10 @@ class Trainer(TrainStep, TrainerState):
         if self.precision.scaler and not cfg.train.loss_scaling:
             self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
         train_sources = load_train_sources(cfg, data, self.info.world_size)
-        with self._watched("index"):  # a hang while reading the data at start-up is a stall like any other
-            self._start_data(data, cv, train_sources)
+        # a hang while reading the data at start-up is a stall like any other
+        with watching(self.hb, self.exp, self.info.world_size, cfg.train, "index"):
+            self.tok, self.loader, self.cv_loader = start_data(cfg, data, cv, train_sources, self.exp, self.info,
+                                                               self.shared_exp, self.hb)
 
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
@@ -110,40 +111,6 @@ class Trainer(TrainStep, TrainerState):
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
                  self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
                  count_parameters(self.model) / 1e6, len(train_sources))
-
-    def _start_data(self, data, cv: str | None, train_sources: list) -> None:
-        """The index, the tokenizer, the loaders and the pre-flight check."""
-        cfg = self.cfg
-        if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
-            show = cfg.train.progress and self.info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
-            index_sources(data, train_sources, self.info, progress=show, on_source=self.hb.tick)
-        cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
-        if self.info.is_main:
-            dump_config(cfg, self.exp / "config.yaml")
-        self.tok = build_tokenizer(self.exp, train_sources, self.info, self.shared_exp)
-        self.loader = AsrLoader(train_sources, self.tok, cfg.data, self.info.rank, self.info.world_size)
-        self.hb.describe = self.loader.where
-        if cfg.train.preflight and self.info.is_main and self.info.world_size > 1:
-            preflight(cfg, train_sources, self.info.world_size)
-        self.cv_loader = None
-        if cv_sources:
-            self.cv_loader = AsrLoader(cv_sources, self.tok, cfg.data.for_eval(), self.info.rank, self.info.world_size)
-
-    @contextlib.contextmanager
-    def _watched(self, phase: str):
-        """The stall watchdog over work before :meth:`fit` (which starts its own), in ``phase``."""
-        t = self.cfg.train
-        watchdog = None
-        if t.stall_timeout_s > 0:
-            watchdog = Watchdog(self.hb, self.exp, self.info.world_size, t.stall_timeout_s, t.first_step_timeout_s)
-            watchdog.start()
-        self.hb.enter(phase)
-        try:
-            yield
-        finally:
-            self.hb.enter("start")
-            if watchdog is not None:
-                watchdog.stop(settle=False)
 
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")
