@@ -235,10 +235,11 @@ def cmd_train(a: argparse.Namespace) -> int:
     if a.nnodes > 1 or a.rdzv_endpoint:
         if not a.rdzv_endpoint:
             raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT: where the first node's agent listens")
-        nodes = launch.Nodes(a.nnodes, a.node_rank, a.rdzv_endpoint, a.rdzv_id, a.max_restarts)
-    if (a.nproc > 1 or nodes is not None) and not launch.under_torchrun():
+        nodes = launch.Nodes(a.nnodes, a.node_rank, a.rdzv_endpoint, a.rdzv_id)
+    if (a.nproc > 1 or nodes is not None or a.max_restarts) and not launch.under_torchrun():
         return launch.launch(a.nproc, _strip_launcher(a.argv[a.argv.index("train") + 1:]), a.exp,
-                             cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s, nodes=nodes)
+                             cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s, nodes=nodes,
+                             max_restarts=a.max_restarts)
     try:
         return _train_here(a, cfg)
     except Exception as e:

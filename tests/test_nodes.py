@@ -184,3 +184,27 @@ def test_the_relay_copies_each_ranks_files_and_never_over_a_newer_one(tmp_path, 
     (b / "errors" / "rank1.json").write_text(json.dumps({"rank": 1, "time": 102.0}))
     rb.push()
     assert relay.lost_peers("Connection reset by peer", wait_s=0.5) == []  # it failed itself: its error says so
+
+
+def test_torch_elastic_restarts_a_killed_rank_and_the_run_finishes_from_its_checkpoint(data, tmp_path):
+    """``--max-restarts 1``: rank 1 SIGKILLed mid-epoch, torchrun starts every rank again, they resume from
+    the last checkpoint, and every utterance is trained exactly once in each epoch."""
+    import signal
+
+    exp = tmp_path / "exp"
+    with open(tmp_path / "run.log", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--max-restarts", "1", "--data", str(data),
+             "--exp", str(exp), "--ledger", "--save-every-steps", "3", *SMALL, "train.max_epochs=2",
+             "data.inject_delay_s=0.1"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    metrics = exp / "metrics" / "rank0.jsonl"
+    deadline = time.time() + 180
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+        assert time.time() < deadline and proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        time.sleep(0.2)
+    os.kill(json.loads((exp / "heartbeat" / "rank1.json").read_text())["pid"], signal.SIGKILL)
+    assert finish([proc])[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    d = diagnose(exp)
+    assert d["verdict"] == "finished" and d["resumes"]["resumed_from"], d["summary"]
+    assert [(e["epoch"], e["exactly_once"]) for e in d["coverage"]["epochs"]] == [(0, True), (1, True)]

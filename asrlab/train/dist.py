@@ -52,9 +52,22 @@ def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
     if backend == "nccl" and device.type != "cuda":
         raise UsageError("backend nccl needs GPUs; this machine has none (use gloo)")
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
-                                device_id=device if backend == "nccl" else None)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None,
+                                **_attempt_store(rank, world, timeout))
     return DistInfo(rank, world, local, device, backend)
+
+
+def _attempt_store(rank: int, world: int, timeout: datetime.timedelta) -> dict:
+    """After a torch elastic restart, the process group's keys under a prefix of their own: the agent's
+    store still holds the failed attempt's, and a rank that read a dead peer's address from them could
+    not connect. Nothing for a first attempt or a launch without torchrun's agent store."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return {"store": dist.PrefixStore(f"asrlab/attempt{attempt}", store), "rank": rank, "world_size": world}
 
 
 def _stacks_on_fatal_signals() -> None:

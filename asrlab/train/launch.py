@@ -38,18 +38,17 @@ QUIET_ENV = "ASRLAB_LAUNCHER"  # set for ranks the asrlab launcher started: it r
 class Nodes:
     """A job over several nodes, as torchrun takes it: with ``node_rank`` the nodes are ranked as given
     (torchrun's static rendezvous, the first node's agent serving the store at ``endpoint``); without,
-    as they join (the c10d rendezvous, elastic). ``max_restarts``: torch elastic restarts of every rank."""
+    as they join (the c10d rendezvous, elastic)."""
     nnodes: int
     node_rank: int | None
     endpoint: str
     run_id: str | None = None
-    max_restarts: int = 0
 
     def torchrun_args(self) -> list[str]:
         host, _, port = self.endpoint.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"--rdzv-endpoint {self.endpoint}: not HOST:PORT")
-        args = [f"--nnodes={self.nnodes}", f"--max-restarts={self.max_restarts}"]
+        args = [f"--nnodes={self.nnodes}"]
         if self.run_id:
             args.append(f"--rdzv-id={self.run_id}")
         if self.node_rank is not None:
@@ -59,10 +58,12 @@ class Nodes:
         return args + ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}"]
 
 
-def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = None) -> list[str]:
+def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = None, max_restarts: int = 0) -> list[str]:
+    """torchrun on this node; ``max_restarts``: torch elastic restarts every rank after a failure (each
+    resumes from the last checkpoint)."""
     where = ["--standalone"] if nodes is None else nodes.torchrun_args()
     return [sys.executable, "-m", "asrlab.train.launch", *where, f"--nproc-per-node={nproc}",
-            "-m", "asrlab.cli", "train", *train_args]
+            f"--max-restarts={max_restarts}", "-m", "asrlab.cli", "train", *train_args]
 
 
 def quiet_torchrun(argv: list[str]) -> int:
@@ -124,14 +125,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, stall_timeout_s: float = 0.0,
-           first_step_s: float = 0.0, timeout_s: float | None = None, nodes: Nodes | None = None) -> int:
+           first_step_s: float = 0.0, timeout_s: float | None = None, nodes: Nodes | None = None,
+           max_restarts: int = 0) -> int:
     """Run ``asrlab train`` on ``nproc`` local ranks (of ``nodes``, when the job spans several); returns
     torchrun's exit code (``STALL_EXIT`` on a stall)."""
     env = dict(os.environ, **{QUIET_ENV: "1"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     world = nproc * (nodes.nnodes if nodes is not None else 1)  # every rank's heartbeat reaches EXP (relay)
     t_launch = time.time()
-    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes), env=env, start_new_session=True)
+    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes, max_restarts), env=env, start_new_session=True)
     clock, stalled = ProgressClock(world, stall_timeout_s, first_step_s), False
     family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
