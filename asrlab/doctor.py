@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from .data.loader import mix_counts
 from .errors import UsageError
 from .jsonl import read_jsonl
 from .measure.profiling import format_split, step_split
@@ -383,14 +384,7 @@ def corpus_throughput(exp: str | Path) -> dict | None:
     """Per corpus of a mixed run, over every rank's metrics (the steps that count): utterances, audio
     hours, and audio seconds per second of loader work (reading and decoding), the slowest named: a
     corpus far slower than the rest starves the ranks that draw it. None for a run on one list."""
-    total: dict[str, list] = {}
-    for name in metric_files(exp):
-        for m in _kept(read_metrics(exp, name)):
-            for corpus, (n, audio_s, load_s) in (m.get("corpora") or {}).items():
-                t = total.setdefault(corpus, [0, 0.0, 0.0])
-                t[0] += n
-                t[1] += audio_s
-                t[2] += load_s
+    total = mix_counts([m for name in metric_files(exp) for m in _kept(read_metrics(exp, name))])
     if not total:
         return None
     out = {c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}

@@ -215,7 +215,8 @@ def worker_streams(sources: list[Source], epoch: int, cfg: "DataConfig", rank: i
 
 
 def mix_counts(batches: list[dict]) -> dict | None:
-    """Per corpus, what ``batches`` hold: ``{corpus: [utterances, audio seconds, worker seconds]}`` (None
+    """Per corpus, what ``batches`` (or metrics lines, which log the same) hold:
+    ``{corpus: [utterances, audio seconds, worker seconds]}`` (None
     without a mix). Worker seconds are the loader's time reading and decoding them, so audio seconds
     over worker seconds is a corpus's throughput per loader worker."""
     total: dict[str, list] = {}

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UsageError
+from .relay import across_nodes, open_store
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,7 @@ def _attempt_store(rank: int, world: int, timeout: datetime.timedelta) -> dict:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)
+    store = open_store(timeout.total_seconds())
     return {"store": dist.PrefixStore(f"asrlab/attempt{attempt}", store), "rank": rank, "world_size": world}
 
 
@@ -138,8 +138,6 @@ def broadcast_object(obj, info: DistInfo):
 def shared_folder(path: str | Path, info: DistInfo) -> bool:
     """Whether every rank sees the same folder at ``path`` (True on one node, where nothing is asked):
     rank 0 writes a token there, and every rank looks for it."""
-    from .relay import across_nodes
-
     if info.backend is None or not across_nodes():
         return True
     mark = Path(path) / ".asrlab_shared"

@@ -35,15 +35,17 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
               "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
               "traceback": "".join(traceback.format_exception(error)),
               **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {})}
-    for attempt in range(2):
+    def write() -> None:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)  # whole or absent: another rank polls this folder
         relay.flush()  # and to the other nodes, where they do not share this folder
-        lost = relay.lost_peers(record["message"]) if attempt == 0 else None  # (the error first: the others
-        if not lost:                                                          # wait on it to tell it from a loss)
-            break
+
+    write()  # first without: a rank that asks which peers went away waits on the others' errors
+    lost = relay.lost_peers(record["message"])
+    if lost:
         record["lost"] = lost
+        write()
     return path
 
 
