@@ -245,7 +245,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     except Exception as e:
         if not launch.under_torchrun():
             raise
-        from .train.failures import record_rank_error
+        from .lab.stall.errors import record_rank_error
 
         record_rank_error(a.exp, e)
         if not os.environ.get(launch.QUIET_ENV):  # a torchrun of the user's own: each rank says it
@@ -260,7 +260,7 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
     load_data(a.data)  # a missing or empty list is an error before anything starts
     if a.cv:
         load_sources(a.cv)
-    from .train.nonfinite import HALT_EXIT, NonFiniteHalt
+    from .lab.numerics.guard import HALT_EXIT, NonFiniteHalt
     from .train.trainer import run
 
     try:
@@ -299,7 +299,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
 
 
 def cmd_stop(a: argparse.Namespace) -> int:
-    from .train.stop import request_stop
+    from .lab.stop import request_stop
 
     if not (Path(a.exp) / "metrics").is_dir():
         raise FileNotFoundError(f"{a.exp}: no run there (no metrics/ folder)")
@@ -309,7 +309,7 @@ def cmd_stop(a: argparse.Namespace) -> int:
 
 
 def cmd_ckpt(a: argparse.Namespace) -> int:
-    from .train import checkpoint
+    from .lab.state import checkpoint
 
     ckpt_dir = Path(a.exp) / "checkpoints"
     rows = checkpoint.list_checkpoints(ckpt_dir)

@@ -12,7 +12,8 @@ from .data.sources import load_sources, transcripts
 from .data.tokenizer import CharTokenizer
 from .lexicon import Lexicon, rescore, search
 from .model import ConformerCTC, cer, greedy_decode, wer
-from .train import checkpoint, dist
+from .lab.state import checkpoint
+from .lab import dist
 from .train.evaluate import evaluate
 from .errors import UsageError
 

@@ -23,15 +23,15 @@ import yaml
 
 from .data.loader import mix_counts
 from .errors import UsageError
-from .jsonl import read_jsonl
-from .measure.profiling import format_split, step_split
-from .train import checkpoint
-from .train.failures import error_line, rank_errors
-from .train.heartbeat import read_heartbeats
-from .train.ledger import coverage, coverage_report, ledger_ranks
-from .train.metrics import metric_files, rank_summary, read_metrics
-from .train.stall import phase_text, rank_states, ranks_text
-from .train.stop import STOP_FILE
+from .files import read_jsonl
+from .lab.timing import format_split, step_split
+from .lab.state import checkpoint
+from .lab.stall.errors import error_line, rank_errors
+from .lab.stall.heartbeat import read_heartbeats
+from .lab.state.ledger import coverage, coverage_report, ledger_ranks
+from .lab.metrics import metric_files, rank_summary, read_metrics
+from .lab.stall.watch import phase_text, rank_states, ranks_text
+from .lab.stop import STOP_FILE
 
 VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "crashed", "unknown")
 FAILED = ("stalled", "nonfinite_halt", "crashed", "unknown")
@@ -136,7 +136,7 @@ def _latest_heartbeats(exp: Path) -> tuple[str | None, dict[int, dict]]:
 
 def _kept(lines: list[dict]) -> list[dict]:
     """Metric lines of the steps that count: when the steps go back (a resume, a rollback), the lines of
-    the steps trained again replace the earlier ones (as :func:`asrlab.train.ledger.read_ledger` does)."""
+    the steps trained again replace the earlier ones (as :func:`asrlab.lab.state.ledger.read_ledger` does)."""
     out: list[dict] = []
     for m in lines:
         while out and out[-1].get("step", 0) >= m.get("step", 0):
@@ -505,7 +505,7 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
 
 def checkpoint_integrity(exp: str | Path) -> dict:
     """Each checkpoint: its marker, its bytes against the marker's SHA-256; the newest a resume would
-    load (:func:`asrlab.train.checkpoint.load_latest`), and the training clock it holds."""
+    load (:func:`asrlab.lab.state.checkpoint.load_latest`), and the training clock it holds."""
     d = Path(exp) / "checkpoints"
     files = []
     for m in checkpoint.list_checkpoints(d):
@@ -575,7 +575,7 @@ def _next(d: dict) -> str | None:
         return f"fix the cause, then run the same command again ({resume})"
     if v == "nonfinite_halt":
         bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
-        return f"replay the saved step in each precision: asrlab.diagnostics.replay('{bundle}')" if bundle else None
+        return f"replay the saved step in each precision: asrlab.lab.numerics.stats.replay('{bundle}')" if bundle else None
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
     if v == "unknown":

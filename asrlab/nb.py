@@ -130,7 +130,7 @@ def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: floa
 
 
 def _advance(bar, exp: Path) -> None:
-    from .train.metrics import run_status
+    from .lab.metrics import run_status
 
     s = run_status(exp)
     if bar.total is None and s["max_steps"]:
@@ -152,7 +152,7 @@ async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, time
     import asyncio
 
     from .train.launch import kill_tree
-    from .train.stop import clear_stop, request_stop
+    from .lab.stop import clear_stop, request_stop
     from .widgets import TrainMonitor
 
     exp = Path(exp)
@@ -187,7 +187,7 @@ async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, time
 
 def last_step(exp: str | Path) -> int:
     """The last step rank 0 logged to its metrics (a line being written is not read); 0 before any."""
-    from .train.metrics import read_metrics
+    from .lab.metrics import read_metrics
 
     try:
         m = read_metrics(exp)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from .train.metrics import read_metrics
+from .lab.metrics import read_metrics
 
 
 def spectrogram(feats, title: str = "") -> plt.Figure:
@@ -65,7 +65,7 @@ def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> p
     A stalled run's last phases are drawn up to the stall report's time; ``last_s``: only the last
     that many seconds.
     """
-    from .train.heartbeat import phase_intervals, read_timeline
+    from .lab.stall.heartbeat import phase_intervals, read_timeline
 
     spans = phase_intervals(read_timeline(exp), Path(exp))
     fig, ax = plt.subplots(figsize=(10, 1.4 + 0.45 * max(1, len(spans))))
@@ -95,7 +95,7 @@ def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> p
 
 def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
     """Per rank: step time and the part of it spent waiting for data (s), per step."""
-    from .train.metrics import metric_files
+    from .lab.metrics import metric_files
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
     for name in metric_files(exp):
@@ -111,7 +111,7 @@ def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
 
 def step_breakdown(rows: list[dict], labels: list[str] | None = None, title: str = "") -> plt.Figure:
     """Stacked bars: the mean step split into its parts (s), one bar per measured setting (``tune.measure`` rows)."""
-    from .measure.profiling import PARTS
+    from .lab.timing import PARTS
 
     labels = labels or [str(i) for i in range(len(rows))]
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows) + 2), 3.4))
@@ -228,7 +228,7 @@ def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
     modules whose headroom got smallest (sampled steps; 1 = values at 65504, below it fp16 overflows)."""
     import math
 
-    from .diagnostics import headroom_traces, read_traces
+    from .lab.numerics.stats import headroom_traces, read_traces
 
     m = read_metrics(exp)
     steps = [r["step"] for r in m]
@@ -258,7 +258,7 @@ def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
 
 def headroom_bars(trace: dict, k: int = 8, direction: str = "forward", title: str = ""):
     """Bars of the ``k`` tightest modules' fp16 headroom at one sampled step (log scale, 1 = 65504)."""
-    from .diagnostics import tightest_at
+    from .lab.numerics.stats import tightest_at
 
     rows = tightest_at(trace, k, direction)[::-1]
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
@@ -278,7 +278,7 @@ def module_trace(traces: list[dict], module: str, direction: str = "forward", ba
     """One module's max |x| over the sampled steps against fp16's 65504; ``bad_step`` marked."""
     import math
 
-    from .diagnostics import FP16_MAX
+    from .lab.numerics.stats import FP16_MAX
 
     pts = [(t["step"], t[direction][module][0]) for t in traces if module in t[direction]]
     fig, ax = plt.subplots(figsize=(8, 3))

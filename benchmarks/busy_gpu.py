@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from asrlab.config import load_config, replace_section
-from asrlab.measure.profiling import format_split
+from asrlab.lab.timing import format_split
 from asrlab.measure.tune import measure
 
 

@@ -27,8 +27,8 @@ def one_run(data: str, every: int, steps: int) -> list[float]:
     import torch
 
     from asrlab.config import load_config
-    from asrlab.train.dist import DistInfo
-    from asrlab.train.metrics import read_metrics
+    from asrlab.lab.dist import DistInfo
+    from asrlab.lab.metrics import read_metrics
     from asrlab.train.trainer import Trainer
 
     cfg = load_config("tiny", ["train.progress=false", "data.num_workers=0", f"train.diagnostics_every={every}"])

@@ -110,7 +110,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     from asrlab import lab
     from asrlab.config import load_config
     from asrlab.model import ConformerCTC
-    from asrlab.train.heartbeat import Heartbeat, read_heartbeats
+    from asrlab.lab.stall.heartbeat import Heartbeat, read_heartbeats
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     exp = Path(tmp)
@@ -271,7 +271,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
         pass
     micro["uneven_item_us"] = (time.perf_counter() - t0) / k * 1e6  # nothing to overlap: the all-reduce + generator
 
-    from asrlab.train.nonfinite import rng_state
+    from asrlab.lab.numerics.guard import rng_state
 
     nv = variants["numerics"]
     p = list(nv.model.parameters())
@@ -281,7 +281,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     loss.backward()
     micro["grad_norm_ms"] = min(timeit.repeat(lambda: torch.nn.utils.clip_grad_norm_(p, float("inf")),
                                               number=20, repeat=5)) / 20 * 1e3
-    from asrlab.train.nonfinite import _total_norm
+    from asrlab.lab.numerics.guard import _total_norm
 
     micro["norm_only_ms"] = min(timeit.repeat(lambda: _total_norm([q.grad for q in p]),
                                               number=20, repeat=5)) / 20 * 1e3
@@ -351,7 +351,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
         nv.guard.traces.write(0, 1.0, summ)
     micro["trace_write_ms"] = (time.perf_counter() - t0) / k * 1e3
     micro["hooked_records"] = len(nv.guard.diag.records)
-    import asrlab.diagnostics as diagnostics
+    import asrlab.lab.numerics.stats as diagnostics
 
     x = torch.randn(a.batch, a.frames // 2, cfg.d_model)  # an activation of this model and batch
     sample = nv.guard.diag.sample

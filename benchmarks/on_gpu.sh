@@ -42,7 +42,7 @@ for stage in "$@"; do
         nvidia-smi -L
         "$py" - <<'EOF'
 import torch
-from asrlab.train.precision import capability_table
+from asrlab.lab.precision import capability_table
 d = torch.device("cuda", 0)
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(d),
       "capability", torch.cuda.get_device_capability(d),
@@ -101,7 +101,7 @@ PY
                 --precision $p --max-steps 300 data.num_workers=4 2>&1 | grep -i "precision\|error" | head -5
             "$py" - runs/precision/$p <<'EOF'
 import sys, statistics
-from asrlab.train.metrics import read_metrics
+from asrlab.lab.metrics import read_metrics
 m = read_metrics(sys.argv[1])
 late = m[len(m) // 2:]
 print(f"{sys.argv[1]}: {len(m)} steps, median step {1000 * statistics.median(r['step_s'] for r in late):.1f} ms, "

@@ -12,7 +12,7 @@ Each part measures one slope on this machine; the whole takes about a minute on 
    each further rank adds is measured apart (the pickled bytes of one rank's entries).
 2. One rank's heartbeat record as ``write_heartbeat`` writes it (``Heartbeat.snapshot()`` plus the run
    id), taken from the trainer's own heartbeat after it has been in every phase; and the bundle the
-   relay (``asrlab.train.relay``, when present) puts in the store for it.
+   relay (``asrlab.lab.stall.relay``, when present) puts in the store for it.
 3. A TCPStore served by another process on 127.0.0.1: one ``set`` of this rank's bundle plus one
    ``multi_get`` of 64 ranks' bundles, median of ``--rounds`` rounds, and the server's CPU time per
    round (over ten times as many rounds: the process clock ticks every 10 ms);
@@ -68,10 +68,10 @@ def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
 
     from asrlab.config import load_config
     from asrlab.model import count_parameters
-    from asrlab.train import checkpoint
-    from asrlab.train.dist import DistInfo
-    from asrlab.train.heartbeat import PHASES, run_id, write_heartbeat
-    from asrlab.train.state import all_rng_state
+    from asrlab.lab.state import checkpoint
+    from asrlab.lab.dist import DistInfo
+    from asrlab.lab.stall.heartbeat import PHASES, run_id, write_heartbeat
+    from asrlab.lab.state.run_state import all_rng_state
     from asrlab.train.trainer import Trainer
 
     lst = corpus(200, work / "ckpt_corpus", 1.0, 3.0, 1, shard_size=200)
@@ -193,7 +193,7 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
                "bytes_per_round_read": sum(len(v) for v in got), "bytes_per_set": len(mine.encode())}
 
         try:
-            from asrlab.train import relay as relay_mod
+            from asrlab.lab.stall import relay as relay_mod
         except ImportError:
             out["relay"] = None
             return out
@@ -234,9 +234,9 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
 # --------------------------------------------------------------------------- 4: the watchdog's poll
 
 def watchdog_poll(work: Path, record: str, rounds: int) -> dict:
-    from asrlab.train.failures import rank_errors
-    from asrlab.train.heartbeat import Heartbeat, read_heartbeats
-    from asrlab.train.stall import ProgressClock, Watchdog
+    from asrlab.lab.stall.errors import rank_errors
+    from asrlab.lab.stall.heartbeat import Heartbeat, read_heartbeats
+    from asrlab.lab.stall.watch import ProgressClock, Watchdog
 
     snap = json.loads(record)
     out = {}
@@ -445,11 +445,11 @@ def main() -> int:
     rl = s.get("relay")
     if rl:
         ch, sa = np.array(rl["changed_s"]) * 1e3, np.array(rl["same_s"]) * 1e3
-        print(f"   the relay's cycle (Relay.push + Relay.pull, 63 other ranks; asrlab.train.relay.PERIOD_S = {rl['period_s']} s):")
+        print(f"   the relay's cycle (Relay.push + Relay.pull, 63 other ranks; asrlab.lab.stall.relay.PERIOD_S = {rl['period_s']} s):")
         print(f"     every record newer (63 files written): median {np.median(ch):.2f} ms (p90 {np.percentile(ch, 90):.2f}); "
               f"nothing new: median {np.median(sa):.2f} ms (p90 {np.percentile(sa, 90):.2f})")
     else:
-        print("   asrlab.train.relay is not in this tree: the relay's cycle not measured")
+        print("   asrlab.lab.stall.relay is not in this tree: the relay's cycle not measured")
     print()
 
     w = watchdog_poll(work, rec, a.rounds)

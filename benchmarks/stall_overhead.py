@@ -27,8 +27,8 @@ import timeit
 from pathlib import Path
 
 from asrlab.data.synth import synthesize_corpus
-from asrlab.train.heartbeat import Heartbeat, read_heartbeats, write_heartbeat
-from asrlab.train.metrics import read_metrics
+from asrlab.lab.stall.heartbeat import Heartbeat, read_heartbeats, write_heartbeat
+from asrlab.lab.metrics import read_metrics
 
 MODEL = ["model.d_model=64", "model.n_heads=2", "model.n_layers=2", "model.ff_dim=128", "model.conv_channels=16"]
 
@@ -50,7 +50,7 @@ def heartbeat_cost() -> dict:
 def _all_have_worker(rank: int, port: int, n: int, out) -> None:
     import torch.distributed as dist
 
-    from asrlab.train.dist import DistInfo, all_have
+    from asrlab.lab.dist import DistInfo, all_have
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     info = DistInfo(rank, 2, rank, __import__("torch").device("cpu"), "gloo")

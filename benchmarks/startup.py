@@ -26,7 +26,7 @@ import json, sys, tempfile, time
 t0 = time.perf_counter()
 import torch
 from asrlab.config import load_config
-from asrlab.train.dist import DistInfo
+from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 imported = time.perf_counter()
 data, index = sys.argv[1], sys.argv[2] == "1"

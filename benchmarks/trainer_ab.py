@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE = """
 import sys, tempfile, time, torch
 from asrlab.config import load_config
-from asrlab.train.dist import DistInfo
+from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 data, steps = sys.argv[1], int(sys.argv[2])
 cfg = load_config("tiny", ["train.stall_timeout_s=0", "train.progress=false", "data.num_workers=0",

@@ -20,7 +20,7 @@ import torch
 
 from asrlab.config import load_config
 from asrlab.model import ConformerCTC, ctc_loss
-from asrlab.train.dist import DistInfo
+from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
 

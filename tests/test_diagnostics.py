@@ -11,11 +11,11 @@ from torch import nn
 
 from asrlab.cli import main
 from asrlab.config import load_config
-from asrlab.diagnostics import (FP16_MAX, Diagnostics, headroom, locate, read_traces, replay, save_bundle,
-                                tensor_stats)
+from asrlab.lab.numerics.stats import (FP16_MAX, Diagnostics, headroom, locate, read_traces, replay, save_bundle,
+                                       tensor_stats)
 from asrlab.model import ConformerCTC
-from asrlab.train.metrics import read_metrics
-from asrlab.train.nonfinite import HALT_EXIT, NonFiniteHalt
+from asrlab.lab.metrics import read_metrics
+from asrlab.lab.numerics.guard import HALT_EXIT, NonFiniteHalt
 
 from test_train import SMALL, make_trainer
 

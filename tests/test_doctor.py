@@ -16,9 +16,9 @@ from asrlab.cli import main
 from asrlab.data.sources import load_sources
 from asrlab.doctor import diagnose, format_diagnosis
 from asrlab.errors import UsageError
-from asrlab.jsonl import read_jsonl
+from asrlab.files import read_jsonl
 from asrlab.nb import train_until_killed
-from asrlab.train.heartbeat import write_heartbeat
+from asrlab.lab.stall.heartbeat import write_heartbeat
 
 from test_stalls import SMALL, train2
 
@@ -167,7 +167,7 @@ def test_a_non_finite_halt(corpus, tmp_path, capsys):
     assert event["keys"] == report["keys"] and event["bundle"] == str(bundle) and d["last_step"] == report["step"]
     assert out.startswith(f"NONFINITE_HALT: halted at step {report['step']}")
     assert f"first in {report['where']}; utterances {report['keys'][0]}" in out and f"bundle: {bundle}" in out
-    assert f"asrlab.diagnostics.replay('{bundle}')" in out
+    assert f"asrlab.lab.numerics.stats.replay('{bundle}')" in out
     assert d["loss_scale"]["skipped_by_kind"] == {"loss": 1}
 
 

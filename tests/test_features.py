@@ -10,7 +10,7 @@ from asrlab.data.features import BatchFbank, batch_features
 from asrlab.data.loader import AsrLoader, DataConfig
 from asrlab.data.sources import load_sources
 from asrlab.decode import eval_loader
-from asrlab.train.dist import DistInfo
+from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
 

@@ -115,7 +115,7 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
 
     from asrlab.config import load_config
     from asrlab.data import preflight
-    from asrlab.train.dist import DistInfo
+    from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
     cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",

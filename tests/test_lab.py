@@ -17,9 +17,9 @@ import torch
 
 from asrlab import lab
 from asrlab.doctor import diagnose
-from asrlab.train.checkpoint import list_checkpoints
+from asrlab.lab.state.checkpoint import list_checkpoints
 from asrlab.train.launch import kill_tree
-from asrlab.train.stall import PEER_FAILED_EXIT
+from asrlab.lab.stall.watch import PEER_FAILED_EXIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -326,7 +326,7 @@ def test_run_state_resumes_bitwise_with_rng_and_refuses_an_unknown_version(tmp_p
     state = torch.load(newest, weights_only=True)
     state["version"] = 99
     torch.save(state, newest)
-    from asrlab.train.checkpoint import sha256
+    from asrlab.lab.state.checkpoint import sha256
     marker = newest.with_suffix(".done")
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "sha256": sha256(newest)}))
     model = torch.nn.Linear(4, 8)

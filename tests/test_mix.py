@@ -132,7 +132,7 @@ def test_asrlab_train_mixes_lists_logs_each_corpus_and_the_doctor_reads_them(cor
 
     from asrlab.cli import main
     from asrlab.doctor import diagnose
-    from asrlab.train.ledger import read_ledger
+    from asrlab.lab.state.ledger import read_ledger
 
     exp = tmp_path / "exp"
     small = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "data.num_workers=0",

@@ -17,7 +17,7 @@ import pytest
 
 from asrlab.doctor import diagnose
 from asrlab.train.launch import kill_tree
-from asrlab.train.stall import STALL_EXIT
+from asrlab.lab.stall.watch import STALL_EXIT
 
 from conftest import tone_utts
 
@@ -157,8 +157,8 @@ def test_the_relay_copies_each_ranks_files_and_never_over_a_newer_one(tmp_path, 
 
     import torch.distributed as tdist
 
-    from asrlab.train import relay
-    from asrlab.train.heartbeat import read_heartbeats, write_heartbeat
+    from asrlab.lab.stall import relay
+    from asrlab.lab.stall.heartbeat import read_heartbeats, write_heartbeat
 
     store = tdist.TCPStore("127.0.0.1", _port(), is_master=True, timeout=timedelta(seconds=10),
                            wait_for_workers=False)

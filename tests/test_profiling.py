@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from asrlab.measure.profiling import PARTS, CpuSampler, GpuSampler, StepTimer, format_split, step_split, trace
+from asrlab.lab.timing import PARTS, CpuSampler, GpuSampler, StepTimer, format_split, step_split, trace
 
 
 def test_step_timer_parts_match_known_sleeps_and_add_up():
@@ -86,7 +86,7 @@ def test_trace_exports_a_window_of_steps(tmp_path):
 
 def test_training_exports_a_trace_window(corpus, tmp_path):
     from asrlab.config import load_config
-    from asrlab.train.dist import DistInfo
+    from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
     cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",

@@ -83,18 +83,18 @@ def test_the_trainer_is_built_from_the_public_parts_not_beside_them():
     import ast
 
     from asrlab import lab
-    from asrlab.train import nonfinite, state, trainer
+    from asrlab.lab.numerics import guard
+    from asrlab.lab.state import run_state
+    from asrlab.train import trainer
 
     train = ROOT / "asrlab" / "train"
     assert len((train / "trainer.py").read_text().splitlines()) <= 400
     halts = [p.relative_to(ROOT).as_posix() for p in (ROOT / "asrlab").rglob("*.py")
              for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.ClassDef) and node.name == "NonFiniteHalt"]
-    assert halts == ["asrlab/train/nonfinite.py"]
+    assert halts == ["asrlab/lab/numerics/guard.py"]
     rng_calls = {"get_rng_state", "set_rng_state", "getstate", "setstate"}  # torch's (CPU, CUDA), Python's
     for path in sorted(train.glob("*.py")):
-        if path.name in ("nonfinite.py", "state.py"):  # rng_state / all_rng_state and their setters
-            continue
         called = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
                   for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)}
         assert not called & rng_calls, f"{path.name} captures or sets RNG states itself: {called & rng_calls}"
@@ -102,4 +102,4 @@ def test_the_trainer_is_built_from_the_public_parts_not_beside_them():
         assert getattr(trainer, part) is getattr(lab, part)
     from asrlab.train import trainer_state
 
-    assert trainer_state.all_rng_state is state.all_rng_state and trainer_state.NonFiniteHalt is nonfinite.NonFiniteHalt
+    assert trainer_state.all_rng_state is run_state.all_rng_state and trainer_state.NonFiniteHalt is guard.NonFiniteHalt

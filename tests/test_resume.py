@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from asrlab.nb import train_until_killed
-from asrlab.train.ledger import LedgerWriter, coverage, read_ledger
+from asrlab.lab.state.ledger import LedgerWriter, coverage, read_ledger
 
 from test_train import SMALL
 

@@ -17,8 +17,8 @@ import pytest
 from asrlab.data.loader import DataConfig
 from asrlab.data.preflight import inspect_layout
 from asrlab.data.sources import load_sources
-from asrlab.train.heartbeat import Heartbeat, read_timeline
-from asrlab.train.stall import STALL_EXIT, Watchdog, ranks_text, verdict
+from asrlab.lab.stall.heartbeat import Heartbeat, read_timeline
+from asrlab.lab.stall.watch import STALL_EXIT, Watchdog, ranks_text, verdict
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
          "model.conv_channels=8", "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2",

@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from asrlab.config import load_config
 from asrlab.train import step as step_module
-from asrlab.train.dist import DistInfo
+from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_channels=8",

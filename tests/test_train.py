@@ -13,10 +13,10 @@ import torch
 
 from asrlab.data.sources import DataError
 from asrlab.config import load_config
-from asrlab.train import checkpoint
-from asrlab.train.dist import DistInfo
-from asrlab.train.precision import choose_precision
-from asrlab.train.metrics import read_metrics
+from asrlab.lab.state import checkpoint
+from asrlab.lab.dist import DistInfo
+from asrlab.lab.precision import choose_precision
+from asrlab.lab.metrics import read_metrics
 from asrlab.train.schedule import RunClock, lr_lambda
 from asrlab.train.trainer import Trainer
 
@@ -54,7 +54,7 @@ def test_fp16_on_cpu_finishes_a_batch_of_3():
     is cut off by the timeout, not left in the suite."""
     code = """
 import torch
-from asrlab.train.precision import cpu_fp16_kernels
+from asrlab.lab.precision import cpu_fp16_kernels
 conv = torch.nn.Conv1d(144, 144, 15, padding=7, groups=144)
 x = torch.randn(3, 144, 50, requires_grad=True)
 with cpu_fp16_kernels(torch.device("cpu"), torch.float16):
@@ -347,7 +347,7 @@ def test_an_epoch_without_a_step_is_an_error_not_a_silent_loop(corpus, tmp_path)
 
 def test_a_stop_request_ends_the_run_cleanly_after_the_current_step(corpus, tmp_path):
     """EXP/STOP (a notebook's Stop button, ``asrlab stop``): checkpoint, evaluation, the file cleared, resumable."""
-    from asrlab.train.stop import request_stop, stop_requested
+    from asrlab.lab.stop import request_stop, stop_requested
 
     exp = tmp_path / "exp"
     cfg = load_config("tiny", SMALL + ["train.max_epochs=50"])
@@ -482,7 +482,8 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
     """A rank of the test below: a step in which only rank 1's loss is infinite (its gradients are not), then one more."""
     import torch.distributed as tdist
 
-    from asrlab.train import dist as adist, step as step_module
+    from asrlab.lab import dist as adist
+    from asrlab.train import step as step_module
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))

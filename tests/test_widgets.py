@@ -16,9 +16,9 @@ import torch
 from asrlab import nb, widgets
 from asrlab.config import load_config
 from asrlab.decode import decode_exp
-from asrlab.train import checkpoint
-from asrlab.train.dist import DistInfo
-from asrlab.train.metrics import read_metrics
+from asrlab.lab.state import checkpoint
+from asrlab.lab.dist import DistInfo
+from asrlab.lab.metrics import read_metrics
 from asrlab.train.trainer import Trainer
 
 SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",

@@ -63,7 +63,7 @@ def step_fits(cfg: Config, vocab: int, device: torch.device, budget_bytes: int) 
     """``fits(utts, frames)``: one training step of ``cfg``'s model, precision and optimizer on a
     synthetic batch peaks within ``budget_bytes`` of GPU memory (an out-of-memory error: it does not)."""
     from ..model import ConformerCTC, mean_ctc_loss
-    from ..train.precision import choose_precision
+    from ..lab.precision import choose_precision
 
     model = ConformerCTC(cfg.model, vocab).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)

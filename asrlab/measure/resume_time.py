@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..config import Config, replace_section
-from ..train.dist import DistInfo
+from ..lab.dist import DistInfo
 from ..train.trainer import Trainer
 
 CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)

@@ -27,8 +27,8 @@ from ..config import Config, replace_section
 from ..data.shards import write_split
 from ..data.sources import iter_items, load_sources
 from ..errors import UsageError
-from ..train.metrics import read_metrics
-from .profiling import PARTS, CpuSampler, GpuSampler, format_split, step_split
+from ..lab.metrics import read_metrics
+from ..lab.timing import PARTS, CpuSampler, GpuSampler, format_split, step_split
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from ..data.features import BatchFbank, batch_features
 from ..data.loader import AsrLoader
 from ..data.tokenizer import CharTokenizer
 from ..model import ConformerCTC, ctc_loss, edit_distance, greedy_decode
-from . import dist
+from ..lab import dist
 
 log = logging.getLogger(__name__)
 

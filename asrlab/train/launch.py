@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 
 from ..errors import UsageError
-from .failures import first_rank_error, format_rank_error
-from .heartbeat import read_heartbeats
-from .stall import COLLECT_S, STALL_EXIT, ProgressClock, write_report
+from ..lab.stall.errors import first_rank_error, format_rank_error
+from ..lab.stall.heartbeat import read_heartbeats
+from ..lab.stall.watch import COLLECT_S, STALL_EXIT, ProgressClock, write_report
 
 log = logging.getLogger(__name__)
 

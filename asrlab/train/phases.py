@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from ..measure.profiling import StepTimer
-from .heartbeat import Heartbeat
+from ..lab.timing import StepTimer
+from ..lab.stall.heartbeat import Heartbeat
 
 PART_OF_PHASE = {"sync": "comm", "allreduce": "comm"}  # heartbeat phase -> step-timer part
 

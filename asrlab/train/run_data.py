@@ -12,7 +12,7 @@ from ..data.index import transcripts, use_indexes
 from ..data.preflight import inspect_layout
 from ..data.sources import DataError, Source, load_data, load_sources
 from ..data.tokenizer import CharTokenizer
-from . import dist
+from ..lab import dist
 
 log = logging.getLogger(__name__)
 

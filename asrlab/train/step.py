@@ -19,7 +19,7 @@ import torch
 from ..data.features import batch_features
 from ..data.loader import mix_counts
 from ..model import mean_ctc_loss
-from .nonfinite import NonFiniteHalt, StepCheck
+from ..lab.numerics.guard import NonFiniteHalt, StepCheck
 
 
 @dataclass
@@ -133,7 +133,7 @@ class TrainStep:
 
     def _replay(self, batch: dict, n: int):
         """Micro-batch ``batch`` of ``n`` for the guard's replay of a non-finite step, with the inputs a
-        bundle keeps for :func:`asrlab.diagnostics.replay`. The guard replays under the step's autocast;
+        bundle keeps for :func:`asrlab.lab.numerics.stats.replay`. The guard replays under the step's autocast;
         features and loss leave it, since :meth:`_micro_step` computes them outside."""
         def run():
             with torch.autocast(self.device.type, enabled=False):

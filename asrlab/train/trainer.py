@@ -32,23 +32,23 @@ from tqdm.auto import tqdm
 from ..config import Config
 from ..data.features import BatchFbank
 from ..data.sources import DataError
-from ..measure.profiling import PARTS, trace
+from ..lab.timing import PARTS, trace
 from ..model import ConformerCTC, count_parameters
-from . import dist
+from ..lab import dist
 from .evaluate import evaluate
-from .heartbeat import Heartbeat
-from .ledger import LedgerWriter
-from .metrics import MetricsWriter
-from .nonfinite import NumericsGuard
+from ..lab.stall.heartbeat import Heartbeat
+from ..lab.state.ledger import LedgerWriter
+from ..lab.metrics import MetricsWriter
+from ..lab.numerics.guard import NumericsGuard
 from .phases import StepPhases
-from .precision import choose_precision, cpu_fp16_kernels
+from ..lab.precision import choose_precision, cpu_fp16_kernels
 from .run_data import load_train_sources, start_data
 from .schedule import RunClock, decay_horizon, lr_lambda
-from .stall import Watchdog, announced_to, watching
+from ..lab.stall.watch import Watchdog, announced_to, watching
 from .step import TrainStep
-from .stop import STOP_FILE, clear_stop, stop_requested
+from ..lab.stop import STOP_FILE, clear_stop, stop_requested
 from .trainer_state import Rollback, TrainerState
-from .uneven import UnevenGuard, after_join
+from ..lab.uneven import UnevenGuard, after_join
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Trainer(TrainStep, TrainerState):
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, horizon, self.clock))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.epoch_done, self.evals = 0, 0, False, 0
-        self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.train.stop)
+        self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.lab.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
         self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
         self._unread = deque()               # steps trained whose check is still on the device (train_step)

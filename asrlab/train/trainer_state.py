@@ -13,10 +13,11 @@ import logging
 import os
 import signal
 
-from . import checkpoint, dist
-from .ledger import ledger_sizes, ledger_tail, note_resume, put_ledger_tail
-from .nonfinite import NonFiniteHalt
-from .state import all_rng_state, set_all_rng_state
+from ..lab.state import checkpoint
+from ..lab import dist
+from ..lab.state.ledger import ledger_sizes, ledger_tail, note_resume, put_ledger_tail
+from ..lab.numerics.guard import NonFiniteHalt
+from ..lab.state.run_state import all_rng_state, set_all_rng_state
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..train.metrics import run_status
+from ..lab.metrics import run_status
 from .base import html_escape, interactive, png
 
 
@@ -38,7 +38,7 @@ class TrainMonitor:
     all redrawn in place by :meth:`update`. Static: the status line and, at the end, the curves,
     each one output updated in place (a ``display_id``), so an executed notebook keeps the last.
 
-    The Stop button writes ``EXP/STOP`` (``asrlab.train.stop``): the run ends after its current step
+    The Stop button writes ``EXP/STOP`` (``asrlab.lab.stop``): the run ends after its current step
     with a checkpoint and an evaluation, and the notebook goes on with the model it has. The button
     is heard while the cell awaits (``await nb.train_live(...)``): the kernel takes widget messages
     between the awaits.
@@ -71,7 +71,7 @@ class TrainMonitor:
             self._figure = None
 
     def request_stop(self) -> None:
-        from ..train.stop import request_stop
+        from ..lab.stop import request_stop
 
         request_stop(self.exp, "the notebook's Stop button")
         self.stop_clicked = True

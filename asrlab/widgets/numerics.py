@@ -14,7 +14,7 @@ class NanExplorer(Explorer):
     non-finite step, for the tightest module."""
 
     def __init__(self, exp: str | Path, k: int = 8, direction: str = "forward"):
-        from ..diagnostics import first_nonfinite_step, headroom_traces, read_traces
+        from ..lab.numerics.stats import first_nonfinite_step, headroom_traces, read_traces
 
         self.exp, self.k, self.direction = Path(exp), k, direction
         self.traces = read_traces(self.exp)

@@ -14,7 +14,7 @@ class ResumeExplorer(Explorer):
     the order in which ``reference`` (the run never interrupted) trained them. Headless: the whole epoch."""
 
     def __init__(self, runs: dict[str, str | Path], keys, epoch: int = 0, reference: str | None = None):
-        from ..train.ledger import epoch_steps
+        from ..lab.state.ledger import epoch_steps
 
         self.epoch = epoch
         self.steps = {label: epoch_steps(exp, epoch) for label, exp in runs.items()}
@@ -28,7 +28,7 @@ class ResumeExplorer(Explorer):
         self.first_step = min((s[0][0] for s in self.steps.values() if s), default=0)
 
     def counts(self, step: int | None = None) -> dict[str, list[int]]:
-        from ..train.ledger import counts_until
+        from ..lab.state.ledger import counts_until
 
         return {label: counts_until(steps, self.keys, step) for label, steps in self.steps.items()}
 

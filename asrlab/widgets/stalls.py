@@ -32,8 +32,8 @@ class StallExplorer(Explorer):
     its last seconds. Headless: the verdict, a table of the ranks and the timeline's last ``zoom_s``."""
 
     def __init__(self, exp: str | Path, title: str = "", zoom_s: float = 10.0):
-        from ..train.heartbeat import phase_intervals, read_timeline
-        from ..train.stall import rank_states
+        from ..lab.stall.heartbeat import phase_intervals, read_timeline
+        from ..lab.stall.watch import rank_states
 
         self.exp, self.title, self.zoom_s = Path(exp), title, zoom_s
         self.verdict, self.ranks = rank_states(self.exp)

@@ -80,7 +80,7 @@ class SamplerMonitor:
         import ipywidgets as w
         from IPython.display import display
 
-        from ..measure.profiling import CpuSampler, GpuSampler
+        from ..lab.timing import CpuSampler, GpuSampler
 
         self.gpu, self.cpu = GpuSampler(0.5), CpuSampler(0.5)
         self.gpu.__enter__()

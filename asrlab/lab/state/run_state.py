@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, dist
+from . import checkpoint
+from .. import dist
 from .ledger import LedgerWriter, coverage_report, note_resume
-from .nonfinite import rng_state, set_rng_state
+from ..numerics.guard import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 VERSION = 1

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from . import dist
-from .stall import announce
+from .stall.watch import announce
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ..jsonl import JsonLines, read_jsonl
+from ..files import JsonLines, read_jsonl
 from ..errors import UsageError
 
 FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from ..jsonl import JsonLines, append_jsonl, read_jsonl
+from ...files import JsonLines, append_jsonl, read_jsonl
 
 
 def _path(exp: str | Path, rank: int) -> Path:

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import relay
-from .failures import error_line, rank_errors, record_rank_error
+from .errors import error_line, rank_errors, record_rank_error
 from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
 
 log = logging.getLogger(__name__)
@@ -523,7 +523,7 @@ class StallWatch:
 
     def __init__(self, exp: str | Path, timeout_s: float = 60.0, first_step_s: float | None = None,
                  timeline: bool = False, exit_on_stall: bool = True, poll_s: float = 1.0):
-        from . import dist
+        from .. import dist
 
         self.exp = Path(exp)
         self.rank, self.world_size = dist.world()

@@ -16,7 +16,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..jsonl import append_jsonl, read_jsonl
+from ...files import append_jsonl, read_jsonl
 from .relay import node_rank
 
 # phase -> how a verdict says it ("rank 1 {text} of step 17")

@@ -16,13 +16,13 @@ A plain DDP loop gets them with a few added lines (``examples/lab_loop.py`` next
 
 Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab train``.
 
-``StallWatch``     heartbeat phases + a watchdog on every rank (:mod:`asrlab.train.stall`)
-``UnevenGuard``    every rank gets the same number of batches (:mod:`asrlab.train.uneven`)
+``StallWatch``     heartbeat phases + a watchdog on every rank (:mod:`asrlab.lab.stall.watch`)
+``UnevenGuard``    every rank gets the same number of batches (:mod:`asrlab.lab.uneven`)
 ``NumericsGuard``  sampled module statistics, the first non-finite module, replay bundle, skip/rollback/halt
-                   (:mod:`asrlab.train.nonfinite`; replays: :func:`asrlab.diagnostics.replay_step`)
+                   (:mod:`asrlab.lab.numerics.guard`; replays: :func:`asrlab.lab.numerics.stats.replay_step`)
 ``RunState``       atomic checkpoints of everything incl. RNGs and loader position, and the ledger
-                   (:mod:`asrlab.train.state`); ``coverage_report`` proves exactly-once per epoch
-``StepTimer``      data wait vs compute per step; ``GpuSampler``/``CpuSampler`` (:mod:`asrlab.measure.profiling`)
+                   (:mod:`asrlab.lab.state.run_state`); ``coverage_report`` proves exactly-once per epoch
+``StepTimer``      data wait vs compute per step; ``GpuSampler``/``CpuSampler`` (:mod:`asrlab.lab.timing`)
 ``MetricsWriter``  one JSON line per step in ``EXP/metrics/rank{R}.jsonl`` (what ``asrlab doctor`` reads)
 """
 
@@ -30,21 +30,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .diagnostics import replay_step
-from .measure.profiling import CpuSampler, GpuSampler, StepTimer
-from .train.dist import cpu_group
-from .train.failures import record_rank_error
-from .train.ledger import coverage_report, read_ledger
-from .train.metrics import MetricsWriter
-from .train.nonfinite import NonFiniteHalt, NumericsGuard, StepCheck
-from .train.stall import StallWatch
-from .train.state import RunState
-from .train.uneven import UnevenGuard
+from .numerics.stats import replay_step
+from .timing import CpuSampler, GpuSampler, StepTimer
+from .dist import cpu_group
+from .stall.errors import record_rank_error
+from .state.ledger import coverage_report, read_ledger
+from .metrics import MetricsWriter
+from .numerics.guard import NonFiniteHalt, NumericsGuard, StepCheck
+from .stall.watch import StallWatch
+from .state.run_state import RunState
+from .uneven import UnevenGuard
 
 
 def metrics(exp) -> MetricsWriter:
     """This rank's metrics writer (``EXP/metrics/rank{R}.jsonl``)."""
-    from .train.dist import world
+    from .dist import world
 
     return MetricsWriter(Path(exp), f"rank{world()[0]}")
 

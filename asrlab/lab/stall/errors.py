@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 from . import relay
 from .heartbeat import PHASES
 

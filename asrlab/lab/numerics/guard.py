@@ -18,7 +18,7 @@ routine: the scaler skips and lowers its scale. A rank's non-finite loss, or non
 without a scaler, is not: that rank replays the step once with every module hooked (the weights
 before the step, the RNG state it started from, so dropout draws the same masks) to name the first
 non-finite module and direction, and saves it as a bundle under ``EXP/nonfinite/`` (weights, batch,
-keys, RNG) that :func:`asrlab.diagnostics.replay_step` runs again in fp32, bf16 and fp16. Then the
+keys, RNG) that :func:`asrlab.lab.numerics.stats.replay_step` runs again in fp32, bf16 and fp16. Then the
 policy: ``skip`` goes on, ``halt`` raises :class:`NonFiniteHalt` (after ``EXP/nonfinite/halt.json``,
 which ``asrlab doctor`` reads), ``rollback`` returns ``check.action == "rollback"`` (the loop reloads
 its last state). With other ranks, rollback and halt answer at the next step, on every rank alike:
@@ -54,9 +54,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..diagnostics import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
-from . import dist
-from .stall import announce
+from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
+from .. import dist
+from ..stall.watch import announce
 
 log = logging.getLogger(__name__)
 
