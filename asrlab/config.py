@@ -8,7 +8,6 @@ default.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import yaml
 from .data.loader import DataConfig
 from .model import ModelConfig
 from .errors import UsageError
+from .files import atomic_write
 
 CONF_DIR = Path(__file__).parent / "conf"
 
@@ -147,9 +147,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] = ()) ->
 
 def dump_config(cfg: Config, path: Path) -> None:
     """Written whole or not at all (a monitor may read it while the run starts)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    os.replace(tmp, path)
+    atomic_write(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def replace_section(cfg: Config, section: str, **changes) -> Config:

@@ -1,6 +1,8 @@
-"""JSON-lines files of a run (metrics, ledger, diagnostics traces, timelines): one object per line.
+"""Files a run writes while others read them: whole-file replacement, and JSON lines.
 
-A process killed while writing leaves a torn last line. Appending first ends such a line, so the
+:func:`atomic_write` replaces a file whole: a reader (another rank, the doctor, a notebook) sees the old
+content or the new, never half of it. JSON-lines files (metrics, ledger, diagnostics traces, timelines)
+hold one object per line; a process killed while writing leaves a torn last line. Appending first ends such a line, so the
 next record starts on a line of its own, and reading skips lines that do not parse, so a torn
 line costs that record only, never the ones written after it.
 """
@@ -9,9 +11,42 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger(__name__)
+
+
+def atomic_write(path: str | Path, data: str | bytes | Callable, durable: bool = False) -> Path:
+    """Write ``data`` (text, bytes, or a function that writes to a binary file) to ``path`` whole or not at all.
+
+    The temporary file beside it is this process's and thread's own, so two writers of the same file (a
+    failing rank and a survivor writing the report) never write into one temporary. ``durable``: fsync the
+    file and its folder before returning, so a crash of the machine keeps it too (checkpoints)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if durable:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
 
 
 def _open_append(path: Path):

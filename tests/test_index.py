@@ -114,7 +114,6 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
     import torch
 
     from asrlab.config import load_config
-    from asrlab.data import preflight
     from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 

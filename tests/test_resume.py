@@ -67,7 +67,8 @@ def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corp
     died = subprocess.run(train_cmd(corpus, exp, 1, 0, "train.inject_kill_at_save=9"), capture_output=True, timeout=240)
     assert died.returncode == -9
     names = sorted(p.name for p in (exp / "checkpoints").iterdir())
-    assert "step_00000009.pt.tmp" in names and "step_00000009.pt" not in names   # it died mid-write
+    assert any(n.startswith("step_00000009.pt.") and n.endswith(".tmp") for n in names)  # it died mid-write
+    assert "step_00000009.pt" not in names
     run(train_cmd(corpus, exp, 1, 0))
     assert digest(exp) == digest(ref)
     assert [r["keys"] for r in read_ledger(exp)] == [r["keys"] for r in read_ledger(ref)]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..files import atomic_write
 from .remote import is_url, stamp_of
 from .sources import Item, Source, check_item, corpus_specs, read_source
 
@@ -144,11 +145,8 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
         entries[_entry_key(src)] = {"stamp": st, "utts": [[u.key, u.samples, u.rate, u.text, u.bad] for u in utts]}
         _LOADED[_identity(src)] = [st, utts, time.monotonic()]
     if todo and write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"version": VERSION, "list": str(Path(list_path).resolve()),
-                                   "sources": entries}), encoding="utf-8")  # sources gone from the list: dropped
-        os.replace(tmp, path)  # readers see the old index or the new one, never half of one
+        atomic_write(path, json.dumps({"version": VERSION, "list": str(Path(list_path).resolve()),
+                                       "sources": entries}))  # sources gone from the list: dropped
     utts = [u for s in sources for u in _LOADED[_identity(s)][1]]
     usable = [u for u in utts if u.bad is None]
     return {"path": str(path), "sources": len(sources), "reused": len(sources) - len(todo), "indexed": len(todo),

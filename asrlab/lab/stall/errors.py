@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from ...errors import UsageError
+from ...files import atomic_write
 from . import relay
 from .heartbeat import PHASES
 
@@ -36,9 +37,7 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
               "traceback": "".join(traceback.format_exception(error)),
               **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {})}
     def write() -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)  # whole or absent: another rank polls this folder
+        atomic_write(path, json.dumps(record))  # whole or absent: another rank polls this folder
         relay.flush()  # and to the other nodes, where they do not share this folder
 
     write()  # first without: a rank that asks which peers went away waits on the others' errors

@@ -16,7 +16,7 @@ import socket
 import time
 from pathlib import Path
 
-from ...files import append_jsonl, read_jsonl
+from ...files import append_jsonl, atomic_write, read_jsonl
 from .relay import node_rank
 
 # phase -> how a verdict says it ("rank 1 {text} of step 17")
@@ -99,12 +99,7 @@ class Heartbeat:
 
 
 def write_heartbeat(exp: Path, snap: dict, rid: str) -> None:
-    d = heartbeat_dir(exp)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"rank{snap['rank']}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**snap, "run": rid}))
-    os.replace(tmp, path)
+    atomic_write(heartbeat_dir(exp) / f"rank{snap['rank']}.json", json.dumps({**snap, "run": rid}))
 
 
 def read_heartbeats(exp: Path, rid: str | None = None) -> dict[int, dict]:

@@ -24,6 +24,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from ...files import atomic_write
+
 log = logging.getLogger(__name__)
 
 OWN = ("heartbeat/rank{r}.json", "stall/rank{r}.json", "stall/rank{r}.workers.txt", "errors/rank{r}.json")
@@ -152,10 +154,7 @@ def _write_if_newer(path: Path, text: str) -> None:
                     return
             except ValueError:
                 pass  # a torn local copy: replace it
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.relay{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def start(exp: str | Path, rank: int, world_size: int, rid: str) -> Relay | None:

@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
+from ...files import atomic_write
 from . import relay
 from .errors import error_line, rank_errors, record_rank_error
 from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
@@ -149,13 +150,7 @@ def thread_stacks() -> dict[str, list[str]]:
 
 
 def write_dump(exp: Path, snap: dict) -> Path:
-    d = stall_dir(exp)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"rank{snap['rank']}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**snap, "stacks": thread_stacks()}))
-    os.replace(tmp, path)
-    return path
+    return atomic_write(stall_dir(exp) / f"rank{snap['rank']}.json", json.dumps({**snap, "stacks": thread_stacks()}))
 
 
 def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None = None,
@@ -209,9 +204,7 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
             entry["workers"] = workers.read_text()
         report["ranks"].append(entry)
     for name, text in (("stall_report.txt", format_report(report)), ("stall_report.json", json.dumps(report, indent=1))):
-        tmp = exp / f"{name}.{os.getpid()}.tmp"  # whole or absent: the failing rank and a survivor may both write
-        tmp.write_text(text)
-        os.replace(tmp, exp / name)
+        atomic_write(exp / name, text)  # the failing rank and a survivor may both write it
     return report
 
 
@@ -624,9 +617,7 @@ def _write_lab_status(exp: Path, update: dict) -> None:
     except (OSError, ValueError):
         state = {}
     state.update(update)
-    tmp = path.with_name("lab.json.tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(state, indent=1))
 
 
 __all__ = ["PEER_FAILED_EXIT", "announce", "announced_to", "STALL_EXIT", "StallWatch", "Watchdog", "verdict", "write_report", "format_report", "ranks_text", "stall_dir"]

@@ -12,26 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
 import torch
 
+from ...files import atomic_write
+
 log = logging.getLogger(__name__)
-
-
-def _fsync_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def sha256(path: Path) -> str:
@@ -63,9 +50,9 @@ def save_checkpoint(ckpt_dir: Path, state: dict, step: int, info: dict, keep_las
     """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"step_{step:08d}.pt"
-    _fsync_write(path, lambda f: torch.save(state, _Ticking(f, on_write) if on_write else f))
+    atomic_write(path, lambda f: torch.save(state, _Ticking(f, on_write) if on_write else f), durable=True)
     marker = {"step": step, **info, "file": path.name, "sha256": sha256(path)}
-    _fsync_write(path.with_suffix(".done"), lambda f: f.write(json.dumps(marker).encode()))
+    atomic_write(path.with_suffix(".done"), json.dumps(marker), durable=True)
     if keep_last > 0:
         for old in list_checkpoints(ckpt_dir)[:-keep_last]:
             (ckpt_dir / f"step_{old['step']:08d}.done").unlink(missing_ok=True)  # marker first
