@@ -185,7 +185,7 @@ def test_stall_explorer_of_a_run_that_finished(run):
     ex = widgets.StallExplorer(exp)
     assert ex.verdict == "no stall: every rank finished"
     ex.widget()
-    assert "done" in ex.detail.value and "no stacks" in ex.detail.value
+    assert "): finished" in ex.detail.value and "no stacks" in ex.detail.value  # the phase as the verdicts say it
 
 
 def test_sweep_explorer(corpus, tmp_path):

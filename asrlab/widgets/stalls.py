@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..lab.stall.watch import rank_line
 from .base import Explorer, html_escape, png
 
 
 def rank_html(entry: dict, frames: int = 14) -> str:
     """One rank: where it is, since when, and each thread's Python stack (innermost call last)."""
+    head = f"<p>{html_escape(rank_line(entry))}</p>"
     if entry.get("phase") is None:
-        return f"<p>rank {entry['rank']}: {html_escape(entry.get('note', 'no heartbeat'))}</p>"
-    head = (f"<p><b>rank {entry['rank']}</b> ({html_escape(entry.get('host') or '?')}, pid {entry.get('pid')}): "
-            f"step {entry.get('step')}, <b>{html_escape(entry['phase'])}</b> for {entry.get('in_phase_s', 0):g} s"
-            + (f"; {html_escape(entry['detail'])}" if entry.get("detail") else "") + "</p>")
+        return head
     stacks = entry.get("stacks") or {}
     if not stacks:
         extra = entry.get("faulthandler")

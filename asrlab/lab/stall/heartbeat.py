@@ -16,8 +16,14 @@ import socket
 import time
 from pathlib import Path
 
+import psutil
+
 from ...files import append_jsonl, atomic_write, read_jsonl
 from .relay import node_rank
+
+# a heartbeat this much older than now: its rank's process is frozen or gone (the watchdog writes one a
+# second; a copy relayed from another node is up to about 2 s old)
+STALE_S = 4.0
 
 # phase -> how a verdict says it ("rank 1 {text} of step 17")
 PHASES = {
@@ -165,3 +171,40 @@ def phase_shares(timelines: dict[int, list[dict]]) -> dict[int, dict[str, float]
             shares[phase] = shares.get(phase, 0.0) + length / total
         out[rank] = shares
     return out
+
+
+# --------------------------------------------------------------------------- judging a heartbeat
+
+def process_state(pid: int | None, host: str | None, seen: float) -> str:
+    """``"alive"``, ``"gone"``, or ``"unknown"`` (another host, or no pid) for the process of a heartbeat
+    last written at ``seen``; a pid now held by a process started after that is someone else's."""
+    if not pid or host != socket.gethostname():
+        return "unknown"
+    try:
+        p = psutil.Process(pid)
+        return "alive" if p.create_time() <= seen and p.status() != psutil.STATUS_ZOMBIE else "gone"
+    except psutil.Error:
+        return "gone"
+
+
+def rank_state(b: dict, now: float) -> dict:
+    """One rank from its heartbeat: phase, step, how long, and whether its process is still there.
+
+    ``state``: ``done``; ``alive`` (heartbeat fresh); ``frozen`` (stale, process still there: stopped, or
+    a C call holding the GIL); ``gone`` (stale or not, the process has ended without finishing);
+    ``silent`` (stale, on another host: which of the two cannot be told from here).
+    """
+    age = now - b.get("time", now)
+    proc = process_state(b.get("pid"), b.get("host"), b.get("time", now))
+    if b.get("phase") == "done":
+        state = "done"
+    elif proc == "gone":
+        state = "gone"
+    elif age <= STALE_S:
+        state = "alive"
+    else:
+        state = "frozen" if proc == "alive" else "silent"
+    return {"rank": b["rank"], "phase": b.get("phase"), "step": b.get("step"),
+            "in_phase_s": round(max(0.0, (now if state == "alive" else b.get("time", now)) - b.get("since", now)), 1),
+            "heartbeat_age_s": round(age, 1), "state": state, "detail": b.get("detail") or "",
+            "pid": b.get("pid"), "host": b.get("host"), "completed": b.get("completed")}

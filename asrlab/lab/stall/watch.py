@@ -37,13 +37,12 @@ from types import SimpleNamespace
 from ...files import atomic_write
 from . import relay
 from .errors import error_line, rank_errors, record_rank_error
-from .heartbeat import PHASES, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
+from .heartbeat import PHASES, STALE_S, Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
 
 log = logging.getLogger(__name__)
 
 STALL_EXIT = 3  # exit code of a rank (and of ``asrlab train``) stopped by the watchdog
 COLLECT_S = 8.0  # how long rank 0 waits for the other ranks' stack dumps
-STALE_S = 4.0    # a heartbeat file this much older than the others: that rank's process is frozen or gone
 FAILURE_COLLECT_S = 3.0  # how long a rank that raised waits for the others' stack dumps (they poll every second)
 PEER_FAILED_EXIT = 5  # exit code of a rank the watchdog stopped because another rank raised
 # data-loader workers forked after the watchdog started dump their stacks on this signal (a real-time
@@ -94,6 +93,16 @@ def phase_text(phase: str, step: int) -> str:
     if phase in ("start", "index", "done"):
         return PHASES[phase]
     return f"{PHASES.get(phase, phase)} of step {step}"
+
+
+def rank_line(e: dict) -> str:
+    """``rank 1 (host, pid 42): waiting for data of step 7 for 12 s; detail``: one rank, as every report,
+    the doctor and the stall explorer say it (``e``: a heartbeat entry with ``in_phase_s``)."""
+    if e.get("phase") is None:
+        return f"rank {e['rank']}: {e.get('note') or 'no heartbeat'}"
+    took = "" if e["phase"] == "done" else f" for {e.get('in_phase_s') or 0:g} s"
+    detail = f"; {e['detail']}" if e.get("detail") else ""
+    return f"rank {e['rank']} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
 
 
 def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
@@ -214,12 +223,7 @@ def format_report(report: dict) -> str:
            if failure else
            f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job.")
     lines = [report["verdict"], "", why, ""]
-    for e in report["ranks"]:
-        if e.get("phase") is None:
-            lines.append(f"rank {e['rank']}: no heartbeat")
-            continue
-        lines.append(f"rank {e['rank']} ({e.get('host')}, pid {e.get('pid')}): step {e['step']}, "
-                     f"{e['phase']} for {e['in_phase_s']:g} s" + (f"; {e['detail']}" if e.get("detail") else ""))
+    lines += [rank_line(e) for e in report["ranks"]]
     for e in report["ranks"]:
         if e.get("stacks"):
             lines += ["", f"--- rank {e['rank']}: Python stacks ---"]

@@ -1,0 +1,93 @@
+"""``asrlab doctor EXP``: what happened to a run, read from everything it left in its experiment folder.
+
+:func:`diagnose` returns a plain dict (JSON-ready); :func:`format_diagnosis` turns it into the text a
+person reads. Nothing here writes to EXP or talks to the run: a doctor may look at a live run.
+
+The verdict is one of :data:`VERDICTS`. Files left by an earlier launch into the same EXP (an error
+before a resume, an old halt report) are history, not the verdict: only those written since the latest
+launch (``lab.json``'s ``started``, else the time the trainer wrote ``config.yaml``) decide it, and of
+those the earliest (a stall's watchdog kills leave later errors on the other ranks, a rank's error
+leaves the others stalled).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import UsageError
+from ..lab.metrics import metric_files, read_metrics
+from ..lab.stall.heartbeat import rank_state
+from ..lab.stop import STOP_FILE
+from .read import (error_entry, halt_report, history, json_ready, kept_steps, latest_heartbeats, launch_time,
+                   read_json, stall_entry, train_config)
+from ..lab.stall.errors import rank_errors
+from .render import format_diagnosis
+from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
+                       nonfinite_events, resume_points, step_times)
+from .verdict import verdict
+
+VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "crashed", "unknown")
+FAILED = ("stalled", "nonfinite_halt", "crashed", "unknown")
+LAUNCH_SLACK_S = 2.0      # a rank can record its error just before rank 0 rewrites config.yaml
+
+# any of these makes a folder an experiment folder
+_RUN_FILES = ("config.yaml", "lab.json", "metrics", "heartbeat", "errors", "checkpoints", "ledger",
+              "stall_report.json", "nonfinite")
+
+
+def diagnose(exp: str | Path, now: float | None = None) -> dict:
+    """Everything ``asrlab doctor`` says about the run in ``exp``, as a JSON-ready dict.
+
+    Keys: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False when the run
+    failed or its coverage is broken: ``asrlab doctor`` exits 1), ``world_size``, ``ranks`` (per rank: what
+    it is doing or did last), ``error``, ``stall``, ``halt``, ``steps`` (per-rank timing and the spread),
+    ``nonfinite``, ``loss_scale``, ``resumes``, ``coverage``, ``checkpoints``, ``history`` (failures of
+    earlier launches). Raises :class:`UsageError` when ``exp`` is not a folder with a run in it.
+    """
+    exp = Path(exp)
+    if not exp.is_dir():
+        raise UsageError(f"{exp}: not a directory")
+    if not any((exp / name).exists() for name in _RUN_FILES):
+        raise UsageError(f"{exp}: no run there (none of {', '.join(_RUN_FILES)})")
+    now = time.time() if now is None else now
+    lab = read_json(exp / "lab.json") or {}
+    train_cfg = train_config(exp)
+    launched = launch_time(exp, lab)
+    rid, beats = latest_heartbeats(exp)
+    report = read_json(exp / "stall_report.json")
+    world_size = int(lab.get("world_size") or (report or {}).get("world_size") or
+                     (max(beats) + 1 if beats else 0) or len(metric_files(exp)) or 1)
+
+    rank0 = kept_steps(read_metrics(exp)) if (exp / "metrics" / "rank0.jsonl").exists() else []
+    ckpts = checkpoint_integrity(exp)
+    d: dict = {"exp": str(exp), "time": now, "world_size": world_size, "launched": launched or None,
+               "config": {k: train_cfg.get(k) for k in ("max_steps", "max_epochs", "max_minutes", "nonfinite",
+                                                        "uneven", "ledger", "stall_timeout_s")} if train_cfg else None,
+               "last_step": rank0[-1]["step"] if rank0 else None,
+               "stop_requested": (exp / STOP_FILE).exists()}
+    d["ranks"] = [rank_state(b, now) for _, b in sorted(beats.items())]
+    d["steps"] = step_times(exp)
+    d["corpora"] = corpus_throughput(exp)
+    d["nonfinite"] = nonfinite_events(exp)
+    d["loss_scale"] = loss_scale_history(rank0)
+    d["resumes"] = resume_points(exp)
+    d["coverage"] = ledger_coverage(exp, lab, ckpts)
+    d["checkpoints"] = ckpts
+
+    since = launched - LAUNCH_SLACK_S if launched else 0.0
+    errors = rank_errors(exp, since, rid)
+    halt = halt_report(exp, since)
+    stall = report if report is not None and report.get("time", 0) >= since else None
+    d["error"] = error_entry(errors[0], errors) if errors else None
+    d["halt"] = halt
+    d["stall"] = stall_entry(exp, stall) if stall else None
+    d["history"] = history(exp, since, errors, halt, stall)
+    d.update(verdict(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts))
+    broken = d["coverage"] is not None and d["coverage"]["broken"]
+    d["ok"] = d["verdict"] not in FAILED and not broken
+    return json_ready(d)
+
+
+__all__ = ["FAILED", "VERDICTS", "checkpoint_integrity", "diagnose", "format_diagnosis", "ledger_coverage",
+           "loss_scale_history", "nonfinite_events", "resume_points", "step_times"]

@@ -1,0 +1,111 @@
+"""Reading what a run left in its experiment folder: its config, launch time, newest heartbeats, error
+records, halt and stall reports. Nothing here writes to EXP or talks to the run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+from ..lab.stall.errors import error_line, rank_errors
+from ..lab.stall.heartbeat import read_heartbeats
+from ..lab.stall.watch import rank_states
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # absent, or being replaced right now
+        return None
+
+
+def train_config(exp: Path) -> dict:
+    """The ``train`` section of the run's ``config.yaml`` (asrlab's trainer writes it; a user loop may not)."""
+    try:
+        return (yaml.safe_load((exp / "config.yaml").read_text()) or {}).get("train") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+def launch_time(exp: Path, lab: dict) -> float:
+    """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``."""
+    if lab.get("started"):
+        return float(lab["started"])
+    try:
+        return (exp / "config.yaml").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def latest_heartbeats(exp: Path) -> tuple[str | None, dict[int, dict]]:
+    """The heartbeats of the newest launch (the run id of the newest file): ranks an earlier, wider launch
+    left behind are not this run's."""
+    beats = read_heartbeats(exp)
+    if not beats:
+        return None, {}
+    rid = max(beats.values(), key=lambda b: b.get("time", 0)).get("run")
+    return rid, {r: b for r, b in beats.items() if b.get("run") == rid}
+
+
+def kept_steps(lines: list[dict]) -> list[dict]:
+    """Metric lines of the steps that count: when the steps go back (a resume, a rollback), the lines of
+    the steps trained again replace the earlier ones (as :func:`asrlab.lab.state.ledger.read_ledger` does)."""
+    out: list[dict] = []
+    for m in lines:
+        while out and out[-1].get("step", 0) >= m.get("step", 0):
+            out.pop()
+        out.append(m)
+    return out
+
+
+def halt_report(exp: Path, since: float) -> dict | None:
+    """``EXP/nonfinite/halt.json`` (the trainer's halt report), with ``current``: written by this launch."""
+    path = exp / "nonfinite" / "halt.json"
+    h = read_json(path)
+    if h is None:
+        return None
+    return {**{k: h.get(k) for k in ("message", "rollbacks", "step", "rank", "kind", "module", "direction", "where",
+                                     "keys", "loss", "grad_norm", "loss_scale", "saved")},
+            "time": path.stat().st_mtime, "current": path.stat().st_mtime >= since}
+
+
+def error_entry(e: dict, errors: list[dict]) -> dict:
+    tb = (e.get("traceback") or "").rstrip().splitlines()
+    return {"rank": e["rank"], "type": e.get("type"), "message": e.get("message"), "time": e.get("time"),
+            "phase": e.get("phase"), "step": e.get("step"), "usage": e.get("usage"), "line": error_line(e),
+            "traceback_tail": tb[-8:], "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]})}
+
+
+def stall_entry(exp: Path, report: dict) -> dict:
+    _, ranks = rank_states(exp)  # the report's ranks, as the notebook's stall view reads them
+    return {"verdict": report.get("verdict"), "time": report.get("time"), "timeout_s": report.get("timeout_s"),
+            "failure": report.get("failure"), "report": str(exp / "stall_report.txt"),
+            "ranks": [{k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
+                      for r in ranks]}
+
+
+def history(exp: Path, since: float, errors: list[dict], halt: dict | None, stall: dict | None) -> list[str]:
+    """Failures of earlier launches into this EXP (the run was resumed after them)."""
+    out = []
+    current = {(e["rank"], e.get("time")) for e in errors}
+    for e in rank_errors(exp):
+        if (e["rank"], e.get("time")) not in current:
+            out.append(f"earlier launch: {error_line(e)}")
+    if halt is not None and not halt["current"]:
+        out.append(f"earlier launch: {halt['message']}")
+    report = read_json(exp / "stall_report.json")
+    if report is not None and stall is None:
+        out.append(f"earlier launch stalled: {report.get('verdict')}")
+    return out
+
+
+def json_ready(x: object) -> object:
+    """JSON-ready: inf and nan as strings (strict JSON has neither)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {str(k): json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    return x

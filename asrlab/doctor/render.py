@@ -1,0 +1,145 @@
+"""The text of ``asrlab doctor``: the verdict first, then each section."""
+
+from __future__ import annotations
+
+from ..lab.stall.watch import rank_line, ranks_text
+from ..lab.timing import format_split
+from .sections import FIRST
+
+def _few(items: list, total: int | None = None) -> str:
+    total = len(items) if total is None else total
+    more = total - min(len(items), FIRST)
+    return ", ".join(map(str, items[:FIRST])) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _rank_line(r: dict, flags: bool = True) -> str:
+    state = {"alive": "", "done": "", "gone": " [process gone]", "frozen": " [FROZEN: process alive, heartbeat stale]",
+             "silent": " [no heartbeat: frozen or gone]"}[r["state"]]
+    stale = f", heartbeat {r['heartbeat_age_s']:g} s old" if r["state"] not in ("alive", "done") else ""
+    if not flags:  # the verdict came from a report: a stale heartbeat there says nothing more
+        state = stale = ""
+    return f"  {rank_line(r)}{stale}{state}"
+
+
+def _next(d: dict) -> str | None:
+    """What to do about the verdict, in one line."""
+    ckpt = d["checkpoints"]["newest_loadable"]
+    resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
+    v = d["verdict"]
+    if v == "stalled":
+        return (f"read the stacks in {(d['stall'] or {}).get('report') or 'the ranks named above'}; a rank waiting "
+                "for data points at its loader or storage, one blocked in a collective at the rank named first")
+    if v == "crashed":
+        return f"fix the cause, then run the same command again ({resume})"
+    if v == "nonfinite_halt":
+        bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
+        return f"replay the saved step in each precision: asrlab.lab.numerics.stats.replay('{bundle}')" if bundle else None
+    if v == "stopped":
+        return f"run the same command again to continue ({resume})"
+    if v == "unknown":
+        return "the run's own output (its log, the scheduler's) says how it ended"
+    return None
+
+
+def format_diagnosis(d: dict) -> str:
+    """The text of ``asrlab doctor``: the verdict first, then each section."""
+    lines = [f"{d['verdict'].upper()}: {d['summary']}", f"  experiment: {d['exp']}"]
+    hint = _next(d)
+    if hint:
+        lines.append(f"  next: {hint}")
+    if d["error"]:
+        e = d["error"]
+        lines += ["", f"first error: {e['line']}"]
+        if e["also_failed"]:
+            lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
+        if not e.get("usage"):
+            lines += ["  " + ln for ln in e["traceback_tail"]]
+    if d["stall"]:
+        lines += ["", f"stall report ({d['stall']['report']}): {d['stall']['verdict']}"]
+        lines += [f"  {rank_line(r)}" for r in d["stall"]["ranks"]]
+    elif d["ranks"]:
+        lines += ["", "ranks (last heartbeats):"] + [_rank_line(r, d["basis"] == "heartbeats") for r in d["ranks"]]
+    for h in d["history"]:
+        lines.append(f"  ({h})")
+
+    st = d["steps"]
+    lines += ["", "step times (per rank):"]
+    if not st["ranks"]:
+        lines.append(f"  {st.get('missing') or 'no metrics'}")
+    for r in st["ranks"]:
+        how = "mean (heartbeat)" if r.get("source") else "median"
+        lines.append(f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
+                     f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
+        if r.get("split"):
+            lines.append(f"    wall clock: {format_split(r['split'])}")
+    if st["spread"]:
+        s = st["spread"]
+        lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
+                     f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)")
+
+    mix = d.get("corpora")
+    if mix:
+        lines += ["", "corpora (all ranks; audio seconds per second of loader work):"]
+        for c, x in mix["corpora"].items():
+            lines.append(f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, "
+                         f"{x['audio_per_load_s'] if x['audio_per_load_s'] is not None else '-'} s/s"
+                         + ("  <- slowest to load" if c == mix["slowest"] else ""))
+
+    nf = d["nonfinite"]
+    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] else " none")]
+    if d["halt"] and d["verdict"] != "nonfinite_halt":  # (the verdict above says it otherwise)
+        lines.append(f"  halt{'' if d['halt']['current'] else ' (earlier launch)'}: {d['halt']['message']}")
+    for e in nf["events"]:
+        keys = e.get("keys") or []
+        lines.append(f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
+                     f"{e.get('where') or e.get('module')}; utterances {_few(keys)}")
+        lines.append(f"    bundle: {e['bundle']}")
+    unsaved = [s for s in nf["steps"] if s not in {e["step"] for e in nf["events"]}]
+    if unsaved:
+        lines.append(f"  also not finite (rank 0's metrics, no bundle): steps {_few(unsaved)}")
+
+    ls = d["loss_scale"]
+    if ls:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(ls["skipped_by_kind"].items())) or "none"
+        scale = (f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
+                 if "first" in ls else "not logged")
+        lines += ["", f"loss scale: {scale}", f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds})"
+                  + (f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else "")]
+
+    rs = d["resumes"]
+    lines += ["", "resumes: " + (", ".join(f"from step {s}" for s in rs["resumed_from"]) if rs["resumed_from"] else
+                                 "none" if rs["ledger"] else "no ledger (train.ledger=false)")]
+    for x in rs["steps_trained_again"]:
+        lines.append(f"  metrics: after step {x['after_step']} training went back to step {x['back_to_step']}")
+
+    cov = d["coverage"]
+    if cov is None:
+        lines += ["", "coverage: no ledger (--ledger / train.ledger=true records which utterances each step used)"]
+    else:
+        lines += ["", f"coverage (ledger; expected: {cov['against']}):" + (" BROKEN" if cov["broken"] else "")]
+        for e in cov["epochs"]:
+            if e["complete"] and e["exactly_once"]:
+                lines.append(f"  epoch {e['epoch']}: complete, {e['keys']} keys, each exactly once")
+                continue
+            parts = [f"{e['keys']} keys" + ("" if e["complete"] or e["repeated"] else " so far, none twice")]
+            if e["repeated"]:
+                parts.append(f"{e['repeated']} repeated ("
+                             + _few([f"{k} x{n}" for k, n in e["repeated_keys"].items()], e["repeated"]) + ")")
+            if e["skipped"]:
+                parts.append(f"{e['skipped']} skipped ({_few(e['skipped_keys'], e['skipped'])})")
+            if e["unexpected"]:
+                parts.append(f"{e['unexpected']} not expected ({_few(e['unexpected_keys'], e['unexpected'])})")
+            lines.append(f"  epoch {e['epoch']}: {'complete' if e['complete'] else 'incomplete'}, " + ", ".join(parts))
+        if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
+            lines.append("  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "
+                         "utterances are skipped that epoch)")
+
+    ck = d["checkpoints"]
+    lines += ["", f"checkpoints ({len(ck['files'])}):" + ("" if ck["files"] else " none")]
+    for c in ck["files"]:
+        lines.append(f"  {c['file']}: epoch {c['epoch']}{' (done)' if c.get('epoch_done') else ''}, {c['state']}")
+    for p in ck["partial_writes"]:
+        lines.append(f"  {p}: a write that never finished")
+    if ck["files"]:
+        lines.append(f"  newest loadable: {ck['newest_loadable'] or 'NONE (a resume starts from scratch)'}")
+    return "\n".join(lines) + "\n"

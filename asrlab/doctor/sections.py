@@ -1,0 +1,198 @@
+"""The sections of a diagnosis, each readable alone: step times and their spread, corpora, non-finite
+steps, the loss scale, resumes, ledger coverage and checkpoint integrity."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from ..data.loader import mix_counts
+from ..files import read_jsonl
+from ..lab.metrics import metric_files, rank_summary, read_metrics
+from ..lab.stall.heartbeat import read_heartbeats
+from ..lab.state import checkpoint
+from ..lab.state.ledger import coverage, coverage_report, ledger_ranks
+from ..lab.timing import step_split
+from .read import kept_steps, read_json
+
+FIRST = 5                 # keys, steps, ... named in the text before "+N more"
+
+def step_times(exp: str | Path) -> dict:
+    """Per rank: steps, median step time, share of it waiting for data (:func:`rank_summary`, the first step
+    left out), and the spread: the slowest rank and how much slower than the fastest its median step is."""
+    missing = None
+    try:
+        ranks = rank_summary(exp)
+    except KeyError as e:  # a loop's metrics without the trainer's timing keys
+        ranks, missing = [], f"the metrics lines have no {e}"
+    ranks = ranks or _heartbeat_times(exp)  # a loop without asrlab's metrics: its heartbeat's time per phase
+    if not ranks and missing:
+        return {"ranks": [], "spread": None, "missing": missing}
+    out: dict = {"ranks": [{**r, "median_step_s": round(r["median_step_s"], 6),
+                            "data_wait_share": round(r["data_wait_share"], 4)} for r in ranks], "spread": None}
+    for r in out["ranks"]:
+        if r.get("source") is None:  # from metrics lines: where the steps' wall clock went
+            try:
+                r["split"] = step_split(read_metrics(exp, f"rank{r['rank']}")[1:])
+            except KeyError:  # a loop's metrics without the timing keys
+                r["split"] = None
+    if len(ranks) > 1:
+        slow = max(ranks, key=lambda r: r["median_step_s"])
+        fast = min(ranks, key=lambda r: r["median_step_s"])
+        out["spread"] = {"slowest_rank": slow["rank"], "fastest_rank": fast["rank"],
+                         "slowest_s": round(slow["median_step_s"], 6), "fastest_s": round(fast["median_step_s"], 6),
+                         "ratio": round(slow["median_step_s"] / max(1e-9, fast["median_step_s"]), 3)}
+    return out
+
+
+def corpus_throughput(exp: str | Path) -> dict | None:
+    """Per corpus of a mixed run, over every rank's metrics (the steps that count): utterances, audio
+    hours, and audio seconds per second of loader work (reading and decoding), the slowest named: a
+    corpus far slower than the rest starves the ranks that draw it. None for a run on one list."""
+    total = mix_counts([m for name in metric_files(exp) for m in kept_steps(read_metrics(exp, name))])
+    if not total:
+        return None
+    out = {c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}
+           for c, (n, a, w) in sorted(total.items())}
+    rated = [c for c in out if out[c]["audio_per_load_s"]]
+    return {"corpora": out, "slowest": min(rated, key=lambda c: out[c]["audio_per_load_s"]) if len(rated) > 1 else None}
+
+
+def _heartbeat_times(exp: Path) -> list[dict]:
+    """Per rank, from the time a StallWatch heartbeat kept per phase (a loop without asrlab's metrics):
+    steps done, mean seconds per step (``median_step_s`` holds the mean), share of it waiting for data."""
+    out = []
+    for rank, b in sorted(read_heartbeats(exp).items()):
+        spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "epoch_end", "done", "eval")}
+        steps = b.get("completed", 0)
+        if steps and sum(spent.values()) > 0:
+            total = sum(spent.values())
+            out.append({"rank": rank, "steps": steps, "median_step_s": total / steps,
+                        "data_wait_share": spent.get("data", 0.0) / total, "source": "heartbeat (mean)"})
+    return out
+
+
+def nonfinite_events(exp: str | Path) -> dict:
+    """The replay bundles of non-finite steps (``EXP/nonfinite/step*-rank*/``: step, kind, module, direction,
+    utterance ids) and the steps any rank's metrics marked non-finite (its loss, or gradients; fp16
+    overflows the loss scaler handles are counted in :func:`loss_scale_history`). Every rank's: a rank's
+    own non-finite loss is marked on that rank only."""
+    events = []
+    for report in sorted(Path(exp).glob("nonfinite/step*-rank*/report.json")):
+        m = read_json(report)
+        if m is None:
+            continue
+        events.append({**{k: m.get(k) for k in ("step", "rank", "epoch", "kind", "module", "direction", "where",
+                                                "keys", "loss", "grad_norm", "loss_scale", "precision")},
+                       "bundle": str(report.parent)})
+    steps = sorted({m["step"] for name in metric_files(exp) for m in read_metrics(exp, name)
+                    if m.get("nonfinite") in ("loss", "grad")})
+    return {"events": events, "steps": steps}
+
+
+def loss_scale_history(rank0: list[dict]) -> dict | None:
+    """Rank 0's loss scale over the steps that count (first, min, last, how often it changed) and the
+    skipped steps by kind (``scaler``: fp16 overflow the scaler handles; ``loss``/``grad``: not finite)."""
+    if not rank0:
+        return None
+    scales = [m["loss_scale"] for m in rank0 if m.get("loss_scale") is not None]
+    kinds = Counter(m.get("nonfinite") for m in rank0 if m.get("nonfinite"))
+    out = {"skipped": rank0[-1].get("skipped", 0), "skipped_by_kind": dict(kinds),
+           "rollbacks": rank0[-1].get("rollbacks", 0)}
+    if scales:
+        out.update(first=scales[0], min=min(scales), last=scales[-1],
+                   changes=sum(1 for a, b in zip(scales, scales[1:]) if a != b))
+    return out
+
+
+def resume_points(exp: str | Path) -> dict:
+    """Where the run went back to a checkpoint: the ledger's ``resumed_from`` lines (a resume or a
+    rollback), per rank; and where rank 0's metrics went back (only resumes that lost steps show there)."""
+    exp = Path(exp)
+    per_rank = {r: [x["resumed_from"] for x in read_jsonl(exp / "ledger" / f"rank{r}.jsonl") if "resumed_from" in x]
+                for r in ledger_ranks(exp)}
+    steps = sorted({s for v in per_rank.values() for s in v})
+    raw = read_metrics(exp) if (exp / "metrics" / "rank0.jsonl").exists() else []
+    redone = [{"after_step": a["step"], "back_to_step": b["step"] - 1}
+              for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]]
+    return {"ledger": bool(per_rank), "resumed_from": steps, "per_rank": {str(r): v for r, v in per_rank.items()},
+            "steps_trained_again": redone}
+
+
+def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:
+    """The keys each epoch should train on once: ``lab.json``'s ``epoch_keys`` (a file of keys, one a line,
+    or a JSON list), else None (judged against the keys seen in any epoch)."""
+    ref = lab.get("epoch_keys")
+    if not ref:
+        return None, "every key seen in any epoch; the run does not record the keys it expects"
+    path = Path(ref) if Path(ref).is_absolute() else exp / ref
+    try:
+        text = path.read_text()
+    except OSError:
+        return None, f"every key seen in any epoch; lab.json's epoch_keys {path} cannot be read"
+    keys = json.loads(text) if path.suffix == ".json" else [ln.split()[0] for ln in text.splitlines() if ln.strip()]
+    return set(keys), f"the {len(keys)} keys of {path}"
+
+
+def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None = None) -> dict | None:
+    """Per epoch of the ledger: trained exactly once, else the keys repeated and skipped.
+
+    An epoch is complete when the ledger goes on into a later one or a checkpoint marker closes it. A
+    complete epoch must hold every expected key exactly once; an incomplete one no key twice. The
+    expected keys are ``lab.json``'s ``epoch_keys`` when the run names them; otherwise (asrlab's trainer
+    does not record its data list) every key seen in any epoch of the run, so a key left out of every
+    epoch, or of the only epoch, cannot be seen. Returns None without a ledger.
+    """
+    exp = Path(exp)
+    if not ledger_ranks(exp):
+        return None
+    cov = coverage(exp)
+    expected, against = _expected_keys(exp, lab or {})
+    if expected is None:
+        expected = set().union(*cov.values()) if cov else set()
+    closed = {c["epoch"] for c in (ckpts or checkpoint_integrity(exp))["files"] if c.get("epoch_done")}
+    epochs = []
+    for e in sorted(cov):
+        # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or the last epoch of a
+        # loop that says it finished (lab.json) holding every expected key
+        ended = (lab or {}).get("status") == "finished" and e == max(cov)
+        complete = e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
+        r = coverage_report(exp, e, expected, FIRST, cov)
+        skipped = r["skipped_count"] if complete else 0  # an epoch still going has not reached them yet
+        epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"],
+                       "repeated": r["repeated_count"], "repeated_keys": dict(r["repeated"]),
+                       "skipped": skipped, "skipped_keys": r["skipped"] if complete else [],
+                       "unexpected": r["unknown_count"], "unexpected_keys": r["unknown"],
+                       "exactly_once": r["exactly_once"] if complete else None})
+    broken = any(x["repeated"] or (x["complete"] and not x["exactly_once"]) for x in epochs)
+    return {"expected": len(expected), "against": against, "epochs": epochs, "broken": broken}
+
+
+def checkpoint_integrity(exp: str | Path) -> dict:
+    """Each checkpoint: its marker, its bytes against the marker's SHA-256; the newest a resume would
+    load (:func:`asrlab.lab.state.checkpoint.load_latest`), and the training clock it holds."""
+    d = Path(exp) / "checkpoints"
+    files = []
+    for m in checkpoint.list_checkpoints(d):
+        path = d / m["file"]
+        entry = {"step": m["step"], "epoch": m.get("epoch"), "epoch_done": m.get("epoch_done"), "file": m["file"],
+                 "marker": m["complete"], "sha256_ok": None}
+        try:
+            entry["bytes"] = path.stat().st_size
+            if m["complete"]:
+                entry["sha256_ok"] = checkpoint.sha256(path) == m.get("sha256")
+        except FileNotFoundError:  # a live run's keep_last removed it just now
+            continue
+        entry["state"] = ("ok" if entry["sha256_ok"] else "no marker (write interrupted: never loaded)"
+                          if not m["complete"] else "SHA-256 mismatch (truncated or corrupt: never loaded)")
+        files.append(entry)
+    partial = sorted(p.name for p in d.glob("*.tmp")) if d.is_dir() else []
+    newest = clock = None
+    if any(f["sha256_ok"] for f in files):
+        found = checkpoint.load_latest(d)
+        if found is not None:
+            state, marker = found
+            newest = marker["file"]
+            clock = (state.get("clock") or {}).get("elapsed_s")
+    return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}
