@@ -40,7 +40,7 @@ def cmd_synth(a: argparse.Namespace) -> int:
 
 
 def _data_config(a: argparse.Namespace):
-    from .data.loader import DataConfig
+    from .data.config import DataConfig
 
     cfg = DataConfig(seed=a.seed, bad_input=getattr(a, "bad_input", "skip"))
     if getattr(a, "max_frames", None):

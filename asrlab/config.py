@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from .data.loader import DataConfig
+from .data.config import DataConfig
 from .model import ModelConfig
 from .errors import UsageError
 from .files import atomic_write

@@ -16,7 +16,8 @@ import time
 import torch
 
 from asrlab.data.index import transcripts
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
 from asrlab.data.sources import load_sources
 from asrlab.data.tokenizer import CharTokenizer
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from asrlab.data.audio import encode_wav
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
 from asrlab.data.shards import COMPRESSIONS, write_split
 from asrlab.data.sources import DataError, load_sources
 from asrlab.data.tokenizer import CharTokenizer

@@ -193,7 +193,7 @@ def _beat(exp, rank, phase, step, age, pid, run="r1", in_phase=2.0):
 
 
 def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
-    """What each rank does now; a heartbeat older than 3 s is a frozen process (alive) or a gone one."""
+    """What each rank does now; a heartbeat older than STALE_S (4 s) is a frozen process (alive) or a gone one."""
     exp = tmp_path / "exp"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -7,7 +7,8 @@ import torch
 from asrlab.config import load_config
 from asrlab.data import audio
 from asrlab.data.features import BatchFbank, batch_features
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
 from asrlab.data.sources import load_sources
 from asrlab.decode import eval_loader
 from asrlab.lab.dist import DistInfo

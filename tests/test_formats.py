@@ -12,7 +12,8 @@ import soundfile as sf
 
 from asrlab.data.audio import decode
 from asrlab.data.index import forget, use_index
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
 from asrlab.data.shards import iter_tar
 from asrlab.data.sources import DataError, iter_items, load_sources
 from asrlab.data.tokenizer import CharTokenizer

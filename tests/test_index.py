@@ -10,7 +10,7 @@ import pytest
 from asrlab.cli import main
 from asrlab.data import index as index_module
 from asrlab.data.index import forget, index_path, indexed, transcripts, use_index
-from asrlab.data.loader import DataConfig
+from asrlab.data.config import DataConfig
 from asrlab.data.preflight import source_stats
 from asrlab.data.sources import load_sources, read_source
 

@@ -5,7 +5,9 @@ from collections import Counter
 import pytest
 
 from asrlab.data import sources as sources_mod
-from asrlab.data.loader import AsrLoader, DataConfig, batch_sizes
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
+from asrlab.data.plan import batch_sizes
 from asrlab.data.sources import DataError, load_sources
 
 

@@ -4,7 +4,11 @@ from collections import Counter
 
 import pytest
 
-from asrlab.data.loader import AsrLoader, DataConfig, mix_counts
+from asrlab.data.loader import AsrLoader
+
+from asrlab.data.config import DataConfig
+
+from asrlab.data.plan import mix_counts
 from asrlab.data.preflight import format_layout, inspect_layout
 from asrlab.data.shards import write_split
 from asrlab.data.sources import corpus_specs, load_data

@@ -4,7 +4,9 @@ import json
 import subprocess
 import sys
 
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+
+from asrlab.data.config import DataConfig
 from asrlab.data.preflight import inspect_layout
 from asrlab.data.sources import load_sources
 

@@ -11,7 +11,8 @@ import pytest
 
 from asrlab.data import remote
 from asrlab.data.index import forget, use_index
-from asrlab.data.loader import AsrLoader, DataConfig
+from asrlab.data.loader import AsrLoader
+from asrlab.data.config import DataConfig
 from asrlab.data.shards import write_split
 from asrlab.data.sources import DataError, load_sources
 

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from asrlab.data.loader import DataConfig
+from asrlab.data.config import DataConfig
 from asrlab.data.preflight import inspect_layout
 from asrlab.data.sources import load_sources
 from asrlab.lab.stall.heartbeat import Heartbeat, read_timeline

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrlab.data import espeak, synth
+from asrlab.data import acoustics, espeak, synth
 
 UTTS, SHARD = 40, 16  # dev/test get the minimum of 50 each
 
@@ -90,11 +90,11 @@ def test_voice_pools_exist_and_are_disjoint():
 
 def test_resample_keeps_a_tone():
     t = np.arange(22050) / 22050
-    y = synth.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
+    y = acoustics.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
     assert len(y) == 16000
     ref = np.sin(2 * np.pi * 1000 * np.arange(16000) / 16000)
     assert np.max(np.abs(y - ref)[200:-200]) < 1e-2
-    alias = synth.resample(np.sin(2 * np.pi * 10000 * t), 22050, 16000)  # above 8 kHz: removed
+    alias = acoustics.resample(np.sin(2 * np.pi * 10000 * t), 22050, 16000)  # above 8 kHz: removed
     assert np.sqrt(np.mean(alias[200:-200] ** 2)) < 0.01
 
 

@@ -92,7 +92,8 @@ def test_memory_search_finds_the_largest_batch_per_length():
 
 
 def test_a_calibrated_table_sizes_batches_by_their_longest_utterance():
-    from asrlab.data.loader import DataConfig, batch_sizes
+    from asrlab.data.config import DataConfig
+    from asrlab.data.plan import batch_sizes
 
     cfg = DataConfig(max_frames_by_length=[[100, 1000], [400, 1600]])
     assert batch_sizes([50] * 30 + [300] * 10 + [900] * 3, cfg) == [20, 10, 5, 5, 1, 1, 1]

@@ -15,6 +15,8 @@ import soundfile as sf
 import torch
 import torchaudio
 
+from .acoustics import babble_noise
+
 
 class AudioError(ValueError):
     """Audio that cannot be used: undecodable, empty, or at a refused sample rate."""
@@ -130,8 +132,6 @@ def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int 
 def add_babble(wav: torch.Tensor, rng: np.random.Generator, snr_db: tuple[float, float]) -> torch.Tensor:
     """``wav`` (samples, 16 kHz) plus babble-like noise at an SNR drawn from U(``snr_db``) (dB, against
     the power of ``wav`` as it is, its own noise included)."""
-    from .synth import babble_noise
-
     noise = torch.from_numpy(babble_noise(rng, len(wav))).to(wav.dtype)
     snr = rng.uniform(*snr_db)
     return wav + noise * (wav.pow(2).mean().sqrt() * 10.0 ** (-snr / 20.0))

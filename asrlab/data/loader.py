@@ -25,109 +25,13 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import audio
+from .config import DataConfig
 from .index import header_items
+from .plan import MUX, batch_sizes, batching_order, corpora, draw_corpus, worker_streams
 from .sources import DataError, Item, Source, bad_input, read_source
 from .tokenizer import CharTokenizer
-from ..errors import UsageError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DataConfig:
-    """The ``data`` section of a config."""
-
-    sample_rate: int = 16000          # Hz, audio is resampled to it
-    resample: bool = True             # False: audio at another rate is bad input ("sample_rate")
-    num_mel_bins: int = 80
-    frame_length_ms: float = 25.0
-    frame_shift_ms: float = 10.0
-    dither: float = 0.0
-    features: str = "cpu"             # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
-    spec_augment: bool = False
-    noise_aug: float = 0.0            # share of training utterances given babble-like noise on the fly (0: off)
-    noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
-    speed: float = 1.0                # play every utterance this much faster (tempo, pitch and formants move
-    #                                  together; by resampling to a multiple of 100 Hz): decoding's test-time warps
-    speed_perturb: tuple = ()         # training: each utterance at one of these speeds, e.g. [0.9, 1.0, 1.1] (WeNet's
-    #                                  and ESPnet's recipes), drawn per utterance per epoch, planned with its length
-    shuffle: bool = True              # shuffle sources per epoch and items per block
-    shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
-    sort_size: int = 100              # items per length-sorting window; 0 disables sorting
-    bucketing: bool = False           # duration buckets: sort each whole shuffle block by length, cut it into
-    #                                  batches, shuffle the batches' order (least padding; sort_size unused)
-    batch_type: str = "dynamic"       # "dynamic": by max_frames_in_batch; "static": batch_size
-    batch_size: int = 16              # utterances per batch (static)
-    max_frames_in_batch: int = 5000   # padded fbank frames per batch (dynamic)
-    max_frames_by_length: tuple = ()  # [[up_to_frames, max_frames], ...]: a batch whose longest utterance has at
-    #                                  most up_to_frames gets max_frames (asrlab tune measures it on a GPU); longer
-    #                                  than the last row: the last row's; empty: max_frames_in_batch for all
-    min_duration_s: float = 0.05
-    max_duration_s: float = 30.0
-    num_workers: int = 0
-    prefetch_factor: int = 2
-    pin_memory: bool = False
-    bad_input: str = "skip"           # "skip": count by reason and go on; "fail": raise
-    raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
-    index: bool = True                # start-up reads lengths and transcripts from LIST.index.json (asrlab.data.index)
-    seed: int = 0
-    # fault injection, for the stall notebook and tests: sleep before each batch of the listed ranks
-    inject_delay_s: float = 0.0       # seconds per batch (0: off)
-    inject_delay_ranks: tuple = ()    # ranks that sleep (empty: every rank)
-    inject_delay_from_batch: int = 0  # first batch of each worker's epoch that sleeps
-
-    def __post_init__(self):
-        if self.batch_type not in ("dynamic", "static"):
-            raise UsageError(f"data.batch_type must be 'dynamic' or 'static', not {self.batch_type!r}")
-        if self.bad_input not in ("skip", "fail"):
-            raise UsageError(f"data.bad_input must be 'skip' or 'fail', not {self.bad_input!r}")
-        if self.shuffle_size < 1 or self.batch_size < 1 or self.max_frames_in_batch < 1:
-            raise UsageError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
-        rows = [tuple(r) for r in self.max_frames_by_length]
-        if any(len(r) != 2 or min(r) < 1 for r in rows) or [r[0] for r in rows] != sorted({r[0] for r in rows}):
-            raise UsageError("data.max_frames_by_length must be [[up_to_frames, max_frames], ...] of positive "
-                             f"numbers, up_to_frames increasing, not {list(self.max_frames_by_length)}")
-        if self.num_workers < 0:
-            raise UsageError("data.num_workers must be >= 0")
-        if self.features not in ("cpu", "device"):
-            raise UsageError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
-        if not 0.0 <= self.noise_aug <= 1.0:
-            raise UsageError(f"data.noise_aug is a share of utterances, in [0, 1], not {self.noise_aug}")
-        if len(self.noise_aug_snr) != 2 or self.noise_aug_snr[0] > self.noise_aug_snr[1]:
-            raise UsageError(f"data.noise_aug_snr must be [low, high] in dB, not {list(self.noise_aug_snr)}")
-        if self.noise_aug and self.sample_rate != 16000:
-            raise UsageError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
-                             f"{self.sample_rate}")
-        if not 0.5 <= self.speed <= 2.0:
-            raise UsageError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
-        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.5 <= x <= 2.0
-               for x in self.speed_perturb):
-            raise UsageError(f"data.speed_perturb is a list of tempo factors in [0.5, 2], e.g. [0.9, 1.0, 1.1], "
-                             f"not {list(self.speed_perturb)}")
-        if self.features == "device" and (self.spec_augment or self.dither):
-            raise UsageError("data.features=device computes plain fbank; turn off spec_augment and dither")
-
-    def frame_limit(self, longest: int) -> int:
-        """Padded frames a dynamic batch may hold when its longest utterance has ``longest`` frames."""
-        for up_to, limit in self.max_frames_by_length:
-            if longest <= up_to:
-                return limit
-        return self.max_frames_by_length[-1][1] if self.max_frames_by_length else self.max_frames_in_batch
-
-    def for_eval(self, **changes) -> "DataConfig":
-        """This config for dev and decoding: in order, with no augmentation (SpecAugment, added noise, speeds)."""
-        return replace(self, shuffle=False, spec_augment=False, noise_aug=0.0, speed_perturb=(), **changes)
-
-    def rate(self, perturb: float = 1.0) -> int:
-        """Hz to resample to, so that the result read at ``sample_rate`` plays ``speed`` (times ``perturb``,
-        an utterance's speed perturbation) times faster."""
-        speed = self.speed * perturb
-        return self.sample_rate if speed == 1.0 else int(round(self.sample_rate / speed / 100.0)) * 100
-
-    def frames(self, num_samples: int, sample_rate: int, perturb: float = 1.0) -> int:
-        """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.rate(perturb)``."""
-        resampled = -(-num_samples * self.rate(perturb) // sample_rate)  # torchaudio's resample rounds up
-        return audio.num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
 
 
 @dataclass
@@ -145,91 +49,6 @@ class Position:
     batch: int = 0
     skipped: dict | None = None
     done: bool = False
-
-
-def batch_sizes(frames: list[int], cfg: DataConfig) -> list[int]:
-    """Cut a sequence of utterance lengths (frames) into batches; returns the batch sizes.
-
-    Dynamic batches keep (utterances x longest) <= max_frames_in_batch, as WeNet does (or the limit
-    ``max_frames_by_length`` gives for the batch's longest utterance).
-    """
-    sizes: list[int] = []
-    n, longest = 0, 0
-    for f in frames:
-        if cfg.batch_type == "static":
-            full = n == cfg.batch_size
-        else:
-            t = max(longest, f)
-            full = n > 0 and (n + 1) * t > cfg.frame_limit(t)
-        if full:
-            sizes.append(n)
-            n, longest = 0, 0
-        n, longest = n + 1, max(longest, f)
-    if n:
-        sizes.append(n)
-    return sizes
-
-
-def batching_order(frames: list[int], cfg: DataConfig) -> list[int]:
-    """The order a shuffle block's items (lengths ``frames``, already shuffled) are cut into batches in:
-    the whole block sorted by length (``bucketing``: each batch holds neighbouring lengths), sorted in
-    windows of ``sort_size`` (WeNet's), or as they are. Ties keep their shuffled order."""
-    idx = list(range(len(frames)))
-    if cfg.bucketing:
-        return sorted(idx, key=frames.__getitem__)
-    if cfg.sort_size > 0:
-        return [i for s in range(0, len(idx), cfg.sort_size)
-                for i in sorted(idx[s:s + cfg.sort_size], key=frames.__getitem__)]
-    return idx
-
-
-def epoch_sources(sources: list[Source], epoch: int, cfg: DataConfig) -> list[Source]:
-    """The epoch's source order (shuffled with ``(seed, epoch)`` when ``cfg.shuffle``)."""
-    if not cfg.shuffle:
-        return list(sources)
-    perm = np.random.default_rng([cfg.seed, epoch]).permutation(len(sources))
-    return [sources[i] for i in perm]
-
-
-def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_workers: int) -> list[Source]:
-    """The sources of (rank, worker): every ``world_size``-th one to the rank, then every ``num_workers``-th
-    of those to the worker (WeNet's order), so each goes to exactly one and ranks differ by at most one
-    source. (Dealing to rank x worker slots instead would give 40 shards on 8 ranks x 4 workers as 8, 8, 4, ... 4.)"""
-    return sources[rank::world_size][worker::num_workers]
-
-
-def corpora(sources: list[Source]) -> list[list[Source]]:
-    """``sources`` grouped by corpus, in the order the corpora first appear (one group without a mix)."""
-    groups: dict[str, list[Source]] = {}
-    for src in sources:
-        groups.setdefault(src.corpus, []).append(src)
-    return list(groups.values())
-
-
-def worker_streams(sources: list[Source], epoch: int, cfg: "DataConfig", rank: int, world_size: int,
-                   worker: int, num_workers: int) -> list[list[Source]]:
-    """The sources (rank, worker) reads this epoch, per corpus: each corpus shuffled and dealt on its own,
-    so every rank and worker gets its share of each."""
-    return [deal(epoch_sources(group, epoch, cfg), rank, world_size, worker, num_workers)
-            for group in corpora(sources)]
-
-
-def mix_counts(batches: list[dict]) -> dict | None:
-    """Per corpus, what ``batches`` (or metrics lines, which log the same) hold:
-    ``{corpus: [utterances, audio seconds, worker seconds]}`` (None
-    without a mix). Worker seconds are the loader's time reading and decoding them, so audio seconds
-    over worker seconds is a corpus's throughput per loader worker."""
-    total: dict[str, list] = {}
-    for b in batches:
-        for name, (n, audio_s, load_s) in (b.get("corpora") or {}).items():
-            t = total.setdefault(name, [0, 0.0, 0.0])
-            t[0] += n
-            t[1] += audio_s
-            t[2] += load_s
-    return {k: [n, round(a, 3), round(w, 4)] for k, (n, a, w) in total.items()} or None
-
-
-_MUX = 2**32 - 1  # marks the RNG that draws a block's corpora apart from the block's other RNGs
 
 
 class AsrDataset(IterableDataset):
@@ -299,9 +118,9 @@ class AsrDataset(IterableDataset):
             start = (list(src), list(off))
             items: list[Item] = []
             live = [k for k in range(n) if src[k] < len(streams[k])]
-            mux = np.random.default_rng([self.cfg.seed, self.epoch, g, block, _MUX]) if self.mixed else None
+            mux = np.random.default_rng([self.cfg.seed, self.epoch, g, block, MUX]) if self.mixed else None
             while len(items) < self.cfg.shuffle_size and live:
-                k = live[0] if mux is None else _draw(live, self.weights, mux.random())
+                k = live[0] if mux is None else draw_corpus(live, self.weights, mux.random())
                 if its[k] is None:
                     its[k] = read(streams[k][src[k]], off[k])
                 t0 = clock() if mux is not None else 0.0
@@ -476,17 +295,6 @@ class AsrDataset(IterableDataset):
         if self.mixed:
             batch["corpora"] = mix
         return batch
-
-
-def _draw(live: list[int], weights: list[float], u: float) -> int:
-    """The corpus of ``live`` that ``u`` (uniform in [0, 1)) falls on, by weight."""
-    total = sum(weights[k] for k in live)
-    acc = 0.0
-    for k in live:
-        acc += weights[k] / total
-        if u < acc:
-            return k
-    return live[-1]
 
 
 class AsrLoader:

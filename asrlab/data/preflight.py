@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from .index import index_source, indexed
-from .loader import DataConfig, batch_sizes, batching_order, worker_streams
+from .config import DataConfig
+from .plan import batch_sizes, batching_order, worker_streams
 from .sources import Source
 from ..errors import UsageError
 

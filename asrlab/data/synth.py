@@ -11,68 +11,10 @@ Content
     some with a number: ``"set timer for five minutes"``). Transcripts hold only
     ``a-z`` and single spaces; the model's tokenizer is characters.
 
-Splits, voices, conditions
-    An eSpeak *voice* here is ``<accent>+<variant>``: the accent (a language
-    file: phoneme set, vowel qualities, rhythm) times a variant (pitch,
-    formant scaling, roughness, breathiness, Klatt vs. harmonic synthesis).
-
-    ``train``  ``utts`` utterances. Voices: an accent from TRAIN_ACCENTS (4)
-               with, for 75% of utterances (GEN_VARIANT_SHARE), one of 256
-               *generated* variants (``g000`` .. ``g255``, see below), else one
-               of the 18 TRAIN_VARIANTS. Every utterance is also resampled by a
-               factor from U(0.88, 1.12) (TRAIN_SPEED: tempo, pitch and
-               formants move together, like a shorter or longer vocal tract).
-               Noise: white, pink, brown or babble-like at an SNR drawn from
-               U(``noise_snr``); mild reverberation on 30% of utterances
-               (RT60 0.1-0.35 s).
-    ``dev``    ``utts // 10`` (at least 50; or ``held``). The same voices and conditions
-               as train (other utterances).
-    ``test``   ``utts // 10`` (at least 50; or ``held``). Voices: TEST_ACCENTS x
-               TEST_VARIANTS (3 x 10 = 30), sharing neither an accent nor a
-               variant with train. Its own conditions: babble-like noise only
-               (speech-shaped noise gated at syllable rates) at an SNR from
-               the lower half of ``noise_snr``, and reverberation on every
-               utterance (RT60 0.15-0.35 s).
-
-    Why the test split differs this much: eSpeak variants of one accent
-    share the phoneme inventory, durations and intonation model and mostly
-    move pitch and formant scale, which training on a dozen variants already
-    covers, so held-out variants of train's own accents score as well as
-    train's voices and a test made of them says nothing beyond dev. So
-    ``test`` holds out whole accents (Caribbean ``en-029``,
-    Scottish ``en-gb-scotland``, West Midlands ``en-gb-x-gbcwmd``: other
-    vowels, rhoticity, h-dropping), variants never heard in training (``m7``,
-    ``m8``, ``f5``, Klatt source models 4 and 5, named voices), and its own
-    acoustic conditions. Dev keeps train's voices and conditions, so dev vs.
-    test shows the generalization gap.
-
-    Generated variants: the 18 stock train variants cover a narrow band of
-    formant settings and the held-out ones lie outside it, so with those alone
-    test errors depend mostly on which held-out variant speaks.
-    :func:`generated_variants` is a fixed pool of 256 eSpeak
-    variant files with random settings (:func:`_random_variant`: pitch,
-    vocal-tract scale, per-formant frequency / height / width, spectral tilt,
-    voicing and consonant levels, breath, flutter, roughness, echo, Klatt
-    source model none/1/2/3, never test's 4 or 5), drawn from their own fixed
-    seed, not the corpus seed, and written to a private copy of eSpeak's data
-    directory (:func:`asrlab.data.espeak.add_variants`). They are drawn
-    independently of the test variants' files (none is copied or
-    interpolated from them), and the test split's bytes are exactly what
-    they were without them (its random draws and eSpeak calls are unchanged).
-
-    Why train covers babble and reverberation at all: with both kept out of
-    train, test's error rate is the same on every held-out accent, i.e. it
-    measures unseen acoustics rather than unseen voices. So test's conditions
-    are a harder mix of kinds that train has seen (babble only, lower SNR,
-    reverberation always), while its voices are wholly new.
-
-    ``hard=True`` makes every split harder: SNR ranges 5 dB lower, speed
-    perturbation (0.9 / 1.0 / 1.1, by resampling, so pitch moves too; in
-    train and dev on top of TRAIN_SPEED), and
-    more reverberation (half of train/dev utterances, RT60 0.2-0.6 s; test:
-    always, RT60 0.3-0.8 s and a weaker direct path).
-    Every utterance gets 50-300 ms of leading and trailing silence (noise
-    only) and a random level (peak between -9 and -1 dBFS).
+Splits
+    ``train`` (``utts``), ``dev`` (train's voices and conditions, other utterances) and ``test`` (held-out
+    accents and variants, its own noise and reverberation); ``hard=True`` makes every split harder. The
+    voices, the conditions and why the test split differs this much: ``docs/corpus.md``.
 
 Audio
     eSpeak renders at 22050 Hz; a windowed-sinc polyphase resampler in numpy
@@ -116,6 +58,7 @@ import numpy as np
 import soundfile as sf
 
 from . import espeak
+from .acoustics import SAMPLE_RATE, add_reverb, babble_noise, coloured_noise, resample
 from ..errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -137,7 +80,6 @@ __all__ = [
     "resample",
 ]
 
-SAMPLE_RATE = 16000
 SPLITS = ("train", "dev", "test")
 _SPLIT_ID = {"train": 0, "dev": 1, "test": 2}
 
@@ -291,132 +233,6 @@ def generated_variants() -> dict[str, str]:
             for i in range(GEN_VARIANTS)}
 
 
-# --------------------------------------------------------------------------- dsp
-
-@lru_cache(maxsize=16)
-def _sinc_bank(up: int, down: int, zero_crossings: int = 8, rolloff: float = 0.94):
-    """Hann-windowed sinc filter bank: one row of 2K taps per output phase (``up`` rows)."""
-    fc = min(1.0, up / down) * rolloff  # cutoff, as a fraction of the input Nyquist rate
-    k_half = int(math.ceil(zero_crossings / fc))
-    taps = np.arange(-k_half + 1, k_half + 1)
-    tau = taps[None, :] - (np.arange(up) / up)[:, None]
-    window = np.where(np.abs(tau) < k_half, 0.5 * (1.0 + np.cos(np.pi * tau / k_half)), 0.0)
-    bank = fc * np.sinc(fc * tau) * window
-    bank /= bank.sum(axis=1, keepdims=True)  # unit DC gain for every phase
-    return k_half, bank
-
-
-@lru_cache(maxsize=16)
-def _polyphase_plan(up: int, down: int) -> tuple[int, int, np.ndarray, np.ndarray]:
-    """For output phase r (0..up-1): first input column and the 2K taps, as arrays."""
-    k_half, bank = _sinc_bank(up, down)
-    r = np.arange(up)
-    first = (r * down) // up + 1
-    return k_half, down + 2 * k_half, first, np.ascontiguousarray(bank[(r * down) % up].T)
-
-
-def resample(x: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
-    """Band-limited resampling of a 1-D float signal from ``orig_sr`` to ``new_sr`` Hz (integers).
-
-    A Hann-windowed sinc (8 zero crossings, cutoff 0.94 x the lower Nyquist
-    rate), polyphase, in float64 numpy without BLAS (no threads, so the result
-    does not depend on the process). Returns ``len(x) * new_sr // orig_sr`` samples.
-    """
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    g = math.gcd(int(orig_sr), int(new_sr))
-    up, down = int(new_sr) // g, int(orig_sr) // g
-    if up == down:
-        return x.copy()
-    n_out = (len(x) * up) // down
-    if n_out == 0:
-        return np.zeros(0)
-    k_half, width, first, taps = _polyphase_plan(up, down)
-    # Output block q (samples q*up .. q*up + up-1) reads the input window starting at
-    # padded[q*down]: a strided view of overlapping windows, then one multiply-add per tap.
-    blocks = -(-n_out // up)
-    padded = np.zeros(blocks * down + width + 1)
-    padded[k_half:k_half + len(x)] = x
-    windows = np.lib.stride_tricks.as_strided(
-        padded, shape=(blocks, width), strides=(down * padded.itemsize, padded.itemsize),
-        writeable=False)
-    out = windows[:, first] * taps[0]
-    for k in range(1, 2 * k_half):
-        out += windows[:, first + k] * taps[k]
-    return out.reshape(-1)[:n_out]
-
-
-def _fft_len(n: int) -> int:
-    """Smallest 2**a * 3**b * 5**c >= n (a fast FFT size)."""
-    best = 1 << max(int(n) - 1, 0).bit_length()
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            m = p35
-            while m < n:
-                m *= 2
-            best = min(best, m)
-            p35 *= 3
-        p5 *= 5
-    return best
-
-
-def _shaped(rng_noise: np.ndarray, gain) -> np.ndarray:
-    """Filter ``rng_noise`` (1-D) by the magnitude response ``gain(freqs_hz)``, unit variance."""
-    n = len(rng_noise)
-    m = _fft_len(n)
-    freqs = np.fft.rfftfreq(m, 1.0 / SAMPLE_RATE)
-    y = np.fft.irfft(np.fft.rfft(rng_noise, m) * gain(freqs), m)[:n]
-    return y / (y.std() + 1e-12)
-
-
-def _coloured_noise(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
-    """Unit-variance noise with power spectral density ~ 1/f**exponent (floored at 20 Hz)."""
-    white = rng.standard_normal(n)
-    if exponent == 0.0:
-        return white
-    return _shaped(white, lambda f: np.maximum(f, 20.0) ** (-exponent / 2.0))
-
-
-def babble_noise(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Babble-like noise: 3-6 'talkers' gated at syllable rates, speech-shaped.
-
-    Each talker is white noise times a syllable-rate envelope (2.5-6 Hz bursts,
-    slowly swelling); their sum goes through a speech-like band-pass (peak at
-    300-900 Hz, -15 dB/oct above it). A sum of independent Gaussian noises with
-    envelopes e_k is Gaussian noise with envelope sqrt(sum e_k**2), computed on
-    a 2 ms grid.
-    """
-    hop = 32
-    talkers = int(rng.integers(3, 7))
-    blocks = -(-n // hop)
-    t = (np.arange(blocks) + 0.5) * hop / SAMPLE_RATE
-    rate = rng.uniform(2.5, 6.0, size=(talkers, 1))  # syllables per second
-    swell = rng.uniform(0.2, 0.6, size=(talkers, 1))
-    phases = rng.uniform(0.0, 2 * np.pi, size=(talkers, 2))
-    env = 0.15 + np.maximum(np.sin(2 * np.pi * rate * t + phases[:, :1]), 0.0) ** 2
-    env *= 0.6 + 0.4 * np.sin(2 * np.pi * swell * t + phases[:, 1:])
-    level = np.sqrt(np.sum(env**2, axis=0))
-    mix = (rng.standard_normal((blocks, hop)) * level[:, None]).reshape(-1)[:n]
-    f0 = rng.uniform(300.0, 900.0)
-    return _shaped(mix, lambda f: (f / f0) / (1.0 + (f / f0) ** 2) ** 1.25)
-
-
-def _reverb(rng: np.random.Generator, x: np.ndarray, rt60: float, drr_db: float) -> np.ndarray:
-    """Convolve with a synthetic room response: direct path + exponentially decaying noise tail."""
-    n = max(int(rt60 * SAMPLE_RATE), 16)
-    t = np.arange(n) / SAMPLE_RATE
-    tail = rng.standard_normal(n) * np.exp(-6.9078 * t / rt60)  # -60 dB at rt60
-    tail[: int(rng.uniform(0.002, 0.01) * SAMPLE_RATE)] = 0.0  # first reflections arrive later
-    tail /= np.sqrt(np.sum(tail**2)) + 1e-12
-    ir = tail * 10.0 ** (-drr_db / 20.0)
-    ir[0] = 1.0
-    size = len(x) + n - 1
-    nfft = 1 << (size - 1).bit_length()
-    y = np.fft.irfft(np.fft.rfft(x, nfft) * np.fft.rfft(ir, nfft), nfft)[:size]
-    return y
-
-
 def _encode_wav(x: np.ndarray) -> bytes:
     pcm = np.clip(np.round(x * 32767.0), -32768, 32767).astype(np.int16)
     buf = io.BytesIO()
@@ -518,13 +334,13 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     speed = orig_sr / sr
     x = resample(pcm.astype(np.float64) / 32768.0, orig_sr, SAMPLE_RATE)
     if reverb:
-        x = _reverb(rng, x, rt60, drr)
+        x = add_reverb(rng, x, rt60, drr)
     speech_power = float(np.mean(x**2)) + 1e-12
     x = np.concatenate([np.zeros(lead), x, np.zeros(trail)])
     if noise == "babble":
         n = babble_noise(rng, len(x))
     else:
-        n = _coloured_noise(rng, len(x), _NOISE_EXPONENT[noise])
+        n = coloured_noise(rng, len(x), _NOISE_EXPONENT[noise])
     x = x + n * math.sqrt(speech_power / 10.0 ** (snr / 10.0))
     x *= peak / (np.max(np.abs(x)) + 1e-12)
 

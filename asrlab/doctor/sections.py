@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..data.loader import mix_counts
+from ..data.plan import mix_counts
 from ..files import read_jsonl
 from ..lab.metrics import metric_files, rank_summary, read_metrics
 from ..lab.stall.heartbeat import read_heartbeats

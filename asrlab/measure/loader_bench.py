@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..data import audio
-from ..data.loader import AsrLoader, DataConfig
+from ..data.loader import AsrLoader
+from ..data.config import DataConfig
 from ..data.shards import COMPRESSIONS, compress, tar_bytes
 from ..data.sources import Source, bad_input, check_item, iter_items, read_source
 from ..data.tokenizer import CharTokenizer

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..data.features import batch_features
-from ..data.loader import mix_counts
+from ..data.plan import mix_counts
 from ..model import mean_ctc_loss
 from ..lab.numerics.guard import NonFiniteHalt, StepCheck
 
