@@ -2,7 +2,7 @@
 
 Every input kind (tar member, file, pipe) arrives here as ``bytes``; there is one
 decode path, so a sample can never leave it without ``wav`` and ``sample_rate``
-set (the ``decode_wav`` bug of field report 001 cannot happen by construction).
+set (a decoder that sets them in one branch only cannot happen by construction).
 """
 
 from __future__ import annotations

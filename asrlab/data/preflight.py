@@ -1,6 +1,6 @@
 """Seeing the data before training: how an epoch's sources fall on ranks and workers.
 
-The hang of field reports 000/001 starts here: when one rank gets fewer batches than the
+The multi-GPU hang with uneven data starts here: when one rank gets fewer batches than the
 others, it reaches the end of its epoch first and the others wait for it in the next
 gradient all-reduce, forever. ``inspect_layout`` predicts each rank's batches from the audio
 headers (the same batching rule the loader uses) and says which layouts will leave a rank

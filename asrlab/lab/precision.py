@@ -3,7 +3,7 @@
 bf16 where the GPU really computes in bf16 (compute capability >= 8.0: A100, A5000, H100...),
 fp16 with loss scaling on older GPUs (V100, 2080 Ti: fp16 tensor cores, no real bf16), fp32 on
 CPU. fp16 tops out at 65504; without loss scaling small gradients underflow, and without care
-large activations overflow (field report 004).
+large activations overflow (the NaN losses of a V100 run with larger batches).
 """
 
 from __future__ import annotations

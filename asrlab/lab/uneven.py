@@ -1,7 +1,7 @@
 """Uneven data across ranks: all ranks stop at the same step when one runs out.
 
 When one rank's data ends before the others', that rank leaves the loop while the others wait for
-it in their next gradient all-reduce, until the collective's timeout (field reports 000/001).
+it in their next gradient all-reduce, until the collective's timeout (the multi-GPU hang with mixed corpora).
 :class:`UnevenGuard` wraps any iterable of batches: before each batch every rank says whether it
 has one (one tiny all-reduce on the gloo control group, :func:`.dist.cpu_group`, so it never waits
 on GPU work even when training uses NCCL; sent a batch ahead, so no rank waits for it), and all stop

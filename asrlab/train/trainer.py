@@ -11,7 +11,7 @@ Uneven data across ranks (``train.uneven``): ``stop`` (default): all ranks agree
 micro-batch whether every rank has one (:class:`.uneven.UnevenGuard`) and end the epoch together;
 ``join``: DDP's ``Join``, then every rank continues from one that trained longest (mid-epoch
 checkpoints and the time limit are per rank then); ``none``: nothing, so a rank that runs out leaves
-the others waiting in their next all-reduce (the hang of field reports 000/001, for demonstrations).
+the others waiting in their next all-reduce (the multi-GPU hang, for demonstrations).
 """
 
 from __future__ import annotations
