@@ -33,6 +33,23 @@ from .tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
 
+STATE_VERSION = 1  # of AsrLoader.state_dict(); a state without one has this layout (written before it was recorded)
+_STATE_KEYS = ("epoch", "positions", "next_worker", "num_workers", "world_size")
+
+
+def checked_state(state: dict) -> dict:
+    """``state`` if it is a loader state this asrlab understands, else a ValueError that says why (a newer
+    asrlab's state, or another loader's): a resume must not guess at a position."""
+    if not isinstance(state, dict):
+        raise ValueError(f"not a loader state of asrlab's AsrLoader: {type(state).__name__}")
+    version = state.get("version", STATE_VERSION)
+    if version != STATE_VERSION:
+        raise ValueError(f"a loader state of version {version!r}; this asrlab reads version {STATE_VERSION}")
+    missing = [k for k in _STATE_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"not a loader state of asrlab's AsrLoader (it has no {', '.join(missing)})")
+    return state
+
 
 @dataclass
 class Position:
@@ -372,7 +389,8 @@ class AsrLoader:
         ex = self.dataset.exclude
         if self._exclude_sorted[0] is not ex:
             self._exclude_sorted = (ex, sorted(ex))
-        return {"epoch": self.epoch, "positions": {str(w): p for w, p in self.positions.items()},
+        return {"version": STATE_VERSION, "epoch": self.epoch,
+                "positions": {str(w): p for w, p in self.positions.items()},
                 "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
                 "world_size": self.dataset.world_size, "exclude": self._exclude_sorted[1]}
 
@@ -380,6 +398,7 @@ class AsrLoader:
         """Continue from a checkpoint's loader states (one per rank): this rank's own when the ranks x
         workers layout is this one, else the elastic way (:meth:`load_elastic`)."""
         ds = self.dataset
+        states = [checked_state(s) for s in states]
         if (len(states), states[0]["num_workers"]) == (ds.world_size, ds.num_workers):
             self.load_state_dict(states[ds.rank])
         else:
@@ -389,6 +408,7 @@ class AsrLoader:
         """Continue the epoch of ``states`` (every rank's loader state, from another ranks x workers
         layout): the utterances they had consumed are left out, the rest is dealt to this layout.
         Returns how many were left out."""
+        states = [checked_state(s) for s in states]
         ds, epoch = self.dataset, states[0]["epoch"]
         consumed: set[str] = set()
         for rank, st in enumerate(states):
@@ -406,6 +426,7 @@ class AsrLoader:
         return len(consumed)
 
     def load_state_dict(self, state: dict) -> None:
+        state = checked_state(state)
         if (state["num_workers"], state["world_size"]) != (self.dataset.num_workers, self.dataset.world_size):
             raise ValueError(
                 f"loader state is for {state['world_size']} ranks x {state['num_workers']} workers, "
