@@ -59,7 +59,6 @@ class TrainConfig:
     trace_from: int = 10             # ... starting at this step of the run (1-based)
     resume_mode: str = "exact"       # exact | epoch_start (WeNet: the epoch starts over at batch 0) |
     #                                  reshuffle (a new shuffle seed, then skip the batches already trained)
-    inject_kill_at_save: int = 0     # fault injection: SIGKILL rank 0 halfway through writing this step's checkpoint
     ledger: bool = False             # write the utterance keys of every step to EXP/ledger/rank{R}.jsonl
     loss_scaling: bool = True        # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
     diagnostics_every: int = 50      # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)

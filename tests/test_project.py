@@ -100,6 +100,6 @@ def test_the_trainer_is_built_from_the_public_parts_not_beside_them():
         assert not called & rng_calls, f"{path.name} captures or sets RNG states itself: {called & rng_calls}"
     for part in ("NumericsGuard", "UnevenGuard"):
         assert getattr(trainer, part) is getattr(lab, part)
-    from asrlab.train import trainer_state
+    from asrlab.train import checkpoints
 
-    assert trainer_state.all_rng_state is run_state.all_rng_state and trainer_state.NonFiniteHalt is guard.NonFiniteHalt
+    assert checkpoints.RunState is run_state.RunState and checkpoints.NonFiniteHalt is guard.NonFiniteHalt

@@ -6,6 +6,7 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +65,9 @@ def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, worke
 def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corpus, tmp_path):
     ref, exp = tmp_path / "ref", tmp_path / "exp"
     run(train_cmd(corpus, ref, 1, 0))
-    died = subprocess.run(train_cmd(corpus, exp, 1, 0, "train.inject_kill_at_save=9"), capture_output=True, timeout=240)
+    cmd = train_cmd(corpus, exp, 1, 0)
+    died = subprocess.run([sys.executable, str(Path(__file__).with_name("kill_mid_checkpoint.py")), "9",
+                           *cmd[cmd.index("train"):]], capture_output=True, timeout=240)
     assert died.returncode == -9
     names = sorted(p.name for p in (exp / "checkpoints").iterdir())
     assert any(n.startswith("step_00000009.pt.") and n.endswith(".tmp") for n in names)  # it died mid-write

@@ -4,10 +4,12 @@ loader's position inside it. Each refuses what it does not understand, and what 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from asrlab.data.config import DataConfig
 from asrlab.data.loader import STATE_VERSION, AsrLoader
 from asrlab.data.sources import load_sources
+from asrlab.lab.state.run_state import VERSION, upgrade
 
 
 def _loader(corpus, tok, **kw):
@@ -39,3 +41,58 @@ def test_a_loader_state_saved_before_the_version_was_recorded_still_resumes(corp
     again = _loader(corpus, tok)
     again.load_state_dict(old)
     assert [b["keys"] for b in again] == expected
+
+
+def _trainer(corpus, exp, *extra):
+    from asrlab.config import load_config
+    from asrlab.lab.dist import DistInfo
+    from asrlab.train.trainer import Trainer
+    from conftest import SMALL
+
+    return Trainer(load_config("tiny", SMALL + list(extra)), str(corpus / "data.list"), None, exp,
+                   DistInfo(0, 1, 0, torch.device("cpu"), None))
+
+
+def _as_unversioned_trainer_checkpoint(state: dict) -> dict:
+    """The same checkpoint in the trainer's unversioned layout: per-rank lists and its counters at the top."""
+    old = {k: v for k, v in state.items() if k not in ("version", "ranks", "extra")}
+    old["rng"] = [r["rng"] for r in state["ranks"]]
+    old["loader"] = [r["loader"] for r in state["ranks"]]
+    old.update(state["extra"])
+    return old
+
+
+def test_the_trainer_saves_through_the_run_state_schema_and_an_unversioned_checkpoint_still_resumes(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    tr = _trainer(corpus, exp, "train.max_steps=3", "train.save_every_steps=3")
+    tr.fit()
+    tr.close()
+    path = exp / "checkpoints" / "step_00000003.pt"
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    assert state["version"] == VERSION and len(state["ranks"]) == 1
+    assert {"clock", "epoch_done", "skipped"} <= set(state["extra"])
+    assert upgrade(state) is state
+
+    resumed = _trainer(corpus, exp, "train.max_steps=5")
+    assert resumed.resume() and resumed.step == 3
+    expected = [b["keys"] for _, b in zip(range(2), resumed.loader)]
+    resumed.close()
+
+    torch.save(_as_unversioned_trainer_checkpoint(state), path)
+    old = _trainer(corpus, exp, "train.max_steps=5")
+    assert old.resume() and old.step == 3 and old.clock.state_dict() == state["extra"]["clock"]
+    assert [b["keys"] for _, b in zip(range(2), old.loader)] == expected
+    old.close()
+
+
+def test_a_checkpoint_of_an_unknown_version_is_refused_with_the_reason(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    tr = _trainer(corpus, exp, "train.max_steps=2", "train.save_every_steps=2")
+    tr.fit()
+    tr.close()
+    path = exp / "checkpoints" / "step_00000002.pt"
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    for bad in ({**state, "version": VERSION + 1}, {"model": state["model"]}):
+        torch.save(bad, path)
+        with pytest.raises(ValueError, match="version"):
+            _trainer(corpus, exp, "train.max_steps=4").resume()

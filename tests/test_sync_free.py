@@ -100,11 +100,11 @@ def test_a_steady_state_step_reads_back_only_the_step_before_it(corpus, tmp_path
     assert tr.step == 6
     for step in range(2, 7):  # the first step may set things up
         reads = [r for r in mode.reads if r[0] == step]
-        assert [(name, file_name(file)) for _, name, file, _, _ in reads] == [("read", "nonfinite.py")], reads
+        assert [(name, file_name(file)) for _, name, file, _, _ in reads] == [("read", "guard.py")], reads
         assert reads[0][4].step == step - 1  # the previous step's values, copied when it ended
     # around the steps, only the last step is read (when the loop settles), and no other value
     around = [r for r in mode.reads if r[0] is None]
-    assert [(name, file_name(file), taken.step) for _, name, file, _, taken in around] == [("read", "nonfinite.py", 6)]
+    assert [(name, file_name(file), taken.step) for _, name, file, _, taken in around] == [("read", "guard.py", 6)]
 
 
 def test_the_read_counter_sees_a_loss_that_waits_on_the_device(corpus, tmp_path, monkeypatch):

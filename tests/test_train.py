@@ -150,7 +150,7 @@ def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus,
     assert len(lrs) >= 5 and lrs[-1] < 0.2 * max(lrs)     # the clock, not max_steps (0), ended the decay
     assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))  # after the 2 warm-up steps: only down
     state, _ = checkpoint.load_latest(exp / "checkpoints")
-    assert state["clock"]["elapsed_s"] >= 3.0
+    assert state["extra"]["clock"]["elapsed_s"] >= 3.0
     again = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000")
     assert again.resume() and again.clock.before_s >= 3.0
     again.fit()                                           # the budget is spent: no more steps
@@ -207,7 +207,7 @@ def test_resume_on_a_gpu_restores_every_rng(corpus, tmp_path):
     tr = Trainer(load_config("tiny", SMALL + ["train.max_steps=2"]), str(corpus / "data.list"), None, exp, gpu)
     tr.fit()
     tr.close()
-    rng = checkpoint.load_latest(exp / "checkpoints")[0]["rng"][0]
+    rng = checkpoint.load_latest(exp / "checkpoints")[0]["ranks"][0]["rng"]
     again = Trainer(load_config("tiny", SMALL + ["train.max_steps=4"]), str(corpus / "data.list"), None, exp, gpu)
     torch.manual_seed(123)
     assert again.resume() and again.step == 2
@@ -298,7 +298,7 @@ def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
 
 def test_a_rank_that_aborts_prints_its_python_stack():
     """A C++ std::terminate in a rank (SIGABRT) leaves the Python stacks of its threads in stderr."""
-    code = "from asrlab.train import dist; dist.setup()\ndef where_it_died():\n    import os; os.abort()\nwhere_it_died()\n"
+    code = "from asrlab.lab import dist; dist.setup()\ndef where_it_died():\n    import os; os.abort()\nwhere_it_died()\n"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == -signal.SIGABRT
     assert "Fatal Python error: Aborted" in p.stderr and "where_it_died" in p.stderr

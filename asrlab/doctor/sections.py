@@ -12,6 +12,7 @@ from ..files import read_jsonl
 from ..lab.metrics import metric_files, rank_summary, read_metrics
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
+from ..lab.state.run_state import upgrade
 from ..lab.state.ledger import coverage, coverage_report, ledger_ranks
 from ..lab.timing import step_split
 from .read import kept_steps, read_json
@@ -194,5 +195,8 @@ def checkpoint_integrity(exp: str | Path) -> dict:
         if found is not None:
             state, marker = found
             newest = marker["file"]
-            clock = (state.get("clock") or {}).get("elapsed_s")
+            try:
+                clock = (upgrade(state, newest)["extra"].get("clock") or {}).get("elapsed_s")
+            except ValueError:  # a checkpoint of another schema: its clock is not known here
+                clock = None
     return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}

@@ -37,7 +37,6 @@ from ..model import ConformerCTC, count_parameters
 from ..lab import dist
 from .evaluate import evaluate
 from ..lab.stall.heartbeat import Heartbeat
-from ..lab.state.ledger import LedgerWriter
 from ..lab.metrics import MetricsWriter
 from ..lab.numerics.guard import NumericsGuard
 from .phases import StepPhases
@@ -47,13 +46,13 @@ from .schedule import RunClock, decay_horizon, lr_lambda
 from ..lab.stall.watch import Watchdog, announced_to, watching
 from .step import TrainStep
 from ..lab.stop import STOP_FILE, clear_stop, stop_requested
-from .trainer_state import Rollback, TrainerState
+from .checkpoints import Rollback, TrainerCheckpoints
 from ..lab.uneven import UnevenGuard, after_join
 
 log = logging.getLogger(__name__)
 
 
-class Trainer(TrainStep, TrainerState):
+class Trainer(TrainStep):
     """Owns the model, optimizer, scheduler, scaler, loaders and guards of one rank."""
 
     def __init__(self, cfg: Config, data: str | list, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
@@ -107,10 +106,20 @@ class Trainer(TrainStep, TrainerState):
             self.ddp.register_comm_hook(None, self.phases.ddp_hook())
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
-        self.ledger = LedgerWriter(self.exp, self.info.rank) if cfg.train.ledger else None
+        self.ckpt = TrainerCheckpoints(self)   # one schema with the parts' RunState (asrlab.lab)
+        self.ledger = self.ckpt.state.ledger
         log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
                  self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
                  count_parameters(self.model) / 1e6, len(train_sources))
+
+    def save(self) -> None:
+        self.ckpt.save()
+
+    def resume(self) -> bool:
+        return self.ckpt.resume()
+
+    def rollback(self) -> None:
+        self.ckpt.rollback()
 
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")

@@ -24,7 +24,7 @@ import torch
 
 from . import checkpoint
 from .. import dist
-from .ledger import LedgerWriter, coverage_report, note_resume
+from .ledger import LedgerWriter, coverage_report, ledger_sizes, ledger_tail, note_resume, put_ledger_tail
 from ..numerics.guard import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -64,13 +64,30 @@ def _tuples(x):
 class RunState:
     """``state.save(step, epoch)`` (every rank, at the same step: a collective) and ``state.load()``
     (every rank: the newest good checkpoint, or None on a fresh start); ``state.record(step, epoch, keys)``
-    after each step when ``ledger``. ``extra``: anything else of the loop's to keep (a dict of plain values)."""
+    after each step when ``ledger``. ``extra``: anything else of the loop's to keep (a dict of plain values).
+
+    One schema for every checkpoint asrlab writes, its own trainer's included (:data:`VERSION`)::
+
+        {"version", "step", "epoch", "world_size", "model", "optimizer"?, "scaler"?, "scheduler"?,
+         "ranks": [{"rng": ..., "loader": ...} per rank], "extra": {...}}
+
+    A checkpoint of another version is refused with the reason; an unversioned one of asrlab's trainer
+    (per-rank ``rng`` and ``loader`` lists at the top) is read as this one (:func:`upgrade`).
+
+    ``loader``: anything with ``state_dict``/``load_state_dict`` (asrlab's loader, torchdata's
+    ``StatefulDataLoader``, a sampler); one with ``load_states`` (asrlab's) is given every rank's state, so it
+    re-plans the epoch on another number of ranks or workers; the others get their own rank's state back
+    when the world size is the saved one. ``shared_exp=False`` (nodes that do not share ``EXP``): rank 0
+    reads the checkpoint and sends it to every rank, and each save first brings rank 0's copy of every
+    rank's ledger up to date. ``on_write``: called per chunk written (progress for a stall watch).
+    """
 
     def __init__(self, exp: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                 scaler=None, scheduler=None, loader=None, ledger: bool = True, keep_last: int = 3):
+                 scaler=None, scheduler=None, loader=None, ledger: bool = True, keep_last: int = 3,
+                 shared_exp: bool = True, on_write=None):
         self.exp = Path(exp)
         self.model, self.optimizer, self.scaler, self.scheduler, self.loader = model, optimizer, scaler, scheduler, loader
-        self.keep_last = keep_last
+        self.keep_last, self.shared_exp, self.on_write = keep_last, shared_exp, on_write
         self.rank, self.world_size = dist.world()
         self.group = dist.cpu_group()
         self.device = next(model.parameters()).device
@@ -83,8 +100,18 @@ class RunState:
         torch.distributed.all_gather_object(out, obj, group=self.group)
         return out
 
-    def save(self, step: int, epoch: int = 0, extra: dict | None = None) -> Path | None:
-        """Checkpoint ``EXP/checkpoints/step_{step}.pt`` (rank 0 writes; every rank must call it)."""
+    def _from_rank0(self, obj):
+        if self.group is None:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def save(self, step: int, epoch: int = 0, extra: dict | None = None, marker: dict | None = None) -> Path | None:
+        """Checkpoint ``EXP/checkpoints/step_{step}.pt`` (rank 0 writes; every rank must call it). ``marker``:
+        plain values for the checkpoint's marker file, which lists read without loading the checkpoint."""
+        if self.ledger is not None and not self.shared_exp:
+            self._gather_ledgers()
         ranks = self._gather({"rng": all_rng_state(self.device),
                               "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None})
         path = None
@@ -95,41 +122,71 @@ class RunState:
                 part = getattr(self, name)
                 if part is not None:
                     state[name] = part.state_dict()
-            path = checkpoint.save_checkpoint(self.exp / "checkpoints", state, step, {"epoch": epoch},
-                                              self.keep_last)
+            listed = {"epoch": epoch, **(marker or {})}
+            first = ranks[0]["loader"]
+            if isinstance(first, dict) and "positions" in first:  # asrlab's loader: `asrlab ckpt` shows where it was
+                listed["rank0_position"] = first["positions"]
+            path = checkpoint.save_checkpoint(self.exp / "checkpoints", state, step, listed, self.keep_last,
+                                              on_write=self.on_write)
         if self.group is not None:
             torch.distributed.barrier(group=self.group)
         return path
 
-    def load(self) -> dict | None:
-        """Restore the newest good checkpoint; returns ``{"step", "epoch", "extra"}``, or None if there is none.
+    def _gather_ledgers(self) -> None:
+        """Bring rank 0's copies of every rank's ledger up to date: each rank sends what its ledger holds
+        beyond rank 0's copy of it, so the checkpoint's node can prove coverage."""
+        self.ledger.flush()
+        sizes = self._from_rank0(ledger_sizes(self.exp, self.world_size) if self.rank == 0 else None)
+        tails = self._gather(ledger_tail(self.exp, self.rank, sizes[self.rank]))
+        if self.rank == 0:
+            for r, data in enumerate(tails):
+                if data:
+                    put_ledger_tail(self.exp, r, sizes[r], data)
 
-        Each rank takes back its own RNGs and loader position; with another world size than the one saved,
-        the RNGs and loader positions are not restored (asrlab's own trainer re-plans the epoch; here the
-        loop must), and a warning says so."""
-        found = checkpoint.load_latest(self.exp / "checkpoints", map_location="cpu")
+    def read(self) -> dict | None:
+        """The newest good checkpoint in this schema, with ``"file"`` (its name), without restoring anything
+        (None if there is none). Every rank must call it when ``shared_exp`` is False."""
+        if self.shared_exp:
+            found = checkpoint.load_latest(self.exp / "checkpoints", map_location="cpu")
+        else:
+            found = self._from_rank0(checkpoint.load_latest(self.exp / "checkpoints", map_location="cpu")
+                                     if self.rank == 0 else None)
         if found is None:
             return None
         state, marker = found
-        if state.get("version") != VERSION:
-            raise ValueError(f"{marker['file']}: a checkpoint of version {state.get('version')!r}; "
-                             f"this asrlab reads version {VERSION}")
+        return {**upgrade(state, marker["file"]), "file": marker["file"]}
+
+    def restore(self, state: dict, loader: bool = True) -> dict:
+        """Take ``state`` (from :meth:`read`) back: model, optimizer, scaler, scheduler, this rank's RNGs (on
+        another world size rank R takes rank R mod N's), and (``loader``) the loader's position. The ledger
+        notes that the steps after it are undone. Returns ``{"step", "epoch", "extra"}``."""
         _unwrap(self.model).load_state_dict(state["model"])
         for name in ("optimizer", "scaler", "scheduler"):
             part = getattr(self, name)
             if part is not None and name in state:
                 part.load_state_dict(state[name])
-        if state["world_size"] == self.world_size:
-            mine = state["ranks"][self.rank]
-            set_all_rng_state(mine["rng"], self.device)
-            if mine["loader"] is not None and hasattr(self.loader, "load_state_dict"):
-                self.loader.load_state_dict(mine["loader"])
-        else:
-            log.warning("%s was saved by %d ranks, this run has %d: RNGs and loader positions not restored",
-                        marker["file"], state["world_size"], self.world_size)
+        ranks = state["ranks"]
+        set_all_rng_state(ranks[self.rank % len(ranks)]["rng"], self.device)
+        positions = [r["loader"] for r in ranks]
+        if loader and self.loader is not None and all(p is not None for p in positions):
+            if hasattr(self.loader, "load_states"):
+                self.loader.load_states(positions)  # every rank's: another layout re-plans the epoch
+            elif state["world_size"] == self.world_size:
+                self.loader.load_state_dict(positions[self.rank])
+            else:
+                log.warning("%s was saved by %d ranks, this run has %d: the loader's position is not restored",
+                            state.get("file"), state["world_size"], self.world_size)
         note_resume(self.exp, self.ledger, state["step"], self.rank, self.world_size, state["world_size"])
-        log.info("resumed from %s (step %d, epoch %d)", marker["file"], state["step"], state["epoch"])
         return {"step": state["step"], "epoch": state["epoch"], "extra": state.get("extra", {})}
+
+    def load(self) -> dict | None:
+        """Restore the newest good checkpoint; returns ``{"step", "epoch", "extra"}``, or None if there is none."""
+        state = self.read()
+        if state is None:
+            return None
+        out = self.restore(state)
+        log.info("resumed from %s (step %d, epoch %d)", state["file"], state["step"], state["epoch"])
+        return out
 
     def record(self, step: int, epoch: int, keys) -> None:
         """The sample keys this rank trained on at ``step`` (the ledger)."""
@@ -145,9 +202,28 @@ class RunState:
             self.ledger.close()
 
 
+# what an unversioned trainer checkpoint keeps at its top level, and this schema under "extra"
+_TRAINER_EXTRA = ("epoch_done", "skipped", "rollbacks", "epoch_step0", "clock")
+
+
+def upgrade(state: dict, name: str = "checkpoint") -> dict:
+    """``state`` in this schema: as it is when of :data:`VERSION`, converted when it is an unversioned trainer
+    checkpoint, else a ValueError naming what it is."""
+    version = state.get("version")
+    if version == VERSION:
+        return state
+    if version is None and isinstance(state.get("rng"), list) and isinstance(state.get("loader"), list):
+        out = {k: v for k, v in state.items() if k not in ("rng", "loader") + _TRAINER_EXTRA}
+        out.update(version=VERSION, ranks=[{"rng": r, "loader": p} for r, p in zip(state["rng"], state["loader"])],
+                   extra={k: state[k] for k in _TRAINER_EXTRA if k in state})
+        return out
+    raise ValueError(f"{name}: a checkpoint of version {version!r}; this asrlab reads version {VERSION} "
+                     "(and the trainer's checkpoints before it)")
+
+
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module inside DDP / FSDP-style wrappers, so a checkpoint loads with or without them."""
     return getattr(model, "module", model)
 
 
-__all__ = ["RunState", "all_rng_state", "set_all_rng_state"]
+__all__ = ["VERSION", "RunState", "all_rng_state", "set_all_rng_state", "upgrade"]
