@@ -19,6 +19,15 @@ os.environ.setdefault("ASRLAB_WIDGETS", "static")
 
 WORDS = ["one", "two", "three", "stop", "go"]
 
+# The tests' model: the tiny config cut to one narrow block, still every kind of layer (attention, the
+# conv module, the x2 front end). A step takes milliseconds, so a training test's time is its processes'
+# start-up and its own timeouts, not compute.
+SMALL_MODEL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
+               "model.conv_channels=8"]
+# ... in the tests' runs: batches of 800 frames read in the training process, a 2-step warm-up, no progress bar
+SMALL = [*SMALL_MODEL, "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2",
+         "train.progress=false"]
+
 
 def tone_utts(n: int, seed: int = 0, sr: int = 16000):
     """``n`` utterances ``(key, text, wav_bytes)``: 0.3-1.2 s tones with short word transcripts."""

@@ -17,7 +17,8 @@ from asrlab.model import ConformerCTC
 from asrlab.lab.metrics import read_metrics
 from asrlab.lab.numerics.guard import HALT_EXIT, NonFiniteHalt
 
-from test_train import SMALL, make_trainer
+from conftest import SMALL
+from helpers import make_trainer
 
 KNOWN = torch.tensor([1000.0, -2.0, 0.5, 3e-5, 0.0, -1e-6])   # two non-zero values below 2**-14
 

@@ -20,7 +20,8 @@ from asrlab.files import read_jsonl
 from asrlab.nb import train_until_killed
 from asrlab.lab.stall.heartbeat import write_heartbeat
 
-from test_stalls import SMALL, train2
+from conftest import SMALL
+from helpers import train2
 
 FAST = SMALL  # test_stalls' small model: a step takes milliseconds; the stall watchdog on (its default)
 

@@ -14,6 +14,8 @@ from asrlab.decode import eval_loader
 from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
+from conftest import SMALL_MODEL
+
 
 def test_batch_fbank_matches_kaldi_fbank_per_utterance():
     g = torch.Generator().manual_seed(0)
@@ -42,8 +44,7 @@ def test_loader_hands_over_waveforms_and_the_features_agree(corpus, tok):
 
 
 def test_trainer_steps_with_device_features(corpus, tmp_path):
-    cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",
-                               "model.conv_channels=8", "data.max_frames_in_batch=800", "data.features=device",
+    cfg = load_config("tiny", [*SMALL_MODEL, "data.max_frames_in_batch=800", "data.features=device",
                                "train.max_steps=2", "train.progress=false"])
     tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), tmp_path / "exp",
                  DistInfo(0, 1, 0, torch.device("cpu"), None))

@@ -14,6 +14,8 @@ from asrlab.data.config import DataConfig
 from asrlab.data.preflight import source_stats
 from asrlab.data.sources import load_sources, read_source
 
+from conftest import SMALL_MODEL
+
 
 @pytest.fixture
 def shards(corpus, tmp_path):
@@ -117,8 +119,8 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
     from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
-    cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",
-                               "optim.decay_by_clock=true", "train.max_minutes=1", "train.progress=false"])
+    cfg = load_config("tiny", [*SMALL_MODEL, "optim.decay_by_clock=true", "train.max_minutes=1",
+                               "train.progress=false"])
     cpu = DistInfo(0, 1, 0, torch.device("cpu"), None)
     Trainer(cfg, str(shards / "data.list"), None, tmp_path / "a", cpu).close()
     assert (shards / "data.list.index.json").exists()

@@ -14,7 +14,7 @@ from asrlab.data.shards import write_split
 from asrlab.data.sources import corpus_specs, load_data
 from asrlab.errors import UsageError
 
-from conftest import tone_utts
+from conftest import SMALL_MODEL, tone_utts
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,8 @@ def test_asrlab_train_mixes_lists_logs_each_corpus_and_the_doctor_reads_them(cor
     from asrlab.lab.state.ledger import read_ledger
 
     exp = tmp_path / "exp"
-    small = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "data.num_workers=0",
-             "data.max_frames_in_batch=800", "train.progress=false", "train.ledger=true"]
+    small = [*SMALL_MODEL, "data.num_workers=0", "data.max_frames_in_batch=800", "train.progress=false",
+             "train.ledger=true"]
     assert main(["train", "--data", f"{corpus / 'data.list'}:2", "--data", f"libri={second / 'raw.list'}",
                  "--exp", str(exp), "--max-steps", "6", *small]) == 0
     lines = [json.loads(x) for x in (exp / "metrics" / "rank0.jsonl").read_text().splitlines()]

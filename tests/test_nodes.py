@@ -19,10 +19,7 @@ from asrlab.doctor import diagnose
 from asrlab.train.launch import kill_tree
 from asrlab.lab.stall.watch import STALL_EXIT
 
-from conftest import tone_utts
-
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-         "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
+from conftest import SMALL, tone_utts
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ import torch
 
 from asrlab.lab.timing import PARTS, CpuSampler, GpuSampler, StepTimer, format_split, step_split, trace
 
+from conftest import SMALL_MODEL
+
 
 def test_step_timer_parts_match_known_sleeps_and_add_up():
     timer = StepTimer("cpu")
@@ -89,8 +91,7 @@ def test_training_exports_a_trace_window(corpus, tmp_path):
     from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
-    cfg = load_config("tiny", ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64",
-                               "model.conv_channels=8", "data.max_frames_in_batch=800", "train.max_steps=5",
+    cfg = load_config("tiny", [*SMALL_MODEL, "data.max_frames_in_batch=800", "train.max_steps=5",
                                "train.trace_steps=2", "train.trace_from=3", "train.progress=false"])
     tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", DistInfo(0, 1, 0, torch.device("cpu"), None))
     tr.fit()

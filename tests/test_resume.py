@@ -13,7 +13,7 @@ import pytest
 from asrlab.nb import train_until_killed
 from asrlab.lab.state.ledger import LedgerWriter, coverage, read_ledger
 
-from test_train import SMALL
+from conftest import SMALL
 
 STEPS = 20   # about 1.7 epochs of the 120-utterance corpus
 

@@ -20,9 +20,8 @@ from asrlab.data.sources import load_sources
 from asrlab.lab.stall.heartbeat import Heartbeat, read_timeline
 from asrlab.lab.stall.watch import STALL_EXIT, Watchdog, ranks_text, verdict
 
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-         "model.conv_channels=8", "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2",
-         "train.progress=false"]
+from conftest import SMALL
+from helpers import train2
 
 
 def snap(rank, phase, step, since, detail=""):
@@ -101,21 +100,6 @@ def uneven(corpus, tmp_path_factory):
     batches = [r["batches"] for r in layout["ranks"]]
     assert batches[0] != batches[1] and layout["warnings"]
     return path, batches.index(min(batches)), min(batches)
-
-
-def train2(data, exp, *args, timeout=150):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data), "--exp", str(exp),
-           "--resume", "none", *SMALL, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    leftover = []
-    for _ in range(20):  # give torchrun's SIGTERM a moment to land
-        leftover = [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
-        if not leftover:
-            break
-        time.sleep(0.5)
-    assert not leftover, f"processes left running: {[p.info['cmdline'] for p in leftover]}"
-    return out
 
 
 def final_steps(exp):

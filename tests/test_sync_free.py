@@ -21,9 +21,10 @@ from asrlab.train import step as step_module
 from asrlab.lab.dist import DistInfo
 from asrlab.train.trainer import Trainer
 
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_channels=8",
-         "data.max_frames_in_batch=1500", "data.num_workers=0", "train.stall_timeout_s=0", "train.progress=false",
-         "train.diagnostics_every=0"]
+from conftest import SMALL_MODEL
+
+SMALL = [*SMALL_MODEL, "data.max_frames_in_batch=1500", "data.num_workers=0", "train.stall_timeout_s=0",
+         "train.progress=false", "train.diagnostics_every=0"]
 READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
          torch.Tensor.__bool__, torch.Tensor.numpy}
 TO_DEVICE = {torch.Tensor.to, torch.Tensor.cuda}  # with non_blocking=True, as the step copies its batch

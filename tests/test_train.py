@@ -20,9 +20,9 @@ from asrlab.lab.metrics import read_metrics
 from asrlab.train.schedule import RunClock, lr_lambda
 from asrlab.train.trainer import Trainer
 
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-         "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
-CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
+from conftest import SMALL
+from helpers import CPU, make_trainer
+
 CUDA = torch.device("cuda", 0)
 
 
@@ -82,11 +82,6 @@ def test_config_overrides_and_unknown_keys():
     assert load_config("tiny", ["optim.lr=1e-3"]).optim.lr == 0.001   # YAML 1.1 reads 1e-3 as a string
     with pytest.raises(ValueError, match="optim.lr must be a number"):
         load_config("tiny", ["optim.lr=fast"])
-
-
-def make_trainer(corpus, exp, *extra):
-    cfg = load_config("tiny", SMALL + list(extra))
-    return Trainer(cfg, str(corpus / "data.list"), None, exp, CPU)
 
 
 def test_non_finite_step_is_skipped_and_counted(corpus, tmp_path):

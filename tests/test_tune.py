@@ -6,8 +6,7 @@ import torch
 from asrlab.config import load_config
 from asrlab.measure.tune import grid, measure, recommend, storage_variants
 
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-         "model.conv_channels=8", "data.max_frames_in_batch=800"]
+from conftest import SMALL
 
 
 def row(storage, nw, mf, audio, wait, peak):

@@ -21,8 +21,8 @@ from asrlab.lab.dist import DistInfo
 from asrlab.lab.metrics import read_metrics
 from asrlab.train.trainer import Trainer
 
-SMALL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-         "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2", "train.progress=false"]
+from conftest import SMALL
+
 CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
 PNG = b"\x89PNG"
 
