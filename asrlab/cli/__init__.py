@@ -1,0 +1,51 @@
+"""``asrlab <command>``: parses arguments, calls the package, formats the output.
+
+The only module (with the notebooks) that prints; everything else logs. Each command's parser sits beside
+its handler (data, bench, train, runs); a handler imports what it runs when it runs, so that a command
+pays at start-up only for its own imports (``asrlab shards inspect`` or ``asrlab notebooks`` never load torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..errors import UsageError
+from . import bench, data, runs, train
+
+COMMANDS = (data, bench, train, runs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="asrlab", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+    for module in COMMANDS:
+        module.add_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # what --nproc relaunches under torchrun
+    if isinstance(getattr(args, "overrides", None), list):  # KEY=VALUE overrides: before or after options
+        args.overrides += [x for x in extra if "=" in x and not x.startswith("-")]
+        extra = [x for x in extra if x not in args.overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except (UsageError, FileNotFoundError) as e:  # what a person can fix; anything else is a bug: its traceback
+        print(f"asrlab: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (``asrlab doctor EXP | head``): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail
+        return 0
+
+
+__all__ = ["build_parser", "main"]

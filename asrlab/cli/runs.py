@@ -1,0 +1,127 @@
+"""What a run left: ``asrlab doctor``, ``asrlab ckpt``, ``asrlab decode``; and ``asrlab notebooks``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+
+
+def _speeds(text: str) -> tuple[float, ...]:
+    """``"0.9,1.0,1.1"`` -> ``(0.9, 1.0, 1.1)`` (their range is ``data.speed``'s check, in ``decode_exp``)."""
+    try:
+        return tuple(float(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speeds are numbers separated by commas, not {text!r}") from None
+
+
+def cmd_decode(a: argparse.Namespace) -> int:
+    from ..decode import decode_exp
+
+    r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds, a.device)
+    short = r["decoded"] - r["utts"]
+    short = f", {short} of them too short for CTC to align" if short else ""
+    print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['decoded']} utterances "
+          f"(checkpoint step {r['step']}, greedy{short}); hypotheses in {r['hyps_path']}")
+    if "lexicon" in r:
+        lx = r["lexicon"]
+        speeds = "" if lx["speeds"] == [1.0] else ", speeds " + ",".join(f"{s:g}" for s in lx["speeds"])
+        print(f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
+              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}{speeds}); hypotheses in {lx['hyps_path']}")
+    return 0
+
+
+def cmd_ckpt(a: argparse.Namespace) -> int:
+    from ..lab.state import checkpoint
+
+    ckpt_dir = Path(a.exp) / "checkpoints"
+    rows = checkpoint.list_checkpoints(ckpt_dir)
+    if not rows:
+        raise UsageError(f"no checkpoints in {ckpt_dir}")
+    print(f"{'step':>8} {'epoch':>5}  {'state':10s} position (rank 0: per worker source/offset/block/batch)")
+    for m in rows:
+        state = "complete" if m["complete"] else "INCOMPLETE"
+        where = "epoch done" if m.get("epoch_done") else "  ".join(
+            f"w{w}: {p['source']}/{p['offset']}/{p['block']}/{p['batch']}" for w, p in sorted(
+                (m.get("rank0_position") or {}).items()))
+        print(f"{m['step']:>8} {m.get('epoch', '?'):>5}  {state:10s} {where or '-'}")
+    if a.digest:
+        found = checkpoint.load_latest(ckpt_dir)
+        if found is None:
+            raise UsageError(f"no complete checkpoint in {ckpt_dir}")
+        state, marker = found
+        print(f"{checkpoint.state_digest(state)}  {marker['file']} (model and optimizer tensors)")
+    return 0
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from ..doctor import diagnose, format_diagnosis
+
+    d = diagnose(a.exp)
+    print(json.dumps(d, indent=1) if a.json else format_diagnosis(d).rstrip("\n"))
+    return 0 if d["ok"] else 1
+
+
+def cmd_notebooks(a: argparse.Namespace) -> int:
+    from ..nb import root
+    from ..runner import run_notebooks
+
+    records = run_notebooks(root() / "notebooks", Path(a.out) if a.out else None, a.only, a.params,
+                            report=lambda m: print(m, flush=True), html=a.html)
+    failed = [r for r in records if not r["ok"]]
+    where = Path(records[0]["output"]).parent.parent
+    print(f"{len(records) - len(failed)} of {len(records)} notebooks ran; "
+          f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {where}/"
+          + (f", figures in {Path(a.out) / 'figures'}/" if a.out else ""))
+    for r in records:
+        if r.get("html"):
+            print(f"  {r['html']}")
+    for r in failed:
+        print(f"FAILED {r['notebook']}: {r['error']} (see {r['output']})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def add_commands(sub) -> None:
+    """The parsers of decode, ckpt, doctor, notebooks."""
+    d = sub.add_parser("decode", help="CTC decoding (greedy, or a lexicon beam search); prints CER and WER, "
+                                      "writes hypotheses")
+    d.add_argument("--exp", required=True)
+    d.add_argument("--data", required=True)
+    d.add_argument("--name", help="name of the output (default: from the data path)")
+    d.add_argument("--lexicon", metavar="DATA_LIST",
+                   help="search only sentences of the words of this list's transcripts (usually train's)")
+    d.add_argument("--beam", type=int, default=32, help="prefixes kept per frame (with --lexicon)")
+    d.add_argument("--lm-weight", type=float, default=1.0,
+                   help="weight of the word trigram of the --lexicon transcripts (0: lexicon only)")
+    d.add_argument("--word-bonus", type=float, default=3.0,
+                   help="nats added per word (with --lexicon): offsets the LM's cost of each word, which "
+                        "otherwise favours dropping a faint one")
+    d.add_argument("--speeds", type=_speeds, default=(1.0,), metavar="S1,S2,...",
+                   help="with --lexicon: search the audio played at each of these speeds (a test-time warp "
+                        "of the voice, e.g. 0.9,1.0,1.1) and keep the transcript best over all of them")
+    d.add_argument("--device", help="where the model runs, e.g. cpu or cuda:1 (default: the first GPU if there "
+                                    "is one, else the CPU)")
+    d.set_defaults(func=cmd_decode)
+
+    c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")
+    c.add_argument("exp")
+    c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
+    c.set_defaults(func=cmd_ckpt)
+
+    dr = sub.add_parser("doctor", help="what happened to a run: the verdict (finished, running, stopped, stalled, "
+                                       "crashed, non-finite halt), per-rank timing, non-finite steps, resumes, "
+                                       "ledger coverage, checkpoint integrity; exit 1 when it failed")
+    dr.add_argument("exp")
+    dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")
+    dr.set_defaults(func=cmd_doctor)
+
+    n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
+    n.add_argument("--only", help="run only the notebooks whose name contains this")
+    n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
+    n.add_argument("--out", help="put everything the run writes under this folder (executed copies, results.json, "
+                                 "experiments, figures); default: runs/ and figures/ of the project")
+    n.add_argument("--html", action="store_true", help="also write each executed notebook as a standalone HTML page")
+    n.set_defaults(func=cmd_notebooks)
