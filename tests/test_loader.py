@@ -218,3 +218,15 @@ def test_speed_perturbation_is_planned_deterministic_and_resumes_exactly(corpus,
     assert out == [(k, f.sum().item()) for k, _, f in batches]
     plain = AsrLoader(srcs, tok, cfg.for_eval(max_frames_in_batch=100_000))
     assert {k: n for b in plain for k, n in zip(b["keys"], b["feat_lens"].tolist())} == lengths[1.0]
+
+
+def test_the_injected_delay_sleeps_only_on_its_ranks_and_from_its_batch(monkeypatch):
+    from types import SimpleNamespace
+
+    from asrlab.data import faults
+
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    cfg = SimpleNamespace(inject_delay_s=0.5, inject_delay_ranks=(1,), inject_delay_from_batch=2)
+    assert list(faults.delayed(iter(range(4)), cfg, rank=0)) == [0, 1, 2, 3] and slept == []
+    assert list(faults.delayed(iter(range(4)), cfg, rank=1)) == [0, 1, 2, 3] and slept == [0.5, 0.5]

@@ -46,7 +46,7 @@ class DataConfig:
     raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
     index: bool = True                # start-up reads lengths and transcripts from LIST.index.json (asrlab.data.index)
     seed: int = 0
-    # fault injection, for the stall notebook and tests: sleep before each batch of the listed ranks
+    # a fault put in on purpose (asrlab.data.faults), for the stall notebook and tests: a slow or hung rank
     inject_delay_s: float = 0.0       # seconds per batch (0: off)
     inject_delay_ranks: tuple = ()    # ranks that sleep (empty: every rank)
     inject_delay_from_batch: int = 0  # first batch of each worker's epoch that sleeps

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from . import audio
+from . import audio, faults
 from .config import DataConfig
 from .index import header_items
 from .plan import MUX, batch_sizes, batching_order, corpora, draw_corpus, worker_streams
@@ -96,7 +96,7 @@ class AsrDataset(IterableDataset):
         pos = self.positions.get(worker, Position(epoch=self.epoch))
         if pos.epoch != self.epoch:
             pos = Position(epoch=self.epoch)
-        yield from self._batches(self.streams(worker), worker, pos)
+        yield from faults.delayed(self._batches(self.streams(worker), worker, pos), self.cfg, self.rank)
 
     def streams(self, worker: int) -> list[list[Source]]:
         """The sources a worker reads this epoch, per corpus (:func:`worker_streams`)."""
@@ -185,8 +185,6 @@ class AsrDataset(IterableDataset):
         block = pos.block
         resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
         skipped = Counter(resume_skipped)
-        delay = cfg.inject_delay_s if (not cfg.inject_delay_ranks or self.rank in cfg.inject_delay_ranks) else 0.0
-        served = 0
         first = self._start(pos, len(sources))
         for start, (src_i, offset), items in ([] if pos.done else self._blocks(sources, *first, block, g)):
             rng = np.random.default_rng([cfg.seed, self.epoch, g, block])
@@ -204,9 +202,6 @@ class AsrDataset(IterableDataset):
                 nxt.skipped = dict(skipped)
                 if batch is not None:
                     batch["worker"], batch["pos"] = worker, asdict(nxt)
-                    if delay and served >= cfg.inject_delay_from_batch:
-                        time.sleep(delay)  # injected fault (data.inject_delay_s)
-                    served += 1
                     yield batch
             resume_batch = 0
             block += 1
