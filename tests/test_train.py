@@ -116,7 +116,7 @@ def test_metrics_lines_have_every_field(corpus, tmp_path):
 def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
     cfg = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0", "optim.decay_by_clock=true"])
     clock = RunClock(budget_s=100.0)
-    f = lr_lambda(cfg, max_steps=1010, clock=clock)
+    f = lr_lambda(cfg.optim, max_steps=1010, clock=clock)
     assert f(4) == 0.5                                    # warm-up: step 5 of 10
     clock.seen_s = 20.0
     assert f(10) == pytest.approx(1.0, abs=1e-4)          # warm-up ended at 20% of the budget
@@ -126,9 +126,9 @@ def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
     assert f(110) == pytest.approx(0.5)                   # ... though only a tenth of the steps
     clock.seen_s = 100.0
     assert f(110) == pytest.approx(0.0)                   # budget spent: the floor
-    assert lr_lambda(cfg, max_steps=1010)(509) == pytest.approx(0.5)  # no clock: steps alone
+    assert lr_lambda(cfg.optim, max_steps=1010)(509) == pytest.approx(0.5)  # no clock: steps alone
     steps_only = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0"])  # the default
-    assert lr_lambda(steps_only, max_steps=1010, clock=clock)(110) == pytest.approx(0.5 * (1 + math.cos(0.101 * math.pi)))
+    assert lr_lambda(steps_only.optim, max_steps=1010, clock=clock)(110) == pytest.approx(0.5 * (1 + math.cos(0.101 * math.pi)))
 
 
 def lrs_of_a_run_decaying_by_its_limits(corpus, exp, *limits) -> list[float]:

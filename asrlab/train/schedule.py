@@ -11,7 +11,7 @@ import logging
 import math
 import time
 
-from ..config import Config
+from ..config import Config, OptimConfig
 from ..data.preflight import inspect_layout
 from ..data.sources import Source
 
@@ -55,14 +55,13 @@ class RunClock:
         self.start()
 
 
-def lr_lambda(cfg: Config, max_steps: int, clock: RunClock | None = None):
+def lr_lambda(o: OptimConfig, max_steps: int, clock: RunClock | None = None):
     """Multiplier of the peak LR at optimizer step ``s``: linear warm-up, then the configured decay.
 
     Cosine decay runs to ``min_lr`` at ``max_steps``; with ``optim.decay_by_clock`` and a time budget
     (``clock``) it follows whichever is further along, steps or training time, so a run the clock
     stops has decayed too.
     """
-    o = cfg.optim
     warm = max(1, o.warmup_steps)
 
     def f(s: int) -> float:

@@ -85,7 +85,7 @@ class Trainer(TrainStep):
                                      fused=self.device.type in ("cpu", "cuda"))
         self.clock = RunClock(60 * cfg.train.max_minutes)
         horizon = decay_horizon(cfg, train_sources, self.info.world_size)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, horizon, self.clock))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.optim, horizon, self.clock))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
         self.step, self.epoch, self.epoch_done, self.evals = 0, 0, False, 0
         self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.lab.stop)
