@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from asrlab.config import load_config
 from asrlab.train import step as step_module
 from asrlab.lab.dist import DistInfo
+from asrlab.train.step import TrainStep
 from asrlab.train.trainer import Trainer
 
 from conftest import SMALL_MODEL
@@ -116,7 +117,7 @@ def test_the_read_counter_sees_a_loss_that_waits_on_the_device(corpus, tmp_path,
     real, copied = step_module.mean_ctc_loss, []
 
     def inputs(batch, phases=True):
-        copied[:] = Trainer._inputs(tr, batch, phases)
+        copied[:] = TrainStep.inputs(tr.stepper, batch, phases)
         return copied
 
     def on_the_device(log_probs, out_lens, targets, target_lens, host_targets=None):
@@ -124,7 +125,7 @@ def test_the_read_counter_sees_a_loss_that_waits_on_the_device(corpus, tmp_path,
         return real(log_probs, tr.model.output_lengths(feat_lens), targets, target_lens)
 
     monkeypatch.setattr(step_module, "mean_ctc_loss", on_the_device)
-    monkeypatch.setattr(tr, "_inputs", inputs)
+    monkeypatch.setattr(tr.stepper, "inputs", inputs)
     (batch,) = host_batches(tr, 1)
     with DeviceReads() as mode:
         tr.train_step([batch])
@@ -168,7 +169,7 @@ def test_a_steady_state_step_on_a_gpu_never_syncs(corpus, tmp_path, monkeypatch)
         for b in batches[3:]:
             tr.phases.start()
             results.append(tr.train_step([b]))
-            tr._unread[-1].parts = tr.phases.stop(lazy=True)
+            tr.stepper.unread[-1].parts = tr.phases.stop(lazy=True)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     last = tr.settle()

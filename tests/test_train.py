@@ -468,7 +468,7 @@ def test_a_bug_keeps_its_traceback_and_a_usage_error_is_one_line(monkeypatch, tm
     def bug(a):
         raise ValueError("an internal mistake")
 
-    monkeypatch.setattr(cli, "cmd_ckpt", bug)
+    monkeypatch.setattr(cli.runs, "cmd_ckpt", bug)
     with pytest.raises(ValueError, match="an internal mistake"):
         cli.main(["ckpt", str(tmp_path)])
 

@@ -7,11 +7,14 @@ The step never waits on the device: loss, gradient norm, loss scale and the skip
 (the guard's deferred step), the CTC loss takes its lengths from the batch on the host, and what a
 step measured is read with the next step, when the device is long past it. So ``train_step`` returns
 the step before the one it trained (:meth:`TrainStep.settle` returns the last one).
+
+A part the trainer holds, not a base class: it sees only what it is given.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -45,14 +48,23 @@ class StepResult:
 
 
 class TrainStep:
-    """The step part of :class:`.trainer.Trainer` (a mixin: it reads and sets the trainer's attributes;
-    ``_unread`` is a deque of the trained steps whose check is still on the device)."""
+    """Steps a model the trainer owns: it holds the model (and its DDP wrapper), the optimizer, scheduler,
+    scaler, numerics guard and step timer it is given, counts the optimizer steps (``step``) and keeps
+    ``unread``, the trained steps whose check is still on the device."""
 
-    def _autocast(self):
+    def __init__(self, model, ddp, opt, sched, scaler, guard, phases, precision, device: torch.device,
+                 fbank=None, grad_clip: float = 0.0, heartbeat=None):
+        self.model, self.ddp, self.opt, self.sched, self.scaler = model, ddp, opt, sched, scaler
+        self.guard, self.phases, self.precision, self.device = guard, phases, precision, device
+        self.fbank, self.grad_clip, self.hb = fbank, grad_clip, heartbeat
+        self.step = 0
+        self.unread: deque[StepResult] = deque()
+
+    def autocast(self):
         p = self.precision
         return contextlib.nullcontext() if p.dtype is None else torch.autocast(self.device.type, dtype=p.dtype)
 
-    def _inputs(self, batch: dict, phases: bool = True) -> tuple[torch.Tensor, ...]:
+    def inputs(self, batch: dict, phases: bool = True) -> tuple[torch.Tensor, ...]:
         """(feats, feat_lens, targets, target_lens) of a batch on the device."""
         if phases:
             self.phases.enter("copy")
@@ -66,7 +78,7 @@ class TrainStep:
         return (feats, feat_lens, batch["targets"].to(self.device, non_blocking=True),
                 batch["target_lens"].to(self.device, non_blocking=True))
 
-    def train_step(self, batches: list[dict]) -> StepResult | None:
+    def train_step(self, batches: list[dict], epoch: int = 0) -> StepResult | None:
         """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step, all
         queued without waiting on the device. Returns the step before it, now read (None at the first)."""
         net = self.ddp or self.model
@@ -81,17 +93,18 @@ class TrainStep:
         replays = [self._replay(b, len(batches)) for b in batches]
         try:  # grad_clip 0: the norm is measured, not clipped
             check, halt = self.guard.optimizer_step(self.opt, torch.stack(losses).sum(), self.scaler,
-                                                    self.cfg.optim.grad_clip, replay=replays, defer=True), None
+                                                    self.grad_clip, replay=replays, defer=True), None
         except NonFiniteHalt as e:  # the step it answers is complete: logged before the halt
             check, halt = e.check, e
         if halt is None and not (check is not None and check.action == "rollback"):  # else this step is void
             # every step, skipped or not: whether it was is on the device (rank-alike: the gradients are)
             self.sched.step()
             self.step += 1
-            self.hb.completed += 1
-            self._unread.append(StepResult(None, sum(len(b["keys"]) for b in batches),
+            if self.hb is not None:
+                self.hb.completed += 1
+            self.unread.append(StepResult(None, sum(len(b["keys"]) for b in batches),
                                            sum(int(b["feat_lens"].sum()) for b in batches), unalignable,
-                                           step=self.step, epoch=self.epoch, lr=self.opt.param_groups[0]["lr"],
+                                           step=self.step, epoch=epoch, lr=self.opt.param_groups[0]["lr"],
                                            keys=[k for b in batches for k in b["keys"]],
                                            corpora=mix_counts(batches)))
         return self._read(check, halt)
@@ -107,18 +120,18 @@ class TrainStep:
     def _read(self, check: StepCheck | None, halt: NonFiniteHalt | None) -> StepResult | None:
         if check is None:
             return None
-        r = self._unread.popleft()
+        r = self.unread.popleft()
         assert r.step == check.step, (r.step, check.step)
         r.check, r.halt = check, halt
         return r
 
     def _micro_step(self, net, batch: dict, i: int, n: int, losses: list) -> int:
         """Forward and backward of micro-batch ``i`` of ``n``; appends its loss, returns its unalignable count."""
-        feats, feat_lens, targets, target_lens = self._inputs(batch)
+        feats, feat_lens, targets, target_lens = self.inputs(batch)
         sync = i + 1 == n or self.ddp is None
         self.phases.enter("forward")
         with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
-            with self._autocast():
+            with self.autocast():
                 log_probs, _ = net(feats, feat_lens)
             # the lengths from the batch, on the host: nothing in the loss waits for the device
             loss, n_bad = mean_ctc_loss(log_probs, self.model.output_lengths(batch["feat_lens"]), targets,
@@ -137,8 +150,8 @@ class TrainStep:
         features and loss leave it, since :meth:`_micro_step` computes them outside."""
         def run():
             with torch.autocast(self.device.type, enabled=False):
-                feats, feat_lens, targets, target_lens = self._inputs(batch, phases=False)
-                with self._autocast():
+                feats, feat_lens, targets, target_lens = self.inputs(batch, phases=False)
+                with self.autocast():
                     log_probs, out_lens = self.model(feats, feat_lens)
                 loss = mean_ctc_loss(log_probs, out_lens, targets, target_lens)[0] / n
             return loss, {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,

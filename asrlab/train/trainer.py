@@ -20,7 +20,6 @@ import contextlib
 import logging
 import sys
 import time
-from collections import deque
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Iterator
@@ -44,7 +43,7 @@ from ..lab.precision import choose_precision, cpu_fp16_kernels
 from .run_data import load_train_sources, start_data
 from .schedule import RunClock, decay_horizon, lr_lambda
 from ..lab.stall.watch import Watchdog, announced_to, watching
-from .step import TrainStep
+from .step import StepResult, TrainStep
 from ..lab.stop import STOP_FILE, clear_stop, stop_requested
 from .checkpoints import Rollback, TrainerCheckpoints
 from ..lab.uneven import UnevenGuard, after_join
@@ -52,7 +51,7 @@ from ..lab.uneven import UnevenGuard, after_join
 log = logging.getLogger(__name__)
 
 
-class Trainer(TrainStep):
+class Trainer:
     """Owns the model, optimizer, scheduler, scaler, loaders and guards of one rank."""
 
     def __init__(self, cfg: Config, data: str | list, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
@@ -87,11 +86,10 @@ class Trainer(TrainStep):
         horizon = decay_horizon(cfg, train_sources, self.info.world_size)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.optim, horizon, self.clock))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
-        self.step, self.epoch, self.epoch_done, self.evals = 0, 0, False, 0
+        self.epoch, self.epoch_done, self.evals = 0, False, 0
         self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.lab.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
         self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
-        self._unread = deque()               # steps trained whose check is still on the device (train_step)
         self._limits_sent = None             # (elapsed, stop request) all-reduce under way on the control group
         self._discard = 0                    # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
         self.guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
@@ -104,6 +102,8 @@ class Trainer(TrainStep):
         if self.info.backend:
             self.ddp = DDP(self.model)
             self.ddp.register_comm_hook(None, self.phases.ddp_hook())
+        self.stepper = TrainStep(self.model, self.ddp, self.opt, self.sched, self.scaler, self.guard, self.phases,
+                                 self.precision, self.device, self.fbank, cfg.optim.grad_clip, self.hb)
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
         self.ckpt = TrainerCheckpoints(self)   # one schema with the parts' RunState (asrlab.lab)
@@ -120,6 +120,22 @@ class Trainer(TrainStep):
 
     def rollback(self) -> None:
         self.ckpt.rollback()
+
+    def train_step(self, batches: list[dict]) -> StepResult | None:
+        """One optimizer step over ``batches`` (:class:`.step.TrainStep`); returns the step before it, read."""
+        return self.stepper.train_step(batches, self.epoch)
+
+    def settle(self) -> StepResult | None:
+        return self.stepper.settle()
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (the stepper counts them; a resume or a rollback sets them back)."""
+        return self.stepper.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.stepper.step = value
 
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")
@@ -200,7 +216,7 @@ class Trainer(TrainStep):
         if r.halt is not None:
             raise r.halt
         if c.action == "rollback":
-            self._unread.clear()  # the steps after the one it answers are void
+            self.stepper.unread.clear()  # the steps after the one it answers are void
             raise Rollback()
 
     def _settle(self) -> None:
@@ -228,8 +244,9 @@ class Trainer(TrainStep):
         t = self.cfg.train
         for group in self._groups(iter(batches)):
             r = self.train_step(group)  # the step before this one, read now that the device is past it
-            if self._unread and self._unread[-1].parts is None:
-                self._unread[-1].parts = self.phases.stop(lazy=True)  # read when the step is
+            unread = self.stepper.unread
+            if unread and unread[-1].parts is None:
+                unread[-1].parts = self.phases.stop(lazy=True)  # read when the step is
             else:
                 self.phases.stop()
             if r is not None:
@@ -335,7 +352,7 @@ class Trainer(TrainStep):
         self.evals += 1
         self.cv_loader.set_epoch(self.evals)  # a fresh pass (the position of the last one is spent)
         self.hb.enter("eval")
-        result = evaluate(self.model, self.cv_loader, self.tok, self.info, self._autocast, tick=self.hb.tick)
+        result = evaluate(self.model, self.cv_loader, self.tok, self.info, self.stepper.autocast, tick=self.hb.tick)
         result.update(step=self.step, epoch=self.epoch)
         if self.eval_metrics is not None:
             self.eval_metrics.write({k: v for k, v in result.items() if k != "hyps"})
