@@ -236,7 +236,7 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
 def watchdog_poll(work: Path, record: str, rounds: int) -> dict:
     from asrlab.lab.stall.errors import rank_errors
     from asrlab.lab.stall.heartbeat import Heartbeat, read_heartbeats
-    from asrlab.lab.stall.watch import ProgressClock, Watchdog
+    from asrlab.lab.stall.watchdog import ProgressClock, Watchdog
 
     snap = json.loads(record)
     out = {}

@@ -19,7 +19,7 @@ from asrlab import lab
 from asrlab.doctor import diagnose
 from asrlab.lab.state.checkpoint import list_checkpoints
 from asrlab.train.launch import kill_tree
-from asrlab.lab.stall.watch import PEER_FAILED_EXIT
+from asrlab.lab.stall.watchdog import PEER_FAILED_EXIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -17,7 +17,7 @@ import pytest
 
 from asrlab.doctor import diagnose
 from asrlab.train.launch import kill_tree
-from asrlab.lab.stall.watch import STALL_EXIT
+from asrlab.lab.stall.watchdog import STALL_EXIT
 
 from conftest import SMALL, tone_utts
 

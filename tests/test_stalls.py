@@ -18,7 +18,8 @@ from asrlab.data.config import DataConfig
 from asrlab.data.preflight import inspect_layout
 from asrlab.data.sources import load_sources
 from asrlab.lab.stall.heartbeat import Heartbeat, read_timeline
-from asrlab.lab.stall.watch import STALL_EXIT, Watchdog, ranks_text, verdict
+from asrlab.lab.stall.verdict import ranks_text, verdict
+from asrlab.lab.stall.watchdog import STALL_EXIT, Watchdog
 
 from conftest import SMALL
 from helpers import train2

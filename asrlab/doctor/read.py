@@ -11,7 +11,7 @@ import yaml
 
 from ..lab.stall.errors import error_line, rank_errors
 from ..lab.stall.heartbeat import read_heartbeats
-from ..lab.stall.watch import rank_states
+from ..lab.stall.report import rank_states
 
 def read_json(path: Path) -> dict | None:
     try:

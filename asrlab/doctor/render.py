@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..lab.stall.watch import rank_line, ranks_text
+from ..lab.stall.verdict import rank_line, ranks_text
 from ..lab.timing import format_split
 from .sections import FIRST
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..lab.metrics import metric_files, read_metrics
 from ..lab.stall.errors import error_line
 from ..lab.stall.heartbeat import STALE_S
-from ..lab.stall.watch import phase_text, ranks_text
+from ..lab.stall.verdict import phase_text, ranks_text
 from ..lab.stop import STOP_FILE
 from .read import error_entry
 

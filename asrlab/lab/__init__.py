@@ -16,7 +16,9 @@ A plain DDP loop gets them with a few added lines (``examples/lab_loop.py`` next
 
 Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab train``.
 
-``StallWatch``     heartbeat phases + a watchdog on every rank (:mod:`asrlab.lab.stall.watch`)
+``StallWatch``     heartbeat phases + a watchdog on every rank (:mod:`asrlab.lab.stall.watch`; the thread
+                   :mod:`~asrlab.lab.stall.watchdog`, its verdict and report :mod:`~asrlab.lab.stall.verdict`,
+                   :mod:`~asrlab.lab.stall.report`)
 ``UnevenGuard``    every rank gets the same number of batches (:mod:`asrlab.lab.uneven`)
 ``NumericsGuard``  sampled module statistics, the first non-finite module, replay bundle, skip/rollback/halt
                    (:mod:`asrlab.lab.numerics.guard`; replays: :func:`asrlab.lab.numerics.stats.replay_step`)

@@ -42,7 +42,8 @@ from .phases import StepPhases
 from ..lab.precision import choose_precision, cpu_fp16_kernels
 from .run_data import load_train_sources, start_data
 from .schedule import RunClock, decay_horizon, lr_lambda
-from ..lab.stall.watch import Watchdog, announced_to, watching
+from ..lab.stall.watch import announced_to
+from ..lab.stall.watchdog import Watchdog, watching
 from .step import StepResult, TrainStep
 from ..lab.stop import STOP_FILE, clear_stop, stop_requested
 from .checkpoints import Rollback, TrainerCheckpoints

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..lab.stall.watch import rank_line
+from ..lab.stall.heartbeat import phase_intervals, read_timeline
+from ..lab.stall.report import rank_states
+from ..lab.stall.verdict import rank_line
 from .base import Explorer, html_escape, png
 
 
@@ -31,9 +33,6 @@ class StallExplorer(Explorer):
     its last seconds. Headless: the verdict, a table of the ranks and the timeline's last ``zoom_s``."""
 
     def __init__(self, exp: str | Path, title: str = "", zoom_s: float = 10.0):
-        from ..lab.stall.heartbeat import phase_intervals, read_timeline
-        from ..lab.stall.watch import rank_states
-
         self.exp, self.title, self.zoom_s = Path(exp), title, zoom_s
         self.verdict, self.ranks = rank_states(self.exp)
         spans = phase_intervals(read_timeline(self.exp), self.exp)

@@ -1,0 +1,117 @@
+"""The verdict: what every rank's last heartbeat says, in one sentence a person can act on.
+
+``verdict`` names the odd rank out first (a frozen process, a rank waiting for data, one already at epoch
+end, one that never started, else the smallest group stuck in the same phase), then where the others are;
+``failure_verdict`` does the same when a rank raised. ``rank_line`` says one rank as every report, the
+doctor and the stall explorer say it.
+"""
+
+from __future__ import annotations
+
+from .errors import error_line
+from .heartbeat import PHASES, STALE_S
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """``[1]`` -> "rank 1"; ``[1, 2, 3]`` -> "ranks 1-3"; ``[0, 2, 3]`` -> "ranks 0, 2, 3"."""
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+def _who(group: list[dict], nodes: bool) -> str:
+    """The ranks of ``group``, and (``nodes``: the job spans several) the node and host of each."""
+    text = ranks_text([s["rank"] for s in group])
+    if not nodes:
+        return text
+    where = sorted({(s.get("node", 0), s.get("host")) for s in group})
+    return f"{text} on " + ", ".join(f"node {n} ({h})" for n, h in where)
+
+
+def _groups(snaps: list[dict]) -> list[tuple[str, int, list[dict]]]:
+    """The ranks grouped by (phase, step): the smallest group first, then the one stuck longest."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for s in snaps:
+        groups.setdefault((s["phase"], s["step"]), []).append(s)
+    return sorted(((p, st, g) for (p, st), g in groups.items()), key=lambda x: (len(x[2]), min(s["since"] for s in x[2])))
+
+
+def _is(group: list) -> str:
+    return "is" if len(group) == 1 else "are"
+
+
+def _elsewhere(snaps: list[dict]) -> list[str]:
+    """``["rank 0 is in the gradient all-reduce of step 7", ...]``: where the ranks not named first are."""
+    return [f"{ranks_text([s['rank'] for s in g])} {_is(g)} {phase_text(phase, step)}"
+            for phase, step, g in sorted(_groups(snaps), key=lambda x: min(s["rank"] for s in x[2]))]
+
+
+def phase_text(phase: str, step: int) -> str:
+    """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
+    if phase == "epoch_end":
+        return f"{PHASES[phase]} (after step {step})"
+    if phase in ("start", "index", "done"):
+        return PHASES[phase]
+    return f"{PHASES.get(phase, phase)} of step {step}"
+
+
+def rank_line(e: dict) -> str:
+    """``rank 1 (host, pid 42): waiting for data of step 7 for 12 s; detail``: one rank, as every report,
+    the doctor and the stall explorer say it (``e``: a heartbeat entry with ``in_phase_s``)."""
+    if e.get("phase") is None:
+        return f"rank {e['rank']}: {e.get('note') or 'no heartbeat'}"
+    took = "" if e["phase"] == "done" else f" for {e.get('in_phase_s') or 0:g} s"
+    detail = f"; {e['detail']}" if e.get("detail") else ""
+    return f"rank {e['rank']} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
+
+
+def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
+    """One sentence a person can act on, from every rank's last heartbeat."""
+    present = [snaps[r] for r in sorted(snaps)]
+    missing = [r for r in range(world_size) if r not in snaps]
+    waited = {s["rank"]: int(now - s["since"]) for s in present}
+    frozen = [s for s in present if now - s.get("time", now) > STALE_S]
+    data = [s for s in present if s["phase"] == "data"]
+    ended = [s for s in present if s["phase"] in ("epoch_end", "done")]
+    nodes = len({s.get("node", 0) for s in present}) > 1
+    if frozen:  # its watchdog thread stopped writing: the process itself is stopped, frozen or dead
+        lead = frozen
+        r = min(frozen, key=lambda s: s["time"])
+        first = (f"{_who(frozen, nodes)} stopped responding {int(now - r['time'])} s ago "
+                 f"(process frozen or gone; last seen {phase_text(r['phase'], r['step'])})")
+    elif data:
+        lead = data
+        r = min(data, key=lambda s: s["since"])
+        detail = f" ({r['detail']})" if r.get("detail") else ""
+        first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
+                 f"{waited[r['rank']]} s for data at step {r['step']}{detail}")
+    elif ended and len(ended) < len(present):
+        lead = ended
+        r = ended[0]
+        first = (f"{_who(ended, nodes)} finished {'its' if len(ended) == 1 else 'their'} data "
+                 f"at step {r['step']} and {'waits' if len(ended) == 1 else 'wait'} at epoch end")
+    elif missing:
+        lead = []
+        first = f"{ranks_text(missing)} never wrote a heartbeat (not started, or frozen before its watchdog ran)"
+    elif present:
+        phase, step, lead = _groups(present)[0]  # the odd one out, the longest stuck first
+        r = min(lead, key=lambda s: s["since"])
+        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
+    else:
+        return "no rank wrote a heartbeat"
+    lead_ranks = {s["rank"] for s in lead}
+    parts = [first] + _elsewhere([s for s in present if s["rank"] not in lead_ranks])
+    if missing and lead:
+        parts.append(f"{ranks_text(missing)} never wrote a heartbeat")
+    return "; ".join(parts)
+
+
+def failure_verdict(failure: dict, snaps: dict[int, dict]) -> str:
+    """The rank that raised first (``failure``: its recorded error), then where it left the others."""
+    return "; ".join([error_line(failure)] + _elsewhere([s for r, s in sorted(snaps.items()) if r != failure["rank"]]))
+
+
+__all__ = ["failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict"]
