@@ -19,6 +19,8 @@ from asrlab import lab
 from asrlab.doctor import diagnose
 from asrlab.lab.state.checkpoint import list_checkpoints
 from asrlab.train.launch import kill_tree
+from asrlab.lab.stall.heartbeat import Heartbeat
+from asrlab.lab.stall.watch import announced_to
 from asrlab.lab.stall.watchdog import PEER_FAILED_EXIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -236,6 +238,40 @@ class Counting:
     def load_state_dict(self, state: dict) -> None:
         self.fetched = state["fetched"]
 
+
+def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch):
+    """When the guard's data check has to wait for another rank (under load: the peer's count not in yet),
+    the fetch of the next batch that follows it is in phase ``data`` again: a rank whose data hangs there
+    is named as waiting for data, not as blocked in the check."""
+    class Late:  # the peer's count arrives only when waited for
+        def is_completed(self):
+            return False
+
+        def wait(self):
+            return True
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda *a, **k: Late())
+    hb = Heartbeat(0, timeline=True)
+    at_fetch = []
+
+    def batches():
+        for i in range(3):
+            at_fetch.append(hb.phase)
+            yield i
+
+    with announced_to(hb.enter):
+        it = iter(lab.UnevenGuard(batches(), group=object()))
+        got = []
+        while True:  # as StallWatch.data drives it
+            hb.enter("data", len(got) + 1)
+            b = next(it, None)
+            if b is None:
+                break
+            hb.enter("compute")
+            got.append(b)
+    assert got == [0, 1, 2]
+    assert "sync" in [phase for _, phase, _ in hb.take_events()]  # the checks did wait
+    assert at_fetch == ["data", "data", "data"]
 
 def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):
     import torch.multiprocessing as mp

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable, Iterator
 
 import torch
+import torch.distributed as tdist
 
 from . import dist
 from .stall.watch import announce
@@ -72,16 +73,21 @@ class UnevenGuard:
         return got
 
     def _agree(self, n: int):
-        """Send this rank's count; returns a callable for the fewest any rank has (waits only if not yet in)."""
-        import torch.distributed as tdist
+        """Send this rank's count; returns a callable for the fewest any rank has (waits only if not yet in).
 
+        It is called while the loop awaits its next batch (phase ``data``): a wait for the other ranks is
+        announced as ``sync``, and ``data`` again after it, since the guard fetches the next group then and
+        a rank whose data hangs there is waiting for data, not blocked in the check."""
         t = torch.tensor([n], dtype=torch.int64)
         work = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
 
         def result() -> int:
-            if not work.is_completed():
+            if work.is_completed():
+                work.wait()  # also when complete: it hands the result over (and any error)
+            else:
                 announce("sync")
-            work.wait()  # also when complete: it hands the result over (and any error)
+                work.wait()
+                announce("data")
             return int(t.item())
         return result
 
@@ -121,8 +127,6 @@ def after_join(step: int, parts: list, counts: tuple = (), device: torch.device 
     rank takes the ``step``, the ``counts`` and the state of ``parts`` (optimizer, scheduler, scaler:
     anything with ``state_dict``) of a rank that trained longest; DDP kept the weights equal. A collective
     on the default group (``device``: where NCCL wants the objects); returns ``(step, counts)``."""
-    import torch.distributed as tdist
-
     if not (tdist.is_available() and tdist.is_initialized()):
         return step, counts
     steps: list = [None] * tdist.get_world_size()
