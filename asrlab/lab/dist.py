@@ -108,24 +108,6 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def all_gather_objects(obj, info: DistInfo) -> list:
-    """``[obj of rank 0, obj of rank 1, ...]`` (just ``[obj]`` when alone)."""
-    if info.backend is None:
-        return [obj]
-    out = [None] * info.world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def gather_objects(obj, info: DistInfo) -> list | None:
-    """``[obj of rank 0, obj of rank 1, ...]`` on rank 0 (None on the others), over the gloo control group."""
-    if info.backend is None:
-        return [obj]
-    out = [None] * info.world_size if info.is_main else None
-    dist.gather_object(obj, out, dst=0, group=cpu_group())
-    return out
-
-
 def broadcast_object(obj, info: DistInfo):
     """Rank 0's ``obj`` on every rank (over the gloo control group: a checkpoint stays off the GPUs)."""
     if info.backend is None:
@@ -180,15 +162,6 @@ def all_max(value: float, info: DistInfo) -> float:
     if info.backend is None:
         return value
     return float(_reduce_one(value, torch.float64, dist.ReduceOp.MAX, info))
-
-
-def all_max_many(values: list[float], info: DistInfo) -> list[float]:
-    """Element-wise largest of every rank's ``values`` (one small all-reduce for all of them)."""
-    if info.backend is None:
-        return list(values)
-    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()
 
 
 def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:
