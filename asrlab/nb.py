@@ -14,6 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from . import widgets
+from .doctor import format_diagnosis
+from .lab.metrics import read_metrics, run_status
+from .lab.stop import clear_stop, request_stop
+from .train.launch import kill_tree
+
 
 def root() -> Path:
     """The project folder: the nearest folder up from here that holds ``notebooks/``."""
@@ -103,12 +109,9 @@ def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: floa
     """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait,
     with a progress bar of its steps in the page. Returns the exit code; with ``check`` a non-zero one
     raises, showing the end of the log. See :func:`train_live` for the monitor with a Stop button."""
-    from .train.launch import kill_tree
-    from .widgets import progress as bar_for
-
     exp = Path(exp)
     proc, log_path, log = _start(args, exp)
-    bar = bar_for(desc=exp.name, unit="step") if progress else None
+    bar = widgets.progress(desc=exp.name, unit="step") if progress else None
     t0 = time.time()
     try:
         while proc.poll() is None:
@@ -130,8 +133,6 @@ def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: floa
 
 
 def _advance(bar, exp: Path) -> None:
-    from .lab.metrics import run_status
-
     s = run_status(exp)
     if bar.total is None and s["max_steps"]:
         bar.total = s["max_steps"]
@@ -151,13 +152,9 @@ async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, time
     """
     import asyncio
 
-    from .train.launch import kill_tree
-    from .lab.stop import clear_stop, request_stop
-    from .widgets import TrainMonitor
-
     exp = Path(exp)
     clear_stop(exp)  # a request left by an earlier run must not end this one
-    monitor = TrainMonitor(exp, title=title)
+    monitor = widgets.TrainMonitor(exp, title=title)
     proc, log_path, log = _start(args, exp)
     t0 = time.time()
     try:
@@ -187,8 +184,6 @@ async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, time
 
 def last_step(exp: str | Path) -> int:
     """The last step rank 0 logged to its metrics (a line being written is not read); 0 before any."""
-    from .lab.metrics import read_metrics
-
     try:
         m = read_metrics(exp)
     except FileNotFoundError:
@@ -205,12 +200,9 @@ def train_until_killed(args: list[str], exp: str | Path, step: int, timeout_s: f
 
 def _kill_at(started, exp: Path, step: int, steps, timeout_s: float) -> int:
     """SIGKILL the run ``started`` (process, log path, log file) and all under it once ``steps()`` >= ``step``."""
-    from .train.launch import kill_tree
-    from .widgets import progress
-
     proc, log_path, log = started
     t0 = time.time()
-    bar = progress(total=step, desc=f"{exp.name}: until step {step}", unit="step")
+    bar = widgets.progress(total=step, desc=f"{exp.name}: until step {step}", unit="step")
     try:
         while (now := steps()) < step:
             if now != bar.n:
@@ -248,12 +240,10 @@ def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args
              timeout_s: float = 600) -> dict:
     """Run ``torchrun --nproc-per-node NPROC examples/SCRIPT EXP ARGS`` (``TOY_FAULT=fault``) to its end,
     with a clock in the page: ``{"exit", "seconds", "log"}`` (the output is in ``EXP.log``)."""
-    from .widgets import progress
-
     exp = Path(exp)
     proc, log_path, log = _loop_start(script, exp, nproc, fault, args or [])
     t0 = time.time()
-    bar = progress(desc=f"{exp.name}: running", unit="s")
+    bar = widgets.progress(desc=f"{exp.name}: running", unit="s")
     try:
         while proc.poll() is None:
             if time.time() - t0 > timeout_s:
@@ -261,8 +251,6 @@ def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args
             time.sleep(0.5)
             bar.update(round(time.time() - t0) - bar.n)
     finally:
-        from .train.launch import kill_tree
-
         kill_tree(proc.pid)
         proc.wait()
         log.close()
@@ -286,8 +274,6 @@ def run_loop_until_killed(script: str, exp: str | Path, step: int, nproc: int = 
 def doctor(exp: str | Path) -> dict:
     """Run ``asrlab doctor EXP --json``, print its diagnosis as the command prints it, return the dict
     (with ``"exit"``: the command's exit code)."""
-    from .doctor import format_diagnosis
-
     r = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(exp), "--json"], capture_output=True,
                        text=True)
     if r.returncode == 2 or not r.stdout.strip():

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from .lab.metrics import read_metrics
+from .lab.metrics import metric_files, read_metrics
+from .lab.numerics.stats import FP16_MAX, headroom_traces, read_traces, tightest_at
+from .lab.stall.heartbeat import phase_intervals, read_timeline
+from .lab.timing import PARTS
 
 
 def spectrogram(feats, title: str = "") -> plt.Figure:
@@ -65,8 +68,6 @@ def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> p
     A stalled run's last phases are drawn up to the stall report's time; ``last_s``: only the last
     that many seconds.
     """
-    from .lab.stall.heartbeat import phase_intervals, read_timeline
-
     spans = phase_intervals(read_timeline(exp), Path(exp))
     fig, ax = plt.subplots(figsize=(10, 1.4 + 0.45 * max(1, len(spans))))
     seen = set()
@@ -95,8 +96,6 @@ def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> p
 
 def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
     """Per rank: step time and the part of it spent waiting for data (s), per step."""
-    from .lab.metrics import metric_files
-
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
     for name in metric_files(exp):
         m = read_metrics(exp, name)
@@ -111,8 +110,6 @@ def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
 
 def step_breakdown(rows: list[dict], labels: list[str] | None = None, title: str = "") -> plt.Figure:
     """Stacked bars: the mean step split into its parts (s), one bar per measured setting (``tune.measure`` rows)."""
-    from .lab.timing import PARTS
-
     labels = labels or [str(i) for i in range(len(rows))]
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows) + 2), 3.4))
     bottom = [0.0] * len(rows)
@@ -228,8 +225,6 @@ def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
     modules whose headroom got smallest (sampled steps; 1 = values at 65504, below it fp16 overflows)."""
     import math
 
-    from .lab.numerics.stats import headroom_traces, read_traces
-
     m = read_metrics(exp)
     steps = [r["step"] for r in m]
     bad = [r["step"] for r in m if r.get("nonfinite") in ("loss", "grad")]
@@ -258,8 +253,6 @@ def nan_traces(exp: str | Path, k: int = 4, title: str = "") -> plt.Figure:
 
 def headroom_bars(trace: dict, k: int = 8, direction: str = "forward", title: str = ""):
     """Bars of the ``k`` tightest modules' fp16 headroom at one sampled step (log scale, 1 = 65504)."""
-    from .lab.numerics.stats import tightest_at
-
     rows = tightest_at(trace, k, direction)[::-1]
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
     vals = [max(r, 1e-2) for _, r in rows]
@@ -277,8 +270,6 @@ def module_trace(traces: list[dict], module: str, direction: str = "forward", ba
                  title: str = ""):
     """One module's max |x| over the sampled steps against fp16's 65504; ``bad_step`` marked."""
     import math
-
-    from .lab.numerics.stats import FP16_MAX
 
     pts = [(t["step"], t[direction][module][0]) for t in traces if module in t[direction]]
     fig, ax = plt.subplots(figsize=(8, 3))

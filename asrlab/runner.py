@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 from .errors import UsageError
+from .nb import FIGURES_ENV, RUNS_ENV, root
+from .widgets import MODE_ENV
 
 
 def notebook_params(params_file: str | Path | None, stem: str, available: set[str]) -> dict:
@@ -100,10 +102,7 @@ def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = 
     ``out_dir`` None: executed copies under the project's ``runs/``, figures in ``figures/`` (the notebooks'
     own defaults); a folder: everything under it. ``html``: also each executed notebook as a standalone page.
     """
-    import papermill as pm
-
-    from .nb import FIGURES_ENV, RUNS_ENV, root
-    from .widgets import MODE_ENV
+    import papermill as pm  # the notebooks extra
 
     declared = {p.stem: declared_parameters(p) for p in sorted(Path(nb_dir).glob("*.ipynb"))}
     check_params(params_file, declared)

@@ -237,7 +237,7 @@ def transcripts(sources: list[Source]) -> Iterator[str]:
 def check_item(item: Item) -> tuple[str | None, int, int]:
     """Why the loader would skip ``item`` (None: usable), and its sample count and rate from the audio
     header (0, 0 when unusable). Reads the header only, no decoding."""
-    from . import audio
+    from . import audio  # torch: reading lists and shards does not need it
 
     reason = item.error or (None if item.text else "empty_text")
     if reason is not None:
@@ -293,7 +293,7 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
 
 def _read_ark(key: str, loc: str, text: str, where: str) -> Item:
     """Audio stored in a Kaldi archive at a byte offset (``file.ark:1234``), read with kaldiio."""
-    from .audio import encode_wav
+    from .audio import encode_wav  # torch: reading lists and shards does not need it
 
     try:
         import kaldiio
@@ -313,7 +313,7 @@ def _read_ark(key: str, loc: str, text: str, where: str) -> Item:
 
 def _cut(item: Item, start: float, end: float | None) -> Item:
     """The item with its audio cut to ``[start, end)`` seconds (16-bit WAV of that stretch)."""
-    from .audio import AudioError, cut
+    from .audio import AudioError, cut  # torch: reading lists and shards does not need it
 
     try:
         item.audio = cut(item.audio, start, end)

@@ -60,6 +60,7 @@ import soundfile as sf
 from . import espeak
 from .acoustics import SAMPLE_RATE, add_reverb, babble_noise, coloured_noise, resample
 from ..errors import UsageError
+from .shards import write_split
 
 log = logging.getLogger(__name__)
 
@@ -432,8 +433,6 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
         ``shard_paths``, ``voices`` used and a ``conditions`` line; plus ``elapsed_s``.
     """
     from tqdm.auto import tqdm
-
-    from .shards import write_split
 
     sizes = split_sizes(int(utts), held)
     if workers is None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .numerics.stats import replay_step
 from .timing import CpuSampler, GpuSampler, StepTimer
-from .dist import cpu_group
+from .dist import cpu_group, world
 from .stall.errors import record_rank_error
 from .state.ledger import coverage_report, read_ledger
 from .metrics import MetricsWriter
@@ -46,8 +46,6 @@ from .uneven import UnevenGuard
 
 def metrics(exp) -> MetricsWriter:
     """This rank's metrics writer (``EXP/metrics/rank{R}.jsonl``)."""
-    from .dist import world
-
     return MetricsWriter(Path(exp), f"rank{world()[0]}")
 
 

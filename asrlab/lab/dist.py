@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UsageError
+from .stall.heartbeat import run_id
 from .stall.relay import across_nodes, open_store
 
 
@@ -173,8 +174,6 @@ def store_barrier(name: str, info: DistInfo, poll_s: float = 0.02) -> None:
     """
     if info.backend is None:
         return
-    from .stall.heartbeat import run_id
-
     store = dist.distributed_c10d._get_default_store()
     key = f"asrlab/{run_id()}/{name}"
     store.add(key, 1)

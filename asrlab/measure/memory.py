@@ -22,6 +22,8 @@ import torch
 
 from ..config import Config
 from ..errors import UsageError
+from ..lab.precision import choose_precision
+from ..model import ConformerCTC, mean_ctc_loss
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +64,6 @@ def table(rows: list[dict]) -> list[list[int]]:
 def step_fits(cfg: Config, vocab: int, device: torch.device, budget_bytes: int) -> Callable[[int, int], bool]:
     """``fits(utts, frames)``: one training step of ``cfg``'s model, precision and optimizer on a
     synthetic batch peaks within ``budget_bytes`` of GPU memory (an out-of-memory error: it does not)."""
-    from ..model import ConformerCTC, mean_ctc_loss
-    from ..lab.precision import choose_precision
-
     model = ConformerCTC(cfg.model, vocab).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     dtype = choose_precision(cfg.train.precision, device).dtype

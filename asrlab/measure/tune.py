@@ -29,6 +29,7 @@ from ..data.sources import iter_items, load_sources
 from ..errors import UsageError
 from ..lab.metrics import read_metrics
 from ..lab.timing import PARTS, CpuSampler, GpuSampler, format_split, step_split
+from ..train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,6 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
     look fed. The steps must fit in one epoch of ``data``: a new
     epoch's start (workers started again, their first batches) would be measured as data wait.
     """
-    from ..train.trainer import Trainer
-
     skip = max(skip, cfg.data.num_workers * cfg.data.prefetch_factor)
     cfg = replace_section(cfg, "train", max_steps=skip + steps, max_epochs=10_000, max_minutes=0.0,
                           save_every_steps=0, stall_timeout_s=0.0, preflight=False, progress=False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import Explorer, html_escape
+from ..doctor import diagnose, format_diagnosis
 
 VERDICT_COLOURS = {"finished": "#2e7d32", "running": "#1565c0", "stopped": "#6d4c41"}  # failures: red
 
@@ -14,8 +15,6 @@ class DoctorExplorer(Explorer):
     diagnosis. Headless: the table and every diagnosis, folded."""
 
     def __init__(self, runs: dict[str, str | Path]):
-        from ..doctor import diagnose, format_diagnosis
-
         self.runs = {label: diagnose(exp) for label, exp in runs.items()}
         self.texts = {label: format_diagnosis(d) for label, d in self.runs.items()}
 

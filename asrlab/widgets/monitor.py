@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..lab.metrics import run_status
 from .base import html_escape, interactive, png
+from ..lab.stop import request_stop
 
 
 def _clock(seconds: float) -> str:
@@ -71,8 +72,6 @@ class TrainMonitor:
             self._figure = None
 
     def request_stop(self) -> None:
-        from ..lab.stop import request_stop
-
         request_stop(self.exp, "the notebook's Stop button")
         self.stop_clicked = True
         if self.live:
@@ -113,6 +112,6 @@ class TrainMonitor:
         return s
 
     def _curves(self) -> bytes:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         return png(plots.training_curves(self.exp, title=self.title))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from .base import Explorer, png
 from ..errors import UsageError
+from ..lab.numerics.stats import first_nonfinite_step, headroom_traces, read_traces
+
 
 class NanExplorer(Explorer):
     """The sampled numerics of a run (``train.diagnostics_every``): a step slider showing the tightest
@@ -14,8 +16,6 @@ class NanExplorer(Explorer):
     non-finite step, for the tightest module."""
 
     def __init__(self, exp: str | Path, k: int = 8, direction: str = "forward"):
-        from ..lab.numerics.stats import first_nonfinite_step, headroom_traces, read_traces
-
         self.exp, self.k, self.direction = Path(exp), k, direction
         self.traces = read_traces(self.exp)
         if not self.traces:
@@ -32,12 +32,12 @@ class NanExplorer(Explorer):
         return min(self.traces, key=lambda t: abs(t["step"] - step))
 
     def bars(self, step: int) -> bytes:
-        from ..plots import headroom_bars
+        from ..plots import headroom_bars  # matplotlib: the notebooks extra
 
         return png(headroom_bars(self.trace_at(step), self.k, self.direction))
 
     def module_png(self, module: str) -> bytes:
-        from ..plots import module_trace
+        from ..plots import module_trace  # matplotlib: the notebooks extra
 
         return png(module_trace(self.traces, module, self.direction, self.bad_step))
 

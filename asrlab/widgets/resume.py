@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..lab.state.ledger import counts_until, epoch_steps
 from .base import Explorer, html_escape, png
 
 
@@ -14,8 +15,6 @@ class ResumeExplorer(Explorer):
     the order in which ``reference`` (the run never interrupted) trained them. Headless: the whole epoch."""
 
     def __init__(self, runs: dict[str, str | Path], keys, epoch: int = 0, reference: str | None = None):
-        from ..lab.state.ledger import epoch_steps
-
         self.epoch = epoch
         self.steps = {label: epoch_steps(exp, epoch) for label, exp in runs.items()}
         order: list[str] = []
@@ -28,12 +27,10 @@ class ResumeExplorer(Explorer):
         self.first_step = min((s[0][0] for s in self.steps.values() if s), default=0)
 
     def counts(self, step: int | None = None) -> dict[str, list[int]]:
-        from ..lab.state.ledger import counts_until
-
         return {label: counts_until(steps, self.keys, step) for label, steps in self.steps.items()}
 
     def figure(self, step: int | None = None) -> bytes:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         title = (f"epoch {self.epoch} up to step {step}" if step is not None and step < self.last_step
                  else f"epoch {self.epoch}, all of it")

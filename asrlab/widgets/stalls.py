@@ -49,7 +49,7 @@ class StallExplorer(Explorer):
                 f"{rows}</table>")
 
     def timeline_png(self, last_s: float | None = None) -> bytes | None:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         if not self.span_s:
             return None

@@ -7,6 +7,7 @@ import time
 
 from .base import Explorer, interactive, png
 from ..errors import UsageError
+from ..lab.timing import CpuSampler, GpuSampler
 
 SETTINGS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
 
@@ -18,7 +19,7 @@ class SweepExplorer(Explorer):
 
     def __init__(self, rows: list[dict], best: dict | None = None, why: str = "", x: str = "num_workers",
                  y: str = "storage"):
-        from ..plots import SWEEP_MEASURES
+        from ..plots import SWEEP_MEASURES  # matplotlib: the notebooks extra
 
         if not rows:
             raise UsageError("no sweep rows to explore")
@@ -31,12 +32,12 @@ class SweepExplorer(Explorer):
         self.x = x if x in others else others[0]
 
     def figure(self, key: str, x: str, y: str) -> bytes:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         return png(plots.sweep_heatmap(self.rows, key, x, y, mark=self.best))
 
     def static(self) -> list:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         parts = [png(plots.sweep_heatmaps(self.rows, x=self.x, y=self.y))]
         return parts + ([f"<p><b>recommended:</b> {self.why}</p>"] if self.why else [])
@@ -44,7 +45,7 @@ class SweepExplorer(Explorer):
     def widget(self):
         import ipywidgets as w
 
-        from ..plots import SWEEP_MEASURES
+        from ..plots import SWEEP_MEASURES  # matplotlib: the notebooks extra
 
         self.measure = w.Dropdown(options=[(SWEEP_MEASURES[k][0], k) for k in self.measures], value=self.measures[0],
                                   description="measure", layout=w.Layout(width="420px"))
@@ -80,8 +81,6 @@ class SamplerMonitor:
         import ipywidgets as w
         from IPython.display import display
 
-        from ..lab.timing import CpuSampler, GpuSampler
-
         self.gpu, self.cpu = GpuSampler(0.5), CpuSampler(0.5)
         self.gpu.__enter__()
         self.cpu.__enter__()
@@ -100,7 +99,7 @@ class SamplerMonitor:
             self.redraw()
 
     def redraw(self) -> None:
-        from .. import plots
+        from .. import plots  # matplotlib: the notebooks extra
 
         def recent(sampler) -> list[dict]:  # its rows' "t" count from the sampler's own start
             since = time.time() - sampler.t0 - self.window_s

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..data import audio
+from ..data.sources import iter_items, load_sources
+from ..data.synth import voice_of
+from ..decode import read_hyps
+from ..model import align, edit_distance
 from .base import Explorer, html_escape, png
 
 STYLE = ("<style>.asrlab-utt td{padding:2px 8px;vertical-align:top;text-align:left}"
@@ -16,8 +21,6 @@ LEGEND = ('<span class="asrlab-utt"><span class="s">substituted</span> <span cla
 
 def marked(ref: str, hyp: str) -> str:
     """``hyp`` as HTML with its character errors against ``ref`` marked (``asrlab.model.align``)."""
-    from ..model import align
-
     def ch(c: str) -> str:  # a space stays visible, and wide enough to be marked
         return "&nbsp;" if c == " " else html_escape(c)
 
@@ -45,11 +48,6 @@ class UtteranceBrowser(Explorer):
 
     def __init__(self, data: str | Path, greedy: str | Path, lexicon: str | Path | None = None,
                  max_utts: int = 2000, static_rows: int = 12):
-        from ..data.sources import iter_items, load_sources
-        from ..data.synth import voice_of
-        from ..decode import read_hyps
-        from ..model import edit_distance
-
         g = read_hyps(greedy)
         lx = read_hyps(lexicon) if lexicon else {}
         self.rows = []
@@ -103,16 +101,13 @@ class UtteranceBrowser(Explorer):
         return [f"<p>{self.summary()}; the first {len(wrong)}: {LEGEND}</p>" + self.table_html(wrong)]
 
     def fbank_png(self, key: str) -> bytes:
-        from .. import plots
-        from ..data import audio
+        from .. import plots  # matplotlib: the notebooks extra
 
         wav, sr = audio.decode(self.audio[key])
         return png(plots.spectrogram(audio.fbank(wav, sr).numpy(), title=key))
 
     def wav(self, key: str) -> bytes:
         """The utterance as 16 kHz WAV bytes, whatever it was stored as."""
-        from ..data import audio
-
         wav, sr = audio.decode(self.audio[key])
         return audio.encode_wav(audio.resample(wav, sr, 16000).numpy(), 16000)
 

@@ -32,6 +32,7 @@ from torch import nn
 
 from ...files import JsonLines, read_jsonl
 from ..precision import cpu_fp16_kernels
+from ..metrics import read_metrics
 
 FP16_MAX = 65504.0
 FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
@@ -263,8 +264,6 @@ def tightest_at(trace: dict, k: int, direction: str = "forward") -> list[tuple[s
 
 def first_nonfinite_step(exp: str | Path) -> int | None:
     """The first step whose loss or gradients were not finite (rank 0's metrics), or None."""
-    from ..metrics import read_metrics
-
     return next((m["step"] for m in read_metrics(exp) if m.get("nonfinite") in ("loss", "grad")), None)
 
 
@@ -406,6 +405,7 @@ def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32",
 
 def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") -> list[dict]:
     """:func:`replay_step` of a step asrlab's trainer saved (its model and CTC loss)."""
+    # asrlab's own model (and torchaudio) for its trainer's bundles only: a user's loop never loads it
     from ...model import ConformerCTC, ModelConfig, mean_ctc_loss
 
     meta = json.loads((Path(path) / "report.json").read_text())
@@ -421,8 +421,6 @@ def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") 
 def outcome(exp: str | Path, last: int = 10) -> dict:
     """How a run ended: final loss (mean of the last ``last`` steps, None if any was not finite),
     skipped steps, median s/step, the first non-finite step and where it was found."""
-    from ..metrics import read_metrics
-
     m = read_metrics(exp)
     tail = [r["loss"] for r in m[-last:]]
     finite = all(v is not None for v in tail)
