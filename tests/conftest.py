@@ -1,7 +1,7 @@
 """Shared fixtures: a small corpus of tone WAVs in WeNet shards (fast; no eSpeak needed).
 
-The notebooks' kernels under nbval inherit this process's environment: explorers draw their static
-views there, as under ``asrlab notebooks`` (a test that wants widgets sets ``ASRLAB_WIDGETS`` itself).
+Explorers draw their static views in the tests, as under ``asrlab notebooks`` (a test that wants widgets
+sets ``ASRLAB_WIDGETS`` itself). The notebooks under nbval: the project's root ``conftest.py``.
 """
 
 from __future__ import annotations
