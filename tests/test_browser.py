@@ -4,14 +4,17 @@ A JupyterLab server on 127.0.0.1 (a free port, a token) serves copies of the fiv
 parameters; each is opened in headless Chromium and run with Run > Run All Cells, as a person would.
 The test checks that the explorers were drawn in the page, that moving a slider or changing a picker
 changes what they show, that the quickstart's live monitor updated while it trained and that its Stop
-button ended the run (the notebook then went on). Screenshots go to ``runs/browser/``. The server, its
-kernels and the browser are ended whatever happens.
+button ended the run (the notebook then went on). Each test is its notebook's run in the suite: it also
+checks, in the notebook saved from the page, what nbval checks (every code cell ran, none raised), and
+nbval's own run of that notebook is then left out (the root conftest.py). Screenshots go to
+``runs/browser/``. The server, its kernels and the browser are ended whatever happens.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -21,7 +24,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from asrlab.runner import declared_parameters, notebook_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "runs" / "browser"
@@ -41,18 +47,9 @@ def _missing() -> str | None:
 
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
-# Small runs: each notebook's whole story in well under a minute on 2 cores.
-TINY_MODEL = ["model.d_model=64", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=128", "model.conv_channels=16"]
-PARAMS = {
-    "00_quickstart": {"utts": 300, "max_steps": 400, "max_epochs": 1000, "speeds": [1.0],
-                      "overrides": ["data.max_frames_in_batch=1500"]},
-    "01_stalls": {"stall_timeout": 4, "shard_utts": 60, "slow_delay_s": 0.3, "slow_epochs": 1},  # 4+ batches a rank
-    "02_gpu_utilization": {"utts": 150, "num_workers": [0], "max_frames": [1500, 3000],
-                           "storage": ["shards/none", "raw"], "steps": 2, "detail_steps": 3, "overrides": TINY_MODEL},
-    "03_nan_analysis": {"utts": 150, "steps": 8, "lr": 0.3, "sample_every": 1, "overrides": TINY_MODEL},
-    "04_resume": {"utts": 120, "epochs": 1, "save_every": 2, "positions": [0.5], "overrides": TINY_MODEL},
-    "05_your_loop": {},
-}
+# Small runs, the same nbval gets: each notebook's whole story in well under a minute on 2 cores
+PARAMS = {p.stem: notebook_params(ROOT / "notebooks" / "params" / "small.yaml", p.stem, declared_parameters(p))
+          for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 ERRORS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent)
   .filter(t => t.includes('Traceback (most recent call last)'))"""
@@ -76,7 +73,6 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server on 127.0.0.1 serving the parameterized copies; yields (base URL, token, folder)."""
-    import nbformat
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
@@ -251,6 +247,27 @@ def wait_done(page, name: str, timeout_s: float) -> None:
         time.sleep(1)
 
 
+def saved_and_clean(page, lab, name: str, timeout_s: float = 60) -> None:
+    """What nbval checks, read from the notebook the page saves (File > Save Notebook): every code cell ran
+    (it has an execution count) and none raised (no error output)."""
+    path = lab[2] / f"{name}.ipynb"
+    before, cells = path.stat().st_mtime_ns, len(nbformat.read(path, as_version=4).cells)
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Save Notebook$")).first.click()
+    deadline = time.time() + timeout_s
+    while path.stat().st_mtime_ns == before:
+        assert time.time() < deadline, f"{name}: the page did not save the notebook in {timeout_s} s"
+        time.sleep(0.3)
+    saved = nbformat.read(path, as_version=4).cells
+    assert len(saved) == cells, f"{name}: the saved notebook has {len(saved)} cells, the one served {cells}"
+    code = [c for c in saved if c.cell_type == "code"]
+    raised = [f"cell {i}: {o.ename}: {o.evalue}" for i, c in enumerate(code) for o in c.outputs
+              if o.output_type == "error"]
+    assert not raised, f"{name}: " + "; ".join(raised)
+    unrun = [i for i, c in enumerate(code) if c.execution_count is None]
+    assert not unrun, f"{name}: code cells {unrun} of {len(code)} did not run"
+
+
 def shown(locator):
     """``locator`` scrolled into view (JupyterLab skips drawing cells out of view, whose text then reads empty)."""
     locator.wait_for(timeout=60_000)
@@ -287,6 +304,7 @@ def shoot(page, locator, name: str) -> None:
     locator.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
+@pytest.mark.executes_notebook("00_quickstart")
 def test_quickstart_monitor_stop_button_and_utterance_browser(lab, page):
     open_and_run_all(page, lab, "00_quickstart")
     monitor = page.locator(".asrlab-monitor")
@@ -307,6 +325,7 @@ def test_quickstart_monitor_stop_button_and_utterance_browser(lab, page):
     shoot(page, monitor, "00_quickstart_monitor")
     monitor.get_by_role("button", name="Stop").click()
     wait_done(page, "00_quickstart", 300)
+    saved_and_clean(page, lab, "00_quickstart")
     assert "stopped" in shown(monitor).locator(".asrlab-monitor-status").inner_text()
     results = json.loads((lab[2] / "runs" / "00_quickstart" / "results.json").read_text())
     assert 0 < results["steps"] < PARAMS["00_quickstart"]["max_steps"]  # the notebook went on with the model it had
@@ -320,14 +339,17 @@ def test_quickstart_monitor_stop_button_and_utterance_browser(lab, page):
 
 
 def explorer_after_run_all(page, lab, name: str, selector: str, timeout_s: float, says: str):
-    """Run the notebook to its end; its explorer ``selector``, in view, checked to say ``says``."""
+    """Run the notebook to its end (every cell run, none raised); its explorer ``selector``, in view, checked
+    to say ``says``."""
     open_and_run_all(page, lab, name)
     wait_done(page, name, timeout_s)
+    saved_and_clean(page, lab, name)
     explorer = shown(page.locator(selector).first)
     assert says in explorer.inner_text()
     return explorer
 
 
+@pytest.mark.executes_notebook("01_stalls")
 def test_stalls_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "01_stalls", ".asrlab-stalls", 400, "finished its data")  # case A
     detail = lambda: explorer.locator(".asrlab-rank").inner_text()  # noqa: E731
@@ -337,6 +359,7 @@ def test_stalls_explorer(lab, page):
     shoot(page, explorer, "01_stalls_explorer")
 
 
+@pytest.mark.executes_notebook("02_gpu_utilization")
 def test_sweep_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "02_gpu_utilization", ".asrlab-sweep", 300, "recommended")
     changes(page, lambda: picture(explorer), lambda: explorer.locator("select").first.select_option(index=1),
@@ -344,6 +367,7 @@ def test_sweep_explorer(lab, page):
     shoot(page, explorer, "02_gpu_utilization_explorer")
 
 
+@pytest.mark.executes_notebook("03_nan_analysis")
 def test_nan_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "03_nan_analysis", ".asrlab-numerics", 400, "first non-finite step")
     picture(explorer)
@@ -354,6 +378,7 @@ def test_nan_explorer(lab, page):
     shoot(page, explorer, "03_nan_analysis_explorer")
 
 
+@pytest.mark.executes_notebook("04_resume")
 def test_resume_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "04_resume", ".asrlab-resume", 300,
                                       "asrlab: seek to the saved position")
@@ -364,6 +389,7 @@ def test_resume_explorer(lab, page):
     shoot(page, explorer, "04_resume_explorer")
 
 
+@pytest.mark.executes_notebook("05_your_loop")
 def test_doctor_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "05_your_loop", ".asrlab-doctor", 400, "what asrlab doctor says")
     text = lambda: explorer.locator("pre").inner_text()  # noqa: E731

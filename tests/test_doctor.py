@@ -218,10 +218,8 @@ def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
     assert [r["rank"] for r in diagnose(exp)["ranks"]] == [0]
 
 
-def test_a_stalled_2_rank_run(corpus, tmp_path, capsys):
-    exp = tmp_path / "exp"
-    out = train2(corpus / "data.list", exp, "--stall-timeout", "5", "data.inject_delay_s=120",
-                 "data.inject_delay_ranks=[1]", "data.inject_delay_from_batch=2")
+def test_a_stalled_2_rank_run(stalled_in_data, capsys):
+    exp, out = stalled_in_data
     assert out.returncode != 0, out.stderr[-3000:]
     code, text = doctor(exp, capsys)
     d = diagnose(exp)

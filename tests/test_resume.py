@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from asrlab.nb import train_until_killed
+from asrlab.lab.state.checkpoint import load_latest, state_digest
 from asrlab.lab.state.ledger import LedgerWriter, coverage, read_ledger
+from asrlab.nb import train_until_killed
 
 from conftest import SMALL
 
@@ -31,11 +32,26 @@ def run(cmd, timeout=240):
     return p.stderr
 
 
-def digest(exp) -> str:
-    p = subprocess.run([sys.executable, "-m", "asrlab.cli", "ckpt", str(exp), "--digest"], capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip().splitlines()[-1]
+def digest(exp) -> tuple[str, str]:
+    """What ``asrlab ckpt EXP --digest`` says: the newest complete checkpoint and its SHA-256 over the model
+    and optimizer tensors (read here, without a process of its own)."""
+    state, marker = load_latest(Path(exp) / "checkpoints")
+    return marker["file"], state_digest(state)
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """The uninterrupted run of a layout (nproc, workers, extra overrides), made once for the module's tests."""
+    runs = {}
+
+    def get(nproc, workers, *extra):
+        key = (nproc, workers, extra)
+        if key not in runs:
+            ref = tmp_path_factory.mktemp("ref") / "exp"
+            run(train_cmd(corpus, ref, nproc, workers, *extra))
+            runs[key] = ref
+        return runs[key]
+    return get
 
 
 def kill_at(cmd, exp, step: int) -> int:
@@ -44,10 +60,9 @@ def kill_at(cmd, exp, step: int) -> int:
 
 @pytest.mark.parametrize("nproc,workers,seed,extra", [(1, 0, 1, ()), (1, 2, 2, ()), (2, 0, 3, ()),
                                                       (1, 2, 4, ("data.bucketing=true",))])
-def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, workers, seed, extra):
+def test_sigkill_then_resume_is_bitwise_identical(corpus, reference, tmp_path, nproc, workers, seed, extra):
     kill_step = random.Random(seed).randint(4, STEPS - 3)   # a step drawn per case, the same every run
-    ref, exp = tmp_path / "ref", tmp_path / "exp"
-    run(train_cmd(corpus, ref, nproc, workers, *extra))
+    ref, exp = reference(nproc, workers, *extra), tmp_path / "exp"
     killed = kill_at(train_cmd(corpus, exp, nproc, workers, *extra), exp, kill_step)
     assert killed < STEPS
     run(train_cmd(corpus, exp, nproc, workers, *extra))
@@ -62,9 +77,8 @@ def test_sigkill_then_resume_is_bitwise_identical(corpus, tmp_path, nproc, worke
     assert set(cov[0].values()) == {1} and len(cov[0]) == 120
 
 
-def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corpus, tmp_path):
-    ref, exp = tmp_path / "ref", tmp_path / "exp"
-    run(train_cmd(corpus, ref, 1, 0))
+def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corpus, reference, tmp_path):
+    ref, exp = reference(1, 0), tmp_path / "exp"
     cmd = train_cmd(corpus, exp, 1, 0)
     died = subprocess.run([sys.executable, str(Path(__file__).with_name("kill_mid_checkpoint.py")), "9",
                            *cmd[cmd.index("train"):]], capture_output=True, timeout=240)

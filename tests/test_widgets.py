@@ -277,6 +277,12 @@ print("EXIT", code)
 """
 
 
+def is_idle(msg, msg_id) -> bool:
+    """``msg`` is the kernel's word that it finished the request ``msg_id`` (all its output sent)."""
+    return bool(msg) and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
+        and msg["parent_header"].get("msg_id") == msg_id
+
+
 def train_live_in_a_kernel(corpus, exp, act):
     """Run ``KERNEL_CODE`` in a real kernel; once rank 0 has logged step 3, ``act(km, kc, button comm id)``
     once. Returns (the execute reply's content, what the cell printed, the error name if it raised)."""
@@ -286,7 +292,7 @@ def train_live_in_a_kernel(corpus, exp, act):
     km, kc = start_new_kernel(kernel_name="python3", env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         msg_id = kc.execute(KERNEL_CODE.format(args=args, exp=str(exp)))
-        button, printed, reply, acted = None, "", None, False
+        button, printed, reply, acted, idle = None, "", None, False, False
         deadline = time.time() + 240
         while reply is None:
             assert time.time() < deadline, "no reply from the kernel"
@@ -298,6 +304,7 @@ def train_live_in_a_kernel(corpus, exp, act):
                 button = m["content"]["comm_id"]
             if m and m["msg_type"] == "stream":
                 printed += m["content"]["text"]
+            idle = idle or is_idle(m, msg_id)
             if button and not acted and nb.last_step(exp) >= 3:
                 act(km, kc, button)
                 acted = True
@@ -307,13 +314,11 @@ def train_live_in_a_kernel(corpus, exp, act):
                     reply = r["content"]
             except Exception:
                 pass
-        while True:  # the rest of the cell's output
-            try:
-                m = kc.get_iopub_msg(timeout=2)
-            except Exception:
-                break
+        while not idle:  # the rest of the cell's output: the kernel says idle after the cell's last output
+            m = kc.get_iopub_msg(timeout=60)
             if m["msg_type"] == "stream":
                 printed += m["content"]["text"]
+            idle = is_idle(m, msg_id)
         return reply, printed
     finally:
         kc.stop_channels()
