@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sys
 import time
+import traceback
 from collections import deque
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -344,7 +345,17 @@ class Trainer(TrainStep):
         return result
 
     def close(self) -> None:
-        for f in (self.metrics, self.guard, self.ledger, self.eval_metrics):
+        """This rank's end of the run: the collectives under way waited for and the process groups let go
+        (DDP, the guards, the run state), so that :func:`asrlab.lab.dist.teardown` ends their threads
+        before the interpreter exits; the files closed."""
+        if self._limits_sent is not None:
+            dist.settle(self._limits_sent[1])
+            self._limits_sent = None
+        if self._held_by is not None:
+            self._held_by.close()
+            self._held_by = None
+        self.ddp = None
+        for f in (self.metrics, self.guard, self.ckpt.state, self.eval_metrics):
             if f is not None:
                 f.close()
 
@@ -367,8 +378,22 @@ def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: 
             return trainer.fit()
         finally:
             trainer.close()
+    except BaseException as e:
+        _release_frames(e)
+        raise
     finally:
         dist.teardown()
+
+
+def _release_frames(e: BaseException) -> None:
+    """The locals of the frames ``e`` (and the exceptions behind it) passed through let go, before the
+    process group goes: they hold the parts that hold it (DDP in a step's frame, say), which would keep
+    gloo's threads alive into interpreter exit (:func:`asrlab.lab.dist.teardown`). The traceback's text stays."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
 
 
 __all__ = ["Trainer", "evaluate", "run"]
