@@ -46,7 +46,7 @@ from .run_data import load_train_sources, start_data
 from .schedule import RunClock, decay_horizon, lr_lambda
 from ..lab.stall.watch import Watchdog, announced_to, watching
 from .step import TrainStep
-from ..lab.stop import STOP_FILE, clear_stop, stop_requested
+from ..lab.stop import STOP_FILE, clear_stop, stop_requested, stop_signal
 from .checkpoints import Rollback, TrainerCheckpoints
 from ..lab.uneven import UnevenGuard, after_join
 
@@ -326,7 +326,9 @@ class Trainer(TrainStep):
             last_eval = self.evaluate_and_log()
         self.hb.enter("done", self.step)
         if self.stopped_on_request:
-            log.info("stopped at step %d on request (%s); checkpoint written", self.step, self.exp / STOP_FILE)
+            sig, path = stop_signal(), self.exp / STOP_FILE
+            why = sig.name if sig is not None else path if path.exists() else "another rank's"
+            log.info("stopped at step %d on request (%s); checkpoint written", self.step, why)
             dist.store_barrier(f"stopped.{self.step}", self.info)  # every rank has seen the file before it goes
             if self.info.is_main:
                 clear_stop(self.exp)
