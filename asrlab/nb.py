@@ -17,7 +17,7 @@ from pathlib import Path
 from . import widgets
 from .doctor import format_diagnosis
 from .lab.metrics import read_metrics, run_status
-from .lab.stop import clear_stop, request_stop
+from .lab.stop import clear_stop, own_session_ending_with_parent, request_stop
 from .train.launch import kill_tree
 
 
@@ -76,25 +76,16 @@ def _start(args: list[str], exp: Path):
 
 
 def _spawn(cmd: list[str], exp: Path, cwd: Path | None = None, env: dict | None = None):
-    """``cmd`` in its own session, its output to ``EXP.log``: (process, log path, log file)."""
+    """``cmd`` in its own session, its output to ``EXP.log``: (process, log path, log file). Its own session,
+    so that interrupting the kernel (a SIGINT to the kernel's process group) does not stop it mid-step (the
+    notebook asks it to stop instead); and it ends when the kernel does, so that no run outlives its notebook."""
     log_path = exp.parent / f"{exp.name}.log"
     exp.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, preexec_fn=_own_session)
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                            preexec_fn=own_session_ending_with_parent())
     return proc, log_path, log
-
-
-def _own_session() -> None:
-    """In the run's process before it starts: a session of its own, so that interrupting the kernel (a SIGINT
-    to the kernel's process group) does not kill it mid-step (the notebook asks it to stop instead); on
-    Linux a SIGTERM when the kernel dies, so that no run outlives its notebook."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
 def _ended(proc, log_path: Path, check: bool) -> int:

@@ -22,7 +22,6 @@ import tempfile
 def one_run(data: str, every: int, steps: int) -> list[float]:
     """Train ``steps`` in-memory batches (after one untimed step); the step times (s) from the metrics."""
     import itertools
-    import time
 
     import torch
 

@@ -218,6 +218,24 @@ def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
     assert [r["rank"] for r in diagnose(exp)["ranks"]] == [0]
 
 
+def test_an_error_of_the_attempt_before_a_torch_elastic_restart_is_history(tmp_path, monkeypatch):
+    """A rank of the failed attempt records its error around when the restarted attempt starts; the restarted
+    attempt finished: the verdict is the restarted attempt's, the error is history."""
+    from asrlab.lab.stall.errors import record_rank_error
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "config.yaml").write_text("train: {}\n")  # the restarted attempt's rank 0 wrote it
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")  # what torchrun gives the failed attempt's ranks
+    record_rank_error(exp, RuntimeError("Connection reset by peer"), rank=0)
+    for rank in (0, 1):
+        _beat(exp, rank, "done", 9, 0.1, os.getpid(), run="job.1")
+    d = diagnose(exp)
+    assert d["verdict"] == "finished" and d["error"] is None, d["summary"]
+    assert any("Connection reset by peer" in h for h in d["history"]), d["history"]
+
+
 def test_a_stalled_2_rank_run(stalled_in_data, capsys):
     exp, out = stalled_in_data
     assert out.returncode != 0, out.stderr[-3000:]

@@ -503,7 +503,7 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
                    "halt2": str(r2.halt) if r2.halt else None}, f)
     tr.close()
     tdist.barrier()  # neither rank closes its connections while the other may still read from them
-    tdist.destroy_process_group()
+    adist.teardown()
 
 
 def test_every_rank_decides_alike_on_a_step_that_one_rank_found_non_finite(corpus, tmp_path):

@@ -173,7 +173,7 @@ def test_stall_explorer_of_a_stalled_run(corpus, tmp_path):
     assert "rank 0" in ex.verdict and ex.span_s > 3
     html, picture = static_parts(ex)
     assert ex.verdict.split(";")[0][:20] in html.replace("&#x27;", "'") and is_png(picture)
-    box = ex.widget()
+    ex.widget()  # builds the detail pane
     assert "MainThread" in ex.detail.value and "<pre" in ex.detail.value  # rank 0's stacks
     before = ex.picture.value
     ex.zoom.value = 2.0

@@ -45,6 +45,8 @@ def cmd_train(a: argparse.Namespace) -> int:
         return launch.launch(a.nproc, _strip_launcher(a.argv[a.argv.index("train") + 1:]), a.exp,
                              cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s, nodes=nodes,
                              max_restarts=a.max_restarts)
+    if launch.under_torchrun():
+        launch.end_with_agent()
     try:
         return _train_here(a, cfg)
     except Exception as e:
@@ -66,13 +68,21 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
     if a.cv:
         load_sources(a.cv)
     from ..lab.numerics.guard import HALT_EXIT, NonFiniteHalt
+    from ..lab.stop import stop_on_signals, stop_signal
+    from ..train.launch import under_torchrun
     from ..train.trainer import run
 
-    try:
-        result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)
-    except NonFiniteHalt as e:
-        print(f"training halted: {e}", file=sys.stderr)
-        return HALT_EXIT
+    with stop_on_signals():  # SIGTERM, SIGINT: a clean stop, as EXP/STOP
+        try:
+            result = run(cfg, a.data, a.cv, a.exp, resume=a.resume)
+        except NonFiniteHalt as e:
+            print(f"training halted: {e}", file=sys.stderr)
+            return HALT_EXIT
+        sig = stop_signal()
+    if sig is not None:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"asrlab train: stopped on {sig.name}; checkpoint in {a.exp}", file=sys.stderr)
+        return 0 if under_torchrun() else 128 + sig  # a rank's non-zero code is a failure to torch elastic
     if result and int(os.environ.get("RANK", "0")) == 0:
         print(f"cv: loss {result['loss']:.4f}, CER {100 * result['cer']:.2f}%, WER {100 * result['wer']:.2f}% "
               f"({result['utts']} utterances)")

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
+import gc
+import logging
 import os
 import secrets
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+# before any process group exists: its functions take the default group as a default argument, so
+# importing it later (DDP does, lazily) would hold the group past destroy_process_group (see teardown)
+import torch.distributed.nn
+
 from ..errors import UsageError
 from .stall.heartbeat import run_id
 from .stall.relay import across_nodes, open_store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,10 +113,77 @@ def world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+GLOO_THREAD = "pt_gloo_runloop"  # the name torch gives gloo's worker threads
+PENDING_S = 10.0  # a collective every rank has sent completes at once; one still open this long has lost a peer
+
+
+def settle(work, timeout_s: float = PENDING_S) -> bool:
+    """Wait for an asynchronous collective left under way (True when it completed; False when it failed or
+    did not complete in ``timeout_s``: abandoned). What a part does before its process group goes."""
+    if work is None:
+        return True
+    try:
+        work.wait(datetime.timedelta(seconds=timeout_s))
+        return True
+    except RuntimeError as e:  # a peer gone, or the time up
+        log.debug("a pending collective abandoned: %s", e)
+        return False
+
+
+def gloo_threads() -> int:
+    """How many of gloo's worker threads run in this process (Linux; 0 elsewhere)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    count = 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                count += f.read().strip() == GLOO_THREAD
+        except OSError:  # ended meanwhile
+            continue
+    return count
+
+
 def teardown() -> None:
+    """Leave the process group; its threads have ended when this returns.
+
+    ``destroy_process_group()`` alone leaves gloo's worker threads running while anything still holds the
+    group (DDP, a guard, the run state). They then free their last works while the interpreter exits; a
+    work whose tensor has a Python object takes the GIL there, the exiting interpreter ends that thread
+    in a C++ frame that must not unwind, and the process aborts ("terminate called without an active
+    exception", exit 134) after its work is done. So the parts wait for their pending collectives and let
+    go of the groups first (``close``), and the group is destroyed here for real, its threads joined;
+    objects in reference cycles that still hold it are collected first."""
     _CPU_GROUP.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
+    if gloo_threads():
+        gc.collect()
+    left = gloo_threads()
+    if left:
+        log.warning("%d gloo threads outlive the process group (something still holds it): the process may "
+                    "abort at exit", left)
+
+
+@contextlib.contextmanager
+def process_group(backend: str | None = None):
+    """:func:`setup` for the body, :func:`teardown` after it, also when it raises: then the locals of the
+    frames the exception passed through are let go first, since they hold the parts that hold the group
+    (DDP in a step's frame, say). The traceback's text stays."""
+    info = setup(backend)
+    try:
+        yield info
+    except BaseException as e:
+        seen = set()
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            traceback.clear_frames(e.__traceback__)
+            e = e.__cause__ or e.__context__
+        raise
+    finally:
+        teardown()
 
 
 def broadcast_object(obj, info: DistInfo):

@@ -1,17 +1,38 @@
-"""A clean stop asked for from outside a run: the file ``EXP/STOP``.
+"""A clean stop asked for from outside a run: the file ``EXP/STOP``, or a signal.
 
 Whoever wants the run to end (a notebook's Stop button, ``asrlab stop EXP``, a scheduler's
 pre-emption hook) creates the file; every rank looks for it after each step, the ranks agree on it
 in the all-reduce they already make for the time limit, and the run ends as if its budget were
 spent: a checkpoint, an evaluation, exit code 0. A file, not a signal, because it reaches every
 rank of every node the same way and cannot kill a rank halfway through a checkpoint.
+
+Signals are what ``kill``, ``timeout``, Ctrl-C and job managers send, though: inside
+:func:`stop_on_signals` the first SIGTERM or SIGINT is taken as that same request (only noted in the
+handler; the loop sees it through :func:`stop_requested` at its next check), and a second takes its
+usual course. A process started to do a run's work gets SIGHUP when whoever started it ends
+(:func:`end_with_parent`), so that nothing of a run keeps training once its starter is gone; SIGHUP
+asks for the same clean stop but never more, since the kernel sends it again each time the process
+passes to another thread of its ending parent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 STOP_FILE = "STOP"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PARENT_GONE = signal.SIGHUP  # the parent-death signal: may come several times, so it never escalates
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+_SIGNALLED: list[signal.Signals] = []  # the signal that asked this process to stop, once one did
 
 
 def request_stop(exp: str | Path, reason: str = "requested") -> Path:
@@ -23,9 +44,86 @@ def request_stop(exp: str | Path, reason: str = "requested") -> Path:
 
 
 def stop_requested(exp: str | Path) -> bool:
-    return (Path(exp) / STOP_FILE).exists()
+    """``EXP/STOP`` exists, or this process was signalled inside :func:`stop_on_signals`."""
+    return bool(_SIGNALLED) or (Path(exp) / STOP_FILE).exists()
 
 
 def clear_stop(exp: str | Path) -> None:
     """Forget a request (the run that honoured it is over, or a new run starts)."""
     (Path(exp) / STOP_FILE).unlink(missing_ok=True)
+
+
+def stop_signal() -> signal.Signals | None:
+    """The signal that asked this process to stop (inside :func:`stop_on_signals`), else None."""
+    return _SIGNALLED[0] if _SIGNALLED else None
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals: tuple = STOP_SIGNALS):
+    """While the body runs, the first of ``signals`` asks for a clean stop (see the module docstring);
+    a second one (but ``PARENT_GONE``) gets the handler that was there before, as if this one had never
+    been. Only the main thread can set handlers: elsewhere the body runs with the signals as they are.
+    Forked children (data-loader workers) inherit the handler and ignore the signal: their parent stops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner, before = os.getpid(), {}
+
+    def handler(sig, frame):
+        if os.getpid() != owner:
+            return
+        if not _SIGNALLED:
+            _SIGNALLED.append(signal.Signals(sig))
+            return
+        if sig == PARENT_GONE:
+            return
+        signal.signal(sig, before[sig] if before[sig] is not None else signal.SIG_DFL)
+        os.kill(owner, sig)  # delivered as soon as this handler returns, to the handler it had before
+
+    _SIGNALLED.clear()
+    for sig in signals:
+        before[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        _SIGNALLED.clear()
+
+
+@functools.cache
+def _prctl() -> Callable | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def end_with_parent(parent: int, sig: int = PARENT_GONE) -> bool:
+    """Have this process get ``sig`` when its parent ``parent`` ends (Linux; False elsewhere). The
+    parent may have gone just before: then ``sig`` comes at once."""
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+    return True
+
+
+def own_session_ending_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for a child that does a run's work: a session of its own (a signal to the
+    starter's process group, a terminal's Ctrl-C say, does not reach it), and ``PARENT_GONE`` when the
+    starter ends. Made in the starter, so that nothing is loaded between fork and exec."""
+    parent, prctl = os.getpid(), _prctl()
+
+    def preexec() -> None:
+        os.setsid()
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(PARENT_GONE))
+            if os.getppid() != parent:
+                os.kill(os.getpid(), PARENT_GONE)
+
+    return preexec

@@ -49,6 +49,7 @@ class UnevenGuard:
         self.batches = 0
         self.stopped_early = False
         self._held: list = []  # [(position before it was fetched, batch)], oldest first
+        self._sent = None      # the agreement under way (a loop that stops early leaves one)
 
     def state_dict(self) -> dict:
         """The position of ``state_of`` after the batches handed out so far (see the class docstring)."""
@@ -79,7 +80,7 @@ class UnevenGuard:
         announced as ``sync``, and ``data`` again after it, since the guard fetches the next group then and
         a rank whose data hangs there is waiting for data, not blocked in the check."""
         t = torch.tensor([n], dtype=torch.int64)
-        work = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
+        work = self._sent = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
 
         def result() -> int:
             if work.is_completed():
@@ -88,8 +89,15 @@ class UnevenGuard:
                 announce("sync")
                 work.wait()
                 announce("data")
+            self._sent = None
             return int(t.item())
         return result
+
+    def close(self) -> None:
+        """After the loop (also one left early): the agreement under way waited for and the process group
+        let go (:func:`asrlab.lab.dist.teardown`)."""
+        dist.settle(self._sent)
+        self._sent, self.group = None, None
 
     def __iter__(self) -> Iterator:
         it = iter(self.source)

@@ -4,6 +4,12 @@ On several nodes the same command runs on each, and torchrun's own rendezvous ma
 (:class:`Nodes`); the stall watch's files reach every node through :mod:`.relay`.
 The launcher is also the stall watchdog of last resort: if the ranks' own watchdogs cannot act
 (rank 0 frozen, say), it stops the job and writes the stall report from what the ranks left.
+
+Nothing of the job outlives it: a SIGTERM, SIGINT or SIGHUP to ``asrlab train`` is passed on to
+torchrun's agent, which passes it to every rank, and each rank stops cleanly (:mod:`asrlab.lab.stop`:
+a checkpoint at the same step on every rank); a second one ends the job at once. The agent ends with
+the launcher (a parent-death signal) and each rank with the agent, so a launcher killed outright
+(SIGKILL) leaves nothing running either.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +29,9 @@ import psutil
 from ..errors import UsageError
 from ..lab.stall.errors import first_rank_error, format_rank_error
 from ..lab.stall.heartbeat import read_heartbeats
-from ..lab.stall.watch import COLLECT_S, STALL_EXIT, ProgressClock, write_report
+from ..lab.stall.report import write_report
+from ..lab.stall.watchdog import COLLECT_S, STALL_EXIT, ProgressClock
+from ..lab.stop import PARENT_GONE, end_with_parent, own_session_ending_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +41,8 @@ def under_torchrun() -> bool:
 
 
 QUIET_ENV = "ASRLAB_LAUNCHER"  # set for ranks the asrlab launcher started: it reports their errors
+AGENT_ENV = "ASRLAB_AGENT_PID"  # set by the launcher's torchrun agent for its ranks: who they end with
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the launcher passes on to the job
 
 
 @dataclass(frozen=True)
@@ -70,11 +81,14 @@ def quiet_torchrun(argv: list[str]) -> int:
     """torchrun, without its report of failed ranks (a traceback and a table per failure, some forty lines
     that bury the rank's own error): one line per failed rank instead; the launcher then prints the first
     rank's own error. Returns the first failed rank's exit code (128 + the signal when one killed it)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     try:
         torchrun_main(argv)
+    except SignalException as e:  # passed on to the ranks, which have ended (or were killed after a grace)
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
         for rank, f in sorted(e.failures.items()):
             how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
@@ -82,6 +96,46 @@ def quiet_torchrun(argv: list[str]) -> int:
         code = e.get_first_failure()[1].exitcode
         return code if code > 0 else 128 - code
     return 0
+
+
+def end_with_agent() -> None:
+    """In a rank started by the launcher's agent: ``PARENT_GONE`` (a clean stop) when the agent ends, so
+    that no rank outlives it. Nothing under another torchrun."""
+    agent = os.environ.get(AGENT_ENV, "")
+    if agent.isdigit() and int(agent) == os.getppid():
+        end_with_parent(int(agent))
+
+
+class _PassOn:
+    """While the launcher waits: the first of ``PASSED_ON`` goes to the agent as SIGTERM (torch elastic
+    gives it to every rank, which stops cleanly, and kills what still runs after its grace); a second
+    (but ``PARENT_GONE`` again) ends the whole job at once."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.got, self.before = proc, [], {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.before = {sig: signal.signal(sig, self._handler) for sig in PASSED_ON}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self.before.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+    def _handler(self, sig, frame) -> None:
+        if self.got and sig == PARENT_GONE:  # sent again as the parent's threads end: one request
+            return
+        self.got.append(sig)
+        if len(self.got) > 1:
+            kill_tree(self.proc.pid)
+            return
+        print(f"asrlab train: {signal.Signals(sig).name}: every rank stops after its step with a checkpoint "
+              "(again to end them at once)", file=sys.stderr, flush=True)
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the agent's group: the ranks have sessions of their own
+        except ProcessLookupError:
+            pass
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -128,35 +182,39 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
            first_step_s: float = 0.0, timeout_s: float | None = None, nodes: Nodes | None = None,
            max_restarts: int = 0) -> int:
     """Run ``asrlab train`` on ``nproc`` local ranks (of ``nodes``, when the job spans several); returns
-    torchrun's exit code (``STALL_EXIT`` on a stall)."""
+    torchrun's exit code (``STALL_EXIT`` on a stall; 128 + the signal when one asked it to stop)."""
     env = dict(os.environ, **{QUIET_ENV: "1"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     world = nproc * (nodes.nnodes if nodes is not None else 1)  # every rank's heartbeat reaches EXP (relay)
     t_launch = time.time()
-    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes, max_restarts), env=env, start_new_session=True)
+    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes, max_restarts), env=env,
+                            preexec_fn=own_session_ending_with_parent())
     clock, stalled = ProgressClock(world, stall_timeout_s, first_step_s), False
     family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
-        while proc.poll() is None:
-            time.sleep(1.0)
-            family.update({p.pid: p for p in _descendants(proc.pid)})
-            if timeout_s and time.time() - t_launch > timeout_s:
-                _stop(proc)
-                raise TimeoutError(f"training ran past {timeout_s} s")
-            if exp is None or not stall_timeout_s:
-                continue
-            beats = {r: s for r, s in read_heartbeats(Path(exp)).items() if s.get("time", 0) >= t_launch}
-            idle = clock.overdue(beats, extra_s=COLLECT_S + 10)  # the ranks' own watchdogs had their chance
-            if idle is not None:
-                log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", idle)
-                stalled = True
-                _stop(proc)
+        with _PassOn(proc) as passed:
+            while proc.poll() is None:
+                time.sleep(0.2 if passed.got else 1.0)
+                family.update({p.pid: p for p in _descendants(proc.pid)})
+                if timeout_s and time.time() - t_launch > timeout_s:
+                    _stop(proc)
+                    raise TimeoutError(f"training ran past {timeout_s} s")
+                if exp is None or not stall_timeout_s or passed.got:
+                    continue
+                beats = {r: s for r, s in read_heartbeats(Path(exp)).items() if s.get("time", 0) >= t_launch}
+                idle = clock.overdue(beats, extra_s=COLLECT_S + 10)  # the ranks' own watchdogs had their chance
+                if idle is not None:
+                    log.error("no rank progressed for %.0f s and their watchdogs did not act: stopping the job", idle)
+                    stalled = True
+                    _stop(proc)
     except BaseException:
         _stop(proc)
         raise
     finally:
         _kill_all(family)
     code = proc.returncode
+    if passed.got:  # (each rank said how it stopped)
+        return 128 + passed.got[0]
     if exp is not None and code != 0:
         report = Path(exp) / "stall_report.json"
         fresh = report.exists() and report.stat().st_mtime >= t_launch
@@ -175,4 +233,5 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
 
 
 if __name__ == "__main__":  # the ranks' torchrun (see torchrun_command)
+    os.environ[AGENT_ENV] = str(os.getpid())  # its ranks end with it (end_with_agent)
     sys.exit(quiet_torchrun(sys.argv[1:]))

@@ -45,7 +45,7 @@ from .schedule import RunClock, decay_horizon, lr_lambda
 from ..lab.stall.watch import announced_to
 from ..lab.stall.watchdog import Watchdog, watching
 from .step import StepResult, TrainStep
-from ..lab.stop import STOP_FILE, clear_stop, stop_requested
+from ..lab.stop import STOP_FILE, clear_stop, stop_requested, stop_signal
 from .checkpoints import Rollback, TrainerCheckpoints
 from ..lab.uneven import UnevenGuard, after_join
 
@@ -343,7 +343,9 @@ class Trainer:
             last_eval = self.evaluate_and_log()
         self.hb.enter("done", self.step)
         if self.stopped_on_request:
-            log.info("stopped at step %d on request (%s); checkpoint written", self.step, self.exp / STOP_FILE)
+            sig, path = stop_signal(), self.exp / STOP_FILE
+            why = sig.name if sig is not None else path if path.exists() else "another rank's"
+            log.info("stopped at step %d on request (%s); checkpoint written", self.step, why)
             dist.store_barrier(f"stopped.{self.step}", self.info)  # every rank has seen the file before it goes
             if self.info.is_main:
                 clear_stop(self.exp)
@@ -362,7 +364,16 @@ class Trainer:
         return result
 
     def close(self) -> None:
-        for f in (self.metrics, self.guard, self.ledger, self.eval_metrics):
+        """Pending collectives waited for, the groups let go (so :func:`asrlab.lab.dist.teardown` ends
+        their threads before the interpreter exits), the files closed."""
+        if self._limits_sent is not None:
+            dist.settle(self._limits_sent[1])
+            self._limits_sent = None
+        if self._held_by is not None:
+            self._held_by.close()
+            self._held_by = None
+        self.ddp = self.stepper.ddp = None
+        for f in (self.metrics, self.guard, self.ckpt.state, self.eval_metrics):
             if f is not None:
                 f.close()
 
@@ -376,8 +387,7 @@ def _skip(it: Iterator[dict], n: int) -> Iterator[dict]:
 
 def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
     """Train from the command line (under torchrun or alone); returns the last evaluation."""
-    info = dist.setup(cfg.train.backend)
-    try:
+    with dist.process_group(cfg.train.backend) as info:
         trainer = Trainer(cfg, data, cv, exp, info)
         if resume == "auto":
             trainer.resume()
@@ -385,8 +395,6 @@ def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: 
             return trainer.fit()
         finally:
             trainer.close()
-    finally:
-        dist.teardown()
 
 
 __all__ = ["Trainer", "evaluate", "run"]

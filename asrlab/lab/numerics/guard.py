@@ -390,6 +390,12 @@ class NumericsGuard:
         return meta
 
     def close(self) -> None:
+        """The agreement under way waited for and the process group let go (see
+        :func:`asrlab.lab.dist.teardown`); the traces closed."""
+        if self._sent is not None:
+            dist.settle(self._sent[1])
+            self._sent = None
+        self.group = None
         if self.traces is not None:
             self.traces.close()
 

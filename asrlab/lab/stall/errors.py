@@ -18,7 +18,7 @@ from pathlib import Path
 from ...errors import UsageError
 from ...files import atomic_write
 from . import relay
-from .heartbeat import PHASES
+from .heartbeat import PHASES, run_id
 
 
 def errors_dir(exp: str | Path) -> Path:
@@ -28,8 +28,11 @@ def errors_dir(exp: str | Path) -> Path:
 def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = None, run: str | None = None,
                       phase: str | None = None, step: int | None = None) -> Path:
     """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, where, the traceback). Across
-    nodes, an error that says a peer went away also names the ranks that did (:func:`.relay.lost_peers`)."""
+    nodes, an error that says a peer went away also names the ranks that did (:func:`.relay.lost_peers`).
+    ``run`` is this launch's id by default (:func:`.heartbeat.run_id`; a torch elastic restart is another
+    launch): an error of the attempt before a restart is history, however close to the restart it came."""
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    run = run_id() if run is None else run
     path = errors_dir(exp) / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),

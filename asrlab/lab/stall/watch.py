@@ -20,7 +20,7 @@ from .. import dist
 from .errors import rank_errors, record_rank_error
 from .heartbeat import Heartbeat, run_id
 from .report import write_lab_status, write_report
-from .watchdog import COLLECT_S, STALL_EXIT, ProgressClock, Watchdog
+from .watchdog import Watchdog
 
 FAILURE_COLLECT_S = 3.0  # how long a rank that raised waits for the others' stack dumps (they poll every second)
 
@@ -161,5 +161,4 @@ class StallWatch:
         return False
 
 
-# the launcher's names (asrlab.train.launch) besides this module's own
-__all__ = ["COLLECT_S", "STALL_EXIT", "ProgressClock", "StallWatch", "announce", "announced_to", "write_report"]
+__all__ = ["StallWatch", "announce", "announced_to"]

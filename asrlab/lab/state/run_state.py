@@ -198,6 +198,8 @@ class RunState:
         return coverage_report(self.exp, epoch, keys)
 
     def close(self) -> None:
+        """The ledger closed and the process group let go (:func:`asrlab.lab.dist.teardown`)."""
+        self.group = None
         if self.ledger is not None:
             self.ledger.close()
 
