@@ -270,7 +270,7 @@ def test_a_crashed_rank(corpus, tmp_path, capsys):
     assert (e["rank"], e["type"], e["message"]) == (err["rank"], "DataError", err["message"])
     assert "cut.tar" in e["message"] and "truncated_tar" in e["message"]
     assert d["summary"].startswith(f"rank {err['rank']} failed") and e["traceback_tail"]
-    assert f"first error: rank {err['rank']} failed: DataError: " in text and "next: fix the cause, then run the same command again (no checkpoint loads" in text
+    assert f"first error: rank {err['rank']} failed at step 1 (waiting for data): DataError: " in text and "next: fix the cause, then run the same command again (no checkpoint loads" in text
 
 
 def test_killed_then_resumed(corpus, tmp_path, capsys):

@@ -1,7 +1,6 @@
-"""Measurement: where a step's time goes and what the machine does meanwhile (``profiling``), the
-training-throughput sweep (``tune``), loader throughput (``loader_bench``) and the time to the first
-batch after a resume (``resume_time``).
+"""Offline measurement tools, above the trainer: the training-throughput sweep (``tune``), loader
+throughput (``loader_bench``), the time to the first batch after a resume (``resume_time``) and memory
+(``memory``). The step timer a running loop uses is a part: :mod:`asrlab.lab.timing`.
 
-Nothing is imported here: ``profiling`` is used by the trainer, while ``tune`` and ``resume_time``
-use the trainer, so importing them eagerly would make a cycle.
+Nothing is imported here: each tool brings what it measures (the trainer, the loader) only when used.
 """

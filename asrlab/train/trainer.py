@@ -35,9 +35,10 @@ from ..lab.timing import PARTS, trace
 from ..model import ConformerCTC, count_parameters
 from ..lab import dist
 from .evaluate import evaluate
+from ..lab.stall.errors import record_rank_error
 from ..lab.stall.heartbeat import Heartbeat
 from ..lab.metrics import MetricsWriter
-from ..lab.numerics.guard import NumericsGuard
+from ..lab.numerics.guard import NonFiniteHalt, NumericsGuard
 from .phases import StepPhases
 from ..lab.precision import choose_precision, cpu_fp16_kernels
 from .run_data import load_train_sources, start_data
@@ -119,9 +120,6 @@ class Trainer:
     def resume(self) -> bool:
         return self.ckpt.resume()
 
-    def rollback(self) -> None:
-        self.ckpt.rollback()
-
     def train_step(self, batches: list[dict]) -> StepResult | None:
         """One optimizer step over ``batches`` (:class:`.step.TrainStep`); returns the step before it, read."""
         return self.stepper.train_step(batches, self.epoch)
@@ -129,15 +127,8 @@ class Trainer:
     def settle(self) -> StepResult | None:
         return self.stepper.settle()
 
-    @property
-    def step(self) -> int:
-        """Optimizer steps taken (the stepper counts them; a resume or a rollback sets them back)."""
-        return self.stepper.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.stepper.step = value
-
+    step = property(lambda self: self.stepper.step, lambda self, n: setattr(self.stepper, "step", n),
+                    doc="Optimizer steps taken (the stepper counts them; a resume or a rollback sets them back).")
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")
 
@@ -270,10 +261,8 @@ class Trainer:
         return False
 
     def fit(self) -> dict:
-        """Train until max_epochs / max_steps / max_minutes; returns the last evaluation.
-
-        The stall watchdog watches every rank while this runs (``train.stall_timeout_s``).
-        """
+        """Train until max_epochs / max_steps / max_minutes, watched by the stall watchdog
+        (``train.stall_timeout_s``); returns the last evaluation."""
         t = self.cfg.train
         watchdog = None
         if t.stall_timeout_s > 0:
@@ -320,7 +309,7 @@ class Trainer:
                     stop = self.stopped_on_request
             except Rollback:
                 batches.close()  # stops this epoch's loader workers
-                self.rollback()
+                self.ckpt.rollback()
                 bar.n = self.step
                 continue
             if fresh and not stop and self.step == self.epoch_step0:  # and so would every epoch after it
@@ -386,15 +375,22 @@ def _skip(it: Iterator[dict], n: int) -> Iterator[dict]:
 
 
 def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:
-    """Train from the command line (under torchrun or alone); returns the last evaluation."""
+    """Train from the command line (under torchrun or alone); returns the last evaluation. A rank's error is
+    recorded before the teardown, which the other ranks see as a lost peer: the first error stays the cause."""
     with dist.process_group(cfg.train.backend) as info:
-        trainer = Trainer(cfg, data, cv, exp, info)
-        if resume == "auto":
-            trainer.resume()
+        trainer = None
         try:
+            trainer = Trainer(cfg, data, cv, exp, info)
+            if resume == "auto":
+                trainer.resume()
             return trainer.fit()
+        except Exception as e:
+            if info.backend is not None and not isinstance(e, NonFiniteHalt):
+                record_rank_error(exp, e, info.rank, phase=trainer and trainer.hb.phase, step=trainer and trainer.hb.step)
+            raise
         finally:
-            trainer.close()
+            if trainer is not None:
+                trainer.close()
 
 
 __all__ = ["Trainer", "evaluate", "run"]

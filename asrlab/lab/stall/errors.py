@@ -31,6 +31,8 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
     nodes, an error that says a peer went away also names the ranks that did (:func:`.relay.lost_peers`).
     ``run`` is this launch's id by default (:func:`.heartbeat.run_id`; a torch elastic restart is another
     launch): an error of the attempt before a restart is history, however close to the restart it came."""
+    if getattr(error, "rank_error_file", None):  # recorded where it happened: that time stays the error's
+        return error.rank_error_file
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     run = run_id() if run is None else run
     path = errors_dir(exp) / f"rank{rank}.json"
@@ -48,6 +50,7 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
     if lost:
         record["lost"] = lost
         write()
+    error.rank_error_file = path
     return path
 
 
