@@ -194,7 +194,10 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
     try:
         with _PassOn(proc) as passed:
             while proc.poll() is None:
-                time.sleep(0.2 if passed.got else 1.0)
+                try:  # back as soon as the job ends, else to look at the ranks again
+                    proc.wait(timeout=0.2 if passed.got else 1.0)
+                except subprocess.TimeoutExpired:
+                    pass
                 family.update({p.pid: p for p in _descendants(proc.pid)})
                 if timeout_s and time.time() - t_launch > timeout_s:
                     _stop(proc)
