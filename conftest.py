@@ -22,7 +22,8 @@ from _pytest.compat import legacy_path
 from nbval.plugin import IPyNbFile
 
 from asrlab.nb import FIGURES_ENV, RUNS_ENV
-from asrlab.runner import declared_parameters, notebook_params
+from asrlab.runner import declared_parameters, kernel_env, notebook_params
+from asrlab.widgets import MODE_ENV
 
 ROOT = Path(__file__).resolve().parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -55,22 +56,10 @@ class SmallNotebook(IPyNbFile):
         return super().collect()
 
     def setup(self):
-        # the widgets package imports the whole plotting stack
-        from asrlab.widgets import MODE_ENV
-
         work = _work(self.config)
-        kernel_env = {RUNS_ENV: str(work / "runs"), FIGURES_ENV: str(work / "figures"),
-                      MODE_ENV: os.environ.get(MODE_ENV, "static")}
-        saved = {k: os.environ.get(k) for k in kernel_env}
-        os.environ.update(kernel_env)  # the kernel started now inherits these; this process keeps its own
-        try:
+        with kernel_env({RUNS_ENV: str(work / "runs"), FIGURES_ENV: str(work / "figures"),
+                         MODE_ENV: os.environ.get(MODE_ENV, "static")}):  # the kernel started now inherits these
             super().setup()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 def _work(config) -> Path:

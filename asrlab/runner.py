@@ -81,7 +81,7 @@ def declared_parameters(nb_path: Path) -> set[str]:
 
 
 @contextmanager
-def _kernel_env(values: dict[str, str]):
+def kernel_env(values: dict[str, str]):
     """Environment variables the kernels papermill starts inherit, restored afterwards."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
@@ -115,7 +115,7 @@ def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = 
         env.update({RUNS_ENV: str(out_dir), FIGURES_ENV: str(out_dir / "figures")})
     runs = out_dir if out_dir is not None else Path(os.environ.get(RUNS_ENV) or root() / "runs")
     records = []
-    with _kernel_env(env):
+    with kernel_env(env):
         for nb in notebooks:
             out = runs / nb.stem / nb.name
             out.parent.mkdir(parents=True, exist_ok=True)
