@@ -14,11 +14,65 @@ from pathlib import Path
 import yaml
 
 from .data.config import DataConfig
-from .model import ModelConfig
 from .errors import UsageError
 from .files import atomic_write
 
 CONF_DIR = Path(__file__).parent / "conf"
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of ``ConformerCTC``. The defaults are the *tiny* model
+    (about 2.5M parameters with a ~30-symbol vocabulary) that trains on 2 CPU cores.
+
+    A WeNet-like *base* model is ``ModelConfig(d_model=256, n_heads=4, n_layers=12,
+    ff_dim=2048, conv_kernel=15, subsampling=4)``.
+    """
+
+    input_dim: int = 80  # fbank bins per frame
+    d_model: int = 144  # model width D
+    n_heads: int = 4  # attention heads; d_model % n_heads == 0
+    n_layers: int = 4  # Conformer blocks
+    ff_dim: int = 576  # hidden width of each (macaron) feed-forward
+    conv_kernel: int = 15  # depthwise conv kernel (frames after subsampling), odd
+    subsampling: int = 2  # time subsampling factor: 2 or 4
+    pos_enc: str = "rel"  # "rel" (Transformer-XL style) or "abs" (sinusoidal)
+    dropout: float = 0.1  # one dropout rate used everywhere
+    conv_channels: int = 0  # channels of the conv front end; 0: d_model (WeNet). The x2 front end
+    #                         runs at full time resolution, so fewer channels make it much cheaper
+
+    def __post_init__(self) -> None:
+        for name in ("input_dim", "d_model", "n_heads", "n_layers", "ff_dim", "conv_kernel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise UsageError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if isinstance(self.conv_channels, bool) or not isinstance(self.conv_channels, int) or self.conv_channels < 0:
+            raise UsageError(f"ModelConfig.conv_channels must be an int >= 0 (0: d_model), got {self.conv_channels!r}")
+        if self.input_dim < 7:
+            raise UsageError(
+                f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), "
+                f"got {self.input_dim}"
+            )
+        if self.d_model % self.n_heads != 0:
+            raise UsageError(
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.d_model % 2 != 0:
+            raise UsageError(
+                f"ModelConfig.d_model must be even (sin/cos positional encoding), got {self.d_model}"
+            )
+        if self.conv_kernel % 2 != 1:
+            raise UsageError(
+                f"ModelConfig.conv_kernel must be odd (symmetric 'same' padding), got {self.conv_kernel}"
+            )
+        if self.subsampling not in (2, 4):
+            raise UsageError(f"ModelConfig.subsampling must be 2 or 4, got {self.subsampling!r}")
+        if self.pos_enc not in ("rel", "abs"):
+            raise UsageError(f"ModelConfig.pos_enc must be 'rel' or 'abs', got {self.pos_enc!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
+            0.0 <= self.dropout < 1.0
+        ):
+            raise UsageError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
 
 
 @dataclass

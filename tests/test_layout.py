@@ -14,8 +14,7 @@ PKG = ROOT / "asrlab"
 BASE = {"errors", "files"}
 ALLOWED = {
     "errors": set(), "files": set(),
-    "data": BASE, "model": BASE, "lexicon": BASE,
-    "config": BASE | {"data", "model"},
+    "data": BASE, "config": BASE | {"data"}, "model": BASE | {"config"}, "lexicon": BASE,
     "lab": BASE | {"model"},
     "train": BASE | {"data", "model", "config", "lab"},
     "doctor": BASE | {"data", "lab"},

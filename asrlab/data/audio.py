@@ -16,6 +16,7 @@ import torch
 import torchaudio
 
 from .acoustics import babble_noise
+from .config import num_frames  # noqa: F401 (the frames fbank makes, beside it)
 
 
 class AudioError(ValueError):
@@ -86,14 +87,6 @@ def resample(wav: torch.Tensor, sr: int, target_sr: int) -> torch.Tensor:
     if sr == target_sr:
         return wav
     return torchaudio.functional.resample(wav, sr, target_sr)
-
-
-def num_frames(num_samples: int, sample_rate: int, frame_length_ms: float = 25.0,
-               frame_shift_ms: float = 10.0) -> int:
-    """Fbank frames Kaldi makes from ``num_samples`` (snip_edges=True)."""
-    win = int(sample_rate * frame_length_ms / 1000)
-    shift = int(sample_rate * frame_shift_ms / 1000)
-    return 0 if num_samples < win else 1 + (num_samples - win) // shift
 
 
 def fbank(wav: torch.Tensor, sample_rate: int, num_mel_bins: int = 80, frame_length_ms: float = 25.0,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import audio
 from ..errors import UsageError
 
 
@@ -102,4 +101,12 @@ class DataConfig:
     def frames(self, num_samples: int, sample_rate: int, perturb: float = 1.0) -> int:
         """Fbank frames of ``num_samples`` samples at ``sample_rate`` Hz, once resampled to ``self.rate(perturb)``."""
         resampled = -(-num_samples * self.rate(perturb) // sample_rate)  # torchaudio's resample rounds up
-        return audio.num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
+        return num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
+
+
+def num_frames(num_samples: int, sample_rate: int, frame_length_ms: float = 25.0,
+               frame_shift_ms: float = 10.0) -> int:
+    """Fbank frames Kaldi makes from ``num_samples`` (snip_edges=True)."""
+    win = int(sample_rate * frame_length_ms / 1000)
+    shift = int(sample_rate * frame_shift_ms / 1000)
+    return 0 if num_samples < win else 1 + (num_samples - win) // shift

@@ -30,23 +30,35 @@ Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab 
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from .numerics.stats import replay_step
-from .timing import CpuSampler, GpuSampler, StepTimer
-from .dist import cpu_group, world
-from .stall.errors import record_rank_error
-from .state.ledger import coverage_report, read_ledger
-from .metrics import MetricsWriter
-from .numerics.guard import NonFiniteHalt, NumericsGuard, StepCheck
-from .stall.watch import StallWatch
-from .state.run_state import RunState
-from .uneven import UnevenGuard
+# Each name from its module when first used: a process that needs one part (the launcher reads heartbeats
+# and rank errors) does not import torch for the others.
+_HOMES = {
+    "replay_step": "numerics.stats", "CpuSampler": "timing", "GpuSampler": "timing", "StepTimer": "timing",
+    "cpu_group": "dist", "world": "dist", "record_rank_error": "stall.errors", "coverage_report": "state.ledger",
+    "read_ledger": "state.ledger", "MetricsWriter": "metrics", "NonFiniteHalt": "numerics.guard",
+    "NumericsGuard": "numerics.guard", "StepCheck": "numerics.guard", "StallWatch": "stall.watch",
+    "RunState": "state.run_state", "UnevenGuard": "uneven",
+}
 
 
-def metrics(exp) -> MetricsWriter:
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'asrlab.lab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def metrics(exp):
     """This rank's metrics writer (``EXP/metrics/rank{R}.jsonl``)."""
-    return MetricsWriter(Path(exp), f"rank{world()[0]}")
+    return __getattr__("MetricsWriter")(Path(exp), f"rank{__getattr__('world')()[0]}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))
 
 
 __all__ = ["CpuSampler", "GpuSampler", "MetricsWriter", "NonFiniteHalt", "NumericsGuard", "RunState", "StallWatch",
