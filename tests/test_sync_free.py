@@ -86,16 +86,16 @@ def test_a_steady_state_step_reads_back_only_the_step_before_it(corpus, tmp_path
     tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", DistInfo(0, 1, 0, torch.device("cpu"), None))
     batches = host_batches(tr, 6)
     mode = DeviceReads()
-    train_step = tr.train_step
+    train_step = tr.stepper.train_step
 
-    def filed(group):
+    def filed(group, epoch=0):
         mode.step = tr.step + 1
         try:
-            return train_step(group)
+            return train_step(group, epoch)
         finally:
             mode.step = None
 
-    tr.train_step = filed
+    tr.stepper.train_step = filed
     with mode:  # the loop as it runs: steps, metrics, ledger, limits, the last settle
         tr._train_batches(iter(batches))
     tr.close()

@@ -42,7 +42,13 @@ def test_grid_varies_prefetch_only_with_workers():
     assert [(p["num_workers"], p["prefetch_factor"]) for p in pts] == [(0, None), (2, 2), (2, 4)]
 
 
-def test_measure_on_real_steps(corpus, tmp_path):
+def test_measure_on_real_steps(corpus, tmp_path, monkeypatch):
+    """The trainer's own steps and step timer, without a trainer (no checkpoint, ledger, evaluation or watchdog)."""
+    import asrlab.train.trainer
+
+    def no_trainer(*a, **k):
+        raise AssertionError("a sweep point built a whole Trainer")
+    monkeypatch.setattr(asrlab.train.trainer.Trainer, "__init__", no_trainer)
     lists = storage_variants(corpus / "data.list", tmp_path, ("raw", "shards/bz2"), max_utts=60, shard_size=20)
     assert lists["raw"].name == "raw.list" and len(lists["shards/bz2"].read_text().splitlines()) == 3
     r = measure(load_config("tiny", SMALL + ["data.num_workers=0"]), lists["shards/bz2"], steps=3)

@@ -25,11 +25,16 @@ import torch
 
 from ..config import Config, replace_section
 from ..data.shards import write_split
-from ..data.sources import iter_items, load_sources
+from ..data.sources import iter_items, load_data, load_sources
 from ..errors import UsageError
-from ..lab.metrics import read_metrics
+from ..lab import dist
+from ..lab.precision import cpu_fp16_kernels
+from ..lab.stall.heartbeat import Heartbeat
+from ..lab.stall.watch import announced_to
 from ..lab.timing import PARTS, CpuSampler, GpuSampler, format_split, step_split
-from ..train.trainer import Trainer
+from ..train.phases import StepPhases
+from ..train.run_data import start_data
+from ..train.step import build_step
 
 log = logging.getLogger(__name__)
 
@@ -61,35 +66,48 @@ def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/no
 
 
 def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workdir: str | Path | None = None) -> dict:
-    """Train ``skip + steps`` steps with ``cfg`` on ``data``; throughput, waits and GPU utilisation over the
-    last ``steps``.
+    """Train ``skip + steps`` steps with ``cfg`` on ``data`` in this process; throughput, waits and GPU
+    utilisation over the last ``steps``.
 
-    At least ``num_workers x prefetch_factor`` start-up steps are skipped: the batches the workers prefetch
-    while the first, slow step runs would otherwise be measured as no wait at all, making a starved loader
-    look fed. The steps must fit in one epoch of ``data``: a new
-    epoch's start (workers started again, their first batches) would be measured as data wait.
+    The steps are the trainer's own (:func:`asrlab.train.step.build_step`, the same step timer), over the
+    loader alone: no checkpoints, evaluation, ledger or watchdog to build or to time. At least
+    ``num_workers x prefetch_factor`` start-up steps are skipped: the batches the workers prefetch while
+    the first, slow step runs would otherwise be measured as no wait at all, making a starved loader look
+    fed. The steps must fit in one epoch of ``data``: a new epoch's start (workers started again, their
+    first batches) would be measured as data wait.
     """
     skip = max(skip, cfg.data.num_workers * cfg.data.prefetch_factor)
-    cfg = replace_section(cfg, "train", max_steps=skip + steps, max_epochs=10_000, max_minutes=0.0,
-                          save_every_steps=0, stall_timeout_s=0.0, preflight=False, progress=False,
-                          tensorboard=False, timeline=False)
-    tmp = Path(tempfile.mkdtemp(prefix="asrlab-sweep-", dir=workdir))
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    info = dist.DistInfo(0, 1, 0, device, None)
+    tmp = Path(tempfile.mkdtemp(prefix="asrlab-sweep-", dir=workdir))  # units.txt, any numerics bundle
+    rows, per_epoch = [], 0
     try:
+        hb = Heartbeat(0)
+        tok, loader, _ = start_data(cfg.data, data, None, load_data(data, cfg.data.raw_chunk), tmp, info, True, hb)
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        trainer = Trainer(cfg, str(data), None, tmp / "exp")
-        with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu:
+        phases = StepPhases(hb, device)
+        stepper = build_step(cfg, len(tok), info, tmp, phases, horizon=skip + steps)
+        batches = iter(loader)
+        with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu, cpu_fp16_kernels(device, stepper.precision.dtype), \
+                announced_to(phases.announced):
             try:
-                trainer.fit()  # stall_timeout_s=0: no watchdog; the final checkpoint is not timed
+                for group in stepper.groups(batches, cfg.optim.accum_steps):
+                    per_epoch += 1
+                    r = stepper.timed_step(group)  # the step before, read now that the device is past it
+                    if r is not None:
+                        rows.append(r.row())
+                    if stepper.step >= skip + steps:
+                        break
+                r = stepper.settle()
+                if r is not None:
+                    rows.append(r.row())
             finally:
-                trainer.close()
-        m = read_metrics(tmp / "exp")
+                batches.close()  # stops the loader's workers
+                stepper.guard.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    per_epoch = sum(1 for x in m if x["epoch"] == 0)
-    m = m[skip:]
-    if not m:
-        raise UsageError(f"{data}: fewer than {skip + 1} steps of data")
+    m = rows[skip:]
     if per_epoch < skip + steps:
         raise UsageError(f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
                          f"than the {skip} start-up and {steps} measured steps: the loader's start of a new epoch "

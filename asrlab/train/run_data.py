@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ..config import Config, dump_config
+from ..data.config import DataConfig
 from ..data.loader import AsrLoader
 from ..data.index import transcripts, use_indexes
 from ..data.preflight import inspect_layout
@@ -17,11 +17,10 @@ from ..lab import dist
 log = logging.getLogger(__name__)
 
 
-def load_train_sources(cfg: Config, data: str | list, world_size: int) -> list[Source]:
+def load_train_sources(data: str | list, raw_chunk: int, world_size: int, uneven: str) -> list[Source]:
     """The training sources (one list, or several mixed: :func:`asrlab.data.sources.corpus_specs`); an
-    error when some rank would get none (unless ``train.uneven=join``)."""
-    sources = load_data(data, cfg.data.raw_chunk)
-    uneven = cfg.train.uneven
+    error when some rank would get none (unless ``uneven`` is ``join``)."""
+    sources = load_data(data, raw_chunk)
     if len(sources) < world_size and uneven != "join":
         raise DataError(
             f"{data}: {len(sources)} source(s) for {world_size} ranks, so {world_size - len(sources)} of them get no "
@@ -61,36 +60,41 @@ def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo, share
     return CharTokenizer.load(units)
 
 
-def preflight(cfg: Config, sources: list[Source], world_size: int) -> None:
-    """Warn, before any step, when this epoch's data will leave a rank short."""
-    layout = inspect_layout(sources, cfg.data, world_size, cfg.data.num_workers)
+def epoch_batches(sources: list[Source], d: DataConfig, world_size: int) -> int:
+    """The fewest batches any rank gets in an epoch, as the pre-flight layout estimates them."""
+    return min(r["batches"] for r in inspect_layout(sources, d, world_size, d.num_workers)["ranks"])
+
+
+def preflight(d: DataConfig, sources: list[Source], world_size: int, uneven: str) -> None:
+    """Warn, before any step, when this epoch's data will leave a rank short (and what ``uneven`` does then)."""
+    layout = inspect_layout(sources, d, world_size, d.num_workers)
     for w in layout["warnings"]:
         log.warning("pre-flight: %s", w)
     if any(r["batches"] != layout["ranks"][0]["batches"] for r in layout["ranks"]):
-        log.warning("pre-flight: uneven=%s: %s", cfg.train.uneven, {
+        log.warning("pre-flight: uneven=%s: %s", uneven, {
             "stop": "all ranks will stop this epoch when the first one runs out",
             "join": "ranks that run out will shadow the others' all-reduces (DDP Join)",
-            "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[cfg.train.uneven])
+            "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[uneven])
 
 
-def start_data(cfg: Config, data, cv: str | None, train_sources: list[Source], exp: Path, info: dist.DistInfo,
-               shared: bool, hb) -> tuple[CharTokenizer, AsrLoader, AsrLoader | None]:
+def start_data(d: DataConfig, data, cv: str | None, train_sources: list[Source], exp: Path, info: dist.DistInfo,
+               shared: bool, hb, progress: bool = False, check_layout: str | None = None
+               ) -> tuple[CharTokenizer, AsrLoader, AsrLoader | None]:
     """A run's data before its first step: the index (each source indexed is a tick of the heartbeat
-    ``hb``), the tokenizer, the training and validation loaders (``hb`` describes the first's position
-    in stall reports) and the pre-flight check."""
-    if cfg.data.index:  # lengths and transcripts for start-up from the index, not from every shard
-        show = cfg.train.progress and info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
+    ``hb``; a bar with ``progress``), the tokenizer, the training and validation loaders (``hb``
+    describes the first's position in stall reports) and, with ``check_layout`` (the uneven-data policy),
+    the pre-flight check."""
+    if d.index:  # lengths and transcripts for start-up from the index, not from every shard
+        show = progress and info.is_main and (sys.stderr.isatty() or "ipykernel" in sys.modules)
         index_sources(data, train_sources, info, progress=show, on_source=hb.tick)
-    cv_sources = load_sources(cv, cfg.data.raw_chunk) if cv else None
-    if info.is_main:
-        dump_config(cfg, exp / "config.yaml")
+    cv_sources = load_sources(cv, d.raw_chunk) if cv else None
     tok = build_tokenizer(exp, train_sources, info, shared)
-    loader = AsrLoader(train_sources, tok, cfg.data, info.rank, info.world_size)
+    loader = AsrLoader(train_sources, tok, d, info.rank, info.world_size)
     hb.describe = loader.where
-    if cfg.train.preflight and info.is_main and info.world_size > 1:
-        preflight(cfg, train_sources, info.world_size)
-    cv_loader = AsrLoader(cv_sources, tok, cfg.data.for_eval(), info.rank, info.world_size) if cv_sources else None
+    if check_layout and info.is_main and info.world_size > 1:
+        preflight(d, train_sources, info.world_size, check_layout)
+    cv_loader = AsrLoader(cv_sources, tok, d.for_eval(), info.rank, info.world_size) if cv_sources else None
     return tok, loader, cv_loader
 
 
-__all__ = ["build_tokenizer", "index_sources", "load_train_sources", "preflight", "start_data"]
+__all__ = ["build_tokenizer", "epoch_batches", "index_sources", "load_train_sources", "preflight", "start_data"]

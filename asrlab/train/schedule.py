@@ -11,9 +11,7 @@ import logging
 import math
 import time
 
-from ..config import Config, OptimConfig
-from ..data.preflight import inspect_layout
-from ..data.sources import Source
+from ..config import OptimConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +84,14 @@ def lr_lambda(o: OptimConfig, max_steps: int, clock: RunClock | None = None):
     return f
 
 
-def decay_horizon(cfg: Config, sources: list[Source], world_size: int) -> int:
-    """Optimizer steps the cosine decay spans: ``train.max_steps`` (0: none), and with
-    ``optim.decay_by_clock`` also ``train.max_epochs`` times an epoch's steps as the pre-flight layout
-    estimates them (the fewest any rank gets), whichever is smaller. Without the epochs, a run that a fast
-    machine ends by its epochs before its clock would stop with the LR still high."""
-    t, o = cfg.train, cfg.optim
+def decay_horizon(o: OptimConfig, t: TrainConfig, epoch_batches) -> int:
+    """Optimizer steps the cosine decay spans: ``t.max_steps`` (0: none), and with ``o.decay_by_clock``
+    also ``t.max_epochs`` times an epoch's steps, ``epoch_batches()`` (the fewest batches any rank gets in
+    an epoch) over ``o.accum_steps``, whichever is smaller. Without the epochs, a run that a fast machine
+    ends by its epochs before its clock would stop with the LR still high."""
     if not (o.decay == "cosine" and o.decay_by_clock and t.max_epochs > 0):
         return t.max_steps
-    layout = inspect_layout(sources, cfg.data, world_size, cfg.data.num_workers)
-    per_epoch = min(r["batches"] for r in layout["ranks"]) // o.accum_steps
+    per_epoch = epoch_batches() // o.accum_steps
     horizon = min(t.max_steps, t.max_epochs * per_epoch) if t.max_steps else t.max_epochs * per_epoch
     log.info("LR: cosine decay to min_lr by step %d (max_steps %d; %d epochs of ~%d steps) or by the %.1f-min "
              "clock, whichever comes first", horizon, t.max_steps, t.max_epochs, per_epoch, t.max_minutes)

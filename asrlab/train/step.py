@@ -14,15 +14,22 @@ A part the trainer holds, not a base class: it sees only what it is given.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterator
 
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..data.features import batch_features
+from ..config import Config
+from ..data.features import BatchFbank, batch_features
 from ..data.plan import mix_counts
-from ..model import mean_ctc_loss
-from ..lab.numerics.guard import NonFiniteHalt, StepCheck
+from ..lab.numerics.guard import NonFiniteHalt, NumericsGuard, StepCheck
+from ..lab.precision import choose_precision
+from ..lab.timing import PARTS
+from ..model import ConformerCTC, mean_ctc_loss
+from .schedule import lr_lambda
 
 
 @dataclass
@@ -45,6 +52,19 @@ class StepResult:
     loss_scale = property(lambda self: self.check.loss_scale)  # the scale this step's backward used
     nonfinite = property(lambda self: self.check.kind)         # None | "scaler" | "loss" | "grad"
     skipped = property(lambda self: not self.check.stepped)
+
+    def row(self) -> dict:
+        """The step's metrics line (``metrics/rank<R>.jsonl``; :func:`asrlab.lab.metrics.read_metrics`)."""
+        c = self.check
+        parts = self.parts() if callable(self.parts) else self.parts
+        return {"step": self.step, "epoch": self.epoch, "loss": c.loss, "grad_norm": c.grad_norm,
+                "loss_scale": c.loss_scale, "lr": self.lr, "skipped": c.skipped,
+                "utts": self.utts, "frames": self.frames, "unalignable": self.unalignable,
+                "data_wait_s": round(parts["data"], 6),
+                "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
+                "time": round(time.time(), 3),       # wall clock when the step was read (unix s), to align with samplers
+                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
+                "nonfinite": c.kind, "rollbacks": c.rollbacks, **({"corpora": self.corpora} if self.corpora else {})}
 
 
 class TrainStep:
@@ -109,6 +129,32 @@ class TrainStep:
                                            corpora=mix_counts(batches)))
         return self._read(check, halt)
 
+    def groups(self, batches: Iterator[dict], accum_steps: int) -> Iterator[list[dict]]:
+        """Micro-batch groups of ``accum_steps`` (the last one may be shorter); the step timer starts when
+        fetching a group begins, and each fetch is the phase ``data`` of the step it is for."""
+        while True:
+            group = []
+            self.phases.start()
+            for _ in range(accum_steps):
+                self.phases.enter("data", self.step + 1)
+                batch = next(batches, None)
+                if batch is None:
+                    if group:
+                        yield group
+                    return
+                group.append(batch)
+            yield group
+
+    def timed_step(self, batches: list[dict], epoch: int = 0) -> StepResult | None:
+        """:meth:`train_step`, then the step timer stopped: its parts go with the step just trained, read
+        when that step is."""
+        r = self.train_step(batches, epoch)
+        if self.unread and self.unread[-1].parts is None:
+            self.unread[-1].parts = self.phases.stop(lazy=True)
+        else:
+            self.phases.stop()
+        return r
+
     def settle(self) -> StepResult | None:
         """The last step trained, read (waits for the device); None when every step was read."""
         try:
@@ -159,4 +205,37 @@ class TrainStep:
         return run
 
 
-__all__ = ["StepResult", "TrainStep"]
+def build_step(cfg: Config, vocab_size: int, info, exp, phases, hb=None, horizon: int = 0, clock=None,
+               meta: dict | None = None) -> TrainStep:
+    """A rank's model, features, optimizer, LR schedule, scaler, numerics guard and DDP wrapper, held by the
+    :class:`TrainStep` it returns: what asrlab's trainer steps with, and all a throughput sweep needs.
+
+    ``info`` is the rank (:class:`asrlab.lab.dist.DistInfo`), ``exp`` where the guard keeps its bundles,
+    ``horizon`` the step the cosine decay ends at, ``meta`` more for the guard's bundles."""
+    t, o, device = cfg.train, cfg.optim, info.device
+    precision = choose_precision(t.precision, device)
+    if precision.scaler and not t.loss_scaling:
+        precision = replace(precision, scaler=False, reason=precision.reason + "; loss scaling off")
+    torch.manual_seed(t.seed)  # identical initial weights on every rank
+    model = ConformerCTC(cfg.model, vocab_size).to(device)
+    fbank = BatchFbank.for_data(cfg.data)  # fbank after the copy (data.features=device), else None
+    if fbank is not None:
+        fbank.to(device)
+    # fused: one kernel for all parameters; a loop over them pays Python and launch overhead per tensor
+    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
+                            fused=device.type in ("cpu", "cuda"))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o, horizon, clock))
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.scaler)
+    guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
+        model, exp, t.diagnostics_every, t.nonfinite, t.max_rollbacks, agree=t.uneven != "join",
+        meta={"lr": lambda: opt.param_groups[0]["lr"], "precision": precision.name, "model": asdict(cfg.model),
+              "vocab_size": vocab_size, **(meta or {})})
+    torch.manual_seed(t.seed + 1 + info.rank)  # dropout differs across ranks
+    ddp = None
+    if info.backend:
+        ddp = DDP(model)
+        ddp.register_comm_hook(None, phases.ddp_hook())
+    return TrainStep(model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb)
+
+
+__all__ = ["StepResult", "TrainStep", "build_step"]

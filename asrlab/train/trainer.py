@@ -19,36 +19,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import time
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Iterator
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm.auto import tqdm
 
-from ..config import Config
-from ..data.features import BatchFbank
+from ..config import Config, dump_config
 from ..data.sources import DataError
-from ..lab.timing import PARTS, trace
-from ..model import ConformerCTC, count_parameters
 from ..lab import dist
-from .evaluate import evaluate
+from ..lab.metrics import MetricsWriter
+from ..lab.numerics.guard import NonFiniteHalt
+from ..lab.precision import cpu_fp16_kernels
 from ..lab.stall.errors import record_rank_error
 from ..lab.stall.heartbeat import Heartbeat
-from ..lab.metrics import MetricsWriter
-from ..lab.numerics.guard import NonFiniteHalt, NumericsGuard
-from .phases import StepPhases
-from ..lab.precision import choose_precision, cpu_fp16_kernels
-from .run_data import load_train_sources, start_data
-from .schedule import RunClock, decay_horizon, lr_lambda
 from ..lab.stall.watch import announced_to
 from ..lab.stall.watchdog import Watchdog, watching
-from .step import StepResult, TrainStep
 from ..lab.stop import STOP_FILE, clear_stop, stop_requested, stop_signal
-from .checkpoints import Rollback, TrainerCheckpoints
+from ..lab.timing import trace
 from ..lab.uneven import UnevenGuard, after_join
+from ..model import count_parameters
+from .checkpoints import Rollback, TrainerCheckpoints
+from .evaluate import evaluate
+from .phases import StepPhases
+from .run_data import epoch_batches, load_train_sources, start_data
+from .schedule import RunClock, decay_horizon
+from .step import StepResult, build_step
 
 log = logging.getLogger(__name__)
 
@@ -66,46 +62,29 @@ class Trainer:
         self.phases = StepPhases(self.hb, self.device)  # to the heartbeat and the step timer
         self._prof = None                    # the torch.profiler window, while one records (train.trace_steps)
         # everything that can be wrong is checked before any work
-        self.precision = choose_precision(cfg.train.precision, self.device)
-        if self.precision.scaler and not cfg.train.loss_scaling:
-            self.precision = replace(self.precision, scaler=False, reason=self.precision.reason + "; loss scaling off")
-        train_sources = load_train_sources(cfg, data, self.info.world_size)
+        train_sources = load_train_sources(data, cfg.data.raw_chunk, self.info.world_size, cfg.train.uneven)
         # a hang while reading the data at start-up is a stall like any other
-        with watching(self.hb, self.exp, self.info.world_size, cfg.train, "index"):
-            self.tok, self.loader, self.cv_loader = start_data(cfg, data, cv, train_sources, self.exp, self.info,
-                                                               self.shared_exp, self.hb)
-
-        torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
-        self.model = ConformerCTC(cfg.model, len(self.tok)).to(self.device)
-        self.fbank = BatchFbank.for_data(cfg.data)  # fbank after the copy (data.features=device), else None
-        if self.fbank is not None:
-            self.fbank.to(self.device)
-        # fused: one kernel for all parameters; a loop over them pays Python and launch overhead per tensor
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                     weight_decay=cfg.optim.weight_decay,
-                                     fused=self.device.type in ("cpu", "cuda"))
+        if self.info.is_main:
+            dump_config(cfg, self.exp / "config.yaml")
+        with watching(self.hb, self.exp, self.info.world_size, "index", cfg.train.stall_timeout_s,
+                      cfg.train.first_step_timeout_s):
+            self.tok, self.loader, self.cv_loader = start_data(
+                cfg.data, data, cv, train_sources, self.exp, self.info, self.shared_exp, self.hb,
+                progress=cfg.train.progress, check_layout=cfg.train.preflight and cfg.train.uneven)
         self.clock = RunClock(60 * cfg.train.max_minutes)
-        horizon = decay_horizon(cfg, train_sources, self.info.world_size)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.optim, horizon, self.clock))
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.scaler)
+        self.stepper = build_step(cfg, len(self.tok), self.info, self.exp, self.phases, self.hb,
+                                  decay_horizon(cfg.optim, cfg.train, lambda: epoch_batches(
+                                      train_sources, cfg.data, self.info.world_size)), self.clock,
+                                  meta={"epoch": lambda: self.epoch})
+        s = self.stepper
+        self.model, self.ddp, self.opt, self.sched, self.scaler = s.model, s.ddp, s.opt, s.sched, s.scaler
+        self.guard, self.precision, self.fbank = s.guard, s.precision, s.fbank
         self.epoch, self.epoch_done, self.evals = 0, False, 0
         self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.lab.stop)
         self.epoch_step0 = 0                 # the step the current epoch started after
         self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
         self._limits_sent = None             # (elapsed, stop request) all-reduce under way on the control group
         self._discard = 0                    # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
-        self.guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
-            self.model, self.exp, cfg.train.diagnostics_every, cfg.train.nonfinite, cfg.train.max_rollbacks,
-            agree=cfg.train.uneven != "join", meta={
-                "epoch": lambda: self.epoch, "lr": lambda: self.opt.param_groups[0]["lr"],
-                "precision": self.precision.name, "model": asdict(cfg.model), "vocab_size": len(self.tok)})
-        torch.manual_seed(cfg.train.seed + 1 + self.info.rank)  # dropout differs across ranks
-        self.ddp = None
-        if self.info.backend:
-            self.ddp = DDP(self.model)
-            self.ddp.register_comm_hook(None, self.phases.ddp_hook())
-        self.stepper = TrainStep(self.model, self.ddp, self.opt, self.sched, self.scaler, self.guard, self.phases,
-                                 self.precision, self.device, self.fbank, cfg.optim.grad_clip, self.hb)
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
         self.ckpt = TrainerCheckpoints(self)   # one schema with the parts' RunState (asrlab.lab)
@@ -137,22 +116,6 @@ class Trainer:
     def uneven(self) -> str:
         """The uneven-data policy in force (alone, there is nothing to agree on)."""
         return self.cfg.train.uneven if self.ddp is not None else "none"
-
-    def _groups(self, it: Iterator[dict]) -> Iterator[list[dict]]:
-        """Micro-batch groups of ``accum_steps``; the step timer starts when fetching a group begins."""
-        while True:
-            group = []
-            self.phases.start()
-            for _ in range(self.cfg.optim.accum_steps):
-                self.phases.enter("data", self.step + 1)
-                batch = next(it, None)
-                if batch is None:
-                    log.info("rank %d: data of epoch %d ended after step %d", self.info.rank, self.epoch, self.step)
-                    if group:
-                        yield group
-                    return
-                group.append(batch)
-            yield group
 
     def _limits_reached(self) -> bool:
         """Step or time budget spent, or a stop asked for. The ranks agree on the training time (the
@@ -192,22 +155,12 @@ class Trainer:
 
     def _log(self, r) -> None:
         """A step read back: its ledger and metrics lines, then its halt or rollback if it asks for one."""
-        c = r.check
-        parts = r.parts() if callable(r.parts) else r.parts
         if self.ledger is not None:
             self.ledger.step(r.step, r.epoch, r.keys)
-        self.metrics.write({
-            "step": r.step, "epoch": r.epoch, "loss": c.loss, "grad_norm": c.grad_norm,
-            "loss_scale": c.loss_scale, "lr": r.lr, "skipped": c.skipped,
-            "utts": r.utts, "frames": r.frames, "unalignable": r.unalignable,
-            "data_wait_s": round(parts["data"], 6),
-            "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-            "time": round(time.time(), 3),       # wall clock when the step was read (unix s), to align with samplers
-            **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
-            "nonfinite": c.kind, "rollbacks": c.rollbacks, **({"corpora": r.corpora} if r.corpora else {})})
+        self.metrics.write(r.row())
         if r.halt is not None:
             raise r.halt
-        if c.action == "rollback":
+        if r.check.action == "rollback":
             self.stepper.unread.clear()  # the steps after the one it answers are void
             raise Rollback()
 
@@ -234,13 +187,8 @@ class Trainer:
 
     def _train_batches(self, batches, bar=None) -> bool:
         t = self.cfg.train
-        for group in self._groups(iter(batches)):
-            r = self.train_step(group)  # the step before this one, read now that the device is past it
-            unread = self.stepper.unread
-            if unread and unread[-1].parts is None:
-                unread[-1].parts = self.phases.stop(lazy=True)  # read when the step is
-            else:
-                self.phases.stop()
+        for group in self.stepper.groups(iter(batches), self.cfg.optim.accum_steps):
+            r = self.stepper.timed_step(group, self.epoch)  # the step before this one, read now the device is past it
             if r is not None:
                 self._log(r)
             if self._prof is not None:
@@ -256,6 +204,7 @@ class Trainer:
                 self._settle()
                 self._limits_agreed()  # every rank sent one at this step: read it, so none is left under way
                 return True
+        log.info("rank %d: data of epoch %d ended after step %d", self.info.rank, self.epoch, self.step)
         self._settle()
         self._limits_agreed()
         return False

@@ -243,12 +243,13 @@ class Watchdog(threading.Thread):
 
 
 @contextlib.contextmanager
-def watching(hb: Heartbeat, exp: str | Path, world_size: int, train_cfg, phase: str):
+def watching(hb: Heartbeat, exp: str | Path, world_size: int, phase: str, timeout_s: float,
+             first_step_timeout_s: float = 0.0):
     """A :class:`Watchdog` over work before training's own (start-up), ``hb`` in ``phase`` meanwhile;
-    off when ``train_cfg.stall_timeout_s`` is 0."""
+    off when ``timeout_s`` is 0."""
     watchdog = None
-    if train_cfg.stall_timeout_s > 0:
-        watchdog = Watchdog(hb, exp, world_size, train_cfg.stall_timeout_s, train_cfg.first_step_timeout_s)
+    if timeout_s > 0:
+        watchdog = Watchdog(hb, exp, world_size, timeout_s, first_step_timeout_s)
         watchdog.start()
     hb.enter(phase)
     try:
