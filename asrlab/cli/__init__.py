@@ -1,7 +1,7 @@
 """``asrlab <command>``: parses arguments, calls the package, formats the output.
 
 The only module (with the notebooks) that prints; everything else logs. Each command's parser sits beside
-its handler (data, bench, train, runs); a handler imports what it runs when it runs, so that a command
+its handler (data, bench, train, runs, watch); a handler imports what it runs when it runs, so that a command
 pays at start-up only for its own imports (``asrlab shards inspect`` or ``asrlab notebooks`` never load torch).
 """
 
@@ -13,9 +13,9 @@ import os
 import sys
 
 from ..errors import UsageError
-from . import bench, data, runs, train
+from . import bench, data, runs, train, watch
 
-COMMANDS = (data, bench, train, runs)
+COMMANDS = (data, bench, train, runs, watch)
 
 
 def build_parser() -> argparse.ArgumentParser:

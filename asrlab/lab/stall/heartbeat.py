@@ -37,6 +37,9 @@ PHASES = {
     "forward": "in the forward pass",
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",
+    "ddp_allreduce": "waiting in DDP's gradient all-reduce (backward)",  # seen from outside (asrlab watch)
+    "collective": "waiting in a collective (torch.distributed)",
+    "other": "in the loop's own code",
     "optimizer": "in the optimizer step",
     "checkpoint": "in a checkpoint (gathering every rank's state, then writing)",
     "eval": "evaluating",

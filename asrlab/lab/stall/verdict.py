@@ -51,10 +51,10 @@ def _elsewhere(snaps: list[dict]) -> list[str]:
 
 def phase_text(phase: str, step: int) -> str:
     """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
-    if phase == "epoch_end":
+    if phase == "epoch_end" and step is not None:
         return f"{PHASES[phase]} (after step {step})"
-    if phase in ("start", "index", "done"):
-        return PHASES[phase]
+    if phase in ("start", "index", "done") or step is None:  # no step: a run seen from outside
+        return PHASES.get(phase, phase)
     return f"{PHASES.get(phase, phase)} of step {step}"
 
 
@@ -86,8 +86,9 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
         lead = data
         r = min(data, key=lambda s: s["since"])
         detail = f" ({r['detail']})" if r.get("detail") else ""
+        at = "" if r["step"] is None else f" at step {r['step']}"
         first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
-                 f"{waited[r['rank']]} s for data at step {r['step']}{detail}")
+                 f"{waited[r['rank']]} s for data{at}{detail}")
     elif ended and len(ended) < len(present):
         lead = ended
         r = ended[0]

@@ -1,0 +1,89 @@
+"""What a sampled stack says a process is doing: a phase of the training step, and the line of the
+job's own code it is at.
+
+The rules read the frames from the innermost out, and the first that matches names the phase:
+torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data), the optimizer (and the
+grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
+group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
+it is anywhere but waiting for its next index.
+"""
+
+from __future__ import annotations
+
+from .sample import Frame
+
+COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+               "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "wait"}
+START = {"init_process_group", "_create_c10d_store", "rendezvous", "_new_process_group_helper"}
+
+
+def _is(file: str, *parts: str) -> bool:
+    f = file.replace("\\", "/")
+    return any(p in f for p in parts)
+
+
+def own_code(file: str) -> bool:
+    """A file of the job itself, not of Python, an installed package or asrlab."""
+    f = file.replace("\\", "/")
+    return not (f.startswith("<") or "/site-packages/" in f or "/dist-packages/" in f or "/lib/python3" in f
+                or "/asrlab/" in f)
+
+
+def phase_of(frames: list[Frame]) -> str:
+    """The phase of a rank's main-thread stack (outermost first)."""
+    for file, _, fn in reversed(frames):
+        if _is(file, "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py") and (
+                fn in COLLECTIVES or fn in START):
+            return "start" if fn in START else "collective"
+        if _is(file, "torch/utils/data/dataloader.py") and fn in ("__next__", "_next_data", "_get_data",
+                                                                    "_try_get_data", "__iter__", "_get_iterator"):
+            return "data"
+        if _is(file, "torch/optim/", "torch/amp/grad_scaler.py") and fn in ("step", "_step", "wrapper",
+                                                                           "_use_grad", "unscale_", "_fused_adamw"):
+            return "optimizer"
+        if _is(file, "torch/autograd/", "torch/_tensor.py") and fn in ("backward", "_engine_run_backward", "grad"):
+            return "backward"
+        if _is(file, "torch/serialization.py") and fn in ("save", "load", "_save", "_load"):
+            return "checkpoint"
+        if fn in START or file.startswith("<frozen importlib"):
+            return "start"
+        if _is(file, "torch/nn/modules/module.py") and fn in ("_call_impl", "_wrapped_call_impl"):
+            return "forward"
+    return "other"
+
+
+def worker_busy(frames: list[Frame]) -> bool:
+    """A DataLoader worker fetching (not waiting for its next index, not yet started)."""
+    for file, _, fn in reversed(frames):
+        if _is(file, "torch/utils/data/_utils/fetch.py") or own_code(file):
+            return True
+        if _is(file, "torch/utils/data/_utils/worker.py") and fn == "_worker_loop":
+            return False
+    return False
+
+
+def worker_own(frames: list[Frame]) -> list[Frame]:
+    """A forked worker's stack from its own start on (above it: the frames of its rank, copied at the fork)."""
+    for i, (file, _, fn) in enumerate(frames):
+        if _is(file, "multiprocessing/process.py") and fn == "_bootstrap":
+            return frames[i:]
+    return frames
+
+
+def own_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost frame of the job's own code: where it is, in its author's words."""
+    for f in reversed(frames):
+        if own_code(f[0]):
+            return f
+    return None
+
+
+def where(frame: Frame | None) -> str:
+    if frame is None:
+        return ""
+    file, line, fn = frame
+    return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
+
+
+__all__ = ["COLLECTIVES", "own_code", "own_frame", "phase_of", "where", "worker_busy", "worker_own"]

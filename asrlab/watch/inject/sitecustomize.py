@@ -1,0 +1,85 @@
+"""Put on a watched job's PYTHONPATH by ``asrlab watch``: standard library only, and nothing else runs.
+
+In every Python process of the job (ranks, DataLoader workers, the torchrun agent):
+
+* a rank's uncaught exception is recorded in ``$ASRLAB_WATCH_EXP/errors/rank{RANK}.json`` (what
+  ``asrlab doctor`` reads), before the process ends and its peers fail after it;
+* where the watcher cannot read stacks from outside (ptrace refused), ``faulthandler`` dumps all
+  threads' stacks to ``$ASRLAB_WATCH_DIR/{pid}.txt`` on the signal ``ASRLAB_WATCH_SIGNAL``; the file's
+  existence tells the watcher that this process may be sent it.
+
+A ``sitecustomize`` the job had of its own is imported after this one.
+"""
+
+import os
+import sys
+
+
+def _rank():
+    r = os.environ.get("RANK")
+    return int(r) if r and r.isdigit() else None
+
+
+def _record(exc_type, exc, tb, _previous=sys.excepthook):
+    try:
+        exp, rank = os.environ.get("ASRLAB_WATCH_EXP"), _rank()
+        if exp and rank is not None and not issubclass(exc_type, KeyboardInterrupt):
+            import json
+            import socket
+            import time
+            import traceback
+
+            rid = os.environ.get("TORCHELASTIC_RUN_ID")
+            rid = f"{rid}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else \
+                f"{socket.gethostname()}.{os.getpid()}"
+            folder = os.path.join(exp, "errors")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"rank{rank}.json")
+            record = {"rank": rank, "time": time.time(), "type": exc_type.__name__, "message": str(exc),
+                      "usage": False, "run": rid, "phase": None, "step": None, "pid": os.getpid(),
+                      "host": socket.gethostname(), "by": "asrlab watch",
+                      "traceback": "".join(traceback.format_exception(exc_type, exc, tb))}
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)  # whole or absent: the watcher polls this folder
+    except Exception:  # recording must never hide the error itself
+        pass
+    _previous(exc_type, exc, tb)
+
+
+def _dumps_on_signal():
+    folder, sig = os.environ.get("ASRLAB_WATCH_DIR"), os.environ.get("ASRLAB_WATCH_SIGNAL")
+    if not folder or not sig:
+        return
+    import faulthandler
+
+    def register():
+        path = os.path.join(folder, f"{os.getpid()}.txt")
+        f = open(path, "a")  # appends: the watcher empties it before each dump
+        faulthandler.register(int(sig), file=f, all_threads=True, chain=False)
+        register.file = f
+
+    try:
+        os.makedirs(folder, exist_ok=True)
+        register()
+        os.register_at_fork(after_in_child=register)  # a forked worker dumps to a file of its own
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
+if os.environ.get("ASRLAB_WATCH_EXP"):
+    sys.excepthook = _record
+    _dumps_on_signal()
+
+# the job's own sitecustomize, if it had one, shadowed by this one
+_here = os.path.dirname(os.path.abspath(__file__))
+_path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+for _p in _path:
+    _own = os.path.join(_p or ".", "sitecustomize.py")
+    if os.path.isfile(_own):
+        import importlib.util
+
+        _spec = importlib.util.spec_from_file_location("_job_sitecustomize", _own)
+        _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+        break

@@ -1,0 +1,134 @@
+"""Python stacks of another process, read from outside without pausing it.
+
+:class:`PySpy` runs ``py-spy dump --nonblocking --json`` (it reads the process's memory, which needs
+the ptrace permission a parent has over its children on ordinary Linux). Where that is refused (a
+container without CAP_SYS_PTRACE, a Yama ptrace_scope of 3), :class:`FaultHandler` needs none: the
+``sitecustomize`` that ``asrlab watch`` puts on the job's ``PYTHONPATH`` has every Python process of the
+job dump its stacks with ``faulthandler`` when sent a signal. A stack is a list of frames
+``(file, line, function)``, outermost first; a process's sample is ``{thread name: stack}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+Frame = tuple[str, int, str]
+
+DUMP_SIGNAL = signal.SIGRTMIN + 7  # rarely used by training code; sent only to processes that asked for it
+
+
+def py_spy_path() -> str | None:
+    """The py-spy executable beside this Python (the pinned wheel), else on PATH."""
+    here = Path(sys.executable).with_name("py-spy")
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+class PySpy:
+    name = "py-spy"
+
+    def __init__(self, exe: str | None = None, timeout_s: float = 5.0):
+        self.exe = exe or py_spy_path()
+        self.timeout_s = timeout_s
+
+    def works_on(self, pid: int) -> str | None:
+        """None when it can read ``pid``'s stacks, else why not."""
+        if self.exe is None:
+            return "py-spy is not installed"
+        try:
+            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                                 capture_output=True, text=True, timeout=self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        if out.returncode == 0:
+            return None
+        return (out.stderr.strip().splitlines() or ["py-spy failed"])[0]
+
+    def sample(self, pid: int) -> dict[str, list[Frame]] | None:
+        try:
+            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                                 capture_output=True, text=True, timeout=self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if out.returncode != 0:
+            return None
+        try:
+            threads = json.loads(out.stdout)
+        except ValueError:
+            return None
+        stacks = {}
+        for i, t in enumerate(threads):
+            name = t.get("thread_name") or f"thread {t.get('os_thread_id') or i}"
+            if t.get("os_thread_id") == pid:
+                name = "MainThread"
+            stacks[name] = [(f["filename"], int(f["line"]), f["name"].split(".")[-1]) for f in reversed(t["frames"])]
+        return stacks
+
+
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
+    """``faulthandler``'s dump (innermost call first per thread) as ``{thread: stack}``; the thread that
+    did not start in ``threading`` is the main one."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            threads.append((m.group(2), []))
+            continue
+        f = _FRAME.match(line)
+        if f and threads:
+            threads[-1][1].append((f.group(1), int(f.group(2)), f.group(3)))
+    out = {}
+    for ident, frames in threads:
+        frames.reverse()
+        main = bool(frames) and not frames[0][0].endswith("threading.py")
+        out["MainThread" if main and "MainThread" not in out else f"thread {ident}"] = frames
+    return out
+
+
+class FaultHandler:
+    """Stacks through the job's own ``faulthandler`` (see the module docstring): only processes that
+    registered for the signal (their file exists in ``folder``) are sent it."""
+    name = "faulthandler"
+
+    def __init__(self, folder: Path, wait_s: float = 0.5):
+        self.folder, self.wait_s = Path(folder), wait_s
+
+    def env(self) -> dict[str, str]:
+        return {"ASRLAB_WATCH_DIR": str(self.folder), "ASRLAB_WATCH_SIGNAL": str(int(DUMP_SIGNAL))}
+
+    def sample(self, pid: int) -> dict[str, list[Frame]] | None:
+        path = self.folder / f"{pid}.txt"
+        if not path.exists():
+            return None
+        try:
+            os.truncate(path, 0)
+            os.kill(pid, DUMP_SIGNAL)
+        except OSError:
+            return None
+        deadline, size = time.monotonic() + self.wait_s, -1
+        while time.monotonic() < deadline:  # written from a signal handler: done when it stops growing
+            time.sleep(0.02)
+            now = path.stat().st_size
+            if now and now == size:
+                break
+            size = now
+        return parse_faulthandler(path.read_text(errors="replace")) or None
+
+
+def format_stack(frames: list[Frame]) -> list[str]:
+    """A stack as traceback's lines (innermost call last), as the stall reports show them."""
+    return [f'  File "{f}", line {n}, in {fn}' for f, n, fn in frames]
+
+
+__all__ = ["DUMP_SIGNAL", "FaultHandler", "Frame", "PySpy", "format_stack", "parse_faulthandler", "py_spy_path"]

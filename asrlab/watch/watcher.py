@@ -1,0 +1,309 @@
+"""``asrlab watch -- CMD``: run a training command as it is and watch every rank of it from outside.
+
+Every ``1 / sample_hz`` s each rank's main thread and its DataLoader workers are sampled
+(:mod:`.sample`) and classified (:mod:`.classify`); the watcher writes, for each rank, the heartbeat and
+timeline files the parts would have written (``EXP/heartbeat/``), so ``asrlab doctor``, the explorers and
+notebook 06 read a watched run like any other. A stall is declared when no rank's stacks (main thread
+and workers) have moved for ``stall_timeout_s``: the verdict and every process's stacks go to the
+stall report (:func:`asrlab.lab.stall.report.write_report`), and with ``on_stall="kill"`` the job is
+ended so its devices are free. A rank's uncaught exception is recorded by the ``sitecustomize`` the
+watcher puts on the job's ``PYTHONPATH``; torchelastic's error file and the Flight Recorder of
+collectives are turned on through the environment, into ``EXP``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from ..files import append_jsonl, atomic_write
+from ..lab.stall.heartbeat import heartbeat_dir
+from ..lab.stall.report import stall_dir, write_lab_status, write_report
+from ..lab.stall.watchdog import STALL_EXIT
+from ..lab.stop import own_session_ending_with_parent
+from .classify import own_frame, phase_of, where, worker_busy, worker_own
+from .procs import Proc, family, job_ranks
+from .sample import FaultHandler, PySpy, format_stack
+
+log = logging.getLogger(__name__)
+
+INJECT = Path(__file__).with_name("inject")
+WAITING = ("collective", "ddp_allreduce")
+
+
+class RankView:
+    """One rank as the samples show it: its phase and since when, when its stacks last moved."""
+
+    def __init__(self, proc: Proc, now: float):
+        self.proc, self.phase, self.since, self.moved = proc, "start", now, now
+        self.signature: tuple | None = None
+        self.stacks: dict = {}
+        self.workers: dict[int, dict] = {}
+        self.phases_seen: set[str] = set()
+        self.samples = 0
+
+    def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
+        """Take a sample; returns the new phase when it changed."""
+        main = stacks.get("MainThread") or next(iter(stacks.values()), [])
+        workers = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
+        signature = (tuple(main), tuple(tuple(s.get("MainThread") or ()) for _, s in sorted(workers.items())))
+        if signature != self.signature:
+            self.signature, self.moved = signature, now
+        self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
+        phase = phase_of(main)
+        self.phases_seen.add(phase)
+        if phase != self.phase:
+            self.phase, self.since = phase, now
+            return phase
+        return None
+
+    def detail(self) -> str:
+        """Where the rank is in the job's own code; waiting for data, which workers read where."""
+        main = self.stacks.get("MainThread") or []
+        said = where(own_frame(main))
+        if self.phase == "data":
+            busy = [f"worker pid {pid} at {where(own_frame(s.get('MainThread') or [])) or 'a read'}"
+                    for pid, s in sorted(self.workers.items()) if worker_busy(s.get("MainThread") or [])]
+            said = "; ".join(([f"loop at {said}"] if said else []) + (busy or ["no worker reading"]))
+        elif said:
+            said = f"at {said}"
+        return said
+
+    def snapshot(self, now: float, phase: str | None = None) -> dict:
+        return {"rank": self.proc.rank, "phase": phase or self.phase, "step": None, "since": self.since,
+                "beats": self.samples, "detail": self.detail(), "completed": None, "allow_s": 0.0,
+                "pid": self.proc.pid, "host": socket.gethostname(), "node": 0, "time": now,
+                "run": self.proc.run, "watched": True}
+
+
+class JobWatch:
+    def __init__(self, exp: str | Path, stall_timeout_s: float = 60.0, on_stall: str = "report",
+                 sample_hz: float = 2.0, sampler: str = "auto", first_step_timeout_s: float | None = None):
+        if on_stall not in ("report", "kill"):
+            raise ValueError(f"on_stall: report or kill, not {on_stall!r}")
+        if sampler not in ("auto", "py-spy", "faulthandler"):
+            raise ValueError(f"sampler: auto, py-spy or faulthandler, not {sampler!r}")
+        if sample_hz <= 0 or stall_timeout_s <= 0:
+            raise ValueError("sample_hz and stall_timeout_s must be positive")
+        self.exp = Path(exp)
+        self.stall_timeout_s, self.on_stall, self.period_s = stall_timeout_s, on_stall, 1.0 / sample_hz
+        self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 0.0)
+        self.choice = sampler
+        self.fallback = FaultHandler(self.exp / "watch" / "faulthandler")
+        self.sampler = None
+        self.sampler_note = ""
+        self.ranks: dict[int, RankView] = {}
+        self.stalled: dict | None = None
+        self._signal: int | None = None
+        self._family: dict[int, float] = {}  # every process seen, by pid: its create time
+
+    # -- the job ------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """The job's environment: the ``sitecustomize`` first on its path, what PyTorch records into EXP."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(INJECT)] + [p for p in [env.get("PYTHONPATH")] if p])
+        env["ASRLAB_WATCH_EXP"] = str(self.exp)
+        env.update(self.fallback.env())
+        flight = self.exp / "flight"
+        defaults = {"TORCHELASTIC_ERROR_FILE": str(self.exp / "watch" / "torchelastic.json"),
+                    "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_")}
+        for k, v in defaults.items():
+            env.setdefault(k, v)  # the job's own settings stay
+        return env
+
+    def run(self, cmd: list[str]) -> int:
+        """Run ``cmd`` to its end under the watch; its exit code (128 + N when ended by signal N)."""
+        if not cmd:
+            raise ValueError("nothing to watch: asrlab watch [options] -- CMD [ARGS...]")
+        for d in (self.exp / "errors", self.exp / "flight", self.fallback.folder):
+            d.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        write_lab_status(self.exp, {"started": t0, "watched": cmd, "host": socket.gethostname()})
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            proc = subprocess.Popen(cmd, env=self.env(), preexec_fn=own_session_ending_with_parent())
+        except OSError as e:
+            for s, h in old.items():
+                signal.signal(s, h)
+            raise ValueError(f"cannot run {cmd[0]!r}: {e}") from None
+        try:
+            rc = self._watch(proc, t0)
+            if rc == 0 and self.stalled is not None and self.stalled.get("ended"):
+                rc = STALL_EXIT  # ended by the watch: not a success, whatever torchrun's agent said
+        finally:
+            self._end_family(proc)
+            for s, h in old.items():
+                signal.signal(s, h)
+        status = "finished" if rc == 0 and self.stalled is None else "failed"
+        now = time.time()
+        for view in self.ranks.values():  # the watcher wrote their heartbeats: it says how they ended
+            if rc == 0 and self.stalled is None:
+                self._beat(view.snapshot(now, "done"), now, "done")
+        write_lab_status(self.exp, {"status": status, "exit_code": rc, "ended": now,
+                                    "world_size": len(self.ranks) or None, "sampler": self.sampler_note})
+        return rc
+
+    def _on_signal(self, sig, frame) -> None:
+        self._signal = sig
+
+    def _watch(self, proc: subprocess.Popen, t0: float) -> int:
+        while True:
+            start = time.monotonic()
+            rc = proc.poll()
+            if rc is not None:
+                return rc if rc >= 0 else 128 - rc
+            if self._signal is not None:
+                log.warning("asrlab watch: %s: ending the job", signal.Signals(self._signal).name)
+                self._end_family(proc)
+                return 128 + self._signal
+            self._look(proc.pid, t0)
+            if self.stalled is not None and self.on_stall == "kill" and not self.stalled.get("ended"):
+                self.stalled["ended"] = time.time()
+                log.error("asrlab watch: stalled: %s; ending the job (--on-stall kill)", self.stalled["verdict"])
+                self._end_family(proc)
+            try:
+                proc.wait(max(0.0, self.period_s - (time.monotonic() - start)))
+            except subprocess.TimeoutExpired:
+                pass
+
+    # -- one look ----------------------------------------------------------------------
+    def _choose_sampler(self, pid: int) -> None:
+        if self.choice != "faulthandler":
+            spy = PySpy()
+            why = spy.works_on(pid)
+            if why is None:
+                self.sampler, self.sampler_note = spy, "py-spy"
+                return
+            if self.choice == "py-spy":
+                raise RuntimeError(f"py-spy cannot read pid {pid}: {why}")
+            log.warning("asrlab watch: py-spy cannot read the job's stacks (%s); using the faulthandler "
+                        "fallback (stacks on a signal, through the sitecustomize on the job's PYTHONPATH)", why)
+            self.sampler_note = f"faulthandler (py-spy: {why})"
+        else:
+            self.sampler_note = "faulthandler"
+        self.sampler = self.fallback
+
+    def _look(self, root: int, t0: float) -> None:
+        procs = job_ranks(root)
+        for p in family(root):
+            try:
+                self._family.setdefault(p.pid, p.create_time())
+            except psutil.Error:
+                pass
+        if not procs:
+            return
+        if self.sampler is None:
+            self._choose_sampler(next(iter(procs.values())).pid)
+        now = time.time()
+        for rank, proc in sorted(procs.items()):
+            view = self.ranks.get(rank)
+            if view is None or view.proc.pid != proc.pid:  # new, or restarted by torchrun
+                view = self.ranks[rank] = RankView(proc, now)
+                self._beat(view.snapshot(now), now, "start")
+            view.proc.workers = proc.workers
+            stacks = self.sampler.sample(proc.pid)
+            if stacks is None:
+                continue
+            workers = {w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
+            changed = view.update(stacks, workers, time.time())
+            self._beat(view.snapshot(now), now, changed)
+        if self.stalled is None:
+            self._check_stall(procs, now, t0)
+
+    def _beat(self, snap: dict, now: float, changed: str | None) -> None:
+        atomic_write(heartbeat_dir(self.exp) / f"rank{snap['rank']}.json", json.dumps(snap))
+        if changed:
+            append_jsonl(heartbeat_dir(self.exp) / f"rank{snap['rank']}.timeline.jsonl",
+                         [{"t": now, "phase": changed, "step": None}])
+
+    # -- a stall -----------------------------------------------------------------------
+    def _check_stall(self, procs: dict[int, Proc], now: float, t0: float) -> None:
+        views = [v for r, v in self.ranks.items() if r in procs and v.samples]
+        if not views:
+            return
+        training = any(len(v.phases_seen & {"data", "forward", "backward", "optimizer"}) >= 2 for v in views)
+        allowance = self.stall_timeout_s if training else self.first_step_s
+        still = now - max(v.moved for v in views)
+        if still < allowance:
+            return
+        world = max(self.ranks) + 1
+        for v in views:
+            phase = v.phase
+            if phase == "backward" and world > 1:  # unmoved in backward: waiting for the others' gradients
+                phase = "ddp_allreduce"
+            snap = {**v.snapshot(now, phase), "since": min(v.since, v.moved),
+                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}}
+            atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
+            text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
+                               for pid, s in sorted(v.workers.items()))
+            atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
+        report = write_report(self.exp, world, allowance, since=t0, now=now)
+        lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING and e.get("phase") != "done"]
+        self.stalled = {"verdict": report["verdict"], "time": now,
+                        "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
+        log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],
+                  self.exp / "stall_report.txt")
+
+    # -- the end -----------------------------------------------------------------------
+    def _end_family(self, proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+        """End the job and everything it started (ranks under torchrun live in sessions of their own): a
+        SIGTERM, then after ``grace_s`` a SIGKILL for whatever is left. After a stall, the ranks that
+        held the others up go first, so torchrun's own summary names one of them. Only processes seen
+        under the job, and still the same processes (their create time), are sent anything."""
+        first = (self.stalled or {}).get("first") or []
+        for pid in first:
+            try:
+                psutil.Process(pid).terminate()
+            except psutil.Error:
+                pass
+        if first:
+            psutil.wait_procs([p for p in map(_process, first) if p is not None], timeout=1.0)
+        for p in family(proc.pid):
+            try:
+                self._family.setdefault(p.pid, p.create_time())
+            except psutil.Error:
+                pass
+        alive = []
+        for pid, created in self._family.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                continue
+        for p in alive:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        _, left = psutil.wait_procs(alive, timeout=grace_s)
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=grace_s)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+__all__ = ["JobWatch"]

@@ -1,0 +1,132 @@
+"""``asrlab watch -- CMD`` on a loop with no asrlab line (examples/bare_loop.py) under torchrun with gloo
+ranks on 127.0.0.1: a DataLoader worker hung, a rank raising, a finished run, the fallback without ptrace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from asrlab.doctor import diagnose
+from asrlab.watch.classify import phase_of
+from asrlab.watch.sample import parse_faulthandler
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150):
+    """``asrlab watch`` around torchrun and the bare loop; (exit code, stderr, seconds, pids seen)."""
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "bare_loop.py", str(exp.parent / "out"), "1"]
+    env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stderr, time.monotonic() - t0
+
+
+def left_behind(exp: Path) -> list[int]:
+    """Processes of the job still running: any with the run's folder on its command line."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if str(exp.parent / "out") in " ".join(p.info["cmdline"] or []):
+            out.append(p.pid)
+    return out
+
+
+def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_the_job_ended(tmp_path):
+    exp = tmp_path / "exp"
+    rc, err, took = watched(exp, "hang_data:1:6", "--stall-timeout", "6", "--on-stall", "kill")
+    assert rc != 0, err[-3000:]
+    report = json.loads((exp / "stall_report.json").read_text())
+    v = report["verdict"]
+    # the rank, the phase, the blocking line of the job's own code (toy.py's dataset), the other rank's wait
+    assert v.startswith("rank 1 has waited ") and " s for data (" in v and "at toy.py:" in v and "in _faulty" in v, v
+    assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in v, v
+    rank1 = next(r for r in report["ranks"] if r["rank"] == 1)
+    assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1
+    deadline = time.time() + 10
+    while left_behind(exp) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not left_behind(exp)
+    assert time.time() - report["time"] < 6 + 10 + 10  # ended within S + 10 s of the verdict, and read since
+    d = diagnose(exp)
+    assert d["verdict"] == "stalled" and d["summary"] == v
+
+
+def test_the_fallback_without_ptrace_reads_the_same_hang(tmp_path):
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "hang_data:0:4", "--stall-timeout", "6", "--on-stall", "kill", "--sampler",
+                         "faulthandler", nproc=1)
+    assert rc != 0, err[-3000:]
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 0 has waited ") and "at toy.py:" in v and "in _faulty" in v, v
+    assert json.loads((exp / "lab.json").read_text())["sampler"] == "faulthandler"
+    assert not left_behind(exp)
+
+
+def test_a_raising_rank_is_named_first(tmp_path):
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "raise:1:6", "--stall-timeout", "30")
+    assert rc != 0
+    d = diagnose(exp)
+    assert d["verdict"] == "crashed", d["summary"]
+    assert d["summary"].startswith("rank 1 failed: RuntimeError: shapes do not match in the joiner"), d["summary"]
+    assert "bare_loop.py" in "\n".join(d["error"]["traceback_tail"]) or d["error"]["type"] == "RuntimeError"
+    assert not (exp / "stall_report.json").exists()
+
+
+def test_a_finished_run_passes_its_exit_code_and_says_finished(tmp_path):
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "", "--stall-timeout", "30")
+    assert rc == 0, err[-3000:]
+    assert not (exp / "stall_report.json").exists()
+    d = diagnose(exp)
+    assert d["verdict"] == "finished" and d["ok"], d["summary"]
+    shares = [json.loads(line)["phase"] for line in (exp / "heartbeat" / "rank0.timeline.jsonl").read_text().splitlines()]
+    assert "data" in shares or "backward" in shares or "forward" in shares, shares
+    rc, _, _ = subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e2"), "--",
+                               sys.executable, "-c", "import sys; sys.exit(7)"], capture_output=True, timeout=60
+                              ).returncode, None, None
+    assert rc == 7
+
+
+def test_stacks_are_classified_by_their_frames():
+    torch_file = "/x/site-packages/torch/"
+    loop = [("/home/me/train.py", 40, "main")]
+    assert phase_of(loop + [(torch_file + "utils/data/dataloader.py", 741, "__next__"),
+                            ("/usr/lib/python3.11/selectors.py", 415, "select")]) == "data"
+    assert phase_of(loop + [(torch_file + "_tensor.py", 631, "backward"),
+                            (torch_file + "autograd/graph.py", 869, "_engine_run_backward")]) == "backward"
+    assert phase_of(loop + [(torch_file + "distributed/c10d_logger.py", 81, "wrapper"),
+                            (torch_file + "distributed/distributed_c10d.py", 2900, "all_reduce")]) == "collective"
+    assert phase_of(loop + [(torch_file + "optim/optimizer.py", 500, "wrapper"),
+                            (torch_file + "optim/adamw.py", 200, "step")]) == "optimizer"
+    assert phase_of(loop + [(torch_file + "nn/modules/module.py", 1700, "_call_impl"),
+                            ("/home/me/model.py", 12, "forward")]) == "forward"
+    assert phase_of(loop) == "other"
+
+
+def test_a_faulthandler_dump_is_read_innermost_last():
+    text = ('Thread 0x00007f01 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
+            '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
+            'Current thread 0x00007f00 (most recent call first):\n'
+            '  File "/home/me/toy.py", line 48 in _faulty\n'
+            '  File "/home/me/train.py", line 44 in <module>\n')
+    stacks = parse_faulthandler(text)
+    assert stacks["MainThread"] == [("/home/me/train.py", 44, "<module>"), ("/home/me/toy.py", 48, "_faulty")]
+    assert stacks["thread 0x00007f01"][-1] == ("/usr/lib/python3.11/threading.py", 327, "wait")
+
+
+@pytest.mark.parametrize("bad", [["--on-stall", "never"], ["--sample-hz", "0"]])
+def test_bad_options_are_refused_clearly(tmp_path, bad):
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e"), *bad, "--",
+                          "true"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and ("asrlab: error:" in out.stderr or "invalid choice" in out.stderr), out.stderr
