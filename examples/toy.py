@@ -6,6 +6,7 @@ label sequence), a small CTC model, and faults to inject through ``TOY_FAULT`` (
                       rank 0 goes on into the gradient all-reduce
 * ``uneven:1:0``      rank 1 has a fifth fewer utterances than rank 0
 * ``overflow:0:6``    rank 0's batch of step 6 holds an utterance whose frames are 3e4 times larger
+* ``slow_data:1:0``   every read of rank 1's data-loader workers takes 50 ms more (a slow disk, say)
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Utterances(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i: int) -> dict:
+        kind, rank, _ = fault()
+        if kind == "slow_data" and rank == int(os.environ.get("RANK", "0")):
+            time.sleep(0.05)
         if i < 0:  # index -1 - i: utterance i with the fault of TOY_FAULT
             return self._faulty(-1 - i)
         g = torch.Generator().manual_seed(i)

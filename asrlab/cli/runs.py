@@ -60,9 +60,36 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
 def cmd_doctor(a: argparse.Namespace) -> int:
     from ..doctor import diagnose, format_diagnosis
 
+    if a.pid is not None:
+        return _doctor_pid(a)
+    if a.exp is None:
+        raise UsageError("asrlab doctor EXP, or asrlab doctor --pid PID for a job running now")
     d = diagnose(a.exp)
     print(json.dumps(d, indent=1) if a.json else format_diagnosis(d).rstrip("\n"))
     return 0 if d["ok"] else 1
+
+
+def _doctor_pid(a: argparse.Namespace) -> int:
+    """A live job looked at from outside: exit 1 when no rank moved (stuck), 0 when it runs."""
+    from ..watch.look import look
+
+    try:
+        d = look(a.pid)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if a.json:
+        print(json.dumps(d, indent=1))
+        return 0 if d["moved"] else 1
+    print(("RUNNING: " if d["moved"] else "STUCK: ") + d["verdict"])
+    for r in d["ranks"]:
+        print(f"\n--- rank {r['rank']} (pid {r['pid']}): {r['phase']} ---")
+        for name, lines in sorted(r["stacks"].items(), key=lambda kv: kv[0] != "MainThread"):
+            print(f"[{name}]")
+            print("\n".join(lines[-12:]))
+        for w, lines in sorted(r["workers"].items()):
+            print(f"[worker pid {w}]")
+            print("\n".join(lines[-8:]))
+    return 0 if d["moved"] else 1
 
 
 def cmd_notebooks(a: argparse.Namespace) -> int:
@@ -114,7 +141,9 @@ def add_commands(sub) -> None:
     dr = sub.add_parser("doctor", help="what happened to a run: the verdict (finished, running, stopped, stalled, "
                                        "crashed, non-finite halt), per-rank timing, non-finite steps, resumes, "
                                        "ledger coverage, checkpoint integrity; exit 1 when it failed")
-    dr.add_argument("exp")
+    dr.add_argument("exp", nargs="?")
+    dr.add_argument("--pid", type=int, help="instead of EXP: a job running now (its torchrun agent, any rank or "
+                                           "worker), its stacks sampled from outside with py-spy; exit 1 if stuck")
     dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")
     dr.set_defaults(func=cmd_doctor)
 

@@ -67,12 +67,20 @@ def format_diagnosis(d: dict) -> str:
     if not st["ranks"]:
         lines.append(f"  {st.get('missing') or 'no metrics'}")
     for r in st["ranks"]:
+        if r["median_step_s"] is None:  # asrlab watch: shares of sampled time, no steps
+            lines.append(f"  rank {r['rank']} (sampled stacks): " + ", ".join(
+                f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items()))
+            continue
         how = "mean (heartbeat)" if r.get("source") else "median"
         lines.append(f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
                      f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
         if r.get("split"):
             lines.append(f"    wall clock: {format_split(r['split'])}")
-    if st["spread"]:
+    if st["spread"] and "most_data_wait_rank" in st["spread"]:
+        s = st["spread"]
+        lines.append(f"  rank {s['most_data_wait_rank']} waits for data most ({100 * s['data_wait_share']:.0f}% of "
+                     "its sampled time): its reads hold the others up")
+    elif st["spread"]:
         s = st["spread"]
         lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
                      f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)")

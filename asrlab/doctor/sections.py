@@ -30,7 +30,7 @@ def step_times(exp: str | Path) -> dict:
     ranks = ranks or _heartbeat_times(exp)  # a loop without asrlab's metrics: its heartbeat's time per phase
     if not ranks and missing:
         return {"ranks": [], "spread": None, "missing": missing}
-    out: dict = {"ranks": [{**r, "median_step_s": round(r["median_step_s"], 6),
+    out: dict = {"ranks": [{**r, "median_step_s": None if r["median_step_s"] is None else round(r["median_step_s"], 6),
                             "data_wait_share": round(r["data_wait_share"], 4)} for r in ranks], "spread": None}
     for r in out["ranks"]:
         if r.get("source") is None:  # from metrics lines: where the steps' wall clock went
@@ -38,7 +38,10 @@ def step_times(exp: str | Path) -> dict:
                 r["split"] = step_split(read_metrics(exp, f"rank{r['rank']}")[1:])
             except KeyError:  # a loop's metrics without the timing keys
                 r["split"] = None
-    if len(ranks) > 1:
+    if len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times
+        most = max(ranks, key=lambda r: r["data_wait_share"])
+        out["spread"] = {"most_data_wait_rank": most["rank"], "data_wait_share": round(most["data_wait_share"], 4)}
+    elif len(ranks) > 1:
         slow = max(ranks, key=lambda r: r["median_step_s"])
         fast = min(ranks, key=lambda r: r["median_step_s"])
         out["spread"] = {"slowest_rank": slow["rank"], "fastest_rank": fast["rank"],
@@ -65,6 +68,14 @@ def _heartbeat_times(exp: Path) -> list[dict]:
     steps done, mean seconds per step (``median_step_s`` holds the mean), share of it waiting for data."""
     out = []
     for rank, b in sorted(read_heartbeats(exp).items()):
+        if b.get("watched"):  # asrlab watch: seconds per phase from sampled stacks, no step count
+            spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "done")}
+            total = sum(spent.values())
+            if total > 0:
+                out.append({"rank": rank, "steps": None, "median_step_s": None,
+                            "data_wait_share": spent.get("data", 0.0) / total, "source": "sampled stacks",
+                            "shares": {p: round(t / total, 4) for p, t in sorted(spent.items(), key=lambda x: -x[1])}})
+            continue
         spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "epoch_end", "done", "eval")}
         steps = b.get("completed", 0)
         if steps and sum(spent.values()) > 0:

@@ -44,10 +44,12 @@ class RankView:
 
     def __init__(self, proc: Proc, now: float):
         self.proc, self.phase, self.since, self.moved = proc, "start", now, now
+        self.first_seen: float | None = None  # the time of the first sample
         self.signature: tuple | None = None
         self.stacks: dict = {}
         self.workers: dict[int, dict] = {}
         self.phases_seen: set[str] = set()
+        self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
         self.samples = 0
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
@@ -55,6 +57,11 @@ class RankView:
         main = stacks.get("MainThread") or next(iter(stacks.values()), [])
         workers = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
         signature = (tuple(main), tuple(tuple(s.get("MainThread") or ()) for _, s in sorted(workers.items())))
+        if self.first_seen is None:
+            self.first_seen = now
+        else:
+            self.phase_s[self.phase] = self.phase_s.get(self.phase, 0.0) + now - self._last_t
+        self._last_t = now
         if signature != self.signature:
             self.signature, self.moved = signature, now
         self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
@@ -81,7 +88,7 @@ class RankView:
         return {"rank": self.proc.rank, "phase": phase or self.phase, "step": None, "since": self.since,
                 "beats": self.samples, "detail": self.detail(), "completed": None, "allow_s": 0.0,
                 "pid": self.proc.pid, "host": socket.gethostname(), "node": 0, "time": now,
-                "run": self.proc.run, "watched": True}
+                "run": self.proc.run, "watched": True, "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()}}
 
 
 class JobWatch:
@@ -194,7 +201,8 @@ class JobWatch:
         self.sampler = self.fallback
 
     def _look(self, root: int, t0: float) -> None:
-        procs = job_ranks(root)
+        # once ranks with RANK were seen, a process without it is not one (torchrun's agent after they ended)
+        procs = job_ranks(root, single=not any(v.proc.by_env for v in self.ranks.values()))
         for p in family(root):
             try:
                 self._family.setdefault(p.pid, p.create_time())

@@ -1,0 +1,62 @@
+"""``asrlab doctor --pid PID``: a job that is hung now and was not started under ``asrlab watch``, looked at
+once from outside: a few samples of every rank's and DataLoader worker's stacks, read as the watch reads
+them, and the verdict of the stall report."""
+
+from __future__ import annotations
+
+import time
+
+from ..lab.stall.verdict import phase_text
+from .procs import job_ranks, job_root
+from .sample import PySpy, format_stack
+from .watcher import WAITING, RankView
+
+
+def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
+    """``{"verdict", "moved", "root", "ranks": [...]}`` of the job that process ``pid`` belongs to (its
+    torchrun agent, any rank or worker). ``moved``: some rank's stacks changed between the samples (the
+    job is slow, not stuck). Raises ValueError when there is nothing to read or py-spy cannot read it."""
+    root = job_root(pid)
+    procs = job_ranks(root)
+    if not procs:
+        raise ValueError(f"no Python process of a job under pid {root}")
+    spy = PySpy()
+    why = spy.works_on(next(iter(procs.values())).pid)
+    if why is not None:
+        raise ValueError(f"py-spy cannot read the job's stacks ({why}): run as the job's user with the ptrace "
+                         "permission (root, or kernel.yama.ptrace_scope=0), or start the job under asrlab watch, "
+                         "whose fallback needs none")
+    t0 = time.time()
+    views = {r: RankView(p, t0) for r, p in procs.items()}
+    for i in range(samples):
+        for r, p in sorted(procs.items()):
+            stacks = spy.sample(p.pid)
+            if stacks is not None:
+                views[r].update(stacks, {w: s for w in p.workers if (s := spy.sample(w)) is not None}, time.time())
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    now = time.time()
+    world = max(views) + 1
+    moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values())
+    snaps = {}
+    for r, v in views.items():
+        phase = "ddp_allreduce" if v.phase == "backward" and world > 1 and not moved else v.phase
+        snaps[r] = {**v.snapshot(now, phase), "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
+                    "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()}}
+    return {"verdict": said(snaps, moved, now - t0), "moved": moved, "root": root, "world_size": world,
+            "ranks": [snaps[r] for r in sorted(snaps)]}
+
+
+def said(snaps: dict[int, dict], moved: bool, over_s: float) -> str:
+    """The ranks that are not waiting on the others first (with where they are), then the ones that wait."""
+    lead = [s for _, s in sorted(snaps.items()) if s["phase"] not in WAITING] or [snaps[r] for r in sorted(snaps)]
+    rest = [s for _, s in sorted(snaps.items()) if s not in lead]
+    def line(s: dict) -> str:
+        return f"rank {s['rank']} is {phase_text(s['phase'], None)}" + (f" ({s['detail']})" if s["detail"] else "")
+    parts = [line(s) for s in lead] + [line(s) for s in rest]
+    how = (f"stacks moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck" if moved else
+           f"no rank's stacks moved during {over_s:.0f} s of samples")
+    return "; ".join(parts) + f" ({how})"
+
+
+__all__ = ["look", "said"]
