@@ -153,3 +153,30 @@ def test_bad_options_are_refused_clearly(tmp_path, bad):
                           "true"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and ("asrlab: error:" in out.stderr or "invalid choice" in out.stderr), out.stderr
 
+
+
+def test_the_fallback_signals_only_a_process_that_handles_it(tmp_path):
+    """A process with the dump file but no handler yet (exec'd after a registered fork) is not sent the
+    signal, whose default action would end it; one that registered is, and its stack is read."""
+    from asrlab.watch.sample import DUMP_SIGNAL, FaultHandler, catches
+
+    fh = FaultHandler(tmp_path)
+    code = ("import faulthandler, os, sys, time\n"
+            "if sys.argv[1] == 'yes':\n"
+            f"    faulthandler.register({int(DUMP_SIGNAL)}, file=open(os.path.join(sys.argv[2], f'{{os.getpid()}}.txt'), 'a'))\n"
+            "def waiting_here():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "waiting_here()\n")
+    procs = {w: subprocess.Popen([sys.executable, "-c", code, w, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+             for w in ("no", "yes")}
+    try:
+        for p in procs.values():
+            assert p.stdout.readline().strip() == "ready"
+        (tmp_path / f"{procs['no'].pid}.txt").write_text("")  # the file, as a fork of a registered process leaves it
+        assert not catches(procs["no"].pid, DUMP_SIGNAL) and catches(procs["yes"].pid, DUMP_SIGNAL)
+        assert fh.sample(procs["no"].pid) is None and procs["no"].poll() is None  # not sent: still alive
+        stacks = fh.sample(procs["yes"].pid)
+        assert stacks and stacks["MainThread"][-1][2] == "waiting_here"
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()

@@ -15,7 +15,8 @@ def cmd_watch(a: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("nothing to watch: asrlab watch [--exp DIR] [options] -- CMD [ARGS...]")
     try:
-        watch = JobWatch(a.exp, a.stall_timeout, a.on_stall, a.sample_hz, a.sampler, a.first_step_timeout)
+        watch = JobWatch(a.exp, a.stall_timeout, a.on_stall, a.sample_hz, a.sampler, a.first_step_timeout,
+                         yield_cpu=True)
         rc = watch.run(cmd)
     except ValueError as e:
         raise UsageError(str(e)) from None

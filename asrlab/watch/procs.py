@@ -37,55 +37,95 @@ def _launcher(p: psutil.Process) -> bool:
         return True
 
 
+class Table:
+    """What the watch knows of the processes under a job's root. A look reads the process tree once
+    (every parent link, one pass over ``/proc``); what a process started with (its environment, whether it
+    runs Python) is read once per process and kept, since it does not change: a watcher that looks a few
+    times a second costs the job little."""
+
+    def __init__(self):
+        self._facts: dict[tuple[int, float], tuple[dict, bool, bool]] = {}  # (pid, started): env, python, launcher
+
+    def under(self, root: int) -> list[tuple[int, int, float]]:
+        """``(pid, parent, started)`` of ``root`` and every process below it, parents first."""
+        try:
+            links = psutil._ppid_map()  # one pass over /proc: psutil's own for Process.children
+        except (AttributeError, OSError):
+            links = {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
+        kids: dict[int, list[int]] = {}
+        for pid, parent in links.items():
+            kids.setdefault(parent, []).append(pid)
+        out, todo = [], [(root, links.get(root, 0))]
+        while todo:
+            pid, parent = todo.pop(0)
+            try:
+                started = psutil.Process(pid).create_time()
+            except psutil.Error:
+                continue
+            out.append((pid, parent, started))
+            todo.extend((c, pid) for c in sorted(kids.get(pid, ())))
+        return out
+
+    def facts(self, pid: int, started: float) -> tuple[dict, bool, bool]:
+        key = (pid, started)
+        if key not in self._facts:
+            try:
+                p = psutil.Process(pid)
+                env = p.environ()
+            except psutil.Error:
+                return {}, False, False
+            self._facts[key] = (env, _is_python(p), _launcher(p))
+        return self._facts[key]
+
+    def ranks(self, root: int, single: bool = True) -> tuple[dict[int, Proc], list[tuple[int, float]]]:
+        """``({rank: Proc}, [(pid, started) of every process under root])``: see ``job_ranks``."""
+        tree = self.under(root)
+        alive = {(pid, started) for pid, _, started in tree}
+        self._facts = {k: v for k, v in self._facts.items() if k in alive}
+        env = {pid: self.facts(pid, started)[0] for pid, _, started in tree}
+        python = {pid: self.facts(pid, started)[1] for pid, _, started in tree}
+        below: dict[int, list[int]] = {}
+        for pid, parent, _ in tree:
+            below.setdefault(parent, []).append(pid)
+
+        def workers(pid: int) -> list[int]:
+            out, todo = [], list(below.get(pid, ()))
+            while todo:
+                c = todo.pop(0)
+                if python[c]:
+                    out.append(c)
+                todo.extend(below.get(c, ()))
+            return out
+
+        ranks: dict[int, Proc] = {}
+        for pid, parent, started in tree:
+            rank = env[pid].get("RANK")
+            if rank is None or not rank.isdigit() or not python[pid]:
+                continue
+            if env.get(parent, {}).get("RANK") == rank:
+                continue  # a worker of that rank: it inherited the rank's environment
+            e = env[pid]
+            rid = e.get("TORCHELASTIC_RUN_ID")
+            run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else f"pid{pid}"
+            proc = Proc(pid, int(rank), run, started, workers(pid))
+            old = ranks.get(proc.rank)
+            if old is None or old.started < started:  # a restarted rank replaces the one before it
+                ranks[proc.rank] = proc
+        if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
+            for pid, _, started in tree:
+                _, py, launcher = self.facts(pid, started)
+                if py and not launcher:
+                    ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
+                    break
+        return ranks, sorted(alive)
+
+
 def job_ranks(root: int, single: bool = True) -> dict[int, Proc]:
     """``{rank: Proc}`` of every rank under process ``root`` (the command's process), with its workers. A
     rank is a Python process whose environment has ``RANK`` and whose parent has not the same ``RANK``
     (a DataLoader worker inherits its rank's environment). With ``single``, a job of one Python process
     that no launcher started (no ``RANK`` anywhere) is rank 0."""
-    try:
-        everyone = [psutil.Process(root)] + psutil.Process(root).children(recursive=True)
-    except psutil.Error:
-        return {}
-    env: dict[int, dict] = {}
-    for p in everyone:
-        try:
-            env[p.pid] = p.environ()
-        except psutil.Error:
-            env[p.pid] = {}
-    ranks: dict[int, Proc] = {}
-    for p in everyone:
-        e = env[p.pid]
-        rank = e.get("RANK")
-        if rank is None or not rank.isdigit() or not _is_python(p):
-            continue
-        try:
-            parent = p.ppid()
-            started = p.create_time()
-        except psutil.Error:
-            continue
-        if env.get(parent, {}).get("RANK") == rank:
-            continue  # a worker of that rank
-        rid = e.get("TORCHELASTIC_RUN_ID")
-        run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else f"pid{p.pid}"
-        proc = Proc(p.pid, int(rank), run, started)
-        try:
-            proc.workers = [c.pid for c in p.children(recursive=True) if _is_python(c)]
-        except psutil.Error:
-            pass
-        old = ranks.get(proc.rank)
-        if old is None or old.started < started:  # a restarted rank replaces the one before it
-            ranks[proc.rank] = proc
-    if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
-        for p in everyone:
-            if _is_python(p) and not _launcher(p):
-                try:
-                    proc = Proc(p.pid, 0, f"pid{p.pid}", p.create_time(), by_env=False)
-                    proc.workers = [c.pid for c in p.children(recursive=True) if _is_python(c)]
-                except psutil.Error:
-                    continue
-                ranks[0] = proc
-                break
-    return ranks
+    return Table().ranks(root, single)[0]
 
 
 def job_root(pid: int) -> int:
@@ -118,4 +158,4 @@ def family(root: int) -> list[psutil.Process]:
         return []
 
 
-__all__ = ["Proc", "family", "job_ranks", "job_root"]
+__all__ = ["Proc", "Table", "family", "job_ranks", "job_root"]

@@ -96,6 +96,20 @@ def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
     return out
 
 
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` now (``SigCgt`` in ``/proc/PID/status``). Its file
+    in the folder is not enough: a process forked by a registered one and then exec'd (torchrun starting
+    a rank) has the file before its new interpreter registers, and the signal's default action ends it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 class FaultHandler:
     """Stacks through the job's own ``faulthandler`` (see the module docstring): only processes that
     registered for the signal (their file exists in ``folder``) are sent it."""
@@ -109,7 +123,7 @@ class FaultHandler:
 
     def sample(self, pid: int) -> dict[str, list[Frame]] | None:
         path = self.folder / f"{pid}.txt"
-        if not path.exists():
+        if not path.exists() or not catches(pid, DUMP_SIGNAL):
             return None
         try:
             os.truncate(path, 0)
@@ -131,4 +145,4 @@ def format_stack(frames: list[Frame]) -> list[str]:
     return [f'  File "{f}", line {n}, in {fn}' for f, n, fn in frames]
 
 
-__all__ = ["DUMP_SIGNAL", "FaultHandler", "Frame", "PySpy", "format_stack", "parse_faulthandler", "py_spy_path"]
+__all__ = ["DUMP_SIGNAL", "FaultHandler", "catches", "Frame", "PySpy", "format_stack", "parse_faulthandler", "py_spy_path"]

@@ -30,7 +30,7 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from .classify import own_frame, phase_of, where, worker_busy, worker_own
-from .procs import Proc, family, job_ranks
+from .procs import Proc, Table, family
 from .sample import FaultHandler, PySpy, format_stack
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ class RankView:
 
 class JobWatch:
     def __init__(self, exp: str | Path, stall_timeout_s: float = 60.0, on_stall: str = "report",
-                 sample_hz: float = 2.0, sampler: str = "auto", first_step_timeout_s: float | None = None):
+                 sample_hz: float = 2.0, sampler: str = "auto", first_step_timeout_s: float | None = None,
+                 yield_cpu: bool = False):
         if on_stall not in ("report", "kill"):
             raise ValueError(f"on_stall: report or kill, not {on_stall!r}")
         if sampler not in ("auto", "py-spy", "faulthandler"):
@@ -104,6 +105,7 @@ class JobWatch:
         self.stall_timeout_s, self.on_stall, self.period_s = stall_timeout_s, on_stall, 1.0 / sample_hz
         self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 0.0)
         self.choice = sampler
+        self.yield_cpu = yield_cpu  # lower this process's priority once the job is started (for a process of its own)
         self.fallback = FaultHandler(self.exp / "watch" / "faulthandler")
         self.sampler = None
         self.sampler_note = ""
@@ -111,6 +113,8 @@ class JobWatch:
         self.stalled: dict | None = None
         self._signal: int | None = None
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
+        self.table = Table()
+        self._first_try = 0.0  # when py-spy was first tried on the job
 
     # -- the job ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -143,6 +147,9 @@ class JobWatch:
             for s, h in old.items():
                 signal.signal(s, h)
             raise ValueError(f"cannot run {cmd[0]!r}: {e}") from None
+        if self.yield_cpu:
+            # the job keeps its priority; the watch and its py-spy samplers take what the job leaves
+            os.nice(10)
         try:
             rc = self._watch(proc, t0)
             if rc == 0 and self.stalled is not None and self.stalled.get("ended"):
@@ -191,6 +198,12 @@ class JobWatch:
             if why is None:
                 self.sampler, self.sampler_note = spy, "py-spy"
                 return
+            # a process still starting has no Python stacks to read yet: try again at the next looks,
+            # unless the reason is the permission itself
+            first = self._first_try = self._first_try or time.monotonic()
+            refused = any(w in why.lower() for w in ("permission", "not permitted", "ptrace"))
+            if not refused and time.monotonic() - first < 20.0:
+                return
             if self.choice == "py-spy":
                 raise RuntimeError(f"py-spy cannot read pid {pid}: {why}")
             log.warning("asrlab watch: py-spy cannot read the job's stacks (%s); using the faulthandler "
@@ -202,16 +215,15 @@ class JobWatch:
 
     def _look(self, root: int, t0: float) -> None:
         # once ranks with RANK were seen, a process without it is not one (torchrun's agent after they ended)
-        procs = job_ranks(root, single=not any(v.proc.by_env for v in self.ranks.values()))
-        for p in family(root):
-            try:
-                self._family.setdefault(p.pid, p.create_time())
-            except psutil.Error:
-                pass
+        procs, everyone = self.table.ranks(root, single=not any(v.proc.by_env for v in self.ranks.values()))
+        for pid, started in everyone:
+            self._family.setdefault(pid, started)
         if not procs:
             return
         if self.sampler is None:
             self._choose_sampler(next(iter(procs.values())).pid)
+            if self.sampler is None:
+                return
         now = time.time()
         for rank, proc in sorted(procs.items()):
             view = self.ranks.get(rank)
@@ -222,7 +234,10 @@ class JobWatch:
             stacks = self.sampler.sample(proc.pid)
             if stacks is None:
                 continue
-            workers = {w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
+            # the workers only while the rank waits for them: they are what moves then (and half the cost)
+            main = stacks.get("MainThread") or next(iter(stacks.values()), [])
+            workers = {} if phase_of(main) != "data" else {
+                w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             changed = view.update(stacks, workers, time.time())
             self._beat(view.snapshot(now), now, changed)
         if self.stalled is None:

@@ -56,6 +56,7 @@ from torch import nn
 
 from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
 from .. import dist
+from ..keys import KeyFinder, KeysSpec, find_keys
 from ..stall.watch import announce
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class _Taken:
     values: torch.Tensor | None = None
     ready: object = None  # a CUDA event recorded after the copy; None: on the host already
     extra: dict = field(default_factory=dict)
+    ids: list = field(default_factory=list)  # the batch's utterance ids
 
     def read(self) -> tuple[float, float, float]:
         if self.ready is not None and not self.ready.query():
@@ -147,10 +149,13 @@ class NumericsGuard:
     ``max_rollbacks``: after this many, a rollback becomes a halt. ``agree``: apply the policy with
     every rank, one step late (False where ranks do not step together: DDP's Join shadows only its own
     all-reduces; each rank then answers its own findings at once).
-    ``meta``: extra keys for each bundle's report; a callable value is read when a bundle is saved."""
+    ``meta``: extra keys for each bundle's report; a callable value is read when a bundle is saved.
+    ``keys``: where a batch carries its utterance ids (a field's name or a function ``batch -> ids``;
+    default: the common names, see :mod:`asrlab.lab.keys`), for the reports and the bundle."""
 
     def __init__(self, model: nn.Module, exp: str | Path, every: int = 0, policy: str = "skip",
-                 max_rollbacks: int = 3, group=None, meta: dict | None = None, agree: bool = True):
+                 max_rollbacks: int = 3, group=None, meta: dict | None = None, agree: bool = True,
+                 keys: KeysSpec = None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.model, self.exp, self.policy, self.max_rollbacks = model, Path(exp), policy, max_rollbacks
@@ -160,6 +165,7 @@ class NumericsGuard:
         self.diag = Diagnostics(model, every=every)
         self.traces = TraceWriter(self.exp, self.rank) if every else None
         self.meta = meta or {}
+        self._find_keys, self._ids = KeyFinder(keys, "NumericsGuard"), []
         self.skipped = self.rollbacks = 0
         self.located: dict | None = None
         self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
@@ -170,10 +176,12 @@ class NumericsGuard:
         model.register_forward_pre_hook(self._note_autocast)
 
     @contextlib.contextmanager
-    def step(self, step: int, batch=None):
-        """Around a step's forward and backward: remembers the batch, the RNG state and the autocast the
-        forward ran under, for a replay that fails the same way; records module statistics on sampled steps."""
+    def step(self, step: int, batch=None, keys=None):
+        """Around a step's forward and backward: remembers the batch, its utterance ids (``keys``, else
+        found in the batch), the RNG state and the autocast the forward ran under, for a replay that fails
+        the same way; records module statistics on sampled steps."""
         self._step, self._batch, self._rng, self._dtype = step, batch, rng_state(self._device), None
+        self._ids = [str(k) for k in keys] if keys is not None else self._find_keys(batch)
         self._sampled = self.diag.due(step)
         with (self.diag.recording() if self._sampled else contextlib.nullcontext()):
             yield self
@@ -195,7 +203,7 @@ class NumericsGuard:
         ``defer``: the previous deferred step's check (None at the first), nothing read from the device."""
         announce("optimizer", self._step)
         scaled = scaler is not None and scaler.is_enabled()
-        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled)
+        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids)
         if not defer:
             return self._eager_step(optimizer, loss, scaler, clip, taken)
         if not getattr(optimizer, "_step_supports_amp_scaling", False):
@@ -373,15 +381,13 @@ class NumericsGuard:
                     break
             set_rng_state(saved, self._device)
             self._dtype, self.replaying = dtype, None
-        keys = _keys(inputs)
+        keys = (find_keys(inputs) if inputs is not taken.batch else None) or taken.ids
         meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
                 "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
                 "keys": keys, "tightest": tightest(summary, 5) if summary else [],
                 **{k: v() if callable(v) else v for k, v in self.meta.items()}}
-        if not isinstance(inputs, dict):
-            inputs = {}
-        inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v) or k == "keys"}
+        inputs = {**_tensors(inputs), "keys": keys}
         path = save_bundle(self.exp / "nonfinite" / f"step{taken.step:08d}-rank{self.rank}", self.model,
                            inputs, meta, rng=rng)
         meta["saved"] = str(path)
@@ -409,11 +415,18 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
         return torch.nn.utils.get_total_norm(grads)
 
 
-def _keys(batch) -> list[str]:
-    """The batch's sample keys (utterance ids), where it carries them as ``batch["keys"]``."""
-    if isinstance(batch, dict) and "keys" in batch:
-        return [str(k) for k in batch["keys"]]
-    return []
+def _tensors(batch) -> dict:
+    """A batch's tensors by name, whatever it is: a dict's, a tuple's (``batch0``, ``batch1``, ...), an
+    object's attributes, or a tensor alone (``batch``)."""
+    if torch.is_tensor(batch):
+        return {"batch": batch}
+    if isinstance(batch, dict):
+        items = batch.items()
+    elif isinstance(batch, (tuple, list)):
+        items = ((f"batch{i}", v) for i, v in enumerate(batch))
+    else:
+        items = getattr(batch, "__dict__", {}).items()
+    return {str(k): v for k, v in items if torch.is_tensor(v)}
 
 
 __all__ = ["HALT_EXIT", "NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]
