@@ -7,11 +7,13 @@ label sequence), a small CTC model, and faults to inject through ``TOY_FAULT`` (
 * ``uneven:1:0``      rank 1 has a fifth fewer utterances than rank 0
 * ``overflow:0:6``    rank 0's batch of step 6 holds an utterance whose frames are 3e4 times larger
 * ``slow_data:1:0``   every read of rank 1's data-loader workers takes 50 ms more (a slow disk, say)
+* ``vanish:1:13``     rank 1 is killed (SIGKILL: the OOM killer, a lost node) in its forward pass of step 13
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import torch
@@ -104,6 +106,8 @@ class Model(nn.Module):
         kind, rank, step = fault()
         if kind == "raise" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
             raise RuntimeError(f"shapes do not match in the joiner: {tuple(feats.shape)} vs (8, 50, 40)")
+        if kind == "vanish" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
+            os.kill(os.getpid(), signal.SIGKILL)
         return self.out(self.hidden(self.proj(feats))).log_softmax(-1)
 
 

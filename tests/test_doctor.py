@@ -212,8 +212,8 @@ def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
     code, out = doctor(exp, capsys)
     d = diagnose(exp)
     assert code == 1 and d["verdict"] == "crashed" and d["ranks"][1]["state"] == "gone"
-    assert d["summary"].startswith(f"rank 1 ended without recording an error (rank 1, pid {dead.pid}, "
-                                   "last seen blocked in the gradient all-reduce of step 5)")
+    assert d["summary"].startswith(f"rank 1 ended without recording an error: it vanished (pid {dead.pid} on "
+                                   f"{socket.gethostname()}, last seen blocked in the gradient all-reduce of step 5")
     _beat(exp, 1, "done", 5, 100.0, dead.pid, run="older")  # a file of an earlier launch is not this run's
     assert [r["rank"] for r in diagnose(exp)["ranks"]] == [0]
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from asrlab.doctor import diagnose
-from asrlab.watch.classify import phase_of
+from asrlab.lab.stall.classify import phase_of
 from asrlab.watch.sample import parse_faulthandler
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

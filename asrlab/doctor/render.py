@@ -6,6 +6,19 @@ from ..lab.stall.verdict import rank_line, ranks_text
 from ..lab.timing import format_split
 from .sections import FIRST
 
+def _untrained(x: dict) -> str:
+    """A rank's untrained rest of an epoch, as the ledger recorded it."""
+    n, b = x["utterances"], x["batches"]
+    size = (f"{'' if x['exact'] else 'about '}{n} utterances" if n is not None else "utterances") + \
+        (f" ({b} batches)" if b is not None else " (a source without a length: how many is not known)")
+    if not x["keys"]:
+        return f"left {size} untrained"
+    which = ", ".join(x["keys"]) + (" ..." if x["known"] > len(x["keys"]) else "")
+    more = "" if x["exact"] else (f"; the {x['known']} of the batches it held: {which} "
+                                  "(UnevenGuard(..., untrained='keys') lists them all)")
+    return f"left {size} untrained" + (f": {which}" if x["exact"] else more)
+
+
 def _few(items: list, total: int | None = None) -> str:
     total = len(items) if total is None else total
     more = total - min(len(items), FIRST)
@@ -24,7 +37,11 @@ def _rank_line(r: dict, flags: bool = True) -> str:
 def _next(d: dict) -> str | None:
     """What to do about the verdict, in one line."""
     ckpt = d["checkpoints"]["newest_loadable"]
-    resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
+    if d.get("config"):  # a run of asrlab train
+        resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
+    else:  # a loop of the parts, or a watched command: its own way of resuming
+        resume = (f"RunState.load() resumes from {ckpt}" if ckpt else
+                  "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own")
     v = d["verdict"]
     if v == "stalled":
         return (f"read the stacks in {(d['stall'] or {}).get('report') or 'the ranks named above'}; a rank waiting "
@@ -137,6 +154,11 @@ def format_diagnosis(d: dict) -> str:
                 parts.append(f"{e['skipped']} skipped ({_few(e['skipped_keys'], e['skipped'])})")
             if e["unexpected"]:
                 parts.append(f"{e['unexpected']} not expected ({_few(e['unexpected_keys'], e['unexpected'])})")
+            if e.get("cut_short"):
+                lines.append(f"  epoch {e['epoch']}: cut short (a rank ran out of data and every rank stopped), "
+                             f"{e['keys']} keys trained" + (", " + ", ".join(parts[1:]) if parts[1:] else ""))
+                lines += [f"    rank {r}: {_untrained(x)}" for r, x in e["cut_short"].items()]
+                continue
             lines.append(f"  epoch {e['epoch']}: {'complete' if e['complete'] else 'incomplete'}, " + ", ".join(parts))
         if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
             lines.append("  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "

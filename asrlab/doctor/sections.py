@@ -13,7 +13,7 @@ from ..lab.metrics import metric_files, rank_summary, read_metrics
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
 from ..lab.state.run_state import upgrade
-from ..lab.state.ledger import coverage, coverage_report, ledger_ranks
+from ..lab.state.ledger import coverage, coverage_report, ledger_ranks, read_untrained
 from ..lab.timing import step_split
 from .read import kept_steps, read_json
 
@@ -164,20 +164,25 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     if expected is None:
         expected = set().union(*cov.values()) if cov else set()
     closed = {c["epoch"] for c in (ckpts or checkpoint_integrity(exp))["files"] if c.get("epoch_done")}
+    left = read_untrained(exp)
     epochs = []
     for e in sorted(cov):
+        cut = {str(r): {"utterances": x["utterances"], "batches": x["batches"], "exact": x["exact"],
+                   "keys": x["untrained"][:FIRST], "known": len(x["untrained"])} for r, x in sorted(left.get(e, {}).items())}
         # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or the last epoch of a
         # loop that says it finished (lab.json) holding every expected key
         ended = (lab or {}).get("status") == "finished" and e == max(cov)
         complete = e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
         r = coverage_report(exp, e, expected, FIRST, cov)
         skipped = r["skipped_count"] if complete else 0  # an epoch still going has not reached them yet
-        epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"],
+        if cut:  # a rank stopped with data left: the epoch is over, and not every utterance was trained
+            complete = True
+        epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"], "cut_short": cut,
                        "repeated": r["repeated_count"], "repeated_keys": dict(r["repeated"]),
                        "skipped": skipped, "skipped_keys": r["skipped"] if complete else [],
                        "unexpected": r["unknown_count"], "unexpected_keys": r["unknown"],
-                       "exactly_once": r["exactly_once"] if complete else None})
-    broken = any(x["repeated"] or (x["complete"] and not x["exactly_once"]) for x in epochs)
+                       "exactly_once": (r["exactly_once"] and not cut) if complete else None})
+    broken = any(x["repeated"] or x["cut_short"] or (x["complete"] and not x["exactly_once"]) for x in epochs)
     return {"expected": len(expected), "against": against, "epochs": epochs, "broken": broken}
 
 

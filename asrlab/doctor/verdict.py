@@ -3,14 +3,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..lab.metrics import metric_files, read_metrics
+from ..lab.stall.peers import read_peer_exits
+from ..lab.state.ledger import read_ledger
 from ..lab.stall.errors import error_line
 from ..lab.stall.heartbeat import STALE_S
 from ..lab.stall.verdict import phase_text, ranks_text
 from ..lab.stop import STOP_FILE
 from .read import error_entry
+
+# what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
+LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|"
+                       r"ProcessGroupNCCL.*(abort|watchdog)|NCCL communicator was aborted|"
+                       r"Socket Timeout|failed to recv|Connection refused", re.I)
+
 
 def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dict], world_size: int,
              errors: list[dict], halt: dict | None, stall: dict | None, ckpts: dict) -> dict:
@@ -18,7 +27,14 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
     else ``lab.json``'s status, else the heartbeats, else the metrics."""
     failures = []
     if errors:
-        failures.append((errors[0]["time"], "crashed", d["error"]["line"], "errors"))
+        said = d["error"]["line"]
+        erred = {e["rank"] for e in errors}
+        vanished = [r for r in d["ranks"] if r["state"] == "gone" and r["rank"] not in erred
+                    and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]]
+        if vanished and LOST_PEER.search(errors[0].get("message") or ""):
+            # the first error is a survivor's: its peer went away, and that rank is the cause
+            said = f"{_vanished(exp, vanished, beats, ckpts)}; then {said}"
+        failures.append((errors[0]["time"], "crashed", said, "errors"))
     if halt is not None and halt["current"]:
         failures.append((halt["time"], "nonfinite_halt", halt["message"], "halt report"))
     if stall is not None:
@@ -48,11 +64,7 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
     out = {"verdict": "running", "ended_by": None, "basis": "heartbeats"}
     gone, frozen, silent, alive = ([r for r in ranks if r["state"] == s] for s in ("gone", "frozen", "silent", "alive"))
     if gone:
-        r = gone[0]
-        return {**out, "verdict": "crashed", "summary": (
-            f"{ranks_text([x['rank'] for x in gone])} ended without recording an error (rank {r['rank']}, pid "
-            f"{r['pid']}, last seen {phase_text(r['phase'], r['step'])}): killed (SIGKILL, the OOM killer, a lost "
-            "node), or, started without asrlab's launcher, it printed its traceback to its own output")}
+        return {**out, "verdict": "crashed", "summary": _vanished(exp, gone, beats, ckpts)}
     if frozen:
         r = frozen[0]
         return {**out, "verdict": "stalled", "summary": (
@@ -74,6 +86,53 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
     if d["stop_requested"]:
         said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
     return {**out, "summary": "; ".join(said)}
+
+
+def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> str:
+    """Ranks whose processes ended without an error or a finish. The one that vanished is the one the
+    others saw end first (their watchdogs watch the processes of the ranks on their host), else the one
+    whose heartbeats stopped clearly first; its last step is what its ledger or metrics show."""
+    seen = read_peer_exits(exp)
+    beat = {r["rank"]: beats.get(r["rank"], {}).get("time", 0.0) for r in gone}
+    by_peers = sorted((seen[r["rank"]], r["rank"]) for r in gone if r["rank"] in seen)
+    ranks = {r["rank"]: r for r in gone}
+    if by_peers:
+        first, how = ranks[by_peers[0][1]], "the first to end, as the other ranks saw it"
+    else:
+        order = sorted(gone, key=lambda r: beat[r["rank"]])
+        clear = len(order) == 1 or beat[order[1]["rank"]] - beat[order[0]["rank"]] > 2 * STALE_S
+        first, how = order[0], ("its heartbeat stopped first" if len(order) > 1 else "")
+        if not clear:
+            first, how = None, ""
+    after = [r for r in gone if first is None or r["rank"] != first["rank"]]
+    newest = next((c["step"] for c in sorted(ckpts["files"], key=lambda c: -c["step"]) if c.get("sha256_ok")), None)
+    saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
+    if first is None:  # ended together, and nothing says which went first
+        step, said = _last_step(exp, gone[0])
+        return (f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
+                + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
+                + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
+                  "the launcher's own log (torchrun's \"Root Cause\") names which")
+    step, said = _last_step(exp, first)
+    text = (f"rank {first['rank']} ended without recording an error: it vanished"
+            + (f" ({how})" if how else "") + f" (pid {first['pid']} on {first['host']}"
+            + (f", step {step} the last it trained, by its {said}" if step is not None else
+               f", last seen {phase_text(first['phase'], first['step'])}")
+            + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output")
+    if after:
+        text += f"; {ranks_text([r['rank'] for r in after])} ended after it (stopped by the launcher or by the lost peer)"
+    return text
+
+
+def _last_step(exp: Path, r: dict) -> tuple[int | None, str]:
+    """The last step rank ``r`` trained: its ledger's, else its metrics'."""
+    ledger = read_ledger(exp, r["rank"]) if (exp / "ledger" / f"rank{r['rank']}.jsonl").exists() else []
+    if ledger:
+        return ledger[-1]["step"], "ledger"
+    m = read_metrics(exp, f"rank{r['rank']}") if (exp / "metrics" / f"rank{r['rank']}.jsonl").exists() else []
+    if m and m[-1].get("step") is not None:
+        return m[-1]["step"], "metrics"
+    return None, ""
 
 
 def _finished(exp: Path, d: dict, lab: dict, train_cfg: dict, ckpts: dict) -> dict:

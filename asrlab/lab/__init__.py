@@ -1,18 +1,21 @@
 """asrlab's diagnostics for any PyTorch training loop: the parts asrlab's own trainer is made of.
 
-A plain DDP loop gets them with a few added lines (``examples/lab_loop.py`` next to ``examples/bare_loop.py``)::
+A plain DDP loop gets them with the lines the README shows (``examples/bare_loop.py`` becomes
+``examples/lab_loop.py``; a test holds the three to the same lines)::
 
     from asrlab import lab
-
-    watch = lab.StallWatch(exp, timeout_s=60).start()                     # hangs: verdict + stacks
-    guard = lab.NumericsGuard(model, exp, every=50, policy="skip")        # NaN/inf: module + utterances
-    state = lab.RunState(exp, model, opt, scaler, loader=sampler)         # exact resume + ledger
-    start = (state.load() or {"step": 0})["step"]
-    for batch in watch.data(lab.UnevenGuard(loader)):                     # uneven data: all stop together
-        with guard.step(step, batch):
-            loss = loss_fn(model, batch); scaler.scale(loss).backward()
-        guard.optimizer_step(opt, loss, scaler, replay=lambda: loss_fn(model, batch))
-        state.record(step, epoch, batch["keys"])
+    watch = lab.StallWatch(exp, timeout_s=20).start()       # a hang anywhere, an error on any rank: verdict + stacks
+    guard = lab.NumericsGuard(model.module, exp, every=25)  # non-finite steps: skipped on every rank, module + utterances
+    state = lab.RunState(exp, model, opt, scaler)           # atomic checkpoints with every RNG; a ledger of keys
+    r = state.load() or {"step": 0, "epoch": 0, "extra": {"batch": 0}}
+    ...
+            for i, batch in enumerate(watch.data(lab.UnevenGuard(loader)), sampler.start + 1):
+                with guard.step(step + 1, batch):
+                    ...                                     # forward under your autocast, scaler.scale(loss).backward()
+                guard.optimizer_step(opt, loss, scaler, replay=lambda: loss_fn(model.module, batch))
+                state.record(step, epoch, batch["keys"])
+                if step % 10 == 0:
+                    state.save(step, epoch, {"batch": i})
 
 Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab train``.
 
@@ -24,6 +27,8 @@ Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab 
                    (:mod:`asrlab.lab.numerics.guard`; replays: :func:`asrlab.lab.numerics.stats.replay_step`)
 ``RunState``       atomic checkpoints of everything incl. RNGs and loader position, and the ledger
                    (:mod:`asrlab.lab.state.run_state`); ``coverage_report`` proves exactly-once per epoch
+``Resumable``      a plain ``DataLoader``'s place in its epoch, for ``RunState``'s exact resume
+                   (:mod:`asrlab.lab.state.position`)
 ``StepTimer``      data wait vs compute per step; ``GpuSampler``/``CpuSampler`` (:mod:`asrlab.lab.timing`)
 ``MetricsWriter``  one JSON line per step in ``EXP/metrics/rank{R}.jsonl`` (what ``asrlab doctor`` reads)
 """
@@ -40,7 +45,7 @@ _HOMES = {
     "cpu_group": "dist", "world": "dist", "record_rank_error": "stall.errors", "coverage_report": "state.ledger",
     "read_ledger": "state.ledger", "MetricsWriter": "metrics", "NonFiniteHalt": "numerics.guard",
     "NumericsGuard": "numerics.guard", "StepCheck": "numerics.guard", "StallWatch": "stall.watch",
-    "RunState": "state.run_state", "UnevenGuard": "uneven",
+    "RunState": "state.run_state", "UnevenGuard": "uneven", "Resumable": "state.position",
 }
 
 
@@ -61,6 +66,6 @@ def __dir__():
     return sorted(set(globals()) | set(_HOMES))
 
 
-__all__ = ["CpuSampler", "GpuSampler", "MetricsWriter", "NonFiniteHalt", "NumericsGuard", "RunState", "StallWatch",
+__all__ = ["CpuSampler", "GpuSampler", "MetricsWriter", "NonFiniteHalt", "NumericsGuard", "Resumable", "RunState", "StallWatch",
            "StepCheck", "StepTimer", "UnevenGuard", "coverage_report", "cpu_group", "metrics", "read_ledger",
            "record_rank_error", "replay_step"]

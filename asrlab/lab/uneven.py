@@ -19,6 +19,7 @@ import torch
 import torch.distributed as tdist
 
 from . import dist
+from .keys import KeyFinder, KeysSpec
 from .stall.watch import announce
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,27 @@ class UnevenGuard:
     The guard holds batches it has fetched and not handed out, so a loader's own position runs ahead
     of training: :meth:`state_dict` is the position of ``state_of`` (default: ``batches`` when it has a
     ``state_dict``) as it was before the first batch the guard holds, for a checkpoint that resumes
-    exactly at the next untrained batch.
+    exactly at the next untrained batch. Without one, the state is the number of batches handed out in
+    this epoch, and a resumed guard skips that many from its source (which must give the same batches in
+    the same order again: a seeded sampler's ``set_epoch``).
+
+    A rank that stops with data left says what it did not train: the number of batches left (where the
+    source has a length) and the utterance ids of the batches it holds (``untrained="keys"``: of all of
+    them, by reading the rest of its data), in the log and, given ``state`` (a :class:`RunState` with its
+    ledger), in the ledger, where ``asrlab doctor`` counts them. ``keys``: where a batch carries its ids
+    (see :mod:`asrlab.lab.keys`).
     """
 
-    def __init__(self, batches: Iterable, every: int = 1, group=None, state_of=None):
+    def __init__(self, batches: Iterable, every: int = 1, group=None, state_of=None, state=None,
+                 keys: KeysSpec = None, untrained: str = "count"):
         if every < 1:
             raise ValueError("every must be >= 1")
+        if untrained not in ("count", "keys"):
+            raise ValueError(f"untrained: 'count' or 'keys', not {untrained!r}")
+        self.run_state, self.untrained = state, untrained
+        self._find_keys = KeyFinder(keys, "UnevenGuard")
+        self._skip = 0  # batches to skip at the next epoch's start (a resume without state_of)
+        self.left: dict | None = None  # what this rank left untrained when it stopped early
         self.source, self.every = batches, every
         self.group = group if group is not None else dist.cpu_group()
         self.state_of = state_of if state_of is not None else (batches if hasattr(batches, "state_dict") else None)
@@ -52,16 +68,24 @@ class UnevenGuard:
         self._sent = None      # the agreement under way (a loop that stops early leaves one)
 
     def state_dict(self) -> dict:
-        """The position of ``state_of`` after the batches handed out so far (see the class docstring)."""
+        """The position of ``state_of`` after the batches handed out so far; without ``state_of``, the
+        number of batches handed out in this epoch (see the class docstring)."""
         if self.state_of is None:
-            raise TypeError("UnevenGuard.state_dict needs state_of= (the loader whose position to keep)")
+            return {"uneven_guard": STATE_VERSION, "batches": self.batches}
         return self._held[0][0] if self._held else self.state_of.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Hands a saved position to ``state_of`` (before iterating)."""
-        if self.state_of is None:
-            raise TypeError("UnevenGuard.load_state_dict needs state_of= (the loader whose position to set)")
-        self.state_of.load_state_dict(state)
+        """Hands a saved position to ``state_of``, or (without it) skips the batches already trained when
+        the next epoch starts (before iterating)."""
+        if self.state_of is not None:
+            self.state_of.load_state_dict(state)
+            return
+        if not isinstance(state, dict) or "uneven_guard" not in state:
+            raise ValueError("UnevenGuard.load_state_dict: not a state of UnevenGuard without state_of= "
+                             f"(keys {sorted(state) if isinstance(state, dict) else type(state).__name__})")
+        if state["uneven_guard"] != STATE_VERSION:
+            raise ValueError(f"UnevenGuard state version {state['uneven_guard']}; this asrlab reads {STATE_VERSION}")
+        self._skip = int(state["batches"])
 
     def _fetch(self, it) -> list:
         got = []
@@ -101,7 +125,12 @@ class UnevenGuard:
 
     def __iter__(self) -> Iterator:
         it = iter(self.source)
-        self.batches, self.stopped_early, self._held = 0, False, []
+        self.batches, self.stopped_early, self._held, self.left = 0, False, [], None
+        for _ in range(self._skip):  # resumed without state_of: the batches trained before the checkpoint
+            if next(it, _END) is _END:
+                break
+            self.batches += 1
+        self._skip = 0
         if self.group is None:
             for b in it:
                 self.batches += 1
@@ -122,12 +151,38 @@ class UnevenGuard:
             if n < self.every:
                 self.stopped_early = bool(self._held)
                 if self.stopped_early:
-                    log.info("uneven data: another rank ran out; this rank stops after %d batches with data left",
-                             self.batches)
+                    self._note_left(it)
                 return
+
+    def _note_left(self, it) -> None:
+        """What this rank leaves untrained: in the log, ``self.left`` and the ledger (given ``state``)."""
+        held = [b for _, b in self._held]
+        ids = [k for b in held for k in self._find_keys(b)]
+        batches, exact = len(held), False
+        if self.untrained == "keys":
+            for b in it:  # the rest of this rank's epoch, read for its ids only
+                batches += 1
+                ids += self._find_keys(b)
+            exact = True
+        else:
+            try:
+                batches = len(self.source) - self.batches
+                exact = batches == len(held)
+            except TypeError:  # a source without a length: only what the guard holds is known
+                batches = None
+        per_batch = len(ids) / len(held) if held and ids else None
+        utterances = len(ids) if exact else round(per_batch * batches) if per_batch and batches else None
+        self.left = {"batches": batches, "utterances": utterances, "exact": exact, "keys": ids}
+        rank = dist.world()[0]
+        log.warning("uneven data: another rank ran out; rank %d stops after %d batches, leaving %s batches (%s%s "
+                    "utterances) of this epoch untrained", rank, self.batches, batches if batches is not None else "?",
+                    "" if exact else "about ", utterances if utterances is not None else "?")
+        if self.run_state is not None:
+            self.run_state.untrained(ids, batches, utterances, exact)
 
 
 _END = object()
+STATE_VERSION = 1
 
 
 def after_join(step: int, parts: list, counts: tuple = (), device: torch.device | None = None) -> tuple[int, tuple]:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-Frame = tuple[str, int, str]
+from ..lab.stall.classify import Frame
 
 DUMP_SIGNAL = signal.SIGRTMIN + 7  # rarely used by training code; sent only to processes that asked for it
 

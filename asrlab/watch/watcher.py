@@ -29,7 +29,7 @@ from ..lab.stall.heartbeat import heartbeat_dir
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
-from .classify import own_frame, phase_of, where, worker_busy, worker_own
+from ..lab.stall.classify import own_frame, phase_of, where, worker_busy, worker_own
 from .procs import Proc, Table, family
 from .sample import FaultHandler, PySpy, format_stack
 
@@ -53,9 +53,12 @@ class RankView:
         self.samples = 0
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
-        """Take a sample; returns the new phase when it changed."""
+        """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
+        so that a look that skipped it is no movement); returns the new phase when it changed."""
         main = stacks.get("MainThread") or next(iter(stacks.values()), [])
-        workers = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
+        fresh = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
+        workers = {w: self.workers[w] for w in self.proc.workers if w in self.workers and w not in fresh}
+        workers.update(fresh)
         signature = (tuple(main), tuple(tuple(s.get("MainThread") or ()) for _, s in sorted(workers.items())))
         if self.first_seen is None:
             self.first_seen = now

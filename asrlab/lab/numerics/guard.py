@@ -66,8 +66,14 @@ HALT_EXIT = 4  # exit code of ``asrlab train`` halted by a non-finite step (poli
 
 
 class NonFiniteHalt(RuntimeError):
-    """Training stopped at a non-finite step; the message says where it was and what was saved.
-    ``check``: the step's :class:`StepCheck` (the step is complete: the loop may still log it)."""
+    """Training stopped at a non-finite step (policy ``halt``, or ``rollback`` after ``max_rollbacks``):
+    raised by ``optimizer_step`` on every rank at the same step, after ``EXP/nonfinite/halt.json`` is
+    written. The message says where it was and what was saved; ``check``: the step's :class:`StepCheck`
+    (the step is complete: the loop may still log it). Uncaught, the rank exits 1 with its traceback, as
+    any exception; ``sys.exit(e.exit_code)`` in an ``except lab.NonFiniteHalt as e`` exits as
+    ``asrlab train`` does (:data:`HALT_EXIT`), and a job's scheduler can tell a halt from a crash."""
+
+    exit_code = HALT_EXIT
 
     def __init__(self, message: str, check: "StepCheck | None" = None):
         super().__init__(message)

@@ -39,19 +39,35 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
               "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
-              "traceback": "".join(traceback.format_exception(error)),
+              "traceback": "".join(traceback.format_exception(error)), "pid": os.getpid(), "host": socket.gethostname(),
               **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {})}
     def write() -> None:
         atomic_write(path, json.dumps(record))  # whole or absent: another rank polls this folder
         relay.flush()  # and to the other nodes, where they do not share this folder
 
     write()  # first without: a rank that asks which peers went away waits on the others' errors
+    write_torchelastic_error(record)
     lost = relay.lost_peers(record["message"])
     if lost:
         record["lost"] = lost
         write()
     error.rank_error_file = path
     return path
+
+
+def write_torchelastic_error(record: dict) -> None:
+    """The error also where torchrun's agent looks (``TORCHELASTIC_ERROR_FILE``, as torch's ``@record``
+    writes it): its summary then shows the exception, and its root cause is the rank that failed first,
+    by this error's time, not by which process the agent saw end first."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):  # the loop's own @record, or an earlier error, stays
+        return
+    data = {"message": {"message": f"{record['type']}: {record['message']}",
+                        "extraInfo": {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}}}
+    try:
+        atomic_write(Path(path), json.dumps(data))
+    except OSError:
+        pass
 
 
 def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> list[dict]:
@@ -105,4 +121,5 @@ def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
     return f"{said}\nLOST: {error_line(first)}" if first.get("lost") else said  # the cause, last
 
 
-__all__ = ["error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error"]
+__all__ = ["error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error",
+           "write_torchelastic_error"]

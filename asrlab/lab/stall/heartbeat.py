@@ -37,7 +37,7 @@ PHASES = {
     "forward": "in the forward pass",
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",
-    "ddp_allreduce": "waiting in DDP's gradient all-reduce (backward)",  # seen from outside (asrlab watch)
+    "ddp_allreduce": "waiting in DDP's gradient all-reduce (backward)",  # read from a stack that stays in backward
     "collective": "waiting in a collective (torch.distributed)",
     "other": "in the loop's own code",
     "optimizer": "in the optimizer step",

@@ -25,6 +25,7 @@ import faulthandler
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -33,6 +34,8 @@ from pathlib import Path
 import psutil
 
 from . import relay
+from .classify import own_stack, phase_of
+from .peers import PeerExits
 from .errors import error_line, rank_errors
 from .heartbeat import Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
 from .report import stall_dir, write_dump, write_lab_status, write_report
@@ -119,6 +122,7 @@ class Watchdog(threading.Thread):
                 (self.exp / name).unlink(missing_ok=True)
         self._workers_file = self._arm_worker_dumps()
         self.relay: relay.Relay | None = None
+        self.peers = PeerExits(self.exp, hb.rank, world_size, self.rid) if world_size > 1 and PeerExits.available() else None
 
     def _arm_worker_dumps(self):
         """Workers forked from now on inherit a handler that writes their stacks to ``stall/rank{R}.workers.txt``."""
@@ -171,7 +175,11 @@ class Watchdog(threading.Thread):
     def _watch(self) -> None:
         clock = ProgressClock(self.world_size, self.timeout_s, self.first_step_s)
         self.flush()  # at once: a rank that fails in its first second is reported with the others' state
+        if self.peers is not None:
+            self.peers.start()
         while not self._halt.wait(self.poll_s):
+            if self.peers is not None:
+                self.peers.look()  # restarted peers, late ones
             self.flush()
             if self.exit_on_stall:
                 self._arm_faulthandler()
@@ -193,6 +201,11 @@ class Watchdog(threading.Thread):
         self.stalled.set()
         faulthandler.cancel_dump_traceback_later()
         snap = self.hb.snapshot()
+        if self.world_size > 1 and snap["phase"] in ("compute", "step", "forward", "backward"):
+            # stuck in backward under DDP is waiting for the other ranks' gradients: its all-reduce
+            stack = own_stack(threading.main_thread().ident)
+            if phase_of(stack) == "backward":
+                snap["phase"] = "ddp_allreduce"
         if snap["phase"] == "data":
             self._dump_workers()
         write_dump(self.exp, {**snap, "run": self.rid})
@@ -219,6 +232,8 @@ class Watchdog(threading.Thread):
         if self.exit_on_stall:
             relay.flush(self.relay)
             kill_children()
+            if failure is not None:
+                _after_the_failed(failure)
             logging.shutdown()
             os._exit(STALL_EXIT if failure is None else PEER_FAILED_EXIT)
 
@@ -228,6 +243,8 @@ class Watchdog(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(timeout=5)
+        if self.peers is not None:
+            self.peers.stop()
         faulthandler.cancel_dump_traceback_later()
         if self._fh_file is not None:
             self._fh_file.close()
@@ -258,6 +275,24 @@ def watching(hb: Heartbeat, exp: str | Path, world_size: int, phase: str, timeou
         hb.enter("start")
         if watchdog is not None:
             watchdog.stop(settle=False)  # training's own watchdog follows
+
+
+def _after_the_failed(failure: dict, limit_s: float = 20.0) -> None:
+    """Wait (at most ``limit_s``) for the rank that failed to end first, and for the clock to pass the
+    second of its error: torchrun's agent names as root cause the failure with the earliest time, in
+    whole seconds, and a survivor that ended first would take the blame."""
+    deadline = time.time() + limit_s
+    pid, here = failure.get("pid"), failure.get("host") in (None, socket.gethostname())
+    while pid and here and time.time() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.1)
+    wait = int(failure.get("time", 0)) + 1.2 - time.time()
+    if wait > 0:
+        time.sleep(min(wait, max(0.0, deadline - time.time())))
 
 
 __all__ = ["COLLECT_S", "PEER_FAILED_EXIT", "STALL_EXIT", "ProgressClock", "Watchdog", "kill_children", "watching"]

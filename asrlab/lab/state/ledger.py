@@ -2,7 +2,9 @@
 
 ``EXP/ledger/rank{R}.jsonl`` gets one line per optimizer step, ``{"step", "epoch", "keys"}``, and
 a line ``{"resumed_from": S}`` whenever the run goes back to the checkpoint of step S (a resume
-after a crash, a rollback). Nothing is rewritten: the steps after S that were trained and then
+after a crash, a rollback), and a line ``{"untrained": [keys], "epoch", "after_step", "batches",
+"utterances", "exact"}`` when the rank stopped its epoch with data left (the uneven guard's early stop:
+another rank ran out). Nothing is rewritten: the steps after S that were trained and then
 lost stay in the file, and :func:`read_ledger` drops them, so what is left is what the final
 model was trained on. :func:`coverage` counts each utterance per epoch over all ranks.
 """
@@ -28,6 +30,11 @@ class LedgerWriter:
 
     def resumed(self, step: int) -> None:
         self.f.write({"resumed_from": step})
+
+    def untrained(self, step: int, epoch: int, keys: list[str], batches: int | None, utterances: int | None,
+                  exact: bool) -> None:
+        self.f.write({"untrained": keys, "epoch": epoch, "after_step": step, "batches": batches,
+                      "utterances": utterances, "exact": exact})
 
     def flush(self) -> None:
         self.f.f.flush()
@@ -80,16 +87,34 @@ def note_resume(exp: str | Path, ledger: LedgerWriter | None, step: int, rank: i
             mark_resumed(exp, r, step)
 
 
-def read_ledger(exp: str | Path, rank: int = 0) -> list[dict]:
-    """The steps of rank ``rank`` that count: lines undone by a later ``resumed_from`` are dropped
-    (a torn last line, from a process killed mid-write, is ignored)."""
+def _read(exp: str | Path, rank: int) -> tuple[list[dict], list[dict]]:
     steps: list[dict] = []
+    left: list[dict] = []
     for rec in read_jsonl(_path(exp, rank)):
         if "resumed_from" in rec:
             steps = [s for s in steps if s["step"] <= rec["resumed_from"]]
+            left = [x for x in left if x["after_step"] <= rec["resumed_from"]]
+        elif "untrained" in rec:
+            left.append(rec)
         else:
             steps.append(rec)
-    return steps
+    return steps, left
+
+
+def read_ledger(exp: str | Path, rank: int = 0) -> list[dict]:
+    """The steps of rank ``rank`` that count: lines undone by a later ``resumed_from`` are dropped
+    (a torn last line, from a process killed mid-write, is ignored)."""
+    return _read(exp, rank)[0]
+
+
+def read_untrained(exp: str | Path) -> dict[int, dict[int, dict]]:
+    """``{epoch: {rank: record}}``: what each rank left untrained when its epoch was cut short (the
+    ``untrained`` lines that count, as :func:`read_ledger` keeps steps)."""
+    out: dict[int, dict[int, dict]] = {}
+    for rank in ledger_ranks(exp):
+        for rec in _read(exp, rank)[1]:
+            out.setdefault(rec["epoch"], {})[rank] = rec
+    return out
 
 
 def ledger_ranks(exp: str | Path) -> list[int]:

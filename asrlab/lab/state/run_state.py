@@ -92,6 +92,7 @@ class RunState:
         self.group = dist.cpu_group()
         self.device = next(model.parameters()).device
         self.ledger = LedgerWriter(self.exp, self.rank) if ledger else None
+        self._last = (0, 0)  # (step, epoch) of the last step recorded
 
     def _gather(self, obj) -> list:
         if self.group is None:
@@ -190,8 +191,18 @@ class RunState:
 
     def record(self, step: int, epoch: int, keys) -> None:
         """The sample keys this rank trained on at ``step`` (the ledger)."""
+        self._last = (step, epoch)
         if self.ledger is not None:
             self.ledger.step(step, epoch, [str(k) for k in keys])
+
+    def untrained(self, keys: list[str], batches: int | None = None, utterances: int | None = None,
+                  exact: bool = True) -> None:
+        """This rank's epoch ended with data left (another rank ran out, :class:`~asrlab.lab.UnevenGuard`
+        calls this): what it did not train, after the last step recorded, into the ledger."""
+        if self.ledger is not None:
+            step, epoch = self._last
+            self.ledger.untrained(step, epoch, [str(k) for k in keys], batches,
+                                  len(keys) if utterances is None and exact else utterances, exact)
 
     def coverage(self, epoch: int, keys: set[str] | None = None) -> dict:
         """:func:`.ledger.coverage_report` of this run's ledger."""

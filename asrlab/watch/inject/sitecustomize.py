@@ -43,6 +43,13 @@ def _record(exc_type, exc, tb, _previous=sys.excepthook):
             with open(tmp, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, path)  # whole or absent: the watcher polls this folder
+            elastic = os.environ.get("TORCHELASTIC_ERROR_FILE")
+            if elastic and not os.path.exists(elastic):
+                # as torch's @record writes it: torchrun's summary shows the exception, and its root cause
+                # is the rank whose error came first, by this time
+                with open(elastic, "w") as f:
+                    json.dump({"message": {"message": f"{exc_type.__name__}: {exc}", "extraInfo": {
+                        "py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}}}, f)
     except Exception:  # recording must never hide the error itself
         pass
     _previous(exc_type, exc, tb)

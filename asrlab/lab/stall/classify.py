@@ -5,12 +5,16 @@ The rules read the frames from the innermost out, and the first that matches nam
 torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data), the optimizer (and the
 grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
 group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
-it is anywhere but waiting for its next index.
+it is anywhere but waiting for its next index. ``asrlab watch`` reads stacks sampled from outside with
+these rules; a stall watchdog inside a rank reads its own main thread's stack with them.
 """
 
 from __future__ import annotations
 
-from .sample import Frame
+import sys
+import traceback
+
+Frame = tuple[str, int, str]  # (file, line, function), as py-spy, faulthandler and sys._current_frames give them
 
 COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
@@ -79,6 +83,12 @@ def own_frame(frames: list[Frame]) -> Frame | None:
     return None
 
 
+def own_stack(thread_id: int) -> list[Frame]:
+    """A thread of this process, as the rules read it (outermost first)."""
+    frame = sys._current_frames().get(thread_id)
+    return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack(frame)] if frame else []
+
+
 def where(frame: Frame | None) -> str:
     if frame is None:
         return ""
@@ -86,4 +96,4 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "own_code", "own_frame", "phase_of", "where", "worker_busy", "worker_own"]
+__all__ = ["COLLECTIVES", "Frame", "own_code", "own_frame", "own_stack", "phase_of", "where", "worker_busy", "worker_own"]
