@@ -221,18 +221,21 @@ def examples_dir() -> Path:
                             "run from a checkout of the project")
 
 
-def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str]):
+def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str], watch: list[str] | None = None):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", script,
-           str(exp), *map(str, args)]
+           str(exp if watch is None else exp / "job"), *map(str, args)]
+    if watch is not None:  # the job as it is, under asrlab watch, which writes into EXP
+        cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *map(str, watch), "--", *cmd]
     return _spawn(cmd, exp, cwd=examples_dir(), env={"TOY_FAULT": fault, "OMP_NUM_THREADS": "1"})
 
 
 def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args: list | None = None,
-             timeout_s: float = 600) -> dict:
+             timeout_s: float = 600, watch: list | None = None) -> dict:
     """Run ``torchrun --nproc-per-node NPROC examples/SCRIPT EXP ARGS`` (``TOY_FAULT=fault``) to its end,
-    with a clock in the page: ``{"exit", "seconds", "log"}`` (the output is in ``EXP.log``)."""
+    with a clock in the page: ``{"exit", "seconds", "log"}`` (the output is in ``EXP.log``). ``watch``: run
+    it under ``asrlab watch --exp EXP WATCH --`` instead (the loop's own folder is then ``EXP/job``)."""
     exp = Path(exp)
-    proc, log_path, log = _loop_start(script, exp, nproc, fault, args or [])
+    proc, log_path, log = _loop_start(script, exp, nproc, fault, args or [], watch)
     t0 = time.time()
     bar = widgets.progress(desc=f"{exp.name}: running", unit="s")
     try:

@@ -59,7 +59,8 @@ def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
 
 PHASE_COLOURS = {"start": "#dddddd", "data": "#d62728", "sync": "#ff9896", "copy": "#17becf", "features": "#aec7e8", "forward": "#1f77b4",
                  "backward": "#9467bd", "allreduce": "#7f7f7f", "optimizer": "#2ca02c", "checkpoint": "#8c564b",
-                 "eval": "#bcbd22", "epoch_end": "#000000", "done": "#ffffff"}
+                 "eval": "#bcbd22", "epoch_end": "#000000", "done": "#ffffff", "compute": "#1f77b4",
+                 "ddp_allreduce": "#7f7f7f", "collective": "#c7c7c7", "other": "#e377c2"}
 
 
 def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> plt.Figure:
@@ -104,6 +105,29 @@ def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
     axes[0].set(xlabel="step", ylabel="seconds", title=title or "step time")
     axes[1].set(xlabel="step", title="of which waiting for data")
     axes[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def phase_shares(ranks: list[dict], title: str = "") -> plt.Figure:
+    """Per rank, the share of its time in each phase: ``asrlab doctor``'s ``steps.ranks`` (``shares`` where the
+    phases were sampled from outside, else waiting for data against the rest)."""
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(ranks) + 1.6))
+    phases: list[str] = []
+    for r in ranks:
+        for p in (r.get("shares") or {"data": 0.0, "compute": 0.0}):
+            if p not in phases:
+                phases.append(p)
+    labels = [f"rank {r['rank']}" for r in ranks]
+    left = [0.0] * len(ranks)
+    for p in phases:
+        vals = [(r.get("shares") or {"data": r["data_wait_share"], "compute": 1 - r["data_wait_share"]}).get(p, 0.0)
+                for r in ranks]
+        ax.barh(labels, vals, left=left, label=p, color=PHASE_COLOURS.get(p))
+        left = [a + v for a, v in zip(left, vals)]
+    ax.set(xlim=(0, 1), xlabel="share of the rank's time", title=title or "where each rank's time goes")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 

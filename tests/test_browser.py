@@ -397,3 +397,18 @@ def test_doctor_explorer(lab, page):
     changes(page, text, lambda: explorer.locator("select").first.select_option(label="hang in data"), "picking a run")
     assert text().startswith("STALLED: rank 1 has waited")
     shoot(page, explorer, "05_your_loop_explorer")
+
+
+@pytest.mark.executes_notebook("06_your_run")
+def test_your_run_explorers(lab, page):
+    explorer = explorer_after_run_all(page, lab, "06_your_run", ".asrlab-doctor", 400, "what asrlab doctor says")
+    text = lambda: explorer.locator("pre").inner_text()  # noqa: E731
+    assert text().startswith("STALLED: rank 1 has waited")  # the first run: a data worker hung
+    changes(page, text, lambda: explorer.locator("select").first.select_option(label="a rank raises"), "picking a run")
+    assert text().startswith("CRASHED: rank 1 failed")
+    stalls = shown(page.locator(".asrlab-stalls").first)
+    picture(stalls)  # each rank's phases over time, drawn
+    detail = lambda: stalls.locator(".asrlab-rank").inner_text()  # noqa: E731
+    changes(page, detail, lambda: stalls.get_by_role("button", name="rank 1").click(), "picking rank 1")
+    shoot(page, explorer, "06_your_run_doctor")
+    shoot(page, stalls, "06_your_run_stalls")

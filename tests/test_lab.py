@@ -149,6 +149,7 @@ def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path)
     assert [b.name for b in bundles] == ["step00000006-rank0"]  # only the rank whose batch overflowed
     meta = json.loads((bundles[0] / "report.json").read_text())
     assert (meta["module"], meta["direction"], meta["kind"]) == ("proj", "forward", "loss")
+    assert meta["cause"]["cause"] == "overflow", meta["cause"]  # the same step in fp32 is finite
     assert len(meta["keys"]) == 8 and all(k.startswith("utt") for k in meta["keys"])
     event = diagnose(exp)["nonfinite"]["events"][0]
     assert (event["step"], event["module"], event["direction"], event["keys"]) == (6, "proj", "forward", meta["keys"])

@@ -6,7 +6,6 @@ of each epoch trained exactly once."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys

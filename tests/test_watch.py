@@ -21,11 +21,11 @@ from asrlab.watch.sample import parse_faulthandler
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150):
+def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150, epochs: int = 1):
     """``asrlab watch`` around torchrun and the bare loop; (exit code, stderr, seconds, pids seen)."""
     cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "bare_loop.py", str(exp.parent / "out"), "1"]
+           "bare_loop.py", str(exp.parent / "out"), str(epochs)]
     env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
@@ -106,7 +106,7 @@ def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_mos
     """Sampled from outside with no line changed: the step split of notebook 02 per rank (rank 1's reads
     are slow, so it waits for data and rank 0 waits for it in the all-reduce); the run finished, exit 0."""
     exp = tmp_path / "exp"
-    rc, err, _ = watched(exp, "slow_data:1:0", "--stall-timeout", "30")
+    rc, err, _ = watched(exp, "slow_data:1:0", "--stall-timeout", "30", epochs=2)
     assert rc == 0, err[-3000:]
     assert not (exp / "stall_report.json").exists()
     d = diagnose(exp)
@@ -114,6 +114,15 @@ def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_mos
     shares = {r["rank"]: r["data_wait_share"] for r in d["steps"]["ranks"]}
     assert shares[1] > 0.5 and shares[1] > shares[0] + 0.3, d["steps"]
     assert d["steps"]["spread"]["most_data_wait_rank"] == 1
+    # the same loop with asrlab's parts added (examples/lab_loop.py: the stall watch's phase clock inside
+    # each rank): the shares sampled from outside agree within 10 points, rank by rank
+    inside = tmp_path / "inside"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          "lab_loop.py", str(inside), "2"], cwd=EXAMPLES, capture_output=True, text=True, timeout=150,
+                         env={**os.environ, "TOY_FAULT": "slow_data:1:0", "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    measured = {r["rank"]: r["data_wait_share"] for r in diagnose(inside)["steps"]["ranks"]}
+    assert all(abs(shares[r] - measured[r]) <= 0.10 for r in (0, 1)), (shares, measured)
     rc = subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e2"), "--",
                          sys.executable, "-c", "import sys; sys.exit(7)"], capture_output=True, timeout=60).returncode
     assert rc == 7

@@ -95,8 +95,9 @@ def format_diagnosis(d: dict) -> str:
             lines.append(f"    wall clock: {format_split(r['split'])}")
     if st["spread"] and "most_data_wait_rank" in st["spread"]:
         s = st["spread"]
-        lines.append(f"  rank {s['most_data_wait_rank']} waits for data most ({100 * s['data_wait_share']:.0f}% of "
-                     "its sampled time): its reads hold the others up")
+        if s["data_wait_share"] >= 0.25:  # below that, no rank's reads hold the others up
+            lines.append(f"  rank {s['most_data_wait_rank']} waits for data most ({100 * s['data_wait_share']:.0f}% "
+                         "of its sampled time): its reads hold the others up")
     elif st["spread"]:
         s = st["spread"]
         lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
@@ -118,6 +119,8 @@ def format_diagnosis(d: dict) -> str:
         keys = e.get("keys") or []
         lines.append(f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
                      f"{e.get('where') or e.get('module')}; utterances {_few(keys)}")
+        if e.get("cause"):
+            lines.append(f"    cause: {e['cause']['text']}")
         lines.append(f"    bundle: {e['bundle']}")
     unsaved = [s for s in nf["steps"] if s not in {e["step"] for e in nf["events"]}]
     if unsaved:

@@ -96,7 +96,7 @@ def nonfinite_events(exp: str | Path) -> dict:
         if m is None:
             continue
         events.append({**{k: m.get(k) for k in ("step", "rank", "epoch", "kind", "module", "direction", "where",
-                                                "keys", "loss", "grad_norm", "loss_scale", "precision")},
+                                                "keys", "loss", "grad_norm", "loss_scale", "precision", "cause")},
                        "bundle": str(report.parent)})
     steps = sorted({m["step"] for name in metric_files(exp) for m in read_metrics(exp, name)
                     if m.get("nonfinite") in ("loss", "grad")})

@@ -197,7 +197,7 @@ class TrainStep:
         def run():
             with torch.autocast(self.device.type, enabled=False):
                 feats, feat_lens, targets, target_lens = self.inputs(batch, phases=False)
-                with self.autocast():
+                with self.guard.autocast():  # the step's own, or none in the guard's fp32 check
                     log_probs, out_lens = self.model(feats, feat_lens)
                 loss = mean_ctc_loss(log_probs, out_lens, targets, target_lens)[0] / n
             return loss, {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,

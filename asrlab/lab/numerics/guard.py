@@ -54,6 +54,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .cause import classify, ctc_calls, ctc_problems
 from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
 from .. import dist
 from ..keys import KeyFinder, KeysSpec, find_keys
@@ -197,7 +198,9 @@ class NumericsGuard:
         kind = self._device.type
         self._dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
 
-    def _autocast(self):
+    def autocast(self):
+        """The autocast the step being replayed ran under (none in the fp32 check of a replay): for a replay
+        that sets its own autocast inside, as asrlab's trainer does around its model."""
         if self._dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self._device.type, dtype=self._dtype)
@@ -354,7 +357,9 @@ class NumericsGuard:
         at = f" after step {m['step']}" if m.get("step") not in (None, check.step) else ""
         msg = (f"halted at step {check.step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
                f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
-               f"{m.get('where', '?')}; weights and batch in {m.get('saved', '-')}")
+               f"{m.get('where', '?')}"
+               + (f"; cause: {m['cause']['text']}" if m.get("cause") else "")
+               + f"; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
             path = self.exp / "nonfinite" / "halt.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -366,6 +371,8 @@ class NumericsGuard:
         """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
         first = summary = None
         inputs, rng, replay = taken.batch, taken.rng, taken.replay
+        calls: list = []
+        fp32_finite = None
         if replay is not None:
             saved, dtype = rng_state(self._device), self._dtype
             set_rng_state(taken.rng, self._device)
@@ -376,29 +383,40 @@ class NumericsGuard:
                 rng, got = rng_state(self._device), {}  # where this micro-batch's draws (dropout) start
 
                 def run():
-                    with self._autocast():
+                    with self.autocast():
                         out = part()
                     part_loss, got["inputs"] = out if isinstance(out, tuple) else (out, None)
                     torch.autograd.grad(part_loss * scale, params, allow_unused=True)
 
-                first, summary = locate(self.model, run, self.diag)
+                with ctc_calls() as seen:
+                    first, summary = locate(self.model, run, self.diag)
+                calls = seen
                 inputs = got["inputs"] if got["inputs"] is not None else inputs
                 if first is not None:
                     break
+            if taken.dtype is not None:  # the same part once more in fp32: finite there means an overflow
+                set_rng_state(rng, self._device)
+                self._dtype = None
+                with torch.no_grad(), torch.autocast(self._device.type, enabled=False):
+                    out = part()
+                fp32_finite = bool(torch.isfinite((out[0] if isinstance(out, tuple) else out).float()).all())
             set_rng_state(saved, self._device)
             self._dtype, self.replaying = dtype, None
         keys = (find_keys(inputs) if inputs is not taken.batch else None) or taken.ids
+        cause = (classify(first, taken.dtype, fp32_finite, ctc_problems(calls, keys), loss_finite=kind != "loss")
+                 if replay is not None else None)
         meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
                 "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
-                "keys": keys, "tightest": tightest(summary, 5) if summary else [],
+                "keys": keys, "tightest": tightest(summary, 5) if summary else [], "cause": cause,
                 **{k: v() if callable(v) else v for k, v in self.meta.items()}}
         inputs = {**_tensors(inputs), "keys": keys}
         path = save_bundle(self.exp / "nonfinite" / f"step{taken.step:08d}-rank{self.rank}", self.model,
                            inputs, meta, rng=rng)
         meta["saved"] = str(path)
-        log.warning("step %d, rank %d: first non-finite value in %s; batch %s; saved in %s", taken.step, self.rank,
-                    meta["where"], ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
+        log.warning("step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; saved in %s", taken.step,
+                    self.rank, meta["where"], cause["text"] if cause else "not replayed",
+                    ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
         return meta
 
     def close(self) -> None:
