@@ -82,6 +82,9 @@ def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward) of step 5" in rep["verdict"], rep["verdict"]
     rank1 = rep["ranks"][1]
     assert "_faulty" in rank1["workers"] and "time.sleep" not in rank1.get("stacks", {})  # the worker's stack
+    # the report's stack of rank 1 runs from the loop's own line (below asrlab's and torch's frames) down
+    shown = (exp / "stall_report.txt").read_text().split("--- rank 1: Python stacks ---")[1].split("\n---")[0]
+    assert "lab_loop.py" in shown.split("[MainThread", 1)[1].split("\n[", 1)[0], shown[:3000]
     assert elapsed < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
     assert json.loads((exp / "lab.json").read_text())["status"] == "stalled"
     d = diagnose(exp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
@@ -62,9 +63,18 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
     if a.pid is not None:
         return _doctor_pid(a)
-    if a.exp is None:
-        raise UsageError("asrlab doctor EXP, or asrlab doctor --pid PID for a job running now")
-    d = diagnose(a.exp)
+    if not a.exp:
+        raise UsageError("asrlab doctor EXP [EXP ...], or asrlab doctor --pid PID for a job running now")
+    if len(a.exp) == 1:
+        d = diagnose(a.exp[0])
+    else:  # one folder per node (asrlab watch on each): read as one run
+        from ..doctor.merge import merge_runs
+
+        merged = merge_runs(a.exp, tempfile.mkdtemp(prefix="asrlab-doctor-"))
+        d = diagnose(merged)
+        d["nodes"] = [str(e) for e in a.exp]
+        if not a.json:
+            print(f"(the {len(a.exp)} folders {', '.join(map(str, a.exp))} read as one run, merged in {merged})")
     print(json.dumps(d, indent=1) if a.json else format_diagnosis(d).rstrip("\n"))
     return 0 if d["ok"] else 1
 
@@ -141,7 +151,7 @@ def add_commands(sub) -> None:
     dr = sub.add_parser("doctor", help="what happened to a run: the verdict (finished, running, stopped, stalled, "
                                        "crashed, non-finite halt), per-rank timing, non-finite steps, resumes, "
                                        "ledger coverage, checkpoint integrity; exit 1 when it failed")
-    dr.add_argument("exp", nargs="?")
+    dr.add_argument("exp", nargs="*", help="the run's folder; several: one per node (asrlab watch on each), read as one run")
     dr.add_argument("--pid", type=int, help="instead of EXP: a job running now (its torchrun agent, any rank or "
                                            "worker), its stacks sampled from outside with py-spy; exit 1 if stuck")
     dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")

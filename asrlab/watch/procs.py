@@ -18,6 +18,7 @@ class Proc:
     started: float                    # its create time: a pid reused later is another process
     workers: list[int] = field(default_factory=list)
     by_env: bool = True               # a RANK in its environment (else: the one process of a plain job)
+    world: int = 0                    # its WORLD_SIZE (every node's ranks), 0 where not given
 
 
 def _is_python(p: psutil.Process) -> bool:
@@ -107,7 +108,8 @@ class Table:
             e = env[pid]
             rid = e.get("TORCHELASTIC_RUN_ID")
             run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else f"pid{pid}"
-            proc = Proc(pid, int(rank), run, started, workers(pid))
+            world = e.get("WORLD_SIZE", "")
+            proc = Proc(pid, int(rank), run, started, workers(pid), world=int(world) if world.isdigit() else 0)
             old = ranks.get(proc.rank)
             if old is None or old.started < started:  # a restarted rank replaces the one before it
                 ranks[proc.rank] = proc

@@ -167,8 +167,12 @@ class JobWatch:
             if rc == 0 and self.stalled is None:
                 self._beat(view.snapshot(now, "done"), now, "done")
         write_lab_status(self.exp, {"status": status, "exit_code": rc, "ended": now,
-                                    "world_size": len(self.ranks) or None, "sampler": self.sampler_note})
+                                    "world_size": self.world() if self.ranks else None, "sampler": self.sampler_note})
         return rc
+
+    def world(self) -> int:
+        """The job's ranks: their WORLD_SIZE (with other nodes' ranks), else those seen here."""
+        return max([v.proc.world for v in self.ranks.values()] + [max(self.ranks, default=-1) + 1])
 
     def _on_signal(self, sig, frame) -> None:
         self._signal = sig
@@ -262,7 +266,7 @@ class JobWatch:
         still = now - max(v.moved for v in views)
         if still < allowance:
             return
-        world = max(self.ranks) + 1
+        world = self.world()
         for v in views:
             phase = v.phase
             if phase == "backward" and world > 1:  # unmoved in backward: waiting for the others' gradients

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..lab.stall.classify import own_tail
 from ..lab.stall.heartbeat import phase_intervals, read_timeline
 from ..lab.stall.report import rank_states
 from ..lab.stall.verdict import rank_line
@@ -21,7 +22,7 @@ def rank_html(entry: dict, frames: int = 14) -> str:
         return head + (f"<pre>{html_escape(extra)}</pre>" if extra else "<p><i>no stacks (the run did not stall)</i></p>")
     parts = []
     for name, lines in sorted(stacks.items(), key=lambda kv: "MainThread" not in kv[0]):
-        body = html_escape("\n".join(lines[-frames:]))
+        body = html_escape("\n".join(own_tail(lines, frames)))
         parts.append(f"<details{' open' if 'MainThread' in name else ''}><summary><code>{html_escape(name)}</code>"
                      f"</summary><pre style='font-size:11px;line-height:1.25'>{body}</pre></details>")
     return head + "".join(parts)

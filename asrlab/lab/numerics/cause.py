@@ -7,7 +7,9 @@
   has no alignment and an infinite loss. The lengths are read from the loop's own ``ctc_loss`` call during
   the replay (``torch.nn.functional.ctc_loss``, which ``nn.CTCLoss`` calls); empty targets are named too;
 * **the loss**: every activation finite, the loss not (a log of zero, a division by a zero count);
-* **the data or the model**: not finite in fp32 either, from the first module named.
+* **the data or the model**: not finite in fp32 either, from the first module named;
+* **another rank's**: this rank's loss was finite and its own step replays finite: its gradients came
+  non-finite through DDP's all-reduce.
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ def classify(first: dict | None, dtype: torch.dtype | None, fp32_finite: bool | 
                 "text": f"an overflow of {name}: the same step in fp32 is finite (the values outgrew {name}, "
                         "not a data problem)"}
     empty = [p for p in ctc if p["problem"] == "empty target"]
+    if loss_finite and first is None:
+        return {"cause": "another_rank", "utterances": [],
+                "text": "another rank's: this rank's own step replays finite, so its non-finite gradients came "
+                        "in DDP's all-reduce (the rank whose loss was not finite has the cause)"}
     if not loss_finite and (first is None or first.get("direction") == "backward"):  # the forward was finite
         return {"cause": "loss", "utterances": [p["key"] for p in empty],
                 "text": "the loss: every activation is finite and the loss is not"

@@ -11,6 +11,7 @@ these rules; a stall watchdog inside a rank reads its own main thread's stack wi
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 
@@ -19,6 +20,8 @@ Frame = tuple[str, int, str]  # (file, line, function), as py-spy, faulthandler 
 COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "wait"}
+DDP_COLLECTIVES = {"_pre_forward", "_rebuild_buckets", "_sync_buffers", "_sync_module_states", "_check_global_requires_backward_grad_sync",
+                   "_match_all_reduce_for_bwd_pass", "_distributed_broadcast_coalesced"}
 START = {"init_process_group", "_create_c10d_store", "rendezvous", "_new_process_group_helper"}
 
 
@@ -40,6 +43,8 @@ def phase_of(frames: list[Frame]) -> str:
         if _is(file, "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py") and (
                 fn in COLLECTIVES or fn in START):
             return "start" if fn in START else "collective"
+        if _is(file, "torch/nn/parallel/distributed.py") and fn in DDP_COLLECTIVES:
+            return "collective"  # DDP's own collectives around the forward (its buckets, its buffers)
         if _is(file, "torch/utils/data/dataloader.py") and fn in ("__next__", "_next_data", "_get_data",
                                                                     "_try_get_data", "__iter__", "_get_iterator"):
             return "data"
@@ -89,6 +94,19 @@ def own_stack(thread_id: int) -> list[Frame]:
     return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack(frame)] if frame else []
 
 
+_FILE = re.compile(r'File "([^"]+)"')
+
+
+def own_tail(lines: list[str], least: int = 12) -> list[str]:
+    """A formatted stack (traceback's frames, innermost last) from the innermost frame of the job's own code
+    down to the blocking call, so the loop's own line is always shown; at least the last ``least`` frames."""
+    mine = [i for i, line in enumerate(lines) if (m := _FILE.search(line)) and own_code(m.group(1))]
+    start = len(lines) - least
+    if mine:
+        start = min(start, mine[-1])
+    return lines[max(0, start):]
+
+
 def where(frame: Frame | None) -> str:
     if frame is None:
         return ""
@@ -96,4 +114,4 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "Frame", "own_code", "own_frame", "own_stack", "phase_of", "where", "worker_busy", "worker_own"]
+__all__ = ["COLLECTIVES", "Frame", "own_code", "own_frame", "own_stack", "own_tail", "phase_of", "where", "worker_busy", "worker_own"]

@@ -40,7 +40,7 @@ class PeerExits(threading.Thread):
         self._watched: dict[int, tuple[int, int]] = {}  # pidfd -> (rank, pid)
         self._pids: set[int] = set()
         self._lock = threading.Lock()
-        self._stop = False
+        self._ending = False
 
     @staticmethod
     def available() -> bool:
@@ -70,7 +70,7 @@ class PeerExits(threading.Thread):
 
     def run(self) -> None:
         threading.Thread(target=self._find, name="asrlab-peer-find", daemon=True).start()
-        while not self._stop:
+        while not self._ending:
             for fd, _ in self._poll.poll():
                 if fd == self._wake_r:
                     os.read(self._wake_r, 512)
@@ -85,11 +85,11 @@ class PeerExits(threading.Thread):
     def _find(self, within_s: float = 30.0) -> None:
         """The peers as their first heartbeats appear, at once: a rank may be killed in its first second."""
         deadline = time.time() + within_s
-        while not self._stop and time.time() < deadline and self.look() < self.world_size:
+        while not self._ending and time.time() < deadline and self.look() < self.world_size:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        self._stop = True
+        self._ending = True
         os.write(self._wake_w, b"x")
 
 

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from ...files import atomic_write
+from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
 from .verdict import failure_verdict, rank_line, verdict
@@ -98,7 +99,7 @@ def format_report(report: dict) -> str:
             lines += ["", f"--- rank {e['rank']}: Python stacks ---"]
             for name, frames in sorted(e["stacks"].items(), key=lambda kv: "MainThread" not in kv[0]):
                 lines.append(f"[{name}]")
-                lines += frames[-12:]
+                lines += own_tail(frames)  # from the loop's own line down to the blocking call
         elif e.get("faulthandler"):
             lines += ["", f"--- rank {e['rank']}: faulthandler dump ---", e["faulthandler"]]
         if e.get("workers"):

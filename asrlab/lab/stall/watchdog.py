@@ -203,9 +203,9 @@ class Watchdog(threading.Thread):
         snap = self.hb.snapshot()
         if self.world_size > 1 and snap["phase"] in ("compute", "step", "forward", "backward"):
             # stuck in backward under DDP is waiting for the other ranks' gradients: its all-reduce
-            stack = own_stack(threading.main_thread().ident)
-            if phase_of(stack) == "backward":
-                snap["phase"] = "ddp_allreduce"
+            seen = phase_of(own_stack(threading.main_thread().ident))
+            if seen in ("backward", "collective"):  # in backward: DDP's gradient all-reduce
+                snap["phase"] = "ddp_allreduce" if seen == "backward" else "collective"
         if snap["phase"] == "data":
             self._dump_workers()
         write_dump(self.exp, {**snap, "run": self.rid})

@@ -1,0 +1,65 @@
+"""Several nodes' run folders read as one run: ``asrlab doctor EXP_node0 EXP_node1 ...``.
+
+``asrlab watch`` runs on every node around that node's torchrun and writes into that node's folder: the
+heartbeats, stall dumps, errors and timelines of its own ranks, named by their global rank. The merged view
+holds every node's files side by side; where a file of the same name is in several (``lab.json``, a stall
+report each node wrote of what it saw), the run's: the world is every node's ranks, and the stall verdict is
+made again from every rank's dump, so it names the rank that held the others up whichever node it ran on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ..errors import UsageError
+from ..lab.stall.report import write_report
+
+PER_RANK = ("heartbeat", "errors", "stall", "ledger", "metrics", "nonfinite", "diagnostics")
+
+
+def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
+    """Every folder of ``exps`` (one per node) into ``into``, as one run (see the module docstring)."""
+    into = Path(into)
+    exps = [Path(e) for e in exps]
+    for e in exps:
+        if not e.is_dir():
+            raise UsageError(f"{e}: not a directory")
+    for e in exps:
+        for sub in PER_RANK:
+            src = e / sub
+            if not src.is_dir():
+                continue
+            for path in src.rglob("*"):
+                if path.is_file():
+                    dest = into / sub / path.relative_to(src)
+                    if dest.exists() and dest.stat().st_mtime >= path.stat().st_mtime:
+                        continue  # the newest copy of a file two nodes both hold (relayed ones)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, dest)
+    labs = [json.loads((e / "lab.json").read_text()) for e in exps if (e / "lab.json").exists()]
+    ranks = {int(p.stem[4:]) for p in (into / "heartbeat").glob("rank*.json") if p.stem[4:].isdigit()}
+    lab: dict = {}
+    if labs:
+        lab = {**labs[0], "world_size": max(len(ranks), max((x.get("world_size") or 0) for x in labs)),
+               "started": min(x.get("started", 0) for x in labs), "nodes": [str(e) for e in exps]}
+        if any(x.get("status") == "failed" for x in labs):
+            lab["status"] = "failed"
+        elif all(x.get("status") == "finished" for x in labs):
+            lab["status"] = "finished"
+        ended = [x["ended"] for x in labs if x.get("ended")]
+        if ended:
+            lab["ended"] = max(ended)
+        (into / "lab.json").write_text(json.dumps(lab))
+    reports = [json.loads((e / "stall_report.json").read_text()) for e in exps if (e / "stall_report.json").exists()]
+    if reports:  # every node's dumps together: the verdict over every rank
+        first = min(reports, key=lambda r: r.get("time", 0))
+        failure = next((r["failure"] for r in reports if r.get("failure")), None)
+        write_report(into, lab.get("world_size") or first.get("world_size") or 1, first.get("timeout_s", 0.0),
+                     since=min(x.get("started", 0) for x in labs) if labs else 0.0, now=first.get("time"),
+                     failure=failure)
+    return into
+
+
+__all__ = ["merge_runs"]

@@ -1,0 +1,150 @@
+"""asrlab's parts in a Lightning run (and so in NeMo's, whose ASR models are LightningModules).
+
+    from asrlab.lab.lightning import AsrlabCallback
+    trainer = lightning.pytorch.Trainer(strategy="ddp", callbacks=[AsrlabCallback("exp/run", stall_timeout_s=300)])
+
+On every rank: the stall watch (a hang in the data, a collective or the step ends the run with a verdict
+and every rank's stacks; a rank's exception is recorded and named first), the ledger of utterance ids per
+step (found in the batch whatever it calls them, or ``keys=``), and the numerics guard: a step whose loss or
+gradients are not finite is replayed with every module hooked, saved with its utterances and its cause, and
+skipped (its gradients dropped before Lightning's optimizer step), or (``policy="halt"``) raises
+:class:`~asrlab.lab.numerics.guard.NonFiniteHalt`. With fp16 mixed precision, gradients that overflow while
+the loss is finite are left to Lightning's loss scaler, as routine. ``asrlab doctor EXP`` then reads the run
+as any other. Needs the ``lightning`` extra.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+from . import dist
+from .keys import KeyFinder, KeysSpec
+from .numerics.guard import NumericsGuard
+from .stall.watch import StallWatch
+from .state.ledger import LedgerWriter
+
+
+class _Decides:
+    """The optimizer as the guard sees it: the guard decides whether the step is taken, Lightning takes it."""
+
+    def __init__(self, optimizer):
+        self.param_groups = optimizer.param_groups
+        self.stepped = False
+
+    def step(self, *args, **kwargs) -> None:
+        self.stepped = True
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass  # Lightning's own optimizer step needs the gradients
+
+
+def _loss_of(out):
+    return out["loss"] if isinstance(out, dict) else out
+
+
+class AsrlabCallback(pl.Callback):
+    """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never)."""
+
+    def __init__(self, exp: str | Path, stall_timeout_s: float = 300.0, first_step_s: float | None = None,
+                 every: int = 0, policy: str = "skip", ledger: bool = True, keys: KeysSpec = None,
+                 eval_allow_s: float = 3600.0):
+        self.exp, self.stall_timeout_s, self.first_step_s = Path(exp), stall_timeout_s, first_step_s
+        self.every, self.policy, self.keep_ledger, self.keys = every, policy, ledger, keys
+        self.eval_allow_s = eval_allow_s
+        self.watch: StallWatch | None = None
+        self.guard: NumericsGuard | None = None
+        self.ledger: LedgerWriter | None = None
+        self._find = KeyFinder(keys, "AsrlabCallback")
+        self._step_fn = None
+        self._loss = None
+        self._batch = self._ctx = None
+
+    # -- start and end ---------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or self.watch is not None:
+            return
+        self.watch = StallWatch(self.exp, self.stall_timeout_s, self.first_step_s).start()
+        self.guard = NumericsGuard(pl_module, self.exp, every=self.every, policy=self.policy, keys=self.keys)
+        if self.keep_ledger:
+            self.ledger = LedgerWriter(self.exp, dist.world()[0])
+        # the loss of each step, for the guard: the module's own training_step, kept and wrapped
+        self._step_fn = step_fn = pl_module.training_step
+
+        def training_step(*args, **kwargs):
+            out = step_fn(*args, **kwargs)
+            self._loss = _loss_of(out)
+            return out
+
+        pl_module.training_step = training_step
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.watch.enter("data", trainer.global_step + 1)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._close(None)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._close(exception if isinstance(exception, Exception) else None)
+
+    def _close(self, error) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+            self.ledger = None
+        if self.guard is not None:
+            self.guard.close()
+        if self.watch is not None:
+            self.watch.stop(error)
+
+    # -- each step -------------------------------------------------------------------------------
+    def _end_step_record(self) -> None:
+        if self._ctx is not None:  # a step without an optimizer step (training_step returned None) ends here
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._end_step_record()
+        step = trainer.global_step + 1
+        self.watch.enter("compute", step)
+        self._batch, self._idx, self._loss = batch, batch_idx, None
+        self._ctx = self.guard.step(step, batch)
+        self._ctx.__enter__()
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self._end_step_record()
+        loss = self._loss.detach() if torch.is_tensor(self._loss) else torch.tensor(float("nan"))
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        if scaler is not None and bool(torch.isfinite(loss)):
+            return  # fp16 gradients that overflow with a finite loss: the scaler's routine
+        batch, idx, step_fn = self._batch, self._idx, self._step_fn
+        decides = _Decides(optimizer)
+        self.guard.optimizer_step(decides, loss, replay=lambda: _loss_of(step_fn(batch, idx)))
+        if not decides.stepped:  # skipped: nothing for Lightning's optimizer step to apply
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._end_step_record()
+        if self.ledger is not None:
+            self.ledger.step(trainer.global_step, trainer.current_epoch, self._find(batch))
+        self.watch.hb.completed += 1
+        self.watch.enter("data", trainer.global_step + 1)
+
+    # -- evaluation: a phase of its own, with its own allowance ------------------------------------
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self.watch is not None:
+            self.watch.enter("eval", allow_s=self.eval_allow_s)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0):
+        if self.watch is not None:
+            self.watch.tick()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.watch is not None:
+            self.watch.enter("data", trainer.global_step + 1)
+
+
+__all__ = ["AsrlabCallback"]
