@@ -63,6 +63,12 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1
         d = diagnose(exp)
         assert d["verdict"] == "stalled" and d["summary"] == v
+        # PyTorch's Flight Recorder, written by each rank on the watch's request: rank 1 never entered the
+        # all-reduce rank 0 waits in
+        coll = d["stall"]["collectives"]
+        assert set(coll["ranks"]) == {"0", "1"} and coll["behind"] == [1], coll
+        assert "all_reduce" in coll["ranks"]["0"]["op"], coll
+        assert "<- behind the others" in (exp / "stall_report.txt").read_text()
 
         agent = psutil.Process(watch.pid).children()[0].pid  # the torchrun agent, not started by asrlab
         out = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
@@ -189,3 +195,15 @@ def test_the_fallback_signals_only_a_process_that_handles_it(tmp_path):
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_a_rank_killed_with_sigkill_is_named_as_the_one_that_vanished(tmp_path):
+    """Rank 1 of the bare loop is SIGKILLed in step 13 (as the OOM killer would): torchrun ends rank 0 at
+    once; the watch saw which process ended first and the doctor names rank 1, not both."""
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "vanish:1:13", "--stall-timeout", "60")
+    assert rc != 0
+    d = diagnose(exp)
+    assert d["verdict"] == "crashed", d["summary"]
+    assert d["summary"].startswith("rank 1 ended without recording an error: it vanished (the first to end"), d["summary"]
+    assert not left_behind(exp)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from ..lab.stall.flight import last_collectives
 from ..lab.stall.errors import error_line, rank_errors
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.stall.report import rank_states
@@ -81,6 +82,7 @@ def stall_entry(exp: Path, report: dict) -> dict:
     _, ranks = rank_states(exp)  # the report's ranks, as the notebook's stall view reads them
     return {"verdict": report.get("verdict"), "time": report.get("time"), "timeout_s": report.get("timeout_s"),
             "failure": report.get("failure"), "report": str(exp / "stall_report.txt"),
+            "collectives": last_collectives(exp),
             "ranks": [{k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
                       for r in ranks]}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..lab.stall.flight import collectives_text
 from ..lab.stall.verdict import rank_line, ranks_text
 from ..lab.timing import format_split
 from .sections import FIRST
@@ -74,6 +75,7 @@ def format_diagnosis(d: dict) -> str:
     if d["stall"]:
         lines += ["", f"stall report ({d['stall']['report']}): {d['stall']['verdict']}"]
         lines += [f"  {rank_line(r)}" for r in d["stall"]["ranks"]]
+        lines += ["  " + ln for ln in collectives_text(d["stall"].get("collectives"))]
     elif d["ranks"]:
         lines += ["", "ranks (last heartbeats):"] + [_rank_line(r, d["basis"] == "heartbeats") for r in d["ranks"]]
     for h in d["history"]:

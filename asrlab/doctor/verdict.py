@@ -53,8 +53,13 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
 
     status = lab.get("status")
     if status == "failed":
+        gone = [r for r in d["ranks"] if r["state"] == "gone"]
+        if gone:  # ranks that ended without a word: one of them vanished first
+            return {"verdict": "crashed", "ended_by": None, "basis": "heartbeats",
+                    "summary": _vanished(exp, gone, beats, ckpts)}
+        code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
         return {"verdict": "crashed", "ended_by": None, "basis": "lab.json",
-                "summary": "the training loop marked the run failed (lab.json) and recorded no error"}
+                "summary": f"the training loop marked the run failed (lab.json){code} and recorded no error"}
     ranks = d["ranks"]
     missing = [r for r in range(world_size) if r not in beats]
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):

@@ -26,6 +26,8 @@ import psutil
 
 from ..files import append_jsonl, atomic_write
 from ..lab.stall.heartbeat import heartbeat_dir
+from ..lab.stall.flight import collectives_text, flight_dir, last_collectives
+from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
@@ -117,6 +119,7 @@ class JobWatch:
         self._signal: int | None = None
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
         self.table = Table()
+        self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
 
     # -- the job ------------------------------------------------------------------------
@@ -143,6 +146,8 @@ class JobWatch:
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         write_lab_status(self.exp, {"started": t0, "watched": cmd, "host": socket.gethostname()})
+        if self.peers is not None:
+            self.peers.start()
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             proc = subprocess.Popen(cmd, env=self.env(), preexec_fn=own_session_ending_with_parent())
@@ -236,6 +241,8 @@ class JobWatch:
             view = self.ranks.get(rank)
             if view is None or view.proc.pid != proc.pid:  # new, or restarted by torchrun
                 view = self.ranks[rank] = RankView(proc, now)
+                if self.peers is not None:
+                    self.peers.watch(rank, proc.pid)  # which rank ends first, the moment it does
                 self._beat(view.snapshot(now), now, "start")
             view.proc.workers = proc.workers
             stacks = self.sampler.sample(proc.pid)
@@ -277,12 +284,31 @@ class JobWatch:
             text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
                                for pid, s in sorted(v.workers.items()))
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
+        self._flight(list(self.ranks))
         report = write_report(self.exp, world, allowance, since=t0, now=now)
+        flight = collectives_text(last_collectives(self.exp))
+        if flight:  # which rank never entered the collective the others wait in
+            with open(self.exp / "stall_report.txt", "a") as f:
+                f.write("\n" + "\n".join(flight) + "\n")
         lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING and e.get("phase") != "done"]
         self.stalled = {"verdict": report["verdict"], "time": now,
                         "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
         log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],
                   self.exp / "stall_report.txt")
+
+    def _flight(self, ranks: list[int], wait_s: float = 3.0) -> None:
+        """Ask every rank for its Flight Recorder (the injected thread answers a request file) and wait a
+        little for the answers."""
+        folder = flight_dir(self.exp)
+        asked = time.time()
+        (folder / "request").write_text(str(asked))
+        deadline = asked + wait_s
+        while time.time() < deadline:
+            done = [r for r in ranks if (folder / f"rank{r}.json").exists()
+                    and (folder / f"rank{r}.json").stat().st_mtime >= asked - 0.01]
+            if len(done) == len(ranks):
+                return
+            time.sleep(0.1)
 
     # -- the end -----------------------------------------------------------------------
     def _end_family(self, proc: subprocess.Popen, grace_s: float = 5.0) -> None:

@@ -21,15 +21,16 @@ from .heartbeat import read_heartbeats
 
 
 def peers_path(exp: Path, rank: int) -> Path:
-    return Path(exp) / "heartbeat" / f"rank{rank}.peers"
+    """A rank's file of the peers it saw end (``watch.peers`` for ``asrlab watch``, which sees every rank)."""
+    return Path(exp) / "heartbeat" / (f"rank{rank}.peers" if rank >= 0 else "watch.peers")
 
 
 class PeerExits(threading.Thread):
     """``watch(rank, pid)`` each peer on this host; their ends are appended to this rank's ``.peers`` file."""
 
-    def __init__(self, exp: Path, rank: int, world_size: int, rid: str | None = None):
+    def __init__(self, exp: Path, rank: int, world_size: int, rid: str | None = None, find: bool = True):
         super().__init__(name="asrlab-peer-exits", daemon=True)
-        self.exp, self.world_size, self.rid = Path(exp), world_size, rid
+        self.exp, self.world_size, self.rid, self.find = Path(exp), world_size, rid, find
         self.path, self.rank = peers_path(exp, rank), rank
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
@@ -69,7 +70,8 @@ class PeerExits(threading.Thread):
         return len(beats)
 
     def run(self) -> None:
-        threading.Thread(target=self._find, name="asrlab-peer-find", daemon=True).start()
+        if self.find:  # a rank finds its peers in their heartbeats; asrlab watch names them itself
+            threading.Thread(target=self._find, name="asrlab-peer-find", daemon=True).start()
         while not self._ending:
             for fd, _ in self._poll.poll():
                 if fd == self._wake_r:
@@ -96,7 +98,7 @@ class PeerExits(threading.Thread):
 def read_peer_exits(exp: Path) -> dict[int, float]:
     """``{rank: the earliest time another rank saw its process end}`` over every rank's ``.peers`` file."""
     seen: dict[int, float] = {}
-    for path in (Path(exp) / "heartbeat").glob("rank*.peers"):
+    for path in (Path(exp) / "heartbeat").glob("*.peers"):
         try:
             lines = path.read_text().splitlines()
         except OSError:

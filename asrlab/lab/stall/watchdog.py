@@ -201,7 +201,7 @@ class Watchdog(threading.Thread):
         self.stalled.set()
         faulthandler.cancel_dump_traceback_later()
         snap = self.hb.snapshot()
-        if self.world_size > 1 and snap["phase"] in ("compute", "step", "forward", "backward"):
+        if self.world_size > 1 and snap["phase"] in ("compute", "step"):  # a loop's phase that says no more
             # stuck in backward under DDP is waiting for the other ranks' gradients: its all-reduce
             seen = phase_of(own_stack(threading.main_thread().ident))
             if seen in ("backward", "collective"):  # in backward: DDP's gradient all-reduce

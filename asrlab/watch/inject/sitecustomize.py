@@ -6,7 +6,10 @@ In every Python process of the job (ranks, DataLoader workers, the torchrun agen
   ``asrlab doctor`` reads), before the process ends and its peers fail after it;
 * where the watcher cannot read stacks from outside (ptrace refused), ``faulthandler`` dumps all
   threads' stacks to ``$ASRLAB_WATCH_DIR/{pid}.txt`` on the signal ``ASRLAB_WATCH_SIGNAL``; the file's
-  existence tells the watcher that this process may be sent it.
+  existence tells the watcher that this process may be sent it;
+* in a rank, a thread that looks twice a second for ``$ASRLAB_WATCH_EXP/flight/request`` and, when the
+  watcher writes it (a stall), writes PyTorch's Flight Recorder (the collectives this rank took part in) to
+  ``flight/rank{RANK}.json``: a thread, since a rank stuck in a collective never returns to run a handler.
 
 A ``sitecustomize`` the job had of its own is imported after this one.
 """
@@ -75,9 +78,47 @@ def _dumps_on_signal():
         pass
 
 
+def _flight_on_request():
+    exp, rank = os.environ.get("ASRLAB_WATCH_EXP"), _rank()
+    if not exp or rank is None:
+        return
+    import threading
+    import time
+
+    request = os.path.join(exp, "flight", "request")
+
+    def serve():
+        done = 0.0
+        while True:
+            time.sleep(0.5)
+            try:
+                asked = os.stat(request).st_mtime
+            except OSError:
+                continue
+            if asked <= done:
+                continue
+            done = asked
+            torch = sys.modules.get("torch")
+            try:
+                if torch is None or not torch.distributed.is_initialized():
+                    continue
+                from torch._C._distributed_c10d import _dump_fr_trace_json
+
+                data = _dump_fr_trace_json(True, True)
+                path = os.path.join(exp, "flight", f"rank{rank}.json")
+                with open(f"{path}.{os.getpid()}.tmp", "wb") as f:
+                    f.write(data if isinstance(data, bytes) else data.encode())
+                os.replace(f"{path}.{os.getpid()}.tmp", path)
+            except Exception:  # a report's extra: never the job's problem
+                pass
+
+    threading.Thread(target=serve, name="asrlab-watch-flight", daemon=True).start()
+
+
 if os.environ.get("ASRLAB_WATCH_EXP"):
     sys.excepthook = _record
     _dumps_on_signal()
+    _flight_on_request()
 
 # the job's own sitecustomize, if it had one, shadowed by this one
 _here = os.path.dirname(os.path.abspath(__file__))

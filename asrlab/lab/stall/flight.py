@@ -1,0 +1,60 @@
+"""PyTorch's Flight Recorder, read back: the collectives each rank took part in, last ones first.
+
+With ``TORCH_FR_BUFFER_SIZE`` set (``asrlab watch`` sets it for the job), every process group records its
+collectives (gloo and NCCL) in a ring buffer. A stalled job's ranks write it out (``asrlab watch`` asks them
+through a file, since a rank stuck in a collective runs no handler; NCCL also dumps on its own timeout with
+``TORCH_NCCL_DUMP_ON_TIMEOUT``) to ``EXP/flight/rank{R}.json``. Each rank's last collective, by its sequence
+number in its group, says which ranks are behind: a rank that never entered the collective the others wait in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def flight_dir(exp: str | Path) -> Path:
+    return Path(exp) / "flight"
+
+
+def last_collectives(exp: str | Path) -> dict | None:
+    """``{"ranks": {rank: {"seq", "op", "state", "group"}}, "behind": [ranks]}`` from the ranks' dumps, per the
+    default group (the one with most entries), or None without dumps."""
+    ranks: dict[int, dict] = {}
+    for path in sorted(flight_dir(exp).glob("rank*.json")):
+        if not path.stem[4:].isdigit():
+            continue
+        try:
+            entries = json.loads(path.read_text()).get("entries") or []
+        except (OSError, ValueError):
+            continue
+        groups: dict[str, list] = {}
+        for e in entries:
+            pg = e.get("process_group") or ["?", "?"]
+            groups.setdefault(str(pg[1] if len(pg) > 1 else pg[0]), []).append(e)
+        if not groups:
+            ranks[int(path.stem[4:])] = {"seq": None, "op": None, "state": None, "group": None}
+            continue
+        group, mine = max(groups.items(), key=lambda kv: len(kv[1]))
+        last = max(mine, key=lambda e: e.get("collective_seq_id") or 0)
+        ranks[int(path.stem[4:])] = {"seq": last.get("collective_seq_id"), "op": last.get("profiling_name"),
+                                     "state": last.get("state"), "group": group}
+    if not ranks:
+        return None
+    seqs = [r["seq"] for r in ranks.values() if r["seq"] is not None]
+    behind = sorted(r for r, x in ranks.items() if seqs and x["seq"] is not None and x["seq"] < max(seqs))
+    return {"ranks": {str(r): x for r, x in sorted(ranks.items())}, "behind": behind}
+
+
+def collectives_text(summary: dict | None) -> list[str]:
+    """The summary as the stall report and the doctor print it."""
+    if not summary:
+        return []
+    lines = ["collectives (PyTorch's Flight Recorder, each rank's last):"]
+    for r, x in summary["ranks"].items():
+        said = f"#{x['seq']} {x['op']} ({x['state']})" if x["seq"] is not None else "none recorded"
+        lines.append(f"  rank {r}: {said}" + ("  <- behind the others" if int(r) in summary["behind"] else ""))
+    return lines
+
+
+__all__ = ["collectives_text", "flight_dir", "last_collectives"]
