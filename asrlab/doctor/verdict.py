@@ -110,7 +110,7 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
         if not clear:
             first, how = None, ""
     after = [r for r in gone if first is None or r["rank"] != first["rank"]]
-    newest = next((c["step"] for c in sorted(ckpts["files"], key=lambda c: -c["step"]) if c.get("sha256_ok")), None)
+    newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
     saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, gone[0])

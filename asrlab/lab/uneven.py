@@ -20,6 +20,7 @@ import torch.distributed as tdist
 
 from . import dist
 from .keys import KeyFinder, KeysSpec
+from .state.position import start_past
 from .stall.watch import announce
 
 log = logging.getLogger(__name__)
@@ -124,12 +125,9 @@ class UnevenGuard:
         self._sent, self.group = None, None
 
     def __iter__(self) -> Iterator:
-        it = iter(self.source)
-        self.batches, self.stopped_early, self._held, self.left = 0, False, [], None
-        for _ in range(self._skip):  # resumed without state_of: the batches trained before the checkpoint
-            if next(it, _END) is _END:
-                break
-            self.batches += 1
+        self.stopped_early, self._held, self.left = False, [], None
+        # resumed without state_of: past the batches trained before the checkpoint
+        it, self.batches = start_past(self.source, self._skip) if self._skip else (iter(self.source), 0)
         self._skip = 0
         if self.group is None:
             for b in it:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from ..lab.stall.verdict import phase_text
-from .procs import job_ranks, job_root
+from .procs import job_ranks, job_root, world_of
 from .sample import PySpy, format_stack
 from .watcher import WAITING, RankView
 
@@ -36,12 +36,11 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
         if i + 1 < samples:
             time.sleep(interval_s)
     now = time.time()
-    world = max(views) + 1
+    world = world_of(procs.values())
     moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values())
     snaps = {}
     for r, v in views.items():
-        phase = "ddp_allreduce" if v.phase == "backward" and world > 1 and not moved else v.phase
-        snaps[r] = {**v.snapshot(now, phase), "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
+        snaps[r] = {**v.snapshot(now, v.phase if moved else v.held_phase(world)), "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
                     "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()}}
     return {"verdict": said(snaps, moved, now - t0), "moved": moved, "root": root, "world_size": world,
             "ranks": [snaps[r] for r in sorted(snaps)]}

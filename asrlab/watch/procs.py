@@ -122,6 +122,12 @@ class Table:
         return ranks, sorted(alive)
 
 
+def world_of(procs) -> int:
+    """The job's number of ranks: their WORLD_SIZE (which counts other nodes' ranks), else those seen."""
+    procs = list(procs)
+    return max([p.world for p in procs] + [max((p.rank for p in procs), default=-1) + 1])
+
+
 def job_ranks(root: int, single: bool = True) -> dict[int, Proc]:
     """``{rank: Proc}`` of every rank under process ``root`` (the command's process), with its workers. A
     rank is a Python process whose environment has ``RANK`` and whose parent has not the same ``RANK``
@@ -160,4 +166,4 @@ def family(root: int) -> list[psutil.Process]:
         return []
 
 
-__all__ = ["Proc", "Table", "family", "job_ranks", "job_root"]
+__all__ = ["Proc", "Table", "family", "job_ranks", "job_root", "world_of"]

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..lab.stall.classify import Frame
+from ..lab.stall.watchdog import catches
 
 DUMP_SIGNAL = signal.SIGRTMIN + 7  # rarely used by training code; sent only to processes that asked for it
 
@@ -96,20 +97,6 @@ def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
     return out
 
 
-def catches(pid: int, sig: int) -> bool:
-    """Whether process ``pid`` has a handler for ``sig`` now (``SigCgt`` in ``/proc/PID/status``). Its file
-    in the folder is not enough: a process forked by a registered one and then exec'd (torchrun starting
-    a rank) has the file before its new interpreter registers, and the signal's default action ends it."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
-    except (OSError, ValueError):
-        pass
-    return False
-
-
 class FaultHandler:
     """Stacks through the job's own ``faulthandler`` (see the module docstring): only processes that
     registered for the signal (their file exists in ``folder``) are sent it."""
@@ -123,6 +110,8 @@ class FaultHandler:
 
     def sample(self, pid: int) -> dict[str, list[Frame]] | None:
         path = self.folder / f"{pid}.txt"
+        # its file is not enough: a process forked by a registered one and then exec'd (torchrun starting a
+        # rank) has it before its new interpreter registers, and the signal's default action would end it
         if not path.exists() or not catches(pid, DUMP_SIGNAL):
             return None
         try:

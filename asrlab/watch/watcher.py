@@ -1,7 +1,7 @@
 """``asrlab watch -- CMD``: run a training command as it is and watch every rank of it from outside.
 
 Every ``1 / sample_hz`` s each rank's main thread and its DataLoader workers are sampled
-(:mod:`.sample`) and classified (:mod:`.classify`); the watcher writes, for each rank, the heartbeat and
+(:mod:`.sample`) and classified (:mod:`asrlab.lab.stall.classify`); the watcher writes, for each rank, the heartbeat and
 timeline files the parts would have written (``EXP/heartbeat/``), so ``asrlab doctor``, the explorers and
 notebook 06 read a watched run like any other. A stall is declared when no rank's stacks (main thread
 and workers) have moved for ``stall_timeout_s``: the verdict and every process's stacks go to the
@@ -32,7 +32,7 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import own_frame, phase_of, where, worker_busy, worker_own
-from .procs import Proc, Table, family
+from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,11 @@ class RankView:
             self.phase, self.since = phase, now
             return phase
         return None
+
+    def held_phase(self, world: int) -> str:
+        """Its phase when its stacks stopped moving: a backward that does not move in a job of several
+        ranks waits for the others' gradients, in DDP's all-reduce."""
+        return "ddp_allreduce" if self.phase == "backward" and world > 1 else self.phase
 
     def detail(self) -> str:
         """Where the rank is in the job's own code; waiting for data, which workers read where."""
@@ -177,7 +182,7 @@ class JobWatch:
 
     def world(self) -> int:
         """The job's ranks: their WORLD_SIZE (with other nodes' ranks), else those seen here."""
-        return max([v.proc.world for v in self.ranks.values()] + [max(self.ranks, default=-1) + 1])
+        return world_of(v.proc for v in self.ranks.values())
 
     def _on_signal(self, sig, frame) -> None:
         self._signal = sig
@@ -275,10 +280,7 @@ class JobWatch:
             return
         world = self.world()
         for v in views:
-            phase = v.phase
-            if phase == "backward" and world > 1:  # unmoved in backward: waiting for the others' gradients
-                phase = "ddp_allreduce"
-            snap = {**v.snapshot(now, phase), "since": min(v.since, v.moved),
+            snap = {**v.snapshot(now, v.held_phase(world)), "since": min(v.since, v.moved),
                     "stacks": {name: format_stack(s) for name, s in v.stacks.items()}}
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
             text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))

@@ -91,13 +91,12 @@ def classify(first: dict | None, dtype: torch.dtype | None, fp32_finite: bool | 
         return {"cause": "another_rank", "utterances": [],
                 "text": "another rank's: this rank's own step replays finite, so its non-finite gradients came "
                         "in DDP's all-reduce (the rank whose loss was not finite has the cause)"}
+    note = f" (empty targets: {', '.join(str(p['key'] or p['index']) for p in empty[:5])})" if empty else ""
     if not loss_finite and (first is None or first.get("direction") == "backward"):  # the forward was finite
         return {"cause": "loss", "utterances": [p["key"] for p in empty],
-                "text": "the loss: every activation is finite and the loss is not"
-                        + (f" (empty targets: {', '.join(str(p['key'] or p['index']) for p in empty[:5])})" if empty else "")}
+                "text": "the loss: every activation is finite and the loss is not" + note}
     return {"cause": "data_or_model", "utterances": [p["key"] for p in empty],
-            "text": "the data or the model: not finite in fp32 either"
-                    + (f" (empty targets: {', '.join(str(p['key'] or p['index']) for p in empty[:5])})" if empty else "")}
+            "text": "the data or the model: not finite in fp32 either" + note}
 
 
 __all__ = ["classify", "ctc_calls", "ctc_problems"]

@@ -63,7 +63,7 @@ def kill_children() -> None:
             pass
 
 
-def _catches(pid: int, sig: int) -> bool:
+def catches(pid: int, sig: int) -> bool:
     """Whether process ``pid`` has a handler for ``sig`` (Linux: SigCgt in /proc); elsewhere, no."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -143,7 +143,7 @@ class Watchdog(threading.Thread):
         except psutil.Error:
             return
         for child in children:
-            if not _catches(child.pid, WORKER_DUMP_SIGNAL):
+            if not catches(child.pid, WORKER_DUMP_SIGNAL):
                 continue
             size = os.fstat(f.fileno()).st_size
             f.write(f"\n[data-loader worker, pid {child.pid}]\n")
@@ -295,4 +295,4 @@ def _after_the_failed(failure: dict, limit_s: float = 20.0) -> None:
         time.sleep(min(wait, max(0.0, deadline - time.time())))
 
 
-__all__ = ["COLLECT_S", "PEER_FAILED_EXIT", "STALL_EXIT", "ProgressClock", "Watchdog", "kill_children", "watching"]
+__all__ = ["COLLECT_S", "catches", "PEER_FAILED_EXIT", "STALL_EXIT", "ProgressClock", "Watchdog", "kill_children", "watching"]

@@ -49,6 +49,21 @@ def _skipping(loader: tud.DataLoader, n: int) -> tud.DataLoader:
         persistent_workers=False, pin_memory_device=loader.pin_memory_device, in_order=loader.in_order)
 
 
+def start_past(loader, n: int) -> tuple:
+    """``(iterator, batches skipped)``: ``loader``'s epoch from its batch ``n`` on. A ``DataLoader`` with a
+    batch sampler over a map-style dataset drops the skipped batches' indices before any is read; any other
+    iterable is read through them."""
+    if n and isinstance(loader, tud.DataLoader) and loader.batch_sampler is not None \
+            and not isinstance(loader.dataset, tud.IterableDataset):
+        return iter(_skipping(loader, n)), n
+    it, skipped = iter(loader), 0
+    for _ in range(n):  # an iterable without indices: read through what was trained
+        if next(it, _END) is _END:
+            break
+        skipped += 1
+    return it, skipped
+
+
 class Resumable:
     """``for batch in Resumable(loader)``: the loader's batches, with a ``state_dict`` that says how many of
     this epoch's were handed out, and a ``load_state_dict`` after which the next epoch begins past them
@@ -74,22 +89,11 @@ class Resumable:
 
     def __iter__(self):
         skip, self._skip = self._skip, 0
-        self.batches = 0
-        loader = self.loader
-        by_index = (skip and isinstance(loader, tud.DataLoader) and loader.batch_sampler is not None
-                    and not isinstance(loader.dataset, tud.IterableDataset))
         # a DataLoader draws its workers' seed from the global RNG when its epoch starts: a resumed loop
         # starts it at another moment of the RNG's stream than the loop never stopped, so the draw is kept off
         # the loop's stream (dropout masks and the like stay the same in both)
         with torch.random.fork_rng(devices=[]):
-            it = iter(_skipping(loader, skip) if by_index else loader)
-        if by_index:
-            self.batches = skip
-        else:
-            for _ in range(skip):  # an iterable without indices: read through what was trained
-                if next(it, _END) is _END:
-                    break
-                self.batches += 1
+            it, self.batches = start_past(self.loader, skip)
         for batch in it:
             self.batches += 1
             yield batch
@@ -108,4 +112,4 @@ class Resumable:
 
 _END = object()
 
-__all__ = ["Resumable"]
+__all__ = ["Resumable", "start_past"]
