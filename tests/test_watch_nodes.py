@@ -45,3 +45,38 @@ def test_two_nodes_watched_apart_are_read_as_one_run(tmp_path):
     assert d["summary"].startswith("rank 1 has waited") and "toy.py" in d["summary"], d["summary"]
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in d["summary"], d["summary"]
     assert not [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path / "out") in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_node_whose_rank_errored_after_the_other_nodes_kill_is_read_as_it_was_at_the_stall(tmp_path):
+    """Node 1's watch saw the stall and ended its rank first; node 0's rank then left DDP's all-reduce with
+    the lost peer's error before node 0's watch saw the stall: its last heartbeat says "the loop's own
+    code". The merged verdict describes rank 0 as it was when the stall was seen."""
+    t = 1_000_000.0
+
+    def write(path: Path, obj) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+
+    def snap(rank, phase, since, time, detail=""):
+        return {"rank": rank, "phase": phase, "step": None, "since": since, "beats": 20, "detail": detail,
+                "completed": None, "allow_s": 0.0, "pid": 100 + rank, "host": "h", "node": 0, "time": time,
+                "run": None, "watched": True}
+
+    n0, n1 = tmp_path / "node0", tmp_path / "node1"
+    for n in (n0, n1):
+        write(n / "lab.json", {"started": t - 30, "status": "failed", "world_size": 2, "watched": ["torchrun"]})
+    write(n0 / "heartbeat" / "rank0.json", snap(0, "other", t + 1.0, t + 2.0, "at bare_loop.py:32 in main"))
+    write(n0 / "heartbeat" / "rank0.timeline.jsonl",
+          "\n".join(json.dumps(e) for e in ({"t": t - 20, "phase": "start", "step": None},
+                                            {"t": t - 6.5, "phase": "backward", "step": None},
+                                            {"t": t + 1.0, "phase": "other", "step": None})) + "\n")
+    hung = snap(1, "data", t - 6.6, t, "loop at bare_loop.py:29 in main; worker pid 7 at toy.py:54 in _faulty")
+    write(n1 / "heartbeat" / "rank1.json", hung)
+    write(n1 / "stall" / "rank1.json", hung)
+    write(n1 / "stall_report.json", {"verdict": "rank 1 has waited 6 s for data", "time": t, "timeout_s": 6.0,
+                                     "world_size": 2, "ranks": [], "failure": None})
+    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(n0), str(n1), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    d = json.loads(out.stdout)
+    assert d["summary"].startswith("rank 1 has waited 6 s for data"), d["summary"]
+    assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in d["summary"], d["summary"]

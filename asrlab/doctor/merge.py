@@ -14,6 +14,9 @@ import shutil
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import atomic_write
+from ..lab.stall.classify import held_phase
+from ..lab.stall.heartbeat import read_timeline
 from ..lab.stall.report import write_report
 
 PER_RANK = ("heartbeat", "errors", "stall", "ledger", "metrics", "nonfinite", "diagnostics")
@@ -55,11 +58,34 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
     reports = [json.loads((e / "stall_report.json").read_text()) for e in exps if (e / "stall_report.json").exists()]
     if reports:  # every node's dumps together: the verdict over every rank
         first = min(reports, key=lambda r: r.get("time", 0))
+        _as_at(into, first.get("time", 0.0), lab.get("world_size") or first.get("world_size") or 1)
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
         write_report(into, lab.get("world_size") or first.get("world_size") or 1, first.get("timeout_s", 0.0),
                      since=min(x.get("started", 0) for x in labs) if labs else 0.0, now=first.get("time"),
                      failure=failure)
     return into
+
+
+def _as_at(into: Path, when: float, world: int) -> None:
+    """A rank of a node whose watch saw no stall (another node's watch ended the job first, and this rank
+    moved again: an error from the lost peer) is described as it was when the stall was seen: its phase
+    then, from its timeline, instead of its last heartbeat."""
+    stall = into / "stall"
+    timelines = read_timeline(into)
+    for path in sorted((into / "heartbeat").glob("rank*.json")):
+        if not path.stem[4:].isdigit():
+            continue
+        rank = int(path.stem[4:])
+        dump = stall / f"rank{rank}.json"
+        beat = json.loads(path.read_text())
+        if dump.exists() or beat.get("time", 0.0) <= when:
+            continue
+        then = [e for e in timelines.get(rank, []) if e["t"] <= when]
+        if not then:
+            continue
+        stall.mkdir(parents=True, exist_ok=True)
+        atomic_write(dump, json.dumps({**beat, "phase": held_phase(then[-1]["phase"], world), "since": then[-1]["t"],
+                                       "time": when, "detail": "as the stall was seen, from its timeline"}))
 
 
 __all__ = ["merge_runs"]

@@ -31,7 +31,7 @@ from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
-from ..lab.stall.classify import own_frame, phase_of, where, worker_busy, worker_own
+from ..lab.stall.classify import held_phase, own_frame, phase_of, where, worker_busy, worker_own
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
 
@@ -78,9 +78,8 @@ class RankView:
         return None
 
     def held_phase(self, world: int) -> str:
-        """Its phase when its stacks stopped moving: a backward that does not move in a job of several
-        ranks waits for the others' gradients, in DDP's all-reduce."""
-        return "ddp_allreduce" if self.phase == "backward" and world > 1 else self.phase
+        """Its phase when its stacks stopped moving (:func:`asrlab.lab.stall.classify.held_phase`)."""
+        return held_phase(self.phase, world)
 
     def detail(self) -> str:
         """Where the rank is in the job's own code; waiting for data, which workers read where."""

@@ -62,6 +62,12 @@ def phase_of(frames: list[Frame]) -> str:
     return "other"
 
 
+def held_phase(phase: str, world: int) -> str:
+    """The phase of a rank whose stacks stopped moving: a backward that does not move in a job of several
+    ranks waits for the others' gradients, in DDP's all-reduce."""
+    return "ddp_allreduce" if phase == "backward" and world > 1 else phase
+
+
 def worker_busy(frames: list[Frame]) -> bool:
     """A DataLoader worker fetching (not waiting for its next index, not yet started)."""
     for file, _, fn in reversed(frames):
@@ -114,4 +120,4 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "Frame", "own_code", "own_frame", "own_stack", "own_tail", "phase_of", "where", "worker_busy", "worker_own"]
+__all__ = ["COLLECTIVES", "Frame", "held_phase", "own_code", "own_frame", "own_stack", "own_tail", "phase_of", "where", "worker_busy", "worker_own"]
