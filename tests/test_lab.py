@@ -76,9 +76,11 @@ def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
     elapsed = time.monotonic() - t0
     assert r.returncode != 0
     rep = report(exp)
-    # the uneven guard fetches a batch ahead: step 6's batch is fetched before step 5 is trained, and rank 0
-    # waits in step 5's gradient all-reduce (inside backward: its watchdog reads that from its stack)
-    assert rep["verdict"].startswith("rank 1 has waited") and "for data at step 5" in rep["verdict"], rep["verdict"]
+    # the uneven guard fetches a batch ahead: step 6's batch is fetched before step 5 is trained (the loop
+    # waits at its step 5), and rank 0 waits in step 5's gradient all-reduce (inside backward: its watchdog
+    # reads that from its stack)
+    assert rep["verdict"].startswith("rank 1 has waited"), rep["verdict"]
+    assert "for data at step 5 (reading step 6's batch ahead" in rep["verdict"], rep["verdict"]
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward) of step 5" in rep["verdict"], rep["verdict"]
     rank1 = rep["ranks"][1]
     assert "_faulty" in rank1["workers"] and "time.sleep" not in rank1.get("stacks", {})  # the worker's stack

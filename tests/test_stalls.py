@@ -143,7 +143,7 @@ def test_rank_blocked_in_data_loading_is_named(stalled_in_data):
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     # the uneven guard fetches a batch ahead: batch 3 is fetched before step 2 is trained, and rank 0
     # waits for rank 1 in step 2's first collective (DDP's)
-    assert v.startswith("rank 1 has waited") and "for data at step 2 (worker 0, reading" in v, v
+    assert v.startswith("rank 1 has waited") and "for data at step 2 (reading step 3's batch ahead; worker 0, reading" in v, v
     assert "; rank 0 is " in v and v.endswith(" of step 2"), v
     timeline = read_timeline(exp)
     assert {e["phase"] for e in timeline[0]} >= {"data", "forward", "backward", "allreduce", "optimizer"}

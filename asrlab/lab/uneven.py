@@ -21,7 +21,7 @@ import torch.distributed as tdist
 from . import dist
 from .keys import KeyFinder, KeysSpec
 from .state.position import start_past
-from .stall.watch import announce
+from .stall.watch import announce, reading_ahead
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,9 @@ class UnevenGuard:
         while True:
             n = fewest()
             if n == self.every:  # the next group first, so its agreement runs while this one trains
+                reading_ahead(len(self._held))  # a hang here is in the read of a later step's batch
                 ahead = self._fetch(it)
+                reading_ahead(0)
                 fewest = self._agree(len(ahead))
                 self._held += ahead
             for _ in range(n):

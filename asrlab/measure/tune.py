@@ -90,7 +90,7 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
         stepper = build_step(cfg, len(tok), info, tmp, phases, horizon=skip + steps)
         batches = iter(loader)
         with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu, cpu_fp16_kernels(device, stepper.precision.dtype), \
-                announced_to(phases.announced):
+                announced_to(phases.announced, phases.hb):
             try:
                 for group in stepper.groups(batches, cfg.optim.accum_steps):
                     per_epoch += 1

@@ -224,7 +224,7 @@ class Trainer:
                            warmup=warm, active=t.trace_steps, device=self.device.type)
         try:
             with window as self._prof, cpu_fp16_kernels(self.device, self.precision.dtype), \
-                    announced_to(self.phases.announced):
+                    announced_to(self.phases.announced, self.phases.hb):
                 return self._fit()
         finally:
             self._prof = None

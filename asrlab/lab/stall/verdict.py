@@ -85,8 +85,10 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     elif data:
         lead = data
         r = min(data, key=lambda s: s["since"])
-        detail = f" ({r['detail']})" if r.get("detail") else ""
         at = "" if r["step"] is None else f" at step {r['step']}"
+        notes = [f"reading step {r['step'] + r['ahead']}'s batch ahead"] if r["step"] is not None and r.get("ahead") else []
+        notes += [r["detail"]] if r.get("detail") else []  # ahead: a reader holds this step's batch, hangs on a later one
+        detail = f" ({'; '.join(notes)})" if notes else ""
         first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
                  f"{waited[r['rank']]} s for data{at}{detail}")
     elif ended and len(ended) < len(present):

@@ -34,11 +34,21 @@ def announce(phase: str, step: int | None = None) -> None:
         _WATCHED[-1].enter(phase, step)
 
 
+def reading_ahead(n: int) -> None:
+    """Tell this process's stall watch that the read under way is ``n`` batches beyond the one the loop
+    awaits (a reader that holds batches fetched ahead, as the uneven guard does), so a hang in it names
+    the step whose batch is being read as well as the loop's own step."""
+    hb = getattr(_WATCHED[-1], "hb", _WATCHED[-1]) if _WATCHED else None
+    if hasattr(hb, "ahead"):
+        hb.ahead = n
+
+
 @contextlib.contextmanager
-def announced_to(enter):
+def announced_to(enter, hb=None):
     """Inside the block, :func:`announce` calls ``enter(phase, step)``: for a loop that keeps its own heartbeat
-    and :class:`Watchdog` instead of a :class:`StallWatch` (asrlab's trainer, which also times each phase)."""
-    listener = SimpleNamespace(enter=enter)
+    ``hb`` and :class:`Watchdog` instead of a :class:`StallWatch` (asrlab's trainer, which also times each
+    phase); :func:`reading_ahead` sets ``hb.ahead``."""
+    listener = SimpleNamespace(enter=enter, hb=hb)
     _WATCHED.append(listener)
     try:
         yield
@@ -161,4 +171,4 @@ class StallWatch:
         return False
 
 
-__all__ = ["StallWatch", "announce", "announced_to"]
+__all__ = ["StallWatch", "announce", "announced_to", "reading_ahead"]
