@@ -120,6 +120,8 @@ def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_mos
     shares = {r["rank"]: r["data_wait_share"] for r in d["steps"]["ranks"]}
     assert shares[1] > 0.5 and shares[1] > shares[0] + 0.3, d["steps"]
     assert d["steps"]["spread"]["most_data_wait_rank"] == 1
+    cost = json.loads((exp / "lab.json").read_text())["watch_cost"]  # what watching took, for a person to weigh
+    assert cost["dumps"] >= 4 and 0 < cost["sampler_cpu_s"] < 0.5 * cost["dumps"] and cost["watcher_cpu_s"] > 0, cost
     # the same loop with asrlab's parts added (examples/lab_loop.py: the stall watch's phase clock inside
     # each rank): the shares sampled from outside agree within 10 points, rank by rank
     inside = tmp_path / "inside"

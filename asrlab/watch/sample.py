@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,8 @@ class PySpy:
     def __init__(self, exe: str | None = None, timeout_s: float = 5.0):
         self.exe = exe or py_spy_path()
         self.timeout_s = timeout_s
+        self.cpu_s = 0.0  # the CPU its dumps took, what watching costs the machine beyond the watcher itself
+        self.dumps = 0
 
     def works_on(self, pid: int) -> str | None:
         """None when it can read ``pid``'s stacks, else why not."""
@@ -53,11 +56,15 @@ class PySpy:
         return (out.stderr.strip().splitlines() or ["py-spy failed"])[0]
 
     def sample(self, pid: int) -> dict[str, list[Frame]] | None:
+        before = _children_cpu()
         try:
             out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
                                  capture_output=True, text=True, timeout=self.timeout_s)
         except (OSError, subprocess.TimeoutExpired):
             return None
+        finally:  # the dump is the only child reaped in between
+            self.cpu_s += _children_cpu() - before
+            self.dumps += 1
         if out.returncode != 0:
             return None
         try:
@@ -71,6 +78,11 @@ class PySpy:
                 name = "MainThread"
             stacks[name] = [(f["filename"], int(f["line"]), f["name"].split(".")[-1]) for f in reversed(t["frames"])]
         return stacks
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -125,6 +126,7 @@ class JobWatch:
         self.table = Table()
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
+        self._cpu0 = 0.0
 
     # -- the job ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -148,7 +150,7 @@ class JobWatch:
             raise ValueError("nothing to watch: asrlab watch [options] -- CMD [ARGS...]")
         for d in (self.exp / "errors", self.exp / "flight", self.fallback.folder):
             d.mkdir(parents=True, exist_ok=True)
-        t0 = time.time()
+        t0, self._cpu0 = time.time(), _own_cpu()
         write_lab_status(self.exp, {"started": t0, "watched": cmd, "host": socket.gethostname()})
         if self.peers is not None:
             self.peers.start()
@@ -161,7 +163,7 @@ class JobWatch:
             raise ValueError(f"cannot run {cmd[0]!r}: {e}") from None
         if self.yield_cpu:
             # the job keeps its priority; the watch and its py-spy samplers take what the job leaves
-            os.nice(10)
+            os.nice(19)
         try:
             rc = self._watch(proc, t0)
             if rc == 0 and self.stalled is not None and self.stalled.get("ended"):
@@ -176,8 +178,15 @@ class JobWatch:
             if rc == 0 and self.stalled is None:
                 self._beat(view.snapshot(now, "done"), now, "done")
         write_lab_status(self.exp, {"status": status, "exit_code": rc, "ended": now,
-                                    "world_size": self.world() if self.ranks else None, "sampler": self.sampler_note})
+                                    "world_size": self.world() if self.ranks else None, "sampler": self.sampler_note,
+                                    "watch_cost": self.cost()})
         return rc
+
+    def cost(self) -> dict:
+        """CPU seconds the watch took: the watcher process itself and its py-spy dumps."""
+        spy = self.sampler if isinstance(self.sampler, PySpy) else None
+        return {"watcher_cpu_s": round(_own_cpu() - self._cpu0, 3), "sampler_cpu_s": round(spy.cpu_s, 3) if spy else 0.0,
+                "dumps": spy.dumps if spy else 0}
 
     def world(self) -> int:
         """The job's ranks: their WORLD_SIZE (with other nodes' ranks), else those seen here."""
@@ -354,6 +363,11 @@ class JobWatch:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _own_cpu() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
 
 
 def _process(pid: int) -> psutil.Process | None:
