@@ -7,6 +7,8 @@ label sequence), a small CTC model, and faults to inject through ``TOY_FAULT`` (
 * ``uneven:1:0``      rank 1 has a fifth fewer utterances than rank 0
 * ``overflow:0:6``    rank 0's batch of step 6 holds an utterance whose frames are 3e4 times larger
 * ``slow_data:1:0``   every read of rank 1's data-loader workers takes 50 ms more (a slow disk, say)
+* ``barrier:0:6``     rank 0 alone calls a barrier in its forward pass of step 6 (code on one rank's branch),
+                      while rank 1 goes on into the gradient all-reduce
 * ``vanish:1:13``     rank 1 is killed (SIGKILL: the OOM killer, a lost node) in its forward pass of step 13
 """
 
@@ -108,6 +110,8 @@ class Model(nn.Module):
             raise RuntimeError(f"shapes do not match in the joiner: {tuple(feats.shape)} vs (8, 50, 40)")
         if kind == "vanish" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
             os.kill(os.getpid(), signal.SIGKILL)
+        if kind == "barrier" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
+            torch.distributed.barrier()
         return self.out(self.hidden(self.proj(feats))).log_softmax(-1)
 
 

@@ -97,6 +97,20 @@ def test_the_fallback_without_ptrace_reads_the_same_hang(tmp_path):
     assert not left_behind(exp)
 
 
+def test_ranks_in_different_collectives_are_named_as_a_mismatch(tmp_path):
+    """Rank 0 alone calls a barrier (code on one rank's branch) while rank 1 is in DDP's all-reduce: the
+    Flight Recorder shows the same collective number with two calls, and the verdict says so first, with
+    each rank's own line."""
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "barrier:0:6", "--stall-timeout", "6", "--on-stall", "kill")
+    assert rc != 0
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("ranks disagree on collective #"), v
+    assert "rank 0 called barrier (at toy.py:" in v and "rank 1 called all_reduce (at bare_loop.py:" in v, v
+    assert "is not the same call on every rank" in (exp / "stall_report.txt").read_text()
+    assert not left_behind(exp)
+
+
 def test_a_raising_rank_is_named_first(tmp_path):
     exp = tmp_path / "exp"
     rc, err, _ = watched(exp, "raise:1:6", "--stall-timeout", "30")

@@ -16,10 +16,11 @@ from pathlib import Path
 from ..errors import UsageError
 from ..files import atomic_write
 from ..lab.stall.classify import held_phase
+from ..lab.stall.flight import last_collectives
 from ..lab.stall.heartbeat import read_timeline
 from ..lab.stall.report import write_report
 
-PER_RANK = ("heartbeat", "errors", "stall", "ledger", "metrics", "nonfinite", "diagnostics")
+PER_RANK = ("heartbeat", "errors", "stall", "ledger", "metrics", "nonfinite", "diagnostics", "flight")
 
 
 def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
@@ -62,7 +63,7 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
         write_report(into, lab.get("world_size") or first.get("world_size") or 1, first.get("timeout_s", 0.0),
                      since=min(x.get("started", 0) for x in labs) if labs else 0.0, now=first.get("time"),
-                     failure=failure)
+                     failure=failure, collectives=last_collectives(into))
     return into
 
 

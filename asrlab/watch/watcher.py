@@ -295,8 +295,9 @@ class JobWatch:
                                for pid, s in sorted(v.workers.items()))
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
         self._flight(list(self.ranks))
-        report = write_report(self.exp, world, allowance, since=t0, now=now)
-        flight = collectives_text(last_collectives(self.exp))
+        collectives = last_collectives(self.exp)
+        report = write_report(self.exp, world, allowance, since=t0, now=now, collectives=collectives)
+        flight = collectives_text(collectives)
         if flight:  # which rank never entered the collective the others wait in
             with open(self.exp / "stall_report.txt", "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")

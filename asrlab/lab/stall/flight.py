@@ -4,7 +4,9 @@ With ``TORCH_FR_BUFFER_SIZE`` set (``asrlab watch`` sets it for the job), every 
 collectives (gloo and NCCL) in a ring buffer. A stalled job's ranks write it out (``asrlab watch`` asks them
 through a file, since a rank stuck in a collective runs no handler; NCCL also dumps on its own timeout with
 ``TORCH_NCCL_DUMP_ON_TIMEOUT``) to ``EXP/flight/rank{R}.json``. Each rank's last collective, by its sequence
-number in its group, says which ranks are behind: a rank that never entered the collective the others wait in.
+number in its group, says which ranks are behind: a rank that never entered the collective the others wait in;
+ranks whose last collectives share a number but not an operation or its sizes called different collectives
+(one branch of the code calls a barrier that the others never reach, say): a mismatch.
 """
 
 from __future__ import annotations
@@ -38,12 +40,29 @@ def last_collectives(exp: str | Path) -> dict | None:
         group, mine = max(groups.items(), key=lambda kv: len(kv[1]))
         last = max(mine, key=lambda e: e.get("collective_seq_id") or 0)
         ranks[int(path.stem[4:])] = {"seq": last.get("collective_seq_id"), "op": last.get("profiling_name"),
-                                     "state": last.get("state"), "group": group}
+                                     "state": last.get("state"), "group": group, "sizes": last.get("input_sizes")}
     if not ranks:
         return None
     seqs = [r["seq"] for r in ranks.values() if r["seq"] is not None]
     behind = sorted(r for r, x in ranks.items() if seqs and x["seq"] is not None and x["seq"] < max(seqs))
-    return {"ranks": {str(r): x for r, x in sorted(ranks.items())}, "behind": behind}
+    front = {r: x for r, x in ranks.items() if seqs and x["seq"] == max(seqs)}
+    calls = {(x["op"], json.dumps(x["sizes"])) for x in front.values()}
+    mismatch = {"seq": max(seqs), "ops": {str(r): x["op"] for r, x in sorted(front.items())}} if len(calls) > 1 else None
+    return {"ranks": {str(r): x for r, x in sorted(ranks.items())}, "behind": behind, "mismatch": mismatch}
+
+
+def mismatch_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
+    """``"ranks disagree on collective #22: rank 0 called barrier (at train.py:24 in save), rank 1 called
+    all_reduce (...)"``: the verdict when the ranks' same collective is not the same call."""
+    m = (summary or {}).get("mismatch")
+    if not m:
+        return None
+    def one(r: str, op: str) -> str:
+        where = (snaps.get(int(r)) or {}).get("detail")
+        return f"rank {r} called {str(op).split(':')[-1]}" + (f" ({where})" if where else "")
+    calls = ", ".join(one(r, op) for r, op in m["ops"].items())
+    return (f"ranks disagree on collective #{m['seq']}: {calls}; a collective that not every rank calls the "
+            "same way (a branch on the rank, a different tensor shape) waits forever")
 
 
 def collectives_text(summary: dict | None) -> list[str]:
@@ -54,7 +73,9 @@ def collectives_text(summary: dict | None) -> list[str]:
     for r, x in summary["ranks"].items():
         said = f"#{x['seq']} {x['op']} ({x['state']})" if x["seq"] is not None else "none recorded"
         lines.append(f"  rank {r}: {said}" + ("  <- behind the others" if int(r) in summary["behind"] else ""))
+    if summary.get("mismatch"):
+        lines.append(f"  #{summary['mismatch']['seq']} is not the same call on every rank (operation or sizes)")
     return lines
 
 
-__all__ = ["collectives_text", "flight_dir", "last_collectives"]
+__all__ = ["collectives_text", "flight_dir", "last_collectives", "mismatch_text"]

@@ -19,6 +19,7 @@ from ...files import atomic_write
 from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
+from .flight import mismatch_text
 from .verdict import failure_verdict, rank_line, verdict
 
 
@@ -38,13 +39,15 @@ def write_dump(exp: Path, snap: dict) -> Path:
 
 
 def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None = None,
-                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None, failure: dict | None = None) -> dict:
+                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None, failure: dict | None = None,
+                 collectives: dict | None = None) -> dict:
     """Gather the ranks' dumps (waiting up to ``wait_s`` for all of them) into the report files.
 
     Only files of run ``rid`` (when given) written after ``since`` (wall clock) count. Ranks
     without a dump are described from their last heartbeat file; their stacks may be in
     ``EXP/stall/rank{R}.faulthandler.txt``. ``failure``: a rank's recorded error (:mod:`.errors`),
-    which the others were left waiting for: the verdict names it first.
+    which the others were left waiting for: the verdict names it first. ``collectives``: the Flight
+    Recorder's summary (:func:`.flight.last_collectives`): ranks that called different collectives are named first.
     """
     exp = Path(exp)
     deadline = time.time() + wait_s
@@ -65,6 +68,8 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
     if now is None:  # when the stall was seen: the first dump, else now
         now = min([s.get("time", 0.0) for s in dumps.values()] or [time.time()])
     said = verdict(snaps, world_size, now) if failure is None else failure_verdict(failure, snaps)
+    if failure is None and (disagree := mismatch_text(collectives, snaps)):
+        said = f"{disagree}. {said[0].upper()}{said[1:]}"
     report = {"verdict": said, "time": now, "timeout_s": timeout_s, "world_size": world_size, "ranks": [],
               "failure": failure}
     for r in range(world_size):
