@@ -12,7 +12,7 @@
 #SBATCH --time=24:00:00
 set -euo pipefail
 DATA=${1:?training data.list}; CV=${2:?validation data.list}; EXP=${3:-exp/base}
-FIRST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)  # its agent serves the rendezvous
+FIRST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # its agent serves the rendezvous (sed reads all: head would SIGPIPE scontrol, a failure under pipefail)
 PORT=${ASRLAB_PORT:-29500}
 GPUS=${SLURM_GPUS_ON_NODE:-8}
 

@@ -131,7 +131,7 @@ def test_the_slurm_example_starts_asrlab_train_with_arguments_it_takes(tmp_path)
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     bin_.mkdir()
     stubs = {bin_ / "srun": 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"',
-             bin_ / "scontrol": "echo gpu-a; echo gpu-b",
+             bin_ / "scontrol": "echo gpu-a; echo gpu-b; seq 100000 | sed s/^/gpu-/",  # a big job: many names
              tmp_path / ".venv" / "bin" / "asrlab": "printf '%s\\n' \"$@\" > \"$ARGS_OUT\""}
     for path, body in stubs.items():
         path.write_text(f"#!/bin/sh\n{body}\n")
