@@ -1,9 +1,10 @@
 """How busy the device is while asrlab trains, side by side in one run: random batches against duration
-buckets, each at the same loader setting; per variant the device's busy share (NVML, on a GPU), hours of
-audio trained per hour, data wait and where the wall clock went (data wait, host overhead, compute,
-communication).
+buckets (``--compare batching``), or the features (``--compare features``: duration buckets with the loader's
+fbank, asrlab's then torchaudio's, and fbank made on the device after the copy), each at the same loader
+setting; per variant the device's busy share (NVML, on a GPU), hours of audio trained per hour, data wait and
+where the wall clock went (data wait, host overhead, compute, communication).
 
-    python benchmarks/busy_gpu.py [LIST] --config base --workers 4 --max-frames 12000 --steps 40
+    python benchmarks/busy_gpu.py [LIST] --config base --workers 4 --max-frames 12000 --steps 40 [--compare features]
 
 Without LIST it synthesizes the embedded corpus (``--utts``) under ``--work``. On a GPU the busy share
 is NVML's; on CPU there is none, and the split comes from the step's timed parts.
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--utts", type=int, default=4000)
     ap.add_argument("--work", default="runs/busy_gpu")
     ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--compare", choices=("batching", "features"), default="batching")
     ap.add_argument("overrides", nargs="*", default=[], help="config overrides (after --)")
     a = ap.parse_args(argv)
     work = Path(a.work)
@@ -47,9 +49,12 @@ def main(argv=None) -> int:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     print(f"{a.config} on {device}; {a.workers} workers, max_frames_in_batch={a.max_frames}, {a.steps} steps each")
     rows = []
-    for name, bucketing in (("random batches", False), ("duration buckets", True)):
-        cfg = replace_section(base, "data", num_workers=a.workers, max_frames_in_batch=a.max_frames,
-                              bucketing=bucketing)
+    variants = {"batching": (("random batches", {"bucketing": False}), ("duration buckets", {"bucketing": True})),
+                "features": (("asrlab fbank", {"bucketing": True, "fbank": "asrlab"}),
+                             ("torchaudio fbank", {"bucketing": True, "fbank": "torchaudio"}),
+                             ("fbank on device", {"bucketing": True, "features": "device"}))}[a.compare]
+    for name, setting in variants:
+        cfg = replace_section(base, "data", num_workers=a.workers, max_frames_in_batch=a.max_frames, **setting)
         r = measure(cfg, data, steps=a.steps, workdir=work)
         util = "-" if r["gpu_util_pct"] is None else f"{r['gpu_util_pct']:.0f}%"
         print(f"{name:17s} busy (NVML) {util:>4s}  {r['audio_h_per_h']:7.0f} h of audio per hour  data wait "

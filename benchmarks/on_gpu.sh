@@ -23,6 +23,8 @@
 #   busy         benchmarks/busy_gpu.py: the base config at 4 workers and 12,000-frame batches, random batches
 #                against duration buckets: NVML busy share, audio h/h, data wait, the wall clock split
 #                (run gputests too: the steady-state step under sync debug mode "error")
+#   features     benchmarks/busy_gpu.py --compare features: the same setting with the loader's fbank asrlab's, then
+#                torchaudio's, then fbank on the device: NVML busy share and audio h/h of the sync-free step
 #   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
 #                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
 #
@@ -33,7 +35,7 @@ py=${ASRLAB_PY:-python3}
 out=${OUT:-gpu_out}
 mkdir -p "$out" runs
 params=notebooks/params/gpu1.yaml
-pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json figures runs/precision 2>/dev/null; }
+pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json runs/busy_features.json figures runs/precision 2>/dev/null; }
 notebook() { timeout "$2" "$py" -m asrlab.cli notebooks --only "$1" --params "$params" 2>&1 | tee "runs/$1.log"; }
 for stage in "$@"; do
     echo "=== $stage $(date -u +%H:%M:%S)"
@@ -132,6 +134,8 @@ EOF
         done ;;
     busy) timeout 560 "$py" benchmarks/busy_gpu.py --config base --workers 4 --max-frames 12000 --steps 40 \
               --json runs/busy_gpu.json 2>&1 | tee runs/busy_gpu.log ;;
+    features) timeout 560 "$py" benchmarks/busy_gpu.py --config base --workers 4 --max-frames 12000 --steps 40 \
+                  --compare features --json runs/busy_features.json 2>&1 | tee runs/busy_features.log ;;
     gputests) timeout 120 "$py" -m pytest tests -q --timeout 100 -p no:cacheprovider -k gpu 2>&1 | tail -15 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac

@@ -1,12 +1,17 @@
-"""Batched fbank after the copy (data.features=device) equals the loader's per-utterance Kaldi fbank."""
+"""asrlab's Kaldi fbank equals torchaudio's (as asrlab calls it) on real utterances and edge cases, and is faster;
+batched fbank after the copy (data.features=device) equals the loader's per-utterance fbank."""
+
+import time
 
 import numpy as np
 import pytest
 import torch
+import torchaudio
 
 from asrlab.config import load_config
 from asrlab.data import audio
-from asrlab.data.features import BatchFbank, batch_features
+from asrlab.data import synth
+from asrlab.data.features import BatchFbank, batch_features, fbank
 from asrlab.data.loader import AsrLoader
 from asrlab.data.config import DataConfig
 from asrlab.data.sources import load_sources
@@ -17,6 +22,55 @@ from asrlab.train.trainer import Trainer
 from conftest import SMALL_MODEL
 
 
+def kaldi(wav: torch.Tensor, sr: int = 16000) -> torch.Tensor:
+    """torchaudio's Kaldi fbank with asrlab's settings: the reference."""
+    return torchaudio.compliance.kaldi.fbank((wav * 32768.0).unsqueeze(0), num_mel_bins=80, frame_length=25.0,
+                                             frame_shift=10.0, dither=0.0, energy_floor=0.0, sample_frequency=sr)
+
+
+@pytest.fixture(scope="module")
+def spoken():
+    """Utterances of the embedded corpus (eSpeak NG, noise, reverberation), as the loader decodes them."""
+    return [audio.decode(u.wav)[0] for split, n in (("train", 30), ("test", 10)) for u in synth.iter_split(split, n)]
+
+
+def test_fbank_matches_torchaudio_on_real_utterances_and_edge_cases(spoken):
+    cases = {f"utterance {i}": w for i, w in enumerate(spoken)}
+    cases["silence"] = torch.zeros(16000)
+    cases["clipping"] = (spoken[0] * 40).clamp(-1, 1)
+    cases["8 kHz resampled"] = audio.resample(audio.resample(spoken[1], 16000, 8000), 8000, 16000)
+    cases["one frame (400 samples)"] = spoken[2][:400]
+    cases["one frame (559 samples)"] = spoken[2][:559]
+    for name, w in cases.items():
+        ref, ours = kaldi(w), fbank(w)
+        assert ours.shape == ref.shape, name
+        assert (ours - ref).abs().max() <= 1e-3, (name, float((ours - ref).abs().max()))
+    assert fbank(spoken[0][:399]).shape == (0, 80)  # shorter than a frame: no frame, as Kaldi's snip_edges
+
+
+def test_fbank_is_at_least_one_and_a_half_times_torchaudio_per_core(spoken):
+    """Side by side on one thread, interleaved, best of several rounds each (a shared machine's noise only
+    slows a round)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def best(f, rounds=7):
+            times = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                for w in spoken:
+                    f(w)
+                times.append(time.perf_counter() - t0)
+            return min(times)
+        ta, ours = [], []
+        for _ in range(3):
+            ta.append(best(kaldi))
+            ours.append(best(fbank))
+        assert min(ta) / min(ours) >= 1.5, f"torchaudio {min(ta):.4f} s, asrlab {min(ours):.4f} s"
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_batch_fbank_matches_kaldi_fbank_per_utterance():
     g = torch.Generator().manual_seed(0)
     lens = [16000, 9000, 400, 399, 30001]
@@ -25,7 +79,7 @@ def test_batch_fbank_matches_kaldi_fbank_per_utterance():
         wavs[i, :n] = 0.1 * torch.randn(n, generator=g) + 0.05 * torch.sin(torch.arange(n) * 0.03)
     feats, feat_lens = BatchFbank()(wavs, torch.tensor(lens))
     for i, n in enumerate(lens):
-        ref = audio.fbank(wavs[i, :n], 16000) if n >= 400 else torch.zeros(0, 80)
+        ref = kaldi(wavs[i, :n]) if n >= 400 else torch.zeros(0, 80)
         assert int(feat_lens[i]) == len(ref) == audio.num_frames(n, 16000)
         assert torch.allclose(feats[i, :len(ref)], ref, atol=1e-3)
         assert not feats[i, len(ref):].any()  # padded frames are zero

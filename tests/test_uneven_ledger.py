@@ -4,6 +4,7 @@ rank 1 never trained instead of calling the epoch complete."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -42,6 +43,10 @@ def _loop(rank: int, port: int, exp: str, mode: str) -> None:
     state.close()
     guard.close()
     Path(exp, f"left{rank}.json").write_text(json.dumps(guard.left))
+    # DDP let go before the group: DDP's reducer, freed holding the GIL while it holds the group's last
+    # reference, would destroy the group there and join a gloo thread that waits for the GIL (PyTorch's)
+    del model, opt, state, guard
+    gc.collect()
     dist.destroy_process_group()
 
 

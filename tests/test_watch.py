@@ -60,7 +60,7 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         assert v.startswith("rank 1 has waited ") and " s for data (" in v and "at toy.py:" in v and "in _faulty" in v, v
         assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in v, v
         rank1 = next(r for r in report["ranks"] if r["rank"] == 1)
-        assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1
+        assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1.get("workers")
         d = diagnose(exp)
         assert d["verdict"] == "stalled" and d["summary"] == v
         # PyTorch's Flight Recorder, written by each rank on the watch's request: rank 1 never entered the

@@ -77,7 +77,8 @@ def cmd_bench_train(a: argparse.Namespace) -> int:
     from ..measure.tune import describe, grid, recommend, storage_variants, sweep
 
     cfg = load_config(a.config, a.overrides)
-    points = grid(a.num_workers, a.prefetch, a.max_frames, a.storage.split(","), a.features.split(","))
+    points = grid(a.num_workers, a.prefetch, a.max_frames, a.storage.split(","), a.features.split(","),
+                  a.fbank.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         lists = storage_variants(a.list, tmp, a.storage.split(","), a.max_utts)
         print(f"{'setting':66s} {'wait %':>6} {'utts/s':>7} {'audio h/h':>9} {'peak MiB':>8} {'GPU %':>5}")
@@ -157,6 +158,7 @@ def add_commands(sub) -> None:
     bt.add_argument("--max-frames", type=ints, default=[5000])
     bt.add_argument("--storage", default="shards/none", help="comma list of raw, shards/none, shards/gz, shards/bz2, ...")
     bt.add_argument("--features", default="cpu", help="comma list of cpu (fbank in the loader), device (after the copy)")
+    bt.add_argument("--fbank", default="asrlab", help="comma list of the loader's fbank: asrlab, torchaudio")
     bt.add_argument("--max-utts", type=int, default=1000, help="utterances to re-write per storage")
     bt.add_argument("--steps", type=int, default=20, help="measured steps per setting (after 2 start-up steps, or workers x prefetch_factor if more)")
     bt.add_argument("--memory-mib", type=float, help="peak memory budget of the process and its workers")

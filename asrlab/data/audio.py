@@ -16,6 +16,7 @@ import torch
 import torchaudio
 
 from .acoustics import babble_noise
+from .features import fbank  # noqa: F401 (Kaldi fbank, asrlab's own: one step of the way from bytes)
 from .config import num_frames  # noqa: F401 (the frames fbank makes, beside it)
 
 
@@ -87,14 +88,6 @@ def resample(wav: torch.Tensor, sr: int, target_sr: int) -> torch.Tensor:
     if sr == target_sr:
         return wav
     return torchaudio.functional.resample(wav, sr, target_sr)
-
-
-def fbank(wav: torch.Tensor, sample_rate: int, num_mel_bins: int = 80, frame_length_ms: float = 25.0,
-          frame_shift_ms: float = 10.0, dither: float = 0.0) -> torch.Tensor:
-    """Kaldi log-mel filterbank, (frames, num_mel_bins), on int16-scaled audio as WeNet computes it."""
-    return torchaudio.compliance.kaldi.fbank(
-        (wav * 32768.0).unsqueeze(0), num_mel_bins=num_mel_bins, frame_length=frame_length_ms,
-        frame_shift=frame_shift_ms, dither=dither, energy_floor=0.0, sample_frequency=sample_rate)
 
 
 def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int = 2, num_f_mask: int = 2,

@@ -18,6 +18,7 @@ class DataConfig:
     frame_shift_ms: float = 10.0
     dither: float = 0.0
     features: str = "cpu"             # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
+    fbank: str = "asrlab"             # the loader's Kaldi fbank: asrlab's own, or torchaudio's (the same values, slower)
     spec_augment: bool = False
     noise_aug: float = 0.0            # share of training utterances given babble-like noise on the fly (0: off)
     noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
@@ -65,6 +66,8 @@ class DataConfig:
             raise UsageError("data.num_workers must be >= 0")
         if self.features not in ("cpu", "device"):
             raise UsageError(f"data.features must be 'cpu' or 'device', not {self.features!r}")
+        if self.fbank not in ("asrlab", "torchaudio"):
+            raise UsageError(f"data.fbank must be 'asrlab' or 'torchaudio', not {self.fbank!r}")
         if not 0.0 <= self.noise_aug <= 1.0:
             raise UsageError(f"data.noise_aug is a share of utterances, in [0, 1], not {self.noise_aug}")
         if len(self.noise_aug_snr) != 2 or self.noise_aug_snr[0] > self.noise_aug_snr[1]:

@@ -178,6 +178,16 @@ def indexed(src: Source, recheck_s: float = RECHECK_S) -> list[Utt] | None:
     return utts
 
 
+def share(source: Source, piece: Source, start: int) -> None:
+    """``piece`` (``source.items[start:start + len(piece.items)]``, cut by :func:`asrlab.data.plan.fed`) knows
+    its utterances from its source's index, where one is loaded."""
+    got = _LOADED.get(_identity(source))
+    if got is not None and source.items:
+        st, utts, checked = got
+        end = start + len(piece.items)
+        _LOADED[_identity(piece)] = [st[start:end], utts[start:end], checked]
+
+
 def header_items(src: Source, start: int = 0):
     """Items of ``src`` from ``start`` on, as the loader plans with them (length, transcript, or why it is
     unusable; no audio): from the index where one is loaded, else read."""

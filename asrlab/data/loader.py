@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import audio, faults
 from .config import DataConfig
+from .features import FBANKS
 from .index import header_items
 from .plan import MUX, batch_sizes, batching_order, corpora, draw_corpus, worker_streams
 from .sources import DataError, Item, Source, bad_input, read_source
@@ -281,7 +282,8 @@ class AsrDataset(IterableDataset):
             if cfg.noise_aug and rng.random() < cfg.noise_aug:
                 x = audio.add_babble(x, rng, cfg.noise_aug_snr)
             if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)
-                x = audio.fbank(x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
+                x = FBANKS[cfg.fbank](x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms,
+                                      cfg.dither)
                 if cfg.spec_augment:
                     x = audio.spec_augment(x, rng)
             feats.append(x)

@@ -4,8 +4,12 @@ Each is a pure function of the config, the epoch and the seed, so a resume plans
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 
+from . import index
 from .config import DataConfig
 from .sources import Source
 
@@ -61,6 +65,28 @@ def deal(sources: list[Source], rank: int, world_size: int, worker: int, num_wor
     return sources[rank::world_size][worker::num_workers]
 
 
+def fed(sources: list[Source], slots: int) -> list[Source]:
+    """``sources`` cut finer where there are fewer of them than ``slots`` (ranks x workers), so that every
+    rank and worker gets one to read: a source of items (a raw list's, a manifest's, a Kaldi dir's chunk) is
+    cut into contiguous pieces; a tar shard stays whole (its readers would each read all of it). The cut
+    depends on the layout only, so a resume on the same layout reads the same pieces; another layout
+    resumes by the keys already trained (the loader's elastic resume)."""
+    if len(sources) >= slots or not any(s.items for s in sources):
+        return sources
+    per = math.ceil(slots / len(sources))
+    out = []
+    for src in sources:
+        if not src.items or per == 1:
+            out.append(src)
+            continue
+        size = math.ceil(len(src.items) / min(per, len(src.items)))
+        for a in range(0, len(src.items), size):
+            piece = replace(src, name=f"{src.name}[{a}:{a + len(src.items[a:a + size])}]", items=src.items[a:a + size])
+            index.share(src, piece, a)
+            out.append(piece)
+    return out
+
+
 def corpora(sources: list[Source]) -> list[list[Source]]:
     """``sources`` grouped by corpus, in the order the corpora first appear (one group without a mix)."""
     groups: dict[str, list[Source]] = {}
@@ -73,8 +99,8 @@ def worker_streams(sources: list[Source], epoch: int, cfg: "DataConfig", rank: i
                    worker: int, num_workers: int) -> list[list[Source]]:
     """The sources (rank, worker) reads this epoch, per corpus: each corpus shuffled and dealt on its own,
     so every rank and worker gets its share of each."""
-    return [deal(epoch_sources(group, epoch, cfg), rank, world_size, worker, num_workers)
-            for group in corpora(sources)]
+    return [deal(fed(epoch_sources(group, epoch, cfg), world_size * max(1, num_workers)), rank, world_size, worker,
+                 num_workers) for group in corpora(sources)]
 
 
 def mix_counts(batches: list[dict]) -> dict | None:

@@ -61,23 +61,25 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
         raise UsageError("world_size must be >= 1 and num_workers >= 0")
     stats = {s.label: source_stats(s, cfg) for s in tqdm(sources, desc="reading headers", disable=not progress)}
     W = max(1, num_workers)
+    pieces: dict = {}  # sources cut finer to feed every worker (plan.fed): their stats, apart from the sources'
     ranks = []
     for r in range(world_size):
         workers = []
         for w in range(W):
-            mine = [stats[s.label] for stream in worker_streams(sources, epoch, cfg, r, world_size, w, W)
-                    for s in stream]
+            mine = [stats[s.label] if s.label in stats else pieces.setdefault(s.label, source_stats(s, cfg))
+                    for stream in worker_streams(sources, epoch, cfg, r, world_size, w, W) for s in stream]
             frames = [f for st in mine for f in st.frames]
             workers.append({"worker": w, "shards": len(mine), "utts": len(frames),
                             "seconds": round(sum(st.seconds for st in mine), 2),
                             "batches": estimate_batches(frames, cfg)})
-        ranks.append({"rank": r, "workers": workers,
+        ranks.append({"rank": r, "workers": workers, "fed": sum(1 for x in workers if x["shards"]),
                       **{k: sum(x[k] for x in workers) for k in ("shards", "utts", "batches")},
                       "seconds": round(sum(x["seconds"] for x in workers), 2)})
     mixed = _corpora(sources, stats)
     few = [f"corpus {name} has {c['sources']} source(s) for {world_size} ranks: "
            f"{world_size - c['sources']} rank(s) train on none of it (write it in smaller shards)"
-           for name, c in mixed.items() if c["sources"] < world_size]
+           for name, c in mixed.items() if c["sources"] < world_size
+           and not any(s.items for s in sources if s.corpus == name)]  # a list of items is cut to feed every rank
     return {"epoch": epoch, "world_size": world_size, "num_workers": num_workers,
             "sources": len(sources), "utts": sum(len(s.frames) for s in stats.values()),
             "bad": sum(s.bad for s in stats.values()), "ranks": ranks, "corpora": mixed,
@@ -136,6 +138,7 @@ def format_layout(report: dict) -> str:
             lines.append(f"{r['rank']:>4} {w['worker']:>6} {w['shards']:>6} {w['utts']:>7} "
                          f"{w['seconds'] / 3600:>7.3f} {w['batches']:>7}")
         lines.append(f"{r['rank']:>4} {'all':>6} {r['shards']:>6} {r['utts']:>7} "
-                     f"{r['seconds'] / 3600:>7.3f} {r['batches']:>7}")
+                     f"{r['seconds'] / 3600:>7.3f} {r['batches']:>7}   its data feeds {r['fed']} of "
+                     f"{len(r['workers'])} worker(s)")
     lines += [f"WARNING: {w}" for w in report["warnings"]] or ["OK: every rank gets the same number of batches"]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from ..data import audio
 from ..data.loader import AsrLoader
 from ..data.config import DataConfig
+from ..data.features import FBANKS
 from ..data.shards import COMPRESSIONS, compress, tar_bytes
 from ..data.sources import Source, bad_input, check_item, iter_items, read_source
 from ..data.tokenizer import CharTokenizer
@@ -64,12 +65,20 @@ def bench_asrlab(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max
 def bench_webdataset(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
                      max_batches: int | None = None) -> dict:
     """The same shards through WebDataset with the same decode, fbank, shuffle and static batches."""
+    return _measure(iter(webdataset_loader(sources, tok, cfg)), max_batches)
+
+
+def webdataset_loader(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, fbank=None) -> DataLoader:
+    """A WebDataset pipeline over the shards of ``sources``: asrlab's decode, ``fbank`` (default: the
+    config's, ``data.fbank``), the config's shuffle buffer and static batches of ``cfg.batch_size``."""
     import webdataset as wds
+
+    make = fbank or FBANKS[cfg.fbank]
 
     def features(sample):
         wav, sr = audio.decode(sample["wav"])
         wav = audio.resample(wav, sr, cfg.sample_rate)
-        f = audio.fbank(wav, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
+        f = make(wav, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
         return f, torch.tensor(tok.encode(sample["txt"].decode("utf-8").strip()))
 
     def collate(samples):
@@ -81,12 +90,11 @@ def bench_webdataset(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
     urls = [s.path for s in sources if s.path]
     if len(urls) != len(sources):
         raise UsageError("the WebDataset comparison needs a shard list (not raw or Kaldi)")
-    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False, workersplitter=wds.split_by_worker)
           .shuffle(cfg.shuffle_size if cfg.shuffle else 0).map(features)
           .batched(cfg.batch_size, collation_fn=collate, partial=True))
-    loader = DataLoader(ds, batch_size=None, num_workers=cfg.num_workers,
-                        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
-    return _measure(iter(loader), max_batches)
+    return DataLoader(ds, batch_size=None, num_workers=cfg.num_workers,
+                      prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
 
 
 def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 2000, repeats: int = 3) -> dict:

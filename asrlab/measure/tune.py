@@ -39,7 +39,7 @@ from ..train.step import build_step
 log = logging.getLogger(__name__)
 
 FED = 0.02  # a data wait under this share of step time: the loader keeps up
-GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
+GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features", "fbank")
 
 
 def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/none",), max_utts: int | None = None,
@@ -130,17 +130,20 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
 
 
 def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,), storage=("shards/none",),
-         features=("cpu",)) -> list[dict]:
-    """The points of a grid (``prefetch_factor`` only varies where there are workers).
+         features=("cpu",), fbank=("asrlab",)) -> list[dict]:
+    """The points of a grid (``prefetch_factor`` only varies where there are workers; ``fbank`` only where the
+    loader makes the features).
 
-    ``features``: ``cpu`` (fbank in the loader) and/or ``device`` (fbank batched after the copy).
+    ``features``: ``cpu`` (fbank in the loader) and/or ``device`` (fbank batched after the copy); ``fbank``:
+    the loader's, ``asrlab`` and/or ``torchaudio``.
     """
     points = []
-    for st, ft, nw, pf, mf in itertools.product(storage, features, num_workers, prefetch_factor, max_frames_in_batch):
-        if nw == 0 and pf != prefetch_factor[0]:
+    for st, ft, fb, nw, pf, mf in itertools.product(storage, features, fbank, num_workers, prefetch_factor,
+                                                    max_frames_in_batch):
+        if (nw == 0 and pf != prefetch_factor[0]) or (ft == "device" and fb != fbank[0]):
             continue
         points.append({"storage": st, "num_workers": nw, "prefetch_factor": pf if nw else None,
-                       "max_frames_in_batch": mf, "features": ft})
+                       "max_frames_in_batch": mf, "features": ft, "fbank": fb if ft == "cpu" else "asrlab"})
     return points
 
 
@@ -153,7 +156,8 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
     rows = []
     for p in points:
         c = replace_section(cfg, "data", num_workers=p["num_workers"], prefetch_factor=p["prefetch_factor"] or 2,
-                            max_frames_in_batch=p["max_frames_in_batch"], features=p.get("features", "cpu"))
+                            max_frames_in_batch=p["max_frames_in_batch"], features=p.get("features", "cpu"),
+                            fbank=p.get("fbank", "asrlab"))
         row = {**p, **measure(c, lists[p["storage"]], steps)}
         rows.append(row)
         if progress:
@@ -163,7 +167,8 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
 
 def describe(p: dict) -> str:
     pf = f", prefetch_factor={p['prefetch_factor']}" if p.get("prefetch_factor") else ""
-    ft = ", fbank on device" if p.get("features") == "device" else ""
+    ft = (", fbank on device" if p.get("features") == "device" else
+          ", torchaudio's fbank" if p.get("fbank") == "torchaudio" else "")
     return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}"
 
 

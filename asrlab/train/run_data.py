@@ -10,6 +10,7 @@ from ..data.config import DataConfig
 from ..data.loader import AsrLoader
 from ..data.index import transcripts, use_indexes
 from ..data.preflight import inspect_layout
+from ..data.plan import fed
 from ..data.sources import DataError, Source, load_data, load_sources
 from ..data.tokenizer import CharTokenizer
 from ..lab import dist
@@ -21,7 +22,7 @@ def load_train_sources(data: str | list, raw_chunk: int, world_size: int, uneven
     """The training sources (one list, or several mixed: :func:`asrlab.data.sources.corpus_specs`); an
     error when some rank would get none (unless ``uneven`` is ``join``)."""
     sources = load_data(data, raw_chunk)
-    if len(sources) < world_size and uneven != "join":
+    if len(fed(sources, world_size)) < world_size and uneven != "join":  # a list of items is cut to feed every rank
         raise DataError(
             f"{data}: {len(sources)} source(s) for {world_size} ranks, so {world_size - len(sources)} of them get no "
             "data and " + ("no rank would ever take a step" if uneven == "stop" else "the first all-reduce would hang")

@@ -9,7 +9,8 @@ from .base import Explorer, interactive, png
 from ..errors import UsageError
 from ..lab.timing import CpuSampler, GpuSampler
 
-SETTINGS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features")
+# the settings a sweep's row carries, as asrlab.measure.tune.grid makes them
+SETTINGS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features", "fbank")
 
 
 class SweepExplorer(Explorer):
