@@ -163,7 +163,7 @@ class JobWatch:
             raise ValueError(f"cannot run {cmd[0]!r}: {e}") from None
         if self.yield_cpu:
             # the job keeps its priority; the watch and its py-spy samplers take what the job leaves
-            os.nice(19)
+            os.nice(10)
         try:
             rc = self._watch(proc, t0)
             if rc == 0 and self.stalled is not None and self.stalled.get("ended"):
