@@ -159,3 +159,36 @@ def test_every_command_that_reads_data_follows_the_bad_input_policy(tmp_path, ca
     forget()
     s = use_index(path, load_sources(path), progress=False)
     assert s["skipped"] == {reason: 1} and s["utterances"] - s["usable"] == 1
+
+
+@pytest.mark.parametrize("fmt", ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"])
+@pytest.mark.parametrize("compression", ["none", "gz"])
+def test_the_tar_reader_reads_what_tarfile_reads(tmp_path, fmt, compression):
+    """Plain ustar members are read without tarfile; a long or non-ASCII name (a pax or GNU header) hands the
+    rest to tarfile: the same members, bytes and order as tarfile gives, and a cut tar still fails."""
+    import io
+    import tarfile
+
+    from asrlab.data.shards import compress, iter_tar
+
+    names = ["a.wav", "a.txt", "dir/" + "x" * 120 + ".wav", "ü.txt", "b.wav", "c.txt"]
+    if fmt == "USTAR_FORMAT":
+        names = [n if len(n) < 100 and n.isascii() else f"plain{i}.wav" for i, n in enumerate(names)]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=getattr(tarfile, fmt)) as tar:
+        for i, name in enumerate(names):
+            data = bytes([i]) * (100 * i + 7)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw = buf.getvalue()
+    path = tmp_path / "t.tar"
+    path.write_bytes(compress(raw, compression) if compression != "none" else raw)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        want = [(m.name, tar.extractfile(m).read()) for m in tar if m.isfile()]
+    with open(path, "rb") as f:
+        assert list(iter_tar(f)) == want
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(raw[:512 + 50])  # the first member's header and half its bytes
+    with open(cut, "rb") as f, pytest.raises(tarfile.ReadError, match="truncated"):
+        list(iter_tar(f))
