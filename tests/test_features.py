@@ -71,6 +71,18 @@ def test_fbank_is_at_least_one_and_a_half_times_torchaudio_per_core(spoken):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (benchmarks/on_gpu.sh gputests runs it on one)")
+def test_fbank_on_the_gpu_matches_the_cpu(spoken):
+    cuda = torch.device("cuda")
+    for w in spoken[:8]:
+        assert (fbank(w.to(cuda)).cpu() - fbank(w)).abs().max() <= 1e-3
+    lens = torch.tensor([len(w) for w in spoken[:8]])
+    wavs = torch.nn.utils.rnn.pad_sequence(spoken[:8], batch_first=True)
+    feats, _ = BatchFbank().to(cuda)(wavs.to(cuda), lens.to(cuda))
+    for i, w in enumerate(spoken[:8]):
+        assert (feats[i, :len(kaldi(w))].cpu() - kaldi(w)).abs().max() <= 1e-3
+
+
 def test_batch_fbank_matches_kaldi_fbank_per_utterance():
     g = torch.Generator().manual_seed(0)
     lens = [16000, 9000, 400, 399, 30001]

@@ -58,7 +58,9 @@ def fbank(wav: torch.Tensor, sample_rate: int = 16000, num_mel_bins: int = 80, f
     """One utterance's samples in [-1, 1] (S,) -> its log-mel (frames, num_mel_bins)."""
     win, hop, n_fft, window, mel = _constants(sample_rate, num_mel_bins, frame_length_ms, frame_shift_ms)
     if len(wav) < win:
-        return torch.zeros(0, num_mel_bins)
+        return torch.zeros(0, num_mel_bins, device=wav.device)
+    if wav.device != window.device:  # a waveform on the GPU: the constants go there
+        window, mel = window.to(wav.device), mel.to(wav.device)
     return _log_mel((wav.float() * 32768.0).unfold(0, win, hop), window, mel, n_fft, dither)
 
 
