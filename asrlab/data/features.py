@@ -4,8 +4,9 @@ It reproduces ``torchaudio.compliance.kaldi.fbank`` as asrlab calls it (povey wi
 pre-emphasis 0.97, 512-point power spectrum, Kaldi mel banks from 20 Hz to Nyquist, natural log,
 ``snip_edges``, int16-scaled samples) to within 1e-3 on the log-mel values, and is faster than it for two
 reasons: the window and the mel matrix are made once per setting, not at every call, and the power
-spectrum is two squares and a sum (not ``abs()``'s square root, then a square). On a CPU one utterance at a time is the fastest: its frames stay in the cache,
-while the frames of a whole batch put through one FFT do not (docs/benchmarks.md). The loader makes its
+spectrum is two squares and a sum (not ``abs()``'s square root, then a square). On a CPU one utterance at
+a time is the fastest: its frames stay in the cache, while the frames of a whole batch put through one FFT
+do not (docs/benchmarks.md). The loader makes its
 features with it (``data.features: cpu``); with ``data.features: device`` the loader hands over padded
 waveforms and :class:`BatchFbank` makes the same features for the whole batch after the copy, on the GPU.
 """

@@ -76,12 +76,13 @@ def fed(sources: list[Source], slots: int) -> list[Source]:
     per = math.ceil(slots / len(sources))
     out = []
     for src in sources:
-        if not src.items or per == 1:
+        if not src.items:
             out.append(src)
             continue
         size = math.ceil(len(src.items) / min(per, len(src.items)))
         for a in range(0, len(src.items), size):
-            piece = replace(src, name=f"{src.name}[{a}:{a + len(src.items[a:a + size])}]", items=src.items[a:a + size])
+            items = src.items[a:a + size]
+            piece = replace(src, name=f"{src.name}[{a}:{a + len(items)}]", items=items)
             index.share(src, piece, a)
             out.append(piece)
     return out

@@ -66,8 +66,11 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
     for r in range(world_size):
         workers = []
         for w in range(W):
-            mine = [stats[s.label] if s.label in stats else pieces.setdefault(s.label, source_stats(s, cfg))
-                    for stream in worker_streams(sources, epoch, cfg, r, world_size, w, W) for s in stream]
+            mine = []
+            for s in (s for stream in worker_streams(sources, epoch, cfg, r, world_size, w, W) for s in stream):
+                if s.label not in stats and s.label not in pieces:
+                    pieces[s.label] = source_stats(s, cfg)
+                mine.append(stats[s.label] if s.label in stats else pieces[s.label])
             frames = [f for st in mine for f in st.frames]
             workers.append({"worker": w, "shards": len(mine), "utts": len(frames),
                             "seconds": round(sum(st.seconds for st in mine), 2),

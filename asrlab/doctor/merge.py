@@ -59,9 +59,10 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
     reports = [json.loads((e / "stall_report.json").read_text()) for e in exps if (e / "stall_report.json").exists()]
     if reports:  # every node's dumps together: the verdict over every rank
         first = min(reports, key=lambda r: r.get("time", 0))
-        _as_at(into, first.get("time", 0.0), lab.get("world_size") or first.get("world_size") or 1)
+        world = lab.get("world_size") or first.get("world_size") or 1
+        _as_at(into, first.get("time", 0.0), world)
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
-        write_report(into, lab.get("world_size") or first.get("world_size") or 1, first.get("timeout_s", 0.0),
+        write_report(into, world, first.get("timeout_s", 0.0),
                      since=min(x.get("started", 0) for x in labs) if labs else 0.0, now=first.get("time"),
                      failure=failure, collectives=last_collectives(into))
     return into

@@ -20,7 +20,7 @@ import torch.distributed as tdist
 
 from . import dist
 from .keys import KeyFinder, KeysSpec
-from .state.position import start_past
+from .state.position import batches_saved, start_past
 from .stall.watch import announce, reading_ahead
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,8 @@ class UnevenGuard:
         if self.state_of is not None:
             self.state_of.load_state_dict(state)
             return
-        if not isinstance(state, dict) or "uneven_guard" not in state:
-            raise ValueError("UnevenGuard.load_state_dict: not a state of UnevenGuard without state_of= "
-                             f"(keys {sorted(state) if isinstance(state, dict) else type(state).__name__})")
-        if state["uneven_guard"] != STATE_VERSION:
-            raise ValueError(f"UnevenGuard state version {state['uneven_guard']}; this asrlab reads {STATE_VERSION}")
-        self._skip = int(state["batches"])
+        self._skip = batches_saved(state, "uneven_guard", STATE_VERSION, "UnevenGuard",
+                                   "a state of UnevenGuard without state_of=")
 
     def _fetch(self, it) -> list:
         got = []

@@ -96,7 +96,8 @@ class Heartbeat:
             except Exception as e:  # a report must never fail because of a description
                 detail = f"(no description: {e})"
         return {"rank": self.rank, "phase": phase, "step": step, "since": since, "beats": beats,
-                "detail": detail, "ahead": self.ahead if phase == "data" else 0, "completed": self.completed, "allow_s": allow_s, "phase_s": dict(self.phase_s),
+                "detail": detail, "ahead": self.ahead if phase == "data" else 0, "completed": self.completed,
+                "allow_s": allow_s, "phase_s": dict(self.phase_s),
                 "pid": os.getpid(), "host": socket.gethostname(), "node": node_rank(), "time": time.time()}
 
     def take_events(self) -> list:

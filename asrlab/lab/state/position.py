@@ -102,14 +102,20 @@ class Resumable:
         return {"resumable": VERSION, "batches": self.batches}
 
     def load_state_dict(self, state: dict) -> None:
-        if not isinstance(state, dict) or "resumable" not in state:
-            raise ValueError("Resumable.load_state_dict: not a position saved by lab.Resumable "
-                             f"({sorted(state) if isinstance(state, dict) else type(state).__name__})")
-        if state["resumable"] != VERSION:
-            raise ValueError(f"Resumable: position of version {state['resumable']}; this asrlab reads {VERSION}")
-        self._skip = int(state["batches"])
+        self._skip = batches_saved(state, "resumable", VERSION, "Resumable", "a position saved by lab.Resumable")
+
+
+def batches_saved(state, tag: str, version: int, who: str, what: str) -> int:
+    """The batch count of a position saved as ``{tag: version, "batches": n}``; a ValueError naming ``who``
+    for anything else (not such a state, or another version)."""
+    if not isinstance(state, dict) or tag not in state:
+        raise ValueError(f"{who}.load_state_dict: not {what} "
+                         f"({sorted(state) if isinstance(state, dict) else type(state).__name__})")
+    if state[tag] != version:
+        raise ValueError(f"{who}: a state of version {state[tag]}; this asrlab reads {version}")
+    return int(state["batches"])
 
 
 _END = object()
 
-__all__ = ["Resumable", "start_past"]
+__all__ = ["Resumable", "batches_saved", "start_past"]
