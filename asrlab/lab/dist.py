@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime
 import faulthandler
@@ -213,31 +212,18 @@ def shared_folder(path: str | Path, info: DistInfo) -> bool:
     return all_have(mine, info)
 
 
-_HELD: collections.deque = collections.deque(maxlen=64)
-
-
-def held(t: torch.Tensor) -> torch.Tensor:
-    """``t``, kept alive in Python well past the collective it goes into. Gloo's worker thread lets go of a
-    finished work after the wait has returned; a tensor made in Python whose Python object died first is
-    freed there, and freeing it takes the GIL. If the main thread then holds the GIL while it destroys the
-    group (DDP's reducer let go at the end of a loop, say) and joins that thread, both wait forever. Held
-    here, the tensor is freed by Python, after gloo's thread has long let go of it."""
-    _HELD.append(t)
-    return t
-
-
 def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
     """Element-wise sum of a list of numbers over ranks."""
     if info.backend is None:
         return list(values)
-    t = held(torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu"))
+    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
     dist.all_reduce(t)
     return t.tolist()
 
 
 def _reduce_one(value, dtype, op, info: DistInfo):
     """One number all-reduced with ``op`` over the ranks (one tiny all-reduce)."""
-    t = held(torch.tensor([value], dtype=dtype, device=info.device if info.backend == "nccl" else "cpu"))
+    t = torch.tensor([value], dtype=dtype, device=info.device if info.backend == "nccl" else "cpu")
     dist.all_reduce(t, op=op)
     return t.item()
 

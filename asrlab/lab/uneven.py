@@ -100,7 +100,7 @@ class UnevenGuard:
         It is called while the loop awaits its next batch (phase ``data``): a wait for the other ranks is
         announced as ``sync``, and ``data`` again after it, since the guard fetches the next group then and
         a rank whose data hangs there is waiting for data, not blocked in the check."""
-        t = dist.held(torch.tensor([n], dtype=torch.int64))
+        t = torch.tensor([n], dtype=torch.int64)
         work = self._sent = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
 
         def result() -> int:

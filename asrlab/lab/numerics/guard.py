@@ -334,7 +334,7 @@ class NumericsGuard:
         action = self._policy() if found_before else "step"
         self._sent = None
         if action == "step":  # after a rollback or a halt, the steps before it are void
-            flag = dist.held(torch.tensor([int(found)], dtype=torch.int32))
+            flag = torch.tensor([int(found)], dtype=torch.int32)
             self._sent = flag, tdist.all_reduce(flag, op=tdist.ReduceOp.MAX, group=self.group, async_op=True)
         return action
 
