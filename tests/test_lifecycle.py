@@ -162,15 +162,17 @@ def test_the_parent_death_signal_asks_once_however_often_it_comes():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-def test_a_child_ends_with_its_parent(tmp_path):
-    """``own_session_ending_with_parent``: the child of a process that dies gets the parent-death signal."""
+@pytest.mark.parametrize("starter", [[], ["nohup"]], ids=["foreground", "nohup"])
+def test_a_child_ends_with_its_parent(tmp_path, starter):
+    """``own_session_ending_with_parent``: the child of a process that dies gets the parent-death signal,
+    also when the parent was started with SIGHUP ignored (``nohup``, which the child inherits)."""
     code = ("import subprocess, sys, time\n"
             "from asrlab.lab.stop import own_session_ending_with_parent\n"
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
             " preexec_fn=own_session_ending_with_parent())\n"
             "print(p.pid, flush=True)\n"
             "time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([*starter, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     child = psutil.Process(int(parent.stdout.readline()))
     assert child.is_running() and os.getsid(child.pid) == child.pid  # a session of its own
     parent.kill()

@@ -21,7 +21,7 @@ def test_ci_runs_exactly_the_readme_setup_and_test_commands():
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
           if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
     assert ci[-2:] == readme_block("### Set up") + readme_block("### Test")
-    assert all("chromium" in ln for ln in ci[:-2]) and len(ci) <= 3
+    assert all("chromium" in ln or "clone/asrlab" in ln for ln in ci[:-2]) and len(ci) <= 4
 
 
 def test_environment_yml_agrees_with_pyproject():

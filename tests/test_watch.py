@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,14 +22,25 @@ from asrlab.watch.sample import parse_faulthandler
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150, epochs: int = 1):
+def in_a_clone(tmp_path: Path) -> Path:
+    """The loop copied where a user's clone of asrlab keeps it (``.../asrlab/examples``): a user's code in
+    a folder named ``asrlab`` is still the user's own, its lines named in the verdict."""
+    where = tmp_path / "asrlab" / "examples"
+    where.mkdir(parents=True)
+    for name in ("bare_loop.py", "toy.py"):
+        shutil.copy(EXAMPLES / name, where / name)
+    return where
+
+
+def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150, epochs: int = 1,
+            cwd: Path = EXAMPLES):
     """``asrlab watch`` around torchrun and the bare loop; (exit code, stderr, seconds, pids seen)."""
     cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "bare_loop.py", str(exp.parent / "out"), str(epochs)]
     env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stderr, time.monotonic() - t0
 
 
@@ -49,7 +61,8 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "bare_loop.py", str(tmp_path / "out"), "1"]
     env = {**os.environ, "TOY_FAULT": "hang_data:1:6", "OMP_NUM_THREADS": "1"}
-    watch = subprocess.Popen(cmd, cwd=EXAMPLES, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    watch = subprocess.Popen(cmd, cwd=in_a_clone(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
     try:
         deadline = time.time() + 90
         while not (exp / "stall_report.json").exists() and time.time() < deadline and watch.poll() is None:
@@ -89,7 +102,7 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
 def test_the_fallback_without_ptrace_reads_the_same_hang(tmp_path):
     exp = tmp_path / "exp"
     rc, err, _ = watched(exp, "hang_data:0:4", "--stall-timeout", "6", "--on-stall", "kill", "--sampler",
-                         "faulthandler", nproc=1)
+                         "faulthandler", nproc=1, cwd=in_a_clone(tmp_path))
     assert rc != 0, err[-3000:]
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     assert v.startswith("rank 0 has waited ") and "at toy.py:" in v and "in _faulty" in v, v

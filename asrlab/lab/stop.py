@@ -12,7 +12,8 @@ handler; the loop sees it through :func:`stop_requested` at its next check), and
 usual course. A process started to do a run's work gets SIGHUP when whoever started it ends
 (:func:`end_with_parent`), so that nothing of a run keeps training once its starter is gone; SIGHUP
 asks for the same clean stop but never more, since the kernel sends it again each time the process
-passes to another thread of its ending parent.
+passes to another thread of its ending parent. An ignored SIGHUP is inherited through exec (``nohup``,
+some job schedulers): such a process gets SIGHUP's default back first, or the signal would be lost.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def end_with_parent(parent: int, sig: int = PARENT_GONE) -> bool:
     prctl = _prctl()
     if prctl is None:
         return False
+    if signal.getsignal(sig) == signal.SIG_IGN:
+        signal.signal(sig, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, int(sig))
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
@@ -122,6 +125,7 @@ def own_session_ending_with_parent() -> Callable[[], None]:
     def preexec() -> None:
         os.setsid()
         if prctl is not None:
+            signal.signal(PARENT_GONE, signal.SIG_DFL)  # not ignored, as nohup would leave it
             prctl(PR_SET_PDEATHSIG, int(PARENT_GONE))
             if os.getppid() != parent:
                 os.kill(os.getpid(), PARENT_GONE)

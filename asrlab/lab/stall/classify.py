@@ -11,6 +11,7 @@ these rules; a stall watchdog inside a rank reads its own main thread's stack wi
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import traceback
@@ -30,11 +31,18 @@ def _is(file: str, *parts: str) -> bool:
     return any(p in f for p in parts)
 
 
+# asrlab's own files (the package, its injected sitecustomize among them) are those under this folder,
+# wherever it is installed; a user's file in any other folder named ``asrlab`` (a clone of this
+# repository, say) is the job's own code.
+_HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PACKAGE = tuple({os.path.join(_HERE, ""), os.path.join(os.path.realpath(_HERE), "")})
+
+
 def own_code(file: str) -> bool:
     """A file of the job itself, not of Python, an installed package or asrlab."""
     f = file.replace("\\", "/")
     return not (f.startswith("<") or "/site-packages/" in f or "/dist-packages/" in f or "/lib/python3" in f
-                or "/asrlab/" in f)
+                or f.startswith(_PACKAGE))
 
 
 def phase_of(frames: list[Frame]) -> str:
