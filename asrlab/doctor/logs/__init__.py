@@ -1,0 +1,74 @@
+"""``asrlab doctor LOG [LOG ...]``: what a job's own logs say happened, after the fact, with no re-run.
+
+Reads the per-step lines of WeNet, ESPnet, icefall, NeMo/Lightning, SpeechBrain and plain loops, and in
+any of them torchrun's failure summary, NCCL's and gloo's timeouts, Python tracebacks, out-of-memory,
+killed DataLoader workers, loss-scale messages and resumes (:mod:`.toolkits`, :mod:`.events`); the
+format is recognised from the lines themselves. :func:`diagnose_logs` returns a JSON-ready dict with
+``verdict`` (one of :data:`.verdict.VERDICTS`) and ``culprit`` (``{"rank", "step"}``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ...errors import UsageError
+from .run import log_files, read_logs
+from .verdict import VERDICTS, judge
+
+
+def diagnose_logs(paths: list[str]) -> dict:
+    files = log_files(paths)
+    missing = [p for p in files if p != "-" and not _exists(p)]
+    if missing:
+        raise UsageError(f"no such file: {missing[0]}")
+    if not files:
+        raise UsageError(f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*)")
+    t0 = time.perf_counter()
+    run = read_logs(files)
+    d = judge(run)
+    d.update(source="logs", files=run.files, lines=run.lines, formats=dict(run.formats),
+             world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
+             read_s=round(time.perf_counter() - t0, 3))
+    d["ok"] = d["verdict"] == "no_failure_seen"
+    d["events"] = _counts(run.events)
+    return d
+
+
+def _exists(p: str) -> bool:
+    from pathlib import Path
+
+    return Path(p).exists()
+
+
+def _counts(events: list[dict]) -> dict:
+    out: dict[str, int] = {}
+    for e in events:
+        out[e["kind"]] = out.get(e["kind"], 0) + 1
+    return out
+
+
+def format_log_diagnosis(d: dict) -> str:
+    lines = [f"{d['verdict'].upper()}: {d['summary']}"]
+    c = d["culprit"]
+    if c["rank"] is not None or c["step"] is not None:
+        lines.append(f"  culprit: rank {c['rank'] if c['rank'] is not None else '?'}, step {c['step'] if c['step'] is not None else '?'}")
+    fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
+    lines.append(f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
+                 f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}")
+    if d["events"]:
+        lines.append("recognised: " + ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items())))
+    if d["hang"]:
+        lines.append(f"hang: {d['hang']['text']}")
+    if d["nonfinite"] and d["nonfinite"].get("first"):
+        lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
+    for r in d["resumes"]:
+        lines.append(f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else ""))
+    if d["ranks"]:
+        lines.append("ranks (last logged step):")
+        for r in d["ranks"]:
+            rate = f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
+            lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']} ({r['steps_logged']} step lines{rate})")
+    return "\n".join(lines)
+
+
+__all__ = ["VERDICTS", "diagnose_logs", "format_log_diagnosis"]

@@ -1,0 +1,86 @@
+"""A log line's time and rank, from whichever mark its toolkit puts on it.
+
+Times: Python logging's ``2024-03-01 12:00:00,123`` (WeNet, icefall, ESPnet, NeMo, SpeechBrain),
+torchelastic's ``2024-03-01_12:00:00``, ISO ``T`` forms, and glog's ``E0301 12:00:00.123456`` (PyTorch's
+C++ warnings and NCCL's watchdog), which has no year: it takes the year of the log's other stamps.
+Ranks: PyTorch's ``[rank3]:`` and torchrun's ``[default3]:`` prefixes, NCCL's ``[Rank 3]``, icefall's
+``(3/8)``, ESPnet's ``[host:3/8]``, WeNet's trailing ``rank 3``, torchelastic's ``rank : 3``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+_GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
+
+# a rank mark a line begins with; its text after the mark is the line as the rank wrote it
+PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
+_RANKS = (
+    re.compile(r"\[Rank (\d+)\]"),                      # NCCL / c10d messages
+    re.compile(r"\] \((\d+)/(\d+)\) "),                 # icefall: [train.py:123] (3/8)
+    re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),          # ESPnet: [host:3/8]
+    re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),       # WeNet's step line ends with it
+    re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),   # torchelastic's failure summary
+    re.compile(r"\b[Rr]ank[ _]?(\d+)\b"),               # any other "rank 3" / "Rank 3" / "RANK_3"
+)
+
+
+def split_prefix(line: str) -> tuple[int | None, str]:
+    """``[rank3]: text`` -> ``(3, "text")``; a line without such a mark -> ``(None, line)``."""
+    m = PREFIX.match(line)
+    return (int(m.group(1)), line[m.end():]) if m else (None, line)
+
+
+def rank_of(line: str) -> int | None:
+    """The rank the line says it is from, by the first mark that fits."""
+    for pattern in _RANKS:
+        m = pattern.search(line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def world_of(line: str) -> int | None:
+    """The world size where the mark carries it (icefall's ``(3/8)``, ESPnet's ``[host:3/8]``)."""
+    for pattern in _RANKS[1:3]:
+        m = pattern.search(line)
+        if m:
+            return int(m.group(2))
+    return None
+
+
+class Clock:
+    """Turns a line's stamp into seconds since the epoch (UTC as written: only the order and the gaps
+    matter). glog's stamps take the year of the last full stamp seen, else this year."""
+
+    def __init__(self):
+        self.year = time.gmtime().tm_year
+
+    def of(self, line: str) -> float | None:
+        if len(line) < 14:
+            return None
+        m = _ISO.search(line, 0, 80)
+        if m:
+            y, mo, d, h, mi, s, frac = m.groups()
+            self.year = int(y)
+            return _seconds(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
+        m = _GLOG.search(line, 0, 60)
+        if m:
+            mo, d, h, mi, s, frac = m.groups()
+            if 1 <= int(mo) <= 12 and 1 <= int(d) <= 31:
+                return _seconds(self.year, int(mo), int(d), int(h), int(mi), int(s), frac)
+        return None
+
+
+def _seconds(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+    try:
+        t = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+    except (ValueError, OverflowError):
+        return None
+    return t + (float("0." + frac) if frac else 0.0)
+
+
+__all__ = ["Clock", "PREFIX", "rank_of", "split_prefix", "world_of"]

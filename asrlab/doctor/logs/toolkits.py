@@ -1,0 +1,169 @@
+"""The per-step lines of each toolkit, one small reader each: a line in, a step record out (or None).
+
+A record: ``toolkit``, ``epoch``, ``batch`` (within the epoch, as the toolkit counts it), ``step`` (the
+toolkit's global step where it prints one, else None), ``losses`` (the total as ``loss`` and each term by
+its own name), ``lr``, ``grad_norm``, ``scale`` (the loss scale), ``rate`` (steps per second) and ``rank``
+where the line carries them. Values print as the toolkit wrote them: ``nan``, ``inf`` and ``-inf`` read
+as such.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
+_PAIR = re.compile(rf"(\w+)[=:]\s?({NUM})(?=[\s,\]|)]|$)")
+_SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|$)")
+LOSS_NAMES = re.compile(r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl)|.*ce$)", re.I)
+
+
+def num(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values) -> dict:
+    r = {"toolkit": toolkit, "epoch": epoch, "batch": batch, "step": step, "losses": {}, "averages": {}, "lr": None,
+         "grad_norm": None, "scale": None, "rate": None, "rank": rank}
+    r.update({k: v for k, v in values.items() if v is not None})
+    return r
+
+
+def _losses(pairs) -> dict[str, float]:
+    return {k: v for k, v in ((k, num(v)) for k, v in pairs) if v is not None and LOSS_NAMES.search(k)}
+
+
+# WeNet: the executor's "TRAIN Batch 0/1200 loss 85.1 loss_att 80.2 loss_ctc 96.6 lr 0.00000400 rank 0" and
+# train_utils' "TRAIN | steps/sec 1.7| Batch 0/100 loss 85.1 loss_att ... lr 0.001 grad_norm 12.3 rank 0"
+_WENET = re.compile(rf"TRAIN (?:\| (?:steps/sec ({NUM})\| ?)?)?Batch (\d+)/(\d+) loss ({NUM}) (.*?)\blr ([-+\d.eE,naif ]+?)"
+                    rf"(?: grad_norm ({NUM}))? rank (\d+)")
+_WENET_STEP = re.compile(rf"Epoch (\d+) Step (\d+) (?:TRAIN|on_batch_end) info lr ([^\s]+)(?: .*?rank (\d+))?")
+
+
+def wenet(line: str) -> dict | None:
+    if "Batch" in line and "TRAIN" in line:
+        m = _WENET.search(line)
+        if m:
+            rate, epoch, batch, loss, rest, lr, gn, rank = m.groups()
+            losses = {"loss": num(loss), **_losses(_SPACE_PAIR.findall(rest))}
+            return _record("wenet", int(epoch), int(batch), rank=int(rank), losses=losses,
+                           lr=num(lr.split(",")[0]), grad_norm=num(gn), rate=num(rate))
+    return None
+
+
+# icefall: "Epoch 3, batch 1500, loss[loss=0.2, simple_loss=..., over 5000.00 frames. ], tot_loss[...],
+# batch size: 56, lr: 3.00e-02, grad_scale: 16.0"
+_ICEFALL = re.compile(r"Epoch (\d+), batch (\d+), loss\[(.*?)\], tot_loss\[(.*?)\](.*)")
+
+
+def icefall(line: str) -> dict | None:
+    if "tot_loss[" not in line:
+        return None
+    m = _ICEFALL.search(line)
+    if not m:
+        return None
+    epoch, batch, loss, tot, rest = m.groups()
+    tail = dict(_PAIR.findall(rest.replace(": ", ":")))
+    # tot_loss is the running average: a term not finite there and finite in this batch's loss[...] went
+    # non-finite in an earlier batch that the log did not show
+    return _record("icefall", int(epoch), int(batch), losses=_losses(_PAIR.findall(loss)), lr=num(tail.get("lr")),
+                   scale=num(tail.get("grad_scale")), averages=_losses(_PAIR.findall(tot)))
+
+
+# ESPnet2: "[host:0/4] 2022-05-01 12:00:00,123 (trainer:700) INFO: 3epoch:train:1201-1800batch: iter_time=...,
+# loss_ctc=45.1, loss_att=30.2, acc=0.8, loss=34.7, backward_time=..., grad_norm=12.3, loss_scale=1024.0,
+# optim0_lr0=0.001, train_time=0.9"
+_ESPNET = re.compile(r"(\d+)epoch:train:(\d+)-(\d+)batch:(.*)")
+
+
+def espnet(line: str) -> dict | None:
+    if "epoch:train:" not in line:
+        return None
+    m = _ESPNET.search(line)
+    if not m:
+        return None
+    epoch, _, last, rest = m.groups()
+    pairs = _PAIR.findall(rest)
+    d = dict(pairs)
+    lr = next((num(v) for k, v in pairs if k.startswith("optim") and "lr" in k), None)
+    return _record("espnet", int(epoch), int(last), losses=_losses((k, v) for k, v in pairs if not k.endswith("_time")),
+                   lr=lr, grad_norm=num(d.get("grad_norm")), scale=num(d.get("loss_scale")))
+
+
+# PyTorch Lightning / NeMo progress bar: "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1,
+# loss=0.52, train_loss_step=0.5, lr=0.001, global_step=3450]"
+_BAR = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:Epoch|Training:?\s*)?(?:\s*(\d+))?:?\s+\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]")
+_RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
+
+
+def lightning(line: str) -> dict | None:
+    if "%|" not in line or "it" not in line:
+        return None
+    m = _BAR.search(line)
+    if not m:
+        return None
+    epoch, batch, _, inside = m.groups()
+    pairs = _PAIR.findall(inside)
+    d = dict(pairs)
+    rate = _RATE.search(inside)
+    steps_s = (num(rate.group(1)) if rate.group(2) == "it/s" else 1 / max(num(rate.group(1)) or 1e-9, 1e-9)) if rate else None
+    step = d.get("global_step") or d.get("step")
+    return _record("lightning", int(epoch) if epoch else None, int(batch), int(float(step)) if step else None,
+                   losses=_losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num"))),
+                   lr=num(d.get("lr")), grad_norm=num(d.get("grad_norm")), rate=steps_s)
+
+
+# SpeechBrain's train_logger: "epoch: 3, lr: 1.00e+00 - train loss: 2.34 - valid loss: 1.23, valid CER: 12.3"
+_SB = re.compile(rf"epoch: (\d+), lr: ({NUM}).*?- train loss: ({NUM})")
+
+
+def speechbrain(line: str) -> dict | None:
+    if "train loss:" not in line:
+        return None
+    m = _SB.search(line)
+    if not m:
+        return None
+    return _record("speechbrain", int(m.group(1)), lr=num(m.group(2)), losses={"loss": num(m.group(3))})
+
+
+# a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8"
+_PLAIN = re.compile(rf"\b(?:global_)?step[\s=:]\s*(\d+)\b[^\n]*?\bloss\b[\s=:]\s*({NUM})", re.I)
+
+
+def plain(line: str) -> dict | None:
+    if "loss" not in line.lower():
+        return None
+    m = _PLAIN.search(line)
+    if not m:
+        return None
+    pairs = _PAIR.findall(line.replace(": ", ":")) + _SPACE_PAIR.findall(line)
+    d = dict(pairs)
+    epoch = d.get("epoch")
+    return _record("plain", int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None,
+                   step=int(m.group(1)), losses={"loss": num(m.group(2)), **_losses(pairs)}, lr=num(d.get("lr")),
+                   grad_norm=num(d.get("grad_norm") or d.get("grad-norm")), scale=num(d.get("scale") or d.get("loss_scale")))
+
+
+READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
+    ("wenet", wenet), ("icefall", icefall), ("espnet", espnet), ("lightning", lightning),
+    ("speechbrain", speechbrain), ("plain", plain))
+
+
+def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
+    """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
+    if first is not None:
+        r = first(line)
+        if r is not None:
+            return r
+    for _, reader in READERS:
+        if reader is not first:
+            r = reader(line)
+            if r is not None:
+                return r
+    return None
+
+
+__all__ = ["READERS", "num", "step_of"]

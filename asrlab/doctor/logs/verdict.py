@@ -1,0 +1,328 @@
+"""What the logs of a failed job say happened: the verdict, its culprit (rank, step), and the sections
+(the hang's collective and who is behind, the first non-finite step, resumes, each rank's last step).
+
+The first failure is the earliest by time, not the first printed: the agent's SIGTERM to the survivors,
+their timeouts and their lost-peer errors are consequences (:data:`.events.CONSEQUENCE`), never the
+cause while a cause is in the log.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+
+from .run import LogRun, position
+
+VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "no_failure_seen")
+_TERM = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def _when(t: float | None) -> str:
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t)) if t else "time unknown"
+
+
+def where(rec: dict | None) -> str:
+    """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
+    if rec is None:
+        return "before any logged step"
+    if rec["step"] is not None:
+        return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
+    if rec["batch"] is not None:
+        return f"epoch {rec['epoch']}, batch {rec['batch']}"
+    return f"epoch {rec['epoch']}"
+
+
+def step_number(rec: dict | None) -> int | None:
+    if rec is None:
+        return None
+    return rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
+
+
+def _last_before(run: LogRun, rank, t: float | None) -> dict | None:
+    s = run.series.get(rank)
+    if s is None:
+        if rank is not None or not run.series:
+            return None
+        s = max(run.series.values(), key=lambda x: x.seen)
+    if t is None:
+        return s.last
+    before = [r for r in s.all() if r["time"] is None or r["time"] <= t]
+    return before[-1] if before else None
+
+
+def _causes(run: LogRun) -> list[tuple]:
+    """(time, order, verdict, event) for every event that can be a first failure."""
+    out = []
+    for i, e in enumerate(run.events):
+        k = e["kind"]
+        if k == "exception":
+            out.append(("crashed", e))
+        elif k == "oom":
+            out.append(("out_of_memory", e))
+        elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
+            out.append(("nonfinite", e))
+        elif k == "worker_killed":
+            out.append(("killed", {**e, "signal": "SIGKILL" if (e.get("signal") or "").lower().startswith("kill")
+                                   else e.get("signal")}))
+        elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
+            out.append(("killed", e))
+        elif k == "exit" and (e.get("exitcode") or 0) > 0:
+            out.append(("crashed", e))
+    if run.nonfinite:
+        r = run.nonfinite[0]
+        out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
+    skips = _persistent_skips(run)
+    if skips:
+        out.append(("nonfinite", skips))
+    return out
+
+
+SKIPS_IN_A_ROW = 3   # overflow skips with no logged step between them: not a calibration, a run that cannot step
+SCALE_FLOOR = 8.0    # a dynamic loss scale below this has halved far past where fp16 starts to overflow
+
+
+def _persistent_skips(run: LogRun) -> dict | None:
+    """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
+    gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
+    row: list[dict] = []
+    marks = sorted([e for e in run.events if e["kind"] == "scale"] +
+                   [r for s in run.series.values() for r in s.all()], key=lambda x: x.get("order", 0))
+    for e in run.events:
+        if e["kind"] != "scale":
+            continue
+        if e.get("to") is not None and e["to"] < SCALE_FLOOR:
+            return {**e, "kind": "scale_collapse"}
+    for x in marks:
+        if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor
+            row = []
+            continue
+        row.append(x)
+        if len(row) >= SKIPS_IN_A_ROW:
+            return {**row[0], "kind": "skips", "count": len(row)}
+    return None
+
+
+def judge(run: LogRun) -> dict:
+    """``{"verdict", "summary", "culprit", "hang", "nonfinite", "resumes", "ranks", "events"}``."""
+    causes = _causes(run)
+    timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
+    d: dict = {"hang": _hang(run, timeouts) if timeouts else None, "nonfinite": _nonfinite(run),
+               "resumes": _resumes(run), "ranks": _ranks(run)}
+    if causes:
+        big = float("inf")
+        verdict, e = min(causes, key=lambda c: (c[1]["time"] if c[1].get("time") is not None else big,
+                                                 c[1].get("order", 0)))
+        verdict, e = _refine(run, verdict, e)
+        rank = e.get("rank")
+        rec = e.get("record") or _last_before(run, rank, e.get("time"))
+        d.update(verdict=verdict, culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(e),
+                 summary=_say(run, verdict, e, rec, d))
+    elif timeouts:
+        h = d["hang"]
+        behind = h["behind"]
+        rank = behind[0] if len(behind) == 1 else None
+        rec = run.last_steps().get(rank) if rank is not None else None
+        d.update(verdict="stalled", culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(timeouts[0]),
+                 summary=h["text"])
+    else:
+        exits = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
+        if exits and not any(e["kind"] == "agent_stop" for e in run.events):
+            e = exits[0]
+            rec = _last_before(run, e["rank"], e["time"])
+            d.update(verdict="killed", culprit={"rank": e["rank"], "step": step_number(rec)}, first=_event_view(e),
+                     summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
+                             f"pre-emption, a time limit, kill) at {where(rec)}")
+        else:
+            d.update(verdict="no_failure_seen", culprit={"rank": None, "step": None}, first=None,
+                     summary=_healthy(run, d))
+    if d["verdict"] != "no_failure_seen" and d["resumes"]:
+        d["summary"] += "; " + d["resumes"][0]["text"]
+    return d
+
+
+def _passed(run: LogRun, e: dict) -> bool:
+    """A wait at a start-up barrier that training steps followed: it was passed."""
+    if not e.get("waiting") or e.get("time") is None:
+        return False
+    return any(r["time"] is not None and r["time"] > e["time"] for s in run.series.values() for r in s.all()[-1:])
+
+
+def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
+    """An exit without a signal stands for the traceback of its rank where the log has one."""
+    if e["kind"] == "exit" and not e.get("signal"):
+        tb = [x for x in run.events if x["kind"] in ("exception", "oom") and x.get("rank") == e["rank"]]
+        if tb:
+            return ("out_of_memory" if tb[0]["kind"] == "oom" else "crashed"), tb[0]
+    if e["kind"] in ("exception", "oom", "nonfinite_error") and e.get("rank") is None:
+        roots = [x for x in run.events if x["kind"] == "exit" and x.get("root")]
+        if roots:
+            e = {**e, "rank": roots[0]["rank"]}
+    return verdict, e
+
+
+def _event_view(e: dict) -> dict:
+    return {k: v for k, v in e.items() if k != "record"}
+
+
+def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
+    who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank"
+    at = where(rec)
+    line = ""
+    if e.get("where"):
+        f, n, fn = e["where"]
+        line = f" (at {f.replace(chr(92), '/').split('/')[-1]}:{n} in {fn})"
+    if verdict == "killed":
+        sig = e.get("signal") or "a signal"
+        what = "a DataLoader worker of " + who if e["kind"] == "worker_killed" else who
+        hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
+        s = f"{what} was killed by {sig}{hint} at {at}"
+    elif verdict == "out_of_memory":
+        s = f"{who} ran out of memory at {at}: {e['text'][:200]}{line}"
+    elif verdict == "nonfinite":
+        if e["kind"] == "nonfinite_step":
+            n = d["nonfinite"] or {}
+            s = f"{who}'s training went non-finite at {at} and stayed so: {n.get('text', '')}"
+        else:
+            s = f"{who} stopped on non-finite values at {at}: {e['text'][:200]}{line}"
+    else:
+        s = f"{who} failed first at {at}: {e['text'][:300]}{line}"
+    s += f" ({_when(e.get('time'))})" if e.get("time") else ""
+    if d["hang"]:
+        s += f"; then {d['hang']['reported']}"
+    return s
+
+
+def _hang(run: LogRun, timeouts: list[dict]) -> dict:
+    first = timeouts[0]
+    reported = sorted({t["rank"] for t in timeouts if t.get("rank") is not None})
+    ranks = run.ranks()
+    world = run.world or (max(ranks) + 1 if ranks else None)
+    behind: list[int] = []
+    basis = ""
+    monitored = [t for t in timeouts if t.get("behind") is not None]
+    progress = [e for e in run.events if e["kind"] == "progress" and e.get("rank") is not None]
+    last = {r: rec for r, rec in run.last_steps().items() if r is not None}
+    if monitored:
+        # the barrier's root names the rank that did not come; the others can only name the root
+        named = [t for t in monitored if "failed to pass" in t["text"]] or monitored
+        behind, basis = sorted({t["behind"] for t in named}), "did not reach the monitored barrier"
+    elif progress:
+        low = min(p["completed"] for p in progress)
+        behind, basis = sorted({p["rank"] for p in progress if p["completed"] == low}), f"last completed collective #{low}"
+    elif world and reported and len(reported) < world:
+        behind, basis = [r for r in range(world) if r not in reported], "reported no timeout: it never entered the collective"
+    elif len(last) > 1 and len({position(r) for r in last.values()}) > 1:
+        low = min(position(r) for r in last.values())
+        behind = sorted(r for r, rec in last.items() if position(rec) == low)
+        basis = f"its last logged {where(last[behind[0]])}, the others further"
+    seq = first.get("seq")
+    op = first.get("op")
+    tmo = first.get("timeout_ms")
+    coll = (f"{op}" if op else "a collective") + (f" #{seq}" if seq is not None else "") + \
+           (f" (timeout {tmo / 1000:g} s)" if tmo else "")
+    who = ("ranks " + ", ".join(map(str, reported))) if len(reported) > 1 else (f"rank {reported[0]}" if reported else "the job")
+    reported_text = f"{who} timed out in {coll}"
+    if behind:
+        b = ", ".join(map(str, behind))
+        steps = "; ".join(f"rank {r} at {where(rec)}" for r, rec in sorted(last.items())) if last else ""
+        text = f"rank{'s' if len(behind) > 1 else ''} {b} held the others up ({basis}): {reported_text}" + \
+               (f"; last logged: {steps}" if steps else "")
+    else:
+        text = f"{reported_text}; the log does not say which rank is behind"
+    return {"collective": {"seq": seq, "op": op, "timeout_ms": tmo}, "reported_by": reported, "behind": behind,
+            "basis": basis, "reported": reported_text, "text": text}
+
+
+def _nonfinite(run: LogRun) -> dict | None:
+    if not run.nonfinite:
+        skips = [e for e in run.events if e["kind"] == "scale"]
+        return {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
+    r = run.nonfinite[0]
+    bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
+    good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
+    averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
+    if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
+        bad.append("grad_norm")
+    terms = [k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged
+    later = [x for x in run.series[r["rank"]].all() if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]]
+    before = [x for x in run.series[r["rank"]].all() if x["order"] < r["order"] and x["file"] == r["file"]]
+    norms = [x["grad_norm"] for x in before if x["grad_norm"] is not None]
+    scales = [x["scale"] for x in before if x["scale"] is not None]
+    led = []
+    if len(norms) >= 2:
+        led.append(f"grad norm {norms[0]:.3g} -> {max(norms):.3g} (max) -> {norms[-1]:.3g}")
+    halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
+    if halvings:
+        led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
+    kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
+    why = ""
+    if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
+        why = "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
+    if not bad:  # only the running average: the batch that made it so was not logged
+        why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
+    text = (f"first at {where(r)} on rank {r['rank']}: {', '.join(terms)} not finite"
+            + (f" ({', '.join(good)} finite)" if good and bad else "") + why + f"; {kind}"
+            + (f"; before it: {'; '.join(led)}" if led else ""))
+    return {"first": {"rank": r["rank"], "step": step_number(r), "epoch": r["epoch"], "batch": r["batch"],
+                      "terms": terms, "finite_terms": good, "time": r["time"]},
+            "transient": bool(later), "count": len(run.nonfinite), "text": text}
+
+
+def _resumes(run: LogRun) -> list[dict]:
+    out = []
+    seen = set()
+    for x in run.resumes:
+        b, a = x["before"], x["after"]
+        key = (x["rank"], position(b), position(a))
+        if key in seen:
+            continue
+        seen.add(key)
+        if a["step"] is not None and b["step"] is not None:
+            twice = b["step"] - a["step"] + 1
+            text = f"resumed at step {a['step']} after step {b['step']}: {twice} steps trained twice"
+            zero = False
+        else:
+            start = run.epoch_start.get((x["rank"], a["epoch"]))
+            zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start
+            if a["epoch"] == b["epoch"] and b["batch"] is not None and a["batch"] is not None:
+                twice = b["batch"] - a["batch"] + (start or 0) if zero else b["batch"] - a["batch"]
+                text = (f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
+                        + (": the epoch started again at batch 0" if zero else "")
+                        + f"; {twice} batches of epoch {a['epoch']} trained twice")
+            else:
+                twice = None
+                text = f"resumed at {where(a)} after {where(b)}"
+        out.append({"rank": x["rank"], "before": where(b), "after": where(a), "restarted_epoch": zero,
+                    "trained_twice": twice, "time": a["time"], "text": text})
+    paths = [e for e in run.events if e["kind"] == "resume"]
+    if paths and out:
+        out[0]["checkpoint"] = paths[0].get("path")
+    return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
+
+
+def _ranks(run: LogRun) -> list[dict]:
+    out = []
+    for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        recs = [r for r in s.all() if r["time"] is not None]
+        rate = None
+        if len(recs) > 1 and recs[-1]["time"] > recs[0]["time"]:
+            rates = [r["rate"] for r in s.all() if r["rate"]]
+            rate = rates[-1] if rates else None
+        out.append({"rank": rank, "steps_logged": s.seen, "last": where(s.last), "last_time": s.last["time"],
+                    "steps_per_s": rate})
+    return out
+
+
+def _healthy(run: LogRun, d: dict) -> str:
+    if not run.series and not run.events:
+        return "no failure seen, and no line of a known format: " + ("the log is empty" if not run.lines else
+                                                                      f"{run.lines} lines, none a training step or a failure")
+    s = "no failure seen"
+    if d["resumes"]:
+        s += "; " + d["resumes"][0]["text"]
+    if d["nonfinite"] and d["nonfinite"].get("first"):
+        s += "; non-finite values " + d["nonfinite"]["text"]
+    return s
+
+
+__all__ = ["VERDICTS", "judge", "where"]
