@@ -67,7 +67,7 @@ def format_log_diagnosis(d: dict) -> str:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:
             rate = f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
-            lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']} ({r['steps_logged']} step lines{rate})")
+            lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']}{rate}")
     return "\n".join(lines)
 
 

@@ -163,6 +163,10 @@ class Events:
         self._summary_kind = None
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
 
+    def busy(self) -> bool:
+        """In a traceback or torchrun's summary: the next lines belong to it."""
+        return bool(self._tb) or self._summary_kind is not None
+
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
         self.events.append({"kind": kind, "rank": rank, "time": time, "order": self.order, "text": text.strip()[:500],
                             **more})

@@ -107,59 +107,146 @@ class LogRun:
 def read_logs(paths: list[str]) -> LogRun:
     run = LogRun()
     events = Events()
-    for path in log_files(paths):
+    for i, path in enumerate(log_files(paths)):
         run.files.append(path)
-        _read_file(run, events, path)
+        _File(run, events, path, i).read()
     events.finish()
     run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
     return run
 
 
-def _lines(path: str):
+def _blocks(path: str):
     if path == "-":
-        data = sys.stdin.buffer
-        for raw in iter(lambda: data.readline(), b""):
-            yield from stream.clean(raw.rstrip(b"\n"))
+        yield from stream.chunks(sys.stdin.buffer)
     else:
-        yield from stream.lines(path)
+        yield from stream.chunks(path)
 
 
-def _read_file(run: LogRun, events: Events, path: str) -> None:
-    clock, now, reader = Clock(), None, None
-    default_rank = file_rank(path)
-    for line in _lines(path):
-        run.lines += 1
+# Bytes that a line must hold to say anything but "a step went by": what a failure, a non-finite value, a
+# resume or a torchrun summary prints. A line of the log's step format without them is only sampled.
+KEYS = (b"nan", b"inf", b"NaN", b"Inf", b"NAN", b"INF", b"rror", b"xception", b"raceback", b"atchdog", b"imed out",
+        b"imeout", b"xitcode", b"ignal", b"illed", b"OVERFLOW", b"verflow", b"kipping", b"scale is", b"finite",
+        b"not correct", b"invalid", b"onitoredBarrier", b"store based", b"NCCL work", b"emory", b"Root Cause",
+        b"Failures:", b"esum", b"estor", b"heckpoint", b"oading", b"DataLoader", b"worker", b"Abort", b"abort",
+        b"Segmentation", b"core dumped", b"FAILED", b"failed")
+ANCHORS = {"wenet": b"Batch ", "icefall": b"tot_loss[", "espnet": b"epoch:train:", "lightning": b"%|",
+           "speechbrain": b"train loss:", "plain": b"loss"}
+SAMPLE = 32      # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
+EDGE = 1 << 18   # bytes at a file's start and end read line by line: its format, and each rank's last steps
+
+
+class _File:
+    """One file's reading: its clock, its rank, the step format it settled on."""
+
+    def __init__(self, run: LogRun, events: Events, path: str, index: int):
+        self.run, self.events, self.path = run, events, path
+        self.clock, self.now, self.reader, self.toolkit = Clock(), None, None, None
+        self.rank = file_rank(path)
+        self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
+
+    def read(self) -> None:
+        offset, pending = 0, None
+        for block in _blocks(self.path):
+            if b"\r" in block:  # a progress bar's drawings, each a line of its own
+                block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if pending is not None:
+                self.block(pending[0], pending[1], last=False)
+            pending = (block, offset)
+            offset += len(block)
+        if pending is not None:
+            self.block(pending[0], pending[1], last=True)
+
+    def block(self, block: bytes, offset: int, last: bool) -> None:
+        self.run.lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+        slow_head = EDGE - offset if offset < EDGE else 0
+        slow_tail = EDGE if last else 0
+        if len(block) <= slow_head + slow_tail:
+            return self.lines(block, offset)
+        head = block.rfind(b"\n", 0, slow_head) + 1 if slow_head else 0
+        tail = block.rfind(b"\n", 0, len(block) - slow_tail) + 1 if slow_tail else len(block)
+        if head:
+            self.lines(block[:head], offset)
+        if self.toolkit is None or self.events.busy():  # no step format yet, or inside a traceback
+            self.lines(block[head:tail], offset + head)
+        else:
+            self.fast(block, offset, head, tail)
+        if tail < len(block):
+            self.lines(block[tail:], offset + tail)
+
+    def lines(self, block: bytes, offset: int) -> None:
+        start = 0
+        for raw in block.split(b"\n"):
+            if raw:
+                self.line(raw, offset + start)
+            start += len(raw) + 1
+
+    def fast(self, block: bytes, offset: int, start: int, end: int) -> None:
+        """The lines of block[start:end] that can say something, and a sample of the rest. Where every line
+        is a step line (the bulk of a long log) nothing is cut into lines but the sample and the lines with
+        a non-finite value: the byte searches run in C."""
+        anchor = ANCHORS[self.toolkit]
+        n = block.count(b"\n", start, end)
+        steps = block.count(anchor, start, end)
+        self.run.formats[self.toolkit] += steps  # the step lines read below count again: taken off there
+        if steps == n:
+            at = set(range(start, end, max(1, (end - start) // SAMPLE)))
+            for word in (b"nan", b"inf"):
+                i = block.find(word, start, end)
+                while i >= 0:
+                    at.add(i)
+                    i = block.find(word, block.find(b"\n", i, end) + 1 or end, end)
+            for i in sorted({block.rfind(b"\n", start, i) + 1 or start for i in at}):
+                j = block.find(b"\n", i, end)
+                self.line(block[i:j if j >= 0 else end], offset + i, counted=True)
+            return
+        pos, every = start, max(1, n // SAMPLE)
+        for i, raw in enumerate(block[start:end].split(b"\n")):
+            if raw and (i % every == 0 or (anchor in raw and (b"nan" in raw or b"inf" in raw)) or
+                        (anchor not in raw and any(k in raw for k in KEYS))):
+                if b"raceback" in raw or b"Root Cause" in raw or b"Failures:" in raw:
+                    self.run.formats[self.toolkit] -= block.count(anchor, pos, end)
+                    return self.lines(block[pos:end], offset + pos)  # a block of lines that belong together
+                self.line(raw, offset + pos, counted=True)
+            pos += len(raw) + 1
+
+    def line(self, raw: bytes, at: int, counted: bool = False) -> None:
+        for text in stream.clean(raw):
+            self.text(text, self.base + at, counted)
+
+    def text(self, line: str, order: int, counted: bool = False) -> None:
+        run = self.run
         rank, text = split_prefix(line)
-        t = clock.of(text)
+        t = self.clock.of(text)
         if t is not None:
-            now = t
+            self.now = t
             run.first_time = t if run.first_time is None else min(run.first_time, t)
             run.last_time = t if run.last_time is None else max(run.last_time, t)
-        rec = step_of(text, reader)
-        if rec is not None:
-            reader = _READER[rec["toolkit"]]
-            run.formats[rec["toolkit"]] += 1
-            if rec["rank"] is None:
-                rec["rank"] = rank if rank is not None else rank_of(text) if rec["toolkit"] != "plain" else None
-            if rec["rank"] is None:
-                rec["rank"] = default_rank
-            if run.world is None:
-                run.world = world_of(text)
-            rec["time"], rec["file"], rec["order"] = now, path, run.lines
-            rec["nonfinite"] = not finite(rec)
-            series = run.series.setdefault(rec["rank"], Series())
-            if series.last is not None and position(rec) < position(series.last):
-                run.resumes.append({"rank": rec["rank"], "before": series.last, "after": rec})
-            if rec["batch"] is not None:
-                run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])
-            series.add(rec)
-            if rec["nonfinite"]:
-                run.nonfinite.append(rec)
-            continue
-        if rank is None:
-            rank = _event_rank(text, default_rank)
-        events.order = run.lines
-        events.feed(path, rank, now, text)
+        rec = step_of(text, self.reader)
+        if rec is None:
+            if rank is None:
+                rank = _event_rank(text, self.rank)
+            self.events.order = order
+            self.events.feed(self.path, rank, self.now, text)
+            return
+        if rec["toolkit"] != self.toolkit:
+            self.reader, self.toolkit = _READER[rec["toolkit"]], rec["toolkit"]
+        run.formats[rec["toolkit"]] += 0 if counted else 1
+        if rec["rank"] is None:
+            rec["rank"] = rank if rank is not None else rank_of(text) if rec["toolkit"] != "plain" else None
+        if rec["rank"] is None:
+            rec["rank"] = self.rank
+        if run.world is None:
+            run.world = world_of(text)
+        rec["time"], rec["file"], rec["order"] = self.now, self.path, order
+        rec["nonfinite"] = not finite(rec)
+        series = run.series.setdefault(rec["rank"], Series())
+        if series.last is not None and position(rec) < position(series.last):
+            run.resumes.append({"rank": rec["rank"], "before": series.last, "after": rec})
+        if rec["batch"] is not None:
+            run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])
+        series.add(rec)
+        if rec["nonfinite"]:
+            run.nonfinite.append(rec)
 
 
 def _event_rank(text: str, default: int | None) -> int | None:

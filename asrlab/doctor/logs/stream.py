@@ -10,6 +10,7 @@ apart. A file still being written is read up to its last complete line, plus the
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import lzma
@@ -43,9 +44,10 @@ def open_log(path: str | Path) -> BinaryIO:
     return raw
 
 
-def chunks(path: str | Path, size: int = CHUNK) -> Iterator[bytes]:
-    """The file in pieces that each end at a line's end (the last may not: a file still being written)."""
-    with open_log(path) as f:
+def chunks(path, size: int = CHUNK) -> Iterator[bytes]:
+    """The file (a path, or a binary stream such as standard input) in pieces that each end at a line's
+    end (the last may not: a file still being written)."""
+    with (open_log(path) if isinstance(path, (str, Path)) else contextlib.nullcontext(path)) as f:
         rest = b""
         while True:
             try:
