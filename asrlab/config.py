@@ -192,7 +192,7 @@ def load_config(name_or_path: str | Path = "tiny", overrides: list[str] = ()) ->
         path = CONF_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         shipped = ", ".join(p.stem for p in sorted(CONF_DIR.glob("*.yaml")))
-        raise UsageError(f"no config {name_or_path!r}: give a YAML path or a shipped name ({shipped})")
+        raise UsageError(f"no config {str(name_or_path)!r}: give a YAML path or a shipped name ({shipped})")
     raw = yaml.safe_load(path.read_text()) or {}
     cfg = config_from_dict(apply_overrides(raw, list(overrides)))
     return cfg

@@ -22,8 +22,9 @@ def load_model(exp: str | Path, device: str | torch.device | None = None) -> tup
     """(model in eval mode on ``device``, tokenizer, config, checkpoint marker) of an experiment.
 
     ``device`` None: the first GPU if there is one, else the CPU."""
-    device = _device(device)
     exp = Path(exp)
+    check_exp(exp)
+    device = _device(device)
     cfg = load_config(exp / "config.yaml")
     tok = CharTokenizer.load(exp / "units.txt")
     found = checkpoint.load_latest(exp / "checkpoints")
@@ -33,6 +34,16 @@ def load_model(exp: str | Path, device: str | torch.device | None = None) -> tup
     model = ConformerCTC(cfg.model, len(tok))
     model.load_state_dict(state["model"])
     return model.to(device).eval(), tok, cfg, marker
+
+
+def check_exp(exp: str | Path) -> None:
+    """A ``UsageError`` unless ``exp`` is a run folder (what ``asrlab train`` wrote): its config and units."""
+    exp = Path(exp)
+    if not exp.is_dir():
+        raise UsageError(f"{exp}: no such folder (give the --exp that asrlab train wrote to)")
+    for name in ("config.yaml", "units.txt"):
+        if not (exp / name).is_file():
+            raise UsageError(f"{exp} is not a run folder: it has no {name} (asrlab train writes one)")
 
 
 def _device(name: str | torch.device | None) -> torch.device:

@@ -16,4 +16,10 @@ def pair(s: str) -> tuple[float, float]:
 
 def bad_input_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                        help="an unusable utterance: counted and skipped (as data.bad_input=skip), or an error")
+                        help="an unusable utterance: counted and skipped (skip, as data.bad_input=skip), or an error "
+                             "naming its line (fail)")
+
+
+def command(sub, name: str, about: str) -> argparse.ArgumentParser:
+    """A subcommand whose one sentence ``about`` is both its line in the parent's --help and its own description."""
+    return sub.add_parser(name, help=about[0].lower() + about[1:].rstrip("."), description=about)

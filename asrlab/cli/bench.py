@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from .args import bad_input_option, ints
+from .args import bad_input_option, command, ints
 from .data import data_config
 
 
@@ -128,49 +128,59 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """The parsers of bench, tune."""
-    b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
-    bl = b.add_parser("loader", help="loader throughput per setting")
-    bl.add_argument("list")
-    bl.add_argument("--num-workers", type=ints, default=[0, 1, 2])
-    bl.add_argument("--prefetch", type=ints, default=[2])
+    b = command(sub, "bench", "Measure loader and training settings on your data before a long run."
+                ).add_subparsers(dest="bench_command", required=True, metavar="COMMAND", title="commands",
+                                 help="one of these (asrlab bench COMMAND --help says what it takes)")
+    bl = command(b, "loader", "Measure how fast the data loader feeds batches under each setting (workers, prefetch, "
+                              "batch), against what fbank alone could do.")
+    bl.add_argument("list", help="data.list (shard or raw) or Kaldi dir to read")
+    bl.add_argument("--num-workers", type=ints, default=[0, 1, 2], metavar="N,N,...",
+                    help="DataLoader workers to try, comma-separated (default 0,1,2)")
+    bl.add_argument("--prefetch", type=ints, default=[2], metavar="N,N,...",
+                    help="batches prefetched per worker to try, comma-separated (default 2)")
     bl.add_argument("--batch", type=ints, default=None, help="static batch sizes (default: dynamic batches)")
-    bl.add_argument("--max-frames", type=int)
-    bl.add_argument("--max-batches", type=int, default=None)
-    bl.add_argument("--against", choices=["webdataset"])
-    bl.add_argument("--seed", type=int, default=0)
+    bl.add_argument("--max-frames", type=int, help="max_frames_in_batch of the dynamic batches (default: the loader's)")
+    bl.add_argument("--max-batches", type=int, default=None, help="batches read per setting (default: a whole epoch)")
+    bl.add_argument("--against", choices=["webdataset"], help="also time the same data through WebDataset")
+    bl.add_argument("--seed", type=int, default=0, help="the shuffle's seed, as training's data.seed")
     bad_input_option(bl)
-    bl.add_argument("--json")
+    bl.add_argument("--json", metavar="PATH", help="also write the results to this JSON file")
     bl.set_defaults(func=cmd_bench_loader)
-    bc = b.add_parser("compression", help="what shard compression costs per utterance")
-    bc.add_argument("list")
-    bc.add_argument("--compressions", default="none,gz,bz2,xz,zst")
-    bc.add_argument("--max-utts", type=int, default=1000)
-    bc.add_argument("--seed", type=int, default=0)
+    bc = command(b, "compression", "Measure what each shard compression costs: size, read time and loader "
+                                             "time per utterance.")
+    bc.add_argument("list", help="data.list (shard or raw) or Kaldi dir whose utterances are re-packed")
+    bc.add_argument("--compressions", default="none,gz,bz2,xz,zst", help="compressions to try, comma-separated")
+    bc.add_argument("--max-utts", type=int, default=1000, help="utterances re-packed in each compression")
+    bc.add_argument("--seed", type=int, default=0, help="the loader's seed, as training's data.seed")
     bad_input_option(bc)
-    bc.add_argument("--json")
+    bc.add_argument("--json", metavar="PATH", help="also write the results to this JSON file")
     bc.set_defaults(func=cmd_bench_compression)
 
-    bt = b.add_parser("train", help="train a few steps per loader setting; data wait, throughput, a recommendation")
+    bt = command(b, "train", "Train a few steps under each loader setting and recommend the one that keeps the "
+                             "accelerator busiest (data wait, throughput, memory).")
     bt.add_argument("list", help="training data.list (re-written once per storage)")
-    bt.add_argument("--config", default="tiny")
-    bt.add_argument("--num-workers", type=ints, default=[0, 1, 2])
-    bt.add_argument("--prefetch", type=ints, default=[2])
-    bt.add_argument("--max-frames", type=ints, default=[5000])
+    bt.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
+    bt.add_argument("--num-workers", type=ints, default=[0, 1, 2], metavar="N,N,...",
+                    help="DataLoader workers to try, comma-separated (default 0,1,2)")
+    bt.add_argument("--prefetch", type=ints, default=[2], metavar="N,N,...",
+                    help="batches prefetched per worker to try, comma-separated (default 2)")
+    bt.add_argument("--max-frames", type=ints, default=[5000], metavar="N,N,...",
+                    help="max_frames_in_batch values to try, comma-separated (default 5000)")
     bt.add_argument("--storage", default="shards/none", help="comma list of raw, shards/none, shards/gz, shards/bz2, ...")
     bt.add_argument("--features", default="cpu", help="comma list of cpu (fbank in the loader), device (after the copy)")
     bt.add_argument("--fbank", default="asrlab", help="comma list of the loader's fbank: asrlab, torchaudio")
     bt.add_argument("--max-utts", type=int, default=1000, help="utterances to re-write per storage")
     bt.add_argument("--steps", type=int, default=20, help="measured steps per setting (after 2 start-up steps, or workers x prefetch_factor if more)")
     bt.add_argument("--memory-mib", type=float, help="peak memory budget of the process and its workers")
-    bt.add_argument("--json")
-    bt.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    bt.add_argument("--json", metavar="PATH", help="also write the results and the recommendation to this JSON file")
+    bt.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. model.d_model=128")
     bt.set_defaults(func=cmd_bench_train)
 
-    tu = sub.add_parser("tune", help="on a GPU: the largest batch per utterance length that fits its memory "
-                                     "(data.max_frames_by_length), from real training steps")
+    tu = command(sub, "tune", "On a GPU, find the largest batch per utterance length that fits its memory "
+                              "(data.max_frames_by_length), from real training steps.")
     tu.add_argument("list", help="training data.list (its transcripts give the vocabulary, its headers the longest utterance)")
-    tu.add_argument("--config", default="tiny")
+    tu.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
     tu.add_argument("--margin", type=float, default=0.1, help="share of GPU memory left free")
-    tu.add_argument("--json")
-    tu.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    tu.add_argument("--json", metavar="PATH", help="also write the measurements to this JSON file")
+    tu.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=0.002")
     tu.set_defaults(func=cmd_tune)

@@ -6,7 +6,8 @@ import argparse
 import json
 from dataclasses import replace
 
-from .args import bad_input_option, pair
+from ..errors import UsageError
+from .args import bad_input_option, command, pair
 
 
 def cmd_synth(a: argparse.Namespace) -> int:
@@ -34,7 +35,7 @@ def data_config(a: argparse.Namespace):
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from ..data.index import use_indexes
-    from ..data.preflight import format_layout, inspect_layout
+    from ..data.preflight import describe_unusable, format_layout, inspect_layout
     from ..data.sources import load_data
 
     cfg = data_config(a)
@@ -42,6 +43,9 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     if cfg.index:  # the layout from the index (built or brought up to date first)
         use_indexes(a.list, sources, progress=not a.json)
     report = inspect_layout(sources, cfg, a.world_size, a.num_workers, epoch=a.epoch, progress=not a.json)
+    if report["unusable"] and cfg.bad_input == "fail":  # as training under data.bad_input=fail would stop
+        x = report["unusable"][0]
+        raise UsageError(f"{x['list']}: {describe_unusable(x)} (--bad-input fail; {report['bad']} unusable in all)")
     print(json.dumps(report, indent=2) if a.json else format_layout(report))
     return 0
 
@@ -77,46 +81,52 @@ def cmd_index(a: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """The parsers of synth, shards, index."""
-    s = sub.add_parser("synth", help="synthesize the embedded speech corpus (eSpeak NG) as WeNet shards")
-    s.add_argument("out")
+    s = command(sub, "synth", "Make a small speech corpus with eSpeak NG (train, dev and test splits as WeNet shards), "
+                              "so there is data to train on without downloading any.")
+    s.add_argument("out", help="folder to write the corpus into (OUT/train, OUT/dev, OUT/test, each with a data.list)")
     s.add_argument("--utts", type=int, default=3000, help="training utterances (dev and test get a tenth)")
     s.add_argument("--held", type=int, default=None, help="dev and test utterances each (default: a tenth of --utts)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="random seed: the same seed makes the same corpus")
     s.add_argument("--shard-size", type=int, default=500, help="utterances per shard")
-    s.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])
+    s.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"],
+                   help="how each shard is compressed (default none)")
     s.add_argument("--noise-snr", type=pair, default=(10.0, 30.0), help="LO,HI in dB")
     s.add_argument("--raw", action="store_true", help="also write WAV files and a WeNet raw.list")
     s.add_argument("--hard", action="store_true", help="reverberation, speed perturbation, lower SNR")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_synth)
 
-    sh = sub.add_parser("shards", help="look at shards").add_subparsers(dest="shards_command", required=True)
-    i = sh.add_parser("inspect", help="per rank and worker: shards, utterances, hours, batches; warnings")
+    sh = command(sub, "shards", "Look at a data list as training will deal it, or write it as WeNet shards."
+                 ).add_subparsers(dest="shards_command", required=True, metavar="COMMAND", title="commands",
+                                 help="one of these (asrlab shards COMMAND --help says what it takes)")
+    i = command(sh, "inspect", "Show how a data list falls on ranks and workers (shards, utterances, hours, batches), "
+                               "which lines are unusable and why, and warn of a layout that would hang training.")
     i.add_argument("list", nargs="+", help="data.list (shard or raw), Kaldi dir or NeMo manifest; several: a mix, "
                                           "[NAME=]LIST[:WEIGHT] each, as asrlab train --data takes them")
-    i.add_argument("--world-size", type=int, default=1)
-    i.add_argument("--num-workers", type=int, default=0)
+    i.add_argument("--world-size", type=int, default=1, help="ranks (GPUs) to deal the data to (default 1)")
+    i.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank (default 0: the rank reads)")
     i.add_argument("--max-frames", type=int, help="max_frames_in_batch (default: the loader's)")
-    i.add_argument("--epoch", type=int, default=0)
-    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--epoch", type=int, default=0, help="the epoch whose shuffle to show (default 0)")
+    i.add_argument("--seed", type=int, default=0, help="the shuffle's seed, as training's data.seed")
     bad_input_option(i)
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="print the report as JSON")
     i.set_defaults(func=cmd_inspect)
-    pk = sh.add_parser("pack", help="WeNet shards from a Kaldi dir, a raw list, a NeMo manifest or shards to re-pack; "
-                                    "each shard read back and checked")
+    pk = command(sh, "pack", "Write WeNet shards from a Kaldi dir, a raw list, a NeMo manifest or shards to re-pack, "
+                             "reading each shard back to check it.")
     pk.add_argument("data", help="a Kaldi dir, raw list, NeMo manifest or shard list")
     pk.add_argument("out", help="folder for shards/ and data.list")
     pk.add_argument("--shard-size", type=int, default=1000, help="utterances per shard")
-    pk.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"])
+    pk.add_argument("--compression", default="none", choices=["none", "gz", "bz2", "xz", "zst"],
+                    help="how each shard is compressed (default none)")
     pk.add_argument("--processes", type=int, default=None, help="parallel processes (default: one per core)")
     bad_input_option(pk)
-    pk.add_argument("--json", action="store_true")
+    pk.add_argument("--json", action="store_true", help="print the summary as JSON")
     pk.set_defaults(func=cmd_pack)
 
-    ix = sub.add_parser("index", help="index a data list ahead of training: per utterance its length and transcript "
-                                      "(LIST.index.json; a changed shard is indexed again alone)")
+    ix = command(sub, "index", "Index a data list ahead of training (each utterance's length and transcript, in "
+                               "LIST.index.json), so that training starts without reading every shard.")
     ix.add_argument("list", help="data.list (shard or raw) or a Kaldi dir")
     ix.add_argument("--processes", type=int, default=None, help="parallel processes (default: one per core)")
     ix.add_argument("--raw-chunk", type=int, default=1000, help="raw items per source, as data.raw_chunk")
-    ix.add_argument("--json", action="store_true")
+    ix.add_argument("--json", action="store_true", help="print the summary as JSON")
     ix.set_defaults(func=cmd_index)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
+from .args import command
 
 
 def _speeds(text: str) -> tuple[float, ...]:
@@ -59,12 +60,16 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    from ..doctor import diagnose, format_diagnosis
+    from ..doctor import diagnose  # torch comes with the reading of a run: a wrong folder is said without it
 
     if a.pid is not None:
         return _doctor_pid(a)
     if not a.exp:
         raise UsageError("asrlab doctor EXP [EXP ...], or asrlab doctor --pid PID for a job running now")
+    for exp in a.exp:
+        if not Path(exp).exists():
+            raise UsageError(f"{exp}: not a directory, nothing is there (give a run's folder: what asrlab train "
+                             "got as --exp)")
     if len(a.exp) == 1:
         d = diagnose(a.exp[0])
     else:  # one folder per node (asrlab watch on each): read as one run
@@ -75,7 +80,12 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         d["nodes"] = [str(e) for e in a.exp]
         if not a.json:
             print(f"(the {len(a.exp)} folders {', '.join(map(str, a.exp))} read as one run, merged in {merged})")
-    print(json.dumps(d, indent=1) if a.json else format_diagnosis(d).rstrip("\n"))
+    if a.json:
+        print(json.dumps(d, indent=1))
+    else:
+        from ..doctor import format_diagnosis
+
+        print(format_diagnosis(d).rstrip("\n"))
     return 0 if d["ok"] else 1
 
 
@@ -123,10 +133,10 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """The parsers of decode, ckpt, doctor, notebooks."""
-    d = sub.add_parser("decode", help="CTC decoding (greedy, or a lexicon beam search); prints CER and WER, "
-                                      "writes hypotheses")
-    d.add_argument("--exp", required=True)
-    d.add_argument("--data", required=True)
+    d = command(sub, "decode", "Transcribe a data list with a run's newest checkpoint and print its character and "
+                               "word error rates (CER, WER); the transcripts go to EXP/decode/.")
+    d.add_argument("--exp", required=True, help="the run's experiment folder (what asrlab train got as --exp)")
+    d.add_argument("--data", required=True, help="data.list (shard or raw), Kaldi dir or NeMo manifest to transcribe")
     d.add_argument("--name", help="name of the output (default: from the data path)")
     d.add_argument("--lexicon", metavar="DATA_LIST",
                    help="search only sentences of the words of this list's transcripts (usually train's)")
@@ -143,21 +153,22 @@ def add_commands(sub) -> None:
                                     "is one, else the CPU)")
     d.set_defaults(func=cmd_decode)
 
-    c = sub.add_parser("ckpt", help="list an experiment's checkpoints; --digest: SHA-256 of the newest complete one")
-    c.add_argument("exp")
+    c = command(sub, "ckpt", "List a run's checkpoints (step, epoch, complete or not, where in the data each "
+                             "resumes).")
+    c.add_argument("exp", help="the run's experiment folder")
     c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
     c.set_defaults(func=cmd_ckpt)
 
-    dr = sub.add_parser("doctor", help="what happened to a run: the verdict (finished, running, stopped, stalled, "
-                                       "crashed, non-finite halt), per-rank timing, non-finite steps, resumes, "
-                                       "ledger coverage, checkpoint integrity; exit 1 when it failed")
+    dr = command(sub, "doctor", "Say what happened to a run (finished, running, stopped, stalled, crashed, halted on "
+                                "a NaN) and why, from its folder; exit 1 when it failed.")
     dr.add_argument("exp", nargs="*", help="the run's folder; several: one per node (asrlab watch on each), read as one run")
     dr.add_argument("--pid", type=int, help="instead of EXP: a job running now (its torchrun agent, any rank or "
                                            "worker), its stacks sampled from outside with py-spy; exit 1 if stuck")
     dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")
     dr.set_defaults(func=cmd_doctor)
 
-    n = sub.add_parser("notebooks", help="run every notebook headless with papermill (the main job)")
+    n = command(sub, "notebooks", "Run every notebook of the lab headless (each reproduces a training failure, "
+                                  "measures it and shows the fix) and save the executed copies and figures.")
     n.add_argument("--only", help="run only the notebooks whose name contains this")
     n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
     n.add_argument("--out", help="put everything the run writes under this folder (executed copies, results.json, "

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
+from .args import command
 
 
 _LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id", "--max-restarts")
@@ -101,7 +102,8 @@ def cmd_stop(a: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """The parsers of train, stop."""
-    t = sub.add_parser("train", help="train (1 process, or N under torchrun with --nproc N)")
+    t = command(sub, "train", "Train a speech recognizer on your data lists, in one process or on N GPUs "
+                              "(--nproc N), with checkpoints, resume and stall and NaN guards.")
     t.add_argument("--config", default="tiny", help="shipped config name (tiny, base) or a YAML path")
     t.add_argument("--data", required=True, action="append",
                    help="training data.list (shard or raw), Kaldi dir or NeMo manifest; given several times, "
@@ -118,10 +120,12 @@ def add_commands(sub) -> None:
     t.add_argument("--rdzv-id", help="the job's id, the same on every node (SLURM_JOB_ID)")
     t.add_argument("--max-restarts", type=int, default=0,
                    help="torch elastic restarts of every rank after a failure (each resumes from the last checkpoint)")
-    t.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
-    t.add_argument("--max-steps", type=int)
-    t.add_argument("--max-minutes", type=float)
-    t.add_argument("--save-every-steps", type=int)
+    t.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"],
+                   help="number format of the training (default from the config; auto: bf16 or fp16 on a GPU "
+                        "that has it, fp32 on the CPU)")
+    t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    t.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this many minutes of training")
+    t.add_argument("--save-every-steps", type=int, help="write a checkpoint every N steps")
     t.add_argument("--uneven", choices=["stop", "join", "none"],
                    help="ranks with unequal data: stop together (default), DDP Join, or unprotected")
     t.add_argument("--ledger", action="store_true",
@@ -131,12 +135,14 @@ def add_commands(sub) -> None:
                         "to the last checkpoint with a lower LR, or halt (exit 4) with a report")
     t.add_argument("--stall-timeout", type=float, metavar="S",
                    help="seconds without progress on any rank before the stall report and exit (0: off)")
-    t.add_argument("--backend", choices=["auto", "nccl", "gloo"])
+    t.add_argument("--backend", choices=["auto", "nccl", "gloo"],
+                   help="how ranks talk (auto: nccl on GPUs, gloo on CPU)")
     t.add_argument("--resume", choices=["auto", "none"], default="auto",
                    help="auto: continue from the newest complete checkpoint in EXP")
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=0.002")
     t.set_defaults(func=cmd_train)
 
-    st = sub.add_parser("stop", help="ask a running training to stop cleanly after its current step (checkpoint, exit 0)")
-    st.add_argument("exp")
+    st = command(sub, "stop", "Ask a running training to stop cleanly after its current step (it writes a "
+                              "checkpoint and exits 0).")
+    st.add_argument("exp", help="the run's experiment folder (what asrlab train got as --exp)")
     st.set_defaults(func=cmd_stop)

@@ -27,8 +27,8 @@ def cmd_watch(a: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    w = sub.add_parser("watch", help="run a training command (torchrun ..., python train.py, a recipe's script) "
-                                     "and watch every rank from outside: stalls, phases, first error",
+    w = sub.add_parser("watch", help="run any training command (torchrun ..., python train.py, a recipe's script) "
+                                     "and watch every rank from outside for stalls and errors",
                        description="Runs CMD as it is and watches every rank and DataLoader worker under it: "
                                    "their stacks sampled with py-spy (or faulthandler where ptrace is refused), "
                                    "a stall verdict and report into EXP, CMD's exit code passed through.")
@@ -43,5 +43,5 @@ def add_commands(sub) -> None:
     w.add_argument("--sample-hz", type=float, default=2.0, help="samples per second of each process (default 2)")
     w.add_argument("--sampler", choices=("auto", "py-spy", "faulthandler"), default="auto",
                    help="how stacks are read (auto: py-spy where ptrace is allowed, else faulthandler)")
-    w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]: the training command, as you would run it")
     w.set_defaults(func=cmd_watch)

@@ -29,7 +29,7 @@ from typing import Callable
 
 from ..files import atomic_write
 from .remote import is_url, stamp_of
-from .sources import Item, Source, check_item, corpus_specs, read_source
+from .sources import Item, Source, check_item, corpus_specs, locate, no_usable_error, read_source
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +201,25 @@ def header_items(src: Source, start: int = 0):
 
 
 def transcripts(sources: list[Source]):
-    """The non-empty transcripts of ``sources``, from the index where one is loaded, else read."""
-    for src in sources:
+    """The non-empty transcripts of ``sources``, from the index where one is loaded, else read.
+
+    What the vocabulary is built from, so the place to find that nothing is usable: a ``DataError`` at the end,
+    naming each unusable line and why, instead of a one-unit vocabulary failing somewhere later."""
+    usable, bad = False, []
+    for i, src in enumerate(sources):
         utts = indexed(src)
-        if utts is None:
-            yield from (item.text for item in read_source(src) if item.text)
-        else:
-            yield from (u.text for u in utts if u.text)
+        rows = (((u.key, u.text, u.bad) for u in utts) if utts is not None else
+                ((item.key, item.text, check_item(item)[0] if not usable else None) for item in read_source(src)))
+        for k, (key, text, reason) in enumerate(rows):
+            if not usable:
+                if reason is None:
+                    usable = True
+                else:
+                    bad.append((i, k, key, reason))
+            if text:
+                yield text
+    if not usable and bad:
+        raise no_usable_error(locate(sources, bad))
 
 
 def forget() -> None:

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .index import index_source, indexed
 from .config import DataConfig
 from .plan import batch_sizes, batching_order, worker_streams
-from .sources import Source
+from .sources import Source, line_ref, locate
 from ..errors import UsageError
 
 
@@ -26,6 +26,7 @@ class SourceStats:
     frames: list[int] = field(default_factory=list)  # fbank frames of each usable utterance
     seconds: float = 0.0                              # audio seconds of the usable utterances
     bad: int = 0                                      # items the loader would skip
+    bad_items: list = field(default_factory=list)     # (offset, key, reason) of each: where the report points
 
 
 def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
@@ -33,12 +34,13 @@ def source_stats(src: Source, cfg: DataConfig) -> SourceStats:
     from the audio headers (no decoding)."""
     st = SourceStats(src.name)
     utts = indexed(src)
-    for u in index_source(src) if utts is None else utts:
+    for k, u in enumerate(index_source(src) if utts is None else utts):
         if u.bad is None:
             st.frames.append(cfg.frames(u.samples, u.rate))
             st.seconds += u.seconds
         else:
             st.bad += 1
+            st.bad_items.append((k, u.key, u.bad))
     return st
 
 
@@ -86,6 +88,7 @@ def inspect_layout(sources: list[Source], cfg: DataConfig, world_size: int, num_
     return {"epoch": epoch, "world_size": world_size, "num_workers": num_workers,
             "sources": len(sources), "utts": sum(len(s.frames) for s in stats.values()),
             "bad": sum(s.bad for s in stats.values()), "ranks": ranks, "corpora": mixed,
+            "unusable": locate(sources, [(i, *b) for i, s in enumerate(sources) for b in stats[s.label].bad_items]),
             "warnings": layout_warnings(ranks) + few}
 
 
@@ -144,4 +147,20 @@ def format_layout(report: dict) -> str:
                      f"{r['seconds'] / 3600:>7.3f} {r['batches']:>7}   its data feeds {r['fed']} of "
                      f"{len(r['workers'])} worker(s)")
     lines += [f"WARNING: {w}" for w in report["warnings"]] or ["OK: every rank gets the same number of batches"]
-    return "\n".join(lines)
+    return "\n".join(lines[:1] + unusable_lines(report.get("unusable", [])) + lines[1:])
+
+
+def unusable_lines(unusable: list[dict], most: int = 10) -> list[str]:
+    """The first ``most`` unusable items, each as its list's line, the line's text and why."""
+    one = len({x["list"] for x in unusable}) == 1
+    out = [f"  unusable: {describe_unusable(x, one)}" for x in unusable[:most]]
+    if len(unusable) > most:
+        out.append(f"  ... and {len(unusable) - most} more (--json lists them all)")
+    return out
+
+
+def describe_unusable(x: dict, one_list: bool = True) -> str:
+    """``line 3 ('the line'), utterance KEY: reason``."""
+    text = f" ({x['text']!r})" if x["text"] else ""
+    key = f", utterance {x['key']}" if x["key"] and x["key"] not in x["text"] else ""
+    return f"{line_ref(x, one_list)}{text}{key}: {x['reason']}"

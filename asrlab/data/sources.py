@@ -46,6 +46,7 @@ class Source:
     items: tuple[tuple[str, str, str | None], ...] = ()
     corpus: str = ""      # in a mix of several lists: the list's name (keys are qualified by it), else ""
     weight: float = 1.0   # in a mix: how often the loader draws from this source's list
+    origin: str = ""      # the list or Kaldi dir it was read from: where an error about its items points
 
     @property
     def label(self) -> str:
@@ -94,8 +95,8 @@ def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 what = "a NeMo manifest line with audio_filepath/text" if nemo else "a WeNet raw line with key/wav/txt"
                 raise DataError(f"{path}:{n}: not {what} ({e})") from None
-        return _chunks(items, chunk, path.name)
-    return [Source(name=Path(p).name, path=_resolve(p, path)) for p in lines]
+        return _chunks(items, chunk, path.name, str(path))
+    return [Source(name=Path(p).name, path=_resolve(p, path), origin=str(path)) for p in lines]
 
 
 def corpus_specs(data: str | Path | list) -> list[tuple[str, str, float]]:
@@ -182,8 +183,8 @@ def _resolve(p: str, list_path: Path) -> str:
     return str(beside) if beside.exists() else p
 
 
-def _chunks(items: list, chunk: int, name: str) -> list[Source]:
-    return [Source(name=f"{name}[{i}:{i + len(items[i:i + chunk])}]", items=tuple(items[i:i + chunk]))
+def _chunks(items: list, chunk: int, name: str, origin: str) -> list[Source]:
+    return [Source(name=f"{name}[{i}:{i + len(items[i:i + chunk])}]", items=tuple(items[i:i + chunk]), origin=origin)
             for i in range(0, len(items), chunk)]
 
 
@@ -220,7 +221,84 @@ def _kaldi_sources(d: Path, chunk: int) -> list[Source]:
         items = [(key, loc, texts.get(key)) for key, loc in wavs.items()]
     if not items:
         raise DataError(f"{scp}: no entries")
-    return _chunks(items, chunk, d.name)
+    return _chunks(items, chunk, d.name, str(d))
+
+
+def list_entries(origin: str | Path) -> list[tuple[str, int, str]]:
+    """``(file, line number, line)`` of each entry of a list or Kaldi dir, in the order :func:`load_sources`
+    reads them: a shard list's line is a source, a raw list's (or a Kaldi dir's) an item. [] if unreadable."""
+    path = Path(origin)
+    f = (path / "segments" if (path / "segments").exists() else path / "wav.scp") if path.is_dir() else path
+    try:
+        rows = [(n, ln.strip()) for n, ln in enumerate(f.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        return []
+    if f.name == "wav.scp" and path.is_dir():  # one item per recording, where its key first appears
+        first: dict[str, tuple[int, str]] = {}
+        for n, ln in rows:
+            if len(ln.split(maxsplit=1)) == 2:
+                first.setdefault(ln.split()[0], (n, ln))
+        rows = list(first.values())
+    return [(str(f), n, ln) for n, ln in rows]
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def locate(sources: list[Source], bad) -> list[dict]:
+    """Where each unusable item ``(source index, item offset, key, reason)`` of ``sources`` sits in its list:
+    dicts with ``list``, ``file``, ``line`` (None where the list cannot tell), ``text`` (the line, shortened),
+    ``key`` and ``reason``."""
+    start, seen = [], Counter()
+    for src in sources:  # a source's first entry: the entries of the sources before it from the same list
+        start.append(seen[src.corpus, src.origin])
+        seen[src.corpus, src.origin] += 1 if src.path is not None else len(src.items)
+    entries: dict[str, list] = {}
+    out = []
+    for i, k, key, reason in bad:
+        src = sources[i]
+        if src.origin and src.origin not in entries:
+            entries[src.origin] = list_entries(src.origin)
+        rows = entries.get(src.origin, [])
+        e = start[i] + (0 if src.path is not None else k)
+        file, n, text = rows[e] if src.origin and e < len(rows) else (src.label, None, "")
+        out.append({"list": src.origin or src.label, "file": file, "line": n, "text": _short(text),
+                    "key": key, "reason": reason})
+    return out
+
+
+def line_ref(x: dict, one_list: bool = True) -> str:
+    """``line 3`` (of the only list), ``wav.scp line 3`` (of a Kaldi dir), ``LIST:3`` (among several)."""
+    if x["line"] is None:
+        return x["file"]
+    if not one_list:
+        return f"{x['file']}:{x['line']}"
+    return f"line {x['line']}" if x["file"] == x["list"] else f"{Path(x['file']).name} line {x['line']}"
+
+
+def no_usable_error(located: list[dict]) -> DataError:
+    """``no usable utterance in LIST: N lines, each REASON``, or per reason its count and first line."""
+    lines: dict[tuple, tuple[dict, Counter]] = {}  # a shard's line holds many items: it counts once, by its commonest
+    for x in located:
+        lines.setdefault((x["file"], x["line"]), (x, Counter()))[1][x["reason"]] += 1
+    first: dict[str, dict] = {}
+    per_reason: Counter = Counter()
+    for x, reasons in lines.values():
+        reason = reasons.most_common(1)[0][0]
+        per_reason[reason] += 1
+        first.setdefault(reason, x)
+    lists = list(dict.fromkeys(x["list"] for x in located))
+    ref = lambda x: line_ref(x, len(lists) == 1)  # noqa: E731
+    n = f"{len(lines)} line" + ("s" if len(lines) != 1 else "")
+    if len(per_reason) == 1:
+        (reason, _), = per_reason.items()
+        x = first[reason]
+        tail = f"{n}, {'each ' if len(lines) > 1 else ''}{reason}"
+        tail += f" ({ref(x)}: {x['text']!r})" if x["text"] else ""
+    else:
+        tail = f"{n}: " + ", ".join(f"{c} {r} (first: {ref(first[r])})" for r, c in per_reason.most_common())
+    return DataError(f"no usable utterance in {', '.join(lists)}: {tail}")
 
 
 def iter_items(sources: list[Source]) -> Iterator[Item]:

@@ -22,10 +22,20 @@ from ..lab.stop import STOP_FILE
 from .read import (error_entry, halt_report, history, json_ready, kept_steps, latest_heartbeats, launch_time,
                    read_json, stall_entry, train_config)
 from ..lab.stall.errors import rank_errors
-from .render import format_diagnosis
-from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
-                       nonfinite_events, resume_points, step_times)
-from .verdict import verdict
+
+# render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
+# said at once and ``asrlab doctor`` starts without it
+_LAZY = {"format_diagnosis": "render", "checkpoint_integrity": "sections", "corpus_throughput": "sections",
+         "ledger_coverage": "sections", "loss_scale_history": "sections", "nonfinite_events": "sections",
+         "resume_points": "sections", "step_times": "sections"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "crashed", "unknown")
 FAILED = ("stalled", "nonfinite_halt", "crashed", "unknown")
@@ -50,6 +60,10 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
         raise UsageError(f"{exp}: not a directory")
     if not any((exp / name).exists() for name in _RUN_FILES):
         raise UsageError(f"{exp}: no run there (none of {', '.join(_RUN_FILES)})")
+    from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
+                           nonfinite_events, resume_points, step_times)
+    from .verdict import verdict
+
     now = time.time() if now is None else now
     lab = read_json(exp / "lab.json") or {}
     train_cfg = train_config(exp)
