@@ -24,7 +24,7 @@ ALLOWED = {
     "plots": BASE | {"lab"},
     "widgets": BASE | {"data", "model", "lab", "doctor", "decode", "plots"},
     "nb": BASE | {"lab", "train", "doctor", "widgets"},
-    "runner": BASE | {"nb", "widgets"},
+    "runner": BASE | {"lab", "nb", "widgets"},
     "cli": None,  # the top: anything
 }
 LONGEST = 500  # lines; the model stays one file (nanoGPT's habit)
