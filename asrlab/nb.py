@@ -3,6 +3,9 @@
 Notebooks orchestrate and plot; this module and the rest of the package compute. Where things go:
 ``runs/<notebook>/`` and ``figures/`` of the project, or the folders named by ``ASRLAB_RUNS`` and
 ``ASRLAB_FIGURES`` (``asrlab notebooks --out DIR`` sets both, so that two runs never overwrite each other).
+Nothing a run makes goes into a tracked folder: figures go to ``runs/figures/`` (a notebook's figure of a
+user's own run, notebook 06's, to ``runs/<notebook>/figures/``). ``figures/``, the copies the README and
+docs show, is refreshed on purpose: ``ASRLAB_FIGURES=figures asrlab notebooks``.
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ def save_results(notebook: str, results: dict) -> Path:
     return path
 
 
-def save_figure(fig, name: str) -> Path:
-    """``figures/<name>.png`` (or under ``ASRLAB_FIGURES``)."""
-    d = Path(os.environ.get(FIGURES_ENV) or root() / "figures")
+def save_figure(fig, name: str, notebook: str | None = None) -> Path:
+    """``runs/figures/<name>.png`` (under ``ASRLAB_RUNS``, or in ``ASRLAB_FIGURES`` when set). ``notebook``:
+    a figure of that notebook's own run (of a user's run, say): ``runs/<notebook>/figures/<name>.png``."""
+    d = run_dir(notebook) / "figures" if notebook else Path(
+        os.environ.get(FIGURES_ENV) or Path(os.environ.get(RUNS_ENV) or root() / "runs") / "figures")
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")

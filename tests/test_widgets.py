@@ -171,8 +171,9 @@ def test_stall_explorer_of_a_stalled_run(corpus, tmp_path):
     assert out.returncode == 3, out.stderr[-2000:]
     ex = widgets.StallExplorer(exp, zoom_s=2)
     assert "rank 0" in ex.verdict and ex.span_s > 3
-    html, picture = static_parts(ex)
+    html, picture, stacks = static_parts(ex)
     assert ex.verdict.split(";")[0][:20] in html.replace("&#x27;", "'") and is_png(picture)
+    assert "rank 0&#x27;s stacks" in stacks.replace("'", "&#x27;") and "MainThread" in stacks
     ex.widget()  # builds the detail pane
     assert "MainThread" in ex.detail.value and "<pre" in ex.detail.value  # rank 0's stacks
     before = ex.picture.value
@@ -186,6 +187,131 @@ def test_stall_explorer_of_a_run_that_finished(run):
     assert ex.verdict == "no stall: every rank finished"
     ex.widget()
     assert "): finished" in ex.detail.value and "no stacks" in ex.detail.value  # the phase as the verdicts say it
+
+
+WATCHED_WORKERS = """[worker pid 101]
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+  File "/venv/site-packages/torch/utils/data/_utils/worker.py", line 318, in _worker_loop
+  File "/usr/lib/python3.11/multiprocessing/queues.py", line 113, in get
+
+[worker pid 102]
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+  File "/venv/site-packages/torch/utils/data/_utils/worker.py", line 358, in _worker_loop
+  File "/venv/site-packages/torch/utils/data/_utils/fetch.py", line 54, in fetch
+  File "/job/train.py", line 19, in __getitem__
+  File "/usr/lib/python3.11/socket.py", line 706, in readinto"""
+
+
+def stalled_folder(tmp_path, workers: str = WATCHED_WORKERS):
+    """A small stall like asrlab watch leaves one: rank 1 waits for data (its worker 102 blocked at train.py:19),
+    rank 0 is held in backward (DDP's all-reduce); 3 s of start-up, then the steps, the report at 10 s."""
+    exp = tmp_path / "exp"
+    (exp / "heartbeat").mkdir(parents=True)
+    t = 1000.0
+    main = ['  File "/job/train.py", line 30, in main',
+            '  File "/venv/site-packages/torch/utils/data/dataloader.py", line 741, in __next__']
+    ranks = [{"rank": 0, "phase": "ddp_allreduce", "step": None, "since": t + 4.1, "detail": "at train.py:33 in main",
+              "host": "h", "pid": 10, "in_phase_s": 5.9, "stacks": {"MainThread": main[:1]}},
+             {"rank": 1, "phase": "data", "step": None, "since": t + 4.2, "host": "h", "pid": 11, "in_phase_s": 5.8,
+              "detail": "loop at train.py:30 in main; worker pid 102 at train.py:19 in __getitem__",
+              "stacks": {"MainThread": main}, "workers": workers}]
+    verdict = ("rank 1 has waited 5 s for data (worker pid 102 at train.py:19 in __getitem__); "
+               "rank 0 is waiting in DDP's gradient all-reduce (backward)")
+    (exp / "stall_report.json").write_text(json.dumps({"verdict": verdict, "time": t + 10, "timeout_s": 5.0,
+                                                       "world_size": 2, "ranks": ranks, "failure": None}))
+    for rank, phases in ((0, [(0, "start"), (3, "forward"), (3.5, "backward")]),
+                         (1, [(0, "start"), (3.2, "forward"), (3.6, "backward"), (4.2, "data")])):
+        (exp / "heartbeat" / f"rank{rank}.timeline.jsonl").write_text(
+            "".join(json.dumps({"t": t + dt, "phase": p, "step": None}) + "\n" for dt, p in phases))
+    return exp
+
+
+def test_stall_explorer_shows_the_workers_stacks_of_the_picked_rank(tmp_path):
+    ex = widgets.StallExplorer(stalled_folder(tmp_path), zoom_s=30)
+    assert ex.focus()["rank"] == 1  # the rank the verdict names first
+    html, picture, stacks = static_parts(ex)
+    assert is_png(picture) and "rank 1" in stacks and "DataLoader workers (2)" in stacks
+    assert 'train.py", line 19, in __getitem__' in stacks.replace("&quot;", '"')   # the worker's own line
+    assert "worker pid 102</code>: at train.py:19" in stacks and "worker pid 101</code>: waiting" in stacks
+    ex.widget()
+    assert "DataLoader workers" not in ex.detail.value  # rank 0: held in backward, no workers kept
+    ex.rank.value = 1
+    assert "MainThread" in ex.detail.value and "dataloader.py" in ex.detail.value   # its main thread beside ...
+    assert 'train.py", line 19' in ex.detail.value.replace("&quot;", '"')      # ... its worker's stack
+
+
+def test_worker_stacks_of_a_ranks_own_watchdog():
+    """A rank's own watchdog keeps its workers' faulthandler dumps (innermost call first)."""
+    from asrlab.widgets.stalls import rank_html, worker_stacks
+
+    text = ('\n[data-loader worker, pid 7]\nCurrent thread 0x1 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/socket.py", line 706 in readinto\n'
+            '  File "/job/train.py", line 19 in __getitem__\n'
+            '  File "/job/train.py", line 5 in load\n')
+    (w,) = worker_stacks(text)
+    assert w["name"] == "data-loader worker, pid 7" and w["at"] == "train.py:19 in __getitem__"
+    html = rank_html({"rank": 1, "phase": "data", "step": 4, "since": 0.0, "detail": "", "host": "h", "pid": 11,
+                      "in_phase_s": 3.0, "stacks": None, "workers": text})
+    assert "line 19 in __getitem__" in html and "<details open" in html
+
+
+def test_phase_shares_name_a_rank_held_in_backward_as_waiting_in_ddps_all_reduce(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from asrlab import plots
+
+    ranks = [{"rank": 0, "data_wait_share": 0.0, "source": "sampled stacks",
+              "shares": {"backward": 0.98, "collective": 0.02}},
+             {"rank": 1, "data_wait_share": 0.9, "source": "sampled stacks", "shares": {"data": 0.9, "backward": 0.1}}]
+    report = json.loads((stalled_folder(tmp_path) / "stall_report.json").read_text())
+    assert plots.held_ranks(report) == {0}
+    fig = plots.phase_shares(ranks, held=report)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plt.close(fig)
+    assert "waiting in DDP's gradient all-reduce (held in backward)" in legend  # rank 0's 98%
+    assert "backward (and DDP's gradient all-reduce within it)" in legend        # rank 1's 10%
+    assert "backward" not in legend
+
+
+def test_timeline_starts_at_the_first_step(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from asrlab import plots
+
+    exp = stalled_folder(tmp_path)
+    fig = plots.timeline(exp)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    starts = sorted(round(float(c.get_paths()[0].vertices[:, 0].min()), 3) for c in ax.collections)
+    plt.close(fig)
+    assert "since the first step began" in ax.get_xlabel() and "start-up before 0" in ax.get_xlabel()
+    assert starts[0] == -3.0 and 0.0 in starts   # start-up at -3 s, the first forward at 0
+    assert lo == -3.0 and hi > 7.0
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "ddp_allreduce" in legend  # rank 0's last backward: held, as the stall report says
+
+
+def test_a_notebooks_own_figures_go_under_its_run_folder(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv(nb.RUNS_ENV, str(tmp_path / "runs"))
+    monkeypatch.setenv(nb.FIGURES_ENV, str(tmp_path / "figures"))
+    fig, _ = plt.subplots()
+    own = nb.save_figure(fig, "watched_shares", notebook="06_your_run")
+    shown = nb.save_figure(fig, "quickstart_curves")
+    plt.close(fig)
+    assert own == tmp_path / "runs" / "06_your_run" / "figures" / "watched_shares.png" and own.exists()
+    assert shown == tmp_path / "figures" / "quickstart_curves.png"
+    monkeypatch.delenv(nb.RUNS_ENV)
+    monkeypatch.delenv(nb.FIGURES_ENV)
+    monkeypatch.setattr(nb, "root", lambda: tmp_path / "project")
+    fig, _ = plt.subplots()
+    path = nb.save_figure(fig, "x", notebook="06_your_run")
+    assert path == tmp_path / "project" / "runs" / "06_your_run" / "figures" / "x.png"
+    # a notebook run with nothing set writes nothing into the project's tracked figures/
+    assert nb.save_figure(fig, "quickstart_curves") == tmp_path / "project" / "runs" / "figures" / "quickstart_curves.png"
+    assert not (tmp_path / "project" / "figures").exists()
+    plt.close(fig)
 
 
 def test_sweep_explorer(corpus, tmp_path):

@@ -172,6 +172,7 @@ def add_commands(sub) -> None:
     n.add_argument("--only", help="run only the notebooks whose name contains this")
     n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
     n.add_argument("--out", help="put everything the run writes under this folder (executed copies, results.json, "
-                                 "experiments, figures); default: runs/ and figures/ of the project")
+                                 "experiments, figures); default: the project's runs/ (ASRLAB_FIGURES=figures refreshes the "
+                                 "tracked figures the README shows)")
     n.add_argument("--html", action="store_true", help="also write each executed notebook as a standalone HTML page")
     n.set_defaults(func=cmd_notebooks)
