@@ -13,8 +13,11 @@ import yaml
 
 from asrlab.doctor.logs import diagnose_logs
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-INDEX = yaml.safe_load((FIXTURES / "index.yaml").read_text())
+FIXTURES = Path(__file__).parent / "fixtures"
+# logs/: the excerpts the readers were written from; logs2/: a second set, collected apart and read by the
+# readers only after they were written (docs/guide.md says how many each got right then)
+INDEX = [{**c, "file": f"{d}/{c['file']}"} for d in ("logs", "logs2")
+         for c in yaml.safe_load((FIXTURES / d / "index.yaml").read_text())]
 
 
 @pytest.mark.parametrize("case", INDEX, ids=[c["file"] for c in INDEX])

@@ -27,8 +27,7 @@ CONSEQUENCE = re.compile(
     r"failed to recv|SignalException|got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|"
     r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
     r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
-    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
-    r"exited unexpectedly|is killed by signal", re.I)
+    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted", re.I)
 
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                  r"^MemoryError|Cannot allocate memory|oom-kill|Out of memory: Killed process|"
@@ -36,8 +35,11 @@ OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory
 NONFINITE_EXC = re.compile(r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
                            r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan", re.I)
 
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: Work\w*\(SeqNum=(\d+), OpType=(\w+)"
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
                        r"(?:.*?Timeout\(ms\)=(\d+))?")
+_NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
+_BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
+_HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 _NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 _GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
 _MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
@@ -84,8 +86,8 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
 
 
 class _Traceback:
-    def __init__(self, rank, time, order=0):
-        self.rank, self.time, self.order = rank, time, order
+    def __init__(self, rank, time, order=0, source=""):
+        self.rank, self.time, self.order, self.source = rank, time, order, source
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
 
@@ -134,7 +136,8 @@ class _Traceback:
             if not frames:
                 return None
             where = user_frame(frames)
-            return {"kind": "exception", "rank": self.rank, "time": self.time, "order": self.order, "type": None,
+            return {"kind": "exception", "rank": self.rank, "time": self.time, "order": self.order, "file": self.source,
+                    "type": None,
                     "message": "", "text": "a traceback that the log cuts off before its exception line",
                     "where": list(where) if where else None, "raised": None, "frames": len(frames), "cut": True}
         # the exception inside a DataLoader worker's or a datapipe's wrapper, else the first of a chain
@@ -147,8 +150,18 @@ class _Traceback:
         text = f"{s['exc']}: {message}" if message else s["exc"]
         whole = " ".join(f"{d['exc']}: {' '.join(d['message'])}" for d in done)
         kind = ("oom" if OOM.search(whole) else "nonfinite_error" if NONFINITE_EXC.search(whole)
-                else "consequence" if CONSEQUENCE.search(text) and not originals else "exception")
-        return {"kind": kind, "rank": self.rank, "time": self.time, "order": self.order, "type": s["exc"], "message": message[:500],
+                else "worker_killed" if _WORKER.search(whole)
+                else "consequence" if CONSEQUENCE.search(text) and not originals and not _MONITORED_PEER.search(text)
+                else "exception")
+        more = {}
+        w = _WORKER.search(whole)
+        if w:
+            more["signal"] = (w.group(2) or "").strip() or None
+        peer = _MONITORED_PEER.search(whole) or _MONITORED.search(whole)
+        if peer:  # this rank raised because another did not come: that one is the culprit
+            more["culprit_rank"] = int(peer.group(2) if peer.re is _MONITORED_PEER else peer.group(1))
+        return {**more, "kind": kind, "rank": self.rank, "time": self.time, "order": self.order, "file": self.source,
+                "type": s["exc"], "message": message[:500],
                 "text": text[:500], "where": list(where) if where else None, "raised": last["exc"],
                 "frames": len(frames)}
 
@@ -162,14 +175,15 @@ class Events:
         self._summary: dict | None = None  # torchrun's failure block being read
         self._summary_kind = None
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
+        self.source = ""
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
         return bool(self._tb) or self._summary_kind is not None
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
-        self.events.append({"kind": kind, "rank": rank, "time": time, "order": self.order, "text": text.strip()[:500],
-                            **more})
+        self.events.append({"kind": kind, "rank": rank, "time": time, "order": self.order, "file": self.source,
+                            "text": text.strip()[:500], **more})
 
     def _end_tb(self, key) -> None:
         tb = self._tb.pop(key, None)
@@ -179,18 +193,23 @@ class Events:
                 self.events.append(e)
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
+        self.source = source
         key = (source, rank)
         tb = self._tb.get(key)
         if tb is not None:
             if tb.feed(text):
                 return
             self._end_tb(key)
-        if "Traceback (most recent call last)" in text and not text.strip().startswith(_ORIGINAL):
-            self._tb[key] = _Traceback(rank, time, self.order)
-            return
         if self._summary_kind is not None or "Root Cause (first observed failure)" in text or text.strip() == "Failures:":
             if self._torchrun_block(text, time):
                 return
+        if "Traceback (most recent call last)" in text and not text.strip().startswith(_ORIGINAL):
+            self._tb[key] = _Traceback(rank, time, self.order, source)
+            return
+        if _FRAME.match(text):  # a traceback whose first line the log does not have
+            self._tb[key] = tb = _Traceback(rank, time, self.order, source)
+            tb.feed(text)
+            return
         self._line(rank, time, text)
 
     def finish(self) -> None:
@@ -251,20 +270,30 @@ class Events:
             e = tb.event()
             if e is not None:
                 more = {k: e[k] for k in ("type", "message", "where")}
-        self._add("exit", rank, Clock().of(r.get("time", "")), " ".join(r.get("tb", [])) or r.get("traceback", ""),
-                  exitcode=code, signal=signame, root=r["root"], host=r.get("host"), source="torchrun", **more)
+        said = " ".join(r.get("tb", [])) or r.get("traceback", "")
+        if more.get("type") or more.get("where"):
+            said = f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ") if more.get("type") \
+                else "a traceback that the log cuts off before its exception line"
+        elif not said or said.startswith("To enable traceback"):
+            said = f"exit code {code}" + (f" ({signame})" if signame else "")
+        self._add("exit", rank, Clock().of(r.get("time", "")), said, exitcode=code, signal=signame, root=r["root"],
+                  host=r.get("host"), source="torchrun", **more)
 
     def _line(self, rank, time, text: str) -> None:
         if "Watchdog caught" in text:
             m = _WATCHDOG.search(text)
             if m:
-                self._add("timeout", rank, time, text, seq=int(m.group(1)), op=m.group(2),
+                self._add("timeout", rank, time, text, seq=int(m.group(1)) if m.group(1) else None, op=m.group(2),
                           timeout_ms=int(m.group(3)) if m.group(3) else None, source="nccl")
                 return
-        if "NCCL work:" in text or "NCCL work" in text:
+        if "NCCL work" in text:
             m = _NCCL_SEQ.search(text)
             if m:
                 self._add("progress", rank, time, text, enqueued=int(m.group(1)), completed=int(m.group(2)))
+            t = _NCCL_TIMEOUT.search(text)
+            if t:
+                self._add("timeout", rank, time, text, seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")
+            if m or t:
                 return
         if "Timed out waiting" in text:
             m = _GLOO.search(text)
@@ -305,6 +334,12 @@ class Events:
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
+        if "Killed" in text and _BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
+            self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
+            return
+        if "xecuting job" in text and _HYDRA.search(text.strip()):  # Hydra's line before the job's exception
+            self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
+            return
         m = NONFINITE_LINE.search(text)
         if m:
             self._add("nonfinite_line", rank, time, text, said=m.group(0))

@@ -20,6 +20,8 @@ from .marks import Clock, rank_of, split_prefix, world_of
 from .toolkits import READERS, step_of
 
 _READER = dict(READERS)
+# what in a step line is a message of its own besides the step (a progress bar with a message glued on)
+_MESSAGE = re.compile(r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode")
 KEEP = 4096  # step records kept per rank: beyond, every other one goes (the stride doubles), never a non-finite one
 _FILE_RANK = re.compile(r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$")
 _LOGGISH = re.compile(r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|^log-|^train|^rank|^stdout|^stderr", re.I)
@@ -91,6 +93,7 @@ class LogRun:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.nonfinite: list[dict] = []  # every non-finite step record, in order
+        self.unread = 0                  # lines a reader choked on: counted, never a traceback of the doctor's
         self.resumes: list[dict] = []    # where a rank's steps went back: {"rank", "before", "after"}
         self.epoch_start: dict = {}      # (rank, epoch) -> the first batch logged of it
 
@@ -130,7 +133,7 @@ KEYS = (b"nan", b"inf", b"NaN", b"Inf", b"NAN", b"INF", b"rror", b"xception", b"
         b"Failures:", b"esum", b"estor", b"heckpoint", b"oading", b"DataLoader", b"worker", b"Abort", b"abort",
         b"Segmentation", b"core dumped", b"FAILED", b"failed")
 ANCHORS = {"wenet": b"Batch ", "icefall": b"tot_loss[", "espnet": b"epoch:train:", "lightning": b"%|",
-           "speechbrain": b"train loss:", "plain": b"loss"}
+           "speechbrain": b"train loss:", "megatron": b"iteration", "epoch_batch": b"poch", "plain": b"loss"}
 SAMPLE = 32      # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
 EDGE = 1 << 18   # bytes at a file's start and end read line by line: its format, and each rank's last steps
 
@@ -211,7 +214,10 @@ class _File:
 
     def line(self, raw: bytes, at: int, counted: bool = False) -> None:
         for text in stream.clean(raw):
-            self.text(text, self.base + at, counted)
+            try:
+                self.text(text, self.base + at, counted)
+            except (ValueError, TypeError, IndexError, OverflowError, KeyError):  # a line no reader foresaw
+                self.run.unread += 1
 
     def text(self, line: str, order: int, counted: bool = False) -> None:
         run = self.run
@@ -222,12 +228,11 @@ class _File:
             run.first_time = t if run.first_time is None else min(run.first_time, t)
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
-        if rec is None:
-            if rank is None:
-                rank = _event_rank(text, self.rank)
+        if rec is None or _MESSAGE.search(text):
             self.events.order = order
-            self.events.feed(self.path, rank, self.now, text)
-            return
+            self.events.feed(self.path, rank if rank is not None else _event_rank(text, self.rank), self.now, text)
+            if rec is None:
+                return
         if rec["toolkit"] != self.toolkit:
             self.reader, self.toolkit = _READER[rec["toolkit"]], rec["toolkit"]
         run.formats[rec["toolkit"]] += 0 if counted else 1
@@ -237,7 +242,7 @@ class _File:
             rec["rank"] = self.rank
         if run.world is None:
             run.world = world_of(text)
-        rec["time"], rec["file"], rec["order"] = self.now, self.path, order
+        rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         if series.last is not None and position(rec) < position(series.last):

@@ -24,7 +24,8 @@ CHUNK = 1 << 22  # bytes read at a time: lines are cut in C, a chunk at a time
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
 # where a second line starts inside one: a timestamp or a rank mark that follows text with no newline
-_GLUED = re.compile(rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)")
+_GLUED = re.compile(rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
+                    rb"(?<=\S)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])")
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
 _ZSTD = b"\x28\xb5\x2f\xfd"
 

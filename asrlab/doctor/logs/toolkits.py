@@ -111,7 +111,8 @@ def lightning(line: str) -> dict | None:
     rate = _RATE.search(inside)
     steps_s = (num(rate.group(1)) if rate.group(2) == "it/s" else 1 / max(num(rate.group(1)) or 1e-9, 1e-9)) if rate else None
     step = d.get("global_step") or d.get("step")
-    return _record("lightning", int(epoch) if epoch else None, int(batch), int(float(step)) if step else None,
+    step = int(step) if step and step.isdigit() else None  # "3.2e+4": the bar rounds it; the batch is exact
+    return _record("lightning", int(epoch) if epoch else None, int(batch), step,
                    losses=_losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num"))),
                    lr=num(d.get("lr")), grad_norm=num(d.get("grad_norm")), rate=steps_s)
 
@@ -129,8 +130,43 @@ def speechbrain(line: str) -> dict | None:
     return _record("speechbrain", int(m.group(1)), lr=num(m.group(2)), losses={"loss": num(m.group(3))})
 
 
-# a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8"
-_PLAIN = re.compile(rf"\b(?:global_)?step[\s=:]\s*(\d+)\b[^\n]*?\bloss\b[\s=:]\s*({NUM})", re.I)
+# Megatron(-DeepSpeed): " iteration     5426/  250000 | ... | lm loss: 2.1E+00 | loss scale: 1.0 | grad norm: nan |"
+_MEGATRON = re.compile(r"^\s*iteration\s+(\d+)/\s*\d+\s*\|(.*)")
+_BAR_PAIR = re.compile(rf"([a-z][a-z -]*?):\s*({NUM})\s*(?=\||$)", re.I)
+
+
+def megatron(line: str) -> dict | None:
+    if "iteration" not in line or "|" not in line:
+        return None
+    m = _MEGATRON.search(line)
+    if not m:
+        return None
+    d = {k.strip().lower(): v for k, v in _BAR_PAIR.findall(m.group(2))}
+    losses = {k.replace(" ", "_"): num(v) for k, v in d.items() if "loss" in k and "scale" not in k}
+    return _record("megatron", step=int(m.group(1)), losses=losses, lr=num(d.get("learning rate")),
+                   grad_norm=num(d.get("grad norm")), scale=num(d.get("loss scale")))
+
+
+# an epoch and a batch counter of one's own: "Epoch 1 [TRAIN] progress 20/2754 loss nan prosody_loss ...",
+# "Epoch: [7] [ 200/1251] ... loss: 4.56 (4.70)"; validation lines (CV, valid, eval) are not training steps
+_EPOCH_BATCH = re.compile(rf"\bEpoch\b\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?.*?\bloss\b\s*[=:]?\s*({NUM})", re.I)
+_NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b")
+
+
+def epoch_batch(line: str) -> dict | None:
+    if "poch" not in line or "loss" not in line or "/" not in line:
+        return None
+    m = _EPOCH_BATCH.search(line)
+    if not m or _NOT_TRAIN.search(line):
+        return None
+    pairs = _SPACE_PAIR.findall(line) + _PAIR.findall(line.replace(": ", ":"))
+    return _record("epoch_batch", int(m.group(1)), int(m.group(2)), losses={"loss": num(m.group(3)), **_losses(pairs)},
+                   lr=num(dict(pairs).get("lr")), grad_norm=num(dict(pairs).get("grad_norm")))
+
+
+# a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8",
+# "step 249 \t total loss = 0.775"
+_PLAIN = re.compile(rf"\b(?:global_)?step[\s=:]\s*(\d+)\b[^\n]*?\bloss\b\s*[=:]?\s*({NUM})", re.I)
 
 
 def plain(line: str) -> dict | None:
@@ -149,7 +185,7 @@ def plain(line: str) -> dict | None:
 
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("wenet", wenet), ("icefall", icefall), ("espnet", espnet), ("lightning", lightning),
-    ("speechbrain", speechbrain), ("plain", plain))
+    ("speechbrain", speechbrain), ("megatron", megatron), ("epoch_batch", epoch_batch), ("plain", plain))
 
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:

@@ -28,8 +28,13 @@ def where(rec: dict | None) -> str:
     if rec["step"] is not None:
         return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
     if rec["batch"] is not None:
-        return f"epoch {rec['epoch']}, batch {rec['batch']}"
+        return f"epoch {rec['epoch']}, batch {rec['batch']}" if rec["epoch"] is not None else f"batch {rec['batch']}"
     return f"epoch {rec['epoch']}"
+
+
+def at(rec: dict | None) -> str:
+    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any logged step``."""
+    return where(rec) if rec is None else "at " + where(rec)
 
 
 def step_number(rec: dict | None) -> int | None:
@@ -38,16 +43,37 @@ def step_number(rec: dict | None) -> int | None:
     return rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
 
 
-def _last_before(run: LogRun, rank, t: float | None) -> dict | None:
+def _last_before(run: LogRun, rank, e: dict) -> dict | None:
+    """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
+    the lines in the same file, else by time."""
     s = run.series.get(rank)
+    if s is None and rank is not None and list(run.series) == [None]:
+        s = run.series[None]  # step lines without a rank mark: the one rank that prints them
     if s is None:
         if rank is not None or not run.series:
             return None
         s = max(run.series.values(), key=lambda x: x.seen)
-    if t is None:
+    recs = s.all()
+    same = [r for r in recs if r["file"] == e.get("file")]
+    if same and e.get("order") is not None:  # a step logged in the same instant is the step it happened in
+        before = [r for r in same if r["order"] <= e["order"] or (r["stamped"] and r["time"] == e.get("time"))]
+    elif e.get("time") is not None:
+        before = [r for r in recs if r["time"] is not None and r["time"] <= e["time"]]
+    else:
         return s.last
-    before = [r for r in s.all() if r["time"] is None or r["time"] <= t]
     return before[-1] if before else None
+
+
+def _key(e: dict) -> tuple:
+    """Which of two events came first: time where both have one, else the order of the lines read; of a
+    torchrun summary's failures in the same second, its root cause first."""
+    return (e["time"] if e.get("time") is not None else float("inf"), not e.get("root", False), e.get("order", 0))
+
+
+def _before(a: dict, b: dict) -> bool:
+    if a.get("time") is not None and b.get("time") is not None:
+        return _key(a) < _key(b)
+    return a.get("order", 0) < b.get("order", 0)
 
 
 def _causes(run: LogRun) -> list[tuple]:
@@ -109,29 +135,32 @@ def judge(run: LogRun) -> dict:
     d: dict = {"hang": _hang(run, timeouts) if timeouts else None, "nonfinite": _nonfinite(run),
                "resumes": _resumes(run), "ranks": _ranks(run)}
     if causes:
-        big = float("inf")
-        verdict, e = min(causes, key=lambda c: (c[1]["time"] if c[1].get("time") is not None else big,
-                                                 c[1].get("order", 0)))
+        verdict, e = min(causes, key=lambda c: _key(c[1]))
+        if timeouts and verdict in ("crashed", "nonfinite") and _before(timeouts[0], e) and not e.get("culprit_rank"):
+            causes = []  # a collective timed out before it: the hang came first, the error followed from it
+    if causes:
         verdict, e = _refine(run, verdict, e)
-        rank = e.get("rank")
-        rec = e.get("record") or _last_before(run, rank, e.get("time"))
+        rank = e.get("culprit_rank", e.get("rank"))
+        rec = e.get("record") or _last_before(run, rank, e)
         d.update(verdict=verdict, culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(e),
-                 summary=_say(run, verdict, e, rec, d))
+                 summary=_say(run, verdict, {**e, "rank": rank}, rec, d))
     elif timeouts:
         h = d["hang"]
         behind = h["behind"]
         rank = behind[0] if len(behind) == 1 else None
-        rec = run.last_steps().get(rank) if rank is not None else None
+        last = run.last_steps()
+        rec = last.get(rank) if rank is not None else max(
+            (r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
         d.update(verdict="stalled", culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(timeouts[0]),
                  summary=h["text"])
     else:
         exits = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
         if exits and not any(e["kind"] == "agent_stop" for e in run.events):
             e = exits[0]
-            rec = _last_before(run, e["rank"], e["time"])
+            rec = _last_before(run, e["rank"], e)
             d.update(verdict="killed", culprit={"rank": e["rank"], "step": step_number(rec)}, first=_event_view(e),
                      summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
-                             f"pre-emption, a time limit, kill) at {where(rec)}")
+                             f"pre-emption, a time limit, kill) {at(rec)}")
         else:
             d.update(verdict="no_failure_seen", culprit={"rank": None, "step": None}, first=None,
                      summary=_healthy(run, d))
@@ -166,7 +195,7 @@ def _event_view(e: dict) -> dict:
 
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank"
-    at = where(rec)
+    when = at(rec)
     line = ""
     if e.get("where"):
         f, n, fn = e["where"]
@@ -175,17 +204,19 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         sig = e.get("signal") or "a signal"
         what = "a DataLoader worker of " + who if e["kind"] == "worker_killed" else who
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
-        s = f"{what} was killed by {sig}{hint} at {at}"
+        s = f"{what} was killed by {sig} {when}{hint}"
     elif verdict == "out_of_memory":
-        s = f"{who} ran out of memory at {at}: {e['text'][:200]}{line}"
+        s = f"{who} ran out of memory {when}: {e['text'][:200]}{line}"
+    elif verdict == "nonfinite" and e["kind"] == "nonfinite_step":
+        s = f"{who}: {(d['nonfinite'] or {}).get('text', 'a value not finite')} ({when})"
+    elif verdict == "nonfinite" and e["kind"] == "scale_collapse":
+        s = f"{who}: the loss scale fell to {e['to']:g} {when}: the gradients overflow at every step, not only while the scale calibrates"
+    elif verdict == "nonfinite" and e["kind"] == "skips":
+        s = f"{who}: {e['count']} steps in a row skipped for non-finite gradients {when} ({e['text'][:120]})"
     elif verdict == "nonfinite":
-        if e["kind"] == "nonfinite_step":
-            n = d["nonfinite"] or {}
-            s = f"{who}'s training went non-finite at {at} and stayed so: {n.get('text', '')}"
-        else:
-            s = f"{who} stopped on non-finite values at {at}: {e['text'][:200]}{line}"
+        s = f"{who}: non-finite values {when}: {e['text'][:200]}{line}"
     else:
-        s = f"{who} failed first at {at}: {e['text'][:300]}{line}"
+        s = f"{who} failed first {when}: {e['text'][:300]}{line}"
     s += f" ({_when(e.get('time'))})" if e.get("time") else ""
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
@@ -209,8 +240,10 @@ def _hang(run: LogRun, timeouts: list[dict]) -> dict:
     elif progress:
         low = min(p["completed"] for p in progress)
         behind, basis = sorted({p["rank"] for p in progress if p["completed"] == low}), f"last completed collective #{low}"
-    elif world and reported and len(reported) < world:
-        behind, basis = [r for r in range(world) if r not in reported], "reported no timeout: it never entered the collective"
+    elif world and reported and len(reported) < world and \
+            (silent := [r for r in range(world) if r not in reported and r in ranks]):
+        # only ranks the log shows doing something else: a rank absent from an excerpt proves nothing
+        behind, basis = silent, "reported no timeout: it never entered the collective"
     elif len(last) > 1 and len({position(r) for r in last.values()}) > 1:
         low = min(position(r) for r in last.values())
         behind = sorted(r for r, rec in last.items() if position(rec) == low)
@@ -260,7 +293,7 @@ def _nonfinite(run: LogRun) -> dict | None:
         why = "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
     if not bad:  # only the running average: the batch that made it so was not logged
         why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
-    text = (f"first at {where(r)} on rank {r['rank']}: {', '.join(terms)} not finite"
+    text = (f"{', '.join(terms)} not finite"
             + (f" ({', '.join(good)} finite)" if good and bad else "") + why + f"; {kind}"
             + (f"; before it: {'; '.join(led)}" if led else ""))
     return {"first": {"rank": r["rank"], "step": step_number(r), "epoch": r["epoch"], "batch": r["batch"],
