@@ -65,11 +65,20 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     if a.pid is not None:
         return _doctor_pid(a)
     if not a.exp:
-        raise UsageError("asrlab doctor EXP [EXP ...], or asrlab doctor --pid PID for a job running now")
+        raise UsageError("asrlab doctor EXP [EXP ...], asrlab doctor LOG [LOG ...], or asrlab doctor --pid PID "
+                         "for a job running now")
     for exp in a.exp:
-        if not Path(exp).exists():
-            raise UsageError(f"{exp}: not a directory, nothing is there (give a run's folder: what asrlab train "
-                             "got as --exp)")
+        if exp != "-" and not Path(exp).exists():
+            raise UsageError(f"{exp}: not a directory, nothing is there (give a run's folder, what asrlab train "
+                             "got as --exp, or the run's log files)")
+    from ..doctor import is_run
+
+    runs = [is_run(p) for p in a.exp]
+    if not any(runs):
+        return _doctor_logs(a)
+    if not all(runs):
+        raise UsageError("give run folders or logs, not both: "
+                         + ", ".join(p for p, r in zip(a.exp, runs) if not r) + " is not a run folder")
     if len(a.exp) == 1:
         d = diagnose(a.exp[0])
     else:  # one folder per node (asrlab watch on each): read as one run
@@ -86,6 +95,15 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         from ..doctor import format_diagnosis
 
         print(format_diagnosis(d).rstrip("\n"))
+    return 0 if d["ok"] else 1
+
+
+def _doctor_logs(a: argparse.Namespace) -> int:
+    """Logs of a job (files, folders of them, ``-``), read after the fact: exit 1 when they show a failure."""
+    from ..doctor.logs import diagnose_logs, format_log_diagnosis
+
+    d = diagnose_logs(a.exp)
+    print(json.dumps(d, indent=1, default=str) if a.json else format_log_diagnosis(d))
     return 0 if d["ok"] else 1
 
 
@@ -159,9 +177,13 @@ def add_commands(sub) -> None:
     c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
     c.set_defaults(func=cmd_ckpt)
 
-    dr = command(sub, "doctor", "Say what happened to a run (finished, running, stopped, stalled, crashed, halted on "
-                                "a NaN) and why, from its folder; exit 1 when it failed.")
-    dr.add_argument("exp", nargs="*", help="the run's folder; several: one per node (asrlab watch on each), read as one run")
+    dr = command(sub, "doctor", "Say what happened to a run (finished, running, stopped, stalled, crashed, killed, "
+                                "out of memory, non-finite) and why, from its folder or from the logs it left "
+                                "(WeNet, ESPnet, icefall, NeMo/Lightning, SpeechBrain, torchrun, a loop's own); "
+                                "exit 1 when it failed.")
+    dr.add_argument("exp", nargs="*", metavar="EXP|LOG",
+                    help="the run's folder (several: one per node, read as one run), or its log files, folders of "
+                         "logs or - for standard input (plain or compressed; the format is recognised from the lines)")
     dr.add_argument("--pid", type=int, help="instead of EXP: a job running now (its torchrun agent, any rank or "
                                            "worker), its stacks sampled from outside with py-spy; exit 1 if stuck")
     dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")

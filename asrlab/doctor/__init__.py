@@ -12,6 +12,7 @@ leaves the others stalled).
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -37,13 +38,35 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "crashed", "unknown")
-FAILED = ("stalled", "nonfinite_halt", "crashed", "unknown")
+VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "nonfinite", "crashed", "killed",
+            "out_of_memory", "unknown", "no_failure_seen")
+FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
 LAUNCH_SLACK_S = 2.0      # a rank can record its error just before rank 0 rewrites config.yaml
 
 # any of these makes a folder an experiment folder
 _RUN_FILES = ("config.yaml", "lab.json", "metrics", "heartbeat", "errors", "checkpoints", "ledger",
               "stall_report.json", "nonfinite")
+
+
+def is_run(path: str | Path) -> bool:
+    """A folder a run wrote (asrlab train, the parts, asrlab watch), not a folder of logs."""
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in _RUN_FILES)
+
+
+def _culprit(d: dict) -> dict:
+    """The rank that failed first or holds the others up, and its step, as the verdict found them."""
+    if d["verdict"] == "crashed" and d.get("error"):
+        return {"rank": d["error"]["rank"], "step": d["error"].get("step")}
+    if d["verdict"] == "nonfinite_halt" and d.get("halt"):
+        return {"rank": d["halt"].get("rank"), "step": d["halt"].get("step")}
+    if d["verdict"] == "stalled" and d.get("stall"):
+        m = re.match(r"rank (\d+)", d["stall"].get("verdict") or "")
+        if m:
+            rank = int(m.group(1))
+            step = next((r.get("step") for r in d["stall"]["ranks"] if r.get("rank") == rank), None)
+            return {"rank": rank, "step": step}
+    return {"rank": None, "step": None}
 
 
 def diagnose(exp: str | Path, now: float | None = None) -> dict:
@@ -62,6 +85,7 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
         raise UsageError(f"{exp}: no run there (none of {', '.join(_RUN_FILES)})")
     from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
                            nonfinite_events, resume_points, step_times)
+    from .job_output import read_job_output
     from .verdict import verdict
 
     now = time.time() if now is None else now
@@ -98,10 +122,12 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     d["stall"] = stall_entry(exp, stall) if stall else None
     d["history"] = history(exp, since, errors, halt, stall)
     d.update(verdict(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts))
+    d["culprit"] = _culprit(d)
+    read_job_output(exp, d)
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)
 
 
-__all__ = ["FAILED", "VERDICTS", "checkpoint_integrity", "diagnose", "format_diagnosis", "ledger_coverage",
+__all__ = ["FAILED", "VERDICTS", "is_run", "checkpoint_integrity", "diagnose", "format_diagnosis", "ledger_coverage",
            "loss_scale_history", "nonfinite_events", "resume_points", "step_times"]

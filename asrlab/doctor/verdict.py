@@ -24,7 +24,14 @@ LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|Brok
 def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dict], world_size: int,
              errors: list[dict], halt: dict | None, stall: dict | None, ckpts: dict) -> dict:
     """``{"verdict", "summary", "ended_by", "basis"}`` from the failures this launch recorded (the earliest),
-    else ``lab.json``'s status, else the heartbeats, else the metrics."""
+    else ``lab.json``'s status, else the heartbeats, else the metrics. A run a signal to ``asrlab watch``
+    ended is stopped: what the ranks recorded once they were told to end is not a failure."""
+    stop_time = lab.get("stop_time") if lab.get("status") == "stopped" else None
+    if stop_time is not None:
+        errors = [e for e in errors if e["time"] < stop_time]
+        halt = halt if halt is not None and halt.get("time", 0) < stop_time else None
+        stall = stall if stall is not None and stall.get("time", 0) < stop_time else None
+        d["error"] = error_entry(errors[0], errors) if errors else None
     failures = []
     if errors:
         said = d["error"]["line"]
@@ -52,6 +59,11 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
         return {"verdict": verdict, "summary": summary, "ended_by": None, "basis": basis}
 
     status = lab.get("status")
+    if stop_time is not None:
+        steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
+        at = f" at step {max(steps)}" if steps else ""
+        return {"verdict": "stopped", "ended_by": lab.get("stopped_by"), "basis": "lab.json",
+                "summary": f"ended by {lab.get('stopped_by') or 'a signal'}{at}"}
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         if gone:  # ranks that ended without a word: one of them vanished first

@@ -20,6 +20,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import held_phase, own_frame, phase_of, where, worker_busy, worker_own
+from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
 
@@ -122,6 +124,7 @@ class JobWatch:
         self.ranks: dict[int, RankView] = {}
         self.stalled: dict | None = None
         self._signal: int | None = None
+        self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
         self.table = Table()
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
@@ -139,7 +142,9 @@ class JobWatch:
         defaults = {"TORCHELASTIC_ERROR_FILE": str(self.exp / "watch" / "torchelastic.json"),
                     "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
-                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_")}
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_"),
+                    # its output goes through a pipe now, not a terminal: lines as they are printed
+                    "PYTHONUNBUFFERED": "1"}
         for k, v in defaults.items():
             env.setdefault(k, v)  # the job's own settings stay
         return env
@@ -155,12 +160,17 @@ class JobWatch:
         if self.peers is not None:
             self.peers.start()
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        output = JobOutput(self.exp)
         try:
-            proc = subprocess.Popen(cmd, env=self.env(), preexec_fn=own_session_ending_with_parent())
+            proc = subprocess.Popen(cmd, env=self.env(), preexec_fn=own_session_ending_with_parent(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
+            output.close()
             for s, h in old.items():
                 signal.signal(s, h)
             raise ValueError(f"cannot run {cmd[0]!r}: {e}") from None
+        output.pump(proc.stdout, sys.stdout.buffer)
+        output.pump(proc.stderr, sys.stderr.buffer)
         if self.yield_cpu:
             # the job keeps its priority; the watch and its py-spy samplers take what the job leaves
             os.nice(10)
@@ -170,10 +180,15 @@ class JobWatch:
                 rc = STALL_EXIT  # ended by the watch: not a success, whatever torchrun's agent said
         finally:
             self._end_family(proc)
+            output.close()
             for s, h in old.items():
                 signal.signal(s, h)
         status = "finished" if rc == 0 and self.stalled is None else "failed"
         now = time.time()
+        if self._stopped is not None:  # ended on a signal to the watch: stopped, whatever the ranks did then
+            status = "stopped"
+            write_lab_status(self.exp, {"stopped_by": f"{signal.Signals(self._signal).name} to asrlab watch",
+                                        "stop_time": self._stopped})
         for view in self.ranks.values():  # the watcher wrote their heartbeats: it says how they ended
             if rc == 0 and self.stalled is None:
                 self._beat(view.snapshot(now, "done"), now, "done")
@@ -202,6 +217,7 @@ class JobWatch:
             if rc is not None:
                 return rc if rc >= 0 else 128 - rc
             if self._signal is not None:
+                self._stopped = time.time()
                 log.warning("asrlab watch: %s: ending the job", signal.Signals(self._signal).name)
                 self._end_family(proc)
                 return 128 + self._signal

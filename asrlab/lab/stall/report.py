@@ -23,6 +23,13 @@ from .flight import mismatch_text
 from .verdict import failure_verdict, rank_line, verdict
 
 
+JOB_LOG = "job.log"  # what a job under ``asrlab watch`` printed (stdout and stderr), kept for the doctor
+
+
+def job_log(exp: str | Path) -> Path:
+    return Path(exp) / JOB_LOG
+
+
 def stall_dir(exp: Path) -> Path:
     return Path(exp) / "stall"
 
@@ -145,5 +152,5 @@ def write_lab_status(exp: Path, update: dict) -> None:
     atomic_write(path, json.dumps(state, indent=1))
 
 
-__all__ = ["format_report", "rank_states", "stall_dir", "thread_stacks", "write_dump", "write_lab_status",
+__all__ = ["JOB_LOG", "format_report", "job_log", "rank_states", "stall_dir", "thread_stacks", "write_dump", "write_lab_status",
            "write_report"]

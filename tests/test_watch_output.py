@@ -1,0 +1,65 @@
+"""A watched job's own output: passed through, kept in EXP/job.log, and read by the doctor with the
+toolkits' log readers (tests/loops/printing_loop.py, a stranger's loop that prints its own progress)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from asrlab.doctor import diagnose
+
+LOOP = Path(__file__).parent / "loops" / "printing_loop.py"
+
+
+def watch(exp: Path, fault: str = "", steps: int = 40, **popen) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "60", "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(LOOP)]
+    env = {**os.environ, "FAULT": fault, "STEPS": str(steps), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_the_loops_own_nan_losses_are_read_from_its_output(tmp_path):
+    exp = tmp_path / "exp"
+    out, err = watch(exp, "nan:10", steps=16).communicate(timeout=150)
+    assert "epoch 0 step 15 loss=nan rank 0" in out  # passed through unchanged
+    assert "loss=nan" in (exp / "job.log").read_text()  # and kept
+    d = diagnose(exp)
+    assert d["verdict"] == "nonfinite", d["summary"]
+    assert d["culprit"]["step"] == 10 and "loss not finite" in d["summary"], d["summary"]
+
+
+@pytest.mark.parametrize("how,signame", [("kill", "SIGKILL"), ("abort", "SIGABRT")])
+def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signame):
+    """torchrun's summary in the job's output says which signal: SIGKILL is not SIGABRT, and neither is a
+    guess."""
+    exp = tmp_path / "exp"
+    proc = watch(exp, f"{how}:1:8")
+    proc.communicate(timeout=150)
+    assert proc.returncode != 0
+    d = diagnose(exp)
+    assert d["verdict"] == "killed", d["summary"]
+    assert d["summary"].startswith(f"rank 1 was killed by {signame} at step 7"), d["summary"]
+    assert d["culprit"] == {"rank": 1, "step": 7}
+
+
+def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
+    exp = tmp_path / "exp"
+    proc = watch(exp, steps=100000)
+    deadline = time.time() + 90
+    while "step 5 " not in (exp / "job.log").read_text() if (exp / "job.log").exists() else True:
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()[-2000:] if proc.poll() else "no step 5"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    d = diagnose(exp)
+    assert d["verdict"] == "stopped", d["summary"]
+    assert d["summary"].startswith("ended by SIGTERM to asrlab watch at ") and "step" in d["summary"], d["summary"]
+    assert json.loads((exp / "lab.json").read_text())["status"] == "stopped"
