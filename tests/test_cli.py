@@ -79,7 +79,7 @@ print(json.dumps({{"help_torch": help_torch, "torch": "torch" in sys.modules, "c
     assert got["codes"] == [2, 2]
     lines = got["err"].splitlines()
     assert lines[0] == f"asrlab: error: {tmp_path / 'missing'}: not a directory, nothing is there (give a run's " \
-                       "folder: what asrlab train got as --exp)"
+                       "folder, what asrlab train got as --exp, or the run's log files)"
     assert lines[1].startswith(f"asrlab: error: {tmp_path / 'empty'}: no run there")
 
 

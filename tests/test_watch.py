@@ -228,10 +228,15 @@ def test_the_fallback_signals_only_a_process_that_handles_it(tmp_path):
 
 def test_a_rank_killed_with_sigkill_is_named_as_the_one_that_vanished(tmp_path):
     """Rank 1 of the bare loop is SIGKILLed in step 13 (as the OOM killer would): torchrun ends rank 0 at
-    once; the watch saw which process ended first and the doctor names rank 1, not both."""
+    once; the doctor names rank 1 and its signal, from torchrun's summary in the job's own output, not both
+    ranks; without that output, from which process the watch saw end first."""
     exp = tmp_path / "exp"
     rc, err, _ = watched(exp, "vanish:1:13", "--stall-timeout", "60")
     assert rc != 0
+    d = diagnose(exp)
+    assert d["verdict"] == "killed", d["summary"]
+    assert d["summary"].startswith("rank 1 was killed by SIGKILL"), d["summary"]
+    (exp / "job.log").unlink()
     d = diagnose(exp)
     assert d["verdict"] == "crashed", d["summary"]
     assert d["summary"].startswith("rank 1 ended without recording an error: it vanished (the first to end"), d["summary"]

@@ -75,6 +75,12 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
     runs = [is_run(p) for p in a.exp]
     if not any(runs):
+        from ..doctor.logs.run import log_files
+
+        empty = [p for p in a.exp if Path(p).is_dir() and not log_files([p])]
+        if empty:
+            raise UsageError(f"{empty[0]}: no run there (no config.yaml, lab.json, metrics/, heartbeat/ ... of a "
+                             "run folder) and no log files (*.log, *.txt, *.out, log-train-*, rank*)")
         return _doctor_logs(a)
     if not all(runs):
         raise UsageError("give run folders or logs, not both: "

@@ -85,6 +85,12 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
     return frames[-1]
 
 
+# lines that start something of their own, never the rest of an exception's message
+_NOT_MESSAGE = re.compile(r"^(?:\[|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
+                          r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
+                          r"WARNING|ERROR|INFO|DEBUG|Traceback)")
+
+
 class _Traceback:
     def __init__(self, rank, time, order=0, source=""):
         self.rank, self.time, self.order, self.source = rank, time, order, source
@@ -124,7 +130,7 @@ class _Traceback:
                 return True
             return False
         if stripped and not _WRAPPER.match(stripped) and len(s["message"]) < 6 and not _EXC.match(stripped) \
-                and not stripped.startswith(("[", "Epoch", "epoch")) and not re.match(r"^\d{4}-\d\d-\d\d", stripped):
+                and not _NOT_MESSAGE.match(stripped):
             s["message"].append(stripped)  # a message of several lines (a worker's "Caught ... Original ...")
             return True
         return False

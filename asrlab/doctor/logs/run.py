@@ -136,6 +136,7 @@ ANCHORS = {"wenet": b"Batch ", "icefall": b"tot_loss[", "espnet": b"epoch:train:
            "speechbrain": b"train loss:", "megatron": b"iteration", "epoch_batch": b"poch", "plain": b"loss"}
 SAMPLE = 32      # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
 EDGE = 1 << 18   # bytes at a file's start and end read line by line: its format, and each rank's last steps
+SUB = 1 << 16    # bytes of a stretch whose lines are counted in C: step lines only, or some others
 
 
 class _File:
@@ -184,33 +185,43 @@ class _File:
             start += len(raw) + 1
 
     def fast(self, block: bytes, offset: int, start: int, end: int) -> None:
-        """The lines of block[start:end] that can say something, and a sample of the rest. Where every line
-        is a step line (the bulk of a long log) nothing is cut into lines but the sample and the lines with
-        a non-finite value: the byte searches run in C."""
+        """The lines of block[start:end] that can say something, and a sample of the rest. The byte searches
+        run in C: a stretch of :data:`SUB` bytes where every line is a step line (most of a long log) is never
+        cut into lines; only the step lines with nan or inf in them, the sample, and the other lines of the
+        stretches that have some, are read in Python."""
         anchor = ANCHORS[self.toolkit]
-        n = block.count(b"\n", start, end)
-        steps = block.count(anchor, start, end)
-        self.run.formats[self.toolkit] += steps  # the step lines read below count again: taken off there
-        if steps == n:
-            at = set(range(start, end, max(1, (end - start) // SAMPLE)))
-            for word in (b"nan", b"inf"):
-                i = block.find(word, start, end)
-                while i >= 0:
-                    at.add(i)
-                    i = block.find(word, block.find(b"\n", i, end) + 1 or end, end)
-            for i in sorted({block.rfind(b"\n", start, i) + 1 or start for i in at}):
-                j = block.find(b"\n", i, end)
-                self.line(block[i:j if j >= 0 else end], offset + i, counted=True)
-            return
-        pos, every = start, max(1, n // SAMPLE)
-        for i, raw in enumerate(block[start:end].split(b"\n")):
-            if raw and (i % every == 0 or (anchor in raw and (b"nan" in raw or b"inf" in raw)) or
-                        (anchor not in raw and any(k in raw for k in KEYS))):
-                if b"raceback" in raw or b"Root Cause" in raw or b"Failures:" in raw:
-                    self.run.formats[self.toolkit] -= block.count(anchor, pos, end)
-                    return self.lines(block[pos:end], offset + pos)  # a block of lines that belong together
-                self.line(raw, offset + pos, counted=True)
-            pos += len(raw) + 1
+        at: dict[int, bool] = {}  # line start -> whether it is a step line already counted
+        for i in range(start, end, max(1, (end - start) // SAMPLE)):
+            at[block.rfind(b"\n", start, i) + 1 or start] = True
+        for word in (b"nan", b"inf"):
+            i = block.find(word, start, end)
+            while i >= 0:
+                at[block.rfind(b"\n", start, i) + 1 or start] = True
+                i = block.find(word, block.find(b"\n", i, end) + 1 or end, end)
+        a = start
+        while a < end:
+            b = block.find(b"\n", min(a + SUB, end) - 1, end) + 1 or end
+            steps = block.count(anchor, a, b)
+            self.run.formats[self.toolkit] += steps  # the step lines read below are not counted again
+            if steps != block.count(b"\n", a, b):  # other lines among them: those that say something
+                pos = a
+                for raw in block[a:b].split(b"\n"):
+                    if raw and anchor not in raw and any(k in raw for k in KEYS):
+                        if b"raceback" in raw or b"Root Cause" in raw or b"Failures:" in raw:
+                            self.run.formats[self.toolkit] -= block.count(anchor, pos, end)
+                            self._read(block, offset, at, start, pos)
+                            return self.lines(block[pos:end], offset + pos)  # lines that belong together
+                        at[pos] = False
+                    pos += len(raw) + 1
+            a = b
+        self._read(block, offset, at, start, end)
+
+    def _read(self, block: bytes, offset: int, at: dict[int, bool], start: int, end: int) -> None:
+        for i in sorted(k for k in at if start <= k < end):
+            j = block.find(b"\n", i, end)
+            raw = block[i:j if j >= 0 else end]
+            if raw:
+                self.line(raw, offset + i, counted=at[i] and ANCHORS[self.toolkit] in raw)
 
     def line(self, raw: bytes, at: int, counted: bool = False) -> None:
         for text in stream.clean(raw):

@@ -134,6 +134,10 @@ def judge(run: LogRun) -> dict:
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
     d: dict = {"hang": _hang(run, timeouts) if timeouts else None, "nonfinite": _nonfinite(run),
                "resumes": _resumes(run), "ranks": _ranks(run)}
+    transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
+    if transient and any(c[0] != "nonfinite" for c in causes):
+        # non-finite for a step and finite again: the run went on, and what ended it is the failure
+        causes = [c for c in causes if c[1]["kind"] != "nonfinite_step"]
     if causes:
         verdict, e = min(causes, key=lambda c: _key(c[1]))
         if timeouts and verdict in ("crashed", "nonfinite") and _before(timeouts[0], e) and not e.get("culprit_rank"):
@@ -144,6 +148,8 @@ def judge(run: LogRun) -> dict:
         rec = e.get("record") or _last_before(run, rank, e)
         d.update(verdict=verdict, culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(e),
                  summary=_say(run, verdict, {**e, "rank": rank}, rec, d))
+        if transient and verdict != "nonfinite":
+            d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
     elif timeouts:
         h = d["hang"]
         behind = h["behind"]
