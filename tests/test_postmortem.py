@@ -38,3 +38,88 @@ def test_a_real_log_gets_the_verdict_a_person_reads_in_it(case):
         n = d["nonfinite"] or {}
         terms = (n.get("first") or {}).get("terms") or []
         assert case["loss_term"] in terms or case["loss_term"] in d["summary"], f"terms {terms}; {said}"
+
+
+WENET = "2024-03-01 12:00:{s:02d},000 DEBUG TRAIN | steps/sec 1.7| Batch {e}/{b} loss {loss} loss_att 50.1 loss_ctc {ctc} " \
+        "th_accuracy 0.5 lr 0.001 grad_norm 3.2 rank {r}\n"
+
+
+def _wenet(rows) -> str:
+    return "".join(WENET.format(s=i % 60, e=e, b=b, loss=loss, ctc=ctc, r=r) for i, (e, b, r, loss, ctc) in enumerate(rows))
+
+
+def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp_path):
+    """The field reports' resume failure, read from the user's own log: epoch 3 ran to batch 1500, the job
+    was restarted from epoch 2's checkpoint and epoch 3 began again at batch 0."""
+    rows = [(3, b, 0, "40.0", "41.0") for b in range(0, 1501, 100)]
+    again = [(3, b, 0, "39.0", "40.0") for b in range(0, 401, 100)]
+    log = tmp_path / "train.log"
+    log.write_text(_wenet(rows) + "2024-03-01 12:10:00,000 INFO Checkpoint: loading from checkpoint exp/epoch_2.pt\n"
+                   + _wenet(again))
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "no_failure_seen"
+    r = d["resumes"][0]
+    assert r["restarted_epoch"] and r["trained_twice"] == 1500 and r["checkpoint"] == "exp/epoch_2.pt", r
+    assert "started again at batch 0" in d["summary"], d["summary"]
+
+
+BAD = {
+    "binary.log": bytes(range(256)) * 40 + b"\x00" * 5000,
+    "latin1.log": "step 3 loss 1.5 \xe9t\xe9\n".encode("latin-1") * 3,
+    "chinese.log": "训练开始\nstep 1 loss 2.0 损失\nstep 2 loss nan 损失\n".encode(),
+    "crlf.log": b"step 1 loss 2.0\r\nstep 2 loss 1.9\r\n",
+    "ansi.log": b"\x1b[32mstep 1 loss 2.0\x1b[0m\n\x1b[31mstep 2 loss inf\x1b[0m\n",
+    "bars.log": b"Epoch 0:  10%|#  | 1/10 [00:01<00:09, 1.0it/s, loss=2.0]\rEpoch 0:  20%|## | 2/10 [00:02<00:08, 1.0it/s, loss=nan]",
+    "glued.log": _wenet([(1, 5, 0, "9.0", "9.0")]).rstrip("\n").encode() + _wenet([(1, 5, 1, "9.0", "9.0")]).encode(),
+    "truncated.log": _wenet([(1, 5, 0, "9.0", "9.0")]).encode() + b"2024-03-01 12:00:09,000 DEBUG TRAIN | steps/sec 1.7| Ba",
+    "empty.log": b"",
+    "one_long_line.log": b"x" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_never_gives_a_traceback(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(BAD[name])
+    d = diagnose_logs([str(path)])
+    assert d["verdict"] in ("no_failure_seen", "nonfinite"), d
+    if name in ("chinese.log", "ansi.log", "bars.log"):
+        assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 2, d["summary"]
+    if name == "glued.log":
+        assert sorted(r["rank"] for r in d["ranks"]) == [0, 1]
+
+
+@pytest.mark.parametrize("kind", ["gz", "bz2", "xz", "zst"])
+def test_compressed_logs_are_read_from_their_bytes(tmp_path, kind):
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    text = _wenet([(0, b, 0, "9.0", "nan" if b == 300 else "9.0") for b in range(0, 500, 100)]).encode()
+    pack = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
+            "zst": zstandard.ZstdCompressor().compress}[kind]
+    path = tmp_path / "train.log.old"  # the name says nothing
+    path.write_bytes(pack(text))
+    d = diagnose_logs([str(path)])
+    assert d["verdict"] == "nonfinite" and d["culprit"] == {"rank": 0, "step": 300}, d["summary"]
+
+
+def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
+    """icefall writes one log per rank (log-train-...-R); the last line of one is still being written. Both
+    ranks logged batch 30; rank 1 then timed out in the all-reduce rank 0 never entered."""
+    for rank in (0, 1):
+        steps = range(0, 40, 10)
+        lines = "".join(f"2024-03-01 12:00:{b // 10:02d},000 INFO [train.py:886] ({rank}/2) Epoch 1, batch {b}, "
+                        f"loss[loss=0.2, over 100.00 frames. ], tot_loss[loss=0.25, over 1000.00 frames. ], "
+                        f"batch size: 56, lr: 3.00e-02, grad_scale: 16.0\n" for b in steps)
+        (tmp_path / f"log-train-2024-03-01-12-00-00-{rank}").write_text(lines + ("2024-03-01 12:00:06,000 INFO [tra"
+                                                                                 if rank == 1 else ""))
+    (tmp_path / "log-train-2024-03-01-12-00-00-1").open("a").write(
+        "\n2024-03-01 12:30:06,000 ERROR [rank1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800005 milliseconds before timing out.\n")
+    d = diagnose_logs([str(tmp_path)])
+    assert d["verdict"] == "stalled", d["summary"]
+    assert d["hang"]["collective"] == {"seq": 7, "op": "ALLREDUCE", "timeout_ms": 1800000}
+    assert d["culprit"] == {"rank": 0, "step": 30} and d["hang"]["behind"] == [0], d
