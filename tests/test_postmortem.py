@@ -123,3 +123,20 @@ def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
     assert d["verdict"] == "stalled", d["summary"]
     assert d["hang"]["collective"] == {"seq": 7, "op": "ALLREDUCE", "timeout_ms": 1800000}
     assert d["culprit"] == {"rank": 0, "step": 30} and d["hang"]["behind"] == [0], d
+
+
+def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weights(tmp_path):
+    import torch
+
+    torch.save({"model": {"w": torch.zeros(3)}, "epoch": 3, "batch_idx_train": 1500}, tmp_path / "epoch-3.pt")  # icefall
+    torch.save({"w": torch.zeros(3)}, tmp_path / "epoch_2.pt")  # WeNet: the place is in the yaml beside it
+    (tmp_path / "epoch_2.yaml").write_text("epoch: 2\nstep: 1200\n")
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"state_dict": {}, "epoch": 4, "global_step": 2000}, tmp_path / "checkpoints" / "last.ckpt")  # Lightning
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "epoch-3.pt").read_bytes()[:100])
+    (tmp_path / "train.log").write_text(_wenet([(4, 10, 0, "9.0", "9.0")]))
+    ck = diagnose_logs([str(tmp_path)])["checkpoints"]
+    got = {Path(r["file"]).name: (r["epoch"], r["step"], r["intact"]) for r in ck["files"]}
+    assert got == {"epoch-3.pt": (3, 1500, True), "epoch_2.pt": (2, 1200, True), "last.ckpt": (4, 2000, True),
+                   "cut.pt": (None, None, False)}, got
+    assert Path(ck["newest"]).name == "last.ckpt" and [Path(b).name for b in ck["broken"]] == ["cut.pt"]

@@ -31,6 +31,9 @@ def diagnose_logs(paths: list[str]) -> dict:
              read_s=round(time.perf_counter() - t0, 3))
     d["ok"] = d["verdict"] == "no_failure_seen"
     d["events"] = _counts(run.events)
+    from .checkpoints import checkpoints  # torch, only where there are checkpoints to open
+
+    d["checkpoints"] = checkpoints(paths)
     return d
 
 
@@ -63,6 +66,13 @@ def format_log_diagnosis(d: dict) -> str:
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
     for r in d["resumes"]:
         lines.append(f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else ""))
+    ck = d.get("checkpoints")
+    if ck:
+        lines.append(f"checkpoints ({len(ck['files'])}): newest {ck['newest'] or 'none intact'}"
+                     + (f"; not intact: {', '.join(ck['broken'])}" if ck["broken"] else ""))
+        for r in ck["files"][:8]:
+            held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
+            lines.append(f"  {r['file']}: {held}" + ("" if r["intact"] else f" (NOT INTACT: {r['why']})"))
     if d["ranks"]:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:
