@@ -200,7 +200,8 @@ def _event_view(e: dict) -> dict:
 
 
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
-    who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank"
+    # a log with no rank marks anywhere is one process's: "the job", not "a rank"
+    who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank" if run.ranks() else "the job"
     when = at(rec)
     line = ""
     if e.get("where"):
@@ -208,7 +209,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         line = f" (at {f.replace(chr(92), '/').split('/')[-1]}:{n} in {fn})"
     if verdict == "killed":
         sig = e.get("signal") or "a signal"
-        what = "a DataLoader worker of " + who if e["kind"] == "worker_killed" else who
+        what = ("a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
+                if e["kind"] == "worker_killed" else who)
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
     elif verdict == "out_of_memory":
