@@ -140,3 +140,14 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
     assert got == {"epoch-3.pt": (3, 1500, True), "epoch_2.pt": (2, 1200, True), "last.ckpt": (4, 2000, True),
                    "cut.pt": (None, None, False)}, got
     assert Path(ck["newest"]).name == "last.ckpt" and [Path(b).name for b in ck["broken"]] == ["cut.pt"]
+
+
+def test_a_log_that_warns_at_every_step_is_read_in_bounded_memory(tmp_path):
+    from asrlab.doctor.logs.events import KEEP
+    from asrlab.doctor.logs.run import read_logs
+
+    line = "[host] 2021-04-23 19:22:{:02d},420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.\n"
+    (tmp_path / "train.log").write_text("".join(line.format(i % 60) for i in range(3 * KEEP)))
+    run = read_logs([str(tmp_path / "train.log")])
+    assert run.event_counts["scale"] == 3 * KEEP and len(run.events) == KEEP + 1
+    assert diagnose_logs([str(tmp_path / "train.log")])["verdict"] == "nonfinite"

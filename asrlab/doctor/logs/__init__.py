@@ -30,7 +30,7 @@ def diagnose_logs(paths: list[str]) -> dict:
              world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
              read_s=round(time.perf_counter() - t0, 3))
     d["ok"] = d["verdict"] == "no_failure_seen"
-    d["events"] = _counts(run.events)
+    d["events"] = dict(run.event_counts)
     from .checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
     d["checkpoints"] = checkpoints(paths)
@@ -41,13 +41,6 @@ def _exists(p: str) -> bool:
     from pathlib import Path
 
     return Path(p).exists()
-
-
-def _counts(events: list[dict]) -> dict:
-    out: dict[str, int] = {}
-    for e in events:
-        out[e["kind"]] = out.get(e["kind"], 0) + 1
-    return out
 
 
 def format_log_diagnosis(d: dict) -> str:

@@ -67,6 +67,7 @@ _RESUME = re.compile(
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from)"
     r"\s*:?\s*(\S+)?", re.I)
 
+KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
@@ -180,6 +181,8 @@ class Events:
         self._tb: dict[tuple, _Traceback] = {}
         self._summary: dict | None = None  # torchrun's failure block being read
         self._summary_kind = None
+        self.counts: dict[str, int] = {}
+        self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
         self.source = ""
 
@@ -188,15 +191,24 @@ class Events:
         return bool(self._tb) or self._summary_kind is not None
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
-        self.events.append({"kind": kind, "rank": rank, "time": time, "order": self.order, "file": self.source,
-                            "text": text.strip()[:500], **more})
+        e = {"kind": kind, "rank": rank, "time": time, "order": self.order, "file": self.source,
+             "text": text.strip()[:500], **more}
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if self.counts[kind] <= KEEP:  # memory bounded whatever the log: the first ones, then only the last
+            self.events.append(e)
+        else:
+            self._last[kind] = e
 
     def _end_tb(self, key) -> None:
         tb = self._tb.pop(key, None)
         if tb is not None:
             e = tb.event()
             if e is not None:
-                self.events.append(e)
+                self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
+                if self.counts[e["kind"]] <= KEEP:
+                    self.events.append(e)
+                else:
+                    self._last[e["kind"]] = e
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
         self.source = source
@@ -222,6 +234,7 @@ class Events:
         for key in list(self._tb):
             self._end_tb(key)
         self._close_summary()
+        self.events.extend(self._last.values())
 
     # torchrun's summary: "Failures:" / "Root Cause (first observed failure):", then "[i]:" records of
     # "time : ...", "rank : R (local_rank: L)", "exitcode : C (pid: P)", "traceback : ..."

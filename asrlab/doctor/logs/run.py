@@ -93,6 +93,7 @@ class LogRun:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.nonfinite: list[dict] = []  # every non-finite step record, in order
+        self.event_counts: dict[str, int] = {}  # every event of each kind, kept or not
         self.unread = 0                  # lines a reader choked on: counted, never a traceback of the doctor's
         self.resumes: list[dict] = []    # where a rank's steps went back: {"rank", "before", "after"}
         self.epoch_start: dict = {}      # (rank, epoch) -> the first batch logged of it
@@ -115,6 +116,7 @@ def read_logs(paths: list[str]) -> LogRun:
         _File(run, events, path, i).read()
     events.finish()
     run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
+    run.event_counts = events.counts
     return run
 
 
