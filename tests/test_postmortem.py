@@ -151,3 +151,18 @@ def test_a_log_that_warns_at_every_step_is_read_in_bounded_memory(tmp_path):
     run = read_logs([str(tmp_path / "train.log")])
     assert run.event_counts["scale"] == 3 * KEEP and len(run.events) == KEEP + 1
     assert diagnose_logs([str(tmp_path / "train.log")])["verdict"] == "nonfinite"
+
+
+def test_each_ranks_seconds_per_step_and_the_slowest_named(tmp_path):
+    """Rank 1 logs every 100 batches 30 s apart, rank 0 10 s apart."""
+    lines = []
+    for b in range(0, 1000, 100):
+        for r, per in ((0, 0.1), (1, 0.3)):
+            t = b * per
+            lines.append(f"2024-03-01 12:{int(t // 60):02d}:{int(t % 60):02d},000 DEBUG TRAIN Batch 0/{b} loss 5.0 "
+                         f"loss_att 5.0 loss_ctc 5.0 lr 0.001 rank {r}\n")
+    (tmp_path / "train.log").write_text("".join(lines))
+    d = diagnose_logs([str(tmp_path / "train.log")])
+    per = {r["rank"]: r["s_per_step"] for r in d["ranks"]}
+    assert per == pytest.approx({0: 0.1, 1: 0.3}), per
+    assert d["step_spread"] == {"slowest": 1, "fastest": 0, "ratio": pytest.approx(3.0)}

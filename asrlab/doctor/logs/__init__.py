@@ -69,8 +69,12 @@ def format_log_diagnosis(d: dict) -> str:
     if d["ranks"]:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:
-            rate = f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
+            rate = f", {r['s_per_step']:.3g} s/step" if r["s_per_step"] else \
+                f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
             lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']}{rate}")
+        sp = d.get("step_spread")
+        if sp and sp["ratio"] >= 1.2:
+            lines.append(f"  rank {sp['slowest']} takes {sp['ratio']:.2f}x the seconds per step of rank {sp['fastest']}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ cause while a cause is in the log.
 from __future__ import annotations
 
 import math
+import statistics
 import time as _time
 
 from .run import LogRun, position
@@ -134,6 +135,7 @@ def judge(run: LogRun) -> dict:
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
     d: dict = {"hang": _hang(run, timeouts) if timeouts else None, "nonfinite": _nonfinite(run),
                "resumes": _resumes(run), "ranks": _ranks(run)}
+    d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
     if transient and any(c[0] != "nonfinite" for c in causes):
         # non-finite for a step and finite again: the run went on, and what ended it is the failure
@@ -341,17 +343,35 @@ def _resumes(run: LogRun) -> list[dict]:
     return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
 
 
+def _seconds_per_step(recs: list[dict]) -> float | None:
+    """The median seconds a step took between consecutive stamped step lines of one rank (the toolkit logs
+    every N steps: the gap is divided by the steps it covers)."""
+    gaps = []
+    for a, b in zip(recs, recs[1:]):
+        da, db = position(a), position(b)
+        steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
+        if steps and steps > 0 and a["stamped"] and b["stamped"] and b["time"] > a["time"]:
+            gaps.append((b["time"] - a["time"]) / steps)
+    return statistics.median(gaps) if gaps else None
+
+
 def _ranks(run: LogRun) -> list[dict]:
     out = []
     for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        recs = [r for r in s.all() if r["time"] is not None]
-        rate = None
-        if len(recs) > 1 and recs[-1]["time"] > recs[0]["time"]:
-            rates = [r["rate"] for r in s.all() if r["rate"]]
-            rate = rates[-1] if rates else None
+        recs = s.all()
+        rates = [r["rate"] for r in recs if r["rate"]]
         out.append({"rank": rank, "steps_logged": s.seen, "last": where(s.last), "last_time": s.last["time"],
-                    "steps_per_s": rate})
+                    "steps_per_s": rates[-1] if rates else None, "s_per_step": _seconds_per_step(recs)})
     return out
+
+
+def step_spread(ranks: list[dict]) -> dict | None:
+    """The slowest rank's seconds per step against the fastest's: a rank that holds the others up."""
+    timed = [r for r in ranks if r["s_per_step"]]
+    if len(timed) < 2:
+        return None
+    slow, fast = max(timed, key=lambda r: r["s_per_step"]), min(timed, key=lambda r: r["s_per_step"])
+    return {"slowest": slow["rank"], "fastest": fast["rank"], "ratio": round(slow["s_per_step"] / fast["s_per_step"], 3)}
 
 
 def _healthy(run: LogRun, d: dict) -> str:
