@@ -138,7 +138,9 @@ def _padding(plans, cfg) -> tuple[float, list[list[int]]]:
     for plan in plans:
         longest.append([])
         for items in plan:
-            lens = [cfg.frames(*audio.audio_info(it.audio)) for it in items]
+            # the length from the index where a run on this corpus already indexed it, else from the audio
+            lens = [cfg.frames(it.samples, it.rate) if it.audio is None else cfg.frames(*audio.audio_info(it.audio))
+                    for it in items]
             speech, padded = speech + sum(lens), padded + len(lens) * max(lens)
             longest[-1].append(max(lens))
     return 1 - speech / padded, longest

@@ -27,8 +27,8 @@ def read_job_output(exp: Path, d: dict) -> None:
     v = d["verdict"]
     if logs["verdict"] == "nonfinite" and v in ("finished", "running", "stopped", "crashed", "stalled") and \
             not d.get("halt"):
-        if v in ("crashed", "stalled"):  # which came first: the non-finite values, unless the log says otherwise
-            said += f"; then {d['summary']}"
+        if v in ("crashed", "stalled") and not any(g in d["summary"] for g in _GUESSED):
+            said += f"; then {d['summary']}"  # what the folder knows for sure followed the non-finite values
         d.update(verdict="nonfinite", summary=said, culprit=logs["culprit"], basis="job output")
     elif logs["verdict"] in ("killed", "out_of_memory") and (v != "stalled" or logs["verdict"] == "out_of_memory") \
             and (v in ("crashed", "unknown") and (d.get("error") is None or any(g in d["summary"] for g in _GUESSED))):

@@ -258,7 +258,9 @@ class _File:
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
-        if series.last is not None and position(rec) < position(series.last):
+        # a counter without an epoch (a bare progress bar) starts again at 0 each epoch: not a resume
+        if series.last is not None and position(rec) < position(series.last) and \
+                (rec["step"] is not None or rec["epoch"] is not None):
             run.resumes.append({"rank": rec["rank"], "before": series.last, "after": rec})
         if rec["batch"] is not None:
             run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])
