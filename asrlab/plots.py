@@ -459,3 +459,5 @@ def resume_times(rows: list[dict], title: str = "") -> plt.Figure:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+

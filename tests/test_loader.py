@@ -129,18 +129,21 @@ def test_bad_config_is_a_clear_error():
         load_sources("/definitely/not/here/data.list")
 
 
-def _padding(plans, cfg) -> tuple[float, list[list[int]]]:
-    """Padding share of a plan's frames, and each block's batches' longest utterance, in order."""
+def _frames(it, cfg) -> int:
+    """An item's frames: from the index where a run on this corpus already indexed it, else from its audio."""
     from asrlab.data import audio
 
+    return cfg.frames(it.samples, it.rate) if it.audio is None else cfg.frames(*audio.audio_info(it.audio))
+
+
+def _padding(plans, cfg) -> tuple[float, list[list[int]]]:
+    """Padding share of a plan's frames, and each block's batches' longest utterance, in order."""
     speech = padded = 0
     longest = []
     for plan in plans:
         longest.append([])
         for items in plan:
-            # the length from the index where a run on this corpus already indexed it, else from the audio
-            lens = [cfg.frames(it.samples, it.rate) if it.audio is None else cfg.frames(*audio.audio_info(it.audio))
-                    for it in items]
+            lens = [_frames(it, cfg) for it in items]
             speech, padded = speech + sum(lens), padded + len(lens) * max(lens)
             longest[-1].append(max(lens))
     return 1 - speech / padded, longest
@@ -149,7 +152,6 @@ def _padding(plans, cfg) -> tuple[float, list[list[int]]]:
 def test_duration_buckets_pad_less_shuffle_the_batches_and_resume_exactly(corpus, tok):
     from dataclasses import replace
 
-    from asrlab.data import audio
     from asrlab.data.loader import AsrDataset
     from asrlab.data.preflight import estimate_batches
 
@@ -163,7 +165,7 @@ def test_duration_buckets_pad_less_shuffle_the_batches_and_resume_exactly(corpus
     assert all(block != sorted(block) for block in longest if len(block) > 3)  # not short to long through a block
     again = [[[it.key for it in b] for b in plan] for plan in AsrDataset(srcs, tok, buckets).plan()]
     assert again == [[[it.key for it in b] for b in plan] for plan in plans]  # the same for (seed, epoch)
-    frames = [buckets.frames(*audio.audio_info(it.audio)) for plan in plans for b in plan for it in b]
+    frames = [_frames(it, buckets) for plan in plans for b in plan for it in b]
     assert sum(len(p) for p in plans) == estimate_batches(frames, buckets)  # the pre-flight's count is exact
     cfg = replace(buckets, num_workers=2)
     full = [b["keys"] for b in AsrLoader(srcs, tok, cfg)]

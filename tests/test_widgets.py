@@ -483,3 +483,73 @@ def test_sweep_explorer_puts_two_different_settings_on_its_axes():
             for st in ("raw", "shards/none") for mf in (1000, 2000)]
     ex = widgets.SweepExplorer(rows, rows[0], "why", x="num_workers", y="storage")  # num_workers does not vary
     assert (ex.x, ex.y) == ("max_frames_in_batch", "storage")
+
+
+def wenet_log(path, ranks=3, bad_rank=1, bad_batch=300, last=400):
+    """A WeNet train_utils log of ``ranks`` ranks, a line per rank every 50 batches of epoch 0; rank
+    ``bad_rank``'s CTC loss, total and grad norm not finite from ``bad_batch`` on."""
+    lines = []
+    for i, b in enumerate(range(0, last + 1, 50)):
+        for r in range(ranks):
+            bad = r == bad_rank and b >= bad_batch
+            att = 50.0 / (1 + b / 100) + r
+            ctc = math.nan if bad else 1.3 * att
+            s = 10 + 30 * i
+            norm = math.inf if bad else 20.0 - b / 50 + r
+            lines.append(f"2024-03-01 10:{s // 60:02d}:{s % 60:02d},{100 + r} DEBUG "
+                         f"TRAIN | steps/sec {1.5 + 0.1 * r:.3f}| Batch 0/{b} loss {0.3 * ctc + 0.7 * att:.6f} "
+                         f"loss_att {att:.6f} loss_ctc {ctc:.6f} lr {0.001 * (1 + b / 400):.8f} "
+                         f"grad_norm {norm:.6f} rank {r}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_log_explorer_draws_each_ranks_curves_and_marks_the_first_nonfinite_step(tmp_path):
+    log = wenet_log(tmp_path / "train.log")
+    ex = widgets.LogExplorer(log)
+    s = ex.series
+    assert ex.verdict == "nonfinite" and ex.diagnosis["culprit"] == {"rank": 1, "step": 300}
+    assert s["axis"]["kind"] == "batch" and s["ranks"] == [0, 1, 2]
+    panels = {p["name"]: p for p in s["panels"]}
+    assert list(panels) == ["loss", "loss_att", "loss_ctc", "lr", "grad_norm", "rate"]  # no loss scale logged
+    loss = {line["rank"]: line for line in panels["loss"]["lines"]}
+    assert loss[0]["x"] == [float(b) for b in range(0, 401, 50)] and all(map(math.isfinite, loss[0]["y"]))
+    assert [math.isnan(y) for y in loss[1]["y"]] == [False] * 6 + [True] * 3
+    assert [(p["rank"], p["x"]) for p in panels["grad_norm"]["nonfinite"]] == [(1, 300.0), (1, 350.0), (1, 400.0)]
+    assert not panels["loss_att"]["nonfinite"]
+    assert [line["y"][0] for line in panels["rate"]["lines"]] == [1.5, 1.6, 1.7]
+    for mark in ("culprit", "first_nonfinite"):
+        assert s["marks"][mark] == {"x": 300.0, "rank": 1, "step": 300, "where": "epoch 0, batch 300"}
+    json.dumps(s)  # JSON-ready, for a notebook's results.json
+
+    head, picture = static_parts(ex)
+    assert "NONFINITE" in head and "rank 1, epoch 0, batch 300" in head and "loss_ctc, grad_norm not finite" in head
+    box = ex.widget()
+    assert "asrlab-logs" in box._dom_classes and is_png(ex.image.value)
+    before = ex.image.value
+    ex.rank_pick.value = (1,)
+    ex.curve_pick.value = ("loss_ctc", "grad_norm")
+    assert ex.image.value != before and is_png(ex.image.value)
+
+    import matplotlib.pyplot as plt
+
+    from asrlab.widgets.logs import log_curves
+
+    fig = log_curves(s, ranks=[0, 1], panels=["loss"])
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.get_lines()][:2] == ["rank 0", "rank 1"]
+    assert list(ax.get_lines()[-1].get_xdata()) == [300.0, 300.0]  # the culprit's step, a vertical line
+    plt.close(fig)
+
+
+def test_log_explorer_of_a_real_icefall_log_every_rank_nan_at_one_batch():
+    ex = widgets.LogExplorer(os.path.join(os.path.dirname(__file__), "fixtures", "logs", "icefall",
+                                          "nan_inf_losses_all_ranks_mpirun.log"))
+    s = ex.series
+    assert s["ranks"] == [0, 3, 5, 6] and s["axis"]["label"] == "batch (epoch 7)"
+    assert s["marks"]["culprit"]["x"] == s["marks"]["first_nonfinite"]["x"] == 1650.0
+    panels = {p["name"]: p for p in s["panels"]}
+    assert sorted(p["rank"] for p in panels["simple_loss"]["nonfinite"]) == [0, 3, 5, 6]
+    assert all(math.isinf(p["y"]) for p in panels["simple_loss"]["nonfinite"])
+    assert [line["y"] for line in panels["lr"]["lines"]] == [[4.28e-03]] * 4
+    static_parts(ex)

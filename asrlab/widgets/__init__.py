@@ -17,6 +17,7 @@ only arrange and draw.
 
 from .base import MODE_ENV, Explorer, interactive, progress
 from .doctor import DoctorExplorer
+from .logs import LogExplorer, log_series
 from .monitor import TrainMonitor
 from .numerics import NanExplorer
 from .resume import ResumeExplorer
@@ -25,4 +26,5 @@ from .sweep import SweepExplorer
 from .utterances import UtteranceBrowser
 
 __all__ = ["MODE_ENV", "interactive", "progress", "Explorer", "TrainMonitor", "UtteranceBrowser", "StallExplorer",
-           "SweepExplorer", "NanExplorer", "ResumeExplorer", "DoctorExplorer"]
+           "SweepExplorer", "NanExplorer", "ResumeExplorer", "DoctorExplorer",
+           "LogExplorer", "log_series"]

@@ -17,6 +17,11 @@ from .verdict import VERDICTS, judge
 
 
 def diagnose_logs(paths: list[str]) -> dict:
+    return read_and_diagnose(paths)[1]
+
+
+def read_and_diagnose(paths: list[str]) -> tuple:
+    """``(LogRun, diagnosis)``: the step records themselves (for plots) and what the doctor says of them."""
     files = log_files(paths)
     missing = [p for p in files if p != "-" and not _exists(p)]
     if missing:
@@ -34,7 +39,7 @@ def diagnose_logs(paths: list[str]) -> dict:
     from .checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
     d["checkpoints"] = checkpoints(paths)
-    return d
+    return run, d
 
 
 def _exists(p: str) -> bool:
@@ -78,4 +83,4 @@ def format_log_diagnosis(d: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["VERDICTS", "diagnose_logs", "format_log_diagnosis"]
+__all__ = ["VERDICTS", "diagnose_logs", "format_log_diagnosis", "read_and_diagnose"]
