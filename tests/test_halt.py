@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from asrlab.doctor import diagnose
+from asrlab.doctor.logs import diagnose_logs
 
 LOOP = textwrap.dedent('''
     import math, sys
@@ -46,6 +47,9 @@ def test_a_halt_raises_nonfinitehalt_and_exits_with_the_documented_code(tmp_path
     out = subprocess.run([sys.executable, str(script), str(exp), catch], capture_output=True, text=True, timeout=120)
     assert out.returncode == code, out.stderr[-2000:]
     assert "halted at step 3" in out.stderr
+    (tmp_path / "loop.log").write_text(out.stdout + out.stderr)  # the loop's own output, read after the fact
+    logs = diagnose_logs([str(tmp_path / "loop.log")])
+    assert logs["verdict"] == "nonfinite" and logs["culprit"]["step"] == 3, logs["summary"]
     d = diagnose(exp)
     assert d["verdict"] == "nonfinite_halt" and not d["ok"], d["summary"]
     assert d["halt"]["step"] == 3 and d["halt"]["keys"] == [f"clip3-{i}" for i in range(4)]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from asrlab.data.sources import DataError
+from asrlab.doctor.logs import diagnose_logs
 from asrlab.config import load_config
 from asrlab.lab.state import checkpoint
 from asrlab.lab.dist import DistInfo
@@ -471,6 +472,9 @@ def test_failing_ranks_say_the_first_error_once_and_last(corpus, tmp_path):
     assert "each error in" in lines[-1]                                    # both ranks failed; one is said
     assert out.stderr.count("1 source(s) for 2 ranks") == 1 and "ChildFailedError" not in out.stderr
     assert len(lines) < 25, out.stderr
+    (tmp_path / "train.log").write_text(out.stderr)  # what a person keeps of the run: its output, read after the fact
+    d = diagnose_logs([str(tmp_path / "train.log")])
+    assert d["verdict"] == "crashed" and d["culprit"]["rank"] in (0, 1) and "1 source(s) for 2 ranks" in d["summary"], d
 
 
 def test_a_bug_keeps_its_traceback_and_a_usage_error_is_one_line(monkeypatch, tmp_path, capsys):

@@ -40,6 +40,7 @@ _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: Work\w*\(
 _NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
 _BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
 _HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
+_ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 _NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 _GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
 _MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
@@ -355,6 +356,11 @@ class Events:
                 return
         if "Killed" in text and _BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
+            return
+        if text.startswith("asrlab: error:"):
+            m = _ASRLAB.match(text)
+            self._add("exception", int(m.group(1)) if m.group(1) else rank, time, text, type=None,
+                      message=m.group(2)[:300], where=None)
             return
         if "xecuting job" in text and _HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)

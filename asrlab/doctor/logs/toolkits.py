@@ -173,7 +173,7 @@ def plain(line: str) -> dict | None:
     if "loss" not in line.lower():
         return None
     m = _PLAIN.search(line)
-    if not m:
+    if not m or _NOT_TRAIN.search(line):  # "epoch 3 step 40: cv loss 3.2" is not a training step
         return None
     pairs = _PAIR.findall(line.replace(": ", ":")) + _SPACE_PAIR.findall(line)
     d = dict(pairs)
