@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from .lab import layout
 from .config import load_config
 from .data.loader import AsrLoader
 from .data.sources import load_sources, transcripts
@@ -25,9 +26,9 @@ def load_model(exp: str | Path, device: str | torch.device | None = None) -> tup
     exp = Path(exp)
     check_exp(exp)
     device = _device(device)
-    cfg = load_config(exp / "config.yaml")
-    tok = CharTokenizer.load(exp / "units.txt")
-    found = checkpoint.load_latest(exp / "checkpoints")
+    cfg = load_config(layout.config(exp))
+    tok = CharTokenizer.load(exp / layout.UNITS)
+    found = checkpoint.load_latest(layout.checkpoints_dir(exp))
     if found is None:
         raise FileNotFoundError(f"{exp}: no complete checkpoint to decode with")
     state, marker = found
@@ -41,7 +42,7 @@ def check_exp(exp: str | Path) -> None:
     exp = Path(exp)
     if not exp.is_dir():
         raise UsageError(f"{exp}: no such folder (give the --exp that asrlab train wrote to)")
-    for name in ("config.yaml", "units.txt"):
+    for name in (layout.CONFIG, layout.UNITS):
         if not (exp / name).is_file():
             raise UsageError(f"{exp} is not a run folder: it has no {name} (asrlab train writes one)")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from . import widgets
 from .doctor import format_diagnosis
 from .lab.metrics import read_metrics, run_status
+from .lab.state.ledger import ledger_path
 from .lab.stop import clear_stop, own_session_ending_with_parent, request_stop
 from .train.launch import kill_tree
 
@@ -262,7 +263,7 @@ def run_loop_until_killed(script: str, exp: str | Path, step: int, nproc: int = 
     """Run a loop as :func:`run_loop` and SIGKILL every process of it once rank 0's ledger has ``step``
     steps: a crash at a step. Returns the steps rank 0's ledger holds then."""
     exp = Path(exp)
-    ledger = exp / "ledger" / "rank0.jsonl"
+    ledger = ledger_path(exp, 0)
 
     def steps() -> int:
         return sum(1 for line in ledger.read_text().splitlines() if line.startswith('{"step"')) if ledger.exists() else 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from .lab import layout
 from .lab.metrics import metric_files, read_metrics
 from .lab.numerics.stats import FP16_MAX, headroom_traces, read_traces, tightest_at
 from .lab.stall.heartbeat import phase_intervals, read_timeline
@@ -35,7 +36,7 @@ def durations(seconds_by_split: dict[str, list[float]]) -> plt.Figure:
 def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
     """Loss per step (rank 0) with the LR, and cv CER per evaluation when there is one."""
     steps = read_metrics(exp)
-    evals = read_metrics(exp, "eval") if (Path(exp) / "metrics" / "eval.jsonl").exists() else []
+    evals = read_metrics(exp, "eval") if layout.metrics(exp, "eval").exists() else []
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
     ax = axes[0]
     ax.plot([m["step"] for m in steps], [m["loss"] for m in steps], lw=1, label="train loss")
@@ -72,7 +73,7 @@ def _held_in_allreduce(spans: dict[int, list[tuple]], timelines: dict, exp: Path
     """The spans with the last backward of each rank the stall report found held in DDP's gradient
     all-reduce (phase ``ddp_allreduce``) drawn as that from when its stacks stopped moving: a timeline
     sampled from outside sees such a rank's backward stack only."""
-    report = exp / "stall_report.json"
+    report = layout.stall_report(exp)
     if not spans or not report.exists():
         return spans
     import json

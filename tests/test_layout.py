@@ -135,3 +135,20 @@ def test_no_test_module_imports_another():
                      [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             wrong += [f"{p.name} imports {n}" for n in names if n.split(".")[0] in tests]
     assert not wrong, wrong
+
+
+def test_the_run_folders_layout_is_named_in_one_place():
+    """Every file and folder of EXP is named in ``asrlab/lab/layout.py``: nowhere else is one of them joined
+    onto a path by hand (``exp / "stall_report.json"``)."""
+    from asrlab.lab import layout
+
+    names = {getattr(layout, n) for n in layout.__all__ if n.isupper() and isinstance(getattr(layout, n), str)}
+    joined = []
+    for mod, path in _modules().items():
+        if mod == "asrlab.lab.layout":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) \
+                    and node.right.value in names:
+                joined.append(f"{path.relative_to(ROOT)}:{node.lineno}: / {node.right.value!r}")
+    assert not joined, "\n".join(joined)

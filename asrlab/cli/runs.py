@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..lab import layout
 from ..errors import UsageError
 from .args import command
 
@@ -39,7 +40,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
 def cmd_ckpt(a: argparse.Namespace) -> int:
     from ..lab.state import checkpoint
 
-    ckpt_dir = Path(a.exp) / "checkpoints"
+    ckpt_dir = layout.checkpoints_dir(a.exp)
     rows = checkpoint.list_checkpoints(ckpt_dir)
     if not rows:
         raise UsageError(f"no checkpoints in {ckpt_dir}")

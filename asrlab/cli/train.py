@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
+from ..lab import layout
 from ..errors import UsageError
 from .args import command
 
@@ -93,7 +93,7 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
 def cmd_stop(a: argparse.Namespace) -> int:
     from ..lab.stop import request_stop
 
-    if not (Path(a.exp) / "metrics").is_dir():
+    if not layout.metrics_dir(a.exp).is_dir():
         raise FileNotFoundError(f"{a.exp}: no run there (no metrics/ folder)")
     path = request_stop(a.exp, "asrlab stop")
     print(f"asked the run in {a.exp} to stop after its current step ({path}); it writes a checkpoint and exits 0")

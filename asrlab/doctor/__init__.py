@@ -16,6 +16,8 @@ import re
 import time
 from pathlib import Path
 
+from ..lab import layout
+from ..lab.layout import is_run
 from ..errors import UsageError
 from ..lab.metrics import metric_files, read_metrics
 from ..lab.stall.heartbeat import rank_state
@@ -43,15 +45,6 @@ VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "nonf
 FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
 LAUNCH_SLACK_S = 2.0      # a rank can record its error just before rank 0 rewrites config.yaml
 
-# any of these makes a folder an experiment folder
-_RUN_FILES = ("config.yaml", "lab.json", "metrics", "heartbeat", "errors", "checkpoints", "ledger",
-              "stall_report.json", "nonfinite")
-
-
-def is_run(path: str | Path) -> bool:
-    """A folder a run wrote (asrlab train, the parts, asrlab watch), not a folder of logs."""
-    p = Path(path)
-    return p.is_dir() and any((p / name).exists() for name in _RUN_FILES)
 
 
 def _culprit(d: dict) -> dict:
@@ -81,23 +74,23 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     exp = Path(exp)
     if not exp.is_dir():
         raise UsageError(f"{exp}: not a directory")
-    if not any((exp / name).exists() for name in _RUN_FILES):
-        raise UsageError(f"{exp}: no run there (none of {', '.join(_RUN_FILES)})")
+    if not is_run(exp):
+        raise UsageError(f"{exp}: no run there (none of {', '.join(layout.RUN_FILES)})")
     from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
                            nonfinite_events, resume_points, step_times)
     from .job_output import read_job_output
     from .verdict import verdict
 
     now = time.time() if now is None else now
-    lab = read_json(exp / "lab.json") or {}
+    lab = read_json(layout.lab(exp)) or {}
     train_cfg = train_config(exp)
     launched = launch_time(exp, lab)
     rid, beats = latest_heartbeats(exp)
-    report = read_json(exp / "stall_report.json")
+    report = read_json(layout.stall_report(exp))
     world_size = int(lab.get("world_size") or (report or {}).get("world_size") or
                      (max(beats) + 1 if beats else 0) or len(metric_files(exp)) or 1)
 
-    rank0 = kept_steps(read_metrics(exp)) if (exp / "metrics" / "rank0.jsonl").exists() else []
+    rank0 = kept_steps(read_metrics(exp)) if layout.metrics(exp, "rank0").exists() else []
     ckpts = checkpoint_integrity(exp)
     d: dict = {"exp": str(exp), "time": now, "world_size": world_size, "launched": launched or None,
                "config": {k: train_cfg.get(k) for k in ("max_steps", "max_epochs", "max_minutes", "nonfinite",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..lab.stall.report import job_log
+from ..lab.layout import job_log
 from .logs import diagnose_logs
 
 # what the folder alone can say of a rank that ended without a word, and what the job's output can replace

@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+from ..lab import layout
 from ..errors import UsageError
 from ..files import atomic_write
 from ..lab.stall.classify import held_phase
@@ -20,7 +21,8 @@ from ..lab.stall.flight import last_collectives
 from ..lab.stall.heartbeat import read_timeline
 from ..lab.stall.report import write_report
 
-PER_RANK = ("heartbeat", "errors", "stall", "ledger", "metrics", "nonfinite", "diagnostics", "flight")
+PER_RANK = (layout.HEARTBEAT, layout.ERRORS, layout.STALL, layout.LEDGER, layout.METRICS, layout.NONFINITE,
+            layout.DIAGNOSTICS, layout.FLIGHT)
 
 
 def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
@@ -42,8 +44,8 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
                         continue  # the newest copy of a file two nodes both hold (relayed ones)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, dest)
-    labs = [json.loads((e / "lab.json").read_text()) for e in exps if (e / "lab.json").exists()]
-    ranks = {int(p.stem[4:]) for p in (into / "heartbeat").glob("rank*.json") if p.stem[4:].isdigit()}
+    labs = [json.loads(layout.lab(e).read_text()) for e in exps if layout.lab(e).exists()]
+    ranks = {int(p.stem[4:]) for p in layout.heartbeat_dir(into).glob("rank*.json") if p.stem[4:].isdigit()}
     lab: dict = {}
     if labs:
         lab = {**labs[0], "world_size": max(len(ranks), max((x.get("world_size") or 0) for x in labs)),
@@ -55,8 +57,8 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         ended = [x["ended"] for x in labs if x.get("ended")]
         if ended:
             lab["ended"] = max(ended)
-        (into / "lab.json").write_text(json.dumps(lab))
-    reports = [json.loads((e / "stall_report.json").read_text()) for e in exps if (e / "stall_report.json").exists()]
+        layout.lab(into).write_text(json.dumps(lab))
+    reports = [json.loads(layout.stall_report(e).read_text()) for e in exps if layout.stall_report(e).exists()]
     if reports:  # every node's dumps together: the verdict over every rank
         first = min(reports, key=lambda r: r.get("time", 0))
         world = lab.get("world_size") or first.get("world_size") or 1
@@ -72,9 +74,9 @@ def _as_at(into: Path, when: float, world: int) -> None:
     """A rank of a node whose watch saw no stall (another node's watch ended the job first, and this rank
     moved again: an error from the lost peer) is described as it was when the stall was seen: its phase
     then, from its timeline, instead of its last heartbeat."""
-    stall = into / "stall"
+    stall = layout.stall_dir(into)
     timelines = read_timeline(into)
-    for path in sorted((into / "heartbeat").glob("rank*.json")):
+    for path in sorted(layout.heartbeat_dir(into).glob("rank*.json")):
         if not path.stem[4:].isdigit():
             continue
         rank = int(path.stem[4:])

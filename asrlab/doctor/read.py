@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from ..lab import layout
 from ..lab.stall.flight import last_collectives
 from ..lab.stall.errors import error_line, rank_errors
 from ..lab.stall.heartbeat import read_heartbeats
@@ -24,7 +25,7 @@ def read_json(path: Path) -> dict | None:
 def train_config(exp: Path) -> dict:
     """The ``train`` section of the run's ``config.yaml`` (asrlab's trainer writes it; a user loop may not)."""
     try:
-        return (yaml.safe_load((exp / "config.yaml").read_text()) or {}).get("train") or {}
+        return (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
     except (OSError, yaml.YAMLError, AttributeError):
         return {}
 
@@ -34,7 +35,7 @@ def launch_time(exp: Path, lab: dict) -> float:
     if lab.get("started"):
         return float(lab["started"])
     try:
-        return (exp / "config.yaml").stat().st_mtime
+        return layout.config(exp).stat().st_mtime
     except OSError:
         return 0.0
 
@@ -62,7 +63,7 @@ def kept_steps(lines: list[dict]) -> list[dict]:
 
 def halt_report(exp: Path, since: float) -> dict | None:
     """``EXP/nonfinite/halt.json`` (the trainer's halt report), with ``current``: written by this launch."""
-    path = exp / "nonfinite" / "halt.json"
+    path = layout.halt(exp)
     h = read_json(path)
     if h is None:
         return None
@@ -81,7 +82,7 @@ def error_entry(e: dict, errors: list[dict]) -> dict:
 def stall_entry(exp: Path, report: dict) -> dict:
     _, ranks = rank_states(exp)  # the report's ranks, as the notebook's stall view reads them
     return {"verdict": report.get("verdict"), "time": report.get("time"), "timeout_s": report.get("timeout_s"),
-            "failure": report.get("failure"), "report": str(exp / "stall_report.txt"),
+            "failure": report.get("failure"), "report": str(layout.stall_text(exp)),
             "collectives": last_collectives(exp),
             "ranks": [{k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
                       for r in ranks]}
@@ -96,7 +97,7 @@ def history(exp: Path, since: float, errors: list[dict], halt: dict | None, stal
             out.append(f"earlier launch: {error_line(e)}")
     if halt is not None and not halt["current"]:
         out.append(f"earlier launch: {halt['message']}")
-    report = read_json(exp / "stall_report.json")
+    report = read_json(layout.stall_report(exp))
     if report is not None and stall is None:
         out.append(f"earlier launch stalled: {report.get('verdict')}")
     return out

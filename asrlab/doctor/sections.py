@@ -7,13 +7,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ..lab import layout
 from ..data.plan import mix_counts
 from ..files import read_jsonl
 from ..lab.metrics import metric_files, rank_summary, read_metrics
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
 from ..lab.state.run_state import upgrade
-from ..lab.state.ledger import coverage, coverage_report, ledger_ranks, read_untrained
+from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ranks, read_untrained
 from ..lab.timing import step_split
 from .read import kept_steps, read_json
 
@@ -122,10 +123,10 @@ def resume_points(exp: str | Path) -> dict:
     """Where the run went back to a checkpoint: the ledger's ``resumed_from`` lines (a resume or a
     rollback), per rank; and where rank 0's metrics went back (only resumes that lost steps show there)."""
     exp = Path(exp)
-    per_rank = {r: [x["resumed_from"] for x in read_jsonl(exp / "ledger" / f"rank{r}.jsonl") if "resumed_from" in x]
+    per_rank = {r: [x["resumed_from"] for x in read_jsonl(ledger_path(exp, r)) if "resumed_from" in x]
                 for r in ledger_ranks(exp)}
     steps = sorted({s for v in per_rank.values() for s in v})
-    raw = read_metrics(exp) if (exp / "metrics" / "rank0.jsonl").exists() else []
+    raw = read_metrics(exp) if layout.metrics(exp, "rank0").exists() else []
     redone = [{"after_step": a["step"], "back_to_step": b["step"] - 1}
               for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]]
     return {"ledger": bool(per_rank), "resumed_from": steps, "per_rank": {str(r): v for r, v in per_rank.items()},
@@ -189,7 +190,7 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
 def checkpoint_integrity(exp: str | Path) -> dict:
     """Each checkpoint: its marker, its bytes against the marker's SHA-256; the newest a resume would
     load (:func:`asrlab.lab.state.checkpoint.load_latest`), and the training clock it holds."""
-    d = Path(exp) / "checkpoints"
+    d = layout.checkpoints_dir(exp)
     files = []
     for m in checkpoint.list_checkpoints(d):
         path = d / m["file"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..lab import layout
 from ..lab.metrics import metric_files, read_metrics
 from ..lab.stall.peers import read_peer_exits
-from ..lab.state.ledger import read_ledger
+from ..lab.state.ledger import ledger_path, read_ledger
 from ..lab.stall.errors import error_line
 from ..lab.stall.heartbeat import STALE_S
 from ..lab.stall.verdict import phase_text, ranks_text
@@ -143,10 +144,10 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
 
 def _last_step(exp: Path, r: dict) -> tuple[int | None, str]:
     """The last step rank ``r`` trained: its ledger's, else its metrics'."""
-    ledger = read_ledger(exp, r["rank"]) if (exp / "ledger" / f"rank{r['rank']}.jsonl").exists() else []
+    ledger = read_ledger(exp, r["rank"]) if ledger_path(exp, r["rank"]).exists() else []
     if ledger:
         return ledger[-1]["step"], "ledger"
-    m = read_metrics(exp, f"rank{r['rank']}") if (exp / "metrics" / f"rank{r['rank']}.jsonl").exists() else []
+    m = read_metrics(exp, f"rank{r['rank']}") if layout.metrics(exp, f"rank{r['rank']}").exists() else []
     if m and m[-1].get("step") is not None:
         return m[-1]["step"], "metrics"
     return None, ""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from . import layout
 from ..files import JsonLines, read_jsonl
 from ..errors import UsageError
 
@@ -20,7 +21,7 @@ class MetricsWriter:
     """Appends records to ``EXP/metrics/{name}.jsonl`` (``rank0``, ``rank1``, ..., ``eval``)."""
 
     def __init__(self, exp: Path, name: str, tensorboard: bool = False):
-        self.path = exp / "metrics" / f"{name}.jsonl"
+        self.path = layout.metrics(exp, name)
         self.f = JsonLines(self.path)
         self.tb = None
         if tensorboard:
@@ -49,12 +50,12 @@ class MetricsWriter:
 
 def read_metrics(exp: str | Path, name: str = "rank0") -> list[dict]:
     """The records of ``EXP/metrics/{name}.jsonl`` (a line torn by a killed run is skipped)."""
-    return read_jsonl(Path(exp) / "metrics" / f"{name}.jsonl")
+    return read_jsonl(layout.metrics(exp, name))
 
 
 def metric_files(exp: str | Path) -> list[str]:
     """The per-rank metric names of an experiment, ``["rank0", "rank1", ...]``."""
-    names = [p.stem for p in (Path(exp) / "metrics").glob("rank*.jsonl")]
+    names = [p.stem for p in layout.metrics_dir(exp).glob("rank*.jsonl")]
     return sorted(names, key=lambda n: int(n[4:]))
 
 
@@ -86,11 +87,11 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
     out = {"step": 0, "epoch": None, "loss": None, "lr": None, "step_s": None, "s_per_step": None, "cer": None,
            "cer_step": None, "max_steps": 0, "max_minutes": 0.0, "left_s": None, "elapsed_s": elapsed_s}
     try:  # absent before the run writes it, half-written while it does: read again at the next call
-        train = (yaml.safe_load((exp / "config.yaml").read_text()) or {}).get("train") or {}
+        train = (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
     except (OSError, yaml.YAMLError, AttributeError):
         train = {}
     out["max_steps"], out["max_minutes"] = int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0)
-    if not (exp / "metrics" / "rank0.jsonl").exists():
+    if not layout.metrics(exp, "rank0").exists():
         return out
     m = read_metrics(exp)
     if m:
@@ -101,7 +102,7 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
                    step_s=statistics.median(x["step_s"] for x in last))
         if len(last) > 1 and last[-1]["step"] > last[0]["step"]:
             out["s_per_step"] = (last[-1]["time"] - last[0]["time"]) / (last[-1]["step"] - last[0]["step"])
-    if (exp / "metrics" / "eval.jsonl").exists():
+    if layout.metrics(exp, "eval").exists():
         ev = read_metrics(exp, "eval")
         if ev:
             out["cer"], out["cer_step"] = ev[-1]["cer"], ev[-1]["step"]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from ..lab import layout
 from ..errors import UsageError
 from ..lab.stall.errors import first_rank_error, format_rank_error
 from ..lab.stall.heartbeat import read_heartbeats
@@ -219,13 +220,13 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
     if passed.got:  # (each rank said how it stopped)
         return 128 + passed.got[0]
     if exp is not None and code != 0:
-        report = Path(exp) / "stall_report.json"
+        report = layout.stall_report(exp)
         fresh = report.exists() and report.stat().st_mtime >= t_launch
-        dumps = [p for p in (Path(exp) / "stall").glob("rank*.json") if p.stat().st_mtime >= t_launch]
+        dumps = [p for p in layout.stall_dir(exp).glob("rank*.json") if p.stat().st_mtime >= t_launch]
         first, ranks = first_rank_error(exp, since=t_launch)
         if not fresh and (dumps or stalled):  # (a rank's error, when one was recorded, is the verdict's cause)
             r = write_report(Path(exp), world, stall_timeout_s, since=t_launch, failure=first)
-            print(f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {Path(exp) / 'stall_report.txt'}",
+            print(f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {layout.stall_text(exp)}",
                   file=sys.stderr, flush=True)
             fresh = True
         if first is not None:  # said once, last, after whatever the ranks and torchrun printed

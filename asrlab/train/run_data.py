@@ -6,6 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
+from ..lab import layout
 from ..data.config import DataConfig
 from ..data.loader import AsrLoader
 from ..data.index import transcripts, use_indexes
@@ -50,7 +51,7 @@ def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, 
 def build_tokenizer(exp: Path, sources: list[Source], info: dist.DistInfo, shared: bool = True) -> CharTokenizer:
     """The experiment's ``units.txt``: made from the training transcripts on first start, reused after;
     rank 0's, sent to every rank whose node has an ``EXP`` of its own (not ``shared``)."""
-    units = exp / "units.txt"
+    units = exp / layout.UNITS
     if info.is_main and not units.exists():
         CharTokenizer.build(transcripts(sources)).save(units)
     if not shared:

@@ -25,6 +25,7 @@ from typing import Iterator
 import torch
 from tqdm.auto import tqdm
 
+from ..lab import layout
 from ..config import Config, dump_config
 from ..data.sources import DataError
 from ..lab import dist
@@ -65,7 +66,7 @@ class Trainer:
         train_sources = load_train_sources(data, cfg.data.raw_chunk, self.info.world_size, cfg.train.uneven)
         # a hang while reading the data at start-up is a stall like any other
         if self.info.is_main:
-            dump_config(cfg, self.exp / "config.yaml")
+            dump_config(cfg, layout.config(self.exp))
         with watching(self.hb, self.exp, self.info.world_size, "index", cfg.train.stall_timeout_s,
                       cfg.train.first_step_timeout_s):
             self.tok, self.loader, self.cv_loader = start_data(

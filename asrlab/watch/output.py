@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from ..lab.stall.report import JOB_LOG, job_log
+from ..lab.layout import JOB_LOG, job_log
 
 MAX_BYTES = 64 << 20
 

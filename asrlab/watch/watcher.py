@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from ..lab import layout
 from ..files import append_jsonl, atomic_write
 from ..lab.stall.heartbeat import heartbeat_dir
 from ..lab.stall.flight import collectives_text, flight_dir, last_collectives
@@ -118,7 +119,7 @@ class JobWatch:
         self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 0.0)
         self.choice = sampler
         self.yield_cpu = yield_cpu  # lower this process's priority once the job is started (for a process of its own)
-        self.fallback = FaultHandler(self.exp / "watch" / "faulthandler")
+        self.fallback = FaultHandler(layout.watch_dir(self.exp) / "faulthandler")
         self.sampler = None
         self.sampler_note = ""
         self.ranks: dict[int, RankView] = {}
@@ -138,8 +139,8 @@ class JobWatch:
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT)] + [p for p in [env.get("PYTHONPATH")] if p])
         env["ASRLAB_WATCH_EXP"] = str(self.exp)
         env.update(self.fallback.env())
-        flight = self.exp / "flight"
-        defaults = {"TORCHELASTIC_ERROR_FILE": str(self.exp / "watch" / "torchelastic.json"),
+        flight = layout.flight_dir(self.exp)
+        defaults = {"TORCHELASTIC_ERROR_FILE": str(layout.watch_dir(self.exp) / "torchelastic.json"),
                     "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
                     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_"),
@@ -153,7 +154,7 @@ class JobWatch:
         """Run ``cmd`` to its end under the watch; its exit code (128 + N when ended by signal N)."""
         if not cmd:
             raise ValueError("nothing to watch: asrlab watch [options] -- CMD [ARGS...]")
-        for d in (self.exp / "errors", self.exp / "flight", self.fallback.folder):
+        for d in (layout.errors_dir(self.exp), layout.flight_dir(self.exp), self.fallback.folder):
             d.mkdir(parents=True, exist_ok=True)
         t0, self._cpu0 = time.time(), _own_cpu()
         write_lab_status(self.exp, {"started": t0, "watched": cmd, "host": socket.gethostname()})
@@ -315,13 +316,13 @@ class JobWatch:
         report = write_report(self.exp, world, allowance, since=t0, now=now, collectives=collectives)
         flight = collectives_text(collectives)
         if flight:  # which rank never entered the collective the others wait in
-            with open(self.exp / "stall_report.txt", "a") as f:
+            with open(layout.stall_text(self.exp), "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")
         lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING and e.get("phase") != "done"]
         self.stalled = {"verdict": report["verdict"], "time": now,
                         "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
         log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],
-                  self.exp / "stall_report.txt")
+                  layout.stall_text(self.exp))
 
     def _flight(self, ranks: list[int], wait_s: float = 3.0) -> None:
         """Ask every rank for its Flight Recorder (the injected thread answers a request file) and wait a

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bz2
 import contextlib
 import gzip
-import io
 import lzma
 import re
 import zlib

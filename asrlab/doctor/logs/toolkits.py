@@ -40,7 +40,6 @@ def _losses(pairs) -> dict[str, float]:
 # train_utils' "TRAIN | steps/sec 1.7| Batch 0/100 loss 85.1 loss_att ... lr 0.001 grad_norm 12.3 rank 0"
 _WENET = re.compile(rf"TRAIN (?:\| (?:steps/sec ({NUM})\| ?)?)?Batch (\d+)/(\d+) loss ({NUM}) (.*?)\blr ([-+\d.eE,naif ]+?)"
                     rf"(?: grad_norm ({NUM}))? rank (\d+)")
-_WENET_STEP = re.compile(rf"Epoch (\d+) Step (\d+) (?:TRAIN|on_batch_end) info lr ([^\s]+)(?: .*?rank (\d+))?")
 
 
 def wenet(line: str) -> dict | None:

@@ -54,6 +54,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .. import layout
 from .cause import classify, ctc_calls, ctc_problems
 from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
 from .. import dist
@@ -361,7 +362,7 @@ class NumericsGuard:
                + (f"; cause: {m['cause']['text']}" if m.get("cause") else "")
                + f"; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
-            path = self.exp / "nonfinite" / "halt.json"
+            path = layout.halt(self.exp)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"message": msg, "rollbacks": self.rollbacks, **m}, indent=2, default=str))
         log.error("%s", msg)
@@ -411,7 +412,7 @@ class NumericsGuard:
                 "keys": keys, "tightest": tightest(summary, 5) if summary else [], "cause": cause,
                 **{k: v() if callable(v) else v for k, v in self.meta.items()}}
         inputs = {**_tensors(inputs), "keys": keys}
-        path = save_bundle(self.exp / "nonfinite" / f"step{taken.step:08d}-rank{self.rank}", self.model,
+        path = save_bundle(layout.nonfinite_dir(self.exp) / f"step{taken.step:08d}-rank{self.rank}", self.model,
                            inputs, meta, rng=rng)
         meta["saved"] = str(path)
         log.warning("step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; saved in %s", taken.step,

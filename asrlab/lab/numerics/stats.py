@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .. import layout
 from ...files import JsonLines, read_jsonl
 from ..precision import cpu_fp16_kernels
 from ..metrics import read_metrics
@@ -271,7 +272,7 @@ class TraceWriter:
     """Sampled summaries to ``EXP/diagnostics/rank{R}.jsonl``, one line per sampled step."""
 
     def __init__(self, exp: Path, rank: int):
-        self.f = JsonLines(Path(exp) / "diagnostics" / f"rank{rank}.jsonl")
+        self.f = JsonLines(layout.diagnostics_dir(exp) / f"rank{rank}.jsonl")
 
     def write(self, step: int, loss_scale: float, summary: dict) -> None:
         clean = {d: {m: [v if math.isfinite(v) else str(v) for v in vals] for m, vals in mods.items()}
@@ -284,7 +285,7 @@ class TraceWriter:
 
 def read_traces(exp: str | Path, rank: int = 0) -> list[dict]:
     """The sampled summaries of an experiment (values back as floats, inf/nan included)."""
-    path = Path(exp) / "diagnostics" / f"rank{rank}.jsonl"
+    path = layout.diagnostics_dir(exp) / f"rank{rank}.jsonl"
     if not path.exists():
         return []
     out = []

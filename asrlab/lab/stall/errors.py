@@ -15,14 +15,11 @@ import time
 import traceback
 from pathlib import Path
 
+from ..layout import errors_dir  # noqa: F401  (here too: where its files are written)
 from ...errors import UsageError
 from ...files import atomic_write
 from . import relay
 from .heartbeat import PHASES, run_id
-
-
-def errors_dir(exp: str | Path) -> Path:
-    return Path(exp) / "errors"
 
 
 def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = None, run: str | None = None,

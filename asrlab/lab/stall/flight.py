@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-def flight_dir(exp: str | Path) -> Path:
-    return Path(exp) / "flight"
+from ..layout import flight_dir  # noqa: F401  (here too: where its files are written)
 
 
 def last_collectives(exp: str | Path) -> dict | None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from .. import layout
+from ..layout import heartbeat_dir  # noqa: F401  (here too: where its files are written)
 from ...files import append_jsonl, atomic_write, read_jsonl
 from .relay import node_rank
 
@@ -46,10 +48,6 @@ PHASES = {
     "epoch_end": "waiting at epoch end",
     "done": "finished",
 }
-
-
-def heartbeat_dir(exp: str | Path) -> Path:
-    return Path(exp) / "heartbeat"
 
 
 def run_id() -> str:
@@ -153,7 +151,7 @@ def phase_intervals(timelines: dict[int, list[dict]], exp: Path | None = None) -
         return {}
     t0 = min(e["t"] for e in events)
     end = max(e["t"] for e in events)
-    report = Path(exp) / "stall_report.json" if exp is not None else None
+    report = layout.stall_report(exp) if exp is not None else None
     if report is not None and report.exists():
         end = max(end, json.loads(report.read_text())["time"])
     out = {}

@@ -15,23 +15,14 @@ import time
 import traceback
 from pathlib import Path
 
+from .. import layout
+from ..layout import stall_dir  # noqa: F401  (here too: where its files are written)
 from ...files import atomic_write
 from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
 from .flight import mismatch_text
 from .verdict import failure_verdict, rank_line, verdict
-
-
-JOB_LOG = "job.log"  # what a job under ``asrlab watch`` printed (stdout and stderr), kept for the doctor
-
-
-def job_log(exp: str | Path) -> Path:
-    return Path(exp) / JOB_LOG
-
-
-def stall_dir(exp: Path) -> Path:
-    return Path(exp) / "stall"
 
 
 def thread_stacks() -> dict[str, list[str]]:
@@ -94,7 +85,7 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
         if s.get("phase") == "data" and workers.exists() and workers.stat().st_size:
             entry["workers"] = workers.read_text()
         report["ranks"].append(entry)
-    for name, text in (("stall_report.txt", format_report(report)), ("stall_report.json", json.dumps(report, indent=1))):
+    for name, text in ((layout.STALL_TEXT, format_report(report)), (layout.STALL_REPORT, json.dumps(report, indent=1))):
         atomic_write(exp / name, text)  # the failing rank and a survivor may both write it
     return report
 
@@ -124,7 +115,7 @@ def format_report(report: dict) -> str:
 def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
     """``(verdict, [per-rank entry])`` from the stall report, or from the heartbeats of a run without one."""
     exp = Path(exp)
-    report = exp / "stall_report.json"
+    report = layout.stall_report(exp)
     if report.exists():
         r = json.loads(report.read_text())
         return r["verdict"], r["ranks"]
@@ -143,7 +134,7 @@ def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
 def write_lab_status(exp: Path, update: dict) -> None:
     """``EXP/lab.json``: what a loop using the parts says about its run (for ``asrlab doctor``); ``started``
     begins a new record."""
-    path = exp / "lab.json"
+    path = layout.lab(exp)
     try:
         state = json.loads(path.read_text()) if "started" not in update else {}
     except (OSError, ValueError):
@@ -152,5 +143,5 @@ def write_lab_status(exp: Path, update: dict) -> None:
     atomic_write(path, json.dumps(state, indent=1))
 
 
-__all__ = ["JOB_LOG", "format_report", "job_log", "rank_states", "stall_dir", "thread_stacks", "write_dump", "write_lab_status",
+__all__ = ["format_report", "rank_states", "stall_dir", "thread_stacks", "write_dump", "write_lab_status",
            "write_report"]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import psutil
 
+from .. import layout
 from . import relay
 from .classify import own_stack, phase_of
 from .peers import PeerExits
@@ -114,11 +115,11 @@ class Watchdog(threading.Thread):
         self._halt = threading.Event()
         self._fh_file = None
         self.t0 = time.time()
-        for path in (self.exp / "heartbeat" / f"rank{hb.rank}.json",
-                     self.exp / "heartbeat" / f"rank{hb.rank}.timeline.jsonl", stall_dir(self.exp) / f"rank{hb.rank}.json"):
+        for path in (layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.json",
+                     layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.timeline.jsonl", stall_dir(self.exp) / f"rank{hb.rank}.json"):
             path.unlink(missing_ok=True)
         if hb.rank == 0:
-            for name in ("stall_report.json", "stall_report.txt"):
+            for name in (layout.STALL_REPORT, layout.STALL_TEXT):
                 (self.exp / name).unlink(missing_ok=True)
         self._workers_file = self._arm_worker_dumps()
         self.relay: relay.Relay | None = None
@@ -215,16 +216,16 @@ class Watchdog(threading.Thread):
                       self.hb.rank, self.timeout_s, stall_dir(self.exp))
         else:
             log.error("rank %d: %s; stopping this rank", self.hb.rank, error_line(failure))
-        report_path = self.exp / "stall_report.json"
+        report_path = layout.stall_report(self.exp)
         reporter = 0 if failure is None else min(r for r in range(self.world_size) if r != failure["rank"])
         if self.hb.rank == reporter:
             report = write_report(self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S,
                                   since=self.t0, failure=failure)
-            log.error("STALL: %s (report: %s)", report["verdict"], self.exp / "stall_report.txt")
-            if (self.exp / "lab.json").exists():  # a loop of the user's: say how it ended
+            log.error("STALL: %s (report: %s)", report["verdict"], layout.stall_text(self.exp))
+            if layout.lab(self.exp).exists():  # a loop of the user's: say how it ended
                 write_lab_status(self.exp, {"status": "stalled" if failure is None else "failed", "ended": time.time()})
             print(f"{'STALL' if failure is None else 'FAILED'}: {report['verdict']}\n"
-                  f"full report: {self.exp / 'stall_report.txt'}", file=sys.stderr, flush=True)
+                  f"full report: {layout.stall_text(self.exp)}", file=sys.stderr, flush=True)
         else:  # let the reporting rank finish the report before this rank's exit makes torchrun stop everyone
             deadline = time.time() + COLLECT_S + 4
             while not report_path.exists() and time.time() < deadline:

@@ -14,16 +14,17 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from .. import layout
 from ...files import JsonLines, append_jsonl, read_jsonl
 
 
-def _path(exp: str | Path, rank: int) -> Path:
-    return Path(exp) / "ledger" / f"rank{rank}.jsonl"
+def ledger_path(exp: str | Path, rank: int) -> Path:
+    return layout.ledger_dir(exp) / f"rank{rank}.jsonl"
 
 
 class LedgerWriter:
     def __init__(self, exp: Path, rank: int):
-        self.f = JsonLines(_path(exp, rank))
+        self.f = JsonLines(ledger_path(exp, rank))
 
     def step(self, step: int, epoch: int, keys: list[str]) -> None:
         self.f.write({"step": step, "epoch": epoch, "keys": keys})
@@ -45,13 +46,13 @@ class LedgerWriter:
 
 def ledger_sizes(exp: str | Path, world_size: int) -> list[int]:
     """The size in bytes of each rank's ledger in ``exp`` (0 where there is none)."""
-    return [_path(exp, r).stat().st_size if _path(exp, r).exists() else 0 for r in range(world_size)]
+    return [ledger_path(exp, r).stat().st_size if ledger_path(exp, r).exists() else 0 for r in range(world_size)]
 
 
 def ledger_tail(exp: str | Path, rank: int, start: int) -> bytes:
     """Rank ``rank``'s ledger from byte ``start`` on (lines are only ever appended)."""
     try:
-        with open(_path(exp, rank), "rb") as f:
+        with open(ledger_path(exp, rank), "rb") as f:
             f.seek(start)
             return f.read()
     except OSError:
@@ -61,7 +62,7 @@ def ledger_tail(exp: str | Path, rank: int, start: int) -> bytes:
 def put_ledger_tail(exp: str | Path, rank: int, start: int, data: bytes) -> None:
     """Write ``data`` into this folder's copy of rank ``rank``'s ledger at byte ``start`` (the copy of a rank
     on a node with a folder of its own, brought up to date at each checkpoint)."""
-    path = _path(exp, rank)
+    path = ledger_path(exp, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "r+b" if path.exists() else "wb") as f:
         f.truncate(start)
@@ -71,8 +72,8 @@ def put_ledger_tail(exp: str | Path, rank: int, start: int, data: bytes) -> None
 
 def mark_resumed(exp: str | Path, rank: int, step: int) -> None:
     """Add a ``resumed_from`` line to rank ``rank``'s ledger (a rank the resumed run no longer has)."""
-    if _path(exp, rank).exists():
-        append_jsonl(_path(exp, rank), [{"resumed_from": step}])
+    if ledger_path(exp, rank).exists():
+        append_jsonl(ledger_path(exp, rank), [{"resumed_from": step}])
 
 
 def note_resume(exp: str | Path, ledger: LedgerWriter | None, step: int, rank: int, world_size: int,
@@ -90,7 +91,7 @@ def note_resume(exp: str | Path, ledger: LedgerWriter | None, step: int, rank: i
 def _read(exp: str | Path, rank: int) -> tuple[list[dict], list[dict]]:
     steps: list[dict] = []
     left: list[dict] = []
-    for rec in read_jsonl(_path(exp, rank)):
+    for rec in read_jsonl(ledger_path(exp, rank)):
         if "resumed_from" in rec:
             steps = [s for s in steps if s["step"] <= rec["resumed_from"]]
             left = [x for x in left if x["after_step"] <= rec["resumed_from"]]
@@ -118,7 +119,7 @@ def read_untrained(exp: str | Path) -> dict[int, dict[int, dict]]:
 
 
 def ledger_ranks(exp: str | Path) -> list[int]:
-    return sorted(int(p.stem[4:]) for p in (Path(exp) / "ledger").glob("rank*.jsonl"))
+    return sorted(int(p.stem[4:]) for p in layout.ledger_dir(exp).glob("rank*.jsonl"))
 
 
 def coverage(exp: str | Path) -> dict[int, Counter]:

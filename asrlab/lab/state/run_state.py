@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from .. import layout
 from . import checkpoint
 from .. import dist
 from .ledger import LedgerWriter, coverage_report, ledger_sizes, ledger_tail, note_resume, put_ledger_tail
@@ -127,7 +128,7 @@ class RunState:
             first = ranks[0]["loader"]
             if isinstance(first, dict) and "positions" in first:  # asrlab's loader: `asrlab ckpt` shows where it was
                 listed["rank0_position"] = first["positions"]
-            path = checkpoint.save_checkpoint(self.exp / "checkpoints", state, step, listed, self.keep_last,
+            path = checkpoint.save_checkpoint(layout.checkpoints_dir(self.exp), state, step, listed, self.keep_last,
                                               on_write=self.on_write)
         if self.group is not None:
             torch.distributed.barrier(group=self.group)
@@ -148,9 +149,9 @@ class RunState:
         """The newest good checkpoint in this schema, with ``"file"`` (its name), without restoring anything
         (None if there is none). Every rank must call it when ``shared_exp`` is False."""
         if self.shared_exp:
-            found = checkpoint.load_latest(self.exp / "checkpoints", map_location="cpu")
+            found = checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu")
         else:
-            found = self._from_rank0(checkpoint.load_latest(self.exp / "checkpoints", map_location="cpu")
+            found = self._from_rank0(checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu")
                                      if self.rank == 0 else None)
         if found is None:
             return None

@@ -1,0 +1,105 @@
+"""The run folder (``EXP``): every file and folder a run writes there, named here and nowhere else.
+
+``asrlab train``, the parts in a loop of one's own and ``asrlab watch`` write them; ``asrlab doctor``, the
+explorers and the notebooks read them. Each folder's files (``rank3.jsonl``, ``rank3.json``) are named by the
+module that writes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG = "config.yaml"                 # asrlab train's config
+LAB = "lab.json"                       # the loop's own word: started, world size, how it ended
+STALL_REPORT = "stall_report.json"     # a stall's verdict and every rank's state
+STALL_TEXT = "stall_report.txt"        # the same, with every process's stacks, for a person
+JOB_LOG = "job.log"                    # what a job under asrlab watch printed
+UNITS = "units.txt"                    # the tokenizer's units
+METRICS, HEARTBEAT, ERRORS, LEDGER = "metrics", "heartbeat", "errors", "ledger"
+CHECKPOINTS, NONFINITE, FLIGHT, STALL, WATCH = "checkpoints", "nonfinite", "flight", "stall", "watch"
+DIAGNOSTICS = "diagnostics"            # the numerics' sampled traces
+HALT = "halt.json"                     # in NONFINITE: the halt the numerics guard made
+# any of these makes a folder a run folder
+RUN_FILES = (CONFIG, LAB, METRICS, HEARTBEAT, ERRORS, CHECKPOINTS, LEDGER, STALL_REPORT, NONFINITE)
+
+
+def config(exp: str | Path) -> Path:
+    return Path(exp) / CONFIG
+
+
+def lab(exp: str | Path) -> Path:
+    return Path(exp) / LAB
+
+
+def stall_report(exp: str | Path) -> Path:
+    return Path(exp) / STALL_REPORT
+
+
+def stall_text(exp: str | Path) -> Path:
+    return Path(exp) / STALL_TEXT
+
+
+def job_log(exp: str | Path) -> Path:
+    return Path(exp) / JOB_LOG
+
+
+def metrics(exp: str | Path, name: str = "rank0") -> Path:
+    """``metrics/<name>.jsonl``: ``rank<R>`` for a rank's steps, ``eval`` for the evaluations."""
+    return Path(exp) / METRICS / f"{name}.jsonl"
+
+
+def metrics_dir(exp: str | Path) -> Path:
+    return Path(exp) / METRICS
+
+
+def heartbeat_dir(exp: str | Path) -> Path:
+    return Path(exp) / HEARTBEAT
+
+
+def errors_dir(exp: str | Path) -> Path:
+    return Path(exp) / ERRORS
+
+
+def ledger_dir(exp: str | Path) -> Path:
+    return Path(exp) / LEDGER
+
+
+def checkpoints_dir(exp: str | Path) -> Path:
+    return Path(exp) / CHECKPOINTS
+
+
+def nonfinite_dir(exp: str | Path) -> Path:
+    return Path(exp) / NONFINITE
+
+
+def halt(exp: str | Path) -> Path:
+    return Path(exp) / NONFINITE / HALT
+
+
+def flight_dir(exp: str | Path) -> Path:
+    return Path(exp) / FLIGHT
+
+
+def stall_dir(exp: str | Path) -> Path:
+    return Path(exp) / STALL
+
+
+def watch_dir(exp: str | Path) -> Path:
+    return Path(exp) / WATCH
+
+
+def diagnostics_dir(exp: str | Path) -> Path:
+    return Path(exp) / DIAGNOSTICS
+
+
+def is_run(path: str | Path) -> bool:
+    """A folder a run wrote, not a folder of logs."""
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in RUN_FILES)
+
+
+__all__ = ["CHECKPOINTS", "CONFIG", "DIAGNOSTICS", "ERRORS", "FLIGHT", "HALT", "HEARTBEAT", "JOB_LOG", "LAB", "LEDGER",
+           "METRICS", "NONFINITE", "RUN_FILES", "STALL", "STALL_REPORT", "STALL_TEXT", "UNITS", "WATCH", "checkpoints_dir",
+           "config", "diagnostics_dir", "errors_dir", "flight_dir", "halt", "heartbeat_dir", "is_run", "job_log", "lab",
+           "ledger_dir", "metrics", "metrics_dir", "nonfinite_dir", "stall_dir", "stall_report", "stall_text",
+           "watch_dir"]
