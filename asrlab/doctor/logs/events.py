@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
+from .marks import Clock
 
 _TB = "Traceback (most recent call last):"
 _ORIGINAL = "Original Traceback (most recent call last):"
@@ -275,8 +276,6 @@ class Events:
         r, self._summary = self._summary, None
         if not r or "rank" not in r:
             return
-        from .marks import Clock
-
         rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
         code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
         code = int(code.group(1)) if code else None

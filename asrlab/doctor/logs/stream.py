@@ -87,14 +87,6 @@ def clean(raw: bytes) -> list[str]:
     return out
 
 
-def lines(path: str | Path) -> Iterator[str]:
-    """Every clean line of the file, in order."""
-    for block in chunks(path):
-        for raw in block.split(b"\n"):
-            if raw:
-                yield from clean(raw)
-
-
 def is_text(path: str | Path, sample: int = 65536) -> bool:
     """Whether a file reads as text (a log), not as binary (a checkpoint, an archive)."""
     try:
@@ -108,4 +100,4 @@ def is_text(path: str | Path, sample: int = 65536) -> bool:
     return printable / len(head) > 0.9
 
 
-__all__ = ["chunks", "clean", "is_text", "lines", "open_log"]
+__all__ = ["chunks", "clean", "is_text", "open_log"]
