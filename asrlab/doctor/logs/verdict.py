@@ -187,7 +187,11 @@ def _passed(run: LogRun, e: dict) -> bool:
 def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
     """An exit without a signal stands for the traceback of its rank where the log has one."""
     if e["kind"] == "exit" and not e.get("signal"):
-        tb = [x for x in run.events if x["kind"] in ("exception", "oom") and x.get("rank") == e["rank"]]
+        # an exit code is a rank's failure said by its launcher; what failed is the exception the log holds:
+        # that rank's, else (several ranks failed, one printed) another rank's; not one of no rank (the
+        # launcher's own traceback)
+        raised = [x for x in run.events if x["kind"] in ("exception", "oom")]
+        tb = [x for x in raised if x.get("rank") == e["rank"]] or [x for x in raised if x.get("rank") is not None]
         if tb:
             return ("out_of_memory" if tb[0]["kind"] == "oom" else "crashed"), tb[0]
     if e["kind"] in ("exception", "oom", "nonfinite_error") and e.get("rank") is None:
