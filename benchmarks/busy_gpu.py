@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="runs/busy_gpu")
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("--compare", choices=("batching", "features"), default="batching")
-    ap.add_argument("overrides", nargs="*", default=[], help="config overrides (after --)")
-    a = ap.parse_args(argv)
+    ap.add_argument("overrides", nargs="*", default=[], help="config overrides, e.g. data.dither=0 (a LIST first)")
+    a = ap.parse_intermixed_args(argv)  # LIST and overrides before or after the options
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     data = a.data

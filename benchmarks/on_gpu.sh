@@ -25,6 +25,9 @@
 #                (run gputests too: the steady-state step under sync debug mode "error")
 #   features     benchmarks/busy_gpu.py --compare features: the same setting with the loader's fbank asrlab's, then
 #                torchaudio's, then fbank on the device: NVML busy share and audio h/h of the sync-free step
+#   watch        asrlab watch on examples/bare_loop.py (no asrlab line) on NCCL, one rank per GPU: a finished run, a
+#                DataLoader worker hung at step 6 (--on-stall kill), an exception at step 8; each read by asrlab doctor
+#   busy48k      busy at 48,000-frame batches (8 workers, 12,000 utterances): the step's time against the batch's size
 #   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
 #                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
 #
@@ -35,7 +38,7 @@ py=${ASRLAB_PY:-python3}
 out=${OUT:-gpu_out}
 mkdir -p "$out" runs
 params=notebooks/params/gpu1.yaml
-pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json runs/busy_features.json figures runs/precision 2>/dev/null; }
+pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json runs/busy_gpu48k.json runs/busy_features.json figures runs/precision 2>/dev/null; }
 notebook() { timeout "$2" "$py" -m asrlab.cli notebooks --only "$1" --params "$params" 2>&1 | tee "runs/$1.log"; }
 for stage in "$@"; do
     echo "=== $stage $(date -u +%H:%M:%S)"
@@ -126,6 +129,18 @@ EOF
             echo "nproc: $n" > runs/lab_params.yaml
             timeout 560 "$py" -m asrlab.cli notebooks --only your_loop --params runs/lab_params.yaml 2>&1 | tee runs/your_loop.log
         fi ;;
+    watch)
+        n=$(nvidia-smi -L | wc -l)
+        for run in "none:-1:-1" "hang_data:0:6" "raise:0:8"; do
+            exp=$PWD/runs/watch_gpu_${run%%:*}
+            rm -rf "$exp"
+            (cd examples && TOY_FAULT=$run timeout 200 "$py" -m asrlab.cli watch --exp "$exp" --stall-timeout 20 \
+                --on-stall kill -- "$py" -m torch.distributed.run --standalone --nproc-per-node "$n" bare_loop.py \
+                "$exp/loop" 2) > "runs/watch_gpu_${run%%:*}.log" 2>&1
+            echo "$run: exit $? in $(grep -c . "runs/watch_gpu_${run%%:*}.log") lines of output"
+            "$py" -m asrlab.cli doctor "$exp" | tee "runs/watch_gpu_${run%%:*}.doctor.txt" | head -12
+        done
+        tar czf "$out/watch_gpu.tar.gz" runs/watch_gpu_* 2>/dev/null ;;
     tune)
         [ -f runs/tune_corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/tune_corpus --utts 300 --quiet
         for c in tiny base; do
@@ -134,9 +149,18 @@ EOF
         done ;;
     busy) timeout 560 "$py" benchmarks/busy_gpu.py --config base --workers 4 --max-frames 12000 --steps 40 \
               --json runs/busy_gpu.json 2>&1 | tee runs/busy_gpu.log ;;
-    features) timeout 560 "$py" benchmarks/busy_gpu.py --config base --workers 4 --max-frames 12000 --steps 40 \
-                  --compare features --json runs/busy_features.json 2>&1 | tee runs/busy_features.log ;;
-    gputests) timeout 120 "$py" -m pytest tests -q --timeout 100 -p no:cacheprovider -k gpu 2>&1 | tail -15 ;;
+    features)  # fbank on the device computes plain fbank: SpecAugment and dither off in all three, to compare
+        [ -f runs/busy_gpu/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/busy_gpu/corpus --utts 4000 --quiet
+        timeout 560 "$py" benchmarks/busy_gpu.py runs/busy_gpu/corpus/train/data.list data.spec_augment=false \
+            data.dither=0 --config base --workers 4 --max-frames 12000 --steps 40 --compare features \
+            --json runs/busy_features.json 2>&1 | tee runs/busy_features.log ;;
+    busy48k)  # four times the frames per batch: does the step's time grow with the batch, or is it the host's?
+        [ -f runs/busy12k/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/busy12k/corpus --utts 12000 --quiet
+        timeout 300 "$py" benchmarks/busy_gpu.py runs/busy12k/corpus/train/data.list --config base --workers 8 \
+            --max-frames 48000 --steps 20 --json runs/busy_gpu48k.json 2>&1 | tee runs/busy_gpu48k.log ;;
+    gputests)  # the root conftest (nbval's notebooks) and its addopts left out: the image has no nbval
+        timeout 200 "$py" -m pytest -o addopts= --confcutdir tests -q -rs --timeout 150 -p no:cacheprovider -k gpu --tb=short \
+            tests/test_sync_free.py tests/test_train.py tests/test_tune.py tests/test_features.py 2>&1 | tail -60 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac
     pack  # after every stage: a command stopped at its time limit still leaves what it finished

@@ -141,22 +141,37 @@ def file_name(file: str) -> str:
 def test_a_steady_state_step_on_a_gpu_never_syncs(corpus, tmp_path, monkeypatch):
     """Steady-state steps under sync debug mode "error", every part of the step included, mixed precision
     with its scaler. Torch's native CUDA CTC loss copies its length tables to the device with blocking
-    copies (a stream sync inside ``F.ctc_loss`` that no caller can avoid); that one call runs with the
-    mode off, and is counted, so anything else that waits on the device fails the test."""
+    copies, in its forward and again in its backward (a stream sync inside ``F.ctc_loss`` and inside its
+    backward node that no caller can avoid); those two run with the mode off, and are counted, so anything
+    else that waits on the device fails the test."""
     cuda = torch.device("cuda", 0)
     cfg = load_config("tiny", SMALL + ["train.precision=fp16"])
     tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", DistInfo(0, 1, 0, cuda, None))
     batches = host_batches(tr, 8)
-    ctc_calls = []
+    ctc_calls, ctc_backwards = [], []
     real_ctc = torch.nn.functional.ctc_loss
+
+    def ctc_node(out):
+        todo = [out.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is not None and type(node).__name__.startswith("CtcLossBackward"):
+                return node
+            todo += [] if node is None else [n for n, _ in node.next_functions]
+        raise AssertionError(f"no CTC backward node under {out.grad_fn}")
 
     def ctc(*args, **kwargs):
         torch.cuda.set_sync_debug_mode(0)
         try:
             ctc_calls.append(1)
-            return real_ctc(*args, **kwargs)
+            out = real_ctc(*args, **kwargs)
         finally:
             torch.cuda.set_sync_debug_mode("error")
+        if out.requires_grad:  # the backward's own copy of the length tables, let through the same way
+            node = ctc_node(out)
+            node.register_prehook(lambda grads: (torch.cuda.set_sync_debug_mode(0), ctc_backwards.append(1))[1])
+            node.register_hook(lambda grad_in, grad_out: torch.cuda.set_sync_debug_mode("error"))
+        return out
 
     for b in batches[:3]:  # warm-up: allocator, cuDNN, the first read
         tr.train_step([b])
@@ -174,6 +189,6 @@ def test_a_steady_state_step_on_a_gpu_never_syncs(corpus, tmp_path, monkeypatch)
         torch.cuda.set_sync_debug_mode(0)
     last = tr.settle()
     tr.close()
-    assert len(ctc_calls) == 5 and all(r is not None for r in results)
+    assert len(ctc_calls) == 5 and len(ctc_backwards) == 5 and all(r is not None for r in results)
     assert [r.step for r in results] == [3, 4, 5, 6, 7] and last.step == 8
     assert all(math.isfinite(r.check.loss) for r in results + [last])
