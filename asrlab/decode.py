@@ -12,7 +12,8 @@ from .data.loader import AsrLoader
 from .data.sources import load_sources, transcripts
 from .data.tokenizer import CharTokenizer
 from .lexicon import Lexicon, rescore, search
-from .model import ConformerCTC, cer, greedy_decode, wer
+from .model import ConformerCTC
+from .scoring import cer, greedy_decode, wer
 from .lab.state import checkpoint
 from .lab import dist
 from .train.evaluate import evaluate

@@ -14,7 +14,7 @@ import time
 from asrlab.decode import GreedyKeepingLogProbs, eval_loader, load_model, local
 from asrlab.data.sources import load_sources, transcripts
 from asrlab.lexicon import Lexicon, search
-from asrlab.model import cer, wer
+from asrlab.scoring import cer, wer
 from asrlab.train.evaluate import evaluate
 
 

@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 
 from asrlab.data.synth import DIGIT_WORDS, make_utterance
-from asrlab.model import cer
+from asrlab.scoring import cer
 
 SNR_LOW_DB, SNR_BAND_DB, SNR_BANDS = 10.0, 2.5, 4  # test's SNRs: 10-20 dB, the lower half of the default (10, 30)
 

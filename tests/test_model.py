@@ -10,15 +10,13 @@ from asrlab.model import (
     ConformerCTC,
     ModelConfig,
     count_parameters,
-    cer,
     ctc_loss,
-    greedy_decode,
     min_ctc_frames,
     output_lengths,
     rel_shift,
     UtteranceCMVN,
-    wer,
 )
+from asrlab.scoring import cer, greedy_decode, wer
 
 V = 12
 

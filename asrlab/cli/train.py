@@ -53,7 +53,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     except Exception as e:
         if not launch.under_torchrun():
             raise
-        from ..lab.stall.errors import record_rank_error
+        from ..lab import record_rank_error
 
         record_rank_error(a.exp, e)
         if not os.environ.get(launch.QUIET_ENV):  # a torchrun of the user's own: each rank says it
@@ -68,8 +68,8 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
     load_data(a.data)  # a missing or empty list is an error before anything starts
     if a.cv:
         load_sources(a.cv)
-    from ..lab.numerics.guard import HALT_EXIT, NonFiniteHalt
-    from ..lab.stop import stop_on_signals, stop_signal
+    from ..lab import HALT_EXIT, NonFiniteHalt
+    from ..lab import stop_on_signals, stop_signal
     from ..train.launch import under_torchrun
     from ..train.trainer import run
 
@@ -91,7 +91,7 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
 
 
 def cmd_stop(a: argparse.Namespace) -> int:
-    from ..lab.stop import request_stop
+    from ..lab import request_stop
 
     if not layout.metrics_dir(a.exp).is_dir():
         raise FileNotFoundError(f"{a.exp}: no run there (no metrics/ folder)")

@@ -31,6 +31,12 @@ Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab 
                    (:mod:`asrlab.lab.state.position`)
 ``StepTimer``      data wait vs compute per step; ``GpuSampler``/``CpuSampler`` (:mod:`asrlab.lab.timing`)
 ``MetricsWriter``  one JSON line per step in ``EXP/metrics/rank{R}.jsonl`` (what ``asrlab doctor`` reads)
+
+A loop that keeps its own launcher, heartbeat and watchdog (asrlab's trainer is one) builds them from the
+same face: ``Heartbeat``, ``Watchdog`` and ``watching``, ``announced_to`` (the other parts' phases told to
+its heartbeat), ``ProgressClock``, ``write_report``, ``first_rank_error``, the stop requests of
+:mod:`asrlab.lab.stop` and the parent-death helpers, ``choose_precision``; ``dist`` and ``layout`` are its
+process-group and run-folder modules.
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ _HOMES = {
     "NumericsGuard": "numerics.guard", "StepCheck": "numerics.guard", "StallWatch": "stall.watch",
     "RunState": "state.run_state", "UnevenGuard": "uneven", "Resumable": "state.position",
 }
+# A loop that keeps its own launcher, heartbeat and watchdog, as asrlab's trainer does, builds them from these
+_HOMES.update({
+    "Heartbeat": "stall.heartbeat", "read_heartbeats": "stall.heartbeat", "Watchdog": "stall.watchdog",
+    "watching": "stall.watchdog", "ProgressClock": "stall.watchdog", "STALL_EXIT": "stall.watchdog",
+    "COLLECT_S": "stall.watchdog", "announce": "stall.watch", "announced_to": "stall.watch",
+    "write_report": "stall.report", "first_rank_error": "stall.errors", "format_rank_error": "stall.errors",
+    "STOP_FILE": "stop", "request_stop": "stop", "clear_stop": "stop", "stop_requested": "stop",
+    "stop_signal": "stop", "stop_on_signals": "stop", "PARENT_GONE": "stop", "end_with_parent": "stop",
+    "own_session_ending_with_parent": "stop", "after_join": "uneven", "HALT_EXIT": "numerics.guard",
+    "choose_precision": "precision", "cpu_fp16_kernels": "precision", "PARTS": "timing", "trace": "timing",
+})
 
 
 def __getattr__(name: str):
@@ -66,6 +83,4 @@ def __dir__():
     return sorted(set(globals()) | set(_HOMES))
 
 
-__all__ = ["CpuSampler", "GpuSampler", "MetricsWriter", "NonFiniteHalt", "NumericsGuard", "Resumable", "RunState", "StallWatch",
-           "StepCheck", "StepTimer", "UnevenGuard", "coverage_report", "cpu_group", "metrics", "read_ledger",
-           "record_rank_error", "replay_step"]
+__all__ = sorted({*_HOMES, "metrics"})

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ..lab.numerics.guard import NonFiniteHalt
-from ..lab.state.run_state import RunState
+from ..lab import NonFiniteHalt, RunState
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ import torch
 from ..data.features import BatchFbank, batch_features
 from ..data.loader import AsrLoader
 from ..data.tokenizer import CharTokenizer
-from ..model import ConformerCTC, ctc_loss, edit_distance, greedy_decode
+from ..model import ConformerCTC, ctc_loss
+from ..scoring import edit_distance, greedy_decode
 from ..lab import dist
 
 log = logging.getLogger(__name__)

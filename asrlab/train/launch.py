@@ -28,11 +28,8 @@ import psutil
 
 from ..lab import layout
 from ..errors import UsageError
-from ..lab.stall.errors import first_rank_error, format_rank_error
-from ..lab.stall.heartbeat import read_heartbeats
-from ..lab.stall.report import write_report
-from ..lab.stall.watchdog import COLLECT_S, STALL_EXIT, ProgressClock
-from ..lab.stop import PARENT_GONE, end_with_parent, own_session_ending_with_parent
+from ..lab import (COLLECT_S, PARENT_GONE, STALL_EXIT, ProgressClock, end_with_parent, first_rank_error,
+                   format_rank_error, own_session_ending_with_parent, read_heartbeats, write_report)
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,7 @@ import time
 
 import torch
 
-from ..lab.timing import StepTimer
-from ..lab.stall.heartbeat import Heartbeat
+from ..lab import Heartbeat, StepTimer
 
 PART_OF_PHASE = {"sync": "comm", "allreduce": "comm"}  # heartbeat phase -> step-timer part
 

@@ -25,9 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..config import Config
 from ..data.features import BatchFbank, batch_features
 from ..data.plan import mix_counts
-from ..lab.numerics.guard import NonFiniteHalt, NumericsGuard, StepCheck
-from ..lab.precision import choose_precision
-from ..lab.timing import PARTS
+from ..lab import PARTS, NonFiniteHalt, NumericsGuard, StepCheck, choose_precision
 from ..model import ConformerCTC, mean_ctc_loss
 from .schedule import lr_lambda
 

@@ -29,16 +29,9 @@ from ..lab import layout
 from ..config import Config, dump_config
 from ..data.sources import DataError
 from ..lab import dist
-from ..lab.metrics import MetricsWriter
-from ..lab.numerics.guard import NonFiniteHalt
-from ..lab.precision import cpu_fp16_kernels
-from ..lab.stall.errors import record_rank_error
-from ..lab.stall.heartbeat import Heartbeat
-from ..lab.stall.watch import announced_to
-from ..lab.stall.watchdog import Watchdog, watching
-from ..lab.stop import STOP_FILE, clear_stop, stop_requested, stop_signal
-from ..lab.timing import trace
-from ..lab.uneven import UnevenGuard, after_join
+from ..lab import (STOP_FILE, Heartbeat, MetricsWriter, NonFiniteHalt, UnevenGuard, Watchdog, after_join,
+                   announced_to, clear_stop, cpu_fp16_kernels, record_rank_error, stop_requested, stop_signal,
+                   trace, watching)
 from ..model import count_parameters
 from .checkpoints import Rollback, TrainerCheckpoints
 from .evaluate import evaluate

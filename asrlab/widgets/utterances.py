@@ -8,7 +8,7 @@ from ..data import audio
 from ..data.sources import iter_items, load_sources
 from ..data.synth import voice_of
 from ..decode import read_hyps
-from ..model import align, edit_distance
+from ..scoring import align, edit_distance
 from .base import Explorer, html_escape, png
 
 STYLE = ("<style>.asrlab-utt td{padding:2px 8px;vertical-align:top;text-align:left}"
@@ -20,7 +20,7 @@ LEGEND = ('<span class="asrlab-utt"><span class="s">substituted</span> <span cla
 
 
 def marked(ref: str, hyp: str) -> str:
-    """``hyp`` as HTML with its character errors against ``ref`` marked (``asrlab.model.align``)."""
+    """``hyp`` as HTML with its character errors against ``ref`` marked (``asrlab.scoring.align``)."""
     def ch(c: str) -> str:  # a space stays visible, and wide enough to be marked
         return "&nbsp;" if c == " " else html_escape(c)
 
