@@ -78,7 +78,10 @@ def test_memory_search_finds_the_largest_batch_per_length():
     from asrlab.measure.memory import ladder, search, table
 
     budget = 10_000_000
-    cost = lambda utts, frames: utts * frames * 200 + utts * frames * frames * 2  # activations + attention
+
+    def cost(utts, frames):  # activations + attention
+        return utts * frames * 200 + utts * frames * frames * 2
+
     calls = []
 
     def fits(utts, frames):

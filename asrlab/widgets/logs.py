@@ -278,13 +278,13 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
             notes.append(f"{what}: {who}{mark['where']}")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     for ax in list(axes.flat)[1:len(shown)]:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            if l not in labels:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
                 handles.append(h)
-                labels.append(l)
+                labels.append(label)
     if len(ranks) <= 10 or "not finite" in labels:
-        keep = [(h, l) for h, l in zip(handles, labels) if len(ranks) <= 10 or l == "not finite"]
-        fig.legend([h for h, _ in keep], [l for _, l in keep], loc="upper right", fontsize=8,
+        keep = [(h, label) for h, label in zip(handles, labels) if len(ranks) <= 10 or label == "not finite"]
+        fig.legend([h for h, _ in keep], [label for _, label in keep], loc="upper right", fontsize=8,
                    ncol=min(len(keep), 6), bbox_to_anchor=(1.0, 1.0), frameon=False)
     verdict = (series.get("verdict") or "").upper()
     head = f"{title}: {verdict}" if title and verdict else title or verdict
