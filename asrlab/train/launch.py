@@ -1,7 +1,7 @@
 """``asrlab train --nproc N [--nnodes M ...]``: start N ranks with torchrun on this node and wait for them.
 
 On several nodes the same command runs on each, and torchrun's own rendezvous makes them one job
-(:class:`Nodes`); the stall watch's files reach every node through :mod:`.relay`.
+(:class:`Nodes`); the stall watch's files reach every node through :mod:`asrlab.lab.stall.relay`.
 The launcher is also the stall watchdog of last resort: if the ranks' own watchdogs cannot act
 (rank 0 frozen, say), it stops the job and writes the stall report from what the ranks left.
 

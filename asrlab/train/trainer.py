@@ -8,7 +8,7 @@ every rank agrees whether the step is finite; a non-finite one is skipped, locat
 rank's heartbeat, which the stall watchdog watches on every rank, and to the step timer.
 
 Uneven data across ranks (``train.uneven``): ``stop`` (default): all ranks agree before each
-micro-batch whether every rank has one (:class:`.uneven.UnevenGuard`) and end the epoch together;
+micro-batch whether every rank has one (:class:`asrlab.lab.UnevenGuard`) and end the epoch together;
 ``join``: DDP's ``Join``, then every rank continues from one that trained longest (mid-epoch
 checkpoints and the time limit are per rank then); ``none``: nothing, so a rank that runs out leaves
 the others waiting in their next all-reduce (the multi-GPU hang, for demonstrations).
