@@ -119,3 +119,16 @@ def test_a_replay_of_the_batch_finds_the_utterance_alone_and_every_non_finite_st
     assert len(read_events(exp)[0]) == 2 and read_events(exp)[1] == 1
     assert "1 lines of another format version passed over" in format_diagnosis(diagnose(exp))
     guard.close()
+
+
+def test_the_phase_clock_counts_a_step_per_accumulated_micro_batches(tmp_path):
+    """Five micro-batches, two a step: steps 1, 1, 2, 2, 3 (the last one shorter), three completed; a reader
+    two batches ahead of the second micro-batch of step 3 reads step 4's batch (a stall verdict's "ahead")."""
+    watch = lab.StallWatch(tmp_path, timeout_s=60)  # not started: its heartbeat alone
+    seen = [watch.hb.step for _ in watch.data(range(5), accumulate=2)]
+    assert seen == [1, 1, 2, 2, 3] and watch.hb.completed == 3 and watch.hb.phase == "epoch_end"
+    seen = [(watch.hb.step, watch.hb.completed) for _ in watch.data(range(4), accumulate=2)]  # the next epoch
+    assert seen == [(4, 3), (4, 3), (5, 4), (5, 4)] and watch.hb.completed == 5
+    watch.hb.step, watch.hb.micro, watch.hb.ahead = 3, 1, 2
+    watch.hb.enter("data")
+    assert watch.hb.snapshot()["ahead"] == 1
