@@ -73,7 +73,7 @@ def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
             continue
         bad = e.get("utterances")
         which = ("which utterance not told" if bad is None else
-                 f"not finite: {_few(bad)}" if bad else "every utterance finite alone")
+                 f"not finite: {_few(bad)}" if bad else "every utterance of it finite")
         lines.append(f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}"
                      + (f" ({e['found_by']})" if e.get("found_by") else "")
                      + (f"; batch {_few(e.get('keys') or [])}" if bad is None else ""))
