@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from asrlab import lab
@@ -119,6 +120,12 @@ def test_a_replay_of_the_batch_finds_the_utterance_alone_and_every_non_finite_st
     assert len(read_events(exp)[0]) == 2 and read_events(exp)[1] == 1
     assert "1 lines of another format version passed over" in format_diagnosis(diagnose(exp))
     guard.close()
+    halting = lab.NumericsGuard(model, tmp_path / "halt", policy="halt")  # the halt's message names it too
+    b = batch(["x", "y", "z"], bad="y")
+    with pytest.raises(lab.NonFiniteHalt, match="; not finite: y;"):
+        with halting.step(1, b, keys=b["uid"]):
+            loss_fn(model, b).backward()
+        halting.optimizer_step(opt, loss_fn(model, b).detach(), replay=lambda b: loss_fn(model, b))
 
 
 def test_the_phase_clock_counts_a_step_per_accumulated_micro_batches(tmp_path):

@@ -374,6 +374,7 @@ class NumericsGuard:
         msg = (f"halted at step {check.step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
                f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
                f"{m.get('where', '?')}"
+               + (f"; not finite: {ids_text(m['utterances'])}" if m.get("utterances") else "")
                + (f"; cause: {m['cause']['text']}" if m.get("cause") else "")
                + f"; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
