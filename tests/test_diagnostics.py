@@ -11,8 +11,8 @@ from torch import nn
 
 from asrlab.cli import main
 from asrlab.config import load_config
-from asrlab.lab.numerics.stats import (FP16_MAX, Diagnostics, headroom, locate, read_traces, replay, save_bundle,
-                                       tensor_stats)
+from asrlab.lab.numerics.stats import FP16_MAX, Diagnostics, headroom, locate, read_traces, save_bundle, tensor_stats
+from asrlab.train.replay import replay
 from asrlab.model import ConformerCTC
 from asrlab.lab.metrics import read_metrics
 from asrlab.lab.numerics.guard import HALT_EXIT, NonFiniteHalt

@@ -168,7 +168,7 @@ def test_a_non_finite_halt(corpus, tmp_path, capsys):
     assert event["keys"] == report["keys"] and event["bundle"] == str(bundle) and d["last_step"] == report["step"]
     assert out.startswith(f"NONFINITE_HALT: halted at step {report['step']}")
     assert f"first in {report['where']}; utterances {report['keys'][0]}" in out and f"bundle: {bundle}" in out
-    assert f"asrlab.lab.numerics.stats.replay('{bundle}')" in out
+    assert f"asrlab.train.replay.replay('{bundle}')" in out
     assert d["loss_scale"]["skipped_by_kind"] == {"loss": 1}
 
 

@@ -150,8 +150,9 @@ def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path)
     exp = tmp_path / "overflow"
     r = torchrun(exp, "overflow:0:6", "1", "fp16")
     assert r.returncode == 0, r.stderr[-3000:]
-    bundles = sorted((exp / "nonfinite").iterdir())
+    bundles = sorted(b for b in (exp / "nonfinite").iterdir() if b.is_dir())
     assert [b.name for b in bundles] == ["step00000006-rank0"]  # only the rank whose batch overflowed
+    assert [b.name for b in (exp / "nonfinite").iterdir() if not b.is_dir()] == ["rank0.jsonl"]  # its step's line
     meta = json.loads((bundles[0] / "report.json").read_text())
     assert (meta["module"], meta["direction"], meta["kind"]) == ("proj", "forward", "loss")
     assert meta["cause"]["cause"] == "overflow", meta["cause"]  # the same step in fp32 is finite

@@ -51,12 +51,40 @@ def _next(d: dict) -> str | None:
         return f"fix the cause, then run the same command again ({resume})"
     if v == "nonfinite_halt":
         bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
-        return f"replay the saved step in each precision: asrlab.lab.numerics.stats.replay('{bundle}')" if bundle else None
+        how = (f"asrlab.train.replay.replay('{bundle}')" if d.get("config") else  # asrlab's trainer: its own model
+               f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss")
+        return f"replay the saved step in each precision: {how}" if bundle else None
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
     if v == "unknown":
         return "the run's own output (its log, the scheduler's) says how it ended"
     return None
+
+
+def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
+    """Every non-finite step the guard logged, one line each (the first ``head`` and last ``tail`` of many),
+    then the utterances that were not finite with their steps."""
+    log = nf.get("log") or []
+    lines = [f"  every non-finite step: {nf['count']}"] if log else []
+    shown = log if len(log) <= head + tail + 1 else log[:head] + [None] + log[-tail:]
+    for e in shown:
+        if e is None:
+            lines.append(f"    ... {len(log) - head - tail} more")
+            continue
+        bad = e.get("utterances")
+        which = ("which utterance not told" if bad is None else
+                 f"not finite: {_few(bad)}" if bad else "every utterance of it finite")
+        lines.append(f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}"
+                     + (f" ({e['found_by']})" if e.get("found_by") else "")
+                     + (f"; batch {_few(e.get('keys') or [])}" if bad is None else ""))
+    many = sorted(nf.get("by_utterance", {}).items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    if many:
+        lines.append("  utterances not finite: " + "; ".join(
+            f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST])
+            + (f" (+{len(many) - FIRST} more)" if len(many) > FIRST else ""))
+    if nf.get("other_versions"):
+        lines.append(f"  ({nf['other_versions']} lines of another format version passed over: a newer asrlab wrote them)")
+    return lines
 
 
 def format_diagnosis(d: dict) -> str:
@@ -114,17 +142,22 @@ def format_diagnosis(d: dict) -> str:
                          + ("  <- slowest to load" if c == mix["slowest"] else ""))
 
     nf = d["nonfinite"]
-    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] else " none")]
+    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") else " none")]
     if d["halt"] and d["verdict"] != "nonfinite_halt":  # (the verdict above says it otherwise)
         lines.append(f"  halt{'' if d['halt']['current'] else ' (earlier launch)'}: {d['halt']['message']}")
     for e in nf["events"]:
         keys = e.get("keys") or []
         lines.append(f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
-                     f"{e.get('where') or e.get('module')}; utterances {_few(keys)}")
+                     f"{e.get('where') or e.get('module')}; utterances {_few(keys)}"
+                     + (f" (micro-batch {e['micro_batch'] + 1} of {e['micro_batches']})"
+                        if (e.get("micro_batches") or 1) > 1 and e.get("micro_batch") is not None else "")
+                     + (f"; not finite: {_few(e['utterances'])} ({e['found_by']})" if e.get("utterances") else ""))
         if e.get("cause"):
             lines.append(f"    cause: {e['cause']['text']}")
         lines.append(f"    bundle: {e['bundle']}")
-    unsaved = [s for s in nf["steps"] if s not in {e["step"] for e in nf["events"]}]
+    lines += _nonfinite_log(nf)
+    logged = {e["step"] for e in nf.get("log", [])}
+    unsaved = [s for s in nf["steps"] if s not in {e["step"] for e in nf["events"]} | logged]
     if unsaved:
         lines.append(f"  also not finite (rank 0's metrics, no bundle): steps {_few(unsaved)}")
 

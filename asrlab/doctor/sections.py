@@ -11,6 +11,7 @@ from ..lab import layout
 from ..data.plan import mix_counts
 from ..files import read_jsonl
 from ..lab.metrics import metric_files, rank_summary, read_metrics
+from ..lab.numerics.events import read_events
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
 from ..lab.state.run_state import upgrade
@@ -88,7 +89,8 @@ def _heartbeat_times(exp: Path) -> list[dict]:
 
 def nonfinite_events(exp: str | Path) -> dict:
     """The replay bundles of non-finite steps (``EXP/nonfinite/step*-rank*/``: step, kind, module, direction,
-    utterance ids) and the steps any rank's metrics marked non-finite (its loss, or gradients; fp16
+    utterance ids), every non-finite step the numerics guard logged (``log``: each with the utterances that
+    were not finite where it could tell; ``by_utterance``: their steps) and the steps any rank's metrics marked non-finite (its loss, or gradients; fp16
     overflows the loss scaler handles are counted in :func:`loss_scale_history`). Every rank's: a rank's
     own non-finite loss is marked on that rank only."""
     events = []
@@ -97,11 +99,18 @@ def nonfinite_events(exp: str | Path) -> dict:
         if m is None:
             continue
         events.append({**{k: m.get(k) for k in ("step", "rank", "epoch", "kind", "module", "direction", "where",
-                                                "keys", "loss", "grad_norm", "loss_scale", "precision", "cause")},
+                                                "keys", "loss", "grad_norm", "loss_scale", "precision", "cause",
+                                                "utterances", "found_by", "micro_batch", "micro_batches")},
                        "bundle": str(report.parent)})
     steps = sorted({m["step"] for name in metric_files(exp) for m in read_metrics(exp, name)
                     if m.get("nonfinite") in ("loss", "grad")})
-    return {"events": events, "steps": steps}
+    log, other = read_events(exp)
+    by_utt: dict[str, list[int]] = {}
+    for e in log:
+        for k in e.get("utterances") or []:
+            by_utt.setdefault(k, []).append(e["step"])
+    return {"events": events, "steps": steps, "log": log, "count": len({e["step"] for e in log}),
+            "by_utterance": by_utt, "other_versions": other}
 
 
 def loss_scale_history(rank0: list[dict]) -> dict | None:

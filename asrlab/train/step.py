@@ -190,7 +190,7 @@ class TrainStep:
 
     def _replay(self, batch: dict, n: int):
         """Micro-batch ``batch`` of ``n`` for the guard's replay of a non-finite step, with the inputs a
-        bundle keeps for :func:`asrlab.lab.numerics.stats.replay`. The guard replays under the step's autocast;
+        bundle keeps for :func:`asrlab.train.replay.replay`. The guard replays under the step's autocast;
         features and loss leave it, since :meth:`_micro_step` computes them outside."""
         def run():
             with torch.autocast(self.device.type, enabled=False):

@@ -35,10 +35,13 @@ and RNG state, before the next step is taken (a skipped step leaves the weights 
 policy answers then, one read later with other ranks. It needs an optimizer that takes ``found_inf``
 (``fused=True`` Adam, AdamW, SGD).
 
-With gradient accumulation, ``replay`` may be a list: one callable per micro-batch, replayed in
-order until one shows the first non-finite value. A callable may return ``(loss, inputs)``: the
-tensors (and ``"keys"``) to keep in the bundle instead of the batch given to ``step()`` (the inputs
-the model saw, where the loop computes them from the batch).
+With gradient accumulation the step is the optimizer step: ``guard.step(step, batch)`` wraps each
+micro-batch's forward and backward with the same step number, ``optimizer_step`` comes once, with the
+step's loss (the micro-batches' losses summed, or their list), and ``replay=lambda batch: ...`` runs
+each micro-batch again, in order, until one shows the first non-finite value (a list: one callable per
+micro-batch). A callable may return ``(loss, inputs)``: the tensors (and ``"keys"``) to keep in the
+bundle instead of the batch given to ``step()`` (the inputs the model saw). Every non-finite step is
+logged with the utterances that were not finite (:mod:`.utterances`, :mod:`.events`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ from .cause import classify, ctc_calls, ctc_problems
 from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tightest
 from .. import dist
 from ..keys import KeyFinder, KeysSpec, find_keys
+from .events import NonFiniteLog
+from .utterances import (REPLAY_STEPS, Micro, alone, from_losses, ids_text, replay_parts, rng_state, set_rng_state,
+                         takes_batch, tensors_of)
 from ..stall.watch import announce
 
 log = logging.getLogger(__name__)
@@ -119,7 +125,8 @@ class _Taken:
     values: torch.Tensor | None = None
     ready: object = None  # a CUDA event recorded after the copy; None: on the host already
     extra: dict = field(default_factory=dict)
-    ids: list = field(default_factory=list)  # the batch's utterance ids
+    ids: list = field(default_factory=list)  # the step's utterance ids, every micro-batch's
+    micro: list = field(default_factory=list)  # its micro-batches (:class:`.utterances.Micro`)
 
     def read(self) -> tuple[float, float, float]:
         if self.ready is not None and not self.ready.query():
@@ -128,18 +135,6 @@ class _Taken:
             announce("optimizer", self.step)
         loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
         return loss, norm, scale
-
-
-def rng_state(device: torch.device | None = None) -> dict:
-    """The CPU RNG state and the GPU's (dropout on the GPU draws from it)."""
-    cuda = device is not None and device.type == "cuda"
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if cuda else None}
-
-
-def set_rng_state(rng: dict, device: torch.device | None = None) -> None:
-    torch.set_rng_state(rng["torch"])
-    if rng.get("cuda") is not None and device is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(rng["cuda"], device)
 
 
 def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:
@@ -173,7 +168,8 @@ class NumericsGuard:
         self.diag = Diagnostics(model, every=every)
         self.traces = TraceWriter(self.exp, self.rank) if every else None
         self.meta = meta or {}
-        self._find_keys, self._ids = KeyFinder(keys, "NumericsGuard"), []
+        self._find_keys, self._ids, self._micro = KeyFinder(keys, "NumericsGuard"), [], []
+        self.log, self._by_utterance = NonFiniteLog(self.exp, self.rank), 0
         self.skipped = self.rollbacks = 0
         self.located: dict | None = None
         self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
@@ -185,14 +181,27 @@ class NumericsGuard:
 
     @contextlib.contextmanager
     def step(self, step: int, batch=None, keys=None):
-        """Around a step's forward and backward: remembers the batch, its utterance ids (``keys``, else
-        found in the batch), the RNG state and the autocast the forward ran under, for a replay that fails
-        the same way; records module statistics on sampled steps."""
-        self._step, self._batch, self._rng, self._dtype = step, batch, rng_state(self._device), None
-        self._ids = [str(k) for k in keys] if keys is not None else self._find_keys(batch)
+        """Around a step's forward and backward (with gradient accumulation, each micro-batch's, all with the
+        optimizer step's number): remembers the batch, its utterance ids (``keys``, else found in the batch),
+        the RNG state and the autocast the forward ran under, for a replay that fails the same way; records
+        module statistics on sampled steps."""
+        rng = rng_state(self._device)
+        ids = [str(k) for k in keys] if keys is not None else self._find_keys(batch)
+        if not self._micro or step != self._step:  # a new optimizer step, else its next micro-batch
+            self._micro, self._rng, self._dtype, self._ids = [], rng, None, []
+        self._step, self._batch = step, batch
+        self._micro.append(Micro(batch, ids, rng))
+        self._ids = self._ids + ids
         self._sampled = self.diag.due(step)
-        with (self.diag.recording() if self._sampled else contextlib.nullcontext()):
+        with (self.diag.recording(keep=len(self._micro) > 1) if self._sampled else contextlib.nullcontext()):
             yield self
+
+    def utterance_losses(self, losses: torch.Tensor) -> None:
+        """Inside ``step()``: this micro-batch's loss per utterance (in the order of its ids), where the loop
+        has it (``reduction="none"``). Read only when the step is not finite, to name the utterances that
+        were not; nothing is read from the device otherwise."""
+        if self._micro:
+            self._micro[-1].losses = losses.detach()
 
     def _note_autocast(self, module, args) -> None:
         """Forward pre-hook: the autocast dtype the loop's forward runs under (None: none)."""
@@ -212,8 +221,12 @@ class NumericsGuard:
         """Unscale, clip, step or skip, locate, apply the policy (see the module docstring).
         ``defer``: the previous deferred step's check (None at the first), nothing read from the device."""
         announce("optimizer", self._step)
+        if isinstance(loss, (list, tuple)):  # the micro-batches' losses: the step's is their sum
+            loss = torch.stack([x.detach().float().reshape(()) for x in loss]).sum()
         scaled = scaler is not None and scaler.is_enabled()
-        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids)
+        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids,
+                       micro=self._micro)
+        self._micro = []
         if not defer:
             return self._eager_step(optimizer, loss, scaler, clip, taken)
         if not getattr(optimizer, "_step_supports_amp_scaling", False):
@@ -297,6 +310,8 @@ class NumericsGuard:
             self.skipped += 1
         if kind in ("loss", "grad") and self.located is None and not located:
             self.located = self._locate(taken, kind, loss, grad_norm, scale)
+        if kind in ("loss", "grad"):
+            self._log(taken, kind, loss, grad_norm, scale, stepped)
         if kind is not None:
             log.warning("step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)", taken.step,
                         loss, grad_norm, kind, "taken" if stepped else "skipped", self.skipped)
@@ -359,6 +374,7 @@ class NumericsGuard:
         msg = (f"halted at step {check.step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
                f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
                f"{m.get('where', '?')}"
+               + (f"; not finite: {ids_text(m['utterances'])}" if m.get("utterances") else "")
                + (f"; cause: {m['cause']['text']}" if m.get("cause") else "")
                + f"; weights and batch in {m.get('saved', '-')}")
         if self.rank == 0:
@@ -368,19 +384,50 @@ class NumericsGuard:
         log.error("%s", msg)
         return NonFiniteHalt(msg, check)
 
+    def _utterances(self, taken: _Taken, kind: str, scale: float) -> tuple[list | None, str | None]:
+        """Which of the step's utterances were not finite, and how that was found (None, None: not told)."""
+        if "utterances" not in taken.extra:
+            bad, how = from_losses(taken.micro), "the loop's per-utterance losses"
+            if (bad is None or (not bad and kind == "grad")) and takes_batch(taken.replay) \
+                    and self._by_utterance < REPLAY_STEPS:
+                self._by_utterance += 1
+                dtype, self._dtype, self.replaying = self._dtype, taken.dtype, taken.step
+                try:
+                    found = alone(taken.replay, taken.micro, kind == "grad", scale, self.model, self.autocast,
+                                  self._device)
+                finally:
+                    self._dtype, self.replaying = dtype, None
+                if found is not None:
+                    bad, how = found, "each utterance replayed alone"
+            taken.extra["utterances"] = (bad, how if bad is not None else None)
+        return taken.extra["utterances"]
+
+    def _log(self, taken: _Taken, kind: str, loss: float, grad_norm: float, scale: float, stepped: bool) -> None:
+        """The step's line in ``EXP/nonfinite/rank{R}.jsonl``: every non-finite step, with its utterances."""
+        bad, how = self._utterances(taken, kind, scale)
+        located = self.located if (self.located or {}).get("step") == taken.step else {}
+        self.log.write({"step": taken.step, "kind": kind, "loss": loss if math.isfinite(loss) else str(loss),
+                        "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm),
+                        "stepped": stepped, "micro_batches": max(1, len(taken.micro)), "keys": taken.ids,
+                        "utterances": bad, "found_by": how, "bundle": located.get("saved")})
+
     def _locate(self, taken: _Taken, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
         """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
         first = summary = None
         inputs, rng, replay = taken.batch, taken.rng, taken.replay
         calls: list = []
         fp32_finite = None
+        ids, index = taken.ids, None
         if replay is not None:
             saved, dtype = rng_state(self._device), self._dtype
             set_rng_state(taken.rng, self._device)
             self._dtype = taken.dtype  # the replay runs under the autocast the step's forward ran under
             self.replaying = taken.step
             params = [p for p in self.model.parameters() if p.requires_grad]
-            for part in replay if isinstance(replay, (list, tuple)) else [replay]:
+            for index, (part, micro) in enumerate(replay_parts(replay, taken.micro)):
+                if micro is not None:  # a micro-batch of its own: from the RNG state its forward started from
+                    set_rng_state(micro.rng, self._device)
+                    inputs, ids = micro.batch, micro.ids
                 rng, got = rng_state(self._device), {}  # where this micro-batch's draws (dropout) start
 
                 def run():
@@ -403,21 +450,24 @@ class NumericsGuard:
                 fp32_finite = bool(torch.isfinite((out[0] if isinstance(out, tuple) else out).float()).all())
             set_rng_state(saved, self._device)
             self._dtype, self.replaying = dtype, None
-        keys = (find_keys(inputs) if inputs is not taken.batch else None) or taken.ids
+        keys = (find_keys(inputs) if inputs is not taken.batch else None) or ids
         cause = (classify(first, taken.dtype, fp32_finite, ctc_problems(calls, keys), loss_finite=kind != "loss")
                  if replay is not None else None)
+        bad, how = self._utterances(taken, kind, scale)
         meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
                 "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
                 "keys": keys, "tightest": tightest(summary, 5) if summary else [], "cause": cause,
+                "utterances": bad, "found_by": how, "micro_batch": index, "micro_batches": max(1, len(taken.micro)),
                 **{k: v() if callable(v) else v for k, v in self.meta.items()}}
-        inputs = {**_tensors(inputs), "keys": keys}
+        inputs = {**tensors_of(inputs), "keys": keys}
         path = save_bundle(layout.nonfinite_dir(self.exp) / f"step{taken.step:08d}-rank{self.rank}", self.model,
                            inputs, meta, rng=rng)
         meta["saved"] = str(path)
-        log.warning("step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; saved in %s", taken.step,
-                    self.rank, meta["where"], cause["text"] if cause else "not replayed",
-                    ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), path)
+        log.warning("step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; %s; saved in %s",
+                    taken.step, self.rank, meta["where"], cause["text"] if cause else "not replayed", ids_text(keys),
+                    f"not finite: {ids_text(bad) or 'none of its utterances'} ({how})" if bad is not None
+                    else "which utterance: not told", path)
         return meta
 
     def close(self) -> None:
@@ -427,6 +477,7 @@ class NumericsGuard:
             dist.settle(self._sent[1])
             self._sent = None
         self.group = None
+        self.log.close()
         if self.traces is not None:
             self.traces.close()
 
@@ -438,20 +489,6 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
         return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     except RuntimeError:
         return torch.nn.utils.get_total_norm(grads)
-
-
-def _tensors(batch) -> dict:
-    """A batch's tensors by name, whatever it is: a dict's, a tuple's (``batch0``, ``batch1``, ...), an
-    object's attributes, or a tensor alone (``batch``)."""
-    if torch.is_tensor(batch):
-        return {"batch": batch}
-    if isinstance(batch, dict):
-        items = batch.items()
-    elif isinstance(batch, (tuple, list)):
-        items = ((f"batch{i}", v) for i, v in enumerate(batch))
-    else:
-        items = getattr(batch, "__dict__", {}).items()
-    return {str(k): v for k, v in items if torch.is_tensor(v)}
 
 
 __all__ = ["HALT_EXIT", "NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]

@@ -16,8 +16,8 @@ overflows (1 or less: they already do). The attention logits are a module of the
 Off sampled steps there are no hooks: the model runs untouched. When a step goes non-finite
 the trainer replays it with recording on (:func:`locate`), names the first module in execution order
 whose output (forward) or gradient to its input (backward) is not finite, and saves the model
-state and the batch (:func:`save_bundle`); :func:`replay` runs that step again in another
-precision.
+state and the batch (:func:`save_bundle`); :func:`replay_step` runs that step again in another
+precision, through the loop's own loss function.
 """
 
 from __future__ import annotations
@@ -188,9 +188,10 @@ class Diagnostics:
         return self.every > 0 and step % self.every == 0
 
     @contextmanager
-    def recording(self):
-        """Record every hooked module's statistics for the forward and backward passes run inside."""
-        self.records, self.active = [], True
+    def recording(self, keep: bool = False):
+        """Record every hooked module's statistics for the forward and backward passes run inside; ``keep``:
+        after those recorded before (a step's next micro-batch)."""
+        self.records, self.active = (self.records if keep else []), True
         handles = []
         for name, m in self.model.named_modules():
             name = name or "model"
@@ -404,21 +405,6 @@ def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32",
     return rows
 
 
-def replay(path: str | Path, precisions=("fp32", "bf16", "fp16"), device="cpu") -> list[dict]:
-    """:func:`replay_step` of a step asrlab's trainer saved (its model and CTC loss)."""
-    # asrlab's own model (and torchaudio) for its trainer's bundles only: a user's loop never loads it
-    from ...model import ConformerCTC, ModelConfig, mean_ctc_loss
-
-    meta = json.loads((Path(path) / "report.json").read_text())
-    model = ConformerCTC(ModelConfig(**meta["model"]), meta["vocab_size"])
-
-    def loss_fn(m, inputs):
-        log_probs, out_lens = m(inputs["feats"], inputs["feat_lens"])
-        return mean_ctc_loss(log_probs, out_lens, inputs["targets"], inputs["target_lens"])[0]
-
-    return replay_step(path, model, loss_fn, precisions, device)
-
-
 def outcome(exp: str | Path, last: int = 10) -> dict:
     """How a run ended: final loss (mean of the last ``last`` steps, None if any was not finite),
     skipped steps, median s/step, the first non-finite step and where it was found."""
@@ -437,5 +423,5 @@ def outcome(exp: str | Path, last: int = 10) -> dict:
 
 
 __all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "first_nonfinite_step", "headroom",
-           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay", "replay_step", "save_bundle", "tensor_stats",
+           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay_step", "save_bundle", "tensor_stats",
            "tightest", "tightest_at"]

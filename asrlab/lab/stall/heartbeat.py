@@ -70,6 +70,7 @@ class Heartbeat:
         self.allow_s = 0.0          # a longer allowance for the current phase (a marked slow evaluation)
         self.phase_s: dict[str, float] = {}  # seconds spent in each phase so far (time shares, any loop)
         self.ahead = 0              # in "data": batches a reader holds beyond the awaited one (it reads step + ahead's)
+        self.per_step, self.micro = 1, 0  # batches per step (gradient accumulation), and the awaited one's place in it
         self.events: list | None = [] if timeline else None
 
     def enter(self, phase: str, step: int | None = None, allow_s: float = 0.0) -> None:
@@ -94,7 +95,8 @@ class Heartbeat:
             except Exception as e:  # a report must never fail because of a description
                 detail = f"(no description: {e})"
         return {"rank": self.rank, "phase": phase, "step": step, "since": since, "beats": beats,
-                "detail": detail, "ahead": self.ahead if phase == "data" else 0, "completed": self.completed,
+                "detail": detail, "completed": self.completed,
+                "ahead": (self.micro + self.ahead) // self.per_step if phase == "data" else 0,  # in steps
                 "allow_s": allow_s, "phase_s": dict(self.phase_s),
                 "pid": os.getpid(), "host": socket.gethostname(), "node": node_rank(), "time": time.time()}
 

@@ -63,6 +63,7 @@ class StallWatch:
 
         with StallWatch("exp", timeout_s=60) as watch:
             for batch in watch.data(loader):      # "data" while the next batch is awaited; one step per batch
+                                                  # (accumulate=k: per k micro-batches)
                 watch.enter("forward")
                 loss = model(batch).mean()
                 watch.enter("backward")
@@ -127,21 +128,27 @@ class StallWatch:
         """Progress inside a long phase (an evaluation batch): no stall while ticks come."""
         self.hb.tick()
 
-    def data(self, batches):
+    def data(self, batches, accumulate: int = 1):
         """Yield from ``batches``, in phase ``data`` while each next batch is awaited and ``compute`` after it
-        came (until the loop enters another phase); each batch is a step, done when the next one is asked
-        for. ``epoch_end`` when it runs out."""
-        it = iter(batches)
+        came (until the loop enters another phase); ``epoch_end`` when it runs out. Each ``accumulate``
+        batches are one step (gradient accumulation: the optimizer steps once per ``accumulate``
+        micro-batches; an epoch's last step may have fewer), done when the next batch is asked for."""
+        it, micro = iter(batches), 0
+        self.hb.per_step = max(1, accumulate)
         while True:
-            self.hb.enter("data", self.hb.step + 1)
+            self.hb.micro = micro
+            self.hb.enter("data", self.hb.step + 1 if micro == 0 else None)
             try:
                 batch = next(it)
             except StopIteration:
+                self.hb.completed += micro > 0  # the epoch's last, shorter step
+                self.hb.micro = 0
                 self.hb.enter("epoch_end")
                 return
             self.hb.enter("compute")
             yield batch
-            self.hb.completed += 1
+            micro = (micro + 1) % self.hb.per_step
+            self.hb.completed += micro == 0
 
     def stop(self, error: BaseException | None = None) -> None:
         """End the watch: ``error`` is recorded for the other ranks and ``asrlab doctor``."""

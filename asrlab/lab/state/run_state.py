@@ -191,9 +191,12 @@ class RunState:
         return out
 
     def record(self, step: int, epoch: int, keys) -> None:
-        """The sample keys this rank trained on at ``step`` (the ledger)."""
+        """The sample keys this rank trained on at optimizer step ``step`` (the ledger). With gradient
+        accumulation, every micro-batch's: one list of them all, or a list of each micro-batch's list."""
         self._last = (step, epoch)
         if self.ledger is not None:
+            keys = list(keys)
+            keys = [k for part in keys for k in part] if keys and isinstance(keys[0], (list, tuple)) else keys
             self.ledger.step(step, epoch, [str(k) for k in keys])
 
     def untrained(self, keys: list[str], batches: int | None = None, utterances: int | None = None,
