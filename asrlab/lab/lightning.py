@@ -9,8 +9,10 @@ step (found in the batch whatever it calls them, or ``keys=``), and the numerics
 gradients are not finite is replayed with every module hooked, saved with its utterances and its cause, and
 skipped (its gradients dropped before Lightning's optimizer step), or (``policy="halt"``) raises
 :class:`~asrlab.lab.numerics.guard.NonFiniteHalt`. With fp16 mixed precision, gradients that overflow while
-the loss is finite are left to Lightning's loss scaler, as routine. ``asrlab doctor EXP`` then reads the run
-as any other. Needs the ``lightning`` extra.
+the loss is finite are left to Lightning's loss scaler, as routine. A batch whose ids are not found leaves
+coverage not measured (``lab.json`` says why, and that ``keys=`` names them), not broken. Lightning's resumes
+(the step of the checkpoint it restores) go into the ledger, and each checkpoint file it writes is recorded
+for the doctor. ``asrlab doctor EXP`` then reads the run as any other. Needs the ``lightning`` extra.
 """
 
 from __future__ import annotations
