@@ -49,6 +49,12 @@ LAUNCH_SLACK_S = 2.0      # a rank can record its error just before rank 0 rewri
 
 def _culprit(d: dict) -> dict:
     """The rank that failed first or holds the others up, and its step, as the verdict found them."""
+    vanished = re.match(r"rank (\d+) ended without recording an error", d.get("summary") or "")
+    if d["verdict"] == "crashed" and vanished:  # the rank that went first, before the errors that followed it
+        from .verdict import _last_step
+        rank = int(vanished.group(1))
+        r = next((r for r in d["ranks"] if r.get("rank") == rank), None)
+        return {"rank": rank, "step": _last_step(Path(d["exp"]), r)[0] if r else None}
     if d["verdict"] == "crashed" and d.get("error"):
         return {"rank": d["error"]["rank"], "step": d["error"].get("step")}
     if d["verdict"] == "nonfinite_halt" and d.get("halt"):
@@ -104,6 +110,8 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     d["loss_scale"] = loss_scale_history(rank0)
     d["resumes"] = resume_points(exp)
     d["coverage"] = ledger_coverage(exp, lab, ckpts)
+    if lab.get("coverage_not_measured"):  # the loop's batches carry no ids it could find: nothing to judge
+        d["coverage"], d["coverage_not_measured"] = None, lab["coverage_not_measured"]
     d["checkpoints"] = ckpts
 
     since = launched - LAUNCH_SLACK_S if launched else 0.0

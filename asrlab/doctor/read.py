@@ -11,7 +11,7 @@ import yaml
 
 from ..lab import layout
 from ..lab.stall.flight import last_collectives
-from ..lab.stall.errors import error_line, rank_errors
+from ..lab.stall.errors import ended_from_outside, error_line, rank_errors
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.stall.report import rank_states
 
@@ -76,7 +76,8 @@ def error_entry(e: dict, errors: list[dict]) -> dict:
     tb = (e.get("traceback") or "").rstrip().splitlines()
     return {"rank": e["rank"], "type": e.get("type"), "message": e.get("message"), "time": e.get("time"),
             "phase": e.get("phase"), "step": e.get("step"), "usage": e.get("usage"), "line": error_line(e),
-            "traceback_tail": tb[-8:], "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]})}
+            "traceback_tail": tb[-8:], "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
+            "ended_from_outside": ended_from_outside(e)}
 
 
 def stall_entry(exp: Path, report: dict) -> dict:

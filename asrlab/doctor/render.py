@@ -95,7 +95,8 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  next: {hint}")
     if d["error"]:
         e = d["error"]
-        lines += ["", f"first error: {e['line']}"]
+        lines += ["", (f"error of a rank being ended (a consequence, not the cause): {e['line']}"
+                       if e.get("ended_from_outside") else f"first error: {e['line']}")]
         if e["also_failed"]:
             lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
         if not e.get("usage"):
@@ -176,7 +177,9 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  metrics: after step {x['after_step']} training went back to step {x['back_to_step']}")
 
     cov = d["coverage"]
-    if cov is None:
+    if cov is None and d.get("coverage_not_measured"):
+        lines += ["", f"coverage: not measured: {d['coverage_not_measured']}"]
+    elif cov is None:
         lines += ["", "coverage: no ledger (--ledger / train.ledger=true records which utterances each step used)"]
     else:
         lines += ["", f"coverage (ledger; expected: {cov['against']}):" + (" BROKEN" if cov["broken"] else "")]

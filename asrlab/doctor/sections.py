@@ -214,6 +214,7 @@ def checkpoint_integrity(exp: str | Path) -> dict:
         entry["state"] = ("ok" if entry["sha256_ok"] else "no marker (write interrupted: never loaded)"
                           if not m["complete"] else "SHA-256 mismatch (truncated or corrupt: never loaded)")
         files.append(entry)
+    files += _lightning_checkpoints(exp)
     partial = sorted(p.name for p in d.glob("*.tmp")) if d.is_dir() else []
     newest = clock = None
     if any(f["sha256_ok"] for f in files):
@@ -225,4 +226,26 @@ def checkpoint_integrity(exp: str | Path) -> dict:
                 clock = (upgrade(state, newest)["extra"].get("clock") or {}).get("elapsed_s")
             except ValueError:  # a checkpoint of another schema: its clock is not known here
                 clock = None
+    if newest is None:  # Lightning's, by step: what fit(ckpt_path=...) would restore
+        newest = next((f["file"] for f in sorted(files, key=lambda f: f["step"], reverse=True)
+                       if f.get("lightning") and f["state"].startswith("ok")), None)
     return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}
+
+
+def _lightning_checkpoints(exp: str | Path) -> list[dict]:
+    """The checkpoint files Lightning saved (as ``AsrlabCallback`` recorded them), the newest record of each,
+    with its state now: ok (its size and time as saved), missing, or changed since (another run wrote it)."""
+    newest: dict[str, dict] = {}
+    path = layout.lightning_checkpoints(exp)
+    for r in read_jsonl(path) if path.exists() else []:
+        newest[r["file"]] = r
+    out = []
+    for r in sorted(newest.values(), key=lambda r: r["step"]):
+        try:
+            st = Path(r["file"]).stat()
+            state = "ok" if (st.st_mtime, st.st_size) == (r["mtime"], r["bytes"]) else "changed since it was saved"
+        except OSError:
+            state = "missing"
+        out.append({"step": r["step"], "epoch": r["epoch"], "epoch_done": None, "file": r["file"], "marker": None,
+                    "sha256_ok": None, "bytes": r["bytes"], "state": f"{state} (Lightning's)", "lightning": True})
+    return out

@@ -10,7 +10,7 @@ from ..lab import layout
 from ..lab.metrics import metric_files, read_metrics
 from ..lab.stall.peers import read_peer_exits
 from ..lab.state.ledger import ledger_path, read_ledger
-from ..lab.stall.errors import error_line
+from ..lab.stall.errors import ended_from_outside, error_line
 from ..lab.stall.heartbeat import STALE_S
 from ..lab.stall.verdict import phase_text, ranks_text
 from ..lab.stop import STOP_FILE
@@ -39,15 +39,18 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
         erred = {e["rank"] for e in errors}
         vanished = [r for r in d["ranks"] if r["state"] == "gone" and r["rank"] not in erred
                     and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]]
-        if vanished and LOST_PEER.search(errors[0].get("message") or ""):
-            # the first error is a survivor's: its peer went away, and that rank is the cause
+        if vanished and (LOST_PEER.search(errors[0].get("message") or "") or ended_from_outside(errors[0])):
+            # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
+            # that rank is the cause
             said = f"{_vanished(exp, vanished, beats, ckpts)}; then {said}"
         failures.append((errors[0]["time"], "crashed", said, "errors"))
     if halt is not None and halt["current"]:
         failures.append((halt["time"], "nonfinite_halt", halt["message"], "halt report"))
     if stall is not None:
         failure = stall.get("failure")
-        if failure:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
+        if failure and errors and ended_from_outside(failure):
+            pass  # a rank being ended from outside: said with the errors above
+        elif failure:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
             failures.append((failure.get("time", stall["time"]), "crashed", error_line(failure), "stall report"))
             if d["error"] is None:
                 d["error"] = error_entry(failure, [failure])

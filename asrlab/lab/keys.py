@@ -1,6 +1,6 @@
 """A batch's utterance ids, whatever the loop calls them.
 
-Loops name them differently (``keys`` in asrlab and WeNet, ``key``, ``utt_id``, ``uttids``, ``ids``, ``cuts``'
+Loops name them differently (``keys`` in asrlab and WeNet, ``key``, ``utt_id``, ``uttids``, ``uid``, ``ids``, ``cuts``'
 ids in lhotse's batches), and carry batches as dicts, tuples or small objects. The parts take ``keys=``: a
 name, a callable ``batch -> ids``, or nothing, and then look for the common names; a loop whose batches carry
 none is told once, since a NaN report without the utterances that caused it is half a report.
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 log = logging.getLogger("asrlab")
 
-NAMES = ("keys", "key", "utt_ids", "utt_id", "uttids", "uttid", "utts", "ids", "names", "utterance_ids")
+NAMES = ("keys", "key", "utt_ids", "utt_id", "uttids", "uttid", "uids", "uid", "utts", "ids", "names", "utterance_ids")
 
 KeysSpec = str | Callable | None
 

@@ -19,6 +19,7 @@ METRICS, HEARTBEAT, ERRORS, LEDGER = "metrics", "heartbeat", "errors", "ledger"
 CHECKPOINTS, NONFINITE, FLIGHT, STALL, WATCH = "checkpoints", "nonfinite", "flight", "stall", "watch"
 DIAGNOSTICS = "diagnostics"            # the numerics' sampled traces
 HALT = "halt.json"                     # in NONFINITE: the halt the numerics guard made
+LIGHTNING_CHECKPOINTS = "lightning.jsonl"  # in CHECKPOINTS: each checkpoint file Lightning saved, as saved
 # any of these makes a folder a run folder
 RUN_FILES = (CONFIG, LAB, METRICS, HEARTBEAT, ERRORS, CHECKPOINTS, LEDGER, STALL_REPORT, NONFINITE)
 
@@ -66,6 +67,10 @@ def ledger_dir(exp: str | Path) -> Path:
 
 def checkpoints_dir(exp: str | Path) -> Path:
     return Path(exp) / CHECKPOINTS
+
+
+def lightning_checkpoints(exp: str | Path) -> Path:
+    return checkpoints_dir(exp) / LIGHTNING_CHECKPOINTS
 
 
 def nonfinite_dir(exp: str | Path) -> Path:

@@ -9,22 +9,29 @@ step (found in the batch whatever it calls them, or ``keys=``), and the numerics
 gradients are not finite is replayed with every module hooked, saved with its utterances and its cause, and
 skipped (its gradients dropped before Lightning's optimizer step), or (``policy="halt"``) raises
 :class:`~asrlab.lab.numerics.guard.NonFiniteHalt`. With fp16 mixed precision, gradients that overflow while
-the loss is finite are left to Lightning's loss scaler, as routine. ``asrlab doctor EXP`` then reads the run
-as any other. Needs the ``lightning`` extra.
+the loss is finite are left to Lightning's loss scaler, as routine. A batch whose ids are not found leaves
+coverage not measured (``lab.json`` says why, and that ``keys=`` names them), not broken. Lightning's resumes
+(the step of the checkpoint it restores) go into the ledger, and each checkpoint file it writes is recorded
+for the doctor. ``asrlab doctor EXP`` then reads the run as any other. Needs the ``lightning`` extra.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 
-from . import dist
-from .keys import KeyFinder, KeysSpec
+from . import dist, layout
+from ..files import append_jsonl
+from .keys import NAMES, KeyFinder, KeysSpec
 from .numerics.guard import NumericsGuard
+from .stall.report import write_lab_status
 from .stall.watch import StallWatch
 from .state.ledger import LedgerWriter
+
 
 
 class _Decides:
@@ -61,6 +68,8 @@ class AsrlabCallback(pl.Callback):
         self._step_fn = None
         self._loss = None
         self._batch = self._ctx = None
+        self._resumed: int | None = None  # the step of the checkpoint Lightning restored, until the ledger has it
+        self._ids_checked = False
 
     # -- start and end ---------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -70,6 +79,9 @@ class AsrlabCallback(pl.Callback):
         self.guard = NumericsGuard(pl_module, self.exp, every=self.every, policy=self.policy, keys=self.keys)
         if self.keep_ledger:
             self.ledger = LedgerWriter(self.exp, dist.world()[0])
+            if self._resumed is not None:
+                self.ledger.resumed(self._resumed)
+                self._resumed = None
         # the loss of each step, for the guard: the module's own training_step, kept and wrapped
         self._step_fn = step_fn = pl_module.training_step
 
@@ -79,6 +91,7 @@ class AsrlabCallback(pl.Callback):
             return out
 
         pl_module.training_step = training_step
+        self._record_saves(trainer)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.watch.enter("data", trainer.global_step + 1)
@@ -106,6 +119,8 @@ class AsrlabCallback(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         self._end_step_record()
+        if not self._ids_checked:
+            self._check_ids(batch)
         step = trainer.global_step + 1
         self.watch.enter("compute", step)
         self._batch, self._idx, self._loss = batch, batch_idx, None
@@ -132,6 +147,49 @@ class AsrlabCallback(pl.Callback):
             self.ledger.step(trainer.global_step, trainer.current_epoch, self._find(batch))
         self.watch.hb.completed += 1
         self.watch.enter("data", trainer.global_step + 1)
+
+    # -- ids, resumes and checkpoints -------------------------------------------------------------------
+    def _check_ids(self, batch) -> None:
+        """A batch without utterance ids leaves coverage unmeasured, not broken: the doctor is told why and
+        which argument names them."""
+        self._ids_checked = True
+        if self.ledger is None or self._find(batch) or dist.world()[0] != 0:
+            return
+        what = (f"no field {self.keys!r}" if isinstance(self.keys, str) else
+                "no utterance ids" if callable(self.keys) else f"no utterance ids under a common name ({', '.join(NAMES)})")
+        write_lab_status(self.exp, {"coverage_not_measured": (
+            f"the batches ({type(batch).__name__}) hold {what}; AsrlabCallback(exp, keys=\"FIELD\") names the "
+            "field that holds them (or keys=lambda batch: ids)")})
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """Lightning restores a checkpoint (``fit(ckpt_path=...)``): a resume, in the ledger. Steps trained
+        after that checkpoint before the run ended are rolled back: the ledger drops them, and they count
+        once, when trained again."""
+        step = int(checkpoint.get("global_step", 0))
+        if self.ledger is not None:
+            self.ledger.resumed(step)
+            self.ledger.flush()
+        else:
+            self._resumed = step
+
+    def _record_saves(self, trainer) -> None:
+        """Each checkpoint file Lightning writes, recorded once written (its path is known only there: the
+        strategy's save, which writes on rank 0)."""
+        strategy = trainer.strategy
+        save = strategy.save_checkpoint
+
+        def save_checkpoint(checkpoint, filepath, *args, **kwargs):
+            out = save(checkpoint, filepath, *args, **kwargs)
+            path = os.path.abspath(str(filepath))
+            if trainer.is_global_zero and os.path.exists(path):
+                st = os.stat(path)
+                append_jsonl(layout.lightning_checkpoints(self.exp), [{
+                    "file": path, "step": int(checkpoint.get("global_step", trainer.global_step)),
+                    "epoch": int(checkpoint.get("epoch", trainer.current_epoch)), "time": time.time(),
+                    "bytes": st.st_size, "mtime": st.st_mtime}])
+            return out
+
+        strategy.save_checkpoint = save_checkpoint
 
     # -- evaluation: a phase of its own, with its own allowance ------------------------------------
     def on_validation_start(self, trainer, pl_module) -> None:

@@ -35,6 +35,7 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import held_phase, own_frame, phase_of, where, worker_busy, worker_own
+from .keeper import KeptJob
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -163,8 +164,7 @@ class JobWatch:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         output = JobOutput(self.exp)
         try:
-            proc = subprocess.Popen(cmd, env=self.env(), preexec_fn=own_session_ending_with_parent(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = _start(cmd, self.env())
         except OSError as e:
             output.close()
             for s, h in old.items():
@@ -181,6 +181,8 @@ class JobWatch:
                 rc = STALL_EXIT  # ended by the watch: not a success, whatever torchrun's agent said
         finally:
             self._end_family(proc)
+            if isinstance(proc, KeptJob):
+                proc.close()  # the keeper ends what the job left that the watch never saw
             output.close()
             for s, h in old.items():
                 signal.signal(s, h)
@@ -352,7 +354,8 @@ class JobWatch:
                 pass
         if first:
             psutil.wait_procs([p for p in map(_process, first) if p is not None], timeout=1.0)
-        for p in family(proc.pid):
+        keeper = proc.keeper.pid if isinstance(proc, KeptJob) else None
+        for p in family(proc.pid) + (family(keeper)[1:] if keeper else []):  # and orphans the keeper took in
             try:
                 self._family.setdefault(p.pid, p.create_time())
             except psutil.Error:
@@ -361,7 +364,7 @@ class JobWatch:
         for pid, created in self._family.items():
             try:
                 p = psutil.Process(pid)
-                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                if pid != keeper and p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
                     alive.append(p)
             except psutil.Error:
                 continue
@@ -381,6 +384,15 @@ class JobWatch:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen | KeptJob:
+    """The job, under a keeper that ends all of it when the watch ends, however (Linux); elsewhere the
+    job's own process, ending with the watch where it can (see :mod:`.keeper`)."""
+    if sys.platform.startswith("linux"):
+        return KeptJob(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(cmd, env=env, preexec_fn=own_session_ending_with_parent(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _own_cpu() -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import traceback
@@ -67,8 +68,20 @@ def write_torchelastic_error(record: dict) -> None:
         pass
 
 
+# what a rank raises once it is being ended from outside (a launcher's SIGTERM to the survivors of another
+# rank's failure, a scheduler's): its DataLoader worker "killed by signal: Terminated", torchelastic's
+# SignalException. A consequence of that failure or stop, never a failure of its own.
+ENDED = re.compile(r"killed by signal: (Terminated|Hangup|Interrupt)\b|SignalException|got signal: (1|2|15)\b")
+
+
+def ended_from_outside(e: dict) -> bool:
+    """The error says its rank (or the rank's worker) was being ended by a signal: see :data:`ENDED`."""
+    return bool(ENDED.search(f"{e.get('type')}: {e.get('message')}"))
+
+
 def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> list[dict]:
-    """Every rank error recorded since ``since`` (wall clock; of run ``run`` when given), earliest first."""
+    """Every rank error recorded since ``since`` (wall clock; of run ``run`` when given), earliest first, and
+    errors of ranks being ended from outside (:func:`ended_from_outside`) after every other."""
     errors = []
     for path in errors_dir(exp).glob("rank*.json"):
         try:
@@ -77,11 +90,12 @@ def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> 
             continue
         if e.get("time", 0) >= since and (run is None or e.get("run") in (None, run)):
             errors.append(e)
-    return sorted(errors, key=lambda e: e["time"])
+    return sorted(errors, key=lambda e: (ended_from_outside(e), e["time"]))
 
 
 def first_rank_error(exp: str | Path, since: float = 0.0, run: str | None = None) -> tuple[dict | None, list[int]]:
-    """The earliest rank error recorded since ``since`` (wall clock), and every rank that recorded one."""
+    """The first rank error recorded since ``since`` (wall clock; see :func:`rank_errors`), and every rank
+    that recorded one."""
     errors = rank_errors(exp, since, run)
     return (errors[0] if errors else None), sorted(e["rank"] for e in errors)
 
@@ -118,5 +132,5 @@ def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
     return f"{said}\nLOST: {error_line(first)}" if first.get("lost") else said  # the cause, last
 
 
-__all__ = ["error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error",
+__all__ = ["ENDED", "ended_from_outside", "error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error",
            "write_torchelastic_error"]
