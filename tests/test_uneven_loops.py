@@ -102,3 +102,34 @@ def test_a_stateful_loader_wired_as_the_guide_says_resumes_across_epochs_exactly
     assert e1["cut_short"]["1"]["batches"] is None and e1["cut_short"]["1"]["after_step"] == 8
     assert "rank 1: left an unknown number of batches (the loader has no len, or resumed itself mid-epoch)" in \
         format_diagnosis(d)
+
+
+def test_the_guard_and_the_state_are_wired_in_one_order_before_or_after_load(tmp_path):
+    """Alone (no process group): ``last`` and ``len`` on a plain list; ``UnevenGuard(source, state=state)``
+    is the state's loader whether made before ``state.load()`` or after it, and a guard over a loader other
+    than the one the state was given is refused."""
+    import torch
+
+    guard = lab.UnevenGuard(list("abcde"))
+    assert [(b, guard.last, len(guard)) for b in guard][-2:] == [("d", False, 5), ("e", True, 5)]
+    it = iter(guard)
+    next(it)
+    assert not guard.last and guard.state_dict()["batches"] == 1  # the batch read ahead is not counted
+
+    model = torch.nn.Linear(2, 1)
+    state = lab.RunState(tmp_path, model)
+    guard = lab.UnevenGuard(list("abcde"), state=state)
+    it = iter(guard)
+    [next(it) for _ in range(2)]
+    state.save(2, 0)
+    for before in (True, False):
+        resumed = lab.RunState(tmp_path, model)
+        if before:
+            guard = lab.UnevenGuard(list("abcde"), state=resumed)
+        assert resumed.load()["step"] == 2
+        if not before:
+            guard = lab.UnevenGuard(list("abcde"), state=resumed)
+        assert [(b, len(guard), guard.last) for b in guard] == [("c", 3, False), ("d", 3, False), ("e", 3, True)]
+        assert list(guard) == list("abcde")  # the next epoch whole: the position is taken once
+    with pytest.raises(ValueError, match="already"):
+        lab.UnevenGuard(["x"], state=lab.RunState(tmp_path, model, loader=lab.Resumable(["y"])))

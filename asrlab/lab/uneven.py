@@ -116,7 +116,7 @@ class UnevenGuard:
     def last(self) -> bool:
         """True on the final batch of the pass, on every rank (see the class docstring)."""
         if self._last and self._ahead is not None:  # the group ends: does another follow?
-            self._last = self._ahead() == 0
+            self._last = self._ahead("compute") == 0  # read inside the step: back to it after any wait
         return self._last
 
     def _fetch(self, it) -> list:
@@ -144,7 +144,7 @@ class UnevenGuard:
         work = self._sent = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
         got: list = []
 
-        def result() -> int:
+        def result(back: str = "data") -> int:
             if got:  # read already (guard.last looked ahead)
                 return got[0]
             if work.is_completed():
@@ -152,7 +152,7 @@ class UnevenGuard:
             else:
                 announce("sync")
                 work.wait()
-                announce("data")
+                announce(back)
             self._sent = None
             if left is not None:
                 self._len = int(t[1]) if int(t[1]) >= 0 else None
@@ -211,17 +211,13 @@ class UnevenGuard:
     def _alone(self, it) -> Iterator:
         """No process group: the source's batches, with ``last`` from a batch read ahead when asked for."""
         self._len = self._left()
-        nxt = self._fetch_one(it)
-        while nxt is not None:
-            self._held = []
-            self.batches += 1
-            self._last, self._ahead = True, lambda: self._peek(it)
-            yield nxt
-            nxt = self._held[0][1] if self._held else self._fetch_one(it)
-
-    def _fetch_one(self, it):
         got = self._fetch_n(it, 1)
-        return got[0][1] if got else None
+        while got:
+            (_, b), self._held = got[0], []
+            self.batches += 1
+            self._last, self._ahead = True, lambda _back=None: self._peek(it)
+            yield b
+            got = self._held or self._fetch_n(it, 1)
 
     def _peek(self, it) -> int:
         """Reads the next batch ahead (held, so the position saved stays before it); 1 if there is one."""
