@@ -79,7 +79,7 @@ class UnevenGuard:
         self._pass_resumed = False
         self._len: int | None = None  # batches this pass yields on every rank, once agreed
         self._last = False     # the batch just handed out ends the pass
-        self._ahead = None     # () -> the next group's size; None when no group follows
+        self._ahead = None     # (phase to return to) -> the next group's size; None when no group follows
         if state is not None:
             state.use_loader(self)
 
@@ -250,7 +250,9 @@ class UnevenGuard:
             many = f"{'' if exact else 'about '}{utterances}" if utterances is not None else "an unknown number of"
             size = f"{batches} batches ({many} utterances)"
         log.warning("uneven data: another rank ran out; rank %d stops after %d batches of this epoch%s, leaving %s "
-                    "untrained", rank, self.batches, " since the resume" if after is None else "", size)
+                    "untrained%s", rank, self.batches, " since the resume" if after is None else "", size,
+                    "" if self.run_state is not None else " (UnevenGuard(..., state=state) puts it in the ledger, "
+                    "for asrlab doctor)")
         if self.run_state is not None:
             self.run_state.untrained(ids, batches, utterances, exact, after_batch=after)
 
