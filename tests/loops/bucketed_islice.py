@@ -3,7 +3,8 @@ are under ``audio_name``, a ``DistributedSampler`` under a batch sampler that pa
 frames (rank 0's are short, so it gets 5 batches and rank 1 20), and gradients accumulated over two
 micro-batches with ``no_sync``, synced on the second and on the last of the epoch. Epoch 0 reads
 ``itertools.islice(loader, start, None)`` (how a loop resumes itself; no ``len``) and finds its last batch
-with ``guard.last``; epoch 1 reads the loader and finds it with ``i + 1 == len(guard)``. fp32, no scaler.
+with ``guard.last``; epoch 1 reads the loader, agreeing once per two batches, and finds it with
+``i + 1 == len(guard)``. fp32, no scaler.
 Prints one JSON line per rank and epoch."""
 import contextlib
 import itertools
@@ -70,7 +71,7 @@ def main(exp):
     for epoch in range(2):
         sampler.set_epoch(epoch)
         source = itertools.islice(loader, start, None) if epoch == 0 else loader
-        guard = lab.UnevenGuard(source, state=state, keys="audio_name")
+        guard = lab.UnevenGuard(source, every=1 if epoch == 0 else 2, state=state, keys="audio_name")
         names = []
         for i, batch in enumerate(guard):
             last = guard.last if epoch == 0 else i + 1 == len(guard)
