@@ -79,7 +79,7 @@ class UnevenGuard:
         self._pass_resumed = False
         self._len: int | None = None  # batches this pass yields on every rank, once agreed
         self._last = False     # the batch just handed out ends the pass
-        self._ahead = None     # (phase to return to) -> the next group's size; None when no group follows
+        self._ahead = None     # the next group's agreement (alone: the iterator to peek); None: none follows
         if state is not None:
             state.use_loader(self)
 
@@ -116,7 +116,11 @@ class UnevenGuard:
     def last(self) -> bool:
         """True on the final batch of the pass, on every rank (see the class docstring)."""
         if self._last and self._ahead is not None:  # the group ends: does another follow?
-            self._last = self._ahead("compute") == 0  # read inside the step: back to it after any wait
+            if isinstance(self._ahead, _Agreement):
+                self._last = self._ahead.fewest("compute") == 0  # read inside the step: back to it after a wait
+            else:  # alone: the next batch read ahead, held so that the position saved stays before it
+                self._held = self._held or self._fetch_n(self._ahead, 1)
+                self._last = not self._held
         return self._last
 
     def _fetch(self, it) -> list:
@@ -132,33 +136,13 @@ class UnevenGuard:
             got.append((pos, b))
         return got
 
-    def _agree(self, n: int, left: int | None = None):
-        """Send this rank's count; returns a callable for the fewest any rank has (waits only if not yet in).
-        With ``left`` (the pass's first agreement): also the batches this rank's source has left, -1 where
-        not known, so that ``len(guard)`` is the fewest where every rank knows.
-
-        It is called while the loop awaits its next batch (phase ``data``): a wait for the other ranks is
-        announced as ``sync``, and ``data`` again after it, since the guard fetches the next group then and
-        a rank whose data hangs there is waiting for data, not blocked in the check."""
-        t = torch.tensor([n] if left is None else [n, left], dtype=torch.int64)
-        work = self._sent = tdist.all_reduce(t, op=tdist.ReduceOp.MIN, group=self.group, async_op=True)
-        got: list = []
-
-        def result(back: str = "data") -> int:
-            if got:  # read already (guard.last looked ahead)
-                return got[0]
-            if work.is_completed():
-                work.wait()  # also when complete: it hands the result over (and any error)
-            else:
-                announce("sync")
-                work.wait()
-                announce(back)
-            self._sent = None
-            if left is not None:
-                self._len = int(t[1]) if int(t[1]) >= 0 else None
-            got.append(int(t[0]))
-            return got[0]
-        return result
+    def _agree(self, n: int, left: int | None = None) -> "_Agreement":
+        """Send this rank's count without waiting (see :class:`_Agreement`). With ``left`` (the pass's first
+        agreement): also the batches this rank's source has left, -1 where not known, so that
+        ``len(guard)`` is the fewest where every rank knows."""
+        agreed = _Agreement([n] if left is None else [n, left], self.group)
+        self._sent = agreed.work
+        return agreed
 
     def _left(self) -> int | None:
         """The batches this pass can yield from this rank's source: its length less those handed out before
@@ -182,20 +166,24 @@ class UnevenGuard:
         # resumed without state_of: past the batches trained before the checkpoint
         it, self.batches = start_past(self.source, self._skip) if self._skip else (iter(self.source), 0)
         self._skip, self._pass_resumed, self._resumed = 0, self._resumed, False
-        if self.group is None:
-            yield from self._alone(it)
-            return
+        try:
+            yield from (self._alone(it) if self.group is None else self._agreed(it))
+        finally:
+            self._ahead = None  # the iterator or the agreement it holds not kept past the pass
+
+    def _agreed(self, it) -> Iterator:
         self._held = self._fetch(it)
         left = self._left()
-        fewest = self._agree(len(self._held), -1 if left is None else left)
+        agreed = self._agree(len(self._held), -1 if left is None else left)
+        n = agreed.fewest()
+        self._len, self._sent = agreed.length(), None
         while True:
-            n = fewest()
             self._ahead = None
             if n == self.every:  # the next group first, so its agreement runs while this one trains
                 reading_ahead(len(self._held))  # a hang here is in the read of a later step's batch
                 ahead = self._fetch(it)
                 reading_ahead(0)
-                fewest = self._ahead = self._agree(len(ahead))
+                self._ahead = agreed = self._agree(len(ahead))
                 self._held += ahead
             for j in range(n):
                 _, b = self._held.pop(0)
@@ -207,6 +195,7 @@ class UnevenGuard:
                 if self.stopped_early:
                     self._note_left(it)
                 return
+            n, self._sent = agreed.fewest(), None
 
     def _alone(self, it) -> Iterator:
         """No process group: the source's batches, with ``last`` from a batch read ahead when asked for."""
@@ -215,15 +204,9 @@ class UnevenGuard:
         while got:
             (_, b), self._held = got[0], []
             self.batches += 1
-            self._last, self._ahead = True, lambda _back=None: self._peek(it)
+            self._last, self._ahead = True, it
             yield b
             got = self._held or self._fetch_n(it, 1)
-
-    def _peek(self, it) -> int:
-        """Reads the next batch ahead (held, so the position saved stays before it); 1 if there is one."""
-        if not self._held:
-            self._held = self._fetch_n(it, 1)
-        return len(self._held)
 
     def _note_left(self, it) -> None:
         """What this rank leaves untrained: in the log, ``self.left`` and the ledger (given ``state``)."""
@@ -255,6 +238,39 @@ class UnevenGuard:
                     "for asrlab doctor)")
         if self.run_state is not None:
             self.run_state.untrained(ids, batches, utterances, exact, after_batch=after)
+
+
+class _Agreement:
+    """One all-reduce (MIN) of the ranks' counts under way; :meth:`fewest` waits for it only if not yet in.
+
+    It is sent while the loop awaits its next batch (phase ``data``): a wait for the other ranks is
+    announced as ``sync``, and ``data`` again after it, since the guard fetches the next group then and a
+    rank whose data hangs there is waiting for data, not blocked in the check. Holds no guard: a guard
+    that held a callable holding itself would be freed only by the cycle collector, after its process
+    group maybe, and a gloo work freed after its group aborts the process."""
+
+    __slots__ = ("t", "work", "done")
+
+    def __init__(self, values: list[int], group):
+        self.t = torch.tensor(values, dtype=torch.int64)
+        self.work = tdist.all_reduce(self.t, op=tdist.ReduceOp.MIN, group=group, async_op=True)
+        self.done = False
+
+    def fewest(self, back: str = "data") -> int:
+        """The fewest batches any rank has; ``back``: the phase to announce after a wait."""
+        if not self.done:
+            if self.work.is_completed():
+                self.work.wait()  # also when complete: it hands the result over (and any error)
+            else:
+                announce("sync")
+                self.work.wait()
+                announce(back)
+            self.done = True
+        return int(self.t[0])
+
+    def length(self) -> int | None:
+        """The fewest batches any rank's source has left, where every rank knows (the first agreement)."""
+        return int(self.t[1]) if self.t.numel() > 1 and int(self.t[1]) >= 0 else None
 
 
 _END = object()
