@@ -25,13 +25,13 @@ def main(exp: str, epochs: int = 2, precision: str = "fp32") -> None:
     watch = lab.StallWatch(exp, timeout_s=20).start()  # +lab: hangs and errors, on every rank
     guard = lab.NumericsGuard(model.module, exp, every=25)  # +lab: non-finite steps located, skipped
     state = lab.RunState(exp, model, opt, scaler)  # +lab: exact resume, and the ledger of keys
-    r = state.load() or {"step": 0, "epoch": 0, "extra": {"batch": 0}}  # +lab: the newest good checkpoint
+    r = state.load() or {"step": 0, "epoch": 0}  # +lab: the newest good checkpoint
     step = r["step"]  # ~lab
     for epoch in range(r["epoch"], epochs):  # ~lab
-        sampler.set_epoch(epoch, r["extra"]["batch"] if epoch == r["epoch"] else 0)  # ~lab
+        sampler.set_epoch(epoch)
         loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=2, collate_fn=toy.collate,
                                              generator=torch.Generator().manual_seed(epoch))  # not the global RNG
-        for i, batch in enumerate(watch.data(lab.UnevenGuard(loader)), sampler.start + 1):  # ~lab
+        for batch in watch.data(lab.UnevenGuard(loader, state=state)):  # ~lab: the state keeps its place
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             with guard.step(step + 1, batch):  # +lab: sampled statistics; the step kept for a replay
                 with torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32"):  # ~lab (indented)
@@ -41,7 +41,7 @@ def main(exp: str, epochs: int = 2, precision: str = "fp32") -> None:
             step += 1
             state.record(step, epoch, batch["keys"])  # +lab
             if step % 10 == 0:  # +lab
-                state.save(step, epoch, {"batch": i})  # +lab
+                state.save(step, epoch)  # +lab
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
     dist.destroy_process_group()

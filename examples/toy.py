@@ -61,15 +61,16 @@ class Utterances(torch.utils.data.Dataset):
 
 
 class Batches(torch.utils.data.Sampler):
-    """Each rank's batches of indices for an epoch (shuffled by seed and epoch), from batch ``start`` on."""
+    """Each rank's batches of indices for an epoch (shuffled by seed and epoch alone, so that a resumed
+    epoch's batches are the same again and the uneven guard can skip those already trained)."""
 
     def __init__(self, data: Utterances, rank: int, world: int, seed: int = 0):
         self.data, self.rank, self.world, self.seed = data, rank, world, seed
-        self.epoch, self.start = 0, 0
+        self.epoch = 0
 
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Shuffle for ``epoch``, and begin at its batch ``start`` (a resumed epoch)."""
-        self.epoch, self.start = epoch, start
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle for ``epoch``."""
+        self.epoch = epoch
 
     def _mine(self) -> list[list[int]]:
         order = torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
@@ -80,11 +81,11 @@ class Batches(torch.utils.data.Sampler):
         return [mine[i:i + self.data.batch] for i in range(0, len(mine) - self.data.batch + 1, self.data.batch)]
 
     def __len__(self) -> int:
-        return len(self._mine()) - self.start
+        return len(self._mine())
 
     def __iter__(self):
         kind, rank, step = fault()
-        for b, idx in enumerate(self._mine()[self.start:], self.start + 1):
+        for b, idx in enumerate(self._mine(), 1):
             if rank == self.rank and b == step:
                 idx = [-1 - idx[0]] + idx[1:]  # a marked utterance: the dataset applies the fault to it
             yield idx

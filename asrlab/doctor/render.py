@@ -10,14 +10,21 @@ from .sections import FIRST
 def _untrained(x: dict) -> str:
     """A rank's untrained rest of an epoch, as the ledger recorded it."""
     n, b = x["utterances"], x["batches"]
-    size = (f"{'' if x['exact'] else 'about '}{n} utterances" if n is not None else "utterances") + \
-        (f" ({b} batches)" if b is not None else " (a source without a length: how many is not known)")
+    where = f"after its batch {x['after_batch']} (step {x['after_step']})" if x.get("after_batch") \
+        else f"after step {x['after_step']}"
+    if b is None:  # the guard could not count them: say so, never a number
+        why = "the loader has no len" if x.get("after_batch") else "the loader has no len, or resumed itself mid-epoch"
+        size = f"an unknown number of batches ({why})"
+    elif n is None:
+        size = f"{b} batches (an unknown number of utterances)"
+    else:
+        size = f"{'' if x['exact'] else 'about '}{n} utterances ({b} batches)"
     if not x["keys"]:
-        return f"left {size} untrained"
+        return f"left {size} untrained {where}"
     which = ", ".join(x["keys"]) + (" ..." if x["known"] > len(x["keys"]) else "")
     more = "" if x["exact"] else (f"; the {x['known']} of the batches it held: {which} "
                                   "(UnevenGuard(..., untrained='keys') lists them all)")
-    return f"left {size} untrained" + (f": {which}" if x["exact"] else more)
+    return f"left {size} untrained {where}" + (f": {which}" if x["exact"] else more)
 
 
 def _few(items: list, total: int | None = None) -> str:
@@ -184,10 +191,11 @@ def format_diagnosis(d: dict) -> str:
     else:
         lines += ["", f"coverage (ledger; expected: {cov['against']}):" + (" BROKEN" if cov["broken"] else "")]
         for e in cov["epochs"]:
-            if e["complete"] and e["exactly_once"]:
+            if e["status"] == "complete" and e["exactly_once"]:
                 lines.append(f"  epoch {e['epoch']}: complete, {e['keys']} keys, each exactly once")
                 continue
-            parts = [f"{e['keys']} keys" + ("" if e["complete"] or e["repeated"] else " so far, none twice")]
+            parts = [f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else
+                                            " so far, none twice")]
             if e["repeated"]:
                 parts.append(f"{e['repeated']} repeated ("
                              + _few([f"{k} x{n}" for k, n in e["repeated_keys"].items()], e["repeated"]) + ")")
@@ -195,12 +203,13 @@ def format_diagnosis(d: dict) -> str:
                 parts.append(f"{e['skipped']} skipped ({_few(e['skipped_keys'], e['skipped'])})")
             if e["unexpected"]:
                 parts.append(f"{e['unexpected']} not expected ({_few(e['unexpected_keys'], e['unexpected'])})")
-            if e.get("cut_short"):
+            if e["status"] == "cut short":
                 lines.append(f"  epoch {e['epoch']}: cut short (a rank ran out of data and every rank stopped), "
                              f"{e['keys']} keys trained" + (", " + ", ".join(parts[1:]) if parts[1:] else ""))
                 lines += [f"    rank {r}: {_untrained(x)}" for r, x in e["cut_short"].items()]
                 continue
-            lines.append(f"  epoch {e['epoch']}: {'complete' if e['complete'] else 'incomplete'}, " + ", ".join(parts))
+            lines.append(f"  epoch {e['epoch']}: {'complete' if e['status'] == 'complete' else 'incomplete'}, "
+                         + ", ".join(parts))
         if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
             lines.append("  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "
                          "utterances are skipped that epoch)")

@@ -160,8 +160,10 @@ def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:
 def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None = None) -> dict | None:
     """Per epoch of the ledger: trained exactly once, else the keys repeated and skipped.
 
-    An epoch is complete when the ledger goes on into a later one or a checkpoint marker closes it. A
-    complete epoch must hold every expected key exactly once; an incomplete one no key twice. The
+    An epoch is over when the ledger goes on into a later one, a checkpoint marker closes it, or a rank
+    stopped it with data left (``status`` "cut short", never "complete"). A complete epoch must hold every
+    expected key exactly once; one in progress no key twice. ``status``, ``skipped`` and ``exactly_once``
+    are the one reading the text renders. The
     expected keys are ``lab.json``'s ``epoch_keys`` when the run names them; otherwise (asrlab's trainer
     does not record its data list) every key seen in any epoch of the run, so a key left out of every
     epoch, or of the only epoch, cannot be seen. Returns None without a ledger.
@@ -178,21 +180,25 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     epochs = []
     for e in sorted(cov):
         cut = {str(r): {"utterances": x["utterances"], "batches": x["batches"], "exact": x["exact"],
-                   "keys": x["untrained"][:FIRST], "known": len(x["untrained"])} for r, x in sorted(left.get(e, {}).items())}
-        # closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, or the last epoch of a
-        # loop that says it finished (lab.json) holding every expected key
+                        "after_step": x["after_step"], "after_batch": x.get("after_batch"),
+                        "keys": x["untrained"][:FIRST], "known": len(x["untrained"])}
+               for r, x in sorted(left.get(e, {}).items())}
+        # over when closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, the last epoch
+        # of a loop that says it finished (lab.json) holding every expected key, or cut short: a rank stopped
+        # with data left
         ended = (lab or {}).get("status") == "finished" and e == max(cov)
-        complete = e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
+        over = bool(cut) or e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
         r = coverage_report(exp, e, expected, FIRST, cov)
-        skipped = r["skipped_count"] if complete else 0  # an epoch still going has not reached them yet
-        if cut:  # a rank stopped with data left: the epoch is over, and not every utterance was trained
-            complete = True
-        epochs.append({"epoch": e, "complete": complete, "keys": len(cov[e]), "once": r["once"], "cut_short": cut,
+        # the one reading of the epoch, for the text and the JSON alike; an epoch still going has not
+        # reached its skipped keys yet
+        status = "cut short" if cut else "complete" if over else "in progress"
+        epochs.append({"epoch": e, "status": status, "complete": status == "complete", "keys": len(cov[e]),
+                       "once": r["once"], "cut_short": cut,
                        "repeated": r["repeated_count"], "repeated_keys": dict(r["repeated"]),
-                       "skipped": skipped, "skipped_keys": r["skipped"] if complete else [],
+                       "skipped": r["skipped_count"] if over else 0, "skipped_keys": r["skipped"] if over else [],
                        "unexpected": r["unknown_count"], "unexpected_keys": r["unknown"],
-                       "exactly_once": (r["exactly_once"] and not cut) if complete else None})
-    broken = any(x["repeated"] or x["cut_short"] or (x["complete"] and not x["exactly_once"]) for x in epochs)
+                       "exactly_once": (r["exactly_once"] and not cut) if over else None})
+    broken = any(x["repeated"] or x["cut_short"] or x["exactly_once"] is False for x in epochs)
     return {"expected": len(expected), "against": against, "epochs": epochs, "broken": broken}
 
 

@@ -6,16 +6,16 @@ A plain DDP loop gets them with the lines the README shows (``examples/bare_loop
     from asrlab import lab
     watch = lab.StallWatch(exp, timeout_s=20).start()       # a hang anywhere, an error on any rank: verdict + stacks
     guard = lab.NumericsGuard(model.module, exp, every=25)  # non-finite steps: skipped on every rank, module + utterances
-    state = lab.RunState(exp, model, opt, scaler)           # atomic checkpoints with every RNG; a ledger of keys
-    r = state.load() or {"step": 0, "epoch": 0, "extra": {"batch": 0}}
+    state = lab.RunState(exp, model, opt, scaler)           # checkpoints with every RNG (fp32: scaler None); a ledger
+    r = state.load() or {"step": 0, "epoch": 0}
     ...
-            for i, batch in enumerate(watch.data(lab.UnevenGuard(loader)), sampler.start + 1):
+            for batch in watch.data(lab.UnevenGuard(loader, state=state)):  # the state keeps its place
                 with guard.step(step + 1, batch):
                     ...                                     # forward under your autocast, scaler.scale(loss).backward()
                 guard.optimizer_step(opt, loss, scaler, replay=lambda: loss_fn(model.module, batch))
                 state.record(step, epoch, batch["keys"])
                 if step % 10 == 0:
-                    state.save(step, epoch, {"batch": i})
+                    state.save(step, epoch)                 # a collective: every rank calls it
 
 Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab train``.
 

@@ -2,8 +2,8 @@
 
 ``EXP/ledger/rank{R}.jsonl`` gets one line per optimizer step, ``{"step", "epoch", "keys"}``, and
 a line ``{"resumed_from": S}`` whenever the run goes back to the checkpoint of step S (a resume
-after a crash, a rollback), and a line ``{"untrained": [keys], "epoch", "after_step", "batches",
-"utterances", "exact"}`` when the rank stopped its epoch with data left (the uneven guard's early stop:
+after a crash, a rollback), and a line ``{"untrained": [keys], "epoch", "after_step", "after_batch",
+"batches", "utterances", "exact"}`` when the rank stopped its epoch with data left (the uneven guard's early stop:
 another rank ran out). Nothing is rewritten: the steps after S that were trained and then
 lost stay in the file, and :func:`read_ledger` drops them, so what is left is what the final
 model was trained on. :func:`coverage` counts each utterance per epoch over all ranks.
@@ -33,9 +33,9 @@ class LedgerWriter:
         self.f.write({"resumed_from": step})
 
     def untrained(self, step: int, epoch: int, keys: list[str], batches: int | None, utterances: int | None,
-                  exact: bool) -> None:
-        self.f.write({"untrained": keys, "epoch": epoch, "after_step": step, "batches": batches,
-                      "utterances": utterances, "exact": exact})
+                  exact: bool, after_batch: int | None = None) -> None:
+        self.f.write({"untrained": keys, "epoch": epoch, "after_step": step, "after_batch": after_batch,
+                      "batches": batches, "utterances": utterances, "exact": exact})
 
     def flush(self) -> None:
         self.f.f.flush()

@@ -94,6 +94,21 @@ class RunState:
         self.device = next(model.parameters()).device
         self.ledger = LedgerWriter(self.exp, self.rank) if ledger else None
         self._last = (0, 0)  # (step, epoch) of the last step recorded
+        self._position = None  # this rank's loader position restored, for a guard given after (use_loader)
+
+    def use_loader(self, loader) -> None:
+        """Checkpoint ``loader``'s position from now on (``UnevenGuard(..., state=state)`` calls this, so that
+        the guard may be made before or after :meth:`load`): a position restored before is handed to it (a
+        loader that took it already is given it again through the guard, which so knows it resumed)."""
+        held = self.loader
+        wraps = {id(getattr(loader, "source", None)), id(getattr(loader, "state_of", None))}
+        if held is not None and held is not loader and id(held) not in wraps and not _guards(held):
+            raise ValueError(f"RunState checkpoints the position of {type(held).__name__} already; give the guard "
+                             "that loader, or give RunState no loader")
+        self.loader = loader
+        if self._position is not None:
+            position, self._position = self._position, None
+            loader.load_state_dict(position)
 
     def _gather(self, obj) -> list:
         if self.group is None:
@@ -170,11 +185,16 @@ class RunState:
         ranks = state["ranks"]
         set_all_rng_state(ranks[self.rank % len(ranks)]["rng"], self.device)
         positions = [r["loader"] for r in ranks]
-        if loader and self.loader is not None and all(p is not None for p in positions):
+        self._position = None
+        if loader and all(p is not None for p in positions):
             if hasattr(self.loader, "load_states"):
                 self.loader.load_states(positions)  # every rank's: another layout re-plans the epoch
             elif state["world_size"] == self.world_size:
-                self.loader.load_state_dict(positions[self.rank])
+                position = positions[self.rank]
+                if self.loader is not None and not (_guards(position) and not _guards(self.loader)):
+                    self.loader.load_state_dict(position)
+                # kept for a guard given after (use_loader): the one the loader is not yet, or one that wraps it
+                self._position = None if _guards(self.loader) else position
             else:
                 log.warning("%s was saved by %d ranks, this run has %d: the loader's position is not restored",
                             state.get("file"), state["world_size"], self.world_size)
@@ -200,13 +220,14 @@ class RunState:
             self.ledger.step(step, epoch, [str(k) for k in keys])
 
     def untrained(self, keys: list[str], batches: int | None = None, utterances: int | None = None,
-                  exact: bool = True) -> None:
+                  exact: bool = True, after_batch: int | None = None) -> None:
         """This rank's epoch ended with data left (another rank ran out, :class:`~asrlab.lab.UnevenGuard`
-        calls this): what it did not train, after the last step recorded, into the ledger."""
+        calls this): what it did not train, after the last step recorded (its ``after_batch``-th batch of
+        the epoch), into the ledger. ``batches`` None: not known (a loader without a length)."""
         if self.ledger is not None:
             step, epoch = self._last
             self.ledger.untrained(step, epoch, [str(k) for k in keys], batches,
-                                  len(keys) if utterances is None and exact else utterances, exact)
+                                  len(keys) if utterances is None and exact else utterances, exact, after_batch)
 
     def coverage(self, epoch: int, keys: set[str] | None = None) -> dict:
         """:func:`.ledger.coverage_report` of this run's ledger."""
@@ -236,6 +257,13 @@ def upgrade(state: dict, name: str = "checkpoint") -> dict:
         return out
     raise ValueError(f"{name}: a checkpoint of version {version!r}; this asrlab reads version {VERSION} "
                      "(and the trainer's checkpoints before it)")
+
+
+def _guards(x) -> bool:
+    """Whether ``x`` is an uneven guard or a position one saved (a position the raw loader cannot take)."""
+    from ..uneven import UnevenGuard  # here: the guard imports this package
+
+    return isinstance(x, dict) and "uneven_guard" in x or isinstance(x, UnevenGuard)
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
