@@ -37,15 +37,21 @@ def test_step_timer_parts_match_known_sleeps_and_add_up():
 
 
 def test_step_timer_accumulates_a_part_marked_twice():
+    # each interval measured beside the timer: a busy machine oversleeps, and what is tested is the sum
     timer = StepTimer("cpu")
+    t0 = time.perf_counter()
     timer.start("data")
     time.sleep(0.02)
+    t1 = time.perf_counter()
     timer.mark("comm")
     time.sleep(0.01)
+    t2 = time.perf_counter()
     timer.mark("data")
     time.sleep(0.02)
+    t3 = time.perf_counter()
     parts = timer.stop()
-    assert parts["data"] == pytest.approx(0.04, abs=0.012) and parts["comm"] == pytest.approx(0.01, abs=0.008)
+    data, comm = (t1 - t0) + (t3 - t2), t2 - t1
+    assert parts["data"] == pytest.approx(data, abs=0.004) and parts["comm"] == pytest.approx(comm, abs=0.004)
 
 
 def test_gpu_sampler_reports_plainly_without_a_gpu():
@@ -68,7 +74,9 @@ def test_cpu_sampler_sees_the_process_and_its_children():
     roles = {r["role"] for r in s.samples}
     assert roles == {"main", "worker"}
     busy = [r["cpu_pct"] for r in s.samples if r["pid"] == child.pid][1:]  # the first reading is 0 by design
-    assert busy and max(busy) > 30  # the spinning child shows
+    idle = [r["cpu_pct"] for r in s.samples if r["role"] == "main"][1:]
+    # the spinning child shows, and above the sleeping main process (on a busy machine it gets a few percent)
+    assert busy and max(busy) > max(5.0, 2 * max(idle, default=0.0)), (busy, idle)
 
 
 def test_a_sampler_gives_the_rows_of_a_wall_clock_window():
