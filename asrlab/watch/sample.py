@@ -79,6 +79,23 @@ class PySpy:
             stacks[name] = [(f["filename"], int(f["line"]), f["name"].split(".")[-1]) for f in reversed(t["frames"])]
         return stacks
 
+    def locals_of(self, pid: int, file: str, fn: str) -> dict[str, str]:
+        """``{name: repr}`` of the locals of the innermost call of ``fn`` in ``file`` on ``pid``'s main thread
+        (one dump that also reads the values; empty when it cannot)."""
+        try:
+            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking", "--locals"],
+                                 capture_output=True, text=True, timeout=self.timeout_s)
+            threads = json.loads(out.stdout) if out.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return {}
+        for t in threads:
+            if t.get("os_thread_id") != pid:
+                continue
+            for f in t.get("frames") or []:  # innermost first
+                if f.get("filename") == file and f.get("name", "").split(".")[-1] == fn:
+                    return {v["name"]: v.get("repr") for v in f.get("locals") or [] if "name" in v}
+        return {}
+
 
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -34,7 +34,8 @@ from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
-from ..lab.stall.classify import held_phase, own_frame, phase_of, where, worker_busy, worker_own
+from ..lab.stall.classify import (Loop, held_phase, loop_frame, loop_of, own_code, own_frame, phase_of, step_of, where,
+                                  worker_busy, worker_own)
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 INJECT = Path(__file__).with_name("inject")
 WAITING = ("collective", "ddp_allreduce")
+TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
 
 
 class RankView:
@@ -57,6 +59,7 @@ class RankView:
         self.phases_seen: set[str] = set()
         self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
         self.samples = 0
+        self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
         """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
@@ -74,6 +77,7 @@ class RankView:
         if signature != self.signature:
             self.signature, self.moved = signature, now
         self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
+        self.lines.update((f, fn, line) for f, line, fn in main if own_code(f))
         phase = phase_of(main)
         self.phases_seen.add(phase)
         if phase != self.phase:
@@ -84,6 +88,16 @@ class RankView:
     def held_phase(self, world: int) -> str:
         """Its phase when its stacks stopped moving (:func:`asrlab.lab.stall.classify.held_phase`)."""
         return held_phase(self.phase, world)
+
+    def loop_state(self, loop: Loop) -> str | None:
+        """``"inside"`` the training loop, ``"after"`` it (its function at a later line, or returned after the
+        rank was seen inside), else None (before it, or not to be told)."""
+        main = self.stacks.get("MainThread") or []
+        frame = loop_frame(main, loop)
+        if frame is not None:
+            return "inside" if loop[2] <= frame[1] <= loop[3] else "after" if frame[1] > loop[3] else None
+        seen = any(f == loop[0] and fn == loop[1] and loop[2] <= line <= loop[3] for f, fn, line in self.lines)
+        return "after" if seen and phase_of(main) != "start" else None
 
     def detail(self) -> str:
         """Where the rank is in the job's own code; waiting for data, which workers read where."""
@@ -130,6 +144,7 @@ class JobWatch:
         self.table = Table()
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
+        self.loops: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
         self._cpu0 = 0.0
 
     # -- the job ------------------------------------------------------------------------
@@ -283,9 +298,37 @@ class JobWatch:
             workers = {} if phase_of(main) != "data" else {
                 w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             changed = view.update(stacks, workers, time.time())
+            self._learn_loop(view)
             self._beat(view.snapshot(now), now, changed)
         if self.stalled is None:
             self._check_stall(procs, now, t0)
+
+    def _learn_loop(self, view: RankView) -> None:
+        """The training loop is the job's own loop that its ranks wait for data in (else run backward or the
+        optimizer in): the one a rank past it has left."""
+        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
+            key = (view.phase == "data", loop)
+            self.loops[key] = self.loops.get(key, 0) + 1
+
+    def _uneven(self, views: list[RankView], world: int) -> dict[int, dict]:
+        """Ranks past the training loop while others are still in it (uneven data: a rank ran out of batches):
+        ``{rank: {"phase", "step"}}`` for every rank then, else empty. The steps are the loop's own count, read
+        from its locals (py-spy only)."""
+        if world < 2 or not self.loops:
+            return {}
+        loop = max(self.loops.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+        states = {v.proc.rank: v.loop_state(loop) for v in views}
+        if "after" not in states.values() or "inside" not in states.values():
+            return {}
+        out = {}
+        for v in views:
+            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
+            after = states[v.proc.rank] == "after"
+            step = None
+            if frame is not None and isinstance(self.sampler, PySpy):
+                step = step_of(loop, frame[1], self.sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
+            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
+        return out
 
     def _beat(self, snap: dict, now: float, changed: str | None) -> None:
         atomic_write(heartbeat_dir(self.exp) / f"rank{snap['rank']}.json", json.dumps(snap))
@@ -304,9 +347,10 @@ class JobWatch:
         if still < allowance:
             return
         world = self.world()
+        uneven = self._uneven(views, world)
         for v in views:
             snap = {**v.snapshot(now, v.held_phase(world)), "since": min(v.since, v.moved),
-                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}}
+                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}, **uneven.get(v.proc.rank, {})}
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
             text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
                                for pid, s in sorted(v.workers.items()))
@@ -318,7 +362,7 @@ class JobWatch:
         if flight:  # which rank never entered the collective the others wait in
             with open(layout.stall_text(self.exp), "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")
-        lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING and e.get("phase") != "done"]
+        lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING + ("done",)]
         self.stalled = {"verdict": report["verdict"], "time": now,
                         "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
         log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],
