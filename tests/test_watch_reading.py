@@ -1,6 +1,6 @@
 """How a stall and a run are read, on loops that are not asrlab's (tests/loops/): uneven data under
-``asrlab watch`` named as a rank that left the loop, and the watch's injected code leaving the job no
-warning and no file handle."""
+``asrlab watch`` named as a rank that left the loop; the rule that names a rank whose reads hold the others
+up, and a crash's text without it; the watch's injected code leaving the job no warning and no file handle."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
-from asrlab.doctor import diagnose
+from asrlab.doctor import diagnose, format_diagnosis
+from asrlab.doctor.sections import slow_reader
 from asrlab.lab.stall.classify import loop_of, step_of
 
 LOOPS = Path(__file__).resolve().parent / "loops"
@@ -50,6 +52,70 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
     assert d["verdict"] == "stalled" and d["summary"] == v, d["summary"]
     assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
     assert not left_behind(str(out))
+
+
+def modelled(world: int, slow: int, factor: float, noise: list[float], compute_s: float = 0.1,
+             read_s: float = 0.09) -> dict[int, float]:
+    """Each rank's data-wait share under DDP when rank ``slow``'s reads take ``factor`` times as long: its
+    batches come every ``read_s * factor`` s against a step's ``compute_s``, and it waits for the rest; the
+    others' batches are ready by then (they wait for it in the all-reduce instead). ``noise``: points a
+    sampled share is off by, per rank."""
+    step = max(compute_s, read_s * factor)
+    return {r: round(min(1.0, max(0.0, (step - compute_s) / step if r == slow else 0.0) + noise[r]), 3)
+            for r in range(world)}
+
+
+@pytest.mark.parametrize("factor", [2, 10])
+@pytest.mark.parametrize("world, noise", [(2, [0.0, 0.0]), (2, [0.1, -0.05]), (4, [0.08, 0.0, 0.1, 0.02]),
+                                          (8, [0.05, 0.1, 0.0, 0.07, 0.03, 0.1, 0.02, 0.06])])
+def test_a_rank_slowed_2x_or_10x_is_named_whatever_the_noise(world, noise, factor):
+    shares = modelled(world, 1, factor, noise)
+    assert slow_reader(shares) == 1, shares
+
+
+def test_a_slow_reader_seen_at_a_low_share_is_named():
+    """As a watched run of a stranger's loop sampled it (rank 1's reads 0.2 s an item): 19% against 2%."""
+    assert slow_reader({0: 0.02, 1: 0.19}) == 1
+
+
+@pytest.mark.parametrize("shares", [
+    {0: 0.0, 1: 0.10},                           # equal ranks, 10 points of sampling noise
+    {0: 0.0, 1: 0.0}, {0: 0.02, 1: 0.05, 2: 0.0, 3: 0.12},
+    {0: 0.31, 1: 0.42, 2: 0.36, 3: 0.29},        # every rank waits for data alike: a slow loader, no one rank
+    {0: 0.55, 1: 0.68},
+    {0: 0.9},                                    # one rank: no others to hold up
+])
+def test_equal_ranks_with_noise_are_not_named(shares):
+    assert slow_reader(shares) is None, shares
+
+
+def test_a_finished_run_names_its_slow_reader_in_the_text(tmp_path):
+    """The loop on even data, rank 1's reads twice as slow: the run finishes (exit 0, no ResourceWarning from
+    the watch's code at any process's exit) and the doctor's text names rank 1 by the rule above."""
+    exp = tmp_path / "exp"
+    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
+                str(tmp_path / "out"), watch_args=("--stall-timeout", "30"),
+                env={"SLOW": "1:2", "BATCHES": "30", "PYTHONWARNINGS": "always::ResourceWarning"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
+    d = diagnose(exp)
+    assert d["verdict"] == "finished" and d["steps"]["spread"]["slow_reader"] == 1, d["steps"]
+    assert "rank 1 waits for data far more than the others (" in format_diagnosis(d)
+
+
+def test_a_crash_before_the_first_step_says_no_slow_reader(tmp_path):
+    """Rank 1 waits seconds for its first batch (its reads 30 times as slow), then raises on it: the crash is
+    the verdict, and the text says nothing of whose reads hold the others up."""
+    exp = tmp_path / "exp"
+    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
+                str(tmp_path / "out"), watch_args=("--stall-timeout", "60"), env={"RAISE": "1:0", "SLOW": "1:30"})
+    assert run.returncode != 0, run.stderr[-3000:]
+    d = diagnose(exp)
+    assert d["verdict"] == "crashed" and d["summary"].startswith("rank 1 failed: ValueError: input_ids"), d["summary"]
+    shares = {r["rank"]: r["data_wait_share"] for r in d["steps"]["ranks"]}
+    assert shares[1] > 0.3, d["steps"]  # what the slow-reader line was read from
+    text = format_diagnosis(d)
+    assert "hold the others up" not in text and "waits for data" not in text, text
 
 
 def test_the_watchs_injected_code_leaves_the_job_no_warning_and_no_handle(tmp_path):

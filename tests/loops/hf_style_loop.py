@@ -4,7 +4,8 @@ shards batches by rank, a DataLoader with two workers, ``dist.barrier()`` after 
 before the main process saves), nothing of asrlab.
 
 ``EXTRA`` batches more for rank 1 than for rank 0 (default 0: even data); ``BATCHES`` for rank 0 (default 10);
-``READ_S`` seconds a worker takes per batch (default 0.15)."""
+``READ_S`` seconds a worker takes per batch (default 0.15); ``SLOW=R:F``: rank R's reads take F times as long;
+``RAISE=R:S``: rank R raises in step S (a batch the model refuses)."""
 import os
 import sys
 import time
@@ -18,11 +19,14 @@ VOCAB, LENGTH, BATCH = 50, 12, 4
 
 
 class RandomTokens(Dataset):
+    def __init__(self, read_s):
+        self.read_s = read_s
+
     def __len__(self):
         return 10_000
 
     def __getitem__(self, i):
-        time.sleep(float(os.environ.get("READ_S", "0.15")) / BATCH)  # a slow read
+        time.sleep(self.read_s / BATCH)  # a read from slow storage
         g = torch.Generator().manual_seed(i)
         ids = torch.randint(0, VOCAB, (LENGTH,), generator=g)
         return {"input_ids": ids, "attention_mask": torch.ones(LENGTH, dtype=torch.long), "labels": ids.clone()}
@@ -67,10 +71,15 @@ def main(output_dir):
     model = DistributedDataParallel(TinyCausalLM())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sampler = RankShards(rank, int(os.environ.get("BATCHES", "10")), int(os.environ.get("EXTRA", "0")))
-    train_dataloader = DataLoader(RandomTokens(), batch_sampler=sampler, num_workers=2, collate_fn=collate)
+    slow, factor = (os.environ.get("SLOW") or "-1:1").split(":")
+    read_s = float(os.environ.get("READ_S", "0.15")) * (float(factor) if rank == int(slow) else 1.0)
+    fail = [int(x) for x in (os.environ.get("RAISE") or "-1:-1").split(":")]
+    train_dataloader = DataLoader(RandomTokens(read_s), batch_sampler=sampler, num_workers=2, collate_fn=collate)
     completed_steps = 0
     model.train()
     for step, batch in enumerate(train_dataloader):
+        if [rank, step] == fail:
+            raise ValueError(f"input_ids of shape {tuple(batch['input_ids'].shape)}: expected a longer context")
         outputs = model(**batch)
         loss = outputs["loss"]
         loss.backward()
