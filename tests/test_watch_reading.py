@@ -1,6 +1,7 @@
 """How a stall and a run are read, on loops that are not asrlab's (tests/loops/): uneven data under
 ``asrlab watch`` named as a rank that left the loop; the rule that names a rank whose reads hold the others
-up, and a crash's text without it; the watch's injected code leaving the job no warning and no file handle."""
+up, and a crash's text without it; the parts' stall verdict naming the user's lines; the watch's injected code
+leaving the job no warning and no file handle."""
 
 from __future__ import annotations
 
@@ -116,6 +117,22 @@ def test_a_crash_before_the_first_step_says_no_slow_reader(tmp_path):
     assert shares[1] > 0.3, d["steps"]  # what the slow-reader line was read from
     text = format_diagnosis(d)
     assert "hold the others up" not in text and "waits for data" not in text, text
+
+
+def test_the_parts_stall_verdict_names_the_loops_line_and_the_workers(tmp_path):
+    """A loop with the stall watch and the uneven guard added: on rank 1 a worker's read never returns. The
+    verdict names the loop's own line where it waits and the line the worker is stuck at, as the watch's does."""
+    exp = tmp_path / "exp"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(LOOPS / "parts_loop.py"), str(exp)], cwd=LOOPS, capture_output=True, text=True,
+                         timeout=150, env={**os.environ, "OMP_NUM_THREADS": "1", "HANG": "1:25"})
+    assert run.returncode != 0, run.stderr[-3000:]
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 1 has waited ") and "for data at step 3 (reading step 4's batch ahead; " in v, v
+    assert "; loop at parts_loop.py:" in v and " in main; worker pid " in v, v
+    assert " at parts_loop.py:" in v.split("worker pid ")[1] and "in read_utterance)" in v, v
+    assert diagnose(exp)["summary"] == v
+    assert not left_behind(str(exp))
 
 
 def test_the_watchs_injected_code_leaves_the_job_no_warning_and_no_handle(tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -21,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..lab.stall.classify import Frame
+from ..lab.stall.classify import Frame, parse_faulthandler
 from ..lab.stall.watchdog import catches
 
 DUMP_SIGNAL = signal.SIGRTMIN + 7  # rarely used by training code; sent only to processes that asked for it
@@ -100,30 +99,6 @@ class PySpy:
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
-
-
-def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
-    """``faulthandler``'s dump (innermost call first per thread) as ``{thread: stack}``; the thread that
-    did not start in ``threading`` is the main one."""
-    threads: list[tuple[str, list[Frame]]] = []
-    for line in text.splitlines():
-        m = _THREAD.match(line)
-        if m:
-            threads.append((m.group(2), []))
-            continue
-        f = _FRAME.match(line)
-        if f and threads:
-            threads[-1][1].append((f.group(1), int(f.group(2)), f.group(3)))
-    out = {}
-    for ident, frames in threads:
-        frames.reverse()
-        main = bool(frames) and not frames[0][0].endswith("threading.py")
-        out["MainThread" if main and "MainThread" not in out else f"thread {ident}"] = frames
-    return out
 
 
 class FaultHandler:

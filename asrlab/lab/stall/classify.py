@@ -123,6 +123,44 @@ def own_tail(lines: list[str], least: int = 12) -> list[str]:
     return lines[max(0, start):]
 
 
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
+    """``faulthandler``'s dump (innermost call first per thread) as ``{thread: stack}``; the thread that
+    did not start in ``threading`` is the main one."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            threads.append((m.group(2), []))
+            continue
+        f = _FRAME.match(line)
+        if f and threads:
+            threads[-1][1].append((f.group(1), int(f.group(2)), f.group(3)))
+    out = {}
+    for ident, frames in threads:
+        frames.reverse()
+        main = bool(frames) and not frames[0][0].endswith("threading.py")
+        out["MainThread" if main and "MainThread" not in out else f"thread {ident}"] = frames
+    return out
+
+
+def worker_lines(text: str) -> list[str]:
+    """``["worker pid 42 at dataset.py:80 in __getitem__", ...]``: where each data-loader worker of a dump
+    (sections ``[... pid N]`` of faulthandler's text) is reading, in the job's own code."""
+    out = []
+    for section in re.split(r"^\[[^\]\n]*pid (\d+)\]\s*$", text, flags=re.M)[1:]:
+        if section.isdigit():
+            pid = section
+            continue
+        frames = worker_own(parse_faulthandler(section).get("MainThread") or [])
+        if worker_busy(frames):
+            out.append(f"worker pid {pid} at {where(own_frame(frames)) or 'a read'}")
+    return out
+
+
 Loop = tuple[str, str, int, int]  # (file, function, first line, last line) of a for/while statement
 
 
@@ -225,4 +263,5 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "Frame", "Loop", "held_phase", "loop_frame", "loop_of", "step_of", "own_code", "own_frame", "own_stack", "own_tail", "phase_of", "where", "worker_busy", "worker_own"]
+__all__ = ["COLLECTIVES", "Frame", "Loop", "held_phase", "loop_frame", "loop_of", "own_code", "own_frame", "own_stack",
+           "own_tail", "parse_faulthandler", "phase_of", "step_of", "where", "worker_busy", "worker_lines", "worker_own"]

@@ -129,7 +129,8 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     elif present:
         phase, step, lead = _groups(present)[0]  # the odd one out, the longest stuck first
         r = min(lead, key=lambda s: s["since"])
-        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
+        at = f" ({r['detail']})" if r.get("detail") else ""
+        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s{at}"
     else:
         return "no rank wrote a heartbeat"
     lead_ranks = {s["rank"] for s in lead}
