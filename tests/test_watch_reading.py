@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -17,6 +19,7 @@ import pytest
 from asrlab.doctor import diagnose, format_diagnosis
 from asrlab.doctor.sections import slow_reader
 from asrlab.lab.stall.classify import loop_of, step_of
+from asrlab.lab.stall.verdict import verdict
 
 LOOPS = Path(__file__).resolve().parent / "loops"
 HF = str(LOOPS / "hf_style_loop.py")
@@ -36,23 +39,52 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
     """Rank 1's sampler yields 3 batches more than rank 0's: rank 0 leaves the loop after its 10th batch
     (``step`` 9) for the barrier after it, while rank 1 waits for it in DDP's all-reduce of ``step`` 10.
     The Flight Recorder sees one collective number with two calls; the verdict names uneven data, each
-    rank's step in the loop's own count, and where rank 0 is. The job ran with ResourceWarnings shown and
-    printed none."""
+    rank's step in the loop's own count, and where rank 0 is; ``asrlab doctor --pid`` reads the same from
+    one look. The job ran with ResourceWarnings shown and printed none."""
     exp, out = tmp_path / "exp", tmp_path / "out"
-    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF, str(out),
-                watch_args=("--stall-timeout", "6", "--on-stall", "kill"),
-                env={"EXTRA": "3", "PYTHONWARNINGS": "always::ResourceWarning"})
-    assert run.returncode != 0, run.stderr[-3000:]
-    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
-    assert v.startswith("rank 0 ran out of data after step 9 and left the loop (at hf_style_loop.py:"), v
-    assert "in main); rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)" in v, v
-    assert "disagree" not in v, v
-    text = (exp / "stall_report.txt").read_text()
-    assert "rank 0 " in text and "past the training loop (its data ran out)" in text, text[:2000]
-    d = diagnose(exp)
-    assert d["verdict"] == "stalled" and d["summary"] == v, d["summary"]
-    assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "6", "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF, str(out)]
+    job = subprocess.Popen(cmd, cwd=LOOPS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1", "EXTRA": "3",
+                                "PYTHONWARNINGS": "always::ResourceWarning"})
+    try:
+        deadline = time.time() + 120
+        while not (exp / "stall_report.json").exists() and time.time() < deadline and job.poll() is None:
+            time.sleep(0.5)
+        v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+        assert v.startswith("rank 0 ran out of data after step 9 and left the loop (at hf_style_loop.py:"), v
+        assert "in main); rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)" in v, v
+        assert "disagree" not in v, v
+        text = (exp / "stall_report.txt").read_text()
+        assert "past the training loop after step 9 (its data ran out)" in text, text[:2000]
+        d = diagnose(exp)
+        assert d["verdict"] == "stalled" and d["summary"] == v, d["summary"]
+        agent = psutil.Process(job.pid).children()[0].pid  # torchrun's agent
+        look = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
+                              capture_output=True, text=True, timeout=60)
+        first = look.stdout.splitlines()[0]
+        assert first.startswith("STUCK: rank 0 is past the training loop after step 9 (its data ran out) (at "), first
+        assert "rank 1 is waiting in DDP's gradient all-reduce (backward) of step 10" in first, first
+        job.send_signal(signal.SIGTERM)
+        said, _ = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert "ResourceWarning" not in said, said[-3000:]
     assert not left_behind(str(out))
+
+
+def test_ranks_that_left_the_loop_are_named_with_the_ranks_that_wait_for_them():
+    def snap(rank, phase, step, detail=""):
+        return {"rank": rank, "phase": phase, "step": step, "since": 90.0, "time": 99.0, "detail": detail}
+    snaps = {0: snap(0, "left_loop", 9, "at train.py:82 in main"), 1: snap(1, "ddp_allreduce", 10),
+             2: snap(2, "left_loop", 9, "at train.py:82 in main"), 3: snap(3, "ddp_allreduce", 10)}
+    assert verdict(snaps, 4, 100.0) == ("ranks 0, 2 ran out of data after step 9 and left the loop (at train.py:82 in "
+                                        "main); ranks 1, 3 still train (step 10) and wait for them in DDP's gradient "
+                                        "all-reduce (backward)")
+    snaps = {0: snap(0, "left_loop", None, "at train.py:90 in main"), 1: snap(1, "collective", None, "at train.py:70 in main")}
+    assert verdict(snaps, 2, 100.0) == ("rank 0 ran out of data and left the loop (at train.py:90 in main); rank 1 "
+                                        "still trains and waits for it in a collective (at train.py:70 in main)")
 
 
 def modelled(world: int, slow: int, factor: float, noise: list[float], compute_s: float = 0.1,

@@ -118,6 +118,40 @@ class RankView:
                 "run": self.proc.run, "watched": True, "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()}}
 
 
+class Loops:
+    """The job's training loop, learned from the samples: the job's own loop its ranks wait for data in (else
+    run backward or the optimizer in); and the ranks past it while others are still in it (uneven data: a
+    rank ran out of batches)."""
+
+    def __init__(self):
+        self.seen: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
+
+    def learn(self, view: RankView) -> None:
+        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
+            key = (view.phase == "data", loop)
+            self.seen[key] = self.seen.get(key, 0) + 1
+
+    def uneven(self, views: list[RankView], world: int, sampler) -> dict[int, dict]:
+        """``{rank: {"phase", "step"}}`` for every rank when some are past the training loop and others in
+        it, else empty: ``left_loop`` for the first, their held phase for the others. The steps are the
+        loop's own count, read from its locals (py-spy only)."""
+        if world < 2 or not self.seen:
+            return {}
+        loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+        states = {v.proc.rank: v.loop_state(loop) for v in views}
+        if "after" not in states.values() or "inside" not in states.values():
+            return {}
+        out = {}
+        for v in views:
+            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
+            after = states[v.proc.rank] == "after"
+            step = None
+            if frame is not None and isinstance(sampler, PySpy):
+                step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
+            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
+        return out
+
+
 class JobWatch:
     def __init__(self, exp: str | Path, stall_timeout_s: float = 60.0, on_stall: str = "report",
                  sample_hz: float = 2.0, sampler: str = "auto", first_step_timeout_s: float | None = None,
@@ -144,7 +178,7 @@ class JobWatch:
         self.table = Table()
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
-        self.loops: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
+        self.loops = Loops()
         self._cpu0 = 0.0
 
     # -- the job ------------------------------------------------------------------------
@@ -298,37 +332,10 @@ class JobWatch:
             workers = {} if phase_of(main) != "data" else {
                 w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             changed = view.update(stacks, workers, time.time())
-            self._learn_loop(view)
+            self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
         if self.stalled is None:
             self._check_stall(procs, now, t0)
-
-    def _learn_loop(self, view: RankView) -> None:
-        """The training loop is the job's own loop that its ranks wait for data in (else run backward or the
-        optimizer in): the one a rank past it has left."""
-        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
-            key = (view.phase == "data", loop)
-            self.loops[key] = self.loops.get(key, 0) + 1
-
-    def _uneven(self, views: list[RankView], world: int) -> dict[int, dict]:
-        """Ranks past the training loop while others are still in it (uneven data: a rank ran out of batches):
-        ``{rank: {"phase", "step"}}`` for every rank then, else empty. The steps are the loop's own count, read
-        from its locals (py-spy only)."""
-        if world < 2 or not self.loops:
-            return {}
-        loop = max(self.loops.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
-        states = {v.proc.rank: v.loop_state(loop) for v in views}
-        if "after" not in states.values() or "inside" not in states.values():
-            return {}
-        out = {}
-        for v in views:
-            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
-            after = states[v.proc.rank] == "after"
-            step = None
-            if frame is not None and isinstance(self.sampler, PySpy):
-                step = step_of(loop, frame[1], self.sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
-            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
-        return out
 
     def _beat(self, snap: dict, now: float, changed: str | None) -> None:
         atomic_write(heartbeat_dir(self.exp) / f"rank{snap['rank']}.json", json.dumps(snap))
@@ -347,7 +354,7 @@ class JobWatch:
         if still < allowance:
             return
         world = self.world()
-        uneven = self._uneven(views, world)
+        uneven = self.loops.uneven(views, world, self.sampler)
         for v in views:
             snap = {**v.snapshot(now, v.held_phase(world)), "since": min(v.since, v.moved),
                     "stacks": {name: format_stack(s) for name, s in v.stacks.items()}, **uneven.get(v.proc.rank, {})}

@@ -1,7 +1,8 @@
 """The verdict: what every rank's last heartbeat says, in one sentence a person can act on.
 
 ``verdict`` names the odd rank out first (a frozen process, a rank waiting for data, one already at epoch
-end, one that never started, else the smallest group stuck in the same phase), then where the others are;
+end or past the training loop, one that never started, else the smallest group stuck in the same phase),
+then where the others are;
 ``failure_verdict`` does the same when a rank raised. ``rank_line`` says one rank as every report, the
 doctor and the stall explorer say it.
 """
@@ -77,6 +78,8 @@ def phase_text(phase: str, step: int) -> str:
     """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
     if phase == "epoch_end" and step is not None:
         return f"{PHASES[phase]} (after step {step})"
+    if phase == "left_loop" and step is not None:
+        return f"past the training loop after step {step} (its data ran out)"
     if phase in ("start", "index", "done") or step is None:  # no step: a run seen from outside
         return PHASES.get(phase, phase)
     return f"{PHASES.get(phase, phase)} of step {step}"
