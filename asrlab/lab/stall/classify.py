@@ -6,7 +6,8 @@ torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data),
 grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
 group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
 it is anywhere but waiting for its next index. ``asrlab watch`` reads stacks sampled from outside with
-these rules; a stall watchdog inside a rank reads its own main thread's stack with them.
+these rules; a stall watchdog inside a rank reads its own main thread's stack with them. Which loop of the
+job's own code a stack is in, and how that loop counts its steps, is read from the job's source file.
 """
 
 from __future__ import annotations
