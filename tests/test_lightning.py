@@ -41,6 +41,8 @@ def test_a_hang_in_one_ranks_data_is_named(tmp_path):
     assert d["verdict"] == "stalled", d["summary"]
     assert d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"], d["summary"]
     assert "rank 0 is waiting in a collective" in d["summary"], d["summary"]  # DDP's, before its forward
+    assert "worker pid " in d["summary"] and "at loop.py:" in d["summary"] and "in __getitem__" in d["summary"], \
+        d["summary"]  # the line of the user's dataset its worker is stuck at
 
 
 def test_a_nonfinite_step_is_located_on_its_rank_and_skipped(tmp_path):

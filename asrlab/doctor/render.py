@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..lab.stall.flight import collectives_text
 from ..lab.stall.verdict import rank_line, ranks_text
 from ..lab.timing import format_split
+from . import FAILED
 from .sections import FIRST
 
 def _untrained(x: dict) -> str:
@@ -131,15 +132,16 @@ def format_diagnosis(d: dict) -> str:
                      f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
         if r.get("split"):
             lines.append(f"    wall clock: {format_split(r['split'])}")
-    if st["spread"] and "most_data_wait_rank" in st["spread"]:
-        s = st["spread"]
-        if s["data_wait_share"] >= 0.25:  # below that, no rank's reads hold the others up
-            lines.append(f"  rank {s['most_data_wait_rank']} waits for data most ({100 * s['data_wait_share']:.0f}% "
-                         "of its sampled time): its reads hold the others up")
-    elif st["spread"]:
+    if st["spread"] and "slowest_rank" in st["spread"]:
         s = st["spread"]
         lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
                      f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)")
+    slow = (st["spread"] or {}).get("slow_reader")
+    if slow is not None and d["verdict"] not in FAILED:  # a failure's own verdict says what held the ranks
+        share = {r["rank"]: r["data_wait_share"] for r in st["ranks"]}
+        rest = ", ".join(f"{100 * v:.0f}%" for r, v in sorted(share.items()) if r != slow)
+        lines.append(f"  rank {slow} waits for data far more than the others ({100 * share[slow]:.0f}% of its time; "
+                     f"the others {rest}): its reads hold the others up")
 
     mix = d.get("corpora")
     if mix:

@@ -20,6 +20,25 @@ from ..lab.timing import step_split
 from .read import kept_steps, read_json
 
 FIRST = 5                 # keys, steps, ... named in the text before "+N more"
+# a rank's reads hold the others up when its data-wait share is this far above the others' median, and this
+# many times it: sampled shares of equal ranks differ by up to 10 points, and ranks that all wait for data
+# alike (a loader too slow everywhere) have no one rank to blame
+SLOW_READ_POINTS = 0.15
+SLOW_READ_TIMES = 2.0
+
+
+def slow_reader(shares: dict[int, float]) -> int | None:
+    """The rank whose reads hold the others up, from each rank's share of its time waiting for data: the one
+    at least :data:`SLOW_READ_POINTS` above the median of the others and :data:`SLOW_READ_TIMES` times it;
+    None when no rank stands out so (one rank alone, equal ranks, every rank slow alike)."""
+    if len(shares) < 2:
+        return None
+    rank = max(shares, key=lambda r: shares[r])
+    others = sorted(v for r, v in shares.items() if r != rank)
+    mid = len(others) // 2
+    median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+    return rank if shares[rank] >= median + SLOW_READ_POINTS and shares[rank] >= SLOW_READ_TIMES * median else None
+
 
 def step_times(exp: str | Path) -> dict:
     """Per rank: steps, median step time, share of it waiting for data (:func:`rank_summary`, the first step
@@ -49,6 +68,8 @@ def step_times(exp: str | Path) -> dict:
         out["spread"] = {"slowest_rank": slow["rank"], "fastest_rank": fast["rank"],
                          "slowest_s": round(slow["median_step_s"], 6), "fastest_s": round(fast["median_step_s"], 6),
                          "ratio": round(slow["median_step_s"] / max(1e-9, fast["median_step_s"]), 3)}
+    if out["spread"] is not None:
+        out["spread"]["slow_reader"] = slow_reader({r["rank"]: r["data_wait_share"] for r in ranks})
     return out
 
 

@@ -9,7 +9,7 @@ import time
 from ..lab.stall.verdict import phase_text
 from .procs import job_ranks, job_root, world_of
 from .sample import PySpy, format_stack
-from .watcher import WAITING, RankView
+from .watcher import WAITING, Loops, RankView
 
 
 def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
@@ -28,20 +28,24 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
                          "whose fallback needs none")
     t0 = time.time()
     views = {r: RankView(p, t0) for r, p in procs.items()}
+    loops = Loops()
     for i in range(samples):
         for r, p in sorted(procs.items()):
             stacks = spy.sample(p.pid)
             if stacks is not None:
                 views[r].update(stacks, {w: s for w in p.workers if (s := spy.sample(w)) is not None}, time.time())
+                loops.learn(views[r])
         if i + 1 < samples:
             time.sleep(interval_s)
     now = time.time()
     world = world_of(procs.values())
     moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values())
+    uneven = {} if moved else loops.uneven(list(views.values()), world, spy)
     snaps = {}
     for r, v in views.items():
         snaps[r] = {**v.snapshot(now, v.phase if moved else v.held_phase(world)), "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
-                    "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()}}
+                    "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()},
+                    **uneven.get(r, {})}
     return {"verdict": said(snaps, moved, now - t0), "moved": moved, "root": root, "world_size": world,
             "ranks": [snaps[r] for r in sorted(snaps)]}
 
@@ -51,7 +55,7 @@ def said(snaps: dict[int, dict], moved: bool, over_s: float) -> str:
     lead = [s for _, s in sorted(snaps.items()) if s["phase"] not in WAITING] or [snaps[r] for r in sorted(snaps)]
     rest = [s for _, s in sorted(snaps.items()) if s not in lead]
     def line(s: dict) -> str:
-        return f"rank {s['rank']} is {phase_text(s['phase'], None)}" + (f" ({s['detail']})" if s["detail"] else "")
+        return f"rank {s['rank']} is {phase_text(s['phase'], s['step'])}" + (f" ({s['detail']})" if s["detail"] else "")
     parts = [line(s) for s in lead] + [line(s) for s in rest]
     how = (f"stacks moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck" if moved else
            f"no rank's stacks moved during {over_s:.0f} s of samples")

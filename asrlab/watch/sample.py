@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -21,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..lab.stall.classify import Frame
+from ..lab.stall.classify import Frame, parse_faulthandler
 from ..lab.stall.watchdog import catches
 
 DUMP_SIGNAL = signal.SIGRTMIN + 7  # rarely used by training code; sent only to processes that asked for it
@@ -79,34 +78,27 @@ class PySpy:
             stacks[name] = [(f["filename"], int(f["line"]), f["name"].split(".")[-1]) for f in reversed(t["frames"])]
         return stacks
 
+    def locals_of(self, pid: int, file: str, fn: str) -> dict[str, str]:
+        """``{name: repr}`` of the locals of the innermost call of ``fn`` in ``file`` on ``pid``'s main thread
+        (one dump that also reads the values; empty when it cannot)."""
+        try:
+            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking", "--locals"],
+                                 capture_output=True, text=True, timeout=self.timeout_s)
+            threads = json.loads(out.stdout) if out.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return {}
+        for t in threads:
+            if t.get("os_thread_id") != pid:
+                continue
+            for f in t.get("frames") or []:  # innermost first
+                if f.get("filename") == file and f.get("name", "").split(".")[-1] == fn:
+                    return {v["name"]: v.get("repr") for v in f.get("locals") or [] if "name" in v}
+        return {}
+
 
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
-
-
-def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
-    """``faulthandler``'s dump (innermost call first per thread) as ``{thread: stack}``; the thread that
-    did not start in ``threading`` is the main one."""
-    threads: list[tuple[str, list[Frame]]] = []
-    for line in text.splitlines():
-        m = _THREAD.match(line)
-        if m:
-            threads.append((m.group(2), []))
-            continue
-        f = _FRAME.match(line)
-        if f and threads:
-            threads[-1][1].append((f.group(1), int(f.group(2)), f.group(3)))
-    out = {}
-    for ident, frames in threads:
-        frames.reverse()
-        main = bool(frames) and not frames[0][0].endswith("threading.py")
-        out["MainThread" if main and "MainThread" not in out else f"thread {ident}"] = frames
-    return out
 
 
 class FaultHandler:

@@ -34,7 +34,8 @@ from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
-from ..lab.stall.classify import held_phase, own_frame, phase_of, where, worker_busy, worker_own
+from ..lab.stall.classify import (Loop, held_phase, loop_frame, loop_of, own_code, own_frame, phase_of, step_of, where,
+                                  worker_busy, worker_own)
 from .keeper import KeptJob
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 INJECT = Path(__file__).with_name("inject")
 WAITING = ("collective", "ddp_allreduce")
+TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
 
 
 class RankView:
@@ -58,6 +60,7 @@ class RankView:
         self.phases_seen: set[str] = set()
         self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
         self.samples = 0
+        self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
         """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
@@ -75,6 +78,7 @@ class RankView:
         if signature != self.signature:
             self.signature, self.moved = signature, now
         self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
+        self.lines.update((f, fn, line) for f, line, fn in main if own_code(f))
         phase = phase_of(main)
         self.phases_seen.add(phase)
         if phase != self.phase:
@@ -85,6 +89,16 @@ class RankView:
     def held_phase(self, world: int) -> str:
         """Its phase when its stacks stopped moving (:func:`asrlab.lab.stall.classify.held_phase`)."""
         return held_phase(self.phase, world)
+
+    def loop_state(self, loop: Loop) -> str | None:
+        """``"inside"`` the training loop, ``"after"`` it (its function at a later line, or returned after the
+        rank was seen inside), else None (before it, or not to be told)."""
+        main = self.stacks.get("MainThread") or []
+        frame = loop_frame(main, loop)
+        if frame is not None:
+            return "inside" if loop[2] <= frame[1] <= loop[3] else "after" if frame[1] > loop[3] else None
+        seen = any(f == loop[0] and fn == loop[1] and loop[2] <= line <= loop[3] for f, fn, line in self.lines)
+        return "after" if seen and phase_of(main) != "start" else None
 
     def detail(self) -> str:
         """Where the rank is in the job's own code; waiting for data, which workers read where."""
@@ -103,6 +117,40 @@ class RankView:
                 "beats": self.samples, "detail": self.detail(), "completed": None, "allow_s": 0.0,
                 "pid": self.proc.pid, "host": socket.gethostname(), "node": 0, "time": now,
                 "run": self.proc.run, "watched": True, "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()}}
+
+
+class Loops:
+    """The job's training loop, learned from the samples: the job's own loop its ranks wait for data in (else
+    run backward or the optimizer in); and the ranks past it while others are still in it (uneven data: a
+    rank ran out of batches)."""
+
+    def __init__(self):
+        self.seen: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
+
+    def learn(self, view: RankView) -> None:
+        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
+            key = (view.phase == "data", loop)
+            self.seen[key] = self.seen.get(key, 0) + 1
+
+    def uneven(self, views: list[RankView], world: int, sampler) -> dict[int, dict]:
+        """``{rank: {"phase", "step"}}`` for every rank when some are past the training loop and others in
+        it, else empty: ``left_loop`` for the first, their held phase for the others. The steps are the
+        loop's own count, read from its locals (py-spy only)."""
+        if world < 2 or not self.seen:
+            return {}
+        loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+        states = {v.proc.rank: v.loop_state(loop) for v in views}
+        if "after" not in states.values() or "inside" not in states.values():
+            return {}
+        out = {}
+        for v in views:
+            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
+            after = states[v.proc.rank] == "after"
+            step = None
+            if frame is not None and isinstance(sampler, PySpy):
+                step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
+            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
+        return out
 
 
 class JobWatch:
@@ -131,6 +179,7 @@ class JobWatch:
         self.table = Table()
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
+        self.loops = Loops()
         self._cpu0 = 0.0
 
     # -- the job ------------------------------------------------------------------------
@@ -285,6 +334,7 @@ class JobWatch:
             workers = {} if phase_of(main) != "data" else {
                 w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             changed = view.update(stacks, workers, time.time())
+            self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
         if self.stalled is None:
             self._check_stall(procs, now, t0)
@@ -306,9 +356,10 @@ class JobWatch:
         if still < allowance:
             return
         world = self.world()
+        uneven = self.loops.uneven(views, world, self.sampler)
         for v in views:
             snap = {**v.snapshot(now, v.held_phase(world)), "since": min(v.since, v.moved),
-                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}}
+                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}, **uneven.get(v.proc.rank, {})}
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
             text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
                                for pid, s in sorted(v.workers.items()))
@@ -320,7 +371,7 @@ class JobWatch:
         if flight:  # which rank never entered the collective the others wait in
             with open(layout.stall_text(self.exp), "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")
-        lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING and e.get("phase") != "done"]
+        lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING + ("done",)]
         self.stalled = {"verdict": report["verdict"], "time": now,
                         "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
         log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],

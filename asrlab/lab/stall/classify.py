@@ -6,11 +6,14 @@ torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data),
 grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
 group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
 it is anywhere but waiting for its next index. ``asrlab watch`` reads stacks sampled from outside with
-these rules; a stall watchdog inside a rank reads its own main thread's stack with them.
+these rules; a stall watchdog inside a rank reads its own main thread's stack with them. Which loop of the
+job's own code a stack is in, and how that loop counts its steps, is read from the job's source file.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import re
 import sys
@@ -121,6 +124,139 @@ def own_tail(lines: list[str], least: int = 12) -> list[str]:
     return lines[max(0, start):]
 
 
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> dict[str, list[Frame]]:
+    """``faulthandler``'s dump (innermost call first per thread) as ``{thread: stack}``; the thread that
+    did not start in ``threading`` is the main one."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            threads.append((m.group(2), []))
+            continue
+        f = _FRAME.match(line)
+        if f and threads:
+            threads[-1][1].append((f.group(1), int(f.group(2)), f.group(3)))
+    out = {}
+    for ident, frames in threads:
+        frames.reverse()
+        main = bool(frames) and not frames[0][0].endswith("threading.py")
+        out["MainThread" if main and "MainThread" not in out else f"thread {ident}"] = frames
+    return out
+
+
+def worker_lines(text: str) -> list[str]:
+    """``["worker pid 42 at dataset.py:80 in __getitem__", ...]``: where each data-loader worker of a dump
+    (sections ``[... pid N]`` of faulthandler's text) is reading, in the job's own code."""
+    out = []
+    for section in re.split(r"^\[[^\]\n]*pid (\d+)\]\s*$", text, flags=re.M)[1:]:
+        if section.isdigit():
+            pid = section
+            continue
+        frames = worker_own(parse_faulthandler(section).get("MainThread") or [])
+        if worker_busy(frames):
+            out.append(f"worker pid {pid} at {where(own_frame(frames)) or 'a read'}")
+    return out
+
+
+Loop = tuple[str, str, int, int]  # (file, function, first line, last line) of a for/while statement
+
+
+@functools.lru_cache(maxsize=256)
+def _functions(file: str) -> tuple:
+    """The functions of a source file: ``(name, first line, last line, is a generator, loops)``, each loop
+    ``(first line, last line, counter)``; empty when the file cannot be read."""
+    try:
+        with open(file, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            continue
+        own = list(_own_nodes(fn))
+        loops = tuple((n.lineno, n.end_lineno, _counter(n)) for n in own if isinstance(n, (ast.For, ast.AsyncFor, ast.While)))
+        name = "<module>" if isinstance(fn, ast.Module) else fn.name
+        first, last = (1, 10**9) if isinstance(fn, ast.Module) else (fn.lineno, fn.end_lineno)
+        out.append((name, first, last, any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own), loops))
+    return tuple(out)
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of a function's body, not those of functions or classes defined inside it."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield n
+        todo.extend(ast.iter_child_nodes(n))
+
+
+def _counter(loop: ast.AST) -> tuple | None:
+    """How a loop counts its steps: ``("index", name, start)`` for ``for i, x in enumerate(..., start)``;
+    ``("count", name, line)`` for a ``name += 1`` in its body (at ``line``); else None."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
+            isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate" and \
+            isinstance(loop.target, ast.Tuple) and loop.target.elts and isinstance(loop.target.elts[0], ast.Name):
+        start = loop.iter.args[1] if len(loop.iter.args) > 1 else next(
+            (k.value for k in loop.iter.keywords if k.arg == "start"), None)
+        return ("index", loop.target.elts[0].id, start.value if isinstance(start, ast.Constant) else 0)
+    for n in ast.walk(loop):
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and \
+                isinstance(n.value, ast.Constant) and n.value.value == 1:
+            return ("count", n.target.id, n.lineno)
+    return None
+
+
+def _function(frame: Frame) -> tuple | None:
+    file, line, fn = frame
+    found = [f for f in _functions(file) if f[0] == fn and f[1] <= line <= f[2]]
+    return min(found, key=lambda f: f[2] - f[1]) if found else None
+
+
+def loop_of(frames: list[Frame]) -> Loop | None:
+    """The loop a stack is in, in the job's own code: the innermost own frame (not a generator's, which
+    only relays the batches) whose line lies inside a ``for``/``while`` of its function, and that loop."""
+    for frame in reversed(frames):
+        if not own_code(frame[0]):
+            continue
+        fn = _function(frame)
+        if fn is None or fn[3]:
+            continue
+        inside = [lp for lp in fn[4] if lp[0] <= frame[1] <= lp[1]]
+        if inside:
+            first, last, _ = max(inside, key=lambda lp: lp[0])
+            return (frame[0], frame[2], first, last)
+    return None
+
+
+def loop_frame(frames: list[Frame], loop: Loop) -> Frame | None:
+    """The frame of ``loop``'s function in a stack (the innermost), or None when it is not on it."""
+    for frame in reversed(frames):
+        if frame[0] == loop[0] and frame[2] == loop[1]:
+            return frame
+    return None
+
+
+def step_of(loop: Loop, line: int, values: dict[str, str], after: bool) -> int | None:
+    """The step a rank is on (``after``: the last it took) in the loop's own count, from the values of its
+    function's locals (``{name: repr}``) while at ``line``: the index of ``enumerate``, else the counter
+    that the loop adds 1 to (one more while the rank is in a step before that line)."""
+    fn = _function((loop[0], loop[2], loop[1]))
+    counter = next((lp[2] for lp in (fn[4] if fn else ()) if lp[0] == loop[2]), None)
+    if counter is None or not str(values.get(counter[1], "")).lstrip("-").isdigit():
+        return None
+    value = int(values[counter[1]])
+    if counter[0] == "index":
+        return value
+    return value + (not after and line < counter[2])
+
+
 def where(frame: Frame | None) -> str:
     if frame is None:
         return ""
@@ -128,4 +264,5 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "Frame", "held_phase", "own_code", "own_frame", "own_stack", "own_tail", "phase_of", "where", "worker_busy", "worker_own"]
+__all__ = ["COLLECTIVES", "Frame", "Loop", "held_phase", "loop_frame", "loop_of", "own_code", "own_frame", "own_stack",
+           "own_tail", "parse_faulthandler", "phase_of", "step_of", "where", "worker_busy", "worker_lines", "worker_own"]

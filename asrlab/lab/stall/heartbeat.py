@@ -46,6 +46,7 @@ PHASES = {
     "checkpoint": "in a checkpoint (gathering every rank's state, then writing)",
     "eval": "evaluating",
     "epoch_end": "waiting at epoch end",
+    "left_loop": "past the training loop (its data ran out)",  # read from a stack after the loop's last line
     "done": "finished",
 }
 

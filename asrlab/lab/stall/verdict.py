@@ -1,7 +1,8 @@
 """The verdict: what every rank's last heartbeat says, in one sentence a person can act on.
 
 ``verdict`` names the odd rank out first (a frozen process, a rank waiting for data, one already at epoch
-end, one that never started, else the smallest group stuck in the same phase), then where the others are;
+end or past the training loop, one that never started, else the smallest group stuck in the same phase),
+then where the others are;
 ``failure_verdict`` does the same when a rank raised. ``rank_line`` says one rank as every report, the
 doctor and the stall explorer say it.
 """
@@ -49,10 +50,36 @@ def _elsewhere(snaps: list[dict]) -> list[str]:
             for phase, step, g in sorted(_groups(snaps), key=lambda x: min(s["rank"] for s in x[2]))]
 
 
+ENDED = ("epoch_end", "left_loop", "done")  # phases of a rank whose data ran out
+# how a rank left in a collective by one that ran out of data waits for it
+WAITS_IN = {"ddp_allreduce": "in DDP's gradient all-reduce (backward)", "allreduce": "in the gradient all-reduce",
+            "collective": "in a collective"}
+
+
+def _left_loop(ended: list[dict], rest: list[dict], nodes: bool) -> list[str]:
+    """``["rank 0 ran out of data after step 9 and left the loop (at train.py:80 in main)",
+    "rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)"]``."""
+    parts = []
+    for _, step, g in sorted(_groups(ended), key=lambda x: min(s["rank"] for s in x[2])):
+        after = "" if step is None else f" after step {step}"
+        at = f" ({g[0]['detail']})" if g[0].get("detail") else ""
+        parts.append(f"{_who(g, nodes)} ran out of data{after} and left the loop{at}")
+    them = "it" if len(ended) == 1 else "them"
+    for phase, step, g in sorted(_groups(rest), key=lambda x: min(s["rank"] for s in x[2])):
+        one = len(g) == 1
+        trains = f"{_who(g, nodes)} still {'trains' if one else 'train'}" + ("" if step is None else f" (step {step})")
+        at = f" ({g[0]['detail']})" if phase == "collective" and g[0].get("detail") else ""
+        parts.append(f"{trains} and {'waits' if one else 'wait'} for {them} {WAITS_IN[phase]}{at}" if phase in WAITS_IN
+                     else f"{trains}, {PHASES.get(phase, phase)}")
+    return parts
+
+
 def phase_text(phase: str, step: int) -> str:
     """``"in the forward pass of step 7"``: a phase as the verdicts say it."""
     if phase == "epoch_end" and step is not None:
         return f"{PHASES[phase]} (after step {step})"
+    if phase == "left_loop" and step is not None:
+        return f"past the training loop after step {step} (its data ran out)"
     if phase in ("start", "index", "done") or step is None:  # no step: a run seen from outside
         return PHASES.get(phase, phase)
     return f"{PHASES.get(phase, phase)} of step {step}"
@@ -75,7 +102,7 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     waited = {s["rank"]: int(now - s["since"]) for s in present}
     frozen = [s for s in present if now - s.get("time", now) > STALE_S]
     data = [s for s in present if s["phase"] == "data"]
-    ended = [s for s in present if s["phase"] in ("epoch_end", "done")]
+    ended = [s for s in present if s["phase"] in ENDED]
     nodes = len({s.get("node", 0) for s in present}) > 1
     if frozen:  # its watchdog thread stopped writing: the process itself is stopped, frozen or dead
         lead = frozen
@@ -91,6 +118,9 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
         detail = f" ({'; '.join(notes)})" if notes else ""
         first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
                  f"{waited[r['rank']]} s for data{at}{detail}")
+    elif ended and len(ended) < len(present) and any(s["phase"] == "left_loop" for s in ended):
+        parts = _left_loop(ended, [s for s in present if s not in ended], nodes)
+        return "; ".join(parts + ([f"{ranks_text(missing)} never wrote a heartbeat"] if missing else []))
     elif ended and len(ended) < len(present):
         lead = ended
         r = ended[0]
@@ -102,7 +132,8 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     elif present:
         phase, step, lead = _groups(present)[0]  # the odd one out, the longest stuck first
         r = min(lead, key=lambda s: s["since"])
-        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s"
+        at = f" ({r['detail']})" if r.get("detail") else ""
+        first = f"{_who(lead, nodes)} {_is(lead)} {phase_text(phase, step)} for {waited[r['rank']]} s{at}"
     else:
         return "no rank wrote a heartbeat"
     lead_ranks = {s["rank"] for s in lead}
@@ -117,4 +148,4 @@ def failure_verdict(failure: dict, snaps: dict[int, dict]) -> str:
     return "; ".join([error_line(failure)] + _elsewhere([s for r, s in sorted(snaps.items()) if r != failure["rank"]]))
 
 
-__all__ = ["failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict"]
+__all__ = ["ENDED", "failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict"]

@@ -35,7 +35,7 @@ import psutil
 
 from .. import layout
 from . import relay
-from .classify import own_stack, phase_of
+from .classify import own_frame, own_stack, phase_of, where, worker_lines
 from .peers import PeerExits
 from .errors import error_line, rank_errors
 from .heartbeat import Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
@@ -158,6 +158,14 @@ class Watchdog(threading.Thread):
                 time.sleep(0.02)
             time.sleep(0.05)  # let the dump finish
 
+    def _worker_lines(self) -> list[str]:
+        if self._workers_file is None:
+            return []
+        try:
+            return worker_lines(Path(self._workers_file.name).read_text(errors="replace"))
+        except OSError:
+            return []
+
     def _arm_faulthandler(self) -> None:
         """Last resort if this thread itself cannot run: dump stacks and exit after 4 x timeout."""
         if self._fh_file is None:
@@ -202,13 +210,19 @@ class Watchdog(threading.Thread):
         self.stalled.set()
         faulthandler.cancel_dump_traceback_later()
         snap = self.hb.snapshot()
+        stack = own_stack(threading.main_thread().ident)
         if self.world_size > 1 and snap["phase"] in ("compute", "step"):  # a loop's phase that says no more
             # stuck in backward under DDP is waiting for the other ranks' gradients: its all-reduce
-            seen = phase_of(own_stack(threading.main_thread().ident))
+            seen = phase_of(stack)
             if seen in ("backward", "collective"):  # in backward: DDP's gradient all-reduce
                 snap["phase"] = "ddp_allreduce" if seen == "backward" else "collective"
+        # the line of the user's own code it blocks at, and (waiting for data) each reading worker's
+        said = where(own_frame(stack))
+        lines = [f"loop at {said}" if snap["phase"] == "data" else f"at {said}"] if said else []
         if snap["phase"] == "data":
             self._dump_workers()
+            lines += self._worker_lines()
+        snap["detail"] = "; ".join(([snap["detail"]] if snap.get("detail") else []) + lines)
         write_dump(self.exp, {**snap, "run": self.rid})
         relay.flush(self.relay)  # to the other nodes' reports
         if failure is None:

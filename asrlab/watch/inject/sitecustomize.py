@@ -62,18 +62,38 @@ def _dumps_on_signal():
     folder, sig = os.environ.get("ASRLAB_WATCH_DIR"), os.environ.get("ASRLAB_WATCH_SIGNAL")
     if not folder or not sig:
         return
+    import atexit
     import faulthandler
+
+    held = []  # the open dump file: closed when replaced and at exit, so the job is left no handle to warn about
 
     def register():
         path = os.path.join(folder, f"{os.getpid()}.txt")
         f = open(path, "a")  # appends: the watcher empties it before each dump
         faulthandler.register(int(sig), file=f, all_threads=True, chain=False)
-        register.file = f
+        close()  # a forked worker's copy of its parent's file, now that the handler writes to its own
+        held.append(f)
+
+    def close():
+        while held:
+            held.pop().close()
+
+    def in_child():
+        try:
+            register()
+        except (OSError, ValueError, RuntimeError):
+            close()
+
+    def at_exit():
+        if held:
+            faulthandler.unregister(int(sig))
+            close()
 
     try:
         os.makedirs(folder, exist_ok=True)
         register()
-        os.register_at_fork(after_in_child=register)  # a forked worker dumps to a file of its own
+        os.register_at_fork(after_in_child=in_child)  # a forked worker dumps to a file of its own
+        atexit.register(at_exit)
     except (OSError, ValueError, RuntimeError):
         pass
 

@@ -1,0 +1,194 @@
+"""How a stall and a run are read, on loops that are not asrlab's (tests/loops/): uneven data under
+``asrlab watch`` named as a rank that left the loop; the rule that names a rank whose reads hold the others
+up, and a crash's text without it; the parts' stall verdict naming the user's lines; the watch's injected code
+leaving the job no warning and no file handle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from asrlab.doctor import diagnose, format_diagnosis
+from asrlab.doctor.sections import slow_reader
+from asrlab.lab.stall.classify import loop_of, step_of
+from asrlab.lab.stall.verdict import verdict
+
+LOOPS = Path(__file__).resolve().parent / "loops"
+HF = str(LOOPS / "hf_style_loop.py")
+
+
+def watch(exp: Path, *cmd: str, watch_args: tuple = (), env: dict | None = None, timeout: float = 150):
+    return subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--", *cmd],
+                          cwd=LOOPS, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def left_behind(mark: str) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if mark in " ".join(p.info["cmdline"] or [])]
+
+
+def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_path):
+    """Rank 1's sampler yields 3 batches more than rank 0's: rank 0 leaves the loop after its 10th batch
+    (``step`` 9) for the barrier after it, while rank 1 waits for it in DDP's all-reduce of ``step`` 10.
+    The Flight Recorder sees one collective number with two calls; the verdict names uneven data, each
+    rank's step in the loop's own count, and where rank 0 is; ``asrlab doctor --pid`` reads the same from
+    one look. The job ran with ResourceWarnings shown and printed none."""
+    exp, out = tmp_path / "exp", tmp_path / "out"
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "6", "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF, str(out)]
+    job = subprocess.Popen(cmd, cwd=LOOPS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1", "EXTRA": "3",
+                                "PYTHONWARNINGS": "always::ResourceWarning"})
+    try:
+        deadline = time.time() + 120
+        while not (exp / "stall_report.json").exists() and time.time() < deadline and job.poll() is None:
+            time.sleep(0.5)
+        v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+        assert v.startswith("rank 0 ran out of data after step 9 and left the loop (at hf_style_loop.py:"), v
+        assert "in main); rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)" in v, v
+        assert "disagree" not in v, v
+        text = (exp / "stall_report.txt").read_text()
+        assert "past the training loop after step 9 (its data ran out)" in text, text[:2000]
+        d = diagnose(exp)
+        assert d["verdict"] == "stalled" and d["summary"] == v, d["summary"]
+        agent = psutil.Process(job.pid).children()[0].pid  # torchrun's agent
+        look = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
+                              capture_output=True, text=True, timeout=60)
+        first = look.stdout.splitlines()[0]
+        assert first.startswith("STUCK: rank 0 is past the training loop after step 9 (its data ran out) (at "), first
+        assert "rank 1 is waiting in DDP's gradient all-reduce (backward) of step 10" in first, first
+        job.send_signal(signal.SIGTERM)
+        said, _ = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert "ResourceWarning" not in said, said[-3000:]
+    assert not left_behind(str(out))
+
+
+def test_ranks_that_left_the_loop_are_named_with_the_ranks_that_wait_for_them():
+    def snap(rank, phase, step, detail=""):
+        return {"rank": rank, "phase": phase, "step": step, "since": 90.0, "time": 99.0, "detail": detail}
+    snaps = {0: snap(0, "left_loop", 9, "at train.py:82 in main"), 1: snap(1, "ddp_allreduce", 10),
+             2: snap(2, "left_loop", 9, "at train.py:82 in main"), 3: snap(3, "ddp_allreduce", 10)}
+    assert verdict(snaps, 4, 100.0) == ("ranks 0, 2 ran out of data after step 9 and left the loop (at train.py:82 in "
+                                        "main); ranks 1, 3 still train (step 10) and wait for them in DDP's gradient "
+                                        "all-reduce (backward)")
+    snaps = {0: snap(0, "left_loop", None, "at train.py:90 in main"), 1: snap(1, "collective", None, "at train.py:70 in main")}
+    assert verdict(snaps, 2, 100.0) == ("rank 0 ran out of data and left the loop (at train.py:90 in main); rank 1 "
+                                        "still trains and waits for it in a collective (at train.py:70 in main)")
+
+
+def modelled(world: int, slow: int, factor: float, noise: list[float], compute_s: float = 0.1,
+             read_s: float = 0.09) -> dict[int, float]:
+    """Each rank's data-wait share under DDP when rank ``slow``'s reads take ``factor`` times as long: its
+    batches come every ``read_s * factor`` s against a step's ``compute_s``, and it waits for the rest; the
+    others' batches are ready by then (they wait for it in the all-reduce instead). ``noise``: points a
+    sampled share is off by, per rank."""
+    step = max(compute_s, read_s * factor)
+    return {r: round(min(1.0, max(0.0, (step - compute_s) / step if r == slow else 0.0) + noise[r]), 3)
+            for r in range(world)}
+
+
+@pytest.mark.parametrize("factor", [2, 10])
+@pytest.mark.parametrize("world, noise", [(2, [0.0, 0.0]), (2, [0.1, -0.05]), (4, [0.08, 0.0, 0.1, 0.02]),
+                                          (8, [0.05, 0.1, 0.0, 0.07, 0.03, 0.1, 0.02, 0.06])])
+def test_a_rank_slowed_2x_or_10x_is_named_whatever_the_noise(world, noise, factor):
+    shares = modelled(world, 1, factor, noise)
+    assert slow_reader(shares) == 1, shares
+
+
+def test_a_slow_reader_seen_at_a_low_share_is_named():
+    """As a watched run of a stranger's loop sampled it (rank 1's reads 0.2 s an item): 19% against 2%."""
+    assert slow_reader({0: 0.02, 1: 0.19}) == 1
+
+
+@pytest.mark.parametrize("shares", [
+    {0: 0.0, 1: 0.10},                           # equal ranks, 10 points of sampling noise
+    {0: 0.0, 1: 0.0}, {0: 0.02, 1: 0.05, 2: 0.0, 3: 0.12},
+    {0: 0.31, 1: 0.42, 2: 0.36, 3: 0.29},        # every rank waits for data alike: a slow loader, no one rank
+    {0: 0.55, 1: 0.68},
+    {0: 0.9},                                    # one rank: no others to hold up
+])
+def test_equal_ranks_with_noise_are_not_named(shares):
+    assert slow_reader(shares) is None, shares
+
+
+def test_a_finished_run_names_its_slow_reader_in_the_text(tmp_path):
+    """The loop on even data, rank 1's reads twice as slow: the run finishes (exit 0, no ResourceWarning from
+    the watch's code at any process's exit) and the doctor's text names rank 1 by the rule above."""
+    exp = tmp_path / "exp"
+    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
+                str(tmp_path / "out"), watch_args=("--stall-timeout", "30"),
+                env={"SLOW": "1:2", "BATCHES": "30", "PYTHONWARNINGS": "always::ResourceWarning"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
+    d = diagnose(exp)
+    assert d["verdict"] == "finished" and d["steps"]["spread"]["slow_reader"] == 1, d["steps"]
+    assert "rank 1 waits for data far more than the others (" in format_diagnosis(d)
+
+
+def test_a_crash_before_the_first_step_says_no_slow_reader(tmp_path):
+    """Rank 1 waits seconds for its first batch (its reads 30 times as slow), then raises on it: the crash is
+    the verdict, and the text says nothing of whose reads hold the others up."""
+    exp = tmp_path / "exp"
+    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
+                str(tmp_path / "out"), watch_args=("--stall-timeout", "60"), env={"RAISE": "1:0", "SLOW": "1:30"})
+    assert run.returncode != 0, run.stderr[-3000:]
+    d = diagnose(exp)
+    assert d["verdict"] == "crashed" and d["summary"].startswith("rank 1 failed: ValueError: input_ids"), d["summary"]
+    shares = {r["rank"]: r["data_wait_share"] for r in d["steps"]["ranks"]}
+    assert shares[1] > 0.3, d["steps"]  # what the slow-reader line was read from
+    text = format_diagnosis(d)
+    assert "hold the others up" not in text and "waits for data" not in text, text
+
+
+def test_the_parts_stall_verdict_names_the_loops_line_and_the_workers(tmp_path):
+    """A loop with the stall watch and the uneven guard added: on rank 1 a worker's read never returns. The
+    verdict names the loop's own line where it waits and the line the worker is stuck at, as the watch's does."""
+    exp = tmp_path / "exp"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(LOOPS / "parts_loop.py"), str(exp)], cwd=LOOPS, capture_output=True, text=True,
+                         timeout=150, env={**os.environ, "OMP_NUM_THREADS": "1", "HANG": "1:25"})
+    assert run.returncode != 0, run.stderr[-3000:]
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 1 has waited ") and "for data at step 3 (reading step 4's batch ahead; " in v, v
+    assert "; loop at parts_loop.py:" in v and " in main; worker pid " in v, v
+    assert " at parts_loop.py:" in v.split("worker pid ")[1] and "in read_utterance)" in v, v
+    assert diagnose(exp)["summary"] == v
+    assert not left_behind(str(exp))
+
+
+def test_the_watchs_injected_code_leaves_the_job_no_warning_and_no_handle(tmp_path):
+    """A DataLoader's forked workers under the watch: each holds only its own stack-dump file (not the one
+    inherited from its parent), and nothing is left unclosed to warn about, in a worker or at exit."""
+    run = watch(tmp_path / "exp", sys.executable, str(LOOPS / "worker_files.py"), timeout=90,
+                env={"PYTHONWARNINGS": "always::ResourceWarning"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = run.stdout + run.stderr
+    assert "ResourceWarning" not in said and "sum 28" in said, said[-3000:]
+    held = [line.split() for line in run.stdout.splitlines() if line.startswith("worker ")]
+    assert len(held) == 2 and all(words[3:] == [f"['{words[1]}.txt']"] for words in held), held
+
+
+def test_the_training_loop_and_its_step_are_read_from_the_loops_own_source():
+    """The loop a stack is in is the innermost of the job's own (a generator that relays batches is passed
+    over); its step is ``enumerate``'s index, else the counter the loop adds 1 to."""
+    src = Path(HF).read_text().splitlines()
+    for_line = next(i for i, s in enumerate(src, 1) if s.strip().startswith("for step, batch in enumerate("))
+    backward = next(i for i, s in enumerate(src, 1) if s.strip() == "loss.backward()")
+    barrier = next(i for i, s in enumerate(src, 1) if s.strip().startswith("dist.barrier()"))
+    torch_file = "/x/site-packages/torch/utils/data/dataloader.py"
+    loop = loop_of([(HF, 100, "<module>"), (HF, for_line, "main"), (torch_file, 700, "__next__")])
+    assert loop is not None and loop[:3] == (HF, "main", for_line) and for_line < backward <= loop[3] < barrier, loop
+    assert loop_of([(HF, barrier, "main")]) is None  # after the loop: in no loop of its function
+    assert step_of(loop, backward, {"step": "10", "completed_steps": "10"}, after=False) == 10
+    assert step_of(loop, barrier, {"step": "9"}, after=True) == 9
