@@ -23,7 +23,7 @@ def _untrained(x: dict) -> str:
     if not x["keys"]:
         return f"left {size} untrained {where}"
     which = ", ".join(x["keys"]) + (" ..." if x["known"] > len(x["keys"]) else "")
-    more = "" if x["exact"] else (f"; the {x['known']} of the batches it held: {which} "
+    more = "" if x["exact"] else (f"; of them, the {x['known']} it had read ahead: {which} "
                                   "(UnevenGuard(..., untrained='keys') lists them all)")
     return f"left {size} untrained {where}" + (f": {which}" if x["exact"] else more)
 

@@ -455,7 +455,8 @@ class NumericsGuard:
                  if replay is not None else None)
         bad, how = self._utterances(taken, kind, scale)
         meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
-                "loss_scale": scale, "where": describe(first) or "nowhere in the replay (not reproduced)",
+                "loss_scale": scale, "where": describe(first) or ("nowhere in the replay (not reproduced)" if replay is not None
+                                                                 else "not located (no replay= given)"),
                 "module": first["module"] if first else None, "direction": first["direction"] if first else None,
                 "keys": keys, "tightest": tightest(summary, 5) if summary else [], "cause": cause,
                 "utterances": bad, "found_by": how, "micro_batch": index, "micro_batches": max(1, len(taken.micro)),
