@@ -166,3 +166,34 @@ def test_each_ranks_seconds_per_step_and_the_slowest_named(tmp_path):
     per = {r["rank"]: r["s_per_step"] for r in d["ranks"]}
     assert per == pytest.approx({0: 0.1, 1: 0.3}), per
     assert d["step_spread"] == {"slowest": 1, "fastest": 0, "ratio": pytest.approx(3.0)}
+
+
+# torchrun's output of a 2-rank gloo loop made here whose rank 0 has fewer batches and leaves the loop for an
+# all_reduce while rank 1 still all-reduces gradients; gloo aborts rank 0 on the size mismatch
+GLOO_ABORT = """terminate called after throwing an instance of 'gloo::EnforceNotMet'
+  what():  [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 1248 vs 4. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/home/u/bare.py", line 28, in main
+[rank1]:     (out.pow(2).mean() / 3).backward()
+[rank1]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:2453: Connection reset by peer
+W1126 00:57:04.934000 31206 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 31213 closing signal SIGTERM
+E1126 00:57:04.999000 31206 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -6) local_rank: 0 (pid: 31212) of binary: /usr/bin/python3
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-26_00:57:04
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 31212)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 31212
+============================================================
+"""
+
+
+def test_a_rank_aborted_by_gloo_is_named_with_the_exception_it_printed(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(GLOO_ABORT)
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "killed" and d["culprit"]["rank"] == 0, d["summary"]
+    said = d["summary"]
+    assert "SIGABRT" in said and "gloo::EnforceNotMet" in said and "ran out of data and left the loop" in said, said

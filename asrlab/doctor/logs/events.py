@@ -56,6 +56,7 @@ NONFINITE_LINE = re.compile(
 _AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+_TERMINATE = re.compile(r"instance of '([^']+)'")
 _WORKER = re.compile(r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)")
 _SCALE = (
     (re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"), "deepspeed"),
@@ -187,6 +188,7 @@ class Events:
         self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
         self.source = ""
+        self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -299,6 +301,15 @@ class Events:
                   host=r.get("host"), source="torchrun", **more)
 
     def _line(self, rank, time, text: str) -> None:
+        if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
+            m = _TERMINATE.search(text)
+            self._terminate = (rank, time, m.group(1) if m else None)
+            return
+        if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
+            r, t, kind = self._terminate
+            self._terminate = None
+            self._add("abort", r if r is not None else rank, t if t is not None else time, text, type=kind,
+                      message=text.split("what():", 1)[1].strip()[:300])
         if "Watchdog caught" in text:
             m = _WATCHDOG.search(text)
             if m:

@@ -219,6 +219,13 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
                 if e["kind"] == "worker_killed" else who)
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
+        aborts = [x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))]
+        if sig == "SIGABRT" and aborts:  # the C++ exception that aborted it, as its process printed
+            a = aborts[0]
+            s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
+            if "collective mismatch" in a["message"] or "op.preamble.length <= op.nbytes" in a["message"]:
+                s += (" (the ranks called different collectives: a rank that ran out of data and left the loop "
+                      "while another still trains, or a branch on the rank)")
     elif verdict == "out_of_memory":
         s = f"{who} ran out of memory {when}: {e['text'][:200]}{line}"
     elif verdict == "nonfinite" and e["kind"] == "nonfinite_step":
