@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import layout
-from ...files import JsonLines, read_jsonl
+from ...files import append_jsonl, read_jsonl
 
 VERSION = 1  # of a line; a reader passes over lines of another version and counts them
 
@@ -23,21 +23,14 @@ def log_path(exp: str | Path, rank: int) -> Path:
 
 
 class NonFiniteLog:
-    """This rank's lines, the file opened at the first one (a run that stays finite writes none)."""
+    """This rank's lines (a run that stays finite writes none). Each is appended and the file closed again:
+    the lines are rare, and read while the run goes on or after it was killed."""
 
     def __init__(self, exp: str | Path, rank: int):
-        self.path, self.f = log_path(exp, rank), None
+        self.path = log_path(exp, rank)
 
     def write(self, record: dict) -> None:
-        if self.f is None:
-            self.f = JsonLines(self.path)
-        self.f.write({"v": VERSION, **record})
-        self.f.f.flush()  # rare lines, read while the run goes on or after it was killed
-
-    def close(self) -> None:
-        if self.f is not None:
-            self.f.close()
-            self.f = None
+        append_jsonl(self.path, [{"v": VERSION, **record}])
 
 
 def read_events(exp: str | Path) -> tuple[list[dict], int]:

@@ -478,7 +478,6 @@ class NumericsGuard:
             dist.settle(self._sent[1])
             self._sent = None
         self.group = None
-        self.log.close()
         if self.traces is not None:
             self.traces.close()
 
