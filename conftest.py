@@ -57,8 +57,13 @@ class SmallNotebook(IPyNbFile):
 
     def setup(self):
         work = _work(self.config)
-        with kernel_env({RUNS_ENV: str(work / "runs"), FIGURES_ENV: str(work / "figures"),
-                         MODE_ENV: os.environ.get(MODE_ENV, "static")}):  # the kernel started now inherits these
+        with kernel_env(
+            {
+                RUNS_ENV: str(work / "runs"),
+                FIGURES_ENV: str(work / "figures"),
+                MODE_ENV: os.environ.get(MODE_ENV, "static"),
+            }
+        ):  # the kernel started now inherits these
             super().setup()
 
 
@@ -70,8 +75,11 @@ def _work(config) -> Path:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "executes_notebook(stem): this test runs that shipped notebook to its end "
-                                       "and checks every cell ran and none raised (nbval's run of it is deselected)")
+    config.addinivalue_line(
+        "markers",
+        "executes_notebook(stem): this test runs that shipped notebook to its end "
+        "and checks every cell ran and none raised (nbval's run of it is deselected)",
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -108,8 +116,9 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-    config.stash[_RAN_ELSEWHERE] = [f"nbval: {nodeid} ({n} cells) deselected: {runners[stem]} runs it"
-                                    for stem, (nodeid, n) in notes.items()]
+    config.stash[_RAN_ELSEWHERE] = [
+        f"nbval: {nodeid} ({n} cells) deselected: {runners[stem]} runs it" for stem, (nodeid, n) in notes.items()
+    ]
 
 
 def pytest_report_collectionfinish(config):

@@ -50,75 +50,70 @@ class ModelConfig:
             raise UsageError(f"ModelConfig.conv_channels must be an int >= 0 (0: d_model), got {self.conv_channels!r}")
         if self.input_dim < 7:
             raise UsageError(
-                f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), "
-                f"got {self.input_dim}"
+                f"ModelConfig.input_dim must be >= 7 (two 3x3 stride-2 convs run over it), got {self.input_dim}"
             )
         if self.d_model % self.n_heads != 0:
-            raise UsageError(
-                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
-            )
+            raise UsageError(f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.d_model % 2 != 0:
-            raise UsageError(
-                f"ModelConfig.d_model must be even (sin/cos positional encoding), got {self.d_model}"
-            )
+            raise UsageError(f"ModelConfig.d_model must be even (sin/cos positional encoding), got {self.d_model}")
         if self.conv_kernel % 2 != 1:
-            raise UsageError(
-                f"ModelConfig.conv_kernel must be odd (symmetric 'same' padding), got {self.conv_kernel}"
-            )
+            raise UsageError(f"ModelConfig.conv_kernel must be odd (symmetric 'same' padding), got {self.conv_kernel}")
         if self.subsampling not in (2, 4):
             raise UsageError(f"ModelConfig.subsampling must be 2 or 4, got {self.subsampling!r}")
         if self.pos_enc not in ("rel", "abs"):
             raise UsageError(f"ModelConfig.pos_enc must be 'rel' or 'abs', got {self.pos_enc!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
-            0.0 <= self.dropout < 1.0
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, (int, float))
+            or not (0.0 <= self.dropout < 1.0)
         ):
             raise UsageError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 2e-3                 # peak learning rate, reached at the end of warm-up
+    lr: float = 2e-3  # peak learning rate, reached at the end of warm-up
     weight_decay: float = 0.01
     betas: tuple = (0.9, 0.98)
-    warmup_steps: int = 150          # optimizer steps of linear warm-up
-    decay: str = "cosine"            # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
-    decay_by_clock: bool = False     # cosine ends at min_lr by whichever limit stops the run first:
+    warmup_steps: int = 150  # optimizer steps of linear warm-up
+    decay: str = "cosine"  # after warm-up: "cosine" to min_lr at max_steps, "noam" (WeNet), "none"
+    decay_by_clock: bool = False  # cosine ends at min_lr by whichever limit stops the run first:
     #                                  train.max_steps, train.max_minutes, or train.max_epochs (its steps
     #                                  estimated by the pre-flight layout); the quickstart uses it
     min_lr: float = 1e-5
-    grad_clip: float = 5.0           # max global gradient norm (after unscaling); 0: no clipping
-    accum_steps: int = 1             # micro-batches per optimizer step
+    grad_clip: float = 5.0  # max global gradient norm (after unscaling); 0: no clipping
+    accum_steps: int = 1  # micro-batches per optimizer step
 
 
 @dataclass
 class TrainConfig:
     max_epochs: int = 10
-    max_steps: int = 0               # optimizer steps; 0: no limit (max_epochs decides)
-    max_minutes: float = 0.0         # stop after this much training wall-clock, summed over resumes; 0: no limit
-    precision: str = "auto"          # auto | fp32 | fp16 | bf16
+    max_steps: int = 0  # optimizer steps; 0: no limit (max_epochs decides)
+    max_minutes: float = 0.0  # stop after this much training wall-clock, summed over resumes; 0: no limit
+    precision: str = "auto"  # auto | fp32 | fp16 | bf16
     seed: int = 0
-    save_every_steps: int = 0        # 0: only at epoch ends
+    save_every_steps: int = 0  # 0: only at epoch ends
     keep_last: int = 3
     eval_every_epochs: int = 1
     log_every_steps: int = 10
     tensorboard: bool = False
-    progress: bool = True            # tqdm bar on rank 0 (only when a terminal or notebook shows it)
-    backend: str = "auto"            # auto (nccl on GPUs, gloo on CPU) | nccl | gloo
-    uneven: str = "stop"             # ranks with unequal data: stop (all stop at the first rank's end) | join | none
-    stall_timeout_s: float = 30.0    # watchdog: no rank progressed for this long -> report and exit; 0: off
+    progress: bool = True  # tqdm bar on rank 0 (only when a terminal or notebook shows it)
+    backend: str = "auto"  # auto (nccl on GPUs, gloo on CPU) | nccl | gloo
+    uneven: str = "stop"  # ranks with unequal data: stop (all stop at the first rank's end) | join | none
+    stall_timeout_s: float = 30.0  # watchdog: no rank progressed for this long -> report and exit; 0: off
     first_step_timeout_s: float = 180.0  # the same, until every rank has finished its first step
-    timeline: bool = False           # record every phase change (EXP/heartbeat/rank*.timeline.jsonl)
-    preflight: bool = True           # check at start how the data falls on ranks (warns about uneven layouts)
-    trace_steps: int = 0             # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
-    trace_from: int = 10             # ... starting at this step of the run (1-based)
-    resume_mode: str = "exact"       # exact | epoch_start (WeNet: the epoch starts over at batch 0) |
+    timeline: bool = False  # record every phase change (EXP/heartbeat/rank*.timeline.jsonl)
+    preflight: bool = True  # check at start how the data falls on ranks (warns about uneven layouts)
+    trace_steps: int = 0  # torch.profiler: record this many steps to EXP/trace/rank{R}/ (0: off)
+    trace_from: int = 10  # ... starting at this step of the run (1-based)
+    resume_mode: str = "exact"  # exact | epoch_start (WeNet: the epoch starts over at batch 0) |
     #                                  reshuffle (a new shuffle seed, then skip the batches already trained)
-    ledger: bool = False             # write the utterance keys of every step to EXP/ledger/rank{R}.jsonl
-    loss_scaling: bool = True        # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
-    diagnostics_every: int = 50      # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)
-    nonfinite: str = "skip"          # a step whose loss or gradients are not finite: skip | rollback | halt
+    ledger: bool = False  # write the utterance keys of every step to EXP/ledger/rank{R}.jsonl
+    loss_scaling: bool = True  # fp16: dynamic loss scaling (GradScaler); false: fp16 without it
+    diagnostics_every: int = 50  # per-module fp16 headroom to EXP/diagnostics/ every N steps (0: off)
+    nonfinite: str = "skip"  # a step whose loss or gradients are not finite: skip | rollback | halt
     rollback_lr_factor: float = 0.5  # rollback: reload the last checkpoint and multiply the LR by this
-    max_rollbacks: int = 3           # ... at most this many times, then halt
+    max_rollbacks: int = 3  # ... at most this many times, then halt
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):
@@ -146,8 +141,10 @@ def _build(cls, values: dict, where: str):
     known = {f.name for f in fields(cls)}
     unknown = set(values) - known
     if unknown:
-        raise UsageError(f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
-                         f"{where} has: {', '.join(sorted(known))}")
+        raise UsageError(
+            f"unknown config key(s) {', '.join(sorted(f'{where}.{k}' for k in unknown))}; "
+            f"{where} has: {', '.join(sorted(known))}"
+        )
     defaults = {f.name: f.default for f in fields(cls)}
     return cls(**{k: _coerce(f"{where}.{k}", v, defaults[k]) for k, v in values.items()})
 
@@ -170,8 +167,9 @@ def config_from_dict(d: dict) -> Config:
     unknown = set(d) - set(sections)
     if unknown:
         raise UsageError(f"unknown config section(s) {', '.join(sorted(unknown))}; sections: {', '.join(sections)}")
-    return Config(**{name: _build(f.default_factory().__class__, d.get(name) or {}, name)
-                     for name, f in sections.items()})
+    return Config(
+        **{name: _build(f.default_factory().__class__, d.get(name) or {}, name) for name, f in sections.items()}
+    )
 
 
 def apply_overrides(d: dict, overrides: list[str]) -> dict:

@@ -20,7 +20,9 @@ from .train.evaluate import evaluate
 from .errors import UsageError
 
 
-def load_model(exp: str | Path, device: str | torch.device | None = None) -> tuple[ConformerCTC, CharTokenizer, object, dict]:
+def load_model(
+    exp: str | Path, device: str | torch.device | None = None
+) -> tuple[ConformerCTC, CharTokenizer, object, dict]:
     """(model in eval mode on ``device``, tokenizer, config, checkpoint marker) of an experiment.
 
     ``device`` None: the first GPU if there is one, else the CPU."""
@@ -117,9 +119,18 @@ def _log_probs(model, tok: CharTokenizer, cfg, data: str | Path, speed: float) -
     return kept.by_key(rows)
 
 
-def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexicon_from: str | Path | None = None,
-               beam: int = 32, lm_weight: float = 1.0, word_bonus: float = 3.0, speeds=(1.0,),
-               device: str | torch.device | None = None, progress=None) -> dict:
+def decode_exp(
+    exp: str | Path,
+    data: str | Path,
+    name: str | None = None,
+    lexicon_from: str | Path | None = None,
+    beam: int = 32,
+    lm_weight: float = 1.0,
+    word_bonus: float = 3.0,
+    speeds=(1.0,),
+    device: str | torch.device | None = None,
+    progress=None,
+) -> dict:
     """Greedy CER/WER over ``data``; hypotheses to ``EXP/decode/<name>.txt`` (``key<TAB>ref<TAB>hyp``).
 
     With ``lexicon_from`` (a data list, usually train's), also the lexicon beam search over the same
@@ -157,8 +168,13 @@ def decode_exp(exp: str | Path, data: str | Path, name: str | None = None, lexic
         if bar is not None:
             bar.close()
         refs = [ref for _, ref, _ in rows]
-        result["lexicon"] = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "beam": beam, "lm_weight": lm_weight,
-                             "word_bonus": word_bonus, "speeds": list(speeds),
-                             "hyps_path": _write_hyps(out / f"{name}_lexicon.txt",
-                                                      [(k, r, h) for (k, r, _), h in zip(rows, hyps)])}
+        result["lexicon"] = {
+            "cer": cer(refs, hyps),
+            "wer": wer(refs, hyps),
+            "beam": beam,
+            "lm_weight": lm_weight,
+            "word_bonus": word_bonus,
+            "speeds": list(speeds),
+            "hyps_path": _write_hyps(out / f"{name}_lexicon.txt", [(k, r, h) for (k, r, _), h in zip(rows, hyps)]),
+        }
     return result

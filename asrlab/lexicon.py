@@ -73,7 +73,7 @@ class Lexicon:
         for text in texts:
             seq = [BOS] * (order - 1) + text.split() + [EOS]
             for i in range(order - 1, len(seq)):
-                counts.update(tuple(seq[i - k:i + 1]) for k in range(order))
+                counts.update(tuple(seq[i - k : i + 1]) for k in range(order))
         words = frozenset(g[0] for g in counts if len(g) == 1 and g[0] != EOS)
         return cls(words, counts, order)
 
@@ -92,7 +92,7 @@ class Lexicon:
         if key not in self._cache:
             p = (self.counts[(word,)] + 1) / (self._context[()] + len(self.words) + 1)  # + </s>
             for k in range(1, self.order):
-                ctx = history[len(history) - k:]
+                ctx = history[len(history) - k :]
                 n = self._context[ctx]
                 if n == 0:
                     break
@@ -107,8 +107,15 @@ def word_score(lexicon: Lexicon, history: tuple, w: str, lm_weight: float, word_
     return lm_weight * lexicon.logp(history, w) + word_bonus
 
 
-def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int = 32, lm_weight: float = 0.0,
-           word_bonus: float = 0.0, prune: float = -8.0) -> str:
+def search(
+    log_probs: np.ndarray,
+    units: list[str],
+    lexicon: Lexicon,
+    beam: int = 32,
+    lm_weight: float = 0.0,
+    word_bonus: float = 0.0,
+    prune: float = -8.0,
+) -> str:
     """The best lexicon-valid transcript of one utterance.
 
     log_probs: (T', V) CTC log-probabilities (natural log; blank = 0) of its real frames.
@@ -141,7 +148,7 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
         for prefix, (pb, pnb, words, history) in beams.items():
             total = _logadd(pb, pnb)
             add(prefix, True, total + float(lp[0]), words, history)
-            partial = prefix[prefix.rfind(" ") + 1:]
+            partial = prefix[prefix.rfind(" ") + 1 :]
             for c in cands:
                 ch, logp_c = units[c], float(lp[c])
                 if prefix and prefix[-1] == ch:  # a repeat collapses unless a blank came between
@@ -152,8 +159,13 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
                 if c == space:
                     if partial not in lexicon.words:
                         continue
-                    add(prefix + ch, False, source + logp_c, words + word(history, partial),
-                        lexicon.then(history, partial))
+                    add(
+                        prefix + ch,
+                        False,
+                        source + logp_c,
+                        words + word(history, partial),
+                        lexicon.then(history, partial),
+                    )
                 elif partial + ch in lexicon.prefixes:
                     add(prefix + ch, False, source + logp_c, words, history)
 
@@ -162,7 +174,7 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
     best, best_score = "", NEG_INF
     for prefix, (pb, pnb, words, history) in beams.items():
         text = prefix.rstrip(" ")
-        partial = text[text.rfind(" ") + 1:]
+        partial = text[text.rfind(" ") + 1 :]
         if text and partial not in lexicon.words:
             continue
         if text and not prefix.endswith(" "):
@@ -173,7 +185,7 @@ def search(log_probs: np.ndarray, units: list[str], lexicon: Lexicon, beam: int 
             best, best_score = text, s
     if best_score == NEG_INF and beams:
         prefix = max(beams.items(), key=score)[0]
-        best = prefix[:prefix.rfind(" ") + 1].rstrip(" ")
+        best = prefix[: prefix.rfind(" ") + 1].rstrip(" ")
     return best
 
 
@@ -194,12 +206,26 @@ def ctc_log_likelihood(log_probs: np.ndarray, ids: list[int]) -> float:
     if len(ids) > log_probs.shape[0]:
         return NEG_INF
     lp = torch.from_numpy(np.ascontiguousarray(log_probs, dtype=np.float32)).unsqueeze(1)  # (T', 1, V)
-    return -float(torch.nn.functional.ctc_loss(lp, torch.tensor([ids], dtype=torch.long), torch.tensor([lp.size(0)]),
-                                               torch.tensor([len(ids)]), blank=0, reduction="sum"))
+    return -float(
+        torch.nn.functional.ctc_loss(
+            lp,
+            torch.tensor([ids], dtype=torch.long),
+            torch.tensor([lp.size(0)]),
+            torch.tensor([len(ids)]),
+            blank=0,
+            reduction="sum",
+        )
+    )
 
 
-def rescore(views: list[np.ndarray], candidates: Iterable[str], units: list[str], lexicon: Lexicon,
-            lm_weight: float = 0.0, word_bonus: float = 0.0) -> str:
+def rescore(
+    views: list[np.ndarray],
+    candidates: Iterable[str],
+    units: list[str],
+    lexicon: Lexicon,
+    lm_weight: float = 0.0,
+    word_bonus: float = 0.0,
+) -> str:
     """The candidate with the best sum over ``views`` ((T', V) log-probs of one utterance each) of its
     CTC log-likelihood, plus its ``sentence_score`` once. Ties go to the first candidate."""
     index = {u: i for i, u in enumerate(units)}

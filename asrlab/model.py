@@ -155,8 +155,7 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embeddings (len(positions), dim): [sin(p * w_i) | cos(p * w_i)],
     w_i = 10000 ** (-2i / dim). Positions may be negative (relative distances)."""
     freqs = torch.exp(
-        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
-        * (-math.log(10000.0) / dim)
+        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) * (-math.log(10000.0) / dim)
     )
     angles = positions.float()[:, None] * freqs[None, :]
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
@@ -223,9 +222,7 @@ class MultiHeadSelfAttention(nn.Module):
             nn.init.xavier_uniform_(self.pos_bias_u)
             nn.init.xavier_uniform_(self.pos_bias_v)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D), mask (B, T) bool True on real frames, pos_emb (1, 2T-1, D)."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.d_head).unbind(2)  # (B,T,H,dh)
@@ -251,9 +248,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, ff_dim: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(d_model, ff_dim), nn.SiLU(), nn.Dropout(dropout), nn.Linear(ff_dim, d_model)
-        )
+        self.net = nn.Sequential(nn.Linear(d_model, ff_dim), nn.SiLU(), nn.Dropout(dropout), nn.Linear(ff_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -294,9 +289,7 @@ class ConformerBlock(nn.Module):
         self.final_norm = nn.LayerNorm(d)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor | None) -> torch.Tensor:
         x = x + 0.5 * self.dropout(self.ff1(self.ff1_norm(x)))
         x = x + self.dropout(self.attn(self.attn_norm(x), mask, pos_emb))
         x = x + self.dropout(self.conv(self.conv_norm(x), mask))
@@ -329,13 +322,9 @@ class ConformerCTC(nn.Module):
         """T' for input lengths (int or long tensor); see module-level ``output_lengths``."""
         return output_lengths(feat_lens, self.cfg.subsampling)
 
-    def forward(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if feats.dim() != 3 or feats.size(-1) != self.cfg.input_dim:
-            raise ValueError(
-                f"feats must be (B, T, {self.cfg.input_dim}), got {tuple(feats.shape)}"
-            )
+            raise ValueError(f"feats must be (B, T, {self.cfg.input_dim}), got {tuple(feats.shape)}")
         need = min_input_frames(self.cfg.subsampling)
         if feats.size(1) < need:
             raise ValueError(f"feats has {feats.size(1)} frames; need >= {need} for one output frame")
@@ -417,7 +406,9 @@ def ctc_loss(
         out_lens, target_lens = out_lens[keep.to(out_lens.device)], target_lens[keep.to(target_lens.device)]
     losses = F.ctc_loss(
         lp.transpose(0, 1),  # (T', B', V)
-        tg, out_lens, target_lens,
+        tg,
+        out_lens,
+        target_lens,
         blank=BLANK,
         reduction="none",
         zero_infinity=False,

@@ -53,8 +53,11 @@ def save_results(notebook: str, results: dict) -> Path:
 def save_figure(fig, name: str, notebook: str | None = None) -> Path:
     """``runs/figures/<name>.png`` (under ``ASRLAB_RUNS``, or in ``ASRLAB_FIGURES`` when set). ``notebook``:
     a figure of that notebook's own run (of a user's run, say): ``runs/<notebook>/figures/<name>.png``."""
-    d = run_dir(notebook) / "figures" if notebook else Path(
-        os.environ.get(FIGURES_ENV) or Path(os.environ.get(RUNS_ENV) or root() / "runs") / "figures")
+    d = (
+        run_dir(notebook) / "figures"
+        if notebook
+        else Path(os.environ.get(FIGURES_ENV) or Path(os.environ.get(RUNS_ENV) or root() / "runs") / "figures")
+    )
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -88,9 +91,14 @@ def _spawn(cmd: list[str], exp: Path, cwd: Path | None = None, env: dict | None 
     log_path = exp.parent / f"{exp.name}.log"
     exp.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                            preexec_fn=own_session_ending_with_parent())
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        preexec_fn=own_session_ending_with_parent(),
+    )
     return proc, log_path, log
 
 
@@ -101,8 +109,14 @@ def _ended(proc, log_path: Path, check: bool) -> int:
     return proc.returncode
 
 
-def train(args: list[str], exp: str | Path, poll_s: float = 1.0, timeout_s: float | None = None,
-          check: bool = True, progress: bool = True) -> int:
+def train(
+    args: list[str],
+    exp: str | Path,
+    poll_s: float = 1.0,
+    timeout_s: float | None = None,
+    check: bool = True,
+    progress: bool = True,
+) -> int:
     """Run ``asrlab train ARGS --exp EXP`` in a subprocess (torchrun when ``--nproc N`` > 1) and wait,
     with a progress bar of its steps in the page. Returns the exit code; with ``check`` a non-zero one
     raises, showing the end of the log. See :func:`train_live` for the monitor with a Stop button."""
@@ -137,8 +151,14 @@ def _advance(bar, exp: Path) -> None:
         bar.update(s["step"] - bar.n)
 
 
-async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, timeout_s: float | None = None,
-                     check: bool = True, title: str = "") -> int:
+async def train_live(
+    args: list[str],
+    exp: str | Path,
+    poll_s: float = 3.0,
+    timeout_s: float | None = None,
+    check: bool = True,
+    title: str = "",
+) -> int:
     """:func:`train` watched by a :class:`asrlab.widgets.TrainMonitor` (status, curves, a Stop button).
 
     A coroutine: the cell ``await``s it, and between its sleeps the kernel takes the Stop button's
@@ -174,8 +194,10 @@ async def train_live(args: list[str], exp: str | Path, poll_s: float = 3.0, time
             proc.wait()
         log.close()
     ok = proc.returncode == 0
-    monitor.update(time.time() - t0, ("stopped" if monitor.stop_clicked else "finished") if ok
-                   else f"failed (exit code {proc.returncode})")
+    monitor.update(
+        time.time() - t0,
+        ("stopped" if monitor.stop_clicked else "finished") if ok else f"failed (exit code {proc.returncode})",
+    )
     return _ended(proc, log_path, check)
 
 
@@ -223,20 +245,36 @@ def examples_dir() -> Path:
     for d in (root() / "examples", Path(__file__).resolve().parents[1] / "examples"):
         if (d / "lab_loop.py").exists():
             return d
-    raise FileNotFoundError("examples/lab_loop.py not found next to the notebooks or the asrlab package: "
-                            "run from a checkout of the project")
+    raise FileNotFoundError(
+        "examples/lab_loop.py not found next to the notebooks or the asrlab package: run from a checkout of the project"
+    )
 
 
 def _loop_start(script: str, exp: Path, nproc: int, fault: str, args: list[str], watch: list[str] | None = None):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", script,
-           str(exp if watch is None else exp / "job"), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        script,
+        str(exp if watch is None else exp / "job"),
+        *map(str, args),
+    ]
     if watch is not None:  # the job as it is, under asrlab watch, which writes into EXP
         cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *map(str, watch), "--", *cmd]
     return _spawn(cmd, exp, cwd=examples_dir(), env={"TOY_FAULT": fault, "OMP_NUM_THREADS": "1"})
 
 
-def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args: list | None = None,
-             timeout_s: float = 600, watch: list | None = None) -> dict:
+def run_loop(
+    script: str,
+    exp: str | Path,
+    nproc: int = 2,
+    fault: str = "",
+    args: list | None = None,
+    timeout_s: float = 600,
+    watch: list | None = None,
+) -> dict:
     """Run ``torchrun --nproc-per-node NPROC examples/SCRIPT EXP ARGS`` (``TOY_FAULT=fault``) to its end,
     with a clock in the page: ``{"exit", "seconds", "log"}`` (the output is in ``EXP.log``). ``watch``: run
     it under ``asrlab watch --exp EXP WATCH --`` instead (the loop's own folder is then ``EXP/job``)."""
@@ -258,15 +296,18 @@ def run_loop(script: str, exp: str | Path, nproc: int = 2, fault: str = "", args
     return {"exit": proc.returncode, "seconds": round(time.time() - t0, 1), "log": str(log_path)}
 
 
-def run_loop_until_killed(script: str, exp: str | Path, step: int, nproc: int = 2, args: list | None = None,
-                          timeout_s: float = 600) -> int:
+def run_loop_until_killed(
+    script: str, exp: str | Path, step: int, nproc: int = 2, args: list | None = None, timeout_s: float = 600
+) -> int:
     """Run a loop as :func:`run_loop` and SIGKILL every process of it once rank 0's ledger has ``step``
     steps: a crash at a step. Returns the steps rank 0's ledger holds then."""
     exp = Path(exp)
     ledger = ledger_path(exp, 0)
 
     def steps() -> int:
-        return sum(1 for line in ledger.read_text().splitlines() if line.startswith('{"step"')) if ledger.exists() else 0
+        return (
+            sum(1 for line in ledger.read_text().splitlines() if line.startswith('{"step"')) if ledger.exists() else 0
+        )
 
     return _kill_at(_loop_start(script, exp, nproc, "", args or []), exp, step, steps, timeout_s)
 
@@ -274,8 +315,9 @@ def run_loop_until_killed(script: str, exp: str | Path, step: int, nproc: int = 
 def doctor(exp: str | Path) -> dict:
     """Run ``asrlab doctor EXP --json``, print its diagnosis as the command prints it, return the dict
     (with ``"exit"``: the command's exit code)."""
-    r = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(exp), "--json"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "doctor", str(exp), "--json"], capture_output=True, text=True
+    )
     if r.returncode == 2 or not r.stdout.strip():
         raise RuntimeError(f"asrlab doctor {exp} failed: {r.stderr.strip()}")
     d = json.loads(r.stdout)

@@ -67,8 +67,9 @@ def check_params(params_file: str | Path | None, declared: dict[str, set[str]]) 
                 errors.append(f"{key}: expected that notebook's parameters as a mapping, got {value!r}")
                 continue
             for name in sorted(set(value or {}) - declared[key]):
-                errors.append(f"{key}.{name}: {key} has no parameter {name!r} "
-                              f"(it has {', '.join(sorted(declared[key]))})")
+                errors.append(
+                    f"{key}.{name}: {key} has no parameter {name!r} (it has {', '.join(sorted(declared[key]))})"
+                )
         elif key not in anywhere:
             errors.append(f"{key}: no notebook has this parameter")
     if errors:
@@ -83,8 +84,13 @@ def declared_parameters(nb_path: Path) -> set[str]:
     for cell in nb["cells"]:
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             tree = ast.parse("".join(cell["source"]))
-            return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                    if isinstance(t, ast.Name)}
+            return {
+                t.id
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                for t in node.targets
+                if isinstance(t, ast.Name)
+            }
     return set()
 
 
@@ -103,8 +109,16 @@ def kernel_env(values: dict[str, str]):
                 os.environ[k] = v
 
 
-def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = None, params_file: str | None = None,
-                  report=print, html: bool = False, progress=None, progress_every_s: float = 12.0) -> list[dict]:
+def run_notebooks(
+    nb_dir: Path,
+    out_dir: Path | None = None,
+    only: str | None = None,
+    params_file: str | None = None,
+    report=print,
+    html: bool = False,
+    progress=None,
+    progress_every_s: float = 12.0,
+) -> list[dict]:
     """Execute the notebooks; returns one record per notebook (name, seconds, ok, error, output, html).
 
     ``out_dir`` None: executed copies under the project's ``runs/``, figures in ``runs/figures/`` (the notebooks'
@@ -135,8 +149,14 @@ def run_notebooks(nb_dir: Path, out_dir: Path | None = None, only: str | None = 
             rec = {"notebook": nb.stem, "output": str(out), "ok": True}
             try:
                 with watching(NotebookProgress(out), progress or StatusLine(), progress_every_s):
-                    pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent),
-                                        kernel_name="python3", progress_bar=False)
+                    pm.execute_notebook(
+                        str(nb),
+                        str(out),
+                        parameters=params,
+                        cwd=str(nb.parent),
+                        kernel_name="python3",
+                        progress_bar=False,
+                    )
             except pm.PapermillExecutionError as e:
                 rec.update(ok=False, error=f"cell {e.exec_count} ({e.ename}): {e.evalue}")
             rec["seconds"] = round(time.time() - t0, 1)
@@ -189,9 +209,14 @@ class NotebookProgress:
             meta = c.get("metadata", {}).get("papermill", {})
             if meta.get("status") == "running" and meta.get("start_time"):
                 first = next((line for line in _text(c).splitlines() if line.strip()), "")
-                return {"index": i + 1, "cells": len(code), "what": heading or first, "source": _text(c),
-                        "started": datetime.fromisoformat(meta["start_time"]).timestamp(),
-                        "later": [_text(c) for c, _ in code[i + 1:]]}
+                return {
+                    "index": i + 1,
+                    "cells": len(code),
+                    "what": heading or first,
+                    "source": _text(c),
+                    "started": datetime.fromisoformat(meta["start_time"]).timestamp(),
+                    "later": [_text(c) for c, _ in code[i + 1 :]],
+                }
         return None
 
     def status(self, c: dict | None = None) -> dict | None:
@@ -208,9 +233,16 @@ class NotebookProgress:
         exp = self._live_run(c["started"])
         if exp is not None:
             r = training_progress(exp)
-            s.update(run=str(exp.relative_to(self.out.parent)), step=r["step"], epoch=r["epoch"],
-                     max_epochs=r["max_epochs"], max_steps=r["total"], estimated=r["estimated"],
-                     s_per_step=r["s_per_step"], run_left_s=r["left_s"])
+            s.update(
+                run=str(exp.relative_to(self.out.parent)),
+                step=r["step"],
+                epoch=r["epoch"],
+                max_epochs=r["max_epochs"],
+                max_steps=r["total"],
+                estimated=r["estimated"],
+                s_per_step=r["s_per_step"],
+                run_left_s=r["left_s"],
+            )
         prev = self.previous
         cell_left = s["run_left_s"]
         if cell_left is None and c["source"] in prev:
@@ -221,8 +253,9 @@ class NotebookProgress:
 
     def _live_run(self, since: float) -> Path | None:
         """The experiment whose rank 0 metrics changed last, if that was since ``since``."""
-        found = [p for pattern in ("*/metrics/rank0.jsonl", "*/*/metrics/rank0.jsonl")
-                 for p in self.out.parent.glob(pattern)]
+        found = [
+            p for pattern in ("*/metrics/rank0.jsonl", "*/*/metrics/rank0.jsonl") for p in self.out.parent.glob(pattern)
+        ]
         times = {p: p.stat().st_mtime for p in found if p.exists()}
         newest = max(times, key=times.get, default=None)
         return newest.parent.parent if newest is not None and times[newest] >= since else None
@@ -249,8 +282,15 @@ def training_progress(exp: Path) -> dict:
     left = [] if r["left_s"] is None else [r["left_s"]]
     if total and r["s_per_step"]:
         left.append(max(0, total - r["step"]) * r["s_per_step"])
-    return {"step": r["step"], "epoch": r["epoch"], "max_epochs": max_epochs, "total": total,
-            "estimated": estimated, "s_per_step": r["s_per_step"], "left_s": min(left) if left else None}
+    return {
+        "step": r["step"],
+        "epoch": r["epoch"],
+        "max_epochs": max_epochs,
+        "total": total,
+        "estimated": estimated,
+        "s_per_step": r["s_per_step"],
+        "left_s": min(left) if left else None,
+    }
 
 
 def _read_nb(path: Path) -> dict:
@@ -264,8 +304,11 @@ def _text(cell: dict) -> str:
 
 def _durations(nb: dict) -> dict[str, float]:
     """Seconds each code cell took in an executed copy, by the cell's source."""
-    return {_text(c): c["metadata"]["papermill"]["duration"] for c in nb.get("cells", [])
-            if c["cell_type"] == "code" and c.get("metadata", {}).get("papermill", {}).get("duration") is not None}
+    return {
+        _text(c): c["metadata"]["papermill"]["duration"]
+        for c in nb.get("cells", [])
+        if c["cell_type"] == "code" and c.get("metadata", {}).get("papermill", {}).get("duration") is not None
+    }
 
 
 def format_progress(stem: str, s: dict) -> str:

@@ -10,9 +10,7 @@ import torchaudio
 from .model import BLANK
 
 
-def greedy_decode(
-    log_probs: torch.Tensor, out_lens: torch.Tensor, blank: int = BLANK
-) -> list[list[int]]:
+def greedy_decode(log_probs: torch.Tensor, out_lens: torch.Tensor, blank: int = BLANK) -> list[list[int]]:
     """Best-path decoding: argmax per frame, collapse repeats, drop blanks."""
     best = log_probs.argmax(dim=-1).cpu()  # (B, T')
     hyps = []

@@ -49,16 +49,22 @@ def main(argv=None) -> int:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     print(f"{a.config} on {device}; {a.workers} workers, max_frames_in_batch={a.max_frames}, {a.steps} steps each")
     rows = []
-    variants = {"batching": (("random batches", {"bucketing": False}), ("duration buckets", {"bucketing": True})),
-                "features": (("asrlab fbank", {"bucketing": True, "fbank": "asrlab"}),
-                             ("torchaudio fbank", {"bucketing": True, "fbank": "torchaudio"}),
-                             ("fbank on device", {"bucketing": True, "features": "device"}))}[a.compare]
+    variants = {
+        "batching": (("random batches", {"bucketing": False}), ("duration buckets", {"bucketing": True})),
+        "features": (
+            ("asrlab fbank", {"bucketing": True, "fbank": "asrlab"}),
+            ("torchaudio fbank", {"bucketing": True, "fbank": "torchaudio"}),
+            ("fbank on device", {"bucketing": True, "features": "device"}),
+        ),
+    }[a.compare]
     for name, setting in variants:
         cfg = replace_section(base, "data", num_workers=a.workers, max_frames_in_batch=a.max_frames, **setting)
         r = measure(cfg, data, steps=a.steps, workdir=work)
         util = "-" if r["gpu_util_pct"] is None else f"{r['gpu_util_pct']:.0f}%"
-        print(f"{name:17s} busy (NVML) {util:>4s}  {r['audio_h_per_h']:7.0f} h of audio per hour  data wait "
-              f"{100 * r['data_wait']:4.1f}%  {1000 * r['step_s']:6.1f} ms/step")
+        print(
+            f"{name:17s} busy (NVML) {util:>4s}  {r['audio_h_per_h']:7.0f} h of audio per hour  data wait "
+            f"{100 * r['data_wait']:4.1f}%  {1000 * r['step_s']:6.1f} ms/step"
+        )
         print(f"{'':17s} wall clock: {format_split(r['split'])} ({r['split']['basis']})")
         rows.append({"variant": name, **{k: v for k, v in r.items() if k != "samples"}})
     if a.json:

@@ -62,8 +62,10 @@ def main() -> None:
         return child(a.child)
     import torch
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads available, limit {a.limit:.0f} s per mode",
-          flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads available, limit {a.limit:.0f} s per mode",
+        flush=True,
+    )
     for mode in ("eager", "compile"):
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, __file__, "--child", mode], start_new_session=True)

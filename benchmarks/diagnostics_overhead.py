@@ -52,8 +52,12 @@ def main():
         return
 
     def run(every):
-        out = subprocess.run([sys.executable, __file__, a.data, "--steps", str(a.steps), "--one", str(every)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, a.data, "--steps", str(a.steps), "--one", str(every)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return json.loads(out.strip().splitlines()[-1])
 
     means = {"off": [], "on": []}
@@ -68,16 +72,22 @@ def main():
                 rest = statistics.median(x for i, x in enumerate(s) if (i + 2) % every)
                 excess += [x - rest for x in sampled]
                 typical.append(rest)
-        print(f"round {r + 1}: mean step off {means['off'][-1]:.4f} s, every={a.every} {means['on'][-1]:.4f} s",
-              flush=True)
+        print(
+            f"round {r + 1}: mean step off {means['off'][-1]:.4f} s, every={a.every} {means['on'][-1]:.4f} s",
+            flush=True,
+        )
     ratio = statistics.median(on / off - 1 for on, off in zip(means["on"], means["off"]))
     cost = statistics.median(excess)
     step = statistics.median(typical)
-    print(f"between runs ({a.rounds} rounds of {a.steps} steps, alternating): median cost at every={a.every}: "
-          f"{100 * ratio:+.2f}% time per step")
-    print(f"within the every={a.every} runs: a recorded step costs {cost:.3f} s more than the median step "
-          f"({step:.3f} s), i.e. {100 * cost / step:.0f}% once; at every={a.every}: "
-          f"{100 * cost / (a.every * step):+.2f}% time per step")
+    print(
+        f"between runs ({a.rounds} rounds of {a.steps} steps, alternating): median cost at every={a.every}: "
+        f"{100 * ratio:+.2f}% time per step"
+    )
+    print(
+        f"within the every={a.every} runs: a recorded step costs {cost:.3f} s more than the median step "
+        f"({step:.3f} s), i.e. {100 * cost / step:.0f}% once; at every={a.every}: "
+        f"{100 * cost / (a.every * step):+.2f}% time per step"
+    )
 
 
 if __name__ == "__main__":

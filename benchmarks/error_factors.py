@@ -59,10 +59,16 @@ TEST_LIKE = dict(TRAIN_NOISES=("babble",), TRAIN_REVERB_SHARE=1.0)  # with noise
 # name: (split whose texts, prosody and conditions are used, what to patch, noise_snr)
 SETS = {
     "test": ("test", {}, (10.0, 30.0)),
-    "test_accents_train_variants": ("test", dict(split_voices=voices(synth.TEST_ACCENTS, TRAIN_VARIANTS)),
-                                    (10.0, 30.0)),
-    "train_accents_test_variants": ("test", dict(split_voices=voices(synth.TRAIN_ACCENTS, synth.TEST_VARIANTS)),
-                                    (10.0, 30.0)),
+    "test_accents_train_variants": (
+        "test",
+        dict(split_voices=voices(synth.TEST_ACCENTS, TRAIN_VARIANTS)),
+        (10.0, 30.0),
+    ),
+    "train_accents_test_variants": (
+        "test",
+        dict(split_voices=voices(synth.TRAIN_ACCENTS, synth.TEST_VARIANTS)),
+        (10.0, 30.0),
+    ),
     "train_voices_test_conditions": ("dev", TEST_LIKE, (10.0, 20.0)),
     "train_voices_60db": ("dev", CLEAN, (60.0, 60.0)),
     "train_voices_digital_silence": ("dev", SILENT, (60.0, 60.0)),
@@ -84,12 +90,28 @@ def main():
             write_split(((u.key, u.text, u.wav) for u in utts), d, split)
         cer = []
         for lex in ([], ["--lexicon", a.lexicon]):
-            out = subprocess.run([sys.executable, "-m", "asrlab.cli", "decode", "--exp", a.exp, "--data",
-                                  str(d / "data.list"), "--name", name, *lex],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "asrlab.cli",
+                    "decode",
+                    "--exp",
+                    a.exp,
+                    "--data",
+                    str(d / "data.list"),
+                    "--name",
+                    name,
+                    *lex,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             line = [x for x in out.stdout.splitlines() if "CER" in x][-1]  # "...: CER 4.61%, WER 6.01% ..."
             cer.append(line.split("CER ", 1)[1].split(",")[0])
         print(f"{name:30s} CER greedy {cer[0]:>6s}  lexicon {cer[1]:>6s}", flush=True)
+
 
 if __name__ == "__main__":
     main()

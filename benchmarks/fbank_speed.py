@@ -22,8 +22,15 @@ from asrlab.data.features import BatchFbank, fbank
 
 
 def kaldi(wav: torch.Tensor) -> torch.Tensor:
-    return torchaudio.compliance.kaldi.fbank((wav * 32768.0).unsqueeze(0), num_mel_bins=80, frame_length=25.0,
-                                             frame_shift=10.0, dither=0.0, energy_floor=0.0, sample_frequency=16000)
+    return torchaudio.compliance.kaldi.fbank(
+        (wav * 32768.0).unsqueeze(0),
+        num_mel_bins=80,
+        frame_length=25.0,
+        frame_shift=10.0,
+        dither=0.0,
+        energy_floor=0.0,
+        sample_frequency=16000,
+    )
 
 
 def main() -> None:
@@ -36,24 +43,28 @@ def main() -> None:
     seconds = sum(len(w) for w in wavs) / 16000
     batches = []
     for i in range(0, len(wavs), 16):
-        group = wavs[i:i + 16]
+        group = wavs[i : i + 16]
         lens = torch.tensor([len(w) for w in group])
         batches.append((torch.nn.utils.rnn.pad_sequence(group, batch_first=True), lens))
     module = BatchFbank()
-    runs = {"torchaudio": lambda: [kaldi(w) for w in wavs],
-            "asrlab, per utterance": lambda: [fbank(w) for w in wavs],
-            "asrlab BatchFbank, 16 padded": lambda: [module(x, n) for x, n in batches]}
+    runs = {
+        "torchaudio": lambda: [kaldi(w) for w in wavs],
+        "asrlab, per utterance": lambda: [fbank(w) for w in wavs],
+        "asrlab BatchFbank, 16 padded": lambda: [module(x, n) for x, n in batches],
+    }
     for f in runs.values():
         f()  # warm-up
     rows: dict[str, list[float]] = {k: [] for k in runs}
     for r in range(a.rounds):
-        for name in list(runs)[r % 3:] + list(runs)[:r % 3]:
+        for name in list(runs)[r % 3 :] + list(runs)[: r % 3]:
             t0 = time.perf_counter()
             runs[name]()
             rows[name].append(seconds / (time.perf_counter() - t0))
     diff = max(float((kaldi(w) - fbank(w)).abs().max()) for w in wavs)
-    print(f"{len(wavs)} utterances, {seconds:.0f} s of audio (mean {seconds / len(wavs):.2f} s), 1 thread, "
-          f"{a.rounds} interleaved rounds")
+    print(
+        f"{len(wavs)} utterances, {seconds:.0f} s of audio (mean {seconds / len(wavs):.2f} s), 1 thread, "
+        f"{a.rounds} interleaved rounds"
+    )
     base = statistics.median(rows["torchaudio"])
     for name, v in rows.items():
         print(f"{name:32s} {statistics.median(v):8.0f} audio s/s  {statistics.median(v) / base:.2f}x torchaudio")

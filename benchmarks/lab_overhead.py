@@ -71,6 +71,7 @@ QUIET = 0.1  # a round is quiet when other processes used less than this many co
 
 # --------------------------------------------------------------------------- the two ranks
 
+
 def _cpu(pids: list[int]) -> tuple[float, float]:
     """(CPU seconds all processes used, CPU seconds ``pids`` used) so far (Linux /proc; zeros elsewhere)."""
     try:
@@ -88,11 +89,16 @@ def _cpu(pids: list[int]) -> tuple[float, float]:
 
 def _batches(rank: int, n: int, batch: int, frames: int) -> list[dict]:
     g = torch.Generator().manual_seed(1000 + rank)
-    return [{"keys": [f"r{rank}b{i}u{j}" for j in range(batch)],
-             "feats": torch.randn(batch, frames, 80, generator=g),
-             "feat_lens": torch.full((batch,), frames),
-             "targets": torch.randint(1, VOCAB, (batch, TARGET), generator=g),
-             "target_lens": torch.full((batch,), TARGET)} for i in range(n)]
+    return [
+        {
+            "keys": [f"r{rank}b{i}u{j}" for j in range(batch)],
+            "feats": torch.randn(batch, frames, 80, generator=g),
+            "feat_lens": torch.full((batch,), frames),
+            "targets": torch.randint(1, VOCAB, (batch, TARGET), generator=g),
+            "target_lens": torch.full((batch,), TARGET),
+        }
+        for i in range(n)
+    ]
 
 
 def _loss(model, b):
@@ -134,8 +140,9 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
             self.scaler = torch.amp.GradScaler("cpu", enabled=False)
             self.exp = exp / name
-            self.guard = (lab.NumericsGuard(self.model.module, self.exp, every=a.every)
-                          if name in ("numerics", "all") else None)
+            self.guard = (
+                lab.NumericsGuard(self.model.module, self.exp, every=a.every) if name in ("numerics", "all") else None
+            )
             self.state = lab.RunState(self.exp, self.model, self.opt, self.scaler) if name == "all" else None
             self.timer = lab.StepTimer("cpu") if name == "all" else None
             self.watch = lab.StallWatch(self.exp, timeout_s=60).start() if name in ("watch", "all") else None
@@ -211,15 +218,18 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
         c1 = _cpu(pids)
         foreign = max(0.0, (c1[0] - c0[0]) - (c1[1] - c0[1])) / max(1e-9, time.perf_counter() - w0)
         cpu = [None, None]
-        dist.all_gather_object(cpu, {v: {"cpu": variants[v].cpu, "fetch": variants[v].fetch, "opt": variants[v].opt_s}
-                                     for v in VARIANTS})
+        dist.all_gather_object(
+            cpu, {v: {"cpu": variants[v].cpu, "fetch": variants[v].fetch, "opt": variants[v].opt_s} for v in VARIANTS}
+        )
         rounds.append({"times": times, "foreign": foreign, "ranks": cpu})
         bare = statistics.mean(times["bare"])
-        log(f"round {r + 1:2d} ({time.perf_counter() - t_start:4.0f} s): mean step, ms: "
+        log(
+            f"round {r + 1:2d} ({time.perf_counter() - t_start:4.0f} s): mean step, ms: "
             + ", ".join(f"{v} {1e3 * statistics.mean(times[v]):.1f}" for v in VARIANTS)
-            + "   vs bare: " + ", ".join(f"{v} {100 * (statistics.mean(times[v]) / bare - 1):+.2f}%"
-                                         for v in VARIANTS[1:])
-            + f"   others' CPU {foreign:.2f} cores")
+            + "   vs bare: "
+            + ", ".join(f"{v} {100 * (statistics.mean(times[v]) / bare - 1):+.2f}%" for v in VARIANTS[1:])
+            + f"   others' CPU {foreign:.2f} cores"
+        )
     for v in reversed(VARIANTS):
         if variants[v].watch is not None:
             variants[v].watch.stop()
@@ -279,12 +289,12 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     b0 = data[0]
     loss = _loss(nv.model.module, b0)  # gradients to measure the grad norm on (no DDP all-reduce)
     loss.backward()
-    micro["grad_norm_ms"] = min(timeit.repeat(lambda: torch.nn.utils.clip_grad_norm_(p, float("inf")),
-                                              number=20, repeat=5)) / 20 * 1e3
+    micro["grad_norm_ms"] = (
+        min(timeit.repeat(lambda: torch.nn.utils.clip_grad_norm_(p, float("inf")), number=20, repeat=5)) / 20 * 1e3
+    )
     from asrlab.lab.numerics.guard import _total_norm
 
-    micro["norm_only_ms"] = min(timeit.repeat(lambda: _total_norm([q.grad for q in p]),
-                                              number=20, repeat=5)) / 20 * 1e3
+    micro["norm_only_ms"] = min(timeit.repeat(lambda: _total_norm([q.grad for q in p]), number=20, repeat=5)) / 20 * 1e3
 
     class KeepGrads:  # an optimizer whose step does nothing and whose zero_grad keeps the gradients
         param_groups = [{"params": p}]
@@ -378,7 +388,8 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
         for m_ in modes:
             modes[m_].append(fwd_bwd(m_))
     micro["fb_plain_ms"], micro["fb_hooks_ms"], micro["fb_stats_ms"] = (
-        1e3 * statistics.median(modes[m_][1:]) for m_ in ("plain", "hooks", "stats"))
+        1e3 * statistics.median(modes[m_][1:]) for m_ in ("plain", "hooks", "stats")
+    )
 
     def hooks():
         with nv.guard.diag.recording():
@@ -392,8 +403,9 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
             pass
 
     micro["guard_ctx_us"] = min(timeit.repeat(guard_ctx, number=2000, repeat=3)) / 2000 * 1e6
-    micro["autocast_hook_us"] = min(timeit.repeat(lambda: nv.guard._note_autocast(None, ()), number=20000,
-                                                  repeat=3)) / 20000 * 1e6
+    micro["autocast_hook_us"] = (
+        min(timeit.repeat(lambda: nv.guard._note_autocast(None, ()), number=20000, repeat=3)) / 20000 * 1e6
+    )
 
     # checkpoints, counted apart: RunState.save of the "all" variant (a collective; rank 0 writes)
     saves = []
@@ -409,8 +421,11 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
     gathered = [None, None]
     dist.all_gather_object(gathered, allm[0])
     if rank == 0:
-        (exp / "result.json").write_text(json.dumps({"rounds": rounds, "micro": gathered, "sampled": sampled,
-                                                     "elapsed_s": time.perf_counter() - t_start}))
+        (exp / "result.json").write_text(
+            json.dumps(
+                {"rounds": rounds, "micro": gathered, "sampled": sampled, "elapsed_s": time.perf_counter() - t_start}
+            )
+        )
     for v in variants.values():
         if v.guard is not None:
             v.guard.close()
@@ -420,6 +435,7 @@ def _worker(rank: int, port: int, a: argparse.Namespace, tmp: str) -> None:
 
 
 # --------------------------------------------------------------------------- the report
+
 
 def _bootstrap_ci(xs: list[float], n: int = 4000) -> tuple[float, float]:
     """A 90% interval of the median, resampling rounds."""
@@ -437,9 +453,17 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
     mratio = {v: [100 * (x / b - 1) for x, b in zip(med[v], med["bare"])] for v in VARIANTS}
     cpu = {v: [statistics.mean(statistics.mean(c[v]["cpu"]) for c in r["ranks"]) for r in rounds] for v in VARIANTS}
     # in the loop: time to fetch a batch through the wrappers, and of the optimizer part, per rank (median, mean)
-    inloop = {v: [[f(x for r in rounds for x in r["ranks"][k][v][part]) * 1e3
-                   for part in ("fetch", "opt") for f in (statistics.median, statistics.fmean)] for k in (0, 1)]
-              for v in VARIANTS}
+    inloop = {
+        v: [
+            [
+                f(x for r in rounds for x in r["ranks"][k][v][part]) * 1e3
+                for part in ("fetch", "opt")
+                for f in (statistics.median, statistics.fmean)
+            ]
+            for k in (0, 1)
+        ]
+        for v in VARIANTS
+    }
     cratio = {v: [100 * (x / b - 1) for x, b in zip(cpu[v], cpu["bare"])] for v in VARIANTS}
     # the sampled step's excess over the median step of its variant in its round (numerics and all)
     excess = []
@@ -456,8 +480,11 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
     ar = m0["allreduce_us"] * 1e-6
     hb = 2 * m0["enter_ns"] * 1e-9 + m0["watch_data_ns"] * 1e-9
     poll = m0["poll_ms"] * 1e-3 * step_s  # once a second: share of a second, times the step
-    guard = (m0["guard_opt_ms"] * 1e-3 + (m0["guard_ctx_us"] + m0["autocast_hook_us"]) * 1e-6
-             + (exc / every if every else 0.0))
+    guard = (
+        m0["guard_opt_ms"] * 1e-3
+        + (m0["guard_ctx_us"] + m0["autocast_hook_us"]) * 1e-6
+        + (exc / every if every else 0.0)
+    )
     parts = {
         "bare2": 0.0,
         "watch": hb + poll,
@@ -466,15 +493,21 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
         "all": hb + poll + m0["uneven_item_us"] * 1e-6 + guard + (m0["ledger_us"] + m0["step_timer_us"]) * 1e-6,
     }
     nsteps = len(rounds) * a.steps
-    out.append(f"2 gloo ranks x 1 thread, tiny ConformerCTC (2.1M parameters), fp32, {a.batch} x {a.frames} frames "
-               f"per rank per step; {len(rounds)} rounds of {a.steps} cycles (one step of each variant, in a random order "
-               f"each cycle) after {a.warmup} warm-up cycles; numerics guard every={every} "
-               f"({len(res['sampled'])} sampled step per variant per round); {res['elapsed_s']:.0f} s of rounds")
-    out.append(f"bare step: mean {1e3 * step_s:.1f} ms, median {1e3 * bare_step:.1f} ms (medians over rounds); "
-               f"{nsteps} timed steps per variant")
+    out.append(
+        f"2 gloo ranks x 1 thread, tiny ConformerCTC (2.1M parameters), fp32, {a.batch} x {a.frames} frames "
+        f"per rank per step; {len(rounds)} rounds of {a.steps} cycles (one step of each variant, in a random order "
+        f"each cycle) after {a.warmup} warm-up cycles; numerics guard every={every} "
+        f"({len(res['sampled'])} sampled step per variant per round); {res['elapsed_s']:.0f} s of rounds"
+    )
+    out.append(
+        f"bare step: mean {1e3 * step_s:.1f} ms, median {1e3 * bare_step:.1f} ms (medians over rounds); "
+        f"{nsteps} timed steps per variant"
+    )
     out.append("")
-    hdr = (f"{'variant':9s} {'mean step':>9s} {'cost vs bare':>13s} {'90% CI':>17s} {'rounds > 0':>10s} "
-           f"{'median-step':>11s} {'CPU time':>9s} {'from parts':>10s} {'budget':>7s}  verdict")
+    hdr = (
+        f"{'variant':9s} {'mean step':>9s} {'cost vs bare':>13s} {'90% CI':>17s} {'rounds > 0':>10s} "
+        f"{'median-step':>11s} {'CPU time':>9s} {'from parts':>10s} {'budget':>7s}  verdict"
+    )
     out.append(hdr)
     out.append("-" * len(hdr))
     for v in VARIANTS:
@@ -500,18 +533,26 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
             verdict = f"FAIL, by {c - budget:.2f} points"
         else:  # the end-to-end interval straddles the budget: the median of the three quieter estimates decides
             q = statistics.median([mc, cc, pc])
-            verdict = (f"PASS (e2e within noise; quieter estimates {q:+.2f}%)" if q <= budget else
-                       f"FAIL, by {q - budget:.2f} points (e2e within noise; quieter estimates {q:+.2f}%)")
-        out.append(f"{v:9s} {1e3 * statistics.median(mean[v]):7.1f}ms {c:+12.2f}% [{lo:+7.2f},{hi:+7.2f}]% "
-                   f"{pos:>4d}/{len(rounds):<5d} {mc:+10.2f}% {cc:+8.2f}% {pc:+9.2f}% "
-                   f"{(f'<= {budget:g}%' if budget else ''):>7s}  {verdict}")
+            verdict = (
+                f"PASS (e2e within noise; quieter estimates {q:+.2f}%)"
+                if q <= budget
+                else f"FAIL, by {q - budget:.2f} points (e2e within noise; quieter estimates {q:+.2f}%)"
+            )
+        out.append(
+            f"{v:9s} {1e3 * statistics.median(mean[v]):7.1f}ms {c:+12.2f}% [{lo:+7.2f},{hi:+7.2f}]% "
+            f"{pos:>4d}/{len(rounds):<5d} {mc:+10.2f}% {cc:+8.2f}% {pc:+9.2f}% "
+            f"{(f'<= {budget:g}%' if budget else ''):>7s}  {verdict}"
+        )
     fl = [rd["foreign"] for rd in rounds]
     quiet = [i for i, f in enumerate(fl) if f < QUIET]
-    out.append(f"other processes on the machine used {min(fl):.2f}-{max(fl):.2f} cores (median {statistics.median(fl):.2f}) "
-               f"during the rounds; ")
+    out.append(
+        f"other processes on the machine used {min(fl):.2f}-{max(fl):.2f} cores (median {statistics.median(fl):.2f}) "
+        f"during the rounds; "
+    )
     if quiet and len(quiet) < len(rounds):
-        out[-1] += (f"the {len(quiet)} quiet rounds (< {QUIET} core) alone: "
-                    + ", ".join(f"{v} {statistics.median(ratio[v][i] for i in quiet):+.2f}%" for v in VARIANTS[1:]))
+        out[-1] += f"the {len(quiet)} quiet rounds (< {QUIET} core) alone: " + ", ".join(
+            f"{v} {statistics.median(ratio[v][i] for i in quiet):+.2f}%" for v in VARIANTS[1:]
+        )
     elif not quiet:
         out[-1] += f"no round was quiet (< {QUIET} core)"
     else:
@@ -521,61 +562,94 @@ def report(res: dict, a: argparse.Namespace) -> list[str]:
     out.append("  90% CI: bootstrap over rounds; rounds > 0: rounds where the variant was slower than bare.")
     out.append("median-step: the same with each round's median step (per-step costs only, less interference),")
     out.append(f"  plus the sampled step's excess / {every} for the numerics guard.")
-    out.append("CPU time: the same with the CPU seconds each rank's process (all its threads) used per step, both ranks")
+    out.append(
+        "CPU time: the same with the CPU seconds each rank's process (all its threads) used per step, both ranks"
+    )
     out.append("  averaged: the work the parts add, blind to waits (an all-reduce's latency) and to other processes.")
     out.append("from parts: the per-call costs below, added up per step (no interference at all; the watch's includes")
     out.append("  its watchdog thread, which the end-to-end numbers cannot show: both watches' threads run all along).")
     out.append("verdict: PASS/FAIL when the end-to-end 90% CI is wholly below/above the budget; otherwise by the")
     out.append("  median of the three quieter estimates (median-step, CPU time, from parts).")
     out.append("")
-    out.append("in the loop, per step, median / mean (ms), rank 0 [rank 1]: batch fetch through the wrappers | optimizer part")
+    out.append(
+        "in the loop, per step, median / mean (ms), rank 0 [rank 1]: batch fetch through the wrappers | optimizer part"
+    )
     for v in VARIANTS:
         (f0, f0m, o0, o0m), (f1, f1m, o1, o1m) = inloop[v]
-        out.append(f"  {v:9s} {f0:6.3f} / {f0m:6.3f} [{f1:6.3f} / {f1m:6.3f}] | "
-                   f"{o0:6.2f} / {o0m:6.2f} [{o1:6.2f} / {o1m:6.2f}]")
-    out.append("  (bare's optimizer part: scaler.step + update + zero_grad; the guard's: guard.optimizer_step, in 'all'")
+        out.append(
+            f"  {v:9s} {f0:6.3f} / {f0m:6.3f} [{f1:6.3f} / {f1m:6.3f}] | "
+            f"{o0:6.2f} / {o0m:6.2f} [{o1:6.2f} / {o1m:6.2f}]"
+        )
+    out.append(
+        "  (bare's optimizer part: scaler.step + update + zero_grad; the guard's: guard.optimizer_step, in 'all'"
+    )
     out.append("  with the ledger line and the timer)")
     out.append("")
     out.append("per-call costs, timed alone (rank 0; rank 1 in brackets):")
     r = lambda k, f: f"{f.format(m0[k])} [{f.format(m1[k])}]"  # noqa: E731
     out.append(f"  heartbeat enter(phase)                          {r('enter_ns', '{:.0f}')} ns")
     out.append(f"  watch.data() per batch (2 enters + generator)   {r('watch_data_ns', '{:.0f}')} ns")
-    out.append(f"  watchdog poll (write own file, read both)       {r('poll_ms', '{:.2f}')} ms, once a second "
-               f"= {m0['poll_ms'] / 10:.3f}% of a core")
-    out.append(f"  gloo 1-element all-reduce (cpu_group)           {r('allreduce_us', '{:.0f}')} us "
-               f"= {100 * ar / step_s:.2f}% of a {1e3 * step_s:.0f} ms step")
-    out.append(f"  UnevenGuard per batch, nothing between batches   {r('uneven_item_us', '{:.0f}')} us "
-               "(each agreement waited for at once: in a loop it overlaps the step)")
-    out.append(f"  NumericsGuard, every step: guard.step() context  {r('guard_ctx_us', '{:.1f}')} us "
-               f"(of which rng_state {m0['rng_state_us']:.1f} us); forward pre-hook {r('autocast_hook_us', '{:.1f}')} us")
-    out.append(f"    guard.optimizer_step without the optimizer's step (grad norm, checks, last step's agreement read, this one's sent) "
-               f"{r('guard_opt_ms', '{:.2f}')} ms = {100 * m0['guard_opt_ms'] * 1e-3 / step_s:.2f}% of the step")
-    out.append(f"    of which the norm: clip_grad_norm_(params, inf) (norm + a x1 pass) {r('grad_norm_ms', '{:.2f}')} ms, "
-               + f"the guard's (one _foreach_norm) {r('norm_only_ms', '{:.2f}')} ms")
-    out.append(f"  NumericsGuard, sampled step vs unsampled (alternating, median of {a.pairs} pairs): "
-               f"{m0['sampled_step_ms']:.1f} vs {m0['unsampled_step_ms']:.1f} ms "
-               f"(+{m0['sampled_step_ms'] - m0['unsampled_step_ms']:.1f} ms)")
-    out.append(f"    in the rounds: {1e3 * exc:+.1f} ms over its variant's median step "
-               f"({100 * exc / bare_step:.0f}% of a step, once per {every} steps: {100 * exc / every / bare_step:.2f}% "
-               f"per step; every=25: {100 * exc / 25 / bare_step:.2f}%, every=100: {100 * exc / 100 / bare_step:.2f}%)")
+    out.append(
+        f"  watchdog poll (write own file, read both)       {r('poll_ms', '{:.2f}')} ms, once a second "
+        f"= {m0['poll_ms'] / 10:.3f}% of a core"
+    )
+    out.append(
+        f"  gloo 1-element all-reduce (cpu_group)           {r('allreduce_us', '{:.0f}')} us "
+        f"= {100 * ar / step_s:.2f}% of a {1e3 * step_s:.0f} ms step"
+    )
+    out.append(
+        f"  UnevenGuard per batch, nothing between batches   {r('uneven_item_us', '{:.0f}')} us "
+        "(each agreement waited for at once: in a loop it overlaps the step)"
+    )
+    out.append(
+        f"  NumericsGuard, every step: guard.step() context  {r('guard_ctx_us', '{:.1f}')} us "
+        f"(of which rng_state {m0['rng_state_us']:.1f} us); forward pre-hook {r('autocast_hook_us', '{:.1f}')} us"
+    )
+    out.append(
+        f"    guard.optimizer_step without the optimizer's step (grad norm, checks, last step's agreement read, this one's sent) "
+        f"{r('guard_opt_ms', '{:.2f}')} ms = {100 * m0['guard_opt_ms'] * 1e-3 / step_s:.2f}% of the step"
+    )
+    out.append(
+        f"    of which the norm: clip_grad_norm_(params, inf) (norm + a x1 pass) {r('grad_norm_ms', '{:.2f}')} ms, "
+        + f"the guard's (one _foreach_norm) {r('norm_only_ms', '{:.2f}')} ms"
+    )
+    out.append(
+        f"  NumericsGuard, sampled step vs unsampled (alternating, median of {a.pairs} pairs): "
+        f"{m0['sampled_step_ms']:.1f} vs {m0['unsampled_step_ms']:.1f} ms "
+        f"(+{m0['sampled_step_ms'] - m0['unsampled_step_ms']:.1f} ms)"
+    )
+    out.append(
+        f"    in the rounds: {1e3 * exc:+.1f} ms over its variant's median step "
+        f"({100 * exc / bare_step:.0f}% of a step, once per {every} steps: {100 * exc / every / bare_step:.2f}% "
+        f"per step; every=25: {100 * exc / 25 / bare_step:.2f}%, every=100: {100 * exc / 100 / bare_step:.2f}%)"
+    )
     hooks = m0["fb_hooks_ms"] - m0["fb_plain_ms"]
     stats = m0["fb_stats_ms"] - m0["fb_hooks_ms"]
-    out.append(f"    by part (forward + backward of the module alone, rank 0): no hooks {m0['fb_plain_ms']:.1f} ms, "
-               f"hooks with no-op statistics {m0['fb_hooks_ms']:.1f} ms, with the statistics {m0['fb_stats_ms']:.1f} ms:")
-    out.append(f"    the hooks {hooks:+.1f} ms, the statistics {stats:+.1f} ms ({m0['hooked_records']} records, "
-               f"{1e3 * stats / max(1, m0['hooked_records']):.0f} us each; {r('stats_us', '{:.0f}')} us on one "
-               f"{a.batch}x{a.frames // 2}x144 activation), then summary() {r('summary_ms', '{:.2f}')} ms, "
-               f"the trace line {r('trace_write_ms', '{:.2f}')} ms")
+    out.append(
+        f"    by part (forward + backward of the module alone, rank 0): no hooks {m0['fb_plain_ms']:.1f} ms, "
+        f"hooks with no-op statistics {m0['fb_hooks_ms']:.1f} ms, with the statistics {m0['fb_stats_ms']:.1f} ms:"
+    )
+    out.append(
+        f"    the hooks {hooks:+.1f} ms, the statistics {stats:+.1f} ms ({m0['hooked_records']} records, "
+        f"{1e3 * stats / max(1, m0['hooked_records']):.0f} us each; {r('stats_us', '{:.0f}')} us on one "
+        f"{a.batch}x{a.frames // 2}x144 activation), then summary() {r('summary_ms', '{:.2f}')} ms, "
+        f"the trace line {r('trace_write_ms', '{:.2f}')} ms"
+    )
     out.append(f"  RunState.record (a ledger line, {a.batch} keys)        {r('ledger_us', '{:.1f}')} us")
     out.append(f"  StepTimer start + 2 marks + stop                {r('step_timer_us', '{:.1f}')} us")
-    out.append(f"  RunState.save (checkpoint, not in the loop)     {m0['save_ms']:.0f} ms, {m0['ckpt_mb']:.1f} MB "
-               f"= {100 * m0['save_ms'] * 1e-3 / (1000 * step_s):.2f}% at one per 1,000 steps")
+    out.append(
+        f"  RunState.save (checkpoint, not in the loop)     {m0['save_ms']:.0f} ms, {m0['ckpt_mb']:.1f} MB "
+        f"= {100 * m0['save_ms'] * 1e-3 / (1000 * step_s):.2f}% at one per 1,000 steps"
+    )
     out.append("")
     out.append("per round, cost vs bare (%), mean-step based:")
     out.append("  round " + " ".join(f"{v:>9s}" for v in VARIANTS[1:]) + "   bare mean ms   others' CPU (cores)")
     for i, rd in enumerate(rounds):
-        out.append(f"  {i + 1:5d} " + " ".join(f"{ratio[v][i]:+9.2f}" for v in VARIANTS[1:])
-                   + f"   {1e3 * mean['bare'][i]:12.1f}   {rd['foreign']:.2f}")
+        out.append(
+            f"  {i + 1:5d} "
+            + " ".join(f"{ratio[v][i]:+9.2f}" for v in VARIANTS[1:])
+            + f"   {1e3 * mean['bare'][i]:12.1f}   {rd['foreign']:.2f}"
+        )
     return out
 
 
@@ -603,8 +677,10 @@ def main() -> None:
         mp.spawn(_worker, args=(port, a, tmp), nprocs=2, join=True)
         res = json.loads((Path(tmp) / "result.json").read_text())
     lines = report(res, a)
-    lines.append(f"\nwall clock of the whole run: {time.time() - t0:.0f} s; torch {torch.__version__}, {os.cpu_count()} CPUs; "
-                 f"1-min load average {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+    lines.append(
+        f"\nwall clock of the whole run: {time.time() - t0:.0f} s; torch {torch.__version__}, {os.cpu_count()} CPUs; "
+        f"1-min load average {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
     print("\n".join(lines))
     if a.out:
         cmd = ".venv/bin/python " + shlex.join([os.path.relpath(sys.argv[0])] + sys.argv[1:])

@@ -36,25 +36,38 @@ def main():
     model, tok, cfg, marker = load_model(a.exp)
     texts = list(transcripts(load_sources(f"{a.corpus}/train/data.list")))
     lexicons = {int(n): Lexicon.from_texts(texts, int(n)) for n in floats(a.orders)}
-    print(f"{a.exp} (step {marker['step']}); lexicon: {len(lexicons[max(lexicons)].words)} words of train's "
-          f"{len(texts)} transcripts")
+    print(
+        f"{a.exp} (step {marker['step']}); lexicon: {len(lexicons[max(lexicons)].words)} words of train's "
+        f"{len(texts)} transcripts"
+    )
     for split in a.splits.split(","):
         greedy = GreedyKeepingLogProbs(tok)
         t = time.perf_counter()
-        r = evaluate(model, eval_loader(cfg, tok, f"{a.corpus}/{split}/data.list"), tok, local(model), keep_hyps=True,
-                     decoder=greedy)
+        r = evaluate(
+            model,
+            eval_loader(cfg, tok, f"{a.corpus}/{split}/data.list"),
+            tok,
+            local(model),
+            keep_hyps=True,
+            decoder=greedy,
+        )
         refs = [ref for _, ref, _ in r["hyps"]]
-        print(f"{split}: {len(refs)} utterances; greedy CER {100 * r['cer']:.2f}% WER {100 * r['wer']:.2f}% "
-              f"(model and greedy {time.perf_counter() - t:.1f} s)")
+        print(
+            f"{split}: {len(refs)} utterances; greedy CER {100 * r['cer']:.2f}% WER {100 * r['wer']:.2f}% "
+            f"(model and greedy {time.perf_counter() - t:.1f} s)"
+        )
         for order, lex in lexicons.items():
             for beam in (int(b) for b in floats(a.beams)):
                 for weight in floats(a.weights):
                     for bonus in floats(a.bonuses):
                         t = time.perf_counter()
                         hyps = [search(lp, tok.units, lex, beam, weight, bonus) for lp in greedy.kept]
-                        print(f"  order {order} beam {beam:4d} lm weight {weight:3.1f} word bonus {bonus:3.1f}: "
-                              f"CER {100 * cer(refs, hyps):5.2f}% WER {100 * wer(refs, hyps):5.2f}%  "
-                              f"(search {time.perf_counter() - t:.1f} s)", flush=True)
+                        print(
+                            f"  order {order} beam {beam:4d} lm weight {weight:3.1f} word bonus {bonus:3.1f}: "
+                            f"CER {100 * cer(refs, hyps):5.2f}% WER {100 * wer(refs, hyps):5.2f}%  "
+                            f"(search {time.perf_counter() - t:.1f} s)",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

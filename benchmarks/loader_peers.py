@@ -55,12 +55,14 @@ def lhotse_loader(root: Path, workers: int):
     texts = dict(line.split("\t", 1) for line in (root / "texts.tsv").read_text().splitlines())
     sups = SupervisionSet.from_segments(
         SupervisionSegment(id=r.id, recording_id=r.id, start=0.0, duration=r.duration, text=texts[r.id])
-        for r in recordings)
+        for r in recordings
+    )
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=sups)
     sampler = DynamicBucketingSampler(cuts, max_duration=60.0, shuffle=True, num_buckets=10, seed=0)
     ds = K2SpeechRecognitionDataset(input_strategy=OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=80))))
-    return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=workers,
-                                       persistent_workers=False)
+    return torch.utils.data.DataLoader(
+        ds, sampler=sampler, batch_size=None, num_workers=workers, persistent_workers=False
+    )
 
 
 def main() -> None:
@@ -77,27 +79,37 @@ def main() -> None:
         (root / "texts.tsv").write_text("".join(f"{u.key}\t{u.text}\n" for u in utts))
         hours = sum(u.seconds for u in utts) / 3600
         tok = CharTokenizer.build([u.text for u in utts])
-        print(f"{a.utts} utterances, {hours:.2f} h of audio, torch threads 1, python {sys.version.split()[0]}",
-              flush=True)
-        makers = {"asrlab raw": lambda w: asrlab_loader(root / "raw.list", tok, w),
-                  "asrlab shards": lambda w: asrlab_loader(root / "data.list", tok, w),
-                  "lhotse": lambda w: lhotse_loader(root, w),
-                  "webdataset": lambda w: webdataset_loader(load_sources(root / "data.list"), tok,
-                                                            DataConfig(num_workers=w, batch_type="static", batch_size=20,
-                                                                       shuffle_size=200), fbank=torchaudio_fbank)}
+        print(
+            f"{a.utts} utterances, {hours:.2f} h of audio, torch threads 1, python {sys.version.split()[0]}", flush=True
+        )
+        makers = {
+            "asrlab raw": lambda w: asrlab_loader(root / "raw.list", tok, w),
+            "asrlab shards": lambda w: asrlab_loader(root / "data.list", tok, w),
+            "lhotse": lambda w: lhotse_loader(root, w),
+            "webdataset": lambda w: webdataset_loader(
+                load_sources(root / "data.list"),
+                tok,
+                DataConfig(num_workers=w, batch_type="static", batch_size=20, shuffle_size=200),
+                fbank=torchaudio_fbank,
+            ),
+        }
         names = list(makers)
         for workers in [int(x) for x in a.workers.split(",")]:
             rows: dict[str, list[float]] = {n: [] for n in names}
             for r in range(a.rounds):
-                order = names[r % len(names):] + names[:r % len(names)]  # rotate: no loader always first
+                order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no loader always first
                 for name in order:
                     n, dt = epoch(iter(makers[name](workers)))
                     rows[name].append(n / dt)
-                print(f"workers {workers} round {r + 1}: " + ", ".join(f"{n} {rows[n][-1]:.0f}" for n in names),
-                      flush=True)
+                print(
+                    f"workers {workers} round {r + 1}: " + ", ".join(f"{n} {rows[n][-1]:.0f}" for n in names),
+                    flush=True,
+                )
             med = {n: statistics.median(v) for n, v in rows.items()}
-            print(f"workers {workers}: median utterances/s over {a.rounds} rounds: "
-                  + ", ".join(f"{n} {v:.1f}" for n, v in med.items()))
+            print(
+                f"workers {workers}: median utterances/s over {a.rounds} rounds: "
+                + ", ".join(f"{n} {v:.1f}" for n, v in med.items())
+            )
             for ours, peer in itertools.product(("asrlab raw", "asrlab shards"), ("lhotse", "webdataset")):
                 print(f"workers {workers}: {ours} / {peer}: {med[ours] / med[peer]:.2f}x")
 

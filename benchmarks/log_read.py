@@ -7,6 +7,7 @@ summary at the end), then times each reader on it, one core each (run it with no
 
     .venv/bin/python benchmarks/log_read.py [--size-mb 1024] [--keep PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,12 @@ def write_log(path: Path, size_mb: int) -> int:
                 ctc = "inf" if nan_at and f.tell() > nan_at and rank == 3 else f"{loss * 1.2:.6f}"
                 if ctc == "inf":
                     nan_at = 0
-                f.write(f"2026-11-25 09:{batch // 60000 % 60:02d}:{batch // 1000 % 60:02d},{batch % 1000:03d} DEBUG "
-                        f"TRAIN | steps/sec 1.734| Batch 3/{batch} loss {loss:.6f} loss_att {loss * 0.9:.6f} "
-                        f"loss_ctc {ctc} th_accuracy {rng.random():.6f} lr 0.00100000 grad_norm {rng.uniform(1, 9):.6f} "
-                        f"rank {rank}\n")
+                f.write(
+                    f"2026-11-25 09:{batch // 60000 % 60:02d}:{batch // 1000 % 60:02d},{batch % 1000:03d} DEBUG "
+                    f"TRAIN | steps/sec 1.734| Batch 3/{batch} loss {loss:.6f} loss_att {loss * 0.9:.6f} "
+                    f"loss_ctc {ctc} th_accuracy {rng.random():.6f} lr 0.00100000 grad_norm {rng.uniform(1, 9):.6f} "
+                    f"rank {rank}\n"
+                )
                 lines += 1
             if batch % 500 == 0:
                 f.write(f"2026-11-25 09:00:00,000 INFO Checkpoint: save to checkpoint exp/{batch}.pt\n")
@@ -104,13 +107,19 @@ def main() -> None:
     size = path.stat().st_size
     print(f"log: {size / 2**20:.0f} MiB, {lines} lines, written in {time.perf_counter() - t0:.0f} s")
     py = sys.executable
-    for name, cmd in (("grep -c loss", ["grep", "-c", "loss", str(path)]),
-                      ("python loop over lines", [py, "-c", LOOP, str(path)]),
-                      ("asrlab doctor (read + verdict)", [py, "-c", DOCTOR, str(path)])):
-        runs = [timed(["taskset", "-c", "0", *cmd] if os.path.exists("/usr/bin/taskset") else cmd) for _ in range(a.rounds)]
+    for name, cmd in (
+        ("grep -c loss", ["grep", "-c", "loss", str(path)]),
+        ("python loop over lines", [py, "-c", LOOP, str(path)]),
+        ("asrlab doctor (read + verdict)", [py, "-c", DOCTOR, str(path)]),
+    ):
+        runs = [
+            timed(["taskset", "-c", "0", *cmd] if os.path.exists("/usr/bin/taskset") else cmd) for _ in range(a.rounds)
+        ]
         best = min(runs, key=lambda r: r[0])
-        print(f"{name:32s} wall {best[0]:6.2f} s (best of {a.rounds}), CPU {best[1]:6.2f} s, "
-              f"{size / 2**20 / best[0]:7.0f} MiB/s  | {best[2][:170]}")
+        print(
+            f"{name:32s} wall {best[0]:6.2f} s (best of {a.rounds}), CPU {best[1]:6.2f} s, "
+            f"{size / 2**20 / best[0]:7.0f} MiB/s  | {best[2][:170]}"
+        )
     if not a.keep:
         path.unlink()
 

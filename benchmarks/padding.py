@@ -72,9 +72,16 @@ def measure(data_list: Path, cfg, world: int) -> dict:
             speech += sum(lens)
             padded += len(lens) * max(lens)
             sizes.append(len(lens))
-    return {"batches": batches, "utts": sum(sizes), "speech_frames": speech, "padded_frames": padded,
-            "padding": 1 - speech / padded, "utts_per_batch": float(np.mean(sizes)),
-            "fill": padded / (batches * cfg.max_frames_in_batch), "plan_s": time.perf_counter() - t0}
+    return {
+        "batches": batches,
+        "utts": sum(sizes),
+        "speech_frames": speech,
+        "padded_frames": padded,
+        "padding": 1 - speech / padded,
+        "utts_per_batch": float(np.mean(sizes)),
+        "fill": padded / (batches * cfg.max_frames_in_batch),
+        "plan_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
@@ -88,29 +95,48 @@ def main() -> None:
     work = Path(a.work)
     embedded = work / "embedded" / "train" / "data.list"
     if not embedded.exists():
-        subprocess.run([str(Path(sys.executable).parent / "asrlab"), "synth", str(work / "embedded"),
-                        "--utts", str(a.utts), "--quiet"], check=True)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "asrlab"),
+                "synth",
+                str(work / "embedded"),
+                "--utts",
+                str(a.utts),
+                "--quiet",
+            ],
+            check=True,
+        )
     wide = wide_corpus(work / "wide", a.wide, seed=0)
     base = load_config("tiny").data
-    corpora = {"embedded (asrlab synth)": (embedded, base),
-               "wide (1-20 s, uniform)": (wide, replace(base, max_frames_in_batch=6000))}
+    corpora = {
+        "embedded (asrlab synth)": (embedded, base),
+        "wide (1-20 s, uniform)": (wide, replace(base, max_frames_in_batch=6000)),
+    }
     lines = [f"$ .venv/bin/python benchmarks/padding.py --utts {a.utts} --wide {a.wide} --world {a.world}", ""]
     results = {}
     for name, (path, cfg) in corpora.items():
-        lines.append(f"{name}: {path}; shuffle_size {cfg.shuffle_size}, sort_size {cfg.sort_size}, "
-                     f"max_frames_in_batch {cfg.max_frames_in_batch}; rank 0 of {a.world}")
-        lines.append(f"  {'mode':<8} {'batches':>8} {'utts':>6} {'utts/batch':>10} {'padding':>8} "
-                     f"{'fill of max_frames':>18} {'plan (s)':>9}")
+        lines.append(
+            f"{name}: {path}; shuffle_size {cfg.shuffle_size}, sort_size {cfg.sort_size}, "
+            f"max_frames_in_batch {cfg.max_frames_in_batch}; rank 0 of {a.world}"
+        )
+        lines.append(
+            f"  {'mode':<8} {'batches':>8} {'utts':>6} {'utts/batch':>10} {'padding':>8} "
+            f"{'fill of max_frames':>18} {'plan (s)':>9}"
+        )
         for mode, changes in MODES.items():
             r = measure(path, replace(cfg, **changes), a.world)
             results[f"{name}/{mode}"] = r
-            lines.append(f"  {mode:<8} {r['batches']:>8} {r['utts']:>6} {r['utts_per_batch']:>10.1f} "
-                         f"{100 * r['padding']:>7.1f}% {100 * r['fill']:>17.1f}% {r['plan_s']:>9.2f}")
+            lines.append(
+                f"  {mode:<8} {r['batches']:>8} {r['utts']:>6} {r['utts_per_batch']:>10.1f} "
+                f"{100 * r['padding']:>7.1f}% {100 * r['fill']:>17.1f}% {r['plan_s']:>9.2f}"
+            )
         lines.append("")
-    lines += ["padding: padded frames (utterances x longest, per batch) that are not speech, over all padded frames;",
-              "fill: padded frames per batch over max_frames_in_batch (what a batch holds of what it may hold);",
-              "modes: none = random batching (sort_size 0), windows = sorted in windows of sort_size (the default),",
-              "buckets = data.bucketing=true (each shuffle block sorted whole, the batches' order shuffled)."]
+    lines += [
+        "padding: padded frames (utterances x longest, per batch) that are not speech, over all padded frames;",
+        "fill: padded frames per batch over max_frames_in_batch (what a batch holds of what it may hold);",
+        "modes: none = random batching (sort_size 0), windows = sorted in windows of sort_size (the default),",
+        "buckets = data.bucketing=true (each shuffle block sorted whole, the batches' order shuffled).",
+    ]
     text = "\n".join(lines) + "\n"
     print(text, end="")
     Path(a.out).write_text(text)

@@ -24,13 +24,18 @@ def main():
     cfg = load_config(a.config, a.overrides)
 
     def show(r):
-        print(f"at {100 * r['fraction']:.0f}% of the epoch (after batch {r['batch']}): resume {r['resume_s']:.2f} s, "
-              f"replay {r['replay_s']:.2f} s (best of {a.repeat}; the next batch is the same either way)", flush=True)
+        print(
+            f"at {100 * r['fraction']:.0f}% of the epoch (after batch {r['batch']}): resume {r['resume_s']:.2f} s, "
+            f"replay {r['replay_s']:.2f} s (best of {a.repeat}; the next batch is the same either way)",
+            flush=True,
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         out = resume_times(cfg, a.data, [float(x) for x in a.at.split(",")], tmp, a.repeat, progress=show)
-    print(f"epoch 0: {out['batches']} batches; reading all of them (decode + fbank, {cfg.data.num_workers} "
-          f"worker(s)) took {out['epoch_read_s']:.1f} s")
+    print(
+        f"epoch 0: {out['batches']} batches; reading all of them (decode + fbank, {cfg.data.num_workers} "
+        f"worker(s)) took {out['epoch_read_s']:.1f} s"
+    )
 
 
 if __name__ == "__main__":

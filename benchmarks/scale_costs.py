@@ -63,6 +63,7 @@ def med(xs) -> float:
 
 # --------------------------------------------------------------------------- 1, 2: checkpoint, heartbeat
 
+
 def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
     import torch
 
@@ -76,8 +77,17 @@ def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
 
     lst = corpus(200, work / "ckpt_corpus", 1.0, 3.0, 1, shard_size=200)
     exp = work / "ckpt_exp"
-    cfg = load_config("base", ["data.num_workers=0", "data.pin_memory=false", "data.max_frames_in_batch=1500",
-                               "train.progress=false", "train.stall_timeout_s=0", "train.keep_last=1"])
+    cfg = load_config(
+        "base",
+        [
+            "data.num_workers=0",
+            "data.pin_memory=false",
+            "data.max_frames_in_batch=1500",
+            "train.progress=false",
+            "train.stall_timeout_s=0",
+            "train.keep_last=1",
+        ],
+    )
     tr = Trainer(cfg, str(lst), None, exp, DistInfo(0, 1, 0, torch.device("cpu"), None))
     t0 = time.perf_counter()
     tr.train_step([next(iter(tr.loader))])
@@ -85,8 +95,14 @@ def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
     step_s = time.perf_counter() - t0
     params = count_parameters(tr.model)
     head = [m for m in tr.model.modules() if isinstance(m, torch.nn.Linear)][-1]
-    out = {"params": params, "vocab": len(tr.tok), "d_model": cfg.model.d_model, "cpu_step_s": step_s,
-           "head_params_per_unit": head.in_features + 1, "opt_state_keys": sorted(next(iter(tr.opt.state.values())))}
+    out = {
+        "params": params,
+        "vocab": len(tr.tok),
+        "d_model": cfg.model.d_model,
+        "cpu_step_s": step_s,
+        "head_params_per_unit": head.in_features + 1,
+        "opt_state_keys": sorted(next(iter(tr.opt.state.values()))),
+    }
 
     saves, hashes = [], []
     ckpt_dir = exp / "checkpoints"
@@ -103,8 +119,13 @@ def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
         t0 = time.perf_counter()
         state, _marker = checkpoint.load_latest(ckpt_dir)
         loads.append(time.perf_counter() - t0)
-    out.update(ckpt_bytes=path.stat().st_size, save_s=saves, sha256_s=hashes, load_s=loads,
-               model_bytes=sum(t.numel() * t.element_size() for t in state["model"].values()))
+    out.update(
+        ckpt_bytes=path.stat().st_size,
+        save_s=saves,
+        sha256_s=hashes,
+        load_s=loads,
+        model_bytes=sum(t.numel() * t.element_size() for t in state["model"].values()),
+    )
     del state
 
     # what each further rank adds: its RNG states and its loader position, as the checkpoint holds them
@@ -130,8 +151,11 @@ def checkpoint_and_heartbeat(work: Path, repeats: int) -> dict:
         write_heartbeat(d, hb.snapshot(), rid)
         path = d / "heartbeat" / f"rank{hb.rank}.json"
         text = path.read_text()
-        records[phase] = {"bytes": len(text.encode()), "text": text,
-                          "bundle_bytes": len(json.dumps({"heartbeat/rank{r}.json": text}).encode())}
+        records[phase] = {
+            "bytes": len(text.encode()),
+            "text": text,
+            "bundle_bytes": len(json.dumps({"heartbeat/rank{r}.json": text}).encode()),
+        }
     out["heartbeat"] = records
     out["rid"] = rid
     tr.close()
@@ -161,8 +185,9 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
         sp = psutil.Process(server.pid)
 
         def client():
-            return tdist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
-                                  timeout=timedelta(seconds=30))
+            return tdist.TCPStore(
+                "127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30)
+            )
 
         me, other = client(), client()
         snap = json.loads(record)
@@ -189,8 +214,12 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
             me.set(keys[0], mine)
             me.multi_get(keys)
         server_cpu = (sum(sp.cpu_times()[:2]) - cpu0) / n
-        out = {"set_multiget_s": times, "server_cpu_s_per_round": server_cpu,
-               "bytes_per_round_read": sum(len(v) for v in got), "bytes_per_set": len(mine.encode())}
+        out = {
+            "set_multiget_s": times,
+            "server_cpu_s_per_round": server_cpu,
+            "bytes_per_round_read": sum(len(v) for v in got),
+            "bytes_per_set": len(mine.encode()),
+        }
 
         try:
             from asrlab.lab.stall import relay as relay_mod
@@ -223,8 +252,12 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
             rl.push()
             rl.pull()
             same.append(time.perf_counter() - t0)
-        out["relay"] = {"period_s": relay_mod.PERIOD_S, "changed_s": changed, "same_s": same,
-                        "files": len(list((exp / "heartbeat").glob("rank*.json")))}
+        out["relay"] = {
+            "period_s": relay_mod.PERIOD_S,
+            "changed_s": changed,
+            "same_s": same,
+            "files": len(list((exp / "heartbeat").glob("rank*.json"))),
+        }
         return out
     finally:
         server.stdin.close()
@@ -232,6 +265,7 @@ def store_costs(work: Path, record: str, rid: str, rounds: int, world: int = 64)
 
 
 # --------------------------------------------------------------------------- 4: the watchdog's poll
+
 
 def watchdog_poll(work: Path, record: str, rounds: int) -> dict:
     from asrlab.lab.stall.errors import rank_errors
@@ -327,8 +361,9 @@ print(json.dumps({"read_s": read_s, "rss_steady": rss1 - rss0, "rss_peak": peak 
 """
 
 
-def index_at_scale(work: Path, n: int, key_len: int, text_len: int, seconds: float, per_source: int = 1000,
-                   repeats: int = 3) -> dict:
+def index_at_scale(
+    work: Path, n: int, key_len: int, text_len: int, seconds: float, per_source: int = 1000, repeats: int = 3
+) -> dict:
     d = work / f"index_{key_len}_{text_len}"
     shards = d / "shards"
     shards.mkdir(parents=True, exist_ok=True)
@@ -355,16 +390,24 @@ def index_at_scale(work: Path, n: int, key_len: int, text_len: int, seconds: flo
     spec = {"list": str(lst), "sources": sources, "n": n}
     runs = []
     for _ in range(repeats):  # each in a fresh process; the median of each number
-        got = subprocess.run([sys.executable, "-c", INDEX_CHILD, json.dumps(spec)], cwd=ROOT, check=True,
-                             capture_output=True, text=True)
+        got = subprocess.run(
+            [sys.executable, "-c", INDEX_CHILD, json.dumps(spec)], cwd=ROOT, check=True, capture_output=True, text=True
+        )
         runs.append(json.loads(got.stdout.strip().splitlines()[-1]))
     res = {k: med([r[k] for r in runs]) for k in runs[0]}
-    res.update(n=n, key_len=key_len, text_len=text_len, seconds=seconds, file_bytes=index.stat().st_size,
-               read_runs=[r["read_s"] for r in runs])
+    res.update(
+        n=n,
+        key_len=key_len,
+        text_len=text_len,
+        seconds=seconds,
+        file_bytes=index.stat().st_size,
+        read_runs=[r["read_s"] for r in runs],
+    )
     return res
 
 
 # --------------------------------------------------------------------------- 6: building the index
+
 
 def index_build(work: Path) -> dict:
     from asrlab.data.index import index_source
@@ -380,8 +423,12 @@ def index_build(work: Path) -> dict:
             t0 = time.perf_counter()
             utts = index_source(src)
             times.append(time.perf_counter() - t0)
-        out[name] = {"utts": len(utts), "bytes": os.path.getsize(src.path), "s": med(times),
-                     "audio_h": sum(u.seconds for u in utts) / 3600}
+        out[name] = {
+            "utts": len(utts),
+            "bytes": os.path.getsize(src.path),
+            "s": med(times),
+            "audio_h": sum(u.seconds for u in utts) / 3600,
+        }
     s, l_ = out["short"], out["long"]
     # t = a * utts + b * MB, solved from the two shards
     A = np.array([[s["utts"], s["bytes"] / 1e6], [l_["utts"], l_["bytes"] / 1e6]])
@@ -391,6 +438,7 @@ def index_build(work: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- report
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -405,86 +453,128 @@ def main() -> int:
     import torch
 
     print(" ".join(["$ .venv/bin/python benchmarks/scale_costs.py", *map(shlex.quote, sys.argv[1:])]))
-    print(f"# {os.cpu_count()} CPU cores, no GPU; torch {torch.__version__}, Python {sys.version.split()[0]}; "
-          f"load average {os.getloadavg()[0]:.2f} at start")
+    print(
+        f"# {os.cpu_count()} CPU cores, no GPU; torch {torch.__version__}, Python {sys.version.split()[0]}; "
+        f"load average {os.getloadavg()[0]:.2f} at start"
+    )
     print()
 
     c = checkpoint_and_heartbeat(work, a.repeats)
     MB = 1e6
-    print("1. checkpoint of the base config (Trainer.save -> checkpoint.save_checkpoint, fsync + rename + SHA-256 marker)")
-    print(f"   model: {c['params'] / 1e6:.2f}M parameters (d_model {c['d_model']}, vocabulary {c['vocab']} units; "
-          f"each further unit adds {c['head_params_per_unit']} parameters); AdamW state after one step: "
-          f"{', '.join(c['opt_state_keys'])}")
-    print(f"   file: {c['ckpt_bytes'] / MB:.1f} MB ({c['ckpt_bytes'] / c['params']:.2f} bytes per parameter; "
-          f"model weights alone {c['model_bytes'] / MB:.1f} MB); keep_last copies of it on disk")
-    print(f"   each further rank adds {c['per_rank_bytes'] / 1e3:.1f} kB (its RNG states and loader position): "
-          f"64 ranks +{63 * c['per_rank_bytes'] / MB:.2f} MB")
-    print(f"   save: median {med(c['save_s']):.2f} s over {a.repeats} ({', '.join(f'{x:.2f}' for x in c['save_s'])}); "
-          f"of which the marker's SHA-256 of the file (timed apart, page cache) {med(c['sha256_s']):.2f} s")
-    print(f"   load on resume (load_latest: SHA-256 check + torch.load): median {med(c['load_s']):.2f} s over 3 "
-          f"({', '.join(f'{x:.2f}' for x in c['load_s'])})")
-    print(f"   (one base step on this CPU, 1,500-frame batch, fp32: {c['cpu_step_s']:.1f} s; not a number to plan with)")
+    print(
+        "1. checkpoint of the base config (Trainer.save -> checkpoint.save_checkpoint, fsync + rename + SHA-256 marker)"
+    )
+    print(
+        f"   model: {c['params'] / 1e6:.2f}M parameters (d_model {c['d_model']}, vocabulary {c['vocab']} units; "
+        f"each further unit adds {c['head_params_per_unit']} parameters); AdamW state after one step: "
+        f"{', '.join(c['opt_state_keys'])}"
+    )
+    print(
+        f"   file: {c['ckpt_bytes'] / MB:.1f} MB ({c['ckpt_bytes'] / c['params']:.2f} bytes per parameter; "
+        f"model weights alone {c['model_bytes'] / MB:.1f} MB); keep_last copies of it on disk"
+    )
+    print(
+        f"   each further rank adds {c['per_rank_bytes'] / 1e3:.1f} kB (its RNG states and loader position): "
+        f"64 ranks +{63 * c['per_rank_bytes'] / MB:.2f} MB"
+    )
+    print(
+        f"   save: median {med(c['save_s']):.2f} s over {a.repeats} ({', '.join(f'{x:.2f}' for x in c['save_s'])}); "
+        f"of which the marker's SHA-256 of the file (timed apart, page cache) {med(c['sha256_s']):.2f} s"
+    )
+    print(
+        f"   load on resume (load_latest: SHA-256 check + torch.load): median {med(c['load_s']):.2f} s over 3 "
+        f"({', '.join(f'{x:.2f}' for x in c['load_s'])})"
+    )
+    print(
+        f"   (one base step on this CPU, 1,500-frame batch, fp32: {c['cpu_step_s']:.1f} s; not a number to plan with)"
+    )
     print()
 
     hb = c["heartbeat"]
     print("2. one rank's heartbeat record, as write_heartbeat writes it (EXP/heartbeat/rank{R}.json)")
     for phase in ("forward", "data"):
         r = hb[phase]
-        print(f"   in phase {phase:<8}: {r['bytes']} bytes; as the relay's store value (JSON in JSON): {r['bundle_bytes']} bytes")
+        print(
+            f"   in phase {phase:<8}: {r['bytes']} bytes; as the relay's store value (JSON in JSON): {r['bundle_bytes']} bytes"
+        )
     print(f"   the record waiting for data: {hb['data']['text']}")
     print()
 
     rec = hb["data"]["text"]
     s = store_costs(work, rec, c["rid"], a.rounds)
     t = np.array(s["set_multiget_s"]) * 1e3
-    print(f"3. TCPStore on 127.0.0.1 (server in another process): one set ({s['bytes_per_set']} bytes) + one multi_get "
-          f"of 64 records ({s['bytes_per_round_read'] / 1e3:.1f} kB)")
-    print(f"   median {np.median(t):.3f} ms per round (p10 {np.percentile(t, 10):.3f}, p90 {np.percentile(t, 90):.3f}) "
-          f"over {a.rounds} rounds; the server's CPU {s['server_cpu_s_per_round'] * 1e3:.3f} ms per round "
-          f"(over {10 * a.rounds} more)")
+    print(
+        f"3. TCPStore on 127.0.0.1 (server in another process): one set ({s['bytes_per_set']} bytes) + one multi_get "
+        f"of 64 records ({s['bytes_per_round_read'] / 1e3:.1f} kB)"
+    )
+    print(
+        f"   median {np.median(t):.3f} ms per round (p10 {np.percentile(t, 10):.3f}, p90 {np.percentile(t, 90):.3f}) "
+        f"over {a.rounds} rounds; the server's CPU {s['server_cpu_s_per_round'] * 1e3:.3f} ms per round "
+        f"(over {10 * a.rounds} more)"
+    )
     rl = s.get("relay")
     if rl:
         ch, sa = np.array(rl["changed_s"]) * 1e3, np.array(rl["same_s"]) * 1e3
-        print(f"   the relay's cycle (Relay.push + Relay.pull, 63 other ranks; asrlab.lab.stall.relay.PERIOD_S = {rl['period_s']} s):")
-        print(f"     every record newer (63 files written): median {np.median(ch):.2f} ms (p90 {np.percentile(ch, 90):.2f}); "
-              f"nothing new: median {np.median(sa):.2f} ms (p90 {np.percentile(sa, 90):.2f})")
+        print(
+            f"   the relay's cycle (Relay.push + Relay.pull, 63 other ranks; asrlab.lab.stall.relay.PERIOD_S = {rl['period_s']} s):"
+        )
+        print(
+            f"     every record newer (63 files written): median {np.median(ch):.2f} ms (p90 {np.percentile(ch, 90):.2f}); "
+            f"nothing new: median {np.median(sa):.2f} ms (p90 {np.percentile(sa, 90):.2f})"
+        )
     else:
         print("   asrlab.lab.stall.relay is not in this tree: the relay's cycle not measured")
     print()
 
     w = watchdog_poll(work, rec, a.rounds)
-    print("4. the watchdog's poll, once a second per rank (write own heartbeat + timeline, rank errors, read every "
-          "rank's heartbeat, the progress clock)")
+    print(
+        "4. the watchdog's poll, once a second per rank (write own heartbeat + timeline, rank errors, read every "
+        "rank's heartbeat, the progress clock)"
+    )
     for world, times in w.items():
         x = np.array(times) * 1e3
-        print(f"   {world:>2} ranks' files: median {np.median(x):.2f} ms per poll (p90 {np.percentile(x, 90):.2f}) "
-              f"= {np.median(x) / 10:.3f}% of one core")
+        print(
+            f"   {world:>2} ranks' files: median {np.median(x):.2f} ms per poll (p90 {np.percentile(x, 90):.2f}) "
+            f"= {np.median(x) / 10:.3f}% of one core"
+        )
     slope = (np.median(w[64]) - np.median(w[8])) / 56 * 1e6
     print(f"   slope: {slope:.1f} us per further rank's file")
     print()
 
-    print(f"5. reading the index at scale (use_index in a fresh process, 3 times, medians; {a.index_utts:,} utterances in "
-          "sources of 1,000; nothing but the index read)")
-    for key_len, text_len, secs, what in ((10, 9, 0.65, "keys and transcripts as startup.py's (0.3-1.0 s tones)"),
-                                          (40, 180, 12.0, "40-char keys, 180-char transcripts (12 s at 15 chars/s)")):
+    print(
+        f"5. reading the index at scale (use_index in a fresh process, 3 times, medians; {a.index_utts:,} utterances in "
+        "sources of 1,000; nothing but the index read)"
+    )
+    for key_len, text_len, secs, what in (
+        (10, 9, 0.65, "keys and transcripts as startup.py's (0.3-1.0 s tones)"),
+        (40, 180, 12.0, "40-char keys, 180-char transcripts (12 s at 15 chars/s)"),
+    ):
         r = index_at_scale(work, a.index_utts, key_len, text_len, secs)
         n = r["n"]
         print(f"   {what}:")
-        print(f"     file {r['file_bytes'] / n:.0f} bytes per utterance; read {r['read_s'] / n * 1e6:.1f} us per utterance "
-              f"({', '.join(f'{x:.2f}' for x in r['read_runs'])} s); resident memory {r['rss_steady'] / n:.0f} bytes per utterance after reading "
-              f"(peak {r['rss_peak'] / n:.0f}: what was freed stays with the process)")
-        print(f"     pre-flight layout for 64 ranks x 4 workers: {r['layout_s'] / n * 1e6:.1f} us per utterance "
-              f"({r['layout_s']:.2f} s); a forked child's full gc copies {r['fork_gc_copied'] / n:.0f} bytes per utterance")
+        print(
+            f"     file {r['file_bytes'] / n:.0f} bytes per utterance; read {r['read_s'] / n * 1e6:.1f} us per utterance "
+            f"({', '.join(f'{x:.2f}' for x in r['read_runs'])} s); resident memory {r['rss_steady'] / n:.0f} bytes per utterance after reading "
+            f"(peak {r['rss_peak'] / n:.0f}: what was freed stays with the process)"
+        )
+        print(
+            f"     pre-flight layout for 64 ranks x 4 workers: {r['layout_s'] / n * 1e6:.1f} us per utterance "
+            f"({r['layout_s']:.2f} s); a forked child's full gc copies {r['fork_gc_copied'] / n:.0f} bytes per utterance"
+        )
     print()
 
     b = index_build(work)
     print("6. building the index: index_source on one shard, single process, shard in the page cache (median of 5)")
     for name in ("short", "long"):
         r = b[name]
-        print(f"   {r['utts']:>5} utterances, {r['bytes'] / 1e6:.1f} MB, {r['audio_h'] * 60:.1f} min of audio: {r['s'] * 1e3:.1f} ms "
-              f"= {r['s'] / r['audio_h']:.2f} s per hour of audio")
-    print(f"   t = a x utterances + b x MB: a = {b['per_utt_s'] * 1e6:.1f} us per utterance, b = {b['per_mb_s'] * 1e3:.2f} ms per MB "
-          f"({1 / b['per_mb_s']:.0f} MB/s from the page cache)")
+        print(
+            f"   {r['utts']:>5} utterances, {r['bytes'] / 1e6:.1f} MB, {r['audio_h'] * 60:.1f} min of audio: {r['s'] * 1e3:.1f} ms "
+            f"= {r['s'] / r['audio_h']:.2f} s per hour of audio"
+        )
+    print(
+        f"   t = a x utterances + b x MB: a = {b['per_utt_s'] * 1e6:.1f} us per utterance, b = {b['per_mb_s'] * 1e3:.2f} ms per MB "
+        f"({1 / b['per_mb_s']:.0f} MB/s from the page cache)"
+    )
     print()
     print(f"wall clock {time.perf_counter() - t_all:.0f} s; load average {os.getloadavg()[0]:.2f} at the end")
     return 0

@@ -43,12 +43,16 @@ def main() -> int:
     for r in range(a.rounds):
         for name, cfg in (("off", plain), ("0.9/1.0/1.1", perturbed))[:: 1 if r % 2 == 0 else -1]:
             rows[name].append(cpu_s_per_audio_h(sources, tok, cfg, a.max_batches))
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items())
-              + " CPU s per hour of audio", flush=True)
+        print(
+            f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items()) + " CPU s per hour of audio",
+            flush=True,
+        )
     off, on = statistics.median(rows["off"]), statistics.median(rows["0.9/1.0/1.1"])
-    print(f"median: off {off:.1f}, speed perturbation {on:.1f} CPU s per hour of audio (+{on - off:.1f} s, "
-          f"{on / off:.2f}x): a loader worker's core delivers {3600 / on:.0f} h of audio per hour with it, "
-          f"{3600 / off:.0f} without")
+    print(
+        f"median: off {off:.1f}, speed perturbation {on:.1f} CPU s per hour of audio (+{on - off:.1f} s, "
+        f"{on / off:.2f}x): a loader worker's core delivers {3600 / on:.0f} h of audio per hour with it, "
+        f"{3600 / off:.0f} without"
+    )
     return 0
 
 

@@ -42,8 +42,17 @@ def heartbeat_cost() -> dict:
         exp = Path(d)
         for r in range(8):
             write_heartbeat(exp, Heartbeat(r).snapshot(), "bench")
-        poll_ms = min(timeit.repeat(lambda: (write_heartbeat(exp, hb.snapshot(), "bench"), read_heartbeats(exp, "bench")),
-                                    number=200, repeat=3)) / 200 * 1e3
+        poll_ms = (
+            min(
+                timeit.repeat(
+                    lambda: (write_heartbeat(exp, hb.snapshot(), "bench"), read_heartbeats(exp, "bench")),
+                    number=200,
+                    repeat=3,
+                )
+            )
+            / 200
+            * 1e3
+        )
     return {"enter_ns": enter_ns, "tick_ns": tick_ns, "poll_ms_8_ranks": poll_ms}
 
 
@@ -86,10 +95,32 @@ def all_have_cost(n: int = 5000) -> float:
 
 def run(data: Path, exp: Path, policy: str, steps: int) -> float:
     """Steps/s of rank 0 over steps 6..N of one run."""
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data), "--exp", str(exp),
-           "--resume", "none", "--uneven", policy, "--max-steps", str(steps), *MODEL, "data.num_workers=1",
-           "data.batch_type=static", "data.batch_size=8", "data.shuffle_size=100", "train.progress=false",
-           "train.max_epochs=100", "train.preflight=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "train",
+        "--nproc",
+        "2",
+        "--data",
+        str(data),
+        "--exp",
+        str(exp),
+        "--resume",
+        "none",
+        "--uneven",
+        policy,
+        "--max-steps",
+        str(steps),
+        *MODEL,
+        "data.num_workers=1",
+        "data.batch_type=static",
+        "data.batch_size=8",
+        "data.shuffle_size=100",
+        "train.progress=false",
+        "train.max_epochs=100",
+        "train.preflight=false",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=900)
     m = read_metrics(exp)[5:]
@@ -114,26 +145,54 @@ def main() -> None:
                 rates[policy].append(run(data, d / f"{policy}{r}", policy, a.steps))
                 print(f"round {r}: {policy:4s} {rates[policy][-1]:.2f} steps/s", flush=True)
         timeline = Path(d) / "tl"
-        subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(data), "--exp", str(timeline),
-                        "--resume", "none", "--max-steps", "10", *MODEL, "train.timeline=true", "train.progress=false",
-                        "data.batch_type=static", "data.batch_size=8"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "asrlab.cli",
+                "train",
+                "--data",
+                str(data),
+                "--exp",
+                str(timeline),
+                "--resume",
+                "none",
+                "--max-steps",
+                "10",
+                *MODEL,
+                "train.timeline=true",
+                "train.progress=false",
+                "data.batch_type=static",
+                "data.batch_size=8",
+            ],
+            check=True,
+            capture_output=True,
+        )
         lines = (timeline / "heartbeat" / "rank0.timeline.jsonl").read_text().splitlines()
         changes_per_step = len(lines) / 10
         step_s = statistics.median(x["step_s"] for x in read_metrics(timeline)[2:])
 
-    print(f"\nheartbeat: enter {hb['enter_ns']:.0f} ns, tick {hb['tick_ns']:.0f} ns; {changes_per_step:.1f} phase "
-          f"changes per step (1 rank, incl. timeline) = {changes_per_step * hb['enter_ns'] / 1e3:.1f} us per step, "
-          f"{100 * changes_per_step * hb['enter_ns'] * 1e-9 / step_s:.4f}% of a {1e3 * step_s:.0f} ms step")
-    print(f"watchdog thread: {hb['poll_ms_8_ranks']:.2f} ms per poll with 8 ranks' files, once a second "
-          f"= {hb['poll_ms_8_ranks'] / 10:.3f}% of one core")
-    print(f"the data check of --uneven stop: one all_have per step, {1e6 * sync_s:.0f} us on 2 gloo processes "
-          f"= {100 * sync_s / step_s:.2f}% of a {1e3 * step_s:.0f} ms step of this small model")
+    print(
+        f"\nheartbeat: enter {hb['enter_ns']:.0f} ns, tick {hb['tick_ns']:.0f} ns; {changes_per_step:.1f} phase "
+        f"changes per step (1 rank, incl. timeline) = {changes_per_step * hb['enter_ns'] / 1e3:.1f} us per step, "
+        f"{100 * changes_per_step * hb['enter_ns'] * 1e-9 / step_s:.4f}% of a {1e3 * step_s:.0f} ms step"
+    )
+    print(
+        f"watchdog thread: {hb['poll_ms_8_ranks']:.2f} ms per poll with 8 ranks' files, once a second "
+        f"= {hb['poll_ms_8_ranks'] / 10:.3f}% of one core"
+    )
+    print(
+        f"the data check of --uneven stop: one all_have per step, {1e6 * sync_s:.0f} us on 2 gloo processes "
+        f"= {100 * sync_s / step_s:.2f}% of a {1e3 * step_s:.0f} ms step of this small model"
+    )
     base = statistics.median(rates["none"])
     print(f"\nuneven-data policies, 2 gloo ranks, even data, {a.steps} steps x {a.rounds} rounds (median steps/s):")
     for policy, rs in rates.items():
         med = statistics.median(rs)
-        print(f"  {policy:4s} {med:6.2f} steps/s  ({100 * (base / med - 1):+.1f}% time per step vs none; "
-              f"rounds {', '.join(f'{x:.2f}' for x in rs)})")
+        print(
+            f"  {policy:4s} {med:6.2f} steps/s  ({100 * (base / med - 1):+.1f}% time per step vs none; "
+            f"rounds {', '.join(f'{x:.2f}' for x in rs)})"
+        )
 
 
 if __name__ == "__main__":

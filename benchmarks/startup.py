@@ -42,8 +42,9 @@ print(json.dumps({"construct_s": built - imported, "first_step_s": done - import
 """
 
 
-def corpus(n: int, out: Path, low_s: float = 0.3, high_s: float = 1.0, seed: int | None = None,
-           shard_size: int = 1000) -> Path:
+def corpus(
+    n: int, out: Path, low_s: float = 0.3, high_s: float = 1.0, seed: int | None = None, shard_size: int = 1000
+) -> Path:
     """``n`` tone utterances of ``low_s``-``high_s`` seconds in uncompressed shards under ``out``."""
     from asrlab.data.audio import encode_wav
     from asrlab.data.shards import write_split
@@ -64,8 +65,13 @@ def corpus(n: int, out: Path, low_s: float = 0.3, high_s: float = 1.0, seed: int
 
 
 def start(lst: Path, index: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", ONE, str(lst), "1" if index else "0"], cwd=ROOT, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE, str(lst), "1" if index else "0"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -75,8 +81,10 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/asrlab_startup")
     a = ap.parse_args()
     rows = []
-    print(f"{'utterances':>10} {'no index':>10} {'first start':>12} {'second start':>13}   (s to the first step; "
-          "construction in brackets)")
+    print(
+        f"{'utterances':>10} {'no index':>10} {'first start':>12} {'second start':>13}   (s to the first step; "
+        "construction in brackets)"
+    )
     for n in (int(x) for x in a.sizes.split(",")):
         lst = corpus(n, Path(a.work) / str(n))
         sidecar = lst.with_name(lst.name + ".index.json")

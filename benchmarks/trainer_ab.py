@@ -38,8 +38,14 @@ print(steps / (time.perf_counter() - t0))
 
 
 def rate(tree: Path, data: str, steps: int) -> float:
-    out = subprocess.run([sys.executable, "-c", ONE, data, str(steps)], cwd=tree, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE, data, str(steps)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        check=True,
+    )
     return float(out.stdout.split()[-1])
 
 
@@ -59,12 +65,17 @@ def main() -> int:
                 order = [("this", ROOT), (a.rev, other)][:: 1 if r % 2 == 0 else -1]
                 got = {name: rate(tree, a.data, a.steps) for name, tree in order}
                 ratios.append(got["this"] / got[a.rev])
-                print(f"round {r + 1}: this tree {got['this']:.3f} steps/s, {a.rev} {got[a.rev]:.3f} steps/s "
-                      f"({order[0][0]} first)", flush=True)
+                print(
+                    f"round {r + 1}: this tree {got['this']:.3f} steps/s, {a.rev} {got[a.rev]:.3f} steps/s "
+                    f"({order[0][0]} first)",
+                    flush=True,
+                )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
-    print(f"median over {a.rounds} rounds of {a.steps} steps: this tree / {a.rev} = {statistics.median(ratios):.3f} "
-          f"(rounds {min(ratios):.3f} to {max(ratios):.3f})")
+    print(
+        f"median over {a.rounds} rounds of {a.steps} steps: this tree / {a.rev} = {statistics.median(ratios):.3f} "
+        f"(rounds {min(ratios):.3f} to {max(ratios):.3f})"
+    )
     return 0
 
 

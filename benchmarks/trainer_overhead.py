@@ -27,8 +27,13 @@ from asrlab.train.trainer import Trainer
 def bare_loop(cfg, vocab, batches, state):
     model = ConformerCTC(cfg.model, vocab)
     model.load_state_dict(state)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                            weight_decay=cfg.optim.weight_decay, fused=True)  # as the trainer's
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.optim.lr,
+        betas=tuple(cfg.optim.betas),
+        weight_decay=cfg.optim.weight_decay,
+        fused=True,
+    )  # as the trainer's
     t0 = None
     for b in batches:
         if t0 is None and b is batches[1]:
@@ -73,8 +78,10 @@ def main():
             print(f"round {r + 1}: bare {bare[-1]:.3f} steps/s, trainer {ours[-1]:.3f} steps/s", flush=True)
     b, o = statistics.median(bare), statistics.median(ours)
     slower = statistics.median(1 - x / y for x, y in zip(ours, bare))
-    print(f"median over {a.rounds} rounds of {a.steps} steps: bare {b:.3f} steps/s, trainer {o:.3f} steps/s; "
-          f"median per-round slowdown of the trainer: {100 * slower:+.1f}%")
+    print(
+        f"median over {a.rounds} rounds of {a.steps} steps: bare {b:.3f} steps/s, trainer {o:.3f} steps/s; "
+        f"median per-round slowdown of the trainer: {100 * slower:+.1f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -53,14 +53,34 @@ def main() -> None:
     a = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     with tempfile.TemporaryDirectory() as tmp:
-        job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "bare_loop.py",
-               f"{tmp}/out", str(a.epochs)]
-        watched = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", f"{tmp}/exp", "--sample-hz",
-                   str(a.sample_hz), "--stall-timeout", "120", "--", *job]
+        job = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "bare_loop.py",
+            f"{tmp}/out",
+            str(a.epochs),
+        ]
+        watched = [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "watch",
+            "--exp",
+            f"{tmp}/exp",
+            "--sample-hz",
+            str(a.sample_hz),
+            "--stall-timeout",
+            "120",
+            "--",
+            *job,
+        ]
         rows = {"bare": [], "watched": []}
         shares, dumps = [], []
         for r in range(a.rounds):
-            for name in (("bare", "watched") if r % 2 == 0 else ("watched", "bare")):  # interleaved, alternating
+            for name in ("bare", "watched") if r % 2 == 0 else ("watched", "bare"):  # interleaved, alternating
                 cpu0 = children_cpu()
                 rows[name].append(steps_per_s(job if name == "bare" else watched, env))
                 extra = ""
@@ -74,10 +94,14 @@ def main() -> None:
     bare, watched_s = statistics.median(rows["bare"]), statistics.median(rows["watched"])
     # each round's own ratio too: the two runs of a round are neighbours, so the machine's slow drift cancels
     paired = statistics.median(w / b for w, b in zip(rows["watched"], rows["bare"]))
-    print(f"median over {a.rounds} rounds: bare {bare:.2f} steps/s, under asrlab watch ({a.sample_hz:g} Hz) "
-          f"{watched_s:.2f} steps/s: {watched_s / bare:.3f}x; median of the rounds' own ratios {paired:.3f}x")
-    print(f"the watch's CPU, median share of the watched run's: {100 * statistics.median(shares):.2f}% "
-          f"({statistics.median(dumps):.1f} py-spy dumps/s)")
+    print(
+        f"median over {a.rounds} rounds: bare {bare:.2f} steps/s, under asrlab watch ({a.sample_hz:g} Hz) "
+        f"{watched_s:.2f} steps/s: {watched_s / bare:.3f}x; median of the rounds' own ratios {paired:.3f}x"
+    )
+    print(
+        f"the watch's CPU, median share of the watched run's: {100 * statistics.median(shares):.2f}% "
+        f"({statistics.median(dumps):.1f} py-spy dumps/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """A plain PyTorch DDP training loop (``torchrun --nproc-per-node 2 bare_loop.py EXP``): gloo on CPU, NCCL on GPUs."""
+
 import os
 import sys
 
@@ -24,8 +25,13 @@ def main(exp: str, epochs: int = 2, precision: str = "fp32") -> None:
     step = 0
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
-        loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=2, collate_fn=toy.collate,
-                                             generator=torch.Generator().manual_seed(epoch))  # not the global RNG
+        loader = torch.utils.data.DataLoader(
+            data,
+            batch_sampler=sampler,
+            num_workers=2,
+            collate_fn=toy.collate,
+            generator=torch.Generator().manual_seed(epoch),
+        )  # not the global RNG
         for batch in loader:
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             with torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32"):

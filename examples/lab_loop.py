@@ -1,4 +1,5 @@
 """bare_loop.py with asrlab's parts: the lines marked ``# +lab`` are added, ``# ~lab`` changed."""
+
 import os
 import sys
 
@@ -29,8 +30,13 @@ def main(exp: str, epochs: int = 2, precision: str = "fp32") -> None:
     step = r["step"]  # ~lab
     for epoch in range(r["epoch"], epochs):  # ~lab
         sampler.set_epoch(epoch)
-        loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=2, collate_fn=toy.collate,
-                                             generator=torch.Generator().manual_seed(epoch))  # not the global RNG
+        loader = torch.utils.data.DataLoader(
+            data,
+            batch_sampler=sampler,
+            num_workers=2,
+            collate_fn=toy.collate,
+            generator=torch.Generator().manual_seed(epoch),
+        )  # not the global RNG
         for batch in watch.data(lab.UnevenGuard(loader, state=state)):  # ~lab: the state keeps its place
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             with guard.step(step + 1, batch):  # +lab: sampled statistics; the step kept for a replay

@@ -74,11 +74,11 @@ class Batches(torch.utils.data.Sampler):
 
     def _mine(self) -> list[list[int]]:
         order = torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
-        mine = order[self.rank::self.world]
+        mine = order[self.rank :: self.world]
         kind, rank, _ = fault()
         if kind == "uneven" and rank == self.rank:
             mine = mine[: len(mine) * 4 // 5]
-        return [mine[i:i + self.data.batch] for i in range(0, len(mine) - self.data.batch + 1, self.data.batch)]
+        return [mine[i : i + self.data.batch] for i in range(0, len(mine) - self.data.batch + 1, self.data.batch)]
 
     def __len__(self) -> int:
         return len(self._mine())
@@ -92,8 +92,11 @@ class Batches(torch.utils.data.Sampler):
 
 
 def collate(items: list) -> dict:
-    return {"keys": [x["key"] for x in items], "feats": torch.stack([x["feats"] for x in items]),
-            "labels": torch.stack([x["labels"] for x in items])}
+    return {
+        "keys": [x["key"] for x in items],
+        "feats": torch.stack([x["feats"] for x in items]),
+        "labels": torch.stack([x["labels"] for x in items]),
+    }
 
 
 class Model(nn.Module):

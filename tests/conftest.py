@@ -22,11 +22,22 @@ WORDS = ["one", "two", "three", "stop", "go"]
 # The tests' model: the tiny config cut to one narrow block, still every kind of layer (attention, the
 # conv module, the x2 front end). A step takes milliseconds, so a training test's time is its processes'
 # start-up and its own timeouts, not compute.
-SMALL_MODEL = ["model.d_model=32", "model.n_heads=2", "model.n_layers=1", "model.ff_dim=64", "model.conv_kernel=3",
-               "model.conv_channels=8"]
+SMALL_MODEL = [
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_layers=1",
+    "model.ff_dim=64",
+    "model.conv_kernel=3",
+    "model.conv_channels=8",
+]
 # ... in the tests' runs: batches of 800 frames read in the training process, a 2-step warm-up, no progress bar
-SMALL = [*SMALL_MODEL, "data.num_workers=0", "data.max_frames_in_batch=800", "optim.warmup_steps=2",
-         "train.progress=false"]
+SMALL = [
+    *SMALL_MODEL,
+    "data.num_workers=0",
+    "data.max_frames_in_batch=800",
+    "optim.warmup_steps=2",
+    "train.progress=false",
+]
 
 
 def tone_utts(n: int, seed: int = 0, sr: int = 16000):
@@ -60,6 +71,15 @@ def stalled_in_data(corpus, tmp_path_factory):
     from helpers import train2  # (helpers import this module)
 
     exp = tmp_path_factory.mktemp("stalled_in_data") / "exp"
-    out = train2(corpus / "data.list", exp, "--stall-timeout", "5", "train.timeline=true", "data.inject_delay_s=120",
-                 "data.inject_delay_ranks=[1]", "data.inject_delay_from_batch=2", "data.num_workers=1")
+    out = train2(
+        corpus / "data.list",
+        exp,
+        "--stall-timeout",
+        "5",
+        "train.timeline=true",
+        "data.inject_delay_s=120",
+        "data.inject_delay_ranks=[1]",
+        "data.inject_delay_from_batch=2",
+        "data.num_workers=1",
+    )
     return exp, out

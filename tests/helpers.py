@@ -28,8 +28,22 @@ def make_trainer(corpus, exp, *extra):
 def train2(data, exp, *args, timeout=150):
     """``asrlab train --nproc 2`` of the small model; fails the test if any of its processes outlives it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data), "--exp", str(exp),
-           "--resume", "none", *SMALL, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "train",
+        "--nproc",
+        "2",
+        "--data",
+        str(data),
+        "--exp",
+        str(exp),
+        "--resume",
+        "none",
+        *SMALL,
+        *args,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     leftover = []
     for _ in range(20):  # give torchrun's SIGTERM a moment to land

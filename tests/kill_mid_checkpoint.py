@@ -24,6 +24,7 @@ def save_then_die(ckpt_dir, state, step, info, keep_last=0, on_write=None):
             os.kill(os.getpid(), signal.SIGKILL)
         if on_write is not None:
             on_write()
+
     return _save(ckpt_dir, state, step, info, keep_last, tick)
 
 

@@ -25,10 +25,29 @@ LOOPS = ROOT / "tests" / "loops"
 
 def test_the_doctor_counts_optimizer_steps_and_names_the_bad_utterance_at_each_of_its_steps(tmp_path):
     exp = tmp_path / "exp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "BAD_UTT": "utt-0013",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "accum_loop.py", str(exp)], cwd=LOOPS, env=env, capture_output=True, text=True, timeout=240)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "BAD_UTT": "utt-0013",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "accum_loop.py",
+            str(exp),
+        ],
+        cwd=LOOPS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     d = diagnose(exp)
     # 104 utterances, 2 ranks, 4 a micro-batch: 13 micro-batches a rank and epoch, 7 optimizer steps (the last
@@ -96,9 +115,14 @@ def test_a_replay_of_the_batch_finds_the_utterance_alone_and_every_non_finite_st
         return {"x": x, "uid": ids}
 
     checks = []
-    for step, micro in enumerate([[batch(["a", "b"]), batch(["c", "d"], bad="d")],
-                                  [batch(["e", "f"]), batch(["g", "h"])],
-                                  [batch(["d", "i"], bad="d"), batch(["j", "k"])]], 1):
+    for step, micro in enumerate(
+        [
+            [batch(["a", "b"]), batch(["c", "d"], bad="d")],
+            [batch(["e", "f"]), batch(["g", "h"])],
+            [batch(["d", "i"], bad="d"), batch(["j", "k"])],
+        ],
+        1,
+    ):
         losses = []
         for b in micro:
             with guard.step(step, b, keys=b["uid"]):
@@ -109,7 +133,9 @@ def test_a_replay_of_the_batch_finds_the_utterance_alone_and_every_non_finite_st
     assert [c.kind for c in checks] == ["loss", None, "loss"] and [c.step for c in checks] == [1, 2, 3]
     log, other = read_events(exp)
     assert other == 0 and [(e["step"], e["utterances"], e["found_by"]) for e in log] == [
-        (1, ["d"], "each utterance replayed alone"), (3, ["d"], "each utterance replayed alone")]
+        (1, ["d"], "each utterance replayed alone"),
+        (3, ["d"], "each utterance replayed alone"),
+    ]
     assert log[0]["keys"] == ["a", "b", "c", "d"] and log[0]["bundle"] and log[1]["bundle"] is None
     meta = json.loads((Path(log[0]["bundle"]) / "report.json").read_text())
     assert (meta["micro_batch"], meta["micro_batches"], meta["keys"]) == (1, 2, ["c", "d"])

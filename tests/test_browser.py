@@ -36,8 +36,10 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 def _missing() -> str | None:
     if not Path(CHROMIUM).exists():
-        return ("no Chromium on this machine: install Debian's (apt-get install -y chromium), which .ci/run does "
-                "when it can; this test never downloads a browser of its own")
+        return (
+            "no Chromium on this machine: install Debian's (apt-get install -y chromium), which .ci/run does "
+            "when it can; this test never downloads a browser of its own"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -48,8 +50,10 @@ def _missing() -> str | None:
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
 # Small runs, the same nbval gets: each notebook's whole story in well under a minute on 2 cores
-PARAMS = {p.stem: notebook_params(ROOT / "notebooks" / "params" / "small.yaml", p.stem, declared_parameters(p))
-          for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+PARAMS = {
+    p.stem: notebook_params(ROOT / "notebooks" / "params" / "small.yaml", p.stem, declared_parameters(p))
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+}
 
 ERRORS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent)
   .filter(t => t.includes('Traceback (most recent call last)'))"""
@@ -85,23 +89,43 @@ def lab(tmp_path_factory):
     settings = work / ".settings" / "@jupyterlab"
     # no news pop-up; the notebook's kernel starts without asking; every cell stays in the page (JupyterLab
     # otherwise skips drawing cells out of view, whose outputs then read empty)
-    for ext, name, values in (("apputils-extension", "notification", {"fetchNews": "false", "checkForUpdates": False}),
-                              ("notebook-extension", "tracker", {"autoStartDefaultKernel": True,
-                                                                 "windowingMode": "none"})):
+    for ext, name, values in (
+        ("apputils-extension", "notification", {"fetchNews": "false", "checkForUpdates": False}),
+        ("notebook-extension", "tracker", {"autoStartDefaultKernel": True, "windowingMode": "none"}),
+    ):
         (settings / ext).mkdir(parents=True, exist_ok=True)
         (settings / ext / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if k != "ASRLAB_WIDGETS"}  # auto: widgets in a front end
-    env.update(ASRLAB_RUNS=str(work / "runs"), ASRLAB_FIGURES=str(work / "figures"), PYTHONUNBUFFERED="1",
-               JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"), JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"),
-               JUPYTER_RUNTIME_DIR=str(work / ".runtime"))
+    env.update(
+        ASRLAB_RUNS=str(work / "runs"),
+        ASRLAB_FIGURES=str(work / "figures"),
+        PYTHONUNBUFFERED="1",
+        JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"),
+        JUPYTER_RUNTIME_DIR=str(work / ".runtime"),
+    )
     log = open(work / "server.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--ServerApp.allow_root=True",
-         "--ServerApp.port_retries=0", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={work}",
+            "--ServerApp.allow_root=True",
+            "--ServerApp.port_retries=0",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=work,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -126,9 +150,19 @@ def browser(lab):
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         try:
             yield chromium
         finally:
@@ -149,8 +183,9 @@ def page(lab, browser):
 def _api(lab, path: str, method: str = "GET", body: dict | None = None):
     base, token, _ = lab
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{base}{path}?token={token}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}{path}?token={token}", data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         text = r.read()
     return json.loads(text) if text else None
@@ -165,8 +200,12 @@ def start_kernel(lab, name: str) -> str:
     """The notebook's session and kernel, started by the server before the page opens (the page finds
     the session by the notebook's path). Left to the page, JupyterLab may start a kernel and replace it a
     moment later while the page connects to the first one; cells then queue on a kernel that is gone."""
-    session = _api(lab, "/api/sessions", "POST", {"path": f"{name}.ipynb", "name": f"{name}.ipynb",
-                                                  "type": "notebook", "kernel": {"name": "python3"}})
+    session = _api(
+        lab,
+        "/api/sessions",
+        "POST",
+        {"path": f"{name}.ipynb", "name": f"{name}.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+    )
     return session["kernel"]["id"]
 
 
@@ -227,8 +266,10 @@ def open_and_run_all(page, lab, name: str) -> None:
         page.screenshot(path=str(SHOTS / f"{name}_not_started_{attempt}.png"))
         page.keyboard.press("Escape")
         end_sessions(lab)
-    pytest.fail(f"{name}: Run All did not run on a settled kernel (screenshots in {SHOTS}); the server said:\n"
-                + server_log(lab))
+    pytest.fail(
+        f"{name}: Run All did not run on a settled kernel (screenshots in {SHOTS}); the server said:\n"
+        + server_log(lab)
+    )
 
 
 def wait_done(page, name: str, timeout_s: float) -> None:
@@ -261,8 +302,9 @@ def saved_and_clean(page, lab, name: str, timeout_s: float = 60) -> None:
     saved = nbformat.read(path, as_version=4).cells
     assert len(saved) == cells, f"{name}: the saved notebook has {len(saved)} cells, the one served {cells}"
     code = [c for c in saved if c.cell_type == "code"]
-    raised = [f"cell {i}: {o.ename}: {o.evalue}" for i, c in enumerate(code) for o in c.outputs
-              if o.output_type == "error"]
+    raised = [
+        f"cell {i}: {o.ename}: {o.evalue}" for i, c in enumerate(code) for o in c.outputs if o.output_type == "error"
+    ]
     assert not raised, f"{name}: " + "; ".join(raised)
     unrun = [i for i, c in enumerate(code) if c.execution_count is None]
     assert not unrun, f"{name}: code cells {unrun} of {len(code)} did not run"
@@ -362,8 +404,12 @@ def test_stalls_explorer(lab, page):
 @pytest.mark.executes_notebook("02_gpu_utilization")
 def test_sweep_explorer(lab, page):
     explorer = explorer_after_run_all(page, lab, "02_gpu_utilization", ".asrlab-sweep", 300, "recommended")
-    changes(page, lambda: picture(explorer), lambda: explorer.locator("select").first.select_option(index=1),
-            "picking another measure")
+    changes(
+        page,
+        lambda: picture(explorer),
+        lambda: explorer.locator("select").first.select_option(index=1),
+        "picking another measure",
+    )
     shoot(page, explorer, "02_gpu_utilization_explorer")
 
 
@@ -380,8 +426,9 @@ def test_nan_explorer(lab, page):
 
 @pytest.mark.executes_notebook("04_resume")
 def test_resume_explorer(lab, page):
-    explorer = explorer_after_run_all(page, lab, "04_resume", ".asrlab-resume", 300,
-                                      "asrlab: seek to the saved position")
+    explorer = explorer_after_run_all(
+        page, lab, "04_resume", ".asrlab-resume", 300, "asrlab: seek to the saved position"
+    )
     table = lambda: explorer.locator("table").inner_text()  # noqa: E731
     before = table()
     changes(page, lambda: picture(explorer), lambda: slide(page, explorer), "moving the step slider")

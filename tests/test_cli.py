@@ -18,8 +18,9 @@ from asrlab.data.shards import tar_bytes
 
 
 def asrlab(*args, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "asrlab.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def commands(parser: argparse.ArgumentParser, path=("asrlab",)):
@@ -78,8 +79,10 @@ print(json.dumps({{"help_torch": help_torch, "torch": "torch" in sys.modules, "c
     assert not got["torch"], "asrlab doctor on a wrong folder imported torch"
     assert got["codes"] == [2, 2]
     lines = got["err"].splitlines()
-    assert lines[0] == f"asrlab: error: {tmp_path / 'missing'}: not a directory, nothing is there (give a run's " \
-                       "folder, what asrlab train got as --exp, or the run's log files)"
+    assert (
+        lines[0] == f"asrlab: error: {tmp_path / 'missing'}: not a directory, nothing is there (give a run's "
+        "folder, what asrlab train got as --exp, or the run's log files)"
+    )
     assert lines[1].startswith(f"asrlab: error: {tmp_path / 'empty'}: no run there")
 
 
@@ -96,21 +99,26 @@ def test_training_on_a_list_of_garbage_names_the_lines_and_why(tmp_path):
     r = asrlab("train", "--data", garbage, "--exp", tmp_path / "exp", "--max-steps", 1)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "vocab_size" not in r.stderr
-    assert r.stderr.splitlines()[-1] == (f"asrlab: error: no usable utterance in {garbage}: 3 lines, each "
-                                         "missing_file (line 1: 'hello world')")
+    assert r.stderr.splitlines()[-1] == (
+        f"asrlab: error: no usable utterance in {garbage}: 3 lines, each missing_file (line 1: 'hello world')"
+    )
     assert not (tmp_path / "exp" / "units.txt").exists()  # a vocabulary of the blank alone, kept, would fail again
 
 
 def test_training_on_lines_unusable_for_different_reasons_counts_each(tmp_path):
-    lines = [{"key": "a", "wav": str(tmp_path / "gone.wav"), "txt": "one"},
-             {"key": "b", "wav": str(_wav(tmp_path / "b.wav")), "txt": ""},
-             {"key": "c", "wav": str(tmp_path / "gone2.wav"), "txt": "two"}]
+    lines = [
+        {"key": "a", "wav": str(tmp_path / "gone.wav"), "txt": "one"},
+        {"key": "b", "wav": str(_wav(tmp_path / "b.wav")), "txt": ""},
+        {"key": "c", "wav": str(tmp_path / "gone2.wav"), "txt": "two"},
+    ]
     raw = tmp_path / "raw.list"
     raw.write_text("".join(json.dumps(x) + "\n" for x in lines))
     r = asrlab("train", "--data", raw, "--exp", tmp_path / "exp", "--max-steps", 1)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.splitlines()[-1] == (f"asrlab: error: no usable utterance in {raw}: 3 lines: "
-                                         "2 missing_file (first: line 1), 1 empty_text (first: line 2)")
+    assert r.stderr.splitlines()[-1] == (
+        f"asrlab: error: no usable utterance in {raw}: 3 lines: "
+        "2 missing_file (first: line 1), 1 empty_text (first: line 2)"
+    )
 
 
 def test_shards_inspect_names_the_unusable_line(tmp_path):
@@ -124,12 +132,15 @@ def test_shards_inspect_names_the_unusable_line(tmp_path):
     assert "unusable: line 2 ('this line is no shard at all'): missing_file" in r.stdout
     r = asrlab("shards", "inspect", lst, "--bad-input", "fail")
     assert r.returncode == 2
-    assert r.stderr.splitlines()[-1] == (f"asrlab: error: {lst}: line 2 ('this line is no shard at all'): missing_file "
-                                "(--bad-input fail; 1 unusable in all)")
+    assert r.stderr.splitlines()[-1] == (
+        f"asrlab: error: {lst}: line 2 ('this line is no shard at all'): missing_file "
+        "(--bad-input fail; 1 unusable in all)"
+    )
 
 
 def test_decode_on_a_folder_that_is_no_run_says_so(tmp_path):
     r = asrlab("decode", "--exp", tmp_path, "--data", tmp_path / "data.list")
     assert r.returncode == 2
-    assert r.stderr.strip() == (f"asrlab: error: {tmp_path} is not a run folder: it has no config.yaml "
-                                "(asrlab train writes one)")
+    assert r.stderr.strip() == (
+        f"asrlab: error: {tmp_path} is not a run folder: it has no config.yaml (asrlab train writes one)"
+    )

@@ -56,6 +56,7 @@ def test_raw_list_and_kaldi_dir_read_the_same_utterances(corpus, tok, tmp_path):
 
 # -- bad input: each case is skipped and counted by reason under "skip", raises under "fail" --
 
+
 def make_bad(tmp_path, case):
     """A one-shard corpus of 6 good utterances plus one bad one; returns (list path, expected reason)."""
     utts = list(tone_utts(6))
@@ -189,6 +190,6 @@ def test_the_tar_reader_reads_what_tarfile_reads(tmp_path, fmt, compression):
     with open(path, "rb") as f:
         assert list(iter_tar(f)) == want
     cut = tmp_path / "cut.tar"
-    cut.write_bytes(raw[:512 + 50])  # the first member's header and half its bytes
+    cut.write_bytes(raw[: 512 + 50])  # the first member's header and half its bytes
     with open(cut, "rb") as f, pytest.raises(tarfile.ReadError, match="truncated"):
         list(iter_tar(f))

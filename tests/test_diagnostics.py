@@ -20,7 +20,7 @@ from asrlab.lab.numerics.guard import HALT_EXIT, NonFiniteHalt
 from conftest import SMALL
 from helpers import make_trainer
 
-KNOWN = torch.tensor([1000.0, -2.0, 0.5, 3e-5, 0.0, -1e-6])   # two non-zero values below 2**-14
+KNOWN = torch.tensor([1000.0, -2.0, 0.5, 3e-5, 0.0, -1e-6])  # two non-zero values below 2**-14
 
 
 class Const(nn.Module):
@@ -90,7 +90,7 @@ def test_planted_overflow_is_named_with_its_step(corpus, tmp_path, direction):
     batch = torch.load(tmp_path / "exp" / "nonfinite" / "step00000003-rank0" / "batch.pt", weights_only=True)
     assert len(report["keys"]) == len(batch["feats"]) > 0 and all(k.startswith("utt") for k in report["keys"])
     m = read_metrics(tmp_path / "exp")
-    assert [r["nonfinite"] for r in m] == [None, None, report["kind"], None, None]   # skip: counted, goes on
+    assert [r["nonfinite"] for r in m] == [None, None, report["kind"], None, None]  # skip: counted, goes on
     assert m[-1]["skipped"] == 1 and m[-1]["step"] == 5
     traces = read_traces(tmp_path / "exp")
     assert [t["step"] for t in traces] == [2, 4] and target in traces[0]["forward"] and traces[0]["backward"]
@@ -130,9 +130,15 @@ def test_replay_shows_which_precision_breaks(tmp_path):
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight.mul_(250.0)
     feats = torch.randn(2, 40, cfg.input_dim)
-    inputs = {"feats": feats, "feat_lens": torch.tensor([40, 30]), "targets": torch.tensor([[1, 2, 3], [4, 5, 0]]),
-              "target_lens": torch.tensor([3, 2]), "keys": ["a", "b"]}
+    inputs = {
+        "feats": feats,
+        "feat_lens": torch.tensor([40, 30]),
+        "targets": torch.tensor([[1, 2, 3], [4, 5, 0]]),
+        "target_lens": torch.tensor([3, 2]),
+        "keys": ["a", "b"],
+    }
     from dataclasses import asdict
+
     save_bundle(tmp_path / "b", model, inputs, {"step": 7, "model": asdict(cfg), "vocab_size": 8, "loss_scale": 1.0})
     rows = {r["precision"]: r for r in replay(tmp_path / "b")}
     assert rows["fp32"]["finite"] and rows["bf16"]["finite"]
@@ -143,8 +149,14 @@ def test_replay_shows_which_precision_breaks(tmp_path):
 
 
 def test_rollback_goes_back_and_lowers_the_lr(corpus, tmp_path):
-    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=7", "train.save_every_steps=2",
-                      "train.nonfinite=rollback", "optim.decay=none")
+    tr = make_trainer(
+        corpus,
+        tmp_path / "exp",
+        "train.max_steps=7",
+        "train.save_every_steps=2",
+        "train.nonfinite=rollback",
+        "optim.decay=none",
+    )
     fired = []
 
     def once():
@@ -157,7 +169,7 @@ def test_rollback_goes_back_and_lowers_the_lr(corpus, tmp_path):
     tr.fit()
     tr.close()
     m = read_metrics(tmp_path / "exp")
-    assert [r["step"] for r in m] == [1, 2, 3, 4, 5, 5, 6, 7]   # step 5 failed, back to checkpoint 4
+    assert [r["step"] for r in m] == [1, 2, 3, 4, 5, 5, 6, 7]  # step 5 failed, back to checkpoint 4
     assert m[4]["nonfinite"] == "loss" and m[4]["rollbacks"] == 0
     assert all(r["rollbacks"] == 1 and r["nonfinite"] is None for r in m[5:])
     lr = tr.cfg.optim.lr
@@ -166,8 +178,14 @@ def test_rollback_goes_back_and_lowers_the_lr(corpus, tmp_path):
 
 
 def test_rollbacks_are_bounded_then_halt(corpus, tmp_path):
-    tr = make_trainer(corpus, tmp_path / "exp", "train.max_steps=8", "train.save_every_steps=2",
-                      "train.nonfinite=rollback", "train.max_rollbacks=2")
+    tr = make_trainer(
+        corpus,
+        tmp_path / "exp",
+        "train.max_steps=8",
+        "train.save_every_steps=2",
+        "train.nonfinite=rollback",
+        "train.max_rollbacks=2",
+    )
     plant(dict(tr.model.named_modules())["blocks.0.conv"], lambda: running(tr) >= 3)
     with pytest.raises(NonFiniteHalt, match="2 rollbacks used up"):
         tr.fit()
@@ -191,8 +209,24 @@ def test_halt_saves_state_and_batch_and_stops(corpus, tmp_path):
 def test_cli_halts_with_exit_code_4(corpus, tmp_path, capsys):
     """A real divergence, no planting: an absurd LR makes the weights, then the activations, overflow."""
     exp = tmp_path / "exp"
-    code = main(["train", "--config", "tiny", "--data", str(corpus / "data.list"), "--exp", str(exp),
-                 "--max-steps", "20", "--nonfinite", "halt", "optim.lr=1e30", "optim.warmup_steps=0", *SMALL])
+    code = main(
+        [
+            "train",
+            "--config",
+            "tiny",
+            "--data",
+            str(corpus / "data.list"),
+            "--exp",
+            str(exp),
+            "--max-steps",
+            "20",
+            "--nonfinite",
+            "halt",
+            "optim.lr=1e30",
+            "optim.warmup_steps=0",
+            *SMALL,
+        ]
+    )
     assert code == HALT_EXIT == 4
     assert "training halted" in capsys.readouterr().err
     assert json.loads((exp / "nonfinite" / "halt.json").read_text())["direction"] == "forward"
@@ -228,8 +262,11 @@ def test_an_accumulated_step_is_replayed_micro_batch_by_micro_batch(corpus, tmp_
     step_module.mean_ctc_loss = recorded
     calls = []
     try:  # the second micro-batch's backward in training (call 2), and in its replay (call 4)
-        plant(dict(tr.model.named_modules())["blocks.0.ff1.net.0"], lambda: calls.append(1) or len(calls) in (2, 4),
-              "backward")
+        plant(
+            dict(tr.model.named_modules())["blocks.0.ff1.net.0"],
+            lambda: calls.append(1) or len(calls) in (2, 4),
+            "backward",
+        )
         it = iter(tr.loader)
         first, second = next(it), next(it)
         tr.train_step([first, second])

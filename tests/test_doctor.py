@@ -59,7 +59,9 @@ def test_a_finished_run(finished, capsys):
     assert code == 0 and d["verdict"] == "finished" and d["ok"]
     assert out.startswith(f"FINISHED: finished at step {last} (max_epochs=2 reached)")
     assert [(e["epoch"], e["complete"], e["keys"], e["exactly_once"]) for e in d["coverage"]["epochs"]] == [
-        (0, True, 120, True), (1, True, 120, True)]
+        (0, True, 120, True),
+        (1, True, 120, True),
+    ]
     assert "epoch 0: complete, 120 keys, each exactly once" in out
     assert [c["state"] for c in d["checkpoints"]["files"]] == ["ok"] * 3
     assert d["checkpoints"]["newest_loadable"] == f"step_{last:08d}.pt"
@@ -125,7 +127,7 @@ def test_a_corrupt_newest_checkpoint(finished, tmp_path, capsys):
     exp = copy_of(finished, tmp_path)
     ckpts = sorted((exp / "checkpoints").glob("step_*.pt"))
     newest, middle, oldest = ckpts[-1], ckpts[-2], ckpts[0]
-    with open(newest, "r+b") as f:       # flip bytes in the middle of the newest
+    with open(newest, "r+b") as f:  # flip bytes in the middle of the newest
         f.seek(newest.stat().st_size // 2)
         b = f.read(16)
         f.seek(-16, 1)
@@ -155,8 +157,7 @@ def test_a_stopped_run(corpus, tmp_path, capsys):
 def test_a_non_finite_halt(corpus, tmp_path, capsys):
     """A real divergence (an absurd LR) under train.nonfinite=halt: module, utterances, bundle."""
     exp = tmp_path / "exp"
-    assert train(corpus, exp, "--max-steps", "20", "--nonfinite", "halt", "optim.lr=1e30",
-                 "optim.warmup_steps=0") == 4
+    assert train(corpus, exp, "--max-steps", "20", "--nonfinite", "halt", "optim.lr=1e30", "optim.warmup_steps=0") == 4
     code, out = doctor(exp, capsys)
     d = diagnose(exp)
     bundle = next((exp / "nonfinite").glob("step*-rank0"))
@@ -181,16 +182,29 @@ def test_loss_scale_history_of_an_fp16_run(corpus, tmp_path, capsys):
     n = ls["skipped_by_kind"].get("scaler", 0)
     assert code == 0 and ls["first"] == 65536.0 and n >= 1 and ls["skipped"] == n
     changes = n - (read_jsonl(exp / "metrics" / "rank0.jsonl")[-1]["nonfinite"] == "scaler")  # (seen next step)
-    assert ls["changes"] == changes and ls["min"] == ls["last"] == 65536.0 / 2 ** changes
+    assert ls["changes"] == changes and ls["min"] == ls["last"] == 65536.0 / 2**changes
     assert f"loss scale: first 65536, min {ls['min']:g}, last {ls['last']:g}, {changes} changes" in out
     assert f"skipped steps: {n} (in the steps that count: scaler {n})" in out
 
 
 def _beat(exp, rank, phase, step, age, pid, run="r1", in_phase=2.0):
     now = time.time()
-    write_heartbeat(exp, {"rank": rank, "phase": phase, "step": step, "since": now - age - in_phase, "beats": 9,
-                          "detail": "", "completed": step - 1, "pid": pid, "host": socket.gethostname(),
-                          "time": now - age}, run)
+    write_heartbeat(
+        exp,
+        {
+            "rank": rank,
+            "phase": phase,
+            "step": step,
+            "since": now - age - in_phase,
+            "beats": 9,
+            "detail": "",
+            "completed": step - 1,
+            "pid": pid,
+            "host": socket.gethostname(),
+            "time": now - age,
+        },
+        run,
+    )
 
 
 def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
@@ -203,8 +217,9 @@ def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
     code, out = doctor(exp, capsys)
     d = diagnose(exp)
     assert code == 0 and d["verdict"] == "running" and [r["state"] for r in d["ranks"]] == ["alive", "alive"]
-    assert (f"rank 1 ({socket.gethostname()}, pid {os.getpid()}): blocked in the gradient all-reduce of step 5 "
-            "for 2") in out
+    assert (
+        f"rank 1 ({socket.gethostname()}, pid {os.getpid()}): blocked in the gradient all-reduce of step 5 for 2"
+    ) in out
     d = diagnose(exp, now=time.time() + 10)  # looked at 10 s later: the processes are there, their beats old
     assert d["verdict"] == "stalled" and [r["state"] for r in d["ranks"]] == ["frozen", "frozen"]
     assert d["summary"].startswith(f"ranks 0, 1 frozen: process alive (pid {os.getpid()}) but no heartbeat for 10 s")
@@ -212,8 +227,10 @@ def test_heartbeats_say_running_frozen_or_gone(tmp_path, capsys):
     code, out = doctor(exp, capsys)
     d = diagnose(exp)
     assert code == 1 and d["verdict"] == "crashed" and d["ranks"][1]["state"] == "gone"
-    assert d["summary"].startswith(f"rank 1 ended without recording an error: it vanished (pid {dead.pid} on "
-                                   f"{socket.gethostname()}, last seen blocked in the gradient all-reduce of step 5")
+    assert d["summary"].startswith(
+        f"rank 1 ended without recording an error: it vanished (pid {dead.pid} on "
+        f"{socket.gethostname()}, last seen blocked in the gradient all-reduce of step 5"
+    )
     _beat(exp, 1, "done", 5, 100.0, dead.pid, run="older")  # a file of an earlier launch is not this run's
     assert [r["rank"] for r in diagnose(exp)["ranks"]] == [0]
 
@@ -243,7 +260,9 @@ def test_a_stalled_2_rank_run(stalled_in_data, capsys):
     d = diagnose(exp)
     report = json.loads((exp / "stall_report.json").read_text())
     assert code == 1 and d["verdict"] == "stalled" and d["summary"] == report["verdict"]
-    assert d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"]  # fetched a batch ahead
+    assert (
+        d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"]
+    )  # fetched a batch ahead
     assert text.startswith("STALLED: rank 1 has waited") and f"stall report ({exp / 'stall_report.txt'})" in text
     assert [(r["rank"], r["phase"], r["step"]) for r in d["stall"]["ranks"]] == [(0, "forward", 2), (1, "data", 2)]
     assert "rank 1 (" in text and "waiting for data of step 2 for" in text
@@ -256,7 +275,7 @@ def test_a_crashed_rank(corpus, tmp_path, capsys):
     shards = load_sources(corpus / "data.list")[:4]
     cut = tmp_path / "cut.tar"
     data = open(shards[3].path, "rb").read()
-    cut.write_bytes(data[:len(data) // 2])
+    cut.write_bytes(data[: len(data) // 2])
     lst = tmp_path / "data.list"
     lst.write_text("".join(f"{s.path}\n" for s in shards[:3]) + f"{cut}\n")
     exp = tmp_path / "exp"
@@ -270,7 +289,10 @@ def test_a_crashed_rank(corpus, tmp_path, capsys):
     assert (e["rank"], e["type"], e["message"]) == (err["rank"], "DataError", err["message"])
     assert "cut.tar" in e["message"] and "truncated_tar" in e["message"]
     assert d["summary"].startswith(f"rank {err['rank']} failed") and e["traceback_tail"]
-    assert f"first error: rank {err['rank']} failed at step 1 (waiting for data): DataError: " in text and "next: fix the cause, then run the same command again (no checkpoint loads" in text
+    assert (
+        f"first error: rank {err['rank']} failed at step 1 (waiting for data): DataError: " in text
+        and "next: fix the cause, then run the same command again (no checkpoint loads" in text
+    )
 
 
 def test_killed_then_resumed(corpus, tmp_path, capsys):

@@ -24,8 +24,15 @@ from conftest import SMALL_MODEL
 
 def kaldi(wav: torch.Tensor, sr: int = 16000) -> torch.Tensor:
     """torchaudio's Kaldi fbank with asrlab's settings: the reference."""
-    return torchaudio.compliance.kaldi.fbank((wav * 32768.0).unsqueeze(0), num_mel_bins=80, frame_length=25.0,
-                                             frame_shift=10.0, dither=0.0, energy_floor=0.0, sample_frequency=sr)
+    return torchaudio.compliance.kaldi.fbank(
+        (wav * 32768.0).unsqueeze(0),
+        num_mel_bins=80,
+        frame_length=25.0,
+        frame_shift=10.0,
+        dither=0.0,
+        energy_floor=0.0,
+        sample_frequency=sr,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +61,7 @@ def test_fbank_is_at_least_one_and_a_half_times_torchaudio_per_core(spoken):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+
         def best(f, rounds=7):
             times = []
             for _ in range(rounds):
@@ -62,6 +70,7 @@ def test_fbank_is_at_least_one_and_a_half_times_torchaudio_per_core(spoken):
                     f(w)
                 times.append(time.perf_counter() - t0)
             return min(times)
+
         ta, ours = [], []
         for _ in range(3):
             ta.append(best(kaldi))
@@ -80,7 +89,7 @@ def test_fbank_on_the_gpu_matches_the_cpu(spoken):
     wavs = torch.nn.utils.rnn.pad_sequence(spoken[:8], batch_first=True)
     feats, _ = BatchFbank().to(cuda)(wavs.to(cuda), lens.to(cuda))
     for i, w in enumerate(spoken[:8]):
-        assert (feats[i, :len(kaldi(w))].cpu() - kaldi(w)).abs().max() <= 1e-3
+        assert (feats[i, : len(kaldi(w))].cpu() - kaldi(w)).abs().max() <= 1e-3
 
 
 def test_batch_fbank_matches_kaldi_fbank_per_utterance():
@@ -93,8 +102,8 @@ def test_batch_fbank_matches_kaldi_fbank_per_utterance():
     for i, n in enumerate(lens):
         ref = kaldi(wavs[i, :n]) if n >= 400 else torch.zeros(0, 80)
         assert int(feat_lens[i]) == len(ref) == audio.num_frames(n, 16000)
-        assert torch.allclose(feats[i, :len(ref)], ref, atol=1e-3)
-        assert not feats[i, len(ref):].any()  # padded frames are zero
+        assert torch.allclose(feats[i, : len(ref)], ref, atol=1e-3)
+        assert not feats[i, len(ref) :].any()  # padded frames are zero
 
 
 def test_loader_hands_over_waveforms_and_the_features_agree(corpus, tok):
@@ -110,10 +119,23 @@ def test_loader_hands_over_waveforms_and_the_features_agree(corpus, tok):
 
 
 def test_trainer_steps_with_device_features(corpus, tmp_path):
-    cfg = load_config("tiny", [*SMALL_MODEL, "data.max_frames_in_batch=800", "data.features=device",
-                               "train.max_steps=2", "train.progress=false"])
-    tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), tmp_path / "exp",
-                 DistInfo(0, 1, 0, torch.device("cpu"), None))
+    cfg = load_config(
+        "tiny",
+        [
+            *SMALL_MODEL,
+            "data.max_frames_in_batch=800",
+            "data.features=device",
+            "train.max_steps=2",
+            "train.progress=false",
+        ],
+    )
+    tr = Trainer(
+        cfg,
+        str(corpus / "data.list"),
+        str(corpus / "data.list"),
+        tmp_path / "exp",
+        DistInfo(0, 1, 0, torch.device("cpu"), None),
+    )
     result = tr.fit()
     tr.close()
     assert tr.step == 2 and result["utts"] > 100
@@ -149,8 +171,10 @@ def test_noise_augmentation_touches_training_batches_only(corpus, tok):
     clean = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800))))
     noisy = next(iter(AsrLoader(sources, tok, DataConfig(max_frames_in_batch=800, noise_aug=1.0))))
     assert noisy["keys"] == clean["keys"] and not torch.allclose(noisy["feats"], clean["feats"], atol=0.1)
-    plain, augmented = (next(iter(eval_loader(load_config("tiny", extra), tok, corpus / "data.list")))
-                        for extra in ([], ["data.noise_aug=1.0"]))
+    plain, augmented = (
+        next(iter(eval_loader(load_config("tiny", extra), tok, corpus / "data.list")))
+        for extra in ([], ["data.noise_aug=1.0"])
+    )
     assert torch.equal(plain["feats"], augmented["feats"])  # dev and decoding never get noise
     for bad in ({"noise_aug": 1.5}, {"noise_aug_snr": (20.0, 5.0)}, {"noise_aug": 0.5, "sample_rate": 8000}):
         with pytest.raises(ValueError, match="noise_aug"):

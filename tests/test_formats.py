@@ -51,8 +51,10 @@ def keys_and_lengths(path, cfg=None) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("fmt,subtype,ext", [("FLAC", "PCM_16", "flac"), ("OGG", "VORBIS", "ogg"),
-                                              ("OGG", "OPUS", "opus"), ("MP3", "MPEG_LAYER_III", "mp3")])
+@pytest.mark.parametrize(
+    "fmt,subtype,ext",
+    [("FLAC", "PCM_16", "flac"), ("OGG", "VORBIS", "ogg"), ("OGG", "OPUS", "opus"), ("MP3", "MPEG_LAYER_III", "mp3")],
+)
 def test_shard_members_in_other_codecs(tmp_path, fmt, subtype, ext):
     shard = tmp_path / "a.tar"
     with tarfile.open(shard, "w") as tar:
@@ -72,8 +74,10 @@ def test_shard_members_in_other_codecs(tmp_path, fmt, subtype, ext):
 
 def test_a_raw_list_cuts_utterances_by_start_and_end(tmp_path):
     sf.write(tmp_path / "long.flac", recording(), RATE)
-    lines = [json.dumps({"key": f"c{i}", "wav": "long.flac", "txt": t, "start": a, "end": b})
-             for i, (t, (a, b)) in enumerate(zip(TEXTS, bounds()))]
+    lines = [
+        json.dumps({"key": f"c{i}", "wav": "long.flac", "txt": t, "start": a, "end": b})
+        for i, (t, (a, b)) in enumerate(zip(TEXTS, bounds()))
+    ]
     (tmp_path / "raw.list").write_text("\n".join(lines) + "\n")
     items = list(iter_items(load_sources(tmp_path / "raw.list")))
     for item, s, f in zip(items, SECONDS, (300, 600, 900)):
@@ -93,10 +97,13 @@ def test_a_nemo_manifest_with_and_without_offsets(tmp_path):
         sf.write(tmp_path / f"utt{i}.wav", tone(s, 500), RATE, subtype="PCM_16")
     sf.write(tmp_path / "long.flac", recording(), RATE)
     (a, b) = bounds()[1]
-    lines = [json.dumps({"audio_filepath": f"utt{i}.wav", "duration": s, "text": t})
-             for i, (s, t) in enumerate(zip(SECONDS, TEXTS))]
-    lines.append(json.dumps({"audio_filepath": str(tmp_path / "long.flac"), "offset": a, "duration": b - a,
-                             "text": TEXTS[1]}))
+    lines = [
+        json.dumps({"audio_filepath": f"utt{i}.wav", "duration": s, "text": t})
+        for i, (s, t) in enumerate(zip(SECONDS, TEXTS))
+    ]
+    lines.append(
+        json.dumps({"audio_filepath": str(tmp_path / "long.flac"), "offset": a, "duration": b - a, "text": TEXTS[1]})
+    )
     (tmp_path / "manifest.json").write_text("\n".join(lines) + "\n")
     got = keys_and_lengths(tmp_path / "manifest.json")
     assert sorted(got) == ["long-1.00", "utt0", "utt1", "utt2"]
@@ -118,8 +125,9 @@ def test_a_kaldi_dir_with_segments(tmp_path):
 
 def test_a_bad_segment_is_a_clear_error(tmp_path):
     sf.write(tmp_path / "long.flac", recording(), RATE)
-    (tmp_path / "raw.list").write_text(json.dumps({"key": "c", "wav": "long.flac", "txt": "go", "start": 2.0,
-                                                   "end": 1.0}) + "\n")
+    (tmp_path / "raw.list").write_text(
+        json.dumps({"key": "c", "wav": "long.flac", "txt": "go", "start": 2.0, "end": 1.0}) + "\n"
+    )
     with pytest.raises(DataError, match=r"raw.list:1: .*0 <= start < end"):
         load_sources(tmp_path / "raw.list")
 
@@ -142,14 +150,32 @@ def test_shards_pack_writes_what_it_read(tmp_path, compression, capsys):
     kaldi = kaldi_dir(tmp_path / "kaldi")
     for i, s in enumerate(SECONDS):
         sf.write(tmp_path / f"utt{i}.flac", tone(s, 500 + 50 * i), RATE)
-    lines = [json.dumps({"audio_filepath": f"utt{i}.flac", "duration": s, "text": t + " "})  # a trailing space
-             for i, (s, t) in enumerate(zip(SECONDS, TEXTS))]
+    lines = [
+        json.dumps({"audio_filepath": f"utt{i}.flac", "duration": s, "text": t + " "})  # a trailing space
+        for i, (s, t) in enumerate(zip(SECONDS, TEXTS))
+    ]
     lines.append(json.dumps({"audio_filepath": "gone.flac", "duration": 1.0, "text": "go"}))
     (tmp_path / "manifest.json").write_text("\n".join(lines) + "\n")
     for src, n in ((kaldi, 3), (tmp_path / "manifest.json", 3)):
         out = tmp_path / f"packed_{src.name}"
-        assert main(["shards", "pack", str(src), str(out), "--shard-size", "2", "--compression", compression,
-                     "--processes", "2", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "shards",
+                    "pack",
+                    str(src),
+                    str(out),
+                    "--shard-size",
+                    "2",
+                    "--compression",
+                    compression,
+                    "--processes",
+                    "2",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         s = json.loads(capsys.readouterr().out)
         assert (s["utterances"], s["shards"]) == (n, 2)
         assert s["skipped"] == ({} if src == kaldi else {"missing_file": 1})

@@ -12,7 +12,7 @@ import pytest
 from asrlab.doctor import diagnose
 from asrlab.doctor.logs import diagnose_logs
 
-LOOP = textwrap.dedent('''
+LOOP = textwrap.dedent("""
     import math, sys
     import torch
     from asrlab import lab
@@ -36,7 +36,7 @@ LOOP = textwrap.dedent('''
             raise
         print("halted:", e, file=sys.stderr)
         sys.exit(e.exit_code)
-''')
+""")
 
 
 @pytest.mark.parametrize("catch, code", [("catch", 4), ("raise", 1)])

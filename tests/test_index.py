@@ -40,7 +40,8 @@ def test_an_index_gives_what_the_headers_give_and_is_reused(shards, monkeypatch)
     assert all(indexed(x) is not None for x in sources)
     from_index = [source_stats(x, cfg) for x in sources]
     assert [(a.frames, round(a.seconds, 6), a.bad) for a in from_index] == [
-        (b.frames, round(b.seconds, 6), b.bad) for b in from_headers]
+        (b.frames, round(b.seconds, 6), b.bad) for b in from_headers
+    ]
     assert list(transcripts(sources)) == [i.text for x in sources for i in read_source(x)]
     # a second start reads no audio at all
     forget()
@@ -119,8 +120,9 @@ def test_a_second_start_reads_its_data_from_the_index(shards, tmp_path, monkeypa
     from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
-    cfg = load_config("tiny", [*SMALL_MODEL, "optim.decay_by_clock=true", "train.max_minutes=1",
-                               "train.progress=false"])
+    cfg = load_config(
+        "tiny", [*SMALL_MODEL, "optim.decay_by_clock=true", "train.max_minutes=1", "train.progress=false"]
+    )
     cpu = DistInfo(0, 1, 0, torch.device("cpu"), None)
     Trainer(cfg, str(shards / "data.list"), None, tmp_path / "a", cpu).close()
     assert (shards / "data.list.index.json").exists()

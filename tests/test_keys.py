@@ -19,19 +19,22 @@ class Batch:  # a loop's own batch object
     utt_id: list
 
 
-@pytest.mark.parametrize("batch, keys, want", [
-    ({"x": 1, "keys": ["a", "b"]}, None, ["a", "b"]),
-    ({"x": 1, "key": ["a", "b"]}, None, ["a", "b"]),
-    ({"x": 1, "uttids": ("a", "b")}, None, ["a", "b"]),
-    ({"x": 1, "ids": ["a"]}, None, ["a"]),
-    (Batch(torch.zeros(1), ["u1"]), None, ["u1"]),
-    ((torch.zeros(2, 3), torch.ones(2), ["a", "b"]), None, ["a", "b"]),
-    ([{"keys": ["a"]}, {"keys": ["b", "c"]}], None, ["a", "b", "c"]),  # micro-batches of one step
-    ({"x": 1, "wav_name": ["a"]}, "wav_name", ["a"]),
-    ({"x": 1, "meta": [{"id": "a"}]}, lambda b: [m["id"] for m in b["meta"]], ["a"]),
-    ({"x": torch.zeros(2), "y": [1, 2]}, None, None),
-    (torch.zeros(3), None, None),
-])
+@pytest.mark.parametrize(
+    "batch, keys, want",
+    [
+        ({"x": 1, "keys": ["a", "b"]}, None, ["a", "b"]),
+        ({"x": 1, "key": ["a", "b"]}, None, ["a", "b"]),
+        ({"x": 1, "uttids": ("a", "b")}, None, ["a", "b"]),
+        ({"x": 1, "ids": ["a"]}, None, ["a"]),
+        (Batch(torch.zeros(1), ["u1"]), None, ["u1"]),
+        ((torch.zeros(2, 3), torch.ones(2), ["a", "b"]), None, ["a", "b"]),
+        ([{"keys": ["a"]}, {"keys": ["b", "c"]}], None, ["a", "b", "c"]),  # micro-batches of one step
+        ({"x": 1, "wav_name": ["a"]}, "wav_name", ["a"]),
+        ({"x": 1, "meta": [{"id": "a"}]}, lambda b: [m["id"] for m in b["meta"]], ["a"]),
+        ({"x": torch.zeros(2), "y": [1, 2]}, None, None),
+        (torch.zeros(3), None, None),
+    ],
+)
 def test_ids_are_found_whatever_the_batch_calls_them(batch, keys, want):
     assert find_keys(batch, keys) == want
 

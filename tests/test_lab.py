@@ -28,8 +28,16 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def torchrun(exp: Path, fault: str = "", *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "lab_loop.py",
-           str(exp), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "lab_loop.py",
+        str(exp),
+        *args,
+    ]
     env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -43,8 +51,12 @@ def test_the_lab_loop_is_the_bare_loop_plus_at_most_ten_lines():
 
     bare = (EXAMPLES / "bare_loop.py").read_text().splitlines()[1:]  # below the docstrings
     labbed = (EXAMPLES / "lab_loop.py").read_text().splitlines()[1:]
-    differ = [line for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, bare, labbed).get_opcodes()
-              if tag != "equal" for line in labbed[j1:j2]]
+    differ = [
+        line
+        for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, bare, labbed).get_opcodes()
+        if tag != "equal"
+        for line in labbed[j1:j2]
+    ]
     assert all("# +lab" in line or "# ~lab" in line for line in differ), differ  # every change is marked
     assert 1 <= sum("# +lab" in line for line in differ) <= 10
 
@@ -98,19 +110,20 @@ def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
     r = torchrun(exp, "raise:1:6")
     assert r.returncode != 0
     rep = report(exp)
-    assert rep["verdict"].startswith("rank 1 failed at step 6 (in the step's computation): RuntimeError: shapes do "
-                                     "not match"), rep["verdict"]
+    assert rep["verdict"].startswith(
+        "rank 1 failed at step 6 (in the step's computation): RuntimeError: shapes do not match"
+    ), rep["verdict"]
     assert rep["failure"]["rank"] == 1 and "in forward" in rep["failure"]["traceback"]
     main = "".join(next(f for name, f in rep["ranks"][0]["stacks"].items() if name.startswith("MainThread")))
     # where the survivor waited, as its stack shows it: the gradient all-reduce of its backward, or (a loaded
     # machine: rank 0 slower than rank 1) still its data
-    where = ("waiting in DDP's gradient all-reduce (backward)" if "backward" in main else "waiting for data")
+    where = "waiting in DDP's gradient all-reduce (backward)" if "backward" in main else "waiting for data"
     assert f"rank 0 is {where} of step 6" in rep["verdict"], (rep["verdict"], main[-1500:])
     assert json.loads((exp / "lab.json").read_text())["status"] == "failed"
     d = diagnose(exp)
     assert (d["verdict"], d["error"]["rank"], d["error"]["type"]) == ("crashed", 1, "RuntimeError")
     # torchrun's own summary, the first thing a user reads, blames the same rank, with its exception
-    cause = r.stderr[r.stderr.index("Root Cause"):]
+    cause = r.stderr[r.stderr.index("Root Cause") :]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)", cause) and "RuntimeError: shapes do not match" in cause, cause
 
 
@@ -123,10 +136,26 @@ def test_without_torchrun_the_survivor_exits_within_seconds_not_at_the_collectiv
     exp = tmp_path / "srun"
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "TOY_FAULT": "raise:1:6", "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "lab_loop.py", str(exp)], cwd=EXAMPLES, env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "TOY_FAULT": "raise:1:6",
+            "OMP_NUM_THREADS": "1",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "lab_loop.py", str(exp)],
+                cwd=EXAMPLES,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         codes = [p.wait(timeout=120) for p in procs]
     finally:
@@ -171,9 +200,13 @@ def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path)
 
 def _kill_at(exp: Path, step: int) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOY_FAULT": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             "lab_loop.py", str(exp)], cwd=EXAMPLES, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "lab_loop.py", str(exp)],
+        cwd=EXAMPLES,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ledger = exp / "ledger" / "rank0.jsonl"
     deadline = time.monotonic() + 120
     try:
@@ -193,8 +226,9 @@ def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(finish
     assert 25 <= killed < 64
     r = torchrun(exp)
     assert r.returncode == 0, r.stderr[-3000:]
-    resumed = [json.loads(line) for line in (exp / "ledger" / "rank0.jsonl").read_text().splitlines()
-               if "resumed_from" in line]
+    resumed = [
+        json.loads(line) for line in (exp / "ledger" / "rank0.jsonl").read_text().splitlines() if "resumed_from" in line
+    ]
     assert len(resumed) == 1 and resumed[0]["resumed_from"] <= killed
     for epoch in (0, 1):
         assert lab.coverage_report(exp, epoch)["exactly_once"]
@@ -207,6 +241,7 @@ def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(finish
 
 
 # -- each part alone -------------------------------------------------------------------------------
+
 
 def _uneven_rank(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
@@ -256,6 +291,7 @@ def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch):
     """When the guard's data check has to wait for another rank (under load: the peer's count not in yet),
     the fetch of the next batch that follows it is in phase ``data`` again: a rank whose data hangs there
     is named as waiting for data, not as blocked in the check."""
+
     class Late:  # the peer's count arrives only when waited for
         def is_completed(self):
             return False
@@ -286,6 +322,7 @@ def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch):
     assert "sync" in [phase for _, phase, _ in hb.take_events()]  # the checks did wait
     assert at_fetch == ["data", "data", "data"]
 
+
 def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):
     import torch.multiprocessing as mp
 
@@ -309,6 +346,7 @@ def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batc
 
 class Scale(torch.nn.Module):
     """Multiplies by ``factor``: inf makes this module the first non-finite one."""
+
     factor = 1.0
 
     def forward(self, x):
@@ -367,8 +405,8 @@ def test_run_state_resumes_bitwise_with_rng_and_refuses_an_unknown_version(tmp_p
         return [p.detach().clone() for p in model.parameters()]
 
     ref = run(9, tmp_path / "ref", False)
-    run(7, tmp_path / "cut", False)          # saved at 3 and 6, stopped at 7
-    got = run(9, tmp_path / "cut", True)     # resumes at 6
+    run(7, tmp_path / "cut", False)  # saved at 3 and 6, stopped at 7
+    got = run(9, tmp_path / "cut", True)  # resumes at 6
     assert all(torch.equal(a, b) for a, b in zip(ref, got))
     assert lab.coverage_report(tmp_path / "cut", 0)["exactly_once"]
     newest = tmp_path / "cut" / "checkpoints" / "step_00000009.pt"
@@ -376,6 +414,7 @@ def test_run_state_resumes_bitwise_with_rng_and_refuses_an_unknown_version(tmp_p
     state["version"] = 99
     torch.save(state, newest)
     from asrlab.lab.state.checkpoint import sha256
+
     marker = newest.with_suffix(".done")
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "sha256": sha256(newest)}))
     model = torch.nn.Linear(4, 8)
@@ -391,8 +430,11 @@ def test_the_readme_and_the_docstring_show_one_snippet_the_example_runs():
     example = (EXAMPLES / "lab_loop.py").read_text()
     added = [line for line in example.splitlines() if "# +lab" in line]
     assert len(added) == 10 and "The ten lines added to a plain DDP loop" in readme, added  # the README's count
-    shown = [line.split("#")[0].strip() for line in block.splitlines() if "lab." in line or "state." in line
-             or "guard." in line]
+    shown = [
+        line.split("#")[0].strip()
+        for line in block.splitlines()
+        if "lab." in line or "state." in line or "guard." in line
+    ]
     assert len(shown) >= 8
     for line in shown:  # each asrlab call the README shows is in the example a test runs (names aside)
         assert line.replace("loss_fn", "toy.loss_fn") in example or line in example, line

@@ -13,8 +13,13 @@ PKG = ROOT / "asrlab"
 # what each room may import of the package's own (besides itself)
 BASE = {"errors", "files"}
 ALLOWED = {
-    "errors": set(), "files": set(),
-    "data": BASE, "config": BASE | {"data"}, "model": BASE | {"config"}, "scoring": BASE | {"model"}, "lexicon": BASE,
+    "errors": set(),
+    "files": set(),
+    "data": BASE,
+    "config": BASE | {"data"},
+    "model": BASE | {"config"},
+    "scoring": BASE | {"model"},
+    "lexicon": BASE,
     "lab": BASE,  # the parts stand on nothing of asrlab's model: any loop's model is the loop's
     "train": BASE | {"data", "model", "scoring", "config", "lab"},
     "doctor": BASE | {"data", "lab"},
@@ -48,8 +53,11 @@ def _imports(mod: str, path: Path, mods: dict[str, Path]) -> list[tuple[str, boo
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else [])) \
-                if node.level else (node.module or "")
+            base = (
+                ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+                if node.level
+                else (node.module or "")
+            )
             names = [f"{base}.{a.name}" for a in node.names]
             targets = [n if n in mods else base for n in names]
         elif isinstance(node, ast.Import):
@@ -87,14 +95,25 @@ def test_the_parts_stand_alone_and_the_trainer_stands_on_them():
     mods = _modules()
     for mod, path in mods.items():
         if _room(mod) == "lab":
-            assert not {_room(t) for t, _ in _imports(mod, path, mods)} & {"train", "watch", "doctor", "measure", "cli",
-                                                                             "model"}, mod
+            assert not {_room(t) for t, _ in _imports(mod, path, mods)} & {
+                "train",
+                "watch",
+                "doctor",
+                "measure",
+                "cli",
+                "model",
+            }, mod
     train = {_room(t) for m, p in mods.items() if _room(m) == "train" for t, _ in _imports(m, p, mods)}
     assert "lab" in train
     # through the parts' public face (``asrlab.lab``'s names, its ``dist`` and ``layout`` modules), as a
     # user's loop would: what the trainer needs and the face lacks, the face grows
-    inner = sorted(f"{m} imports {t}" for m, p in mods.items() if _room(m) == "train" for t, _ in _imports(m, p, mods)
-                   if _room(t) == "lab" and t not in {"asrlab.lab", "asrlab.lab.dist", "asrlab.lab.layout"})
+    inner = sorted(
+        f"{m} imports {t}"
+        for m, p in mods.items()
+        if _room(m) == "train"
+        for t, _ in _imports(m, p, mods)
+        if _room(t) == "lab" and t not in {"asrlab.lab", "asrlab.lab.dist", "asrlab.lab.layout"}
+    )
     assert not inner, "\n".join(inner)
     names = {p.stem for p in (PKG / "train").glob("*.py")}
     assert not names & {"stall", "heartbeat", "relay", "uneven", "nonfinite", "checkpoint", "ledger", "state"}, names
@@ -111,7 +130,7 @@ def test_no_circle_between_modules():
 
     def visit(m):
         if m in on_path:
-            circles.append(on_path[on_path.index(m):] + [m])
+            circles.append(on_path[on_path.index(m) :] + [m])
             return
         if m in seen:
             return
@@ -127,8 +146,11 @@ def test_no_circle_between_modules():
 
 
 def test_no_module_too_long_to_read():
-    long = {p.relative_to(ROOT).as_posix(): n for p in PKG.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > LONGEST and p.name != "model.py"}
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in PKG.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > LONGEST and p.name != "model.py"
+    }
     assert not long, long
 
 
@@ -137,8 +159,13 @@ def test_no_test_module_imports_another():
     wrong = []
     for p in (ROOT / "tests").glob("*.py"):
         for node in ast.walk(ast.parse(p.read_text())):
-            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             wrong += [f"{p.name} imports {n}" for n in names if n.split(".")[0] in tests]
     assert not wrong, wrong
 
@@ -154,7 +181,11 @@ def test_the_run_folders_layout_is_named_in_one_place():
         if mod == "asrlab.lab.layout":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) \
-                    and node.right.value in names:
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Div)
+                and isinstance(node.right, ast.Constant)
+                and node.right.value in names
+            ):
                 joined.append(f"{path.relative_to(ROOT)}:{node.lineno}: / {node.right.value!r}")
     assert not joined, "\n".join(joined)

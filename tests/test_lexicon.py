@@ -28,15 +28,15 @@ def greedy(lp: np.ndarray) -> str:
 
 
 def test_a_near_miss_spelling_becomes_the_word():
-    lp = frames({"s": .9}, {"i": .9}, {"k": .6, "x": .3}, {"<blank>": .9})
+    lp = frames({"s": 0.9}, {"i": 0.9}, {"k": 0.6, "x": 0.3}, {"<blank>": 0.9})
     assert greedy(lp) == "sik"
     assert search(lp, UNITS, Lexicon.from_texts(["six", "seven"])) == "six"
 
 
 def test_double_letters_need_a_blank_and_words_need_a_space():
     lex = Lexicon.from_texts(["off", "on", "one", "on off"])
-    assert search(frames({"o": .9}, {"f": .9}, {"<blank>": .9}, {"f": .9}), UNITS, lex) == "off"
-    two = frames({"o": .9}, {"n": .9}, {" ": .9}, {"o": .9}, {"f": .9}, {"<blank>": .9}, {"f": .9})
+    assert search(frames({"o": 0.9}, {"f": 0.9}, {"<blank>": 0.9}, {"f": 0.9}), UNITS, lex) == "off"
+    two = frames({"o": 0.9}, {"n": 0.9}, {" ": 0.9}, {"o": 0.9}, {"f": 0.9}, {"<blank>": 0.9}, {"f": 0.9})
     assert search(two, UNITS, lex) == "on off"
 
 
@@ -86,8 +86,8 @@ def test_ctc_log_likelihood_sums_every_alignment():
 def test_rescore_sums_the_views():
     """One view slightly prefers "six", another strongly prefers "sin": over both, "sin"."""
     lex = Lexicon.from_texts(["six", "sin"])
-    slight = frames({"s": .9}, {"i": .9}, {"x": .5, "n": .4})
-    strong = frames({"s": .9}, {"i": .9}, {"x": .1, "n": .8})
+    slight = frames({"s": 0.9}, {"i": 0.9}, {"x": 0.5, "n": 0.4})
+    strong = frames({"s": 0.9}, {"i": 0.9}, {"x": 0.1, "n": 0.8})
     assert search(slight, UNITS, lex) == "six" and search(strong, UNITS, lex) == "sin"
     assert rescore([slight], ["six", "sin"], UNITS, lex) == "six"
     assert rescore([slight, strong], ["six", "sin"], UNITS, lex) == "sin"
@@ -97,8 +97,12 @@ def test_rescore_sums_the_views():
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_the_ngram_is_a_distribution_and_prefers_what_it_has_seen(order):
     lex = Lexicon.from_texts(["lights on", "lights off", "turn on the light", "six six"], order)
-    histories = {lex.start(), lex.then(lex.start(), "lights"), lex.then(lex.then(lex.start(), "turn"), "on"),
-                 lex.then(lex.start(), "never-seen")}
+    histories = {
+        lex.start(),
+        lex.then(lex.start(), "lights"),
+        lex.then(lex.then(lex.start(), "turn"), "on"),
+        lex.then(lex.start(), "never-seen"),
+    }
     for history in histories:
         total = sum(math.exp(lex.logp(history, w)) for w in [*lex.words, EOS])
         assert total == pytest.approx(1.0)
@@ -111,7 +115,7 @@ def test_a_trigram_knows_what_follows_two_words_where_a_bigram_only_knows_one():
     after = {n: Lexicon.from_texts(texts, n) for n in (2, 3)}
     for n, lex in after.items():
         history = lex.then(lex.then(lex.then(lex.start(), "turn"), "on"), "the")
-        assert history == ("on", "the")[-(n - 1):]
+        assert history == ("on", "the")[-(n - 1) :]
         margin = lex.logp(history, "light") - lex.logp(history, "radio")
         assert (margin > 2.0) if n == 3 else (margin == pytest.approx(0.0))
     assert after[3].start() == (BOS, BOS)
@@ -119,7 +123,7 @@ def test_a_trigram_knows_what_follows_two_words_where_a_bigram_only_knows_one():
 
 def test_the_lm_weight_breaks_an_acoustic_tie():
     lex = Lexicon.from_texts(["six on"] * 9 + ["six no"])
-    lp = frames({"s": .9}, {"i": .9}, {"x": .9}, {" ": .9}, {"o": .45, "n": .45}, {"o": .45, "n": .45})
+    lp = frames({"s": 0.9}, {"i": 0.9}, {"x": 0.9}, {" ": 0.9}, {"o": 0.45, "n": 0.45}, {"o": 0.45, "n": 0.45})
     assert search(lp, UNITS, lex, lm_weight=1.0) == "six on"
     lex = Lexicon.from_texts(["six no"] * 9 + ["six on"])
     assert search(lp, UNITS, lex, lm_weight=1.0) == "six no"
@@ -128,8 +132,14 @@ def test_the_lm_weight_breaks_an_acoustic_tie():
 def test_the_word_bonus_keeps_a_faint_last_word():
     """A faint second word: the LM's cost of a word drops it; the word bonus offsets that cost."""
     lex = Lexicon.from_texts(["six", "six on", "six no", "on", "no"])
-    lp = frames({"s": .9}, {"i": .9}, {"x": .9}, {" ": .45, "<blank>": .45}, {"o": .3, "<blank>": .6},
-                {"n": .3, "<blank>": .6})
+    lp = frames(
+        {"s": 0.9},
+        {"i": 0.9},
+        {"x": 0.9},
+        {" ": 0.45, "<blank>": 0.45},
+        {"o": 0.3, "<blank>": 0.6},
+        {"n": 0.3, "<blank>": 0.6},
+    )
     assert search(lp, UNITS, lex, lm_weight=1.0) == "six"
     assert search(lp, UNITS, lex, lm_weight=1.0, word_bonus=3.0) == "six on"
 

@@ -30,8 +30,22 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def _start(corpus, exp: Path) -> subprocess.Popen:
     """``asrlab train --nproc 2`` for far longer than any test waits, its output to ``EXP.log``."""
-    cmd = [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(corpus / "data.list"),
-           "--exp", str(exp), "--resume", "none", "train.max_epochs=100000", *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "train",
+        "--nproc",
+        "2",
+        "--data",
+        str(corpus / "data.list"),
+        "--exp",
+        str(exp),
+        "--resume",
+        "none",
+        "train.max_epochs=100000",
+        *SMALL,
+    ]
     return subprocess.Popen(cmd, stdout=open(f"{exp}.log", "w"), stderr=subprocess.STDOUT, env=ENV)
 
 
@@ -166,12 +180,14 @@ def test_the_parent_death_signal_asks_once_however_often_it_comes():
 def test_a_child_ends_with_its_parent(tmp_path, starter):
     """``own_session_ending_with_parent``: the child of a process that dies gets the parent-death signal,
     also when the parent was started with SIGHUP ignored (``nohup``, which the child inherits)."""
-    code = ("import subprocess, sys, time\n"
-            "from asrlab.lab.stop import own_session_ending_with_parent\n"
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
-            " preexec_fn=own_session_ending_with_parent())\n"
-            "print(p.pid, flush=True)\n"
-            "time.sleep(60)\n")
+    code = (
+        "import subprocess, sys, time\n"
+        "from asrlab.lab.stop import own_session_ending_with_parent\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " preexec_fn=own_session_ending_with_parent())\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
     parent = subprocess.Popen([*starter, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     child = psutil.Process(int(parent.stdout.readline()))
     assert child.is_running() and os.getsid(child.pid) == child.pid  # a session of its own
@@ -219,11 +235,25 @@ def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_20_times(co
     the ranks were done: gloo's worker threads outlived the process group (DDP and the guards still held
     it) and freed their last works while the interpreter exited. 20 times two ranks: each ends with the
     halt's exit code, and says no gloo thread outlived its process group."""
-    args = ["train", "--data", str(corpus / "data.list"), "--resume", "none", "--max-steps", "20",
-            "--nonfinite", "halt", "optim.lr=1e30", "optim.warmup_steps=0", "train.stall_timeout_s=0",
-            "train.preflight=false", *SMALL]
-    run = subprocess.run([sys.executable, "-c", _PAIRS, str(tmp_path), "20", *args], capture_output=True, text=True,
-                         timeout=400, env=ENV)
+    args = [
+        "train",
+        "--data",
+        str(corpus / "data.list"),
+        "--resume",
+        "none",
+        "--max-steps",
+        "20",
+        "--nonfinite",
+        "halt",
+        "optim.lr=1e30",
+        "optim.warmup_steps=0",
+        "train.stall_timeout_s=0",
+        "train.preflight=false",
+        *SMALL,
+    ]
+    run = subprocess.run(
+        [sys.executable, "-c", _PAIRS, str(tmp_path), "20", *args], capture_output=True, text=True, timeout=400, env=ENV
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     ended = json.loads(run.stdout.splitlines()[-1])
     for i, codes in enumerate(ended):

@@ -21,8 +21,14 @@ def fit(tmp_path, fault: str):
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
     exp = tmp_path / "exp"
-    out = subprocess.run([sys.executable, str(script), str(exp)], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "FAULT": fault, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(script), str(exp)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "FAULT": fault, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path,
+    )
     return out, diagnose(exp)
 
 
@@ -41,8 +47,9 @@ def test_a_hang_in_one_ranks_data_is_named(tmp_path):
     assert d["verdict"] == "stalled", d["summary"]
     assert d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"], d["summary"]
     assert "rank 0 is waiting in a collective" in d["summary"], d["summary"]  # DDP's, before its forward
-    assert "worker pid " in d["summary"] and "at loop.py:" in d["summary"] and "in __getitem__" in d["summary"], \
-        d["summary"]  # the line of the user's dataset its worker is stuck at
+    assert "worker pid " in d["summary"] and "at loop.py:" in d["summary"] and "in __getitem__" in d["summary"], d[
+        "summary"
+    ]  # the line of the user's dataset its worker is stuck at
 
 
 def test_a_nonfinite_step_is_located_on_its_rank_and_skipped(tmp_path):

@@ -19,10 +19,19 @@ LOOP = Path(__file__).parent / "loops" / "lightning_loop.py"
 
 
 def fit(tmp_path: Path, torchrun: bool = False, **env) -> subprocess.CompletedProcess:
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"] if torchrun \
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        if torchrun
         else [sys.executable]
-    return subprocess.run([*launch, str(LOOP), str(tmp_path / "exp")], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    )
+    return subprocess.run(
+        [*launch, str(LOOP), str(tmp_path / "exp")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )
 
 
 def test_ids_that_are_not_found_leave_coverage_not_measured_and_the_run_healthy(tmp_path):

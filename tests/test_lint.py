@@ -1,4 +1,4 @@
-"""The linter's rules (``[tool.ruff]`` in pyproject.toml) hold over the whole project."""
+"""The linter's rules and the formatter (``[tool.ruff]`` in pyproject.toml) hold over the whole project."""
 
 from __future__ import annotations
 
@@ -6,10 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ruff_finds_nothing():
-    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+@pytest.mark.parametrize(
+    "args", [["check", "--output-format", "concise"], ["format", "--check"]], ids=["lint", "format"]
+)
+def test_ruff_finds_nothing(args):
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, f"ruff {' '.join(args)}:\n" + run.stdout[-4000:] + run.stderr[-2000:]

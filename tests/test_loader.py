@@ -41,8 +41,9 @@ def test_epochs_differ_and_same_seed_repeats(corpus, tok):
 @pytest.mark.parametrize("cut", [1, 4, 7])
 def test_resume_from_state_gives_the_same_batches(corpus, tok, num_workers, cut):
     srcs = load_sources(corpus / "data.list")
-    cfg = DataConfig(num_workers=num_workers, shuffle_size=25, spec_augment=True, noise_aug=0.5,
-                     max_frames_in_batch=600)
+    cfg = DataConfig(
+        num_workers=num_workers, shuffle_size=25, spec_augment=True, noise_aug=0.5, max_frames_in_batch=600
+    )
     full = [(b["keys"], b["feats"].sum().item()) for b in AsrLoader(srcs, tok, cfg)]
     assert len(full) > cut
     first = AsrLoader(srcs, tok, cfg)
@@ -109,8 +110,11 @@ def test_speed_plays_the_audio_faster_and_batching_knows_the_new_length(corpus, 
     frames = {}
     for speed in (1.0, 1.1, 0.9):
         cfg = DataConfig(shuffle=False, speed=speed, max_frames_in_batch=400)
-        got = {k: int(n) for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg)
-               for k, n in zip(b["keys"], b["feat_lens"])}
+        got = {
+            k: int(n)
+            for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg)
+            for k, n in zip(b["keys"], b["feat_lens"])
+        }
         frames[speed] = got
         for b in AsrLoader(load_sources(corpus / "data.list"), tok, cfg):
             assert b["feats"].shape[0] * b["feats"].shape[1] <= 400 or b["feats"].shape[0] == 1

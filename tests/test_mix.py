@@ -35,8 +35,10 @@ def keys_of(loader):
 
 def test_corpus_specs_names_weights_and_errors(tmp_path):
     assert corpus_specs(["/d/aishell/train/data.list", "/d/libri/train/data.list:0.5", "kids=/e/data.list:2"]) == [
-        ("aishell", "/d/aishell/train/data.list", 1.0), ("libri", "/d/libri/train/data.list", 0.5),
-        ("kids", "/e/data.list", 2.0)]
+        ("aishell", "/d/aishell/train/data.list", 1.0),
+        ("libri", "/d/libri/train/data.list", 0.5),
+        ("kids", "/e/data.list", 2.0),
+    ]
     assert corpus_specs("a.list,b.list:3") == [("a", "a.list", 1.0), ("b", "b.list", 3.0)]
     assert [n for n, _, _ in corpus_specs(["/x/a/data.list", "/y/a/data.list"])] == ["a", "a2"]  # unique
     with pytest.raises(UsageError, match="above 0"):
@@ -63,15 +65,20 @@ def test_weights_set_how_the_corpora_interleave_and_the_mix_repeats_per_seed(cor
     heavy, keys = early_share(9, 1)
     light, _ = early_share(1, 9)
     assert heavy > 0.75 and light < 0.4, (heavy, light)
-    assert early_share(9, 1)[1] == keys                     # deterministic for (seed, epoch)
+    assert early_share(9, 1)[1] == keys  # deterministic for (seed, epoch)
     assert early_share(9, 1, seed=1)[1] != keys
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_mix_resumes_exactly(corpus, second, tok, num_workers):
     srcs = mix(corpus, second, 2, 1)
-    cfg = DataConfig(num_workers=num_workers, shuffle_size=25, spec_augment=True, max_frames_in_batch=600,
-                     speed_perturb=[0.9, 1.0, 1.1])
+    cfg = DataConfig(
+        num_workers=num_workers,
+        shuffle_size=25,
+        spec_augment=True,
+        max_frames_in_batch=600,
+        speed_perturb=[0.9, 1.0, 1.1],
+    )
     full = [(b["keys"], b["feats"].sum().item()) for b in AsrLoader(srcs, tok, cfg)]
     first, out = AsrLoader(srcs, tok, cfg), []
     for i, b in enumerate(first):
@@ -115,7 +122,9 @@ def test_preflight_reports_each_corpus(corpus, second):
     report = inspect_layout(mix(corpus, second, 3, 1), DataConfig(), 2, 1)
     assert report["utts"] == 180
     assert {k: (c["utts"], c["weight"]) for k, c in report["corpora"].items()} == {
-        "aishell": (120, 3.0), "libri": (60, 1.0)}
+        "aishell": (120, 3.0),
+        "libri": (60, 1.0),
+    }
     assert sum(r["utts"] for r in report["ranks"]) == 180
     text = format_layout(report)
     assert "corpus libri: 1 source(s), 60 utterances" in text  # a raw list of 60 is one source,
@@ -140,10 +149,30 @@ def test_asrlab_train_mixes_lists_logs_each_corpus_and_the_doctor_reads_them(cor
     from asrlab.lab.state.ledger import read_ledger
 
     exp = tmp_path / "exp"
-    small = [*SMALL_MODEL, "data.num_workers=0", "data.max_frames_in_batch=800", "train.progress=false",
-             "train.ledger=true"]
-    assert main(["train", "--data", f"{corpus / 'data.list'}:2", "--data", f"libri={second / 'raw.list'}",
-                 "--exp", str(exp), "--max-steps", "6", *small]) == 0
+    small = [
+        *SMALL_MODEL,
+        "data.num_workers=0",
+        "data.max_frames_in_batch=800",
+        "train.progress=false",
+        "train.ledger=true",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                f"{corpus / 'data.list'}:2",
+                "--data",
+                f"libri={second / 'raw.list'}",
+                "--exp",
+                str(exp),
+                "--max-steps",
+                "6",
+                *small,
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(x) for x in (exp / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and all(sum(n for n, _, _ in x["corpora"].values()) == x["utts"] for x in lines)
     keys = [k for rec in read_ledger(exp, 0) for k in rec["keys"]]

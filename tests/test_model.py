@@ -159,13 +159,14 @@ def test_ctc_loss_excludes_unalignable():
     assert n_bad == 2
     assert mask.tolist() == [True, False, True, False]
     assert torch.isfinite(loss)
-    raw = F.ctc_loss(
-        log_probs.transpose(0, 1), targets.clamp(min=0), out_lens, target_lens, reduction="none"
-    )
+    raw = F.ctc_loss(log_probs.transpose(0, 1), targets.clamp(min=0), out_lens, target_lens, reduction="none")
     assert torch.isinf(raw[[1, 3]]).all() and torch.isfinite(raw[[0, 2]]).all()  # criterion is exact
     ref = F.ctc_loss(
-        log_probs[[0, 2]].transpose(0, 1), targets[[0, 2]].clamp(min=0), out_lens[[0, 2]],
-        target_lens[[0, 2]], reduction="sum",
+        log_probs[[0, 2]].transpose(0, 1),
+        targets[[0, 2]].clamp(min=0),
+        out_lens[[0, 2]],
+        target_lens[[0, 2]],
+        reduction="sum",
     )
     torch.testing.assert_close(loss, ref)
     loss.backward()
@@ -250,8 +251,9 @@ def test_utterance_cmvn_is_not_squeezed_by_digital_silence():
 
     g = torch.Generator().manual_seed(0)
     t = torch.arange(8000) / 16000.0
-    sound = 0.3 * torch.sin(2 * math.pi * 440.0 * t) * (1 + torch.sin(2 * math.pi * 3.0 * t)) \
-        + 0.01 * torch.randn(8000, generator=g)
+    sound = 0.3 * torch.sin(2 * math.pi * 440.0 * t) * (1 + torch.sin(2 * math.pi * 3.0 * t)) + 0.01 * torch.randn(
+        8000, generator=g
+    )
     alone = fbank(sound, 16000)
     padded = fbank(torch.cat([torch.zeros(4800), sound, torch.zeros(4800)]), 16000)
     assert padded.min() < -15.0  # the zeros are there, as Kaldi fbank makes them

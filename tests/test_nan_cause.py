@@ -37,8 +37,13 @@ def batch_of(frames: list[int], labels: list[int], scale: float = 1.0):
     g = torch.Generator().manual_seed(0)
     n, t, s = len(frames), max(frames), max(max(labels), 1)
     text = torch.randint(1, 5, (n, s), generator=g)
-    return {"uttid": [f"spk1-utt{i}" for i in range(n)], "feats": torch.randn(n, t, 8, generator=g) * scale,
-            "feat_lens": torch.tensor(frames), "text": text, "text_lens": torch.tensor(labels)}
+    return {
+        "uttid": [f"spk1-utt{i}" for i in range(n)],
+        "feats": torch.randn(n, t, 8, generator=g) * scale,
+        "feat_lens": torch.tensor(frames),
+        "text": text,
+        "text_lens": torch.tensor(labels),
+    }
 
 
 def run_step(exp, batch, dtype=None, loss=ctc, model_class=Encoder):

@@ -44,11 +44,34 @@ def start_nodes(data, tmp_path, *args, port=None):
     procs = []
     for node in (0, 1):
         log = open(tmp_path / f"node{node}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "asrlab.cli", "train", "--nnodes", "2", "--node-rank", str(node),
-             "--rdzv-endpoint", f"127.0.0.1:{port}", "--nproc", "2", "--data", str(data),
-             "--exp", str(tmp_path / f"node{node}"), *SMALL, *args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "asrlab.cli",
+                    "train",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(node),
+                    "--rdzv-endpoint",
+                    f"127.0.0.1:{port}",
+                    "--nproc",
+                    "2",
+                    "--data",
+                    str(data),
+                    "--exp",
+                    str(tmp_path / f"node{node}"),
+                    *SMALL,
+                    *args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
     return procs
 
 
@@ -76,14 +99,27 @@ def test_two_nodes_finish_and_rank_0s_node_proves_coverage(data, tmp_path):
     assert list((node0 / "checkpoints").glob("*.pt")) and not (node1 / "checkpoints").exists()
     d = diagnose(node0)
     assert d["verdict"] == "finished", d["summary"]
-    assert [(e["epoch"], e["exactly_once"], e["keys"]) for e in d["coverage"]["epochs"]] == [(0, True, 160), (1, True, 160)]
+    assert [(e["epoch"], e["exactly_once"], e["keys"]) for e in d["coverage"]["epochs"]] == [
+        (0, True, 160),
+        (1, True, 160),
+    ]
     assert diagnose(node1)["verdict"] == "finished"  # the second node knows every rank finished too
 
 
 def test_a_rank_stalled_on_the_second_node_is_named_on_the_first(data, tmp_path):
-    codes = finish(start_nodes(data, tmp_path, "--stall-timeout", "6", "train.first_step_timeout_s=60",
-                               "data.inject_delay_s=120", "data.inject_delay_ranks=[3]",
-                               "data.inject_delay_from_batch=2", "train.max_epochs=5"))
+    codes = finish(
+        start_nodes(
+            data,
+            tmp_path,
+            "--stall-timeout",
+            "6",
+            "train.first_step_timeout_s=60",
+            "data.inject_delay_s=120",
+            "data.inject_delay_ranks=[3]",
+            "data.inject_delay_from_batch=2",
+            "train.max_epochs=5",
+        )
+    )
     assert codes == [STALL_EXIT, STALL_EXIT], log(tmp_path, 0) + log(tmp_path, 1)
     report = json.loads((tmp_path / "node0" / "stall_report.json").read_text())
     assert report["verdict"].startswith("rank 3 on node 1 ("), report["verdict"]
@@ -92,8 +128,15 @@ def test_a_rank_stalled_on_the_second_node_is_named_on_the_first(data, tmp_path)
 
 
 def test_the_second_node_lost_then_a_restart_on_one_node_resumes_exactly_once(data, tmp_path):
-    args = ["--ledger", "--save-every-steps", "3", "--stall-timeout", "60", "train.max_epochs=3",
-            "data.inject_delay_s=0.1"]
+    args = [
+        "--ledger",
+        "--save-every-steps",
+        "3",
+        "--stall-timeout",
+        "60",
+        "train.max_epochs=3",
+        "data.inject_delay_s=0.1",
+    ]
     procs = start_nodes(data, tmp_path, *args)
     metrics = tmp_path / "node0" / "metrics" / "rank0.jsonl"
     deadline = time.time() + 180
@@ -110,9 +153,26 @@ def test_the_second_node_lost_then_a_restart_on_one_node_resumes_exactly_once(da
     assert "rank 2 on node 1" in d["summary"] and "stopped responding" in d["summary"], d["summary"]
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(data),
-                          "--exp", str(tmp_path / "node0"), *SMALL, *args], capture_output=True, text=True,
-                         timeout=240, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--data",
+            str(data),
+            "--exp",
+            str(tmp_path / "node0"),
+            *SMALL,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     d = diagnose(tmp_path / "node0")
     assert d["verdict"] == "finished" and d["resumes"]["resumed_from"], d["summary"]
@@ -130,18 +190,33 @@ def test_the_slurm_example_starts_asrlab_train_with_arguments_it_takes(tmp_path)
     bin_ = tmp_path / "bin"
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     bin_.mkdir()
-    stubs = {bin_ / "srun": 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"',
-             bin_ / "scontrol": "echo gpu-a; echo gpu-b; seq 100000 | sed s/^/gpu-/",  # a big job: many names
-             tmp_path / ".venv" / "bin" / "asrlab": "printf '%s\\n' \"$@\" > \"$ARGS_OUT\""}
+    stubs = {
+        bin_ / "srun": 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"',
+        bin_ / "scontrol": "echo gpu-a; echo gpu-b; seq 100000 | sed s/^/gpu-/",  # a big job: many names
+        tmp_path / ".venv" / "bin" / "asrlab": 'printf \'%s\\n\' "$@" > "$ARGS_OUT"',
+    }
     for path, body in stubs.items():
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(0o755)
     script = Path(__file__).resolve().parents[1] / "examples" / "slurm_train.sh"
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "ARGS_OUT": str(tmp_path / "args.txt"),
-           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_ID": "77",
-           "SLURM_GPUS_ON_NODE": "4"}
-    out = subprocess.run(["bash", str(script), "/d/train.list", "/d/dev.list", "exp/x"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "ARGS_OUT": str(tmp_path / "args.txt"),
+        "SLURM_JOB_NODELIST": "gpu-[a-b]",
+        "SLURM_NNODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_ID": "77",
+        "SLURM_GPUS_ON_NODE": "4",
+    }
+    out = subprocess.run(
+        ["bash", str(script), "/d/train.list", "/d/dev.list", "exp/x"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     a = build_parser().parse_args((tmp_path / "args.txt").read_text().splitlines())
     assert (a.nnodes, a.node_rank, a.rdzv_endpoint, a.rdzv_id, a.nproc) == (2, 1, "gpu-a:29500", "77", 4)
@@ -157,8 +232,7 @@ def test_the_relay_copies_each_ranks_files_and_never_over_a_newer_one(tmp_path, 
     from asrlab.lab.stall import relay
     from asrlab.lab.stall.heartbeat import read_heartbeats, write_heartbeat
 
-    store = tdist.TCPStore("127.0.0.1", _port(), is_master=True, timeout=timedelta(seconds=10),
-                           wait_for_workers=False)
+    store = tdist.TCPStore("127.0.0.1", _port(), is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False)
     a, b = tmp_path / "a", tmp_path / "b"  # rank 0's node and rank 1's, each with its folder
     write_heartbeat(a, {"rank": 0, "phase": "forward", "step": 3, "time": 100.0}, "r")
     write_heartbeat(b, {"rank": 1, "phase": "data", "step": 3, "time": 100.0}, "r")
@@ -191,10 +265,31 @@ def test_torch_elastic_restarts_a_killed_rank_and_the_run_finishes_from_its_chec
     exp = tmp_path / "exp"
     with open(tmp_path / "run.log", "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--max-restarts", "1", "--data", str(data),
-             "--exp", str(exp), "--ledger", "--save-every-steps", "3", *SMALL, "train.max_epochs=2",
-             "data.inject_delay_s=0.1"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "asrlab.cli",
+                "train",
+                "--nproc",
+                "2",
+                "--max-restarts",
+                "1",
+                "--data",
+                str(data),
+                "--exp",
+                str(exp),
+                "--ledger",
+                "--save-every-steps",
+                "3",
+                *SMALL,
+                "train.max_epochs=2",
+                "data.inject_delay_s=0.1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            start_new_session=True,
+        )
     metrics = exp / "metrics" / "rank0.jsonl"
     deadline = time.time() + 180
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):

@@ -16,8 +16,11 @@ from asrlab.doctor.logs import diagnose_logs
 FIXTURES = Path(__file__).parent / "fixtures"
 # logs/: the excerpts the readers were written from; logs2/: a second set, collected apart and read by the
 # readers only after they were written (docs/guide.md says how many each got right then)
-INDEX = [{**c, "file": f"{d}/{c['file']}"} for d in ("logs", "logs2")
-         for c in yaml.safe_load((FIXTURES / d / "index.yaml").read_text())]
+INDEX = [
+    {**c, "file": f"{d}/{c['file']}"}
+    for d in ("logs", "logs2")
+    for c in yaml.safe_load((FIXTURES / d / "index.yaml").read_text())
+]
 
 
 @pytest.mark.parametrize("case", INDEX, ids=[c["file"] for c in INDEX])
@@ -33,19 +36,25 @@ def test_a_real_log_gets_the_verdict_a_person_reads_in_it(case):
         got = d["hang"]["collective"] if d["hang"] else {}
         for key, want in case["collective"].items():
             if want is not None:
-                assert str(got.get(key)).upper() == str(want).upper(), f"collective {got} != {case['collective']}; {said}"
+                assert str(got.get(key)).upper() == str(want).upper(), (
+                    f"collective {got} != {case['collective']}; {said}"
+                )
     if case.get("loss_term"):
         n = d["nonfinite"] or {}
         terms = (n.get("first") or {}).get("terms") or []
         assert case["loss_term"] in terms or case["loss_term"] in d["summary"], f"terms {terms}; {said}"
 
 
-WENET = "2024-03-01 12:00:{s:02d},000 DEBUG TRAIN | steps/sec 1.7| Batch {e}/{b} loss {loss} loss_att 50.1 loss_ctc {ctc} " \
-        "th_accuracy 0.5 lr 0.001 grad_norm 3.2 rank {r}\n"
+WENET = (
+    "2024-03-01 12:00:{s:02d},000 DEBUG TRAIN | steps/sec 1.7| Batch {e}/{b} loss {loss} loss_att 50.1 loss_ctc {ctc} "
+    "th_accuracy 0.5 lr 0.001 grad_norm 3.2 rank {r}\n"
+)
 
 
 def _wenet(rows) -> str:
-    return "".join(WENET.format(s=i % 60, e=e, b=b, loss=loss, ctc=ctc, r=r) for i, (e, b, r, loss, ctc) in enumerate(rows))
+    return "".join(
+        WENET.format(s=i % 60, e=e, b=b, loss=loss, ctc=ctc, r=r) for i, (e, b, r, loss, ctc) in enumerate(rows)
+    )
 
 
 def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp_path):
@@ -54,8 +63,11 @@ def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp
     rows = [(3, b, 0, "40.0", "41.0") for b in range(0, 1501, 100)]
     again = [(3, b, 0, "39.0", "40.0") for b in range(0, 401, 100)]
     log = tmp_path / "train.log"
-    log.write_text(_wenet(rows) + "2024-03-01 12:10:00,000 INFO Checkpoint: loading from checkpoint exp/epoch_2.pt\n"
-                   + _wenet(again))
+    log.write_text(
+        _wenet(rows)
+        + "2024-03-01 12:10:00,000 INFO Checkpoint: loading from checkpoint exp/epoch_2.pt\n"
+        + _wenet(again)
+    )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "no_failure_seen"
     r = d["resumes"][0]
@@ -71,7 +83,8 @@ BAD = {
     "ansi.log": b"\x1b[32mstep 1 loss 2.0\x1b[0m\n\x1b[31mstep 2 loss inf\x1b[0m\n",
     "bars.log": b"Epoch 0:  10%|#  | 1/10 [00:01<00:09, 1.0it/s, loss=2.0]\rEpoch 0:  20%|## | 2/10 [00:02<00:08, 1.0it/s, loss=nan]",
     "glued.log": _wenet([(1, 5, 0, "9.0", "9.0")]).rstrip("\n").encode() + _wenet([(1, 5, 1, "9.0", "9.0")]).encode(),
-    "truncated.log": _wenet([(1, 5, 0, "9.0", "9.0")]).encode() + b"2024-03-01 12:00:09,000 DEBUG TRAIN | steps/sec 1.7| Ba",
+    "truncated.log": _wenet([(1, 5, 0, "9.0", "9.0")]).encode()
+    + b"2024-03-01 12:00:09,000 DEBUG TRAIN | steps/sec 1.7| Ba",
     "empty.log": b"",
     "one_long_line.log": b"x" * (1 << 20),
 }
@@ -98,8 +111,9 @@ def test_compressed_logs_are_read_from_their_bytes(tmp_path, kind):
     import zstandard
 
     text = _wenet([(0, b, 0, "9.0", "nan" if b == 300 else "9.0") for b in range(0, 500, 100)]).encode()
-    pack = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
-            "zst": zstandard.ZstdCompressor().compress}[kind]
+    pack = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress, "zst": zstandard.ZstdCompressor().compress}[
+        kind
+    ]
     path = tmp_path / "train.log.old"  # the name says nothing
     path.write_bytes(pack(text))
     d = diagnose_logs([str(path)])
@@ -111,14 +125,19 @@ def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
     ranks logged batch 30; rank 1 then timed out in the all-reduce rank 0 never entered."""
     for rank in (0, 1):
         steps = range(0, 40, 10)
-        lines = "".join(f"2024-03-01 12:00:{b // 10:02d},000 INFO [train.py:886] ({rank}/2) Epoch 1, batch {b}, "
-                        f"loss[loss=0.2, over 100.00 frames. ], tot_loss[loss=0.25, over 1000.00 frames. ], "
-                        f"batch size: 56, lr: 3.00e-02, grad_scale: 16.0\n" for b in steps)
-        (tmp_path / f"log-train-2024-03-01-12-00-00-{rank}").write_text(lines + ("2024-03-01 12:00:06,000 INFO [tra"
-                                                                                 if rank == 1 else ""))
+        lines = "".join(
+            f"2024-03-01 12:00:{b // 10:02d},000 INFO [train.py:886] ({rank}/2) Epoch 1, batch {b}, "
+            f"loss[loss=0.2, over 100.00 frames. ], tot_loss[loss=0.25, over 1000.00 frames. ], "
+            f"batch size: 56, lr: 3.00e-02, grad_scale: 16.0\n"
+            for b in steps
+        )
+        (tmp_path / f"log-train-2024-03-01-12-00-00-{rank}").write_text(
+            lines + ("2024-03-01 12:00:06,000 INFO [tra" if rank == 1 else "")
+        )
     (tmp_path / "log-train-2024-03-01-12-00-00-1").open("a").write(
         "\n2024-03-01 12:30:06,000 ERROR [rank1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
-        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800005 milliseconds before timing out.\n")
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800005 milliseconds before timing out.\n"
+    )
     d = diagnose_logs([str(tmp_path)])
     assert d["verdict"] == "stalled", d["summary"]
     assert d["hang"]["collective"] == {"seq": 7, "op": "ALLREDUCE", "timeout_ms": 1800000}
@@ -128,7 +147,9 @@ def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
 def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weights(tmp_path):
     import torch
 
-    torch.save({"model": {"w": torch.zeros(3)}, "epoch": 3, "batch_idx_train": 1500}, tmp_path / "epoch-3.pt")  # icefall
+    torch.save(
+        {"model": {"w": torch.zeros(3)}, "epoch": 3, "batch_idx_train": 1500}, tmp_path / "epoch-3.pt"
+    )  # icefall
     torch.save({"w": torch.zeros(3)}, tmp_path / "epoch_2.pt")  # WeNet: the place is in the yaml beside it
     (tmp_path / "epoch_2.yaml").write_text("epoch: 2\nstep: 1200\n")
     (tmp_path / "checkpoints").mkdir()
@@ -137,8 +158,12 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
     (tmp_path / "train.log").write_text(_wenet([(4, 10, 0, "9.0", "9.0")]))
     ck = diagnose_logs([str(tmp_path)])["checkpoints"]
     got = {Path(r["file"]).name: (r["epoch"], r["step"], r["intact"]) for r in ck["files"]}
-    assert got == {"epoch-3.pt": (3, 1500, True), "epoch_2.pt": (2, 1200, True), "last.ckpt": (4, 2000, True),
-                   "cut.pt": (None, None, False)}, got
+    assert got == {
+        "epoch-3.pt": (3, 1500, True),
+        "epoch_2.pt": (2, 1200, True),
+        "last.ckpt": (4, 2000, True),
+        "cut.pt": (None, None, False),
+    }, got
     assert Path(ck["newest"]).name == "last.ckpt" and [Path(b).name for b in ck["broken"]] == ["cut.pt"]
 
 
@@ -146,7 +171,9 @@ def test_a_log_that_warns_at_every_step_is_read_in_bounded_memory(tmp_path):
     from asrlab.doctor.logs.events import KEEP
     from asrlab.doctor.logs.run import read_logs
 
-    line = "[host] 2021-04-23 19:22:{:02d},420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.\n"
+    line = (
+        "[host] 2021-04-23 19:22:{:02d},420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.\n"
+    )
     (tmp_path / "train.log").write_text("".join(line.format(i % 60) for i in range(3 * KEEP)))
     run = read_logs([str(tmp_path / "train.log")])
     assert run.event_counts["scale"] == 3 * KEEP and len(run.events) == KEEP + 1
@@ -159,8 +186,10 @@ def test_each_ranks_seconds_per_step_and_the_slowest_named(tmp_path):
     for b in range(0, 1000, 100):
         for r, per in ((0, 0.1), (1, 0.3)):
             t = b * per
-            lines.append(f"2024-03-01 12:{int(t // 60):02d}:{int(t % 60):02d},000 DEBUG TRAIN Batch 0/{b} loss 5.0 "
-                         f"loss_att 5.0 loss_ctc 5.0 lr 0.001 rank {r}\n")
+            lines.append(
+                f"2024-03-01 12:{int(t // 60):02d}:{int(t % 60):02d},000 DEBUG TRAIN Batch 0/{b} loss 5.0 "
+                f"loss_att 5.0 loss_ctc 5.0 lr 0.001 rank {r}\n"
+            )
     (tmp_path / "train.log").write_text("".join(lines))
     d = diagnose_logs([str(tmp_path / "train.log")])
     per = {r["rank"]: r["s_per_step"] for r in d["ranks"]}

@@ -32,7 +32,9 @@ def test_even_layout_has_no_rank_warning(corpus):
 def test_a_rank_with_no_data_and_idle_workers_are_flagged(corpus):
     srcs = load_sources(corpus / "data.list")[:3]
     report = inspect_layout(srcs, DataConfig(), world_size=4, num_workers=2)
-    assert "rank 2 gets no data" in " ".join(report["warnings"]) or "rank 3 gets no data" in " ".join(report["warnings"])
+    assert "rank 2 gets no data" in " ".join(report["warnings"]) or "rank 3 gets no data" in " ".join(
+        report["warnings"]
+    )
     assert any("sit idle" in w for w in report["warnings"])
 
 

@@ -99,8 +99,17 @@ def test_training_exports_a_trace_window(corpus, tmp_path):
     from asrlab.lab.dist import DistInfo
     from asrlab.train.trainer import Trainer
 
-    cfg = load_config("tiny", [*SMALL_MODEL, "data.max_frames_in_batch=800", "train.max_steps=5",
-                               "train.trace_steps=2", "train.trace_from=3", "train.progress=false"])
+    cfg = load_config(
+        "tiny",
+        [
+            *SMALL_MODEL,
+            "data.max_frames_in_batch=800",
+            "train.max_steps=5",
+            "train.trace_steps=2",
+            "train.trace_from=3",
+            "train.progress=false",
+        ],
+    )
     tr = Trainer(cfg, str(corpus / "data.list"), None, tmp_path / "exp", DistInfo(0, 1, 0, torch.device("cpu"), None))
     tr.fit()
     tr.close()
@@ -108,9 +117,21 @@ def test_training_exports_a_trace_window(corpus, tmp_path):
 
 
 def _lines(n, period, data=0.0, comm=0.0, forward=0.0, epoch=0, t0=100.0):
-    return [{"step": i + 1, "epoch": epoch, "time": t0 + i * period, "data_wait_s": data, "comm_s": comm,
-             "copy_s": 0.0, "features_s": 0.0, "forward_s": forward, "backward_s": 0.0, "optimizer_s": 0.0}
-            for i in range(n)]
+    return [
+        {
+            "step": i + 1,
+            "epoch": epoch,
+            "time": t0 + i * period,
+            "data_wait_s": data,
+            "comm_s": comm,
+            "copy_s": 0.0,
+            "features_s": 0.0,
+            "forward_s": forward,
+            "backward_s": 0.0,
+            "optimizer_s": 0.0,
+        }
+        for i in range(n)
+    ]
 
 
 def test_the_step_split_shares_the_wall_clock_and_names_the_largest():
@@ -118,10 +139,12 @@ def test_the_step_split_shares_the_wall_clock_and_names_the_largest():
     split = step_split(_lines(11, 1.0, data=0.1, comm=0.2, forward=0.5))
     assert split["steps"] == 10 and split["wall_s"] == pytest.approx(10.0)
     assert (split["data_wait"], split["comm"], split["compute"], split["host_overhead"]) == pytest.approx(
-        (0.1, 0.2, 0.5, 0.2))
+        (0.1, 0.2, 0.5, 0.2)
+    )
     assert split["largest"] == "compute" and split["basis"] == "timed parts"
-    assert format_split(split) == ("data wait 10%, host overhead 20%, compute 50%, communication 20%: "
-                                   "compute is the largest")
+    assert format_split(split) == (
+        "data wait 10%, host overhead 20%, compute 50%, communication 20%: compute is the largest"
+    )
     # a GPU busy 30% of the time: compute is the busy time less communication, the rest host overhead
     split = step_split(_lines(11, 1.0, data=0.1, comm=0.2, forward=0.5), gpu_busy=0.3)
     assert split["compute"] == pytest.approx(0.1) and split["host_overhead"] == pytest.approx(0.6)

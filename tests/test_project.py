@@ -18,8 +18,11 @@ def readme_block(title):
 
 def test_ci_runs_exactly_the_readme_setup_and_test_commands():
     """After installing Debian's Chromium where it can (for the browser test), CI runs the README's two commands."""
-    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-          if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+    ci = [
+        ln.strip()
+        for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+        if ln.strip() and not ln.startswith(("#", "set ", "cd "))
+    ]
     assert ci[-2:] == readme_block("### Set up") + readme_block("### Test")
     assert all("chromium" in ln or "clone/asrlab" in ln for ln in ci[:-2]) and len(ci) <= 4
 
@@ -46,7 +49,9 @@ def test_every_shipped_notebook_is_clean_and_parameterized():
     for nb_path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = json.loads(nb_path.read_text())
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-        assert "parameters" in code[0].get("metadata", {}).get("tags", []), f"{nb_path.name}: first code cell is not tagged parameters"
+        assert "parameters" in code[0].get("metadata", {}).get("tags", []), (
+            f"{nb_path.name}: first code cell is not tagged parameters"
+        )
         assert not any(c.get("outputs") or c.get("execution_count") for c in code), f"{nb_path.name} has stored outputs"
 
 
@@ -89,14 +94,20 @@ def test_the_trainer_is_built_from_the_public_parts_not_beside_them():
 
     train = ROOT / "asrlab" / "train"
     assert len((train / "trainer.py").read_text().splitlines()) <= 400
-    halts = [p.relative_to(ROOT).as_posix() for p in (ROOT / "asrlab").rglob("*.py")
-             for node in ast.walk(ast.parse(p.read_text()))
-             if isinstance(node, ast.ClassDef) and node.name == "NonFiniteHalt"]
+    halts = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "asrlab").rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "NonFiniteHalt"
+    ]
     assert halts == ["asrlab/lab/numerics/guard.py"]
     rng_calls = {"get_rng_state", "set_rng_state", "getstate", "setstate"}  # torch's (CPU, CUDA), Python's
     for path in sorted(train.glob("*.py")):
-        called = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-                  for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)}
+        called = {
+            node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call)
+        }
         assert not called & rng_calls, f"{path.name} captures or sets RNG states itself: {called & rng_calls}"
     assert step.NumericsGuard is lab.NumericsGuard and trainer.UnevenGuard is lab.UnevenGuard
     from asrlab.train import checkpoints

@@ -30,10 +30,18 @@ def _find(pattern: str) -> tuple[str, ...]:
 
 def test_quickstart_numbers():
     r = _results("00_quickstart")
-    got = _find(r"dev CER \*\*([\d.]+)%\*\*, held-out test \*\*([\d.]+)%\*\* \(lexicon search; greedy ([\d.]+)% / "
-                r"([\d.]+)%\), in (\d+) s end to end \((\d+) s training\)")
-    want = (f"{100 * r['dev_cer_lexicon']:.2f}", f"{100 * r['test_cer_lexicon']:.2f}", f"{100 * r['dev_cer']:.2f}",
-            f"{100 * r['test_cer']:.2f}", f"{r['total_seconds']:.0f}", f"{r['train_seconds']:.0f}")
+    got = _find(
+        r"dev CER \*\*([\d.]+)%\*\*, held-out test \*\*([\d.]+)%\*\* \(lexicon search; greedy ([\d.]+)% / "
+        r"([\d.]+)%\), in (\d+) s end to end \((\d+) s training\)"
+    )
+    want = (
+        f"{100 * r['dev_cer_lexicon']:.2f}",
+        f"{100 * r['test_cer_lexicon']:.2f}",
+        f"{100 * r['dev_cer']:.2f}",
+        f"{100 * r['test_cer']:.2f}",
+        f"{r['total_seconds']:.0f}",
+        f"{r['train_seconds']:.0f}",
+    )
     assert got == want
 
 
@@ -42,22 +50,32 @@ def test_stalls_numbers():
     assert r["a_none"]["verdict"] in _readme()
     slow, even = r["b_slow"]["summary"]["rank 1 slow"], r["b_slow"]["summary"]["even"]
     assert _find(r"(\d+)× slower \(([\d.]+) against ([\d.]+) s per step\)") == (
-        f"{r['b_slow']['rank0_slowdown']:.0f}", f"{slow[0]['median_step_s']:.2f}", f"{even[0]['median_step_s']:.2f}")
+        f"{r['b_slow']['rank0_slowdown']:.0f}",
+        f"{slow[0]['median_step_s']:.2f}",
+        f"{even[0]['median_step_s']:.2f}",
+    )
     assert _find(r"data wait \((\d+)% against (\d+)%\)") == (
-        f"{100 * slow[1]['data_wait_share']:.0f}", f"{100 * slow[0]['data_wait_share']:.0f}")
+        f"{100 * slow[1]['data_wait_share']:.0f}",
+        f"{100 * slow[0]['data_wait_share']:.0f}",
+    )
 
 
 def test_utilization_numbers():
     r = _results("02_gpu_utilization")
     assert _find(r"data wait at most ([\d.]+)% in all (\d+) settings") == (
-        f"{100 * max(x['data_wait'] for x in r['rows']):.1f}", str(len(r["rows"])))
-    assert _find(r"made ([\d.]+)× the audio hours per hour of the slowest setting in the sweep and ([\d.]+)× side by side") == (
-        f"{r['recommended']['audio_h_per_h'] / r['slowest']['audio_h_per_h']:.2f}", f"{r['speedup']:.2f}")
+        f"{100 * max(x['data_wait'] for x in r['rows']):.1f}",
+        str(len(r["rows"])),
+    )
+    assert _find(
+        r"made ([\d.]+)× the audio hours per hour of the slowest setting in the sweep and ([\d.]+)× side by side"
+    ) == (f"{r['recommended']['audio_h_per_h'] / r['slowest']['audio_h_per_h']:.2f}", f"{r['speedup']:.2f}")
 
 
 def test_nan_numbers():
     r = _results("03_nan_analysis")
-    step, module, direction, first = _find(r"non-finite at \*\*step (\d+)\*\* in `([\w.]+)` \((\w+)\), first seen at `([\w.]+)`")
+    step, module, direction, first = _find(
+        r"non-finite at \*\*step (\d+)\*\* in `([\w.]+)` \((\w+)\), first seen at `([\w.]+)`"
+    )
     assert int(step) == r["failing"]["first_nonfinite_step"]
     assert r["failing"]["where"] == f"{module} ({direction}), first seen at {first}"
     fp32 = next(x for x in r["replay"] if x["precision"] == "fp32")
@@ -69,9 +87,11 @@ def test_nan_numbers():
 def test_resume_numbers():
     r = _results("04_resume")
     rows = {c["resume"]: c for c in r["coverage"]}
-    for name, label in (("WeNet: epoch starts over at batch 0", "WeNet's: the epoch starts over at batch 0"),
-                        ("new seed, skip the trained batches", "a new shuffle seed, skip the batches already trained"),
-                        ("asrlab: seek to the saved position", "asrlab: seek to the saved position")):
+    for name, label in (
+        ("WeNet: epoch starts over at batch 0", "WeNet's: the epoch starts over at batch 0"),
+        ("new seed, skip the trained batches", "a new shuffle seed, skip the batches already trained"),
+        ("asrlab: seek to the saved position", "asrlab: seek to the saved position"),
+    ):
         c = rows[name]
         same = "yes" if c["final state = uninterrupted"] else "no"
         assert f"| {label} | {c['epoch 0: once']} | {c['more than once']} | {c['never']} | {same} |" in _readme()
@@ -80,7 +100,10 @@ def test_resume_numbers():
     assert _find(r"\(([\d.]+)-([\d.]+) s to the first batch\)") == (f"{min(seek):.2f}", f"{max(seek):.2f}")
     replay = {x["fraction"]: x["replay_s"] for x in t["rows"]}
     assert _find(r"\(([\d.]+) s at 10%, ([\d.]+) s at 90% of these (\d+) batches") == (
-        f"{replay[0.1]:.2f}", f"{replay[0.9]:.2f}", str(t["batches"]))
+        f"{replay[0.1]:.2f}",
+        f"{replay[0.9]:.2f}",
+        str(t["batches"]),
+    )
 
 
 def test_notebook_times():

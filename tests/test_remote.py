@@ -22,6 +22,7 @@ from conftest import tone_utts
 class Shards(BaseHTTPRequestHandler):
     """GET and HEAD of the files under ``root``; a GET of a name in ``cuts`` sends ``cut_at`` bytes of
     the file and closes the connection, as many times as ``cuts`` says."""
+
     root: Path
     cuts: Counter
     cut_at = 3000
@@ -53,7 +54,7 @@ class Shards(BaseHTTPRequestHandler):
         self.end_headers()
         if self.cuts[f.name] > 0:
             self.cuts[f.name] -= 1
-            self.wfile.write(data[:self.cut_at])
+            self.wfile.write(data[: self.cut_at])
             self.wfile.flush()
             self.close_connection = True
             return

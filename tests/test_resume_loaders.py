@@ -15,7 +15,7 @@ import pytest
 
 from asrlab import lab
 
-LOOP = textwrap.dedent('''
+LOOP = textwrap.dedent("""
     import hashlib, os, signal, sys
     import torch
     import torch.distributed as dist
@@ -68,12 +68,21 @@ LOOP = textwrap.dedent('''
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
         print("digest", digest, "step", step, flush=True)
     dist.destroy_process_group()
-''')
+""")
 
 
 def _run(script, exp, kind, die_at=0):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-           str(exp), kind, str(die_at)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(script),
+        str(exp),
+        kind,
+        str(die_at),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
 
@@ -91,8 +100,10 @@ def test_a_killed_run_resumes_exactly(tmp_path, kind):
     resumed = _run(script, tmp_path / "broken", kind)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     line = [ln for ln in whole.stdout.splitlines() if ln.startswith("digest")]
-    assert line and line == [ln for ln in resumed.stdout.splitlines() if ln.startswith("digest")], (whole.stdout,
-                                                                                                   resumed.stdout)
+    assert line and line == [ln for ln in resumed.stdout.splitlines() if ln.startswith("digest")], (
+        whole.stdout,
+        resumed.stdout,
+    )
     keys = {f"clip{i:03d}" for i in range(96)}
     for epoch in (0, 1):
         cov = lab.coverage_report(tmp_path / "broken", epoch, keys)

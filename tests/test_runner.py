@@ -8,8 +8,15 @@ import time
 import nbformat
 import pytest
 
-from asrlab.runner import NotebookProgress, StatusLine, declared_parameters, format_progress, notebook_params, \
-    run_notebooks, training_progress
+from asrlab.runner import (
+    NotebookProgress,
+    StatusLine,
+    declared_parameters,
+    format_progress,
+    notebook_params,
+    run_notebooks,
+    training_progress,
+)
 
 
 def write_nb(path, *cells):
@@ -46,10 +53,12 @@ def test_a_parameter_the_notebooks_do_not_take_is_refused_before_any_runs(tmp_pa
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     write_nb(nbs / "01_x.ipynb", "utts = 10", "open('ran', 'w')")
-    for text, why in [("utt: 5\n", "utt: no notebook has this parameter"),
-                      ("01_x:\n  nproc: 2\n", "01_x has no parameter 'nproc'"),
-                      ("02_y:\n  utts: 5\n", "02_y: no such notebook"),
-                      ("01_x: 5\n", "01_x: expected")]:
+    for text, why in [
+        ("utt: 5\n", "utt: no notebook has this parameter"),
+        ("01_x:\n  nproc: 2\n", "01_x has no parameter 'nproc'"),
+        ("02_y:\n  utts: 5\n", "02_y: no such notebook"),
+        ("01_x: 5\n", "01_x: expected"),
+    ]:
         params = tmp_path / "p.yaml"
         params.write_text(text)
         with pytest.raises(ValueError, match=why):
@@ -64,12 +73,15 @@ def test_out_puts_everything_a_run_writes_under_one_folder(tmp_path):
     --html writes a standalone page with the figures in it."""
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    write_nb(nbs / "01_x.ipynb", "n = 1",
-             "import os\nimport matplotlib.pyplot as plt\nfrom asrlab import nb, widgets\n"
-             "(nb.run_dir('01_x') / 'exp').mkdir(exist_ok=True)\n"
-             "fig, ax = plt.subplots(); ax.plot([1, 2]); nb.save_figure(fig, 'x_fig'); plt.show()\n"
-             "bar = widgets.progress(total=2); bar.update(2); bar.close()\n"
-             "nb.save_results('01_x', {'mode': os.environ.get('ASRLAB_WIDGETS'), 'live': widgets.interactive()})")
+    write_nb(
+        nbs / "01_x.ipynb",
+        "n = 1",
+        "import os\nimport matplotlib.pyplot as plt\nfrom asrlab import nb, widgets\n"
+        "(nb.run_dir('01_x') / 'exp').mkdir(exist_ok=True)\n"
+        "fig, ax = plt.subplots(); ax.plot([1, 2]); nb.save_figure(fig, 'x_fig'); plt.show()\n"
+        "bar = widgets.progress(total=2); bar.update(2); bar.close()\n"
+        "nb.save_results('01_x', {'mode': os.environ.get('ASRLAB_WIDGETS'), 'live': widgets.interactive()})",
+    )
     out = tmp_path / "elsewhere"
     rec = run_notebooks(nbs, out, report=lambda m: None, html=True)[0]
     assert rec["ok"], rec
@@ -99,8 +111,12 @@ def test_progress_names_the_cell_running_and_the_step_of_its_training_run(tmp_pa
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("n = 1"), nbformat.v4.new_markdown_cell("## Train the toy\nIt learns."),
-                nbformat.v4.new_code_cell(TRAIN_CELL), nbformat.v4.new_code_cell("done = True")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("n = 1"),
+        nbformat.v4.new_markdown_cell("## Train the toy\nIt learns."),
+        nbformat.v4.new_code_cell(TRAIN_CELL),
+        nbformat.v4.new_code_cell("done = True"),
+    ]
     nb.cells[0].metadata["tags"] = ["parameters"]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, nbs / "01_x.ipynb")
@@ -138,9 +154,12 @@ def test_time_left_from_the_run_and_the_previous_executed_copy(tmp_path):
     time.sleep(0.05)
     executed(now, ["completed", "running", "pending", "pending"], [1.0, None, None, None])
     t = time.time()
-    (exp / "metrics" / "rank0.jsonl").write_text("".join(
-        json.dumps({"step": k, "epoch": 0, "lr": 0.1, "loss": 1.0, "step_s": 2.0, "time": t - 2 * (40 - k)}) + "\n"
-        for k in range(21, 41)))
+    (exp / "metrics" / "rank0.jsonl").write_text(
+        "".join(
+            json.dumps({"step": k, "epoch": 0, "lr": 0.1, "loss": 1.0, "step_s": 2.0, "time": t - 2 * (40 - k)}) + "\n"
+            for k in range(21, 41)
+        )
+    )
     s = progress.status()
     assert (s["index"], s["cells"], s["what"]) == (2, 4, "## Train")
     assert (s["run"], s["step"], s["max_steps"]) == ("exp", 40, 100)
@@ -151,9 +170,15 @@ def test_time_left_from_the_run_and_the_previous_executed_copy(tmp_path):
     assert line.endswith("about 2m25s left")
 
     (exp / "config.yaml").write_text("train:\n  max_epochs: 4\n  max_steps: 0\n")  # epochs decide
-    (exp / "metrics" / "rank0.jsonl").write_text("".join(  # epoch 0 took 10 steps: 40 in all
-        json.dumps({"step": k, "epoch": int(k > 10), "lr": 0.1, "loss": 1.0, "step_s": 2.0, "time": t - 2 * (15 - k)})
-        + "\n" for k in range(1, 16)))
+    (exp / "metrics" / "rank0.jsonl").write_text(
+        "".join(  # epoch 0 took 10 steps: 40 in all
+            json.dumps(
+                {"step": k, "epoch": int(k > 10), "lr": 0.1, "loss": 1.0, "step_s": 2.0, "time": t - 2 * (15 - k)}
+            )
+            + "\n"
+            for k in range(1, 16)
+        )
+    )
     r = training_progress(exp)
     assert (r["step"], r["epoch"], r["total"], r["estimated"], r["left_s"]) == (15, 1, 40, True, pytest.approx(50))
     assert "; exp: epoch 2/4, step 15/~40, 2.00 s/step, about 50s left; " in format_progress("01_x", progress.status())

@@ -38,23 +38,36 @@ def test_ranks_text():
 
 def test_verdict_names_the_rank_waiting_for_data():
     now = 1000.0
-    snaps = {0: snap(0, "allreduce", 17, 990), 1: snap(1, "data", 17, 959, "worker 0, reading a.tar"),
-             2: snap(2, "allreduce", 17, 991), 3: snap(3, "allreduce", 17, 992)}
-    assert verdict(snaps, 4, now) == ("rank 1 has waited 41 s for data at step 17 (worker 0, reading a.tar); "
-                                      "ranks 0, 2, 3 are blocked in the gradient all-reduce of step 17")
+    snaps = {
+        0: snap(0, "allreduce", 17, 990),
+        1: snap(1, "data", 17, 959, "worker 0, reading a.tar"),
+        2: snap(2, "allreduce", 17, 991),
+        3: snap(3, "allreduce", 17, 992),
+    }
+    assert verdict(snaps, 4, now) == (
+        "rank 1 has waited 41 s for data at step 17 (worker 0, reading a.tar); "
+        "ranks 0, 2, 3 are blocked in the gradient all-reduce of step 17"
+    )
 
 
 def test_verdict_names_the_rank_that_finished_its_data():
-    snaps = {0: snap(0, "epoch_end", 12, 900), 1: snap(1, "allreduce", 13, 901),
-             2: snap(2, "allreduce", 13, 901), 3: snap(3, "allreduce", 13, 902)}
-    assert verdict(snaps, 4, 950.0) == ("rank 0 finished its data at step 12 and waits at epoch end; "
-                                        "ranks 1-3 are blocked in the gradient all-reduce of step 13")
+    snaps = {
+        0: snap(0, "epoch_end", 12, 900),
+        1: snap(1, "allreduce", 13, 901),
+        2: snap(2, "allreduce", 13, 901),
+        3: snap(3, "allreduce", 13, 902),
+    }
+    assert verdict(snaps, 4, 950.0) == (
+        "rank 0 finished its data at step 12 and waits at epoch end; "
+        "ranks 1-3 are blocked in the gradient all-reduce of step 13"
+    )
 
 
 def test_verdict_picks_the_odd_one_out_and_missing_ranks():
     snaps = {0: snap(0, "allreduce", 9, 900), 1: snap(1, "forward", 9, 880), 2: snap(2, "allreduce", 9, 901)}
-    assert verdict(snaps, 3, 925.0) == ("rank 1 is in the forward pass of step 9 for 45 s; "
-                                        "ranks 0, 2 are blocked in the gradient all-reduce of step 9")
+    assert verdict(snaps, 3, 925.0) == (
+        "rank 1 is in the forward pass of step 9 for 45 s; ranks 0, 2 are blocked in the gradient all-reduce of step 9"
+    )
     v = verdict(snaps, 4, 925.0)  # a rank that never reported is the first suspect
     assert v.startswith("rank 3 never wrote a heartbeat") and "rank 1 is in the forward pass of step 9" in v
     assert verdict({}, 2, 0.0).startswith("ranks 0, 1 never wrote a heartbeat")
@@ -62,8 +75,10 @@ def test_verdict_picks_the_odd_one_out_and_missing_ranks():
 
 def test_verdict_names_a_frozen_rank_first():
     snaps = {0: {**snap(0, "backward", 12, 995), "time": 996.0}, 1: {**snap(1, "allreduce", 13, 998), "time": 1004.0}}
-    assert verdict(snaps, 2, 1004.0) == ("rank 0 stopped responding 8 s ago (process frozen or gone; last seen in "
-                                         "the backward pass of step 12); rank 1 is blocked in the gradient all-reduce of step 13")
+    assert verdict(snaps, 2, 1004.0) == (
+        "rank 0 stopped responding 8 s ago (process frozen or gone; last seen in "
+        "the backward pass of step 12); rank 1 is blocked in the gradient all-reduce of step 13"
+    )
 
 
 def test_watchdog_fires_only_without_progress(tmp_path):
@@ -90,6 +105,7 @@ def test_watchdog_fires_only_without_progress(tmp_path):
 
 # --------------------------------------------------------------------------- 2 gloo ranks
 
+
 @pytest.fixture(scope="module")
 def uneven(corpus, tmp_path_factory):
     """Three shards: one rank gets one, the other two; returns (data.list, the rank that runs out)."""
@@ -115,8 +131,10 @@ def test_uneven_unprotected_hangs_and_the_report_names_the_rank(uneven, tmp_path
     assert time.time() - t0 < 120
     report = json.loads((tmp_path / "exp" / "stall_report.json").read_text())
     other = 1 - short
-    assert report["verdict"] == (f"rank {short} finished its data at step {n} and waits at epoch end; "
-                                 f"rank {other} is blocked in the gradient all-reduce of step {n + 1}")
+    assert report["verdict"] == (
+        f"rank {short} finished its data at step {n} and waits at epoch end; "
+        f"rank {other} is blocked in the gradient all-reduce of step {n + 1}"
+    )
     assert f"STALL: {report['verdict']}" in out.stderr
     assert all(r["stacks"] for r in report["ranks"])  # both ranks dumped their Python stacks
 
@@ -143,7 +161,9 @@ def test_rank_blocked_in_data_loading_is_named(stalled_in_data):
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     # the uneven guard fetches a batch ahead: batch 3 is fetched before step 2 is trained, and rank 0
     # waits for rank 1 in step 2's first collective (DDP's)
-    assert v.startswith("rank 1 has waited") and "for data at step 2 (reading step 3's batch ahead; worker 0, reading" in v, v
+    assert (
+        v.startswith("rank 1 has waited") and "for data at step 2 (reading step 3's batch ahead; worker 0, reading" in v
+    ), v
     assert "; rank 0 is " in v and v.endswith(" of step 2"), v
     timeline = read_timeline(exp)
     assert {e["phase"] for e in timeline[0]} >= {"data", "forward", "backward", "allreduce", "optimizer"}
@@ -153,9 +173,30 @@ def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
     """Rank 0 stopped (SIGSTOP) cannot write the report; rank 1 dumps, the launcher writes it and stops everything."""
     exp = tmp_path / "exp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(corpus / "data.list"),
-                             "--exp", str(exp), "--resume", "none", "--stall-timeout", "5", *SMALL, "train.max_epochs=100"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--data",
+            str(corpus / "data.list"),
+            "--exp",
+            str(exp),
+            "--resume",
+            "none",
+            "--stall-timeout",
+            "5",
+            *SMALL,
+            "train.max_epochs=100",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.time() + 90
         while time.time() < deadline:
@@ -171,6 +212,7 @@ def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     # rank 1 waits for rank 0 wherever the freeze caught them: all-reduce, data check, a checkpoint's gather
     assert v.startswith("rank 0 stopped responding") and "; rank 1 is " in v, v
+
     def left():
         return [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
 
@@ -195,11 +237,16 @@ def stuck(src):
     return real(src)
 index.index_source = stuck
 from asrlab.cli import main
-sys.exit(main(["train", "--data", {str(lst)!r}, "--exp", {str(tmp_path / 'exp')!r},
+sys.exit(main(["train", "--data", {str(lst)!r}, "--exp", {str(tmp_path / "exp")!r},
                "--stall-timeout", "3", "train.first_step_timeout_s=4", *{SMALL!r}]))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert out.returncode == STALL_EXIT, out.stderr[-3000:]
     said = (tmp_path / "exp" / "stall_report.txt").read_text().splitlines()[0]
     assert "reading the data's index" in said, said

@@ -23,9 +23,12 @@ def test_the_loader_state_carries_its_version_and_refuses_what_it_does_not_under
     next(it), next(it)
     state = loader.state_dict()
     assert state["version"] == STATE_VERSION
-    for bad, why in (({**state, "version": STATE_VERSION + 1}, "version"),
-                     ({k: v for k, v in state.items() if k != "positions"}, "positions"),
-                     ({"position": 3}, "AsrLoader"), ([1, 2], "AsrLoader")):
+    for bad, why in (
+        ({**state, "version": STATE_VERSION + 1}, "version"),
+        ({k: v for k, v in state.items() if k != "positions"}, "positions"),
+        ({"position": 3}, "AsrLoader"),
+        ([1, 2], "AsrLoader"),
+    ):
         with pytest.raises(ValueError, match=why):
             _loader(corpus, tok).load_state_dict(bad)
         with pytest.raises(ValueError, match=why):
@@ -50,8 +53,13 @@ def _trainer(corpus, exp, *extra):
     from asrlab.train.trainer import Trainer
     from conftest import SMALL
 
-    return Trainer(load_config("tiny", SMALL + list(extra)), str(corpus / "data.list"), None, exp,
-                   DistInfo(0, 1, 0, torch.device("cpu"), None))
+    return Trainer(
+        load_config("tiny", SMALL + list(extra)),
+        str(corpus / "data.list"),
+        None,
+        exp,
+        DistInfo(0, 1, 0, torch.device("cpu"), None),
+    )
 
 
 def _as_unversioned_trainer_checkpoint(state: dict) -> dict:

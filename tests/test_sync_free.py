@@ -24,10 +24,22 @@ from asrlab.train.trainer import Trainer
 
 from conftest import SMALL_MODEL
 
-SMALL = [*SMALL_MODEL, "data.max_frames_in_batch=1500", "data.num_workers=0", "train.stall_timeout_s=0",
-         "train.progress=false", "train.diagnostics_every=0"]
-READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
-         torch.Tensor.__bool__, torch.Tensor.numpy}
+SMALL = [
+    *SMALL_MODEL,
+    "data.max_frames_in_batch=1500",
+    "data.num_workers=0",
+    "train.stall_timeout_s=0",
+    "train.progress=false",
+    "train.diagnostics_every=0",
+]
+READS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__bool__,
+    torch.Tensor.numpy,
+}
 TO_DEVICE = {torch.Tensor.to, torch.Tensor.cuda}  # with non_blocking=True, as the step copies its batch
 HOST = "_asrlab_host"
 
@@ -58,8 +70,9 @@ class DeviceReads(TorchFunctionMode):
             while frame is not None and "/asrlab/" not in frame.f_code.co_filename.replace("\\", "/"):
                 frame = frame.f_back
             where = frame or sys._getframe(1)
-            self.reads.append((self.step, where.f_code.co_name, where.f_code.co_filename, where.f_lineno,
-                               where.f_locals.get("self")))
+            self.reads.append(
+                (self.step, where.f_code.co_name, where.f_code.co_filename, where.f_lineno, where.f_locals.get("self"))
+            )
         out = func(*args, **kwargs)
         if func in TO_DEVICE and kwargs.get("non_blocking"):
             return out.clone() if out is args[0] else out  # a copy to the device: no longer the host's

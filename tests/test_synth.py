@@ -23,8 +23,11 @@ def _digest(path: Path) -> str:
 
 def _tree(root: Path) -> dict[str, str]:
     """Hashes of every file except the lists (they hold absolute paths)."""
-    return {str(p.relative_to(root)): _digest(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.endswith(".list")}
+    return {
+        str(p.relative_to(root)): _digest(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(".list")
+    }
 
 
 def _members(split_dir: Path) -> list[tuple[str, bytes]]:
@@ -38,12 +41,12 @@ def _members(split_dir: Path) -> list[tuple[str, bytes]]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
-    summary = synth.synthesize_corpus(root / "a", utts=UTTS, seed=0, shard_size=SHARD,
-                                      progress=False, workers=1)
+    summary = synth.synthesize_corpus(root / "a", utts=UTTS, seed=0, shard_size=SHARD, progress=False, workers=1)
     return root, summary
 
 
 # --------------------------------------------------------------------------- espeak
+
 
 def test_espeak_audio_and_duration():
     audio, sr = espeak.synthesize("three seven nine one", "en-us+m3")
@@ -88,6 +91,7 @@ def test_voice_pools_exist_and_are_disjoint():
 
 # --------------------------------------------------------------------------- dsp
 
+
 def test_resample_keeps_a_tone():
     t = np.arange(22050) / 22050
     y = acoustics.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
@@ -108,6 +112,7 @@ def test_make_utterance_is_pure():
 
 
 # --------------------------------------------------------------------------- corpus
+
 
 def test_corpus_layout_and_summary(corpus):
     root, summary = corpus
@@ -166,8 +171,9 @@ def test_held_sizes_dev_and_test_and_splits_extend_each_other(corpus):
     assert synth.split_sizes(5000, held=300) == {"train": 5000, "dev": 300, "test": 300}
     with pytest.raises(ValueError, match="held"):
         synth.split_sizes(100, held=0)
-    summary = synth.synthesize_corpus(root / "held", utts=UTTS + 8, held=20, seed=0, shard_size=SHARD,
-                                      progress=False, workers=1)
+    summary = synth.synthesize_corpus(
+        root / "held", utts=UTTS + 8, held=20, seed=0, shard_size=SHARD, progress=False, workers=1
+    )
     assert [summary["splits"][s]["utterances"] for s in ("train", "dev", "test")] == [UTTS + 8, 20, 20]
     for split, n in (("train", UTTS), ("dev", 20), ("test", 20)):
         small, big = _members(root / "a" / split), _members(root / "held" / split)
@@ -189,6 +195,7 @@ def test_hard_conditions():
 
 
 # --------------------------------------------------------------------------- generated voices
+
 
 def test_generated_variants_are_fixed_and_distinct():
     pool = synth.generated_variants()

@@ -27,15 +27,18 @@ from helpers import CPU, make_trainer
 CUDA = torch.device("cuda", 0)
 
 
-@pytest.mark.parametrize("requested,cap,native,expect", [
-    ("auto", (9, 0), True, ("bf16", False)),     # H100
-    ("auto", (8, 6), True, ("bf16", False)),     # A5000
-    ("auto", (7, 0), False, ("fp16", True)),     # V100: fp16 with loss scaling
-    ("auto", (7, 5), False, ("fp16", True)),     # 2080 Ti
-    ("auto", (6, 1), False, ("fp32", False)),    # Pascal
-    ("fp32", (9, 0), True, ("fp32", False)),
-    ("fp16", (8, 0), True, ("fp16", True)),
-])
+@pytest.mark.parametrize(
+    "requested,cap,native,expect",
+    [
+        ("auto", (9, 0), True, ("bf16", False)),  # H100
+        ("auto", (8, 6), True, ("bf16", False)),  # A5000
+        ("auto", (7, 0), False, ("fp16", True)),  # V100: fp16 with loss scaling
+        ("auto", (7, 5), False, ("fp16", True)),  # 2080 Ti
+        ("auto", (6, 1), False, ("fp32", False)),  # Pascal
+        ("fp32", (9, 0), True, ("fp32", False)),
+        ("fp16", (8, 0), True, ("fp16", True)),
+    ],
+)
 def test_precision_follows_the_hardware(requested, cap, native, expect):
     p = choose_precision(requested, CUDA, capability=cap, bf16_native=native)
     assert (p.name, p.scaler) == expect and p.reason
@@ -80,7 +83,7 @@ def test_config_overrides_and_unknown_keys():
     with pytest.raises(ValueError, match="no config"):
         load_config("nonexistent")
     assert load_config("base").model.n_layers == 12
-    assert load_config("tiny", ["optim.lr=1e-3"]).optim.lr == 0.001   # YAML 1.1 reads 1e-3 as a string
+    assert load_config("tiny", ["optim.lr=1e-3"]).optim.lr == 0.001  # YAML 1.1 reads 1e-3 as a string
     with pytest.raises(ValueError, match="optim.lr must be a number"):
         load_config("tiny", ["optim.lr=fast"])
 
@@ -109,8 +112,20 @@ def test_metrics_lines_have_every_field(corpus, tmp_path):
     assert list((tmp_path / "exp" / "tensorboard").glob("events.out.tfevents.*"))  # the option works too
     lines = [json.loads(x) for x in (tmp_path / "exp" / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2, 3]
-    for field in ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
-                  "data_wait_s", "step_s", "time"):
+    for field in (
+        "step",
+        "epoch",
+        "loss",
+        "grad_norm",
+        "loss_scale",
+        "lr",
+        "skipped",
+        "utts",
+        "frames",
+        "data_wait_s",
+        "step_s",
+        "time",
+    ):
         assert field in lines[0]
 
 
@@ -118,18 +133,20 @@ def test_cosine_decay_follows_the_steps_or_the_clock_whichever_is_further():
     cfg = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0", "optim.decay_by_clock=true"])
     clock = RunClock(budget_s=100.0)
     f = lr_lambda(cfg.optim, max_steps=1010, clock=clock)
-    assert f(4) == 0.5                                    # warm-up: step 5 of 10
+    assert f(4) == 0.5  # warm-up: step 5 of 10
     clock.seen_s = 20.0
-    assert f(10) == pytest.approx(1.0, abs=1e-4)          # warm-up ended at 20% of the budget
+    assert f(10) == pytest.approx(1.0, abs=1e-4)  # warm-up ended at 20% of the budget
     assert clock.warm_end == 0.2
-    assert f(509) == pytest.approx(0.5)                   # half the steps, 20% of the time: steps lead
-    clock.seen_s = 60.0                                   # half of the rest of the time: 0.5 too
-    assert f(110) == pytest.approx(0.5)                   # ... though only a tenth of the steps
+    assert f(509) == pytest.approx(0.5)  # half the steps, 20% of the time: steps lead
+    clock.seen_s = 60.0  # half of the rest of the time: 0.5 too
+    assert f(110) == pytest.approx(0.5)  # ... though only a tenth of the steps
     clock.seen_s = 100.0
-    assert f(110) == pytest.approx(0.0)                   # budget spent: the floor
+    assert f(110) == pytest.approx(0.0)  # budget spent: the floor
     assert lr_lambda(cfg.optim, max_steps=1010)(509) == pytest.approx(0.5)  # no clock: steps alone
     steps_only = load_config("tiny", ["optim.warmup_steps=10", "optim.min_lr=0"])  # the default
-    assert lr_lambda(steps_only.optim, max_steps=1010, clock=clock)(110) == pytest.approx(0.5 * (1 + math.cos(0.101 * math.pi)))
+    assert lr_lambda(steps_only.optim, max_steps=1010, clock=clock)(110) == pytest.approx(
+        0.5 * (1 + math.cos(0.101 * math.pi))
+    )
 
 
 def lrs_of_a_run_decaying_by_its_limits(corpus, exp, *limits) -> list[float]:
@@ -154,16 +171,17 @@ class SteadyClock:
 
 def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus, tmp_path, monkeypatch):
     from asrlab.train import schedule
+
     monkeypatch.setattr(schedule, "time", SteadyClock())
     exp = tmp_path / "exp"
     lrs = lrs_of_a_run_decaying_by_its_limits(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000")
-    assert len(lrs) >= 5 and lrs[-1] < 0.05 * max(lrs)    # the clock, not max_steps (0), ended the decay
+    assert len(lrs) >= 5 and lrs[-1] < 0.05 * max(lrs)  # the clock, not max_steps (0), ended the decay
     assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))  # after the 2 warm-up steps: only down
     state, _ = checkpoint.load_latest(exp / "checkpoints")
     assert state["extra"]["clock"]["elapsed_s"] >= 3.0
     again = make_trainer(corpus, exp, "train.max_minutes=0.05", "train.max_epochs=1000")
     assert again.resume() and again.clock.before_s >= 3.0
-    again.fit()                                           # the budget is spent: no more steps
+    again.fit()  # the budget is spent: no more steps
     again.close()
     assert len(read_metrics(exp)) == len(lrs)
 
@@ -171,7 +189,7 @@ def test_a_time_budget_stops_the_run_at_the_lr_floor_and_resume_keeps_it(corpus,
 def test_a_run_its_epochs_end_before_its_clock_still_decays_to_the_floor(corpus, tmp_path):
     """A fast machine (a GPU) ends the quickstart by max_epochs long before its clock: the LR must be low by then."""
     lrs = lrs_of_a_run_decaying_by_its_limits(corpus, tmp_path / "exp", "train.max_minutes=30", "train.max_epochs=2")
-    assert len(lrs) >= 8 and lrs[-1] < 0.05 * max(lrs)   # the epochs, not the 30-minute clock, ended the decay
+    assert len(lrs) >= 8 and lrs[-1] < 0.05 * max(lrs)  # the epochs, not the 30-minute clock, ended the decay
     assert all(b <= a for a, b in zip(lrs[2:], lrs[3:]))
 
 
@@ -239,7 +257,10 @@ def test_ckpt_command_lists_checkpoints_and_digests_the_newest(corpus, tmp_path,
     assert out[1].split()[:3] == ["2", "0", "complete"] and "w0: " in out[1]
     assert out[2].split()[:3] == ["4", "?", "INCOMPLETE"]  # no marker: its epoch is unknown
     state, marker = checkpoint.load_latest(exp / "checkpoints")
-    assert marker["step"] == 2 and out[3] == f"{checkpoint.state_digest(state)}  step_00000002.pt (model and optimizer tensors)"
+    assert (
+        marker["step"] == 2
+        and out[3] == f"{checkpoint.state_digest(state)}  step_00000002.pt (model and optimizer tensors)"
+    )
     assert main(["ckpt", str(tmp_path / "nothing")]) == 2
 
 
@@ -262,8 +283,26 @@ def test_decode_command_greedy_and_with_a_lexicon(corpus, tmp_path, capsys):
     lexicon = [line.split("\t") for line in (exp / "decode" / "train_lexicon.txt").read_text().splitlines()]
     assert [r[:2] for r in greedy] == [r[:2] for r in lexicon] and len(lexicon) == 120
     assert all(set(hyp.split()) <= set(WORDS) for _, _, hyp in lexicon)  # only words of the train transcripts
-    assert main(["decode", "--exp", str(exp), "--data", data, "--lexicon", data, "--beam", "4",
-                 "--speeds", "0.9,1.0,1.1", "--name", "warped"]) == 0
+    assert (
+        main(
+            [
+                "decode",
+                "--exp",
+                str(exp),
+                "--data",
+                data,
+                "--lexicon",
+                data,
+                "--beam",
+                "4",
+                "--speeds",
+                "0.9,1.0,1.1",
+                "--name",
+                "warped",
+            ]
+        )
+        == 0
+    )
     assert "speeds 0.9,1,1.1)" in capsys.readouterr().out
     warped = [line.split("\t") for line in (exp / "decode" / "warped_lexicon.txt").read_text().splitlines()]
     assert [r[:2] for r in warped] == [r[:2] for r in lexicon]
@@ -297,18 +336,47 @@ def test_decode_runs_on_the_gpu_when_there_is_one(corpus, tmp_path):
 
 def test_train_cli_refuses_missing_data_before_any_work(tmp_path):
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path / "none.list"),
-                          "--exp", str(tmp_path / "exp")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--data",
+            str(tmp_path / "none.list"),
+            "--exp",
+            str(tmp_path / "exp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "no such data list" in out.stderr and not (tmp_path / "exp").exists()
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(tmp_path), "--exp",
-                          str(tmp_path / "exp"), "optim.nope=1"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--data",
+            str(tmp_path),
+            "--exp",
+            str(tmp_path / "exp"),
+            "optim.nope=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "optim.nope" in out.stderr
     assert time.time() - t0 < 60
 
 
 def test_a_rank_that_aborts_prints_its_python_stack():
     """A C++ std::terminate in a rank (SIGABRT) leaves the Python stacks of its threads in stderr."""
-    code = "from asrlab.lab import dist; dist.setup()\ndef where_it_died():\n    import os; os.abort()\nwhere_it_died()\n"
+    code = (
+        "from asrlab.lab import dist; dist.setup()\ndef where_it_died():\n    import os; os.abort()\nwhere_it_died()\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == -signal.SIGABRT
     assert "Fatal Python error: Aborted" in p.stderr and "where_it_died" in p.stderr
@@ -317,9 +385,27 @@ def test_a_rank_that_aborts_prints_its_python_stack():
 def test_train_with_2_gloo_ranks(corpus, tmp_path):
     exp = tmp_path / "exp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data",
-                          str(corpus / "data.list"), "--exp", str(exp), "--max-steps", "3", *SMALL],
-                         capture_output=True, text=True, timeout=240, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--data",
+            str(corpus / "data.list"),
+            "--exp",
+            str(exp),
+            "--max-steps",
+            "3",
+            *SMALL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     for rank in (0, 1):
         lines = (exp / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()
@@ -367,9 +453,14 @@ def test_a_stop_request_ends_the_run_cleanly_after_the_current_step(corpus, tmp_
     tr.close()
     assert tr.stopped_on_request and [m["step"] for m in read_metrics(exp)] == [1]
     assert result["step"] == 1 and checkpoint.load_latest(exp / "checkpoints")[1]["step"] == 1
-    assert not stop_requested(exp)                       # cleared: a resume trains on
-    again = Trainer(load_config("tiny", SMALL + ["train.max_epochs=50", "train.max_steps=3"]),
-                    str(corpus / "data.list"), None, exp, CPU)
+    assert not stop_requested(exp)  # cleared: a resume trains on
+    again = Trainer(
+        load_config("tiny", SMALL + ["train.max_epochs=50", "train.max_steps=3"]),
+        str(corpus / "data.list"),
+        None,
+        exp,
+        CPU,
+    )
     assert again.resume()
     again.fit()
     again.close()
@@ -381,23 +472,42 @@ def test_asrlab_stop_ends_2_gloo_ranks_at_the_same_step(corpus, tmp_path):
 
     exp = tmp_path / "exp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data",
-                             str(corpus / "data.list"), "--exp", str(exp), "train.max_epochs=1000", *SMALL],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--data",
+            str(corpus / "data.list"),
+            "--exp",
+            str(exp),
+            "train.max_epochs=1000",
+            *SMALL,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.time() + 180
         while last_step(exp) < 2:
             assert proc.poll() is None and time.time() < deadline, "the run ended or did not reach step 2"
             time.sleep(0.1)
-        out = subprocess.run([sys.executable, "-m", "asrlab.cli", "stop", str(exp)], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "asrlab.cli", "stop", str(exp)], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0 and "stop after its current step" in out.stdout
         assert proc.wait(timeout=120) == 0, proc.stdout.read()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
-    steps = [[json.loads(x)["step"] for x in (exp / "metrics" / f"rank{r}.jsonl").read_text().splitlines()]
-             for r in (0, 1)]
+    steps = [
+        [json.loads(x)["step"] for x in (exp / "metrics" / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)
+    ]
     assert steps[0] == steps[1] and steps[0][-1] >= 2
     assert checkpoint.load_latest(exp / "checkpoints")[1]["step"] == steps[0][-1]
     assert not (exp / "STOP").exists()
@@ -463,13 +573,29 @@ def test_failing_ranks_say_the_first_error_once_and_last(corpus, tmp_path):
     """2 ranks on a one-shard list: the clear message once, as the last line, not torchrun's report under it."""
     one = tmp_path / "one.list"
     one.write_text((corpus / "data.list").read_text().splitlines()[0] + "\n")
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--nproc", "2", "--data", str(one),
-                          "--exp", str(tmp_path / "exp"), *SMALL], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--data",
+            str(one),
+            "--exp",
+            str(tmp_path / "exp"),
+            *SMALL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     lines = out.stderr.strip().splitlines()
     assert lines[-1].startswith("asrlab: error: rank ") and "1 source(s) for 2 ranks" in lines[-1]
-    assert "each error in" in lines[-1]                                    # both ranks failed; one is said
+    assert "each error in" in lines[-1]  # both ranks failed; one is said
     assert out.stderr.count("1 source(s) for 2 ranks") == 1 and "ChildFailedError" not in out.stderr
     assert len(lines) < 25, out.stderr
     (tmp_path / "train.log").write_text(out.stderr)  # what a person keeps of the run: its output, read after the fact
@@ -498,12 +624,14 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
     from asrlab.lab import dist as adist
     from asrlab.train import step as step_module
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(1)
     info = adist.setup("gloo")
     real = step_module.mean_ctc_loss
     if rank == 1:
+
         def infinite(*args, **kw):
             loss, bad = real(*args, **kw)
             return loss + torch.tensor(math.inf), bad  # a constant: the gradients stay finite
@@ -517,8 +645,16 @@ def _one_step_with_rank1_loss_infinite(rank: int, data: str, out: str, port: int
     step_module.mean_ctc_loss = real
     r2 = tr.settle()
     with open(f"{out}/result{rank}.json", "w") as f:
-        json.dump({"skipped": r.skipped, "kind": r.nonfinite, "halt1": r.halt is not None, "weights": total,
-                   "halt2": str(r2.halt) if r2.halt else None}, f)
+        json.dump(
+            {
+                "skipped": r.skipped,
+                "kind": r.nonfinite,
+                "halt1": r.halt is not None,
+                "weights": total,
+                "halt2": str(r2.halt) if r2.halt else None,
+            },
+            f,
+        )
     tr.close()
     tdist.barrier()  # neither rank closes its connections while the other may still read from them
     adist.teardown()
@@ -535,8 +671,9 @@ def test_every_rank_decides_alike_on_a_step_that_one_rank_found_non_finite(corpu
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_one_step_with_rank1_loss_infinite, args=(str(corpus / "data.list"), str(tmp_path), port), nprocs=2,
-             join=True)
+    mp.spawn(
+        _one_step_with_rank1_loss_infinite, args=(str(corpus / "data.list"), str(tmp_path), port), nprocs=2, join=True
+    )
     results = [json.loads((tmp_path / f"result{r}.json").read_text()) for r in (0, 1)]
     assert [r["skipped"] for r in results] == [False, False] and [r["kind"] for r in results] == [None, "loss"]
     assert results[0]["weights"] == results[1]["weights"]

@@ -10,13 +10,26 @@ from conftest import SMALL
 
 
 def row(storage, nw, mf, audio, wait, peak):
-    return {"storage": storage, "num_workers": nw, "prefetch_factor": 2 if nw else None, "max_frames_in_batch": mf,
-            "audio_h_per_h": audio, "data_wait": wait, "peak_mib": peak, "utts_per_s": audio / 2, "gpu_util_pct": None}
+    return {
+        "storage": storage,
+        "num_workers": nw,
+        "prefetch_factor": 2 if nw else None,
+        "max_frames_in_batch": mf,
+        "audio_h_per_h": audio,
+        "data_wait": wait,
+        "peak_mib": peak,
+        "utts_per_s": audio / 2,
+        "gpu_util_pct": None,
+    }
 
 
 def test_recommend_picks_the_fastest_point_that_fits_memory():
-    rows = [row("shards/bz2", 0, 5000, 40.0, 0.30, 900), row("shards/none", 1, 5000, 80.0, 0.02, 1800),
-            row("shards/none", 2, 5000, 95.0, 0.01, 2900), row("raw", 1, 2500, 70.0, 0.04, 1700)]
+    rows = [
+        row("shards/bz2", 0, 5000, 40.0, 0.30, 900),
+        row("shards/none", 1, 5000, 80.0, 0.02, 1800),
+        row("shards/none", 2, 5000, 95.0, 0.01, 2900),
+        row("raw", 1, 2500, 70.0, 0.04, 1700),
+    ]
     best, text = recommend(rows)
     assert best is rows[2]
     best, text = recommend(rows, memory_mib=2000)
@@ -28,8 +41,12 @@ def test_recommend_picks_the_fastest_point_that_fits_memory():
 
 
 def test_recommend_names_the_other_settings_the_loader_keeps_up_with():
-    rows = [row("shards/none", 0, 5000, 800.0, 0.59, 2000), row("shards/none", 4, 5000, 2400.0, 0.006, 8100),
-            row("shards/bz2", 4, 5000, 3455.0, 0.005, 9200), row("raw", 4, 5000, 2223.0, 0.006, 8900)]
+    rows = [
+        row("shards/none", 0, 5000, 800.0, 0.59, 2000),
+        row("shards/none", 4, 5000, 2400.0, 0.006, 8100),
+        row("shards/bz2", 4, 5000, 3455.0, 0.005, 9200),
+        row("raw", 4, 5000, 2223.0, 0.006, 8900),
+    ]
     best, text = recommend(rows)
     assert best is rows[2]
     assert "2 other settings also wait under 2% for data (2223-2400 h/h)" in text
@@ -48,6 +65,7 @@ def test_measure_on_real_steps(corpus, tmp_path, monkeypatch):
 
     def no_trainer(*a, **k):
         raise AssertionError("a sweep point built a whole Trainer")
+
     monkeypatch.setattr(asrlab.train.trainer.Trainer, "__init__", no_trainer)
     lists = storage_variants(corpus / "data.list", tmp_path, ("raw", "shards/bz2"), max_utts=60, shard_size=20)
     assert lists["raw"].name == "raw.list" and len(lists["shards/bz2"].read_text().splitlines()) == 3
@@ -73,6 +91,7 @@ def test_measure_refuses_a_window_longer_than_an_epoch(corpus, tmp_path):
 
 
 # -- the batch from measured memory (asrlab tune) ---------------------------------------------------
+
 
 def test_memory_search_finds_the_largest_batch_per_length():
     from asrlab.measure.memory import ladder, search, table
@@ -114,8 +133,12 @@ def test_tune_says_it_needs_a_gpu(tmp_path):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "asrlab.cli", "tune", str(tmp_path / "none.list")], capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "tune", str(tmp_path / "none.list")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "needs a GPU, and there is none here" in p.stderr and "Traceback" not in p.stderr
 
 

@@ -22,8 +22,16 @@ LOOPS = Path(__file__).resolve().parent / "loops"
 
 
 def torchrun(loop: str, *args, timeout: float = 150) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(LOOPS / loop), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(LOOPS / loop),
+        *map(str, args),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -54,8 +62,10 @@ def test_a_loader_without_len_is_cut_on_the_same_last_batch_and_the_doctor_says_
     exp = tmp_path / "exp"
     r = torchrun("bucketed_islice.py", exp)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = sorted((x["epoch"], x["rank"], x["batches"], x["steps"], x["len"])
-                   for x in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{"))))
+    lines = sorted(
+        (x["epoch"], x["rank"], x["batches"], x["steps"], x["len"])
+        for x in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))
+    )
     assert lines == [(0, 0, 5, 3, None), (0, 1, 5, 3, None), (1, 0, 5, 6, 5), (1, 1, 5, 6, 5)]
     assert "?" not in r.stderr and "an unknown number of batches (the loader has no len)" in r.stderr
 
@@ -68,8 +78,9 @@ def test_a_loader_without_len_is_cut_on_the_same_last_batch_and_the_doctor_says_
     assert e0["cut_short"]["1"]["batches"] is None and e1["cut_short"]["1"]["batches"] == 15
     text = format_diagnosis(d)
     assert "epoch 0: complete" not in text and "?" not in text.split("coverage (", 1)[1]
-    assert ("rank 1: left an unknown number of batches (the loader has no len) untrained after its batch 5 "
-            "(step 3)") in text
+    assert (
+        "rank 1: left an unknown number of batches (the loader has no len) untrained after its batch 5 (step 3)"
+    ) in text
 
 
 def test_a_stateful_loader_wired_as_the_guide_says_resumes_across_epochs_exactly(tmp_path):
@@ -89,8 +100,12 @@ def test_a_stateful_loader_wired_as_the_guide_says_resumes_across_epochs_exactly
     assert d["resumes"]["resumed_from"] == [6]
     e0, e1 = coverage_read_alike(d)
     rank0 = {f"r0-{i:02d}" for i in range(14)}
-    trained = [Counter(k for rank in (0, 1) for rec in lab.read_ledger(exp, rank) if rec["epoch"] == epoch
-                       for k in rec["keys"]) for epoch in (0, 1)]
+    trained = [
+        Counter(
+            k for rank in (0, 1) for rec in lab.read_ledger(exp, rank) if rec["epoch"] == epoch for k in rec["keys"]
+        )
+        for epoch in (0, 1)
+    ]
     seen = set(trained[0]) | set(trained[1])  # what the doctor expects: the run names no list of its keys
     for e, keys in zip((e0, e1), trained):
         assert max(keys.values()) == 1 and rank0 <= set(keys)  # once each, the resume included
@@ -100,8 +115,10 @@ def test_a_stateful_loader_wired_as_the_guide_says_resumes_across_epochs_exactly
     assert e0["cut_short"]["1"]["batches"] == 3 and e0["cut_short"]["1"]["after_batch"] == 7
     # resumed mid-epoch, the loader's own position holds what went before: not counted, and said so
     assert e1["cut_short"]["1"]["batches"] is None and e1["cut_short"]["1"]["after_step"] == 8
-    assert "rank 1: left an unknown number of batches (the loader has no len, or resumed itself mid-epoch)" in \
-        format_diagnosis(d)
+    assert (
+        "rank 1: left an unknown number of batches (the loader has no len, or resumed itself mid-epoch)"
+        in format_diagnosis(d)
+    )
 
 
 def test_the_guard_and_the_state_are_wired_in_one_order_before_or_after_load(tmp_path):

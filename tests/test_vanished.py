@@ -19,8 +19,17 @@ def test_a_vanished_rank_is_named_with_its_last_step(tmp_path):
     # rank 0 notes rank 1's end in the moment before the agent ends it too; the agent's 0.1-s look can win
     # that race on a busy 2-core machine (docs/guide.md), so it looks once a second here: what is tested is
     # the reading of the note, not the race
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "--monitor-interval=1", "lab_loop.py", str(exp), "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--monitor-interval=1",
+        "lab_loop.py",
+        str(exp),
+        "1",
+    ]
     env = {**os.environ, "TOY_FAULT": "vanish:1:13", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode != 0

@@ -32,12 +32,34 @@ def in_a_clone(tmp_path: Path) -> Path:
     return where
 
 
-def watched(exp: Path, fault: str = "", *watch_args: str, nproc: int = 2, timeout: float = 150, epochs: int = 1,
-            cwd: Path = EXAMPLES):
+def watched(
+    exp: Path,
+    fault: str = "",
+    *watch_args: str,
+    nproc: int = 2,
+    timeout: float = 150,
+    epochs: int = 1,
+    cwd: Path = EXAMPLES,
+):
     """``asrlab watch`` around torchrun and the bare loop; (exit code, stderr, seconds, pids seen)."""
-    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "bare_loop.py", str(exp.parent / "out"), str(epochs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "watch",
+        "--exp",
+        str(exp),
+        *watch_args,
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "bare_loop.py",
+        str(exp.parent / "out"),
+        str(epochs),
+    ]
     env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -57,12 +79,29 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
     """The watch (py-spy) reports the hang and lets the job be; ``asrlab doctor --pid`` on the job's agent
     says the same from one look; a SIGTERM to the watch then ends everything it started."""
     exp = tmp_path / "exp"
-    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "5", "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "bare_loop.py", str(tmp_path / "out"), "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "watch",
+        "--exp",
+        str(exp),
+        "--stall-timeout",
+        "5",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "bare_loop.py",
+        str(tmp_path / "out"),
+        "1",
+    ]
     env = {**os.environ, "TOY_FAULT": "hang_data:1:6", "OMP_NUM_THREADS": "1"}
-    watch = subprocess.Popen(cmd, cwd=in_a_clone(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+    watch = subprocess.Popen(
+        cmd, cwd=in_a_clone(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.time() + 90
         while not (exp / "stall_report.json").exists() and time.time() < deadline and watch.poll() is None:
@@ -70,7 +109,9 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         report = json.loads((exp / "stall_report.json").read_text())
         v = report["verdict"]
         # the rank, the phase, the blocking line of the job's own code (toy.py's dataset), the other rank's wait
-        assert v.startswith("rank 1 has waited ") and " s for data (" in v and "at toy.py:" in v and "in _faulty" in v, v
+        assert (
+            v.startswith("rank 1 has waited ") and " s for data (" in v and "at toy.py:" in v and "in _faulty" in v
+        ), v
         assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in v, v
         rank1 = next(r for r in report["ranks"] if r["rank"] == 1)
         assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1.get("workers")
@@ -84,8 +125,12 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         assert "<- behind the others" in (exp / "stall_report.txt").read_text()
 
         agent = psutil.Process(watch.pid).children()[0].pid  # the torchrun agent, not started by asrlab
-        out = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 1, (out.stdout[-2000:], out.stderr[-2000:])
         first = out.stdout.splitlines()[0]
         assert first.startswith("STUCK: rank 1 is waiting for data (") and "toy.py:" in first and "_faulty" in first
@@ -101,8 +146,18 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
 
 def test_the_fallback_without_ptrace_reads_the_same_hang(tmp_path):
     exp = tmp_path / "exp"
-    rc, err, _ = watched(exp, "hang_data:0:4", "--stall-timeout", "6", "--on-stall", "kill", "--sampler",
-                         "faulthandler", nproc=1, cwd=in_a_clone(tmp_path))
+    rc, err, _ = watched(
+        exp,
+        "hang_data:0:4",
+        "--stall-timeout",
+        "6",
+        "--on-stall",
+        "kill",
+        "--sampler",
+        "faulthandler",
+        nproc=1,
+        cwd=in_a_clone(tmp_path),
+    )
     assert rc != 0, err[-3000:]
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     assert v.startswith("rank 0 has waited ") and "at toy.py:" in v and "in _faulty" in v, v
@@ -153,40 +208,102 @@ def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_mos
     # each rank): the shares sampled from outside agree within 15 points, rank by rank (two runs, not one: on
     # a busy 2-core machine rank 0's own workers lag now and then, 0% to 10% of its step seen between runs)
     inside = tmp_path / "inside"
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          "lab_loop.py", str(inside), "2"], cwd=EXAMPLES, capture_output=True, text=True, timeout=150,
-                         env={**os.environ, "TOY_FAULT": "slow_data:1:0", "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "lab_loop.py",
+            str(inside),
+            "2",
+        ],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "TOY_FAULT": "slow_data:1:0", "OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     measured = {r["rank"]: r["data_wait_share"] for r in diagnose(inside)["steps"]["ranks"]}
     assert all(abs(shares[r] - measured[r]) <= 0.15 for r in (0, 1)), (shares, measured)
-    rc = subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e2"), "--",
-                         sys.executable, "-c", "import sys; sys.exit(7)"], capture_output=True, timeout=60).returncode
+    rc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "watch",
+            "--exp",
+            str(tmp_path / "e2"),
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(7)",
+        ],
+        capture_output=True,
+        timeout=60,
+    ).returncode
     assert rc == 7
 
 
 def test_stacks_are_classified_by_their_frames():
     torch_file = "/x/site-packages/torch/"
     loop = [("/home/me/train.py", 40, "main")]
-    assert phase_of(loop + [(torch_file + "utils/data/dataloader.py", 741, "__next__"),
-                            ("/usr/lib/python3.11/selectors.py", 415, "select")]) == "data"
-    assert phase_of(loop + [(torch_file + "_tensor.py", 631, "backward"),
-                            (torch_file + "autograd/graph.py", 869, "_engine_run_backward")]) == "backward"
-    assert phase_of(loop + [(torch_file + "distributed/c10d_logger.py", 81, "wrapper"),
-                            (torch_file + "distributed/distributed_c10d.py", 2900, "all_reduce")]) == "collective"
-    assert phase_of(loop + [(torch_file + "optim/optimizer.py", 500, "wrapper"),
-                            (torch_file + "optim/adamw.py", 200, "step")]) == "optimizer"
-    assert phase_of(loop + [(torch_file + "nn/modules/module.py", 1700, "_call_impl"),
-                            ("/home/me/model.py", 12, "forward")]) == "forward"
+    assert (
+        phase_of(
+            loop
+            + [
+                (torch_file + "utils/data/dataloader.py", 741, "__next__"),
+                ("/usr/lib/python3.11/selectors.py", 415, "select"),
+            ]
+        )
+        == "data"
+    )
+    assert (
+        phase_of(
+            loop
+            + [
+                (torch_file + "_tensor.py", 631, "backward"),
+                (torch_file + "autograd/graph.py", 869, "_engine_run_backward"),
+            ]
+        )
+        == "backward"
+    )
+    assert (
+        phase_of(
+            loop
+            + [
+                (torch_file + "distributed/c10d_logger.py", 81, "wrapper"),
+                (torch_file + "distributed/distributed_c10d.py", 2900, "all_reduce"),
+            ]
+        )
+        == "collective"
+    )
+    assert (
+        phase_of(
+            loop + [(torch_file + "optim/optimizer.py", 500, "wrapper"), (torch_file + "optim/adamw.py", 200, "step")]
+        )
+        == "optimizer"
+    )
+    assert (
+        phase_of(
+            loop + [(torch_file + "nn/modules/module.py", 1700, "_call_impl"), ("/home/me/model.py", 12, "forward")]
+        )
+        == "forward"
+    )
     assert phase_of(loop) == "other"
 
 
 def test_a_faulthandler_dump_is_read_innermost_last():
-    text = ('Thread 0x00007f01 (most recent call first):\n'
-            '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
-            '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
-            'Current thread 0x00007f00 (most recent call first):\n'
-            '  File "/home/me/toy.py", line 48 in _faulty\n'
-            '  File "/home/me/train.py", line 44 in <module>\n')
+    text = (
+        "Thread 0x00007f01 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
+        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
+        "Current thread 0x00007f00 (most recent call first):\n"
+        '  File "/home/me/toy.py", line 48 in _faulty\n'
+        '  File "/home/me/train.py", line 44 in <module>\n'
+    )
     stacks = parse_faulthandler(text)
     assert stacks["MainThread"] == [("/home/me/train.py", 44, "<module>"), ("/home/me/toy.py", 48, "_faulty")]
     assert stacks["thread 0x00007f01"][-1] == ("/usr/lib/python3.11/threading.py", 327, "wait")
@@ -194,10 +311,13 @@ def test_a_faulthandler_dump_is_read_innermost_last():
 
 @pytest.mark.parametrize("bad", [["--on-stall", "never"], ["--sample-hz", "0"]])
 def test_bad_options_are_refused_clearly(tmp_path, bad):
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e"), *bad, "--",
-                          "true"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "e"), *bad, "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and ("asrlab: error:" in out.stderr or "invalid choice" in out.stderr), out.stderr
-
 
 
 def test_the_fallback_signals_only_a_process_that_handles_it(tmp_path):
@@ -206,13 +326,17 @@ def test_the_fallback_signals_only_a_process_that_handles_it(tmp_path):
     from asrlab.watch.sample import DUMP_SIGNAL, FaultHandler, catches
 
     fh = FaultHandler(tmp_path)
-    code = ("import faulthandler, os, sys, time\n"
-            "if sys.argv[1] == 'yes':\n"
-            f"    faulthandler.register({int(DUMP_SIGNAL)}, file=open(os.path.join(sys.argv[2], f'{{os.getpid()}}.txt'), 'a'))\n"
-            "def waiting_here():\n    print('ready', flush=True)\n    time.sleep(60)\n"
-            "waiting_here()\n")
-    procs = {w: subprocess.Popen([sys.executable, "-c", code, w, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-             for w in ("no", "yes")}
+    code = (
+        "import faulthandler, os, sys, time\n"
+        "if sys.argv[1] == 'yes':\n"
+        f"    faulthandler.register({int(DUMP_SIGNAL)}, file=open(os.path.join(sys.argv[2], f'{{os.getpid()}}.txt'), 'a'))\n"
+        "def waiting_here():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+        "waiting_here()\n"
+    )
+    procs = {
+        w: subprocess.Popen([sys.executable, "-c", code, w, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for w in ("no", "yes")
+    }
     try:
         for p in procs.values():
             assert p.stdout.readline().strip() == "ready"
@@ -240,5 +364,7 @@ def test_a_rank_killed_with_sigkill_is_named_as_the_one_that_vanished(tmp_path):
     (exp / "job.log").unlink()
     d = diagnose(exp)
     assert d["verdict"] == "crashed", d["summary"]
-    assert d["summary"].startswith("rank 1 ended without recording an error: it vanished (the first to end"), d["summary"]
+    assert d["summary"].startswith("rank 1 ended without recording an error: it vanished (the first to end"), d[
+        "summary"
+    ]
     assert not left_behind(exp)

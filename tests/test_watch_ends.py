@@ -47,8 +47,13 @@ def watched(tmp_path: Path, how: str) -> tuple[subprocess.Popen, Path, Path]:
     else:
         cmd = [sys.executable, "-m", "worker_loop"] + (["torchrun"] if how == "python-m-torchrun" else [])
     env = {**os.environ, "PIDS": str(pids), "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
-    watch = subprocess.Popen([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--", *cmd],
-                             env=env, cwd=LOOPS, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--", *cmd],
+        env=env,
+        cwd=LOOPS,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return watch, pids, exp
 
 
@@ -58,8 +63,12 @@ def job_of(watch: subprocess.Popen, pids: Path, exp: Path) -> list[psutil.Proces
     while True:
         log = (exp / "job.log").read_text() if (exp / "job.log").exists() else ""
         marks = [p.name for p in pids.iterdir()]
-        if (sum(m.startswith("rank") for m in marks) == 2 and sum(m.startswith("worker") for m in marks) >= 2
-                and "step 3 rank 0" in log and "step 3 rank 1" in log):
+        if (
+            sum(m.startswith("rank") for m in marks) == 2
+            and sum(m.startswith("worker") for m in marks) >= 2
+            and "step 3 rank 0" in log
+            and "step 3 rank 1" in log
+        ):
             break
         assert watch.poll() is None, watch.stderr.read().decode()[-3000:]
         assert time.time() < deadline, f"the job never trained: {marks}\n{log[-2000:]}"
@@ -70,10 +79,17 @@ def job_of(watch: subprocess.Popen, pids: Path, exp: Path) -> list[psutil.Proces
     return below + [psutil.Process(pid) for pid in named if psutil.pid_exists(pid)]
 
 
-@pytest.mark.parametrize("how,sig", [("bash", signal.SIGKILL), ("bash", signal.SIGTERM), ("bash", signal.SIGINT),
-                                     ("python-m-torchrun", signal.SIGKILL), ("python-m-spawn", signal.SIGKILL)],
-                         ids=["run.sh-SIGKILL", "run.sh-SIGTERM", "run.sh-SIGINT", "python-m-torchrun-SIGKILL",
-                              "python-m-spawn-SIGKILL"])
+@pytest.mark.parametrize(
+    "how,sig",
+    [
+        ("bash", signal.SIGKILL),
+        ("bash", signal.SIGTERM),
+        ("bash", signal.SIGINT),
+        ("python-m-torchrun", signal.SIGKILL),
+        ("python-m-spawn", signal.SIGKILL),
+    ],
+    ids=["run.sh-SIGKILL", "run.sh-SIGTERM", "run.sh-SIGINT", "python-m-torchrun-SIGKILL", "python-m-spawn-SIGKILL"],
+)
 def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
     watch, pids, exp = watched(tmp_path, how)
     job: list[psutil.Process] = []
@@ -84,7 +100,8 @@ def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
         watch.send_signal(sig)
         _, left = psutil.wait_procs(job, timeout=30)
         assert not left, f"still running 30 s after {sig.name} to the watch: " + "; ".join(
-            f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in left if p.is_running())
+            f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in left if p.is_running()
+        )
         if sig != signal.SIGKILL:  # the watch itself says so and exits 128 + the signal
             assert watch.wait(30) == 128 + sig
     finally:  # nothing of a failed test left running

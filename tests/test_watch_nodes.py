@@ -23,13 +23,33 @@ def test_two_nodes_watched_apart_are_read_as_one_run(tmp_path):
     env = {**os.environ, "TOY_FAULT": "hang_data:1:6", "OMP_NUM_THREADS": "1"}
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / f"node{node}"),
-               "--stall-timeout", "6", "--on-stall", "kill", "--",
-               sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
-               "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
-               "bare_loop.py", str(tmp_path / f"out{node}"), "1"]
-        procs.append(subprocess.Popen(cmd, cwd=EXAMPLES, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "watch",
+            "--exp",
+            str(tmp_path / f"node{node}"),
+            "--stall-timeout",
+            "6",
+            "--on-stall",
+            "kill",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--nproc-per-node=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            "bare_loop.py",
+            str(tmp_path / f"out{node}"),
+            "1",
+        ]
+        procs.append(
+            subprocess.Popen(cmd, cwd=EXAMPLES, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        )
     try:
         codes = [p.wait(timeout=150) for p in procs]
     finally:
@@ -37,14 +57,20 @@ def test_two_nodes_watched_apart_are_read_as_one_run(tmp_path):
             if p.poll() is None:
                 p.kill()
     assert all(c != 0 for c in codes), [p.stderr.read()[-2000:] for p in procs]
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(tmp_path / "node0"),
-                          str(tmp_path / "node1"), "--json"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "doctor", str(tmp_path / "node0"), str(tmp_path / "node1"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1, out.stderr[-2000:]
     d = json.loads(out.stdout)
     assert d["verdict"] == "stalled" and d["world_size"] == 2, d["summary"]
     assert d["summary"].startswith("rank 1 has waited") and "toy.py" in d["summary"], d["summary"]
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in d["summary"], d["summary"]
-    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path / "out") in " ".join(p.info["cmdline"] or [])]
+    assert not [
+        p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path / "out") in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def test_a_node_whose_rank_errored_after_the_other_nodes_kill_is_read_as_it_was_at_the_stall(tmp_path):
@@ -58,25 +84,59 @@ def test_a_node_whose_rank_errored_after_the_other_nodes_kill_is_read_as_it_was_
         path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
 
     def snap(rank, phase, since, time, detail=""):
-        return {"rank": rank, "phase": phase, "step": None, "since": since, "beats": 20, "detail": detail,
-                "completed": None, "allow_s": 0.0, "pid": 100 + rank, "host": "h", "node": 0, "time": time,
-                "run": None, "watched": True}
+        return {
+            "rank": rank,
+            "phase": phase,
+            "step": None,
+            "since": since,
+            "beats": 20,
+            "detail": detail,
+            "completed": None,
+            "allow_s": 0.0,
+            "pid": 100 + rank,
+            "host": "h",
+            "node": 0,
+            "time": time,
+            "run": None,
+            "watched": True,
+        }
 
     n0, n1 = tmp_path / "node0", tmp_path / "node1"
     for n in (n0, n1):
         write(n / "lab.json", {"started": t - 30, "status": "failed", "world_size": 2, "watched": ["torchrun"]})
     write(n0 / "heartbeat" / "rank0.json", snap(0, "other", t + 1.0, t + 2.0, "at bare_loop.py:32 in main"))
-    write(n0 / "heartbeat" / "rank0.timeline.jsonl",
-          "\n".join(json.dumps(e) for e in ({"t": t - 20, "phase": "start", "step": None},
-                                            {"t": t - 6.5, "phase": "backward", "step": None},
-                                            {"t": t + 1.0, "phase": "other", "step": None})) + "\n")
+    write(
+        n0 / "heartbeat" / "rank0.timeline.jsonl",
+        "\n".join(
+            json.dumps(e)
+            for e in (
+                {"t": t - 20, "phase": "start", "step": None},
+                {"t": t - 6.5, "phase": "backward", "step": None},
+                {"t": t + 1.0, "phase": "other", "step": None},
+            )
+        )
+        + "\n",
+    )
     hung = snap(1, "data", t - 6.6, t, "loop at bare_loop.py:29 in main; worker pid 7 at toy.py:54 in _faulty")
     write(n1 / "heartbeat" / "rank1.json", hung)
     write(n1 / "stall" / "rank1.json", hung)
-    write(n1 / "stall_report.json", {"verdict": "rank 1 has waited 6 s for data", "time": t, "timeout_s": 6.0,
-                                     "world_size": 2, "ranks": [], "failure": None})
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(n0), str(n1), "--json"],
-                         capture_output=True, text=True, timeout=60)
+    write(
+        n1 / "stall_report.json",
+        {
+            "verdict": "rank 1 has waited 6 s for data",
+            "time": t,
+            "timeout_s": 6.0,
+            "world_size": 2,
+            "ranks": [],
+            "failure": None,
+        },
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "doctor", str(n0), str(n1), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     d = json.loads(out.stdout)
     assert d["summary"].startswith("rank 1 has waited 6 s for data"), d["summary"]
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in d["summary"], d["summary"]

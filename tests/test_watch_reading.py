@@ -26,9 +26,14 @@ HF = str(LOOPS / "hf_style_loop.py")
 
 
 def watch(exp: Path, *cmd: str, watch_args: tuple = (), env: dict | None = None, timeout: float = 150):
-    return subprocess.run([sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--", *cmd],
-                          cwd=LOOPS, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), *watch_args, "--", *cmd],
+        cwd=LOOPS,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def left_behind(mark: str) -> list[int]:
@@ -42,26 +47,53 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
     rank's step in the loop's own count, and where rank 0 is; ``asrlab doctor --pid`` reads the same from
     one look. The job ran with ResourceWarnings shown and printed none."""
     exp, out = tmp_path / "exp", tmp_path / "out"
-    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "6", "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF, str(out)]
-    job = subprocess.Popen(cmd, cwd=LOOPS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "OMP_NUM_THREADS": "1", "EXTRA": "3",
-                                "PYTHONWARNINGS": "always::ResourceWarning"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "watch",
+        "--exp",
+        str(exp),
+        "--stall-timeout",
+        "6",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        HF,
+        str(out),
+    ]
+    job = subprocess.Popen(
+        cmd,
+        cwd=LOOPS,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "EXTRA": "3", "PYTHONWARNINGS": "always::ResourceWarning"},
+    )
     try:
         deadline = time.time() + 120
         while not (exp / "stall_report.json").exists() and time.time() < deadline and job.poll() is None:
             time.sleep(0.5)
         v = json.loads((exp / "stall_report.json").read_text())["verdict"]
         assert v.startswith("rank 0 ran out of data after step 9 and left the loop (at hf_style_loop.py:"), v
-        assert "in main); rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)" in v, v
+        assert (
+            "in main); rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)" in v
+        ), v
         assert "disagree" not in v, v
         text = (exp / "stall_report.txt").read_text()
         assert "past the training loop after step 9 (its data ran out)" in text, text[:2000]
         d = diagnose(exp)
         assert d["verdict"] == "stalled" and d["summary"] == v, d["summary"]
         agent = psutil.Process(job.pid).children()[0].pid  # torchrun's agent
-        look = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
-                              capture_output=True, text=True, timeout=60)
+        look = subprocess.run(
+            [sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(agent)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         first = look.stdout.splitlines()[0]
         assert first.startswith("STUCK: rank 0 is past the training loop after step 9 (its data ran out) (at "), first
         assert "rank 1 is waiting in DDP's gradient all-reduce (backward) of step 10" in first, first
@@ -77,30 +109,52 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
 def test_ranks_that_left_the_loop_are_named_with_the_ranks_that_wait_for_them():
     def snap(rank, phase, step, detail=""):
         return {"rank": rank, "phase": phase, "step": step, "since": 90.0, "time": 99.0, "detail": detail}
-    snaps = {0: snap(0, "left_loop", 9, "at train.py:82 in main"), 1: snap(1, "ddp_allreduce", 10),
-             2: snap(2, "left_loop", 9, "at train.py:82 in main"), 3: snap(3, "ddp_allreduce", 10)}
-    assert verdict(snaps, 4, 100.0) == ("ranks 0, 2 ran out of data after step 9 and left the loop (at train.py:82 in "
-                                        "main); ranks 1, 3 still train (step 10) and wait for them in DDP's gradient "
-                                        "all-reduce (backward)")
-    snaps = {0: snap(0, "left_loop", None, "at train.py:90 in main"), 1: snap(1, "collective", None, "at train.py:70 in main")}
-    assert verdict(snaps, 2, 100.0) == ("rank 0 ran out of data and left the loop (at train.py:90 in main); rank 1 "
-                                        "still trains and waits for it in a collective (at train.py:70 in main)")
+
+    snaps = {
+        0: snap(0, "left_loop", 9, "at train.py:82 in main"),
+        1: snap(1, "ddp_allreduce", 10),
+        2: snap(2, "left_loop", 9, "at train.py:82 in main"),
+        3: snap(3, "ddp_allreduce", 10),
+    }
+    assert verdict(snaps, 4, 100.0) == (
+        "ranks 0, 2 ran out of data after step 9 and left the loop (at train.py:82 in "
+        "main); ranks 1, 3 still train (step 10) and wait for them in DDP's gradient "
+        "all-reduce (backward)"
+    )
+    snaps = {
+        0: snap(0, "left_loop", None, "at train.py:90 in main"),
+        1: snap(1, "collective", None, "at train.py:70 in main"),
+    }
+    assert verdict(snaps, 2, 100.0) == (
+        "rank 0 ran out of data and left the loop (at train.py:90 in main); rank 1 "
+        "still trains and waits for it in a collective (at train.py:70 in main)"
+    )
 
 
-def modelled(world: int, slow: int, factor: float, noise: list[float], compute_s: float = 0.1,
-             read_s: float = 0.09) -> dict[int, float]:
+def modelled(
+    world: int, slow: int, factor: float, noise: list[float], compute_s: float = 0.1, read_s: float = 0.09
+) -> dict[int, float]:
     """Each rank's data-wait share under DDP when rank ``slow``'s reads take ``factor`` times as long: its
     batches come every ``read_s * factor`` s against a step's ``compute_s``, and it waits for the rest; the
     others' batches are ready by then (they wait for it in the all-reduce instead). ``noise``: points a
     sampled share is off by, per rank."""
     step = max(compute_s, read_s * factor)
-    return {r: round(min(1.0, max(0.0, (step - compute_s) / step if r == slow else 0.0) + noise[r]), 3)
-            for r in range(world)}
+    return {
+        r: round(min(1.0, max(0.0, (step - compute_s) / step if r == slow else 0.0) + noise[r]), 3)
+        for r in range(world)
+    }
 
 
 @pytest.mark.parametrize("factor", [2, 10])
-@pytest.mark.parametrize("world, noise", [(2, [0.0, 0.0]), (2, [0.1, -0.05]), (4, [0.08, 0.0, 0.1, 0.02]),
-                                          (8, [0.05, 0.1, 0.0, 0.07, 0.03, 0.1, 0.02, 0.06])])
+@pytest.mark.parametrize(
+    "world, noise",
+    [
+        (2, [0.0, 0.0]),
+        (2, [0.1, -0.05]),
+        (4, [0.08, 0.0, 0.1, 0.02]),
+        (8, [0.05, 0.1, 0.0, 0.07, 0.03, 0.1, 0.02, 0.06]),
+    ],
+)
 def test_a_rank_slowed_2x_or_10x_is_named_whatever_the_noise(world, noise, factor):
     shares = modelled(world, 1, factor, noise)
     assert slow_reader(shares) == 1, shares
@@ -111,13 +165,17 @@ def test_a_slow_reader_seen_at_a_low_share_is_named():
     assert slow_reader({0: 0.02, 1: 0.19}) == 1
 
 
-@pytest.mark.parametrize("shares", [
-    {0: 0.0, 1: 0.10},                           # equal ranks, 10 points of sampling noise
-    {0: 0.0, 1: 0.0}, {0: 0.02, 1: 0.05, 2: 0.0, 3: 0.12},
-    {0: 0.31, 1: 0.42, 2: 0.36, 3: 0.29},        # every rank waits for data alike: a slow loader, no one rank
-    {0: 0.55, 1: 0.68},
-    {0: 0.9},                                    # one rank: no others to hold up
-])
+@pytest.mark.parametrize(
+    "shares",
+    [
+        {0: 0.0, 1: 0.10},  # equal ranks, 10 points of sampling noise
+        {0: 0.0, 1: 0.0},
+        {0: 0.02, 1: 0.05, 2: 0.0, 3: 0.12},
+        {0: 0.31, 1: 0.42, 2: 0.36, 3: 0.29},  # every rank waits for data alike: a slow loader, no one rank
+        {0: 0.55, 1: 0.68},
+        {0: 0.9},  # one rank: no others to hold up
+    ],
+)
 def test_equal_ranks_with_noise_are_not_named(shares):
     assert slow_reader(shares) is None, shares
 
@@ -126,9 +184,18 @@ def test_a_finished_run_names_its_slow_reader_in_the_text(tmp_path):
     """The loop on even data, rank 1's reads twice as slow: the run finishes (exit 0, no ResourceWarning from
     the watch's code at any process's exit) and the doctor's text names rank 1 by the rule above."""
     exp = tmp_path / "exp"
-    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
-                str(tmp_path / "out"), watch_args=("--stall-timeout", "30"),
-                env={"SLOW": "1:2", "BATCHES": "30", "PYTHONWARNINGS": "always::ResourceWarning"})
+    run = watch(
+        exp,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        HF,
+        str(tmp_path / "out"),
+        watch_args=("--stall-timeout", "30"),
+        env={"SLOW": "1:2", "BATCHES": "30", "PYTHONWARNINGS": "always::ResourceWarning"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
     d = diagnose(exp)
@@ -140,8 +207,18 @@ def test_a_crash_before_the_first_step_says_no_slow_reader(tmp_path):
     """Rank 1 waits seconds for its first batch (its reads 30 times as slow), then raises on it: the crash is
     the verdict, and the text says nothing of whose reads hold the others up."""
     exp = tmp_path / "exp"
-    run = watch(exp, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", HF,
-                str(tmp_path / "out"), watch_args=("--stall-timeout", "60"), env={"RAISE": "1:0", "SLOW": "1:30"})
+    run = watch(
+        exp,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        HF,
+        str(tmp_path / "out"),
+        watch_args=("--stall-timeout", "60"),
+        env={"RAISE": "1:0", "SLOW": "1:30"},
+    )
     assert run.returncode != 0, run.stderr[-3000:]
     d = diagnose(exp)
     assert d["verdict"] == "crashed" and d["summary"].startswith("rank 1 failed: ValueError: input_ids"), d["summary"]
@@ -155,9 +232,22 @@ def test_the_parts_stall_verdict_names_the_loops_line_and_the_workers(tmp_path):
     """A loop with the stall watch and the uneven guard added: on rank 1 a worker's read never returns. The
     verdict names the loop's own line where it waits and the line the worker is stuck at, as the watch's does."""
     exp = tmp_path / "exp"
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(LOOPS / "parts_loop.py"), str(exp)], cwd=LOOPS, capture_output=True, text=True,
-                         timeout=150, env={**os.environ, "OMP_NUM_THREADS": "1", "HANG": "1:25"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(LOOPS / "parts_loop.py"),
+            str(exp),
+        ],
+        cwd=LOOPS,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HANG": "1:25"},
+    )
     assert run.returncode != 0, run.stderr[-3000:]
     v = json.loads((exp / "stall_report.json").read_text())["verdict"]
     assert v.startswith("rank 1 has waited ") and "for data at step 3 (reading step 4's batch ahead; " in v, v
@@ -170,8 +260,13 @@ def test_the_parts_stall_verdict_names_the_loops_line_and_the_workers(tmp_path):
 def test_the_watchs_injected_code_leaves_the_job_no_warning_and_no_handle(tmp_path):
     """A DataLoader's forked workers under the watch: each holds only its own stack-dump file (not the one
     inherited from its parent), and nothing is left unclosed to warn about, in a worker or at exit."""
-    run = watch(tmp_path / "exp", sys.executable, str(LOOPS / "worker_files.py"), timeout=90,
-                env={"PYTHONWARNINGS": "always::ResourceWarning"})
+    run = watch(
+        tmp_path / "exp",
+        sys.executable,
+        str(LOOPS / "worker_files.py"),
+        timeout=90,
+        env={"PYTHONWARNINGS": "always::ResourceWarning"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     said = run.stdout + run.stderr
     assert "ResourceWarning" not in said and "sum 28" in said, said[-3000:]

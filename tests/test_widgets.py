@@ -64,8 +64,17 @@ def run(corpus, tmp_path_factory):
     """6 steps with a ledger, a timeline, numerics sampled every step and an overflow planted at step 4;
     then greedy and lexicon decoding of the same list."""
     exp = tmp_path_factory.mktemp("run") / "exp"
-    cfg = load_config("tiny", SMALL + ["train.max_steps=6", "train.diagnostics_every=1", "train.ledger=true",
-                                       "train.timeline=true", "train.max_epochs=2"])
+    cfg = load_config(
+        "tiny",
+        SMALL
+        + [
+            "train.max_steps=6",
+            "train.diagnostics_every=1",
+            "train.ledger=true",
+            "train.timeline=true",
+            "train.max_epochs=2",
+        ],
+    )
     tr = Trainer(cfg, str(corpus / "data.list"), str(corpus / "data.list"), exp, CPU)
     target = dict(tr.model.named_modules())["blocks.0.ff1.net.0"]
     forward = target.forward
@@ -103,7 +112,7 @@ def test_utterance_browser(run, corpus):
     b = widgets.UtteranceBrowser(corpus / "data.list", decoded["hyps_path"], decoded["lexicon"]["hyps_path"])
     assert b.total == 120 and len(b.audio) == 120
     wrong = b.select(errors_only=True)
-    assert wrong and all(b._errors(r) > 0 for r in wrong)   # an untrained model: errors everywhere
+    assert wrong and all(b._errors(r) > 0 for r in wrong)  # an untrained model: errors everywhere
     html = static_parts(b)[0]
     assert "have a character error" in html and wrong[0]["key"] in html and ('class="d"' in html or 'class="s"' in html)
     box = b.widget()
@@ -164,10 +173,28 @@ def test_nan_explorer(run):
 def test_stall_explorer_of_a_stalled_run(corpus, tmp_path):
     """A real stall: one rank blocked in its data; the watchdog writes the report the explorer reads."""
     exp = tmp_path / "exp"
-    out = subprocess.run([sys.executable, "-m", "asrlab.cli", "train", "--data", str(corpus / "data.list"), "--exp",
-                          str(exp), "--stall-timeout", "3", "train.timeline=true", "data.inject_delay_s=3600",
-                          "data.inject_delay_ranks=[0]", "data.inject_delay_from_batch=3", *SMALL],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrlab.cli",
+            "train",
+            "--data",
+            str(corpus / "data.list"),
+            "--exp",
+            str(exp),
+            "--stall-timeout",
+            "3",
+            "train.timeline=true",
+            "data.inject_delay_s=3600",
+            "data.inject_delay_ranks=[0]",
+            "data.inject_delay_from_batch=3",
+            *SMALL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 3, out.stderr[-2000:]
     ex = widgets.StallExplorer(exp, zoom_s=2)
     assert "rank 0" in ex.verdict and ex.span_s > 3
@@ -208,21 +235,51 @@ def stalled_folder(tmp_path, workers: str = WATCHED_WORKERS):
     exp = tmp_path / "exp"
     (exp / "heartbeat").mkdir(parents=True)
     t = 1000.0
-    main = ['  File "/job/train.py", line 30, in main',
-            '  File "/venv/site-packages/torch/utils/data/dataloader.py", line 741, in __next__']
-    ranks = [{"rank": 0, "phase": "ddp_allreduce", "step": None, "since": t + 4.1, "detail": "at train.py:33 in main",
-              "host": "h", "pid": 10, "in_phase_s": 5.9, "stacks": {"MainThread": main[:1]}},
-             {"rank": 1, "phase": "data", "step": None, "since": t + 4.2, "host": "h", "pid": 11, "in_phase_s": 5.8,
-              "detail": "loop at train.py:30 in main; worker pid 102 at train.py:19 in __getitem__",
-              "stacks": {"MainThread": main}, "workers": workers}]
-    verdict = ("rank 1 has waited 5 s for data (worker pid 102 at train.py:19 in __getitem__); "
-               "rank 0 is waiting in DDP's gradient all-reduce (backward)")
-    (exp / "stall_report.json").write_text(json.dumps({"verdict": verdict, "time": t + 10, "timeout_s": 5.0,
-                                                       "world_size": 2, "ranks": ranks, "failure": None}))
-    for rank, phases in ((0, [(0, "start"), (3, "forward"), (3.5, "backward")]),
-                         (1, [(0, "start"), (3.2, "forward"), (3.6, "backward"), (4.2, "data")])):
+    main = [
+        '  File "/job/train.py", line 30, in main',
+        '  File "/venv/site-packages/torch/utils/data/dataloader.py", line 741, in __next__',
+    ]
+    ranks = [
+        {
+            "rank": 0,
+            "phase": "ddp_allreduce",
+            "step": None,
+            "since": t + 4.1,
+            "detail": "at train.py:33 in main",
+            "host": "h",
+            "pid": 10,
+            "in_phase_s": 5.9,
+            "stacks": {"MainThread": main[:1]},
+        },
+        {
+            "rank": 1,
+            "phase": "data",
+            "step": None,
+            "since": t + 4.2,
+            "host": "h",
+            "pid": 11,
+            "in_phase_s": 5.8,
+            "detail": "loop at train.py:30 in main; worker pid 102 at train.py:19 in __getitem__",
+            "stacks": {"MainThread": main},
+            "workers": workers,
+        },
+    ]
+    verdict = (
+        "rank 1 has waited 5 s for data (worker pid 102 at train.py:19 in __getitem__); "
+        "rank 0 is waiting in DDP's gradient all-reduce (backward)"
+    )
+    (exp / "stall_report.json").write_text(
+        json.dumps(
+            {"verdict": verdict, "time": t + 10, "timeout_s": 5.0, "world_size": 2, "ranks": ranks, "failure": None}
+        )
+    )
+    for rank, phases in (
+        (0, [(0, "start"), (3, "forward"), (3.5, "backward")]),
+        (1, [(0, "start"), (3.2, "forward"), (3.6, "backward"), (4.2, "data")]),
+    ):
         (exp / "heartbeat" / f"rank{rank}.timeline.jsonl").write_text(
-            "".join(json.dumps({"t": t + dt, "phase": p, "step": None}) + "\n" for dt, p in phases))
+            "".join(json.dumps({"t": t + dt, "phase": p, "step": None}) + "\n" for dt, p in phases)
+        )
     return exp
 
 
@@ -231,27 +288,41 @@ def test_stall_explorer_shows_the_workers_stacks_of_the_picked_rank(tmp_path):
     assert ex.focus()["rank"] == 1  # the rank the verdict names first
     html, picture, stacks = static_parts(ex)
     assert is_png(picture) and "rank 1" in stacks and "DataLoader workers (2)" in stacks
-    assert 'train.py", line 19, in __getitem__' in stacks.replace("&quot;", '"')   # the worker's own line
+    assert 'train.py", line 19, in __getitem__' in stacks.replace("&quot;", '"')  # the worker's own line
     assert "worker pid 102</code>: at train.py:19" in stacks and "worker pid 101</code>: waiting" in stacks
     ex.widget()
     assert "DataLoader workers" not in ex.detail.value  # rank 0: held in backward, no workers kept
     ex.rank.value = 1
-    assert "MainThread" in ex.detail.value and "dataloader.py" in ex.detail.value   # its main thread beside ...
-    assert 'train.py", line 19' in ex.detail.value.replace("&quot;", '"')      # ... its worker's stack
+    assert "MainThread" in ex.detail.value and "dataloader.py" in ex.detail.value  # its main thread beside ...
+    assert 'train.py", line 19' in ex.detail.value.replace("&quot;", '"')  # ... its worker's stack
 
 
 def test_worker_stacks_of_a_ranks_own_watchdog():
     """A rank's own watchdog keeps its workers' faulthandler dumps (innermost call first)."""
     from asrlab.widgets.stalls import rank_html, worker_stacks
 
-    text = ('\n[data-loader worker, pid 7]\nCurrent thread 0x1 (most recent call first):\n'
-            '  File "/usr/lib/python3.11/socket.py", line 706 in readinto\n'
-            '  File "/job/train.py", line 19 in __getitem__\n'
-            '  File "/job/train.py", line 5 in load\n')
+    text = (
+        "\n[data-loader worker, pid 7]\nCurrent thread 0x1 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/socket.py", line 706 in readinto\n'
+        '  File "/job/train.py", line 19 in __getitem__\n'
+        '  File "/job/train.py", line 5 in load\n'
+    )
     (w,) = worker_stacks(text)
     assert w["name"] == "data-loader worker, pid 7" and w["at"] == "train.py:19 in __getitem__"
-    html = rank_html({"rank": 1, "phase": "data", "step": 4, "since": 0.0, "detail": "", "host": "h", "pid": 11,
-                      "in_phase_s": 3.0, "stacks": None, "workers": text})
+    html = rank_html(
+        {
+            "rank": 1,
+            "phase": "data",
+            "step": 4,
+            "since": 0.0,
+            "detail": "",
+            "host": "h",
+            "pid": 11,
+            "in_phase_s": 3.0,
+            "stacks": None,
+            "workers": text,
+        }
+    )
     assert "line 19 in __getitem__" in html and "<details open" in html
 
 
@@ -260,16 +331,22 @@ def test_phase_shares_name_a_rank_held_in_backward_as_waiting_in_ddps_all_reduce
 
     from asrlab import plots
 
-    ranks = [{"rank": 0, "data_wait_share": 0.0, "source": "sampled stacks",
-              "shares": {"backward": 0.98, "collective": 0.02}},
-             {"rank": 1, "data_wait_share": 0.9, "source": "sampled stacks", "shares": {"data": 0.9, "backward": 0.1}}]
+    ranks = [
+        {
+            "rank": 0,
+            "data_wait_share": 0.0,
+            "source": "sampled stacks",
+            "shares": {"backward": 0.98, "collective": 0.02},
+        },
+        {"rank": 1, "data_wait_share": 0.9, "source": "sampled stacks", "shares": {"data": 0.9, "backward": 0.1}},
+    ]
     report = json.loads((stalled_folder(tmp_path) / "stall_report.json").read_text())
     assert plots.held_ranks(report) == {0}
     fig = plots.phase_shares(ranks, held=report)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     plt.close(fig)
     assert "waiting in DDP's gradient all-reduce (held in backward)" in legend  # rank 0's 98%
-    assert "backward (and DDP's gradient all-reduce within it)" in legend        # rank 1's 10%
+    assert "backward (and DDP's gradient all-reduce within it)" in legend  # rank 1's 10%
     assert "backward" not in legend
 
 
@@ -285,7 +362,7 @@ def test_timeline_starts_at_the_first_step(tmp_path):
     starts = sorted(round(float(c.get_paths()[0].vertices[:, 0].min()), 3) for c in ax.collections)
     plt.close(fig)
     assert "since the first step began" in ax.get_xlabel() and "start-up before 0" in ax.get_xlabel()
-    assert starts[0] == -3.0 and 0.0 in starts   # start-up at -3 s, the first forward at 0
+    assert starts[0] == -3.0 and 0.0 in starts  # start-up at -3 s, the first forward at 0
     assert lo == -3.0 and hi > 7.0
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "ddp_allreduce" in legend  # rank 0's last backward: held, as the stall report says
@@ -309,7 +386,9 @@ def test_a_notebooks_own_figures_go_under_its_run_folder(tmp_path, monkeypatch):
     path = nb.save_figure(fig, "x", notebook="06_your_run")
     assert path == tmp_path / "project" / "runs" / "06_your_run" / "figures" / "x.png"
     # a notebook run with nothing set writes nothing into the project's tracked figures/
-    assert nb.save_figure(fig, "quickstart_curves") == tmp_path / "project" / "runs" / "figures" / "quickstart_curves.png"
+    assert (
+        nb.save_figure(fig, "quickstart_curves") == tmp_path / "project" / "runs" / "figures" / "quickstart_curves.png"
+    )
     assert not (tmp_path / "project" / "figures").exists()
     plt.close(fig)
 
@@ -352,12 +431,19 @@ def test_resume_explorer(run, corpus, tmp_path):
     tr.fit()
     tr.close()
     assert checkpoint.load_latest(crashed / "checkpoints")[1]["step"] == 3
-    again = Trainer(load_config("tiny", base + ["train.max_steps=6", "train.resume_mode=epoch_start"]),
-                    str(corpus / "data.list"), None, crashed, CPU)
+    again = Trainer(
+        load_config("tiny", base + ["train.max_steps=6", "train.resume_mode=epoch_start"]),
+        str(corpus / "data.list"),
+        None,
+        crashed,
+        CPU,
+    )
     assert again.resume()
     again.fit()
     again.close()
-    ex = widgets.ResumeExplorer({"never interrupted": ref, "epoch starts over": crashed}, keys, reference="never interrupted")
+    ex = widgets.ResumeExplorer(
+        {"never interrupted": ref, "epoch starts over": crashed}, keys, reference="never interrupted"
+    )
     final = ex.counts()
     assert max(final["epoch starts over"]) == 2 and max(final["never interrupted"]) == 1  # the first steps twice
     figure, table = static_parts(ex)
@@ -405,8 +491,12 @@ print("EXIT", code)
 
 def is_idle(msg, msg_id) -> bool:
     """``msg`` is the kernel's word that it finished the request ``msg_id`` (all its output sent)."""
-    return bool(msg) and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
+    return (
+        bool(msg)
+        and msg["msg_type"] == "status"
+        and msg["content"]["execution_state"] == "idle"
         and msg["parent_header"].get("msg_id") == msg_id
+    )
 
 
 def train_live_in_a_kernel(corpus, exp, act):
@@ -462,9 +552,11 @@ def stopped_cleanly(exp):
 def test_the_stop_button_is_heard_while_the_cell_awaits(corpus, tmp_path):
     """In a real kernel: the cell awaits training; a click on the Stop button (the comm message a front end
     sends) ends the run after its step, and the cell goes on with the model it has."""
+
     def click(km, kc, button):
-        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": button, "data": {
-            "method": "custom", "content": {"event": "click"}}}))
+        kc.shell_channel.send(
+            kc.session.msg("comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}})
+        )
 
     reply, printed = train_live_in_a_kernel(corpus, tmp_path / "exp", click)
     assert reply["status"] == "ok" and "EXIT 0" in printed, (reply, printed)
@@ -478,9 +570,21 @@ def test_interrupting_the_kernel_stops_the_run_cleanly_too(corpus, tmp_path):
 
 
 def test_sweep_explorer_puts_two_different_settings_on_its_axes():
-    rows = [{"storage": st, "num_workers": 0, "prefetch_factor": None, "max_frames_in_batch": mf, "features": "cpu",
-             "audio_h_per_h": float(mf), "data_wait": 0.1, "peak_mib": 10.0, "gpu_util_pct": None}
-            for st in ("raw", "shards/none") for mf in (1000, 2000)]
+    rows = [
+        {
+            "storage": st,
+            "num_workers": 0,
+            "prefetch_factor": None,
+            "max_frames_in_batch": mf,
+            "features": "cpu",
+            "audio_h_per_h": float(mf),
+            "data_wait": 0.1,
+            "peak_mib": 10.0,
+            "gpu_util_pct": None,
+        }
+        for st in ("raw", "shards/none")
+        for mf in (1000, 2000)
+    ]
     ex = widgets.SweepExplorer(rows, rows[0], "why", x="num_workers", y="storage")  # num_workers does not vary
     assert (ex.x, ex.y) == ("max_frames_in_batch", "storage")
 
@@ -496,10 +600,12 @@ def wenet_log(path, ranks=3, bad_rank=1, bad_batch=300, last=400):
             ctc = math.nan if bad else 1.3 * att
             s = 10 + 30 * i
             norm = math.inf if bad else 20.0 - b / 50 + r
-            lines.append(f"2024-03-01 10:{s // 60:02d}:{s % 60:02d},{100 + r} DEBUG "
-                         f"TRAIN | steps/sec {1.5 + 0.1 * r:.3f}| Batch 0/{b} loss {0.3 * ctc + 0.7 * att:.6f} "
-                         f"loss_att {att:.6f} loss_ctc {ctc:.6f} lr {0.001 * (1 + b / 400):.8f} "
-                         f"grad_norm {norm:.6f} rank {r}")
+            lines.append(
+                f"2024-03-01 10:{s // 60:02d}:{s % 60:02d},{100 + r} DEBUG "
+                f"TRAIN | steps/sec {1.5 + 0.1 * r:.3f}| Batch 0/{b} loss {0.3 * ctc + 0.7 * att:.6f} "
+                f"loss_att {att:.6f} loss_ctc {ctc:.6f} lr {0.001 * (1 + b / 400):.8f} "
+                f"grad_norm {norm:.6f} rank {r}"
+            )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -543,8 +649,9 @@ def test_log_explorer_draws_each_ranks_curves_and_marks_the_first_nonfinite_step
 
 
 def test_log_explorer_of_a_real_icefall_log_every_rank_nan_at_one_batch():
-    ex = widgets.LogExplorer(os.path.join(os.path.dirname(__file__), "fixtures", "logs", "icefall",
-                                          "nan_inf_losses_all_ranks_mpirun.log"))
+    ex = widgets.LogExplorer(
+        os.path.join(os.path.dirname(__file__), "fixtures", "logs", "icefall", "nan_inf_losses_all_ranks_mpirun.log")
+    )
     s = ex.series
     assert s["ranks"] == [0, 3, 5, 6] and s["axis"]["label"] == "batch (epoch 7)"
     assert s["marks"]["culprit"]["x"] == s["marks"]["first_nonfinite"]["x"] == 1650.0

@@ -18,18 +18,27 @@ from . import bench, data, runs, train, watch
 COMMANDS = (data, bench, train, runs, watch)
 
 
-DESCRIPTION = ("asrlab trains a small speech recognizer (Conformer-CTC, on WeNet-style data) and finds out why a "
-               "training run went wrong: a stalled rank, an idle GPU, a NaN loss, a resume that starts the epoch "
-               "again. Make and check data, train, decode, and ask the doctor what happened to a run.")
-EPILOG = ("start with: asrlab synth data/ && asrlab train --data data/train/data.list --exp exp/tiny, "
-          "then asrlab doctor exp/tiny; asrlab COMMAND --help says more about each command")
+DESCRIPTION = (
+    "asrlab trains a small speech recognizer (Conformer-CTC, on WeNet-style data) and finds out why a "
+    "training run went wrong: a stalled rank, an idle GPU, a NaN loss, a resume that starts the epoch "
+    "again. Make and check data, train, decode, and ask the doctor what happened to a run."
+)
+EPILOG = (
+    "start with: asrlab synth data/ && asrlab train --data data/train/data.list --exp exp/tiny, "
+    "then asrlab doctor exp/tiny; asrlab COMMAND --help says more about each command"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="asrlab", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands",
-                         help="one of these (asrlab COMMAND --help says what it takes)")
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        title="commands",
+        help="one of these (asrlab COMMAND --help says what it takes)",
+    )
     for module in COMMANDS:
         module.add_commands(sub)
     return p
@@ -44,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = [x for x in extra if x not in args.overrides]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return args.func(args)
     except (UsageError, FileNotFoundError) as e:  # what a person can fix; anything else is a bug: its traceback

@@ -15,9 +15,13 @@ def pair(s: str) -> tuple[float, float]:
 
 
 def bad_input_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bad-input", choices=["skip", "fail"], default="skip",
-                        help="an unusable utterance: counted and skipped (skip, as data.bad_input=skip), or an error "
-                             "naming its line (fail)")
+    parser.add_argument(
+        "--bad-input",
+        choices=["skip", "fail"],
+        default="skip",
+        help="an unusable utterance: counted and skipped (skip, as data.bad_input=skip), or an error "
+        "naming its line (fail)",
+    )
 
 
 def command(sub, name: str, about: str) -> argparse.ArgumentParser:

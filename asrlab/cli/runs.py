@@ -27,13 +27,17 @@ def cmd_decode(a: argparse.Namespace) -> int:
     r = decode_exp(a.exp, a.data, a.name, a.lexicon, a.beam, a.lm_weight, a.word_bonus, a.speeds, a.device)
     short = r["decoded"] - r["utts"]
     short = f", {short} of them too short for CTC to align" if short else ""
-    print(f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['decoded']} utterances "
-          f"(checkpoint step {r['step']}, greedy{short}); hypotheses in {r['hyps_path']}")
+    print(
+        f"{r['data']}: CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% over {r['decoded']} utterances "
+        f"(checkpoint step {r['step']}, greedy{short}); hypotheses in {r['hyps_path']}"
+    )
     if "lexicon" in r:
         lx = r["lexicon"]
         speeds = "" if lx["speeds"] == [1.0] else ", speeds " + ",".join(f"{s:g}" for s in lx["speeds"])
-        print(f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
-              f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}{speeds}); hypotheses in {lx['hyps_path']}")
+        print(
+            f"{r['data']}: CER {100 * lx['cer']:.2f}%, WER {100 * lx['wer']:.2f}% with the lexicon of {a.lexicon} "
+            f"(beam {lx['beam']}, LM weight {lx['lm_weight']}, word bonus {lx['word_bonus']}{speeds}); hypotheses in {lx['hyps_path']}"
+        )
     return 0
 
 
@@ -47,9 +51,14 @@ def cmd_ckpt(a: argparse.Namespace) -> int:
     print(f"{'step':>8} {'epoch':>5}  {'state':10s} position (rank 0: per worker source/offset/block/batch)")
     for m in rows:
         state = "complete" if m["complete"] else "INCOMPLETE"
-        where = "epoch done" if m.get("epoch_done") else "  ".join(
-            f"w{w}: {p['source']}/{p['offset']}/{p['block']}/{p['batch']}" for w, p in sorted(
-                (m.get("rank0_position") or {}).items()))
+        where = (
+            "epoch done"
+            if m.get("epoch_done")
+            else "  ".join(
+                f"w{w}: {p['source']}/{p['offset']}/{p['block']}/{p['batch']}"
+                for w, p in sorted((m.get("rank0_position") or {}).items())
+            )
+        )
         print(f"{m['step']:>8} {m.get('epoch', '?'):>5}  {state:10s} {where or '-'}")
     if a.digest:
         found = checkpoint.load_latest(ckpt_dir)
@@ -66,12 +75,15 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     if a.pid is not None:
         return _doctor_pid(a)
     if not a.exp:
-        raise UsageError("asrlab doctor EXP [EXP ...], asrlab doctor LOG [LOG ...], or asrlab doctor --pid PID "
-                         "for a job running now")
+        raise UsageError(
+            "asrlab doctor EXP [EXP ...], asrlab doctor LOG [LOG ...], or asrlab doctor --pid PID for a job running now"
+        )
     for exp in a.exp:
         if exp != "-" and not Path(exp).exists():
-            raise UsageError(f"{exp}: not a directory, nothing is there (give a run's folder, what asrlab train "
-                             "got as --exp, or the run's log files)")
+            raise UsageError(
+                f"{exp}: not a directory, nothing is there (give a run's folder, what asrlab train "
+                "got as --exp, or the run's log files)"
+            )
     from ..doctor import is_run
 
     runs = [is_run(p) for p in a.exp]
@@ -80,12 +92,17 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
         empty = [p for p in a.exp if Path(p).is_dir() and not log_files([p])]
         if empty:
-            raise UsageError(f"{empty[0]}: no run there (no config.yaml, lab.json, metrics/, heartbeat/ ... of a "
-                             "run folder) and no log files (*.log, *.txt, *.out, log-train-*, rank*)")
+            raise UsageError(
+                f"{empty[0]}: no run there (no config.yaml, lab.json, metrics/, heartbeat/ ... of a "
+                "run folder) and no log files (*.log, *.txt, *.out, log-train-*, rank*)"
+            )
         return _doctor_logs(a)
     if not all(runs):
-        raise UsageError("give run folders or logs, not both: "
-                         + ", ".join(p for p, r in zip(a.exp, runs) if not r) + " is not a run folder")
+        raise UsageError(
+            "give run folders or logs, not both: "
+            + ", ".join(p for p, r in zip(a.exp, runs) if not r)
+            + " is not a run folder"
+        )
     if len(a.exp) == 1:
         d = diagnose(a.exp[0])
     else:  # one folder per node (asrlab watch on each): read as one run
@@ -141,13 +158,21 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
     from ..nb import root
     from ..runner import run_notebooks
 
-    records = run_notebooks(root() / "notebooks", Path(a.out) if a.out else None, a.only, a.params,
-                            report=lambda m: print(m, flush=True), html=a.html)
+    records = run_notebooks(
+        root() / "notebooks",
+        Path(a.out) if a.out else None,
+        a.only,
+        a.params,
+        report=lambda m: print(m, flush=True),
+        html=a.html,
+    )
     failed = [r for r in records if not r["ok"]]
     where = Path(records[0]["output"]).parent.parent
-    print(f"{len(records) - len(failed)} of {len(records)} notebooks ran; "
-          f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {where}/"
-          + (f", figures in {Path(a.out) / 'figures'}/" if a.out else ""))
+    print(
+        f"{len(records) - len(failed)} of {len(records)} notebooks ran; "
+        f"total {sum(r['seconds'] for r in records):.0f} s; executed copies under {where}/"
+        + (f", figures in {Path(a.out) / 'figures'}/" if a.out else "")
+    )
     for r in records:
         if r.get("html"):
             print(f"  {r['html']}")
@@ -158,50 +183,90 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """The parsers of decode, ckpt, doctor, notebooks."""
-    d = command(sub, "decode", "Transcribe a data list with a run's newest checkpoint and print its character and "
-                               "word error rates (CER, WER); the transcripts go to EXP/decode/.")
+    d = command(
+        sub,
+        "decode",
+        "Transcribe a data list with a run's newest checkpoint and print its character and "
+        "word error rates (CER, WER); the transcripts go to EXP/decode/.",
+    )
     d.add_argument("--exp", required=True, help="the run's experiment folder (what asrlab train got as --exp)")
     d.add_argument("--data", required=True, help="data.list (shard or raw), Kaldi dir or NeMo manifest to transcribe")
     d.add_argument("--name", help="name of the output (default: from the data path)")
-    d.add_argument("--lexicon", metavar="DATA_LIST",
-                   help="search only sentences of the words of this list's transcripts (usually train's)")
+    d.add_argument(
+        "--lexicon",
+        metavar="DATA_LIST",
+        help="search only sentences of the words of this list's transcripts (usually train's)",
+    )
     d.add_argument("--beam", type=int, default=32, help="prefixes kept per frame (with --lexicon)")
-    d.add_argument("--lm-weight", type=float, default=1.0,
-                   help="weight of the word trigram of the --lexicon transcripts (0: lexicon only)")
-    d.add_argument("--word-bonus", type=float, default=3.0,
-                   help="nats added per word (with --lexicon): offsets the LM's cost of each word, which "
-                        "otherwise favours dropping a faint one")
-    d.add_argument("--speeds", type=_speeds, default=(1.0,), metavar="S1,S2,...",
-                   help="with --lexicon: search the audio played at each of these speeds (a test-time warp "
-                        "of the voice, e.g. 0.9,1.0,1.1) and keep the transcript best over all of them")
-    d.add_argument("--device", help="where the model runs, e.g. cpu or cuda:1 (default: the first GPU if there "
-                                    "is one, else the CPU)")
+    d.add_argument(
+        "--lm-weight",
+        type=float,
+        default=1.0,
+        help="weight of the word trigram of the --lexicon transcripts (0: lexicon only)",
+    )
+    d.add_argument(
+        "--word-bonus",
+        type=float,
+        default=3.0,
+        help="nats added per word (with --lexicon): offsets the LM's cost of each word, which "
+        "otherwise favours dropping a faint one",
+    )
+    d.add_argument(
+        "--speeds",
+        type=_speeds,
+        default=(1.0,),
+        metavar="S1,S2,...",
+        help="with --lexicon: search the audio played at each of these speeds (a test-time warp "
+        "of the voice, e.g. 0.9,1.0,1.1) and keep the transcript best over all of them",
+    )
+    d.add_argument(
+        "--device",
+        help="where the model runs, e.g. cpu or cuda:1 (default: the first GPU if there is one, else the CPU)",
+    )
     d.set_defaults(func=cmd_decode)
 
-    c = command(sub, "ckpt", "List a run's checkpoints (step, epoch, complete or not, where in the data each "
-                             "resumes).")
+    c = command(sub, "ckpt", "List a run's checkpoints (step, epoch, complete or not, where in the data each resumes).")
     c.add_argument("exp", help="the run's experiment folder")
     c.add_argument("--digest", action="store_true", help="one SHA-256 over the model and optimizer tensors")
     c.set_defaults(func=cmd_ckpt)
 
-    dr = command(sub, "doctor", "Say what happened to a run (finished, running, stopped, stalled, crashed, killed, "
-                                "out of memory, non-finite) and why, from its folder or from the logs it left "
-                                "(WeNet, ESPnet, icefall, NeMo/Lightning, SpeechBrain, torchrun, a loop's own); "
-                                "exit 1 when it failed.")
-    dr.add_argument("exp", nargs="*", metavar="EXP|LOG",
-                    help="the run's folder (several: one per node, read as one run), or its log files, folders of "
-                         "logs or - for standard input (plain or compressed; the format is recognised from the lines)")
-    dr.add_argument("--pid", type=int, help="instead of EXP: a job running now (its torchrun agent, any rank or "
-                                           "worker), its stacks sampled from outside with py-spy; exit 1 if stuck")
+    dr = command(
+        sub,
+        "doctor",
+        "Say what happened to a run (finished, running, stopped, stalled, crashed, killed, "
+        "out of memory, non-finite) and why, from its folder or from the logs it left "
+        "(WeNet, ESPnet, icefall, NeMo/Lightning, SpeechBrain, torchrun, a loop's own); "
+        "exit 1 when it failed.",
+    )
+    dr.add_argument(
+        "exp",
+        nargs="*",
+        metavar="EXP|LOG",
+        help="the run's folder (several: one per node, read as one run), or its log files, folders of "
+        "logs or - for standard input (plain or compressed; the format is recognised from the lines)",
+    )
+    dr.add_argument(
+        "--pid",
+        type=int,
+        help="instead of EXP: a job running now (its torchrun agent, any rank or "
+        "worker), its stacks sampled from outside with py-spy; exit 1 if stuck",
+    )
     dr.add_argument("--json", action="store_true", help="the diagnosis as JSON")
     dr.set_defaults(func=cmd_doctor)
 
-    n = command(sub, "notebooks", "Run every notebook of the lab headless (each reproduces a training failure, "
-                                  "measures it and shows the fix) and save the executed copies and figures.")
+    n = command(
+        sub,
+        "notebooks",
+        "Run every notebook of the lab headless (each reproduces a training failure, "
+        "measures it and shows the fix) and save the executed copies and figures.",
+    )
     n.add_argument("--only", help="run only the notebooks whose name contains this")
     n.add_argument("--params", help="YAML parameter file, e.g. notebooks/params/gpu.yaml")
-    n.add_argument("--out", help="put everything the run writes under this folder (executed copies, results.json, "
-                                 "experiments, figures); default: the project's runs/ (ASRLAB_FIGURES=figures refreshes the "
-                                 "tracked figures the README shows)")
+    n.add_argument(
+        "--out",
+        help="put everything the run writes under this folder (executed copies, results.json, "
+        "experiments, figures); default: the project's runs/ (ASRLAB_FIGURES=figures refreshes the "
+        "tracked figures the README shows)",
+    )
     n.add_argument("--html", action="store_true", help="also write each executed notebook as a standalone HTML page")
     n.set_defaults(func=cmd_notebooks)

@@ -15,33 +15,61 @@ def cmd_watch(a: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("nothing to watch: asrlab watch [--exp DIR] [options] -- CMD [ARGS...]")
     try:
-        watch = JobWatch(a.exp, a.stall_timeout, a.on_stall, a.sample_hz, a.sampler, a.first_step_timeout,
-                         yield_cpu=True)
+        watch = JobWatch(
+            a.exp, a.stall_timeout, a.on_stall, a.sample_hz, a.sampler, a.first_step_timeout, yield_cpu=True
+        )
         rc = watch.run(cmd)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if watch.stalled is not None:
-        print(f"asrlab watch: stalled: {watch.stalled['verdict']}\n  report: {a.exp}/stall_report.txt; "
-              f"asrlab doctor {a.exp}", file=sys.stderr)
+        print(
+            f"asrlab watch: stalled: {watch.stalled['verdict']}\n  report: {a.exp}/stall_report.txt; "
+            f"asrlab doctor {a.exp}",
+            file=sys.stderr,
+        )
     return rc
 
 
 def add_commands(sub) -> None:
-    w = sub.add_parser("watch", help="run any training command (torchrun ..., python train.py, a recipe's script) "
-                                     "and watch every rank from outside for stalls and errors",
-                       description="Runs CMD as it is and watches every rank and DataLoader worker under it: "
-                                   "their stacks sampled with py-spy (or faulthandler where ptrace is refused), "
-                                   "a stall verdict and report into EXP, CMD's exit code passed through.")
-    w.add_argument("--exp", default="exp/watch", help="where the heartbeats, stall report and errors go "
-                                                      "(asrlab doctor EXP reads them; default exp/watch)")
-    w.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
-                   help="a stall: no rank's stacks moved for S seconds (default 60)")
-    w.add_argument("--first-step-timeout", type=float, default=None, metavar="S",
-                   help="the allowance before the ranks are seen training (default 3x --stall-timeout)")
-    w.add_argument("--on-stall", choices=("report", "kill"), default="report",
-                   help="report: write the verdict and stacks and let the job be; kill: then end the job")
+    w = sub.add_parser(
+        "watch",
+        help="run any training command (torchrun ..., python train.py, a recipe's script) "
+        "and watch every rank from outside for stalls and errors",
+        description="Runs CMD as it is and watches every rank and DataLoader worker under it: "
+        "their stacks sampled with py-spy (or faulthandler where ptrace is refused), "
+        "a stall verdict and report into EXP, CMD's exit code passed through.",
+    )
+    w.add_argument(
+        "--exp",
+        default="exp/watch",
+        help="where the heartbeats, stall report and errors go (asrlab doctor EXP reads them; default exp/watch)",
+    )
+    w.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="a stall: no rank's stacks moved for S seconds (default 60)",
+    )
+    w.add_argument(
+        "--first-step-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the allowance before the ranks are seen training (default 3x --stall-timeout)",
+    )
+    w.add_argument(
+        "--on-stall",
+        choices=("report", "kill"),
+        default="report",
+        help="report: write the verdict and stacks and let the job be; kill: then end the job",
+    )
     w.add_argument("--sample-hz", type=float, default=2.0, help="samples per second of each process (default 2)")
-    w.add_argument("--sampler", choices=("auto", "py-spy", "faulthandler"), default="auto",
-                   help="how stacks are read (auto: py-spy where ptrace is allowed, else faulthandler)")
+    w.add_argument(
+        "--sampler",
+        choices=("auto", "py-spy", "faulthandler"),
+        default="auto",
+        help="how stacks are read (auto: py-spy where ptrace is allowed, else faulthandler)",
+    )
     w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]: the training command, as you would run it")
     w.set_defaults(func=cmd_watch)

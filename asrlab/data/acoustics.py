@@ -54,10 +54,10 @@ def resample(x: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
     # padded[q*down]: a strided view of overlapping windows, then one multiply-add per tap.
     blocks = -(-n_out // up)
     padded = np.zeros(blocks * down + width + 1)
-    padded[k_half:k_half + len(x)] = x
+    padded[k_half : k_half + len(x)] = x
     windows = np.lib.stride_tricks.as_strided(
-        padded, shape=(blocks, width), strides=(down * padded.itemsize, padded.itemsize),
-        writeable=False)
+        padded, shape=(blocks, width), strides=(down * padded.itemsize, padded.itemsize), writeable=False
+    )
     out = windows[:, first] * taps[0]
     for k in range(1, 2 * k_half):
         out += windows[:, first + k] * taps[k]

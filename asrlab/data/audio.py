@@ -37,7 +37,7 @@ def _pcm16_wav(data: bytes) -> tuple[int, int, int, int] | None:
         return None
     pos, fmt = 12, None
     while pos + 8 <= len(data):
-        cid, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        cid, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
         if cid == b"fmt " and size >= 16:
             tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, pos + 8)
             fmt = (tag, channels, rate, bits)
@@ -90,8 +90,15 @@ def resample(wav: torch.Tensor, sr: int, target_sr: int) -> torch.Tensor:
     return torchaudio.functional.resample(wav, sr, target_sr)
 
 
-def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int = 2, num_f_mask: int = 2,
-                 max_t: int = 50, max_t_ratio: float = 0.1, max_f: int = 10) -> torch.Tensor:
+def spec_augment(
+    feats: torch.Tensor,
+    rng: np.random.Generator,
+    num_t_mask: int = 2,
+    num_f_mask: int = 2,
+    max_t: int = 50,
+    max_t_ratio: float = 0.1,
+    max_f: int = 10,
+) -> torch.Tensor:
     """SpecAugment on one utterance's log-mel (frames, bins): ``num_t_mask`` time bands of at most
     ``max_t`` frames and ``max_t_ratio`` of the utterance, ``num_f_mask`` bands of at most ``max_f`` bins.
 
@@ -107,11 +114,11 @@ def spec_augment(feats: torch.Tensor, rng: np.random.Generator, num_t_mask: int 
     for _ in range(num_t_mask):
         width = int(rng.integers(1, widest_t + 1))
         start = int(rng.integers(0, max(1, frames - width)))
-        out[start:start + width, :] = mean
+        out[start : start + width, :] = mean
     for _ in range(num_f_mask):
         width = int(rng.integers(1, max_f + 1))
         start = int(rng.integers(0, max(1, bins - width)))
-        out[:, start:start + width] = mean[start:start + width]
+        out[:, start : start + width] = mean[start : start + width]
     return out
 
 
@@ -147,4 +154,3 @@ def encode_wav(samples: np.ndarray, sample_rate: int) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, samples, sample_rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()
-

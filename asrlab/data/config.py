@@ -11,29 +11,29 @@ from ..errors import UsageError
 class DataConfig:
     """The ``data`` section of a config."""
 
-    sample_rate: int = 16000          # Hz, audio is resampled to it
-    resample: bool = True             # False: audio at another rate is bad input ("sample_rate")
+    sample_rate: int = 16000  # Hz, audio is resampled to it
+    resample: bool = True  # False: audio at another rate is bad input ("sample_rate")
     num_mel_bins: int = 80
     frame_length_ms: float = 25.0
     frame_shift_ms: float = 10.0
     dither: float = 0.0
-    features: str = "cpu"             # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
-    fbank: str = "asrlab"             # the loader's Kaldi fbank: asrlab's own, or torchaudio's (the same values, slower)
+    features: str = "cpu"  # "cpu": fbank in the loader; "device": padded waveforms, fbank after the copy
+    fbank: str = "asrlab"  # the loader's Kaldi fbank: asrlab's own, or torchaudio's (the same values, slower)
     spec_augment: bool = False
-    noise_aug: float = 0.0            # share of training utterances given babble-like noise on the fly (0: off)
+    noise_aug: float = 0.0  # share of training utterances given babble-like noise on the fly (0: off)
     noise_aug_snr: tuple = (5.0, 20.0)  # dB, U(low, high), against the utterance as stored
-    speed: float = 1.0                # play every utterance this much faster (tempo, pitch and formants move
+    speed: float = 1.0  # play every utterance this much faster (tempo, pitch and formants move
     #                                  together; by resampling to a multiple of 100 Hz): decoding's test-time warps
-    speed_perturb: tuple = ()         # training: each utterance at one of these speeds, e.g. [0.9, 1.0, 1.1] (WeNet's
+    speed_perturb: tuple = ()  # training: each utterance at one of these speeds, e.g. [0.9, 1.0, 1.1] (WeNet's
     #                                  and ESPnet's recipes), drawn per utterance per epoch, planned with its length
-    shuffle: bool = True              # shuffle sources per epoch and items per block
-    shuffle_size: int = 500           # items per shuffle block (WeNet's shuffle buffer)
-    sort_size: int = 100              # items per length-sorting window; 0 disables sorting
-    bucketing: bool = False           # duration buckets: sort each whole shuffle block by length, cut it into
+    shuffle: bool = True  # shuffle sources per epoch and items per block
+    shuffle_size: int = 500  # items per shuffle block (WeNet's shuffle buffer)
+    sort_size: int = 100  # items per length-sorting window; 0 disables sorting
+    bucketing: bool = False  # duration buckets: sort each whole shuffle block by length, cut it into
     #                                  batches, shuffle the batches' order (least padding; sort_size unused)
-    batch_type: str = "dynamic"       # "dynamic": by max_frames_in_batch; "static": batch_size
-    batch_size: int = 16              # utterances per batch (static)
-    max_frames_in_batch: int = 5000   # padded fbank frames per batch (dynamic)
+    batch_type: str = "dynamic"  # "dynamic": by max_frames_in_batch; "static": batch_size
+    batch_size: int = 16  # utterances per batch (static)
+    max_frames_in_batch: int = 5000  # padded fbank frames per batch (dynamic)
     max_frames_by_length: tuple = ()  # [[up_to_frames, max_frames], ...]: a batch whose longest utterance has at
     #                                  most up_to_frames gets max_frames (asrlab tune measures it on a GPU); longer
     #                                  than the last row: the last row's; empty: max_frames_in_batch for all
@@ -42,13 +42,13 @@ class DataConfig:
     num_workers: int = 0
     prefetch_factor: int = 2
     pin_memory: bool = False
-    bad_input: str = "skip"           # "skip": count by reason and go on; "fail": raise
-    raw_chunk: int = 1000             # items per source for raw lists and Kaldi dirs
-    index: bool = True                # start-up reads lengths and transcripts from LIST.index.json (asrlab.data.index)
+    bad_input: str = "skip"  # "skip": count by reason and go on; "fail": raise
+    raw_chunk: int = 1000  # items per source for raw lists and Kaldi dirs
+    index: bool = True  # start-up reads lengths and transcripts from LIST.index.json (asrlab.data.index)
     seed: int = 0
     # a fault put in on purpose (asrlab.data.faults), for the stall notebook and tests: a slow or hung rank
-    inject_delay_s: float = 0.0       # seconds per batch (0: off)
-    inject_delay_ranks: tuple = ()    # ranks that sleep (empty: every rank)
+    inject_delay_s: float = 0.0  # seconds per batch (0: off)
+    inject_delay_ranks: tuple = ()  # ranks that sleep (empty: every rank)
     inject_delay_from_batch: int = 0  # first batch of each worker's epoch that sleeps
 
     def __post_init__(self):
@@ -60,8 +60,10 @@ class DataConfig:
             raise UsageError("data.shuffle_size, batch_size and max_frames_in_batch must be positive")
         rows = [tuple(r) for r in self.max_frames_by_length]
         if any(len(r) != 2 or min(r) < 1 for r in rows) or [r[0] for r in rows] != sorted({r[0] for r in rows}):
-            raise UsageError("data.max_frames_by_length must be [[up_to_frames, max_frames], ...] of positive "
-                             f"numbers, up_to_frames increasing, not {list(self.max_frames_by_length)}")
+            raise UsageError(
+                "data.max_frames_by_length must be [[up_to_frames, max_frames], ...] of positive "
+                f"numbers, up_to_frames increasing, not {list(self.max_frames_by_length)}"
+            )
         if self.num_workers < 0:
             raise UsageError("data.num_workers must be >= 0")
         if self.features not in ("cpu", "device"):
@@ -73,14 +75,18 @@ class DataConfig:
         if len(self.noise_aug_snr) != 2 or self.noise_aug_snr[0] > self.noise_aug_snr[1]:
             raise UsageError(f"data.noise_aug_snr must be [low, high] in dB, not {list(self.noise_aug_snr)}")
         if self.noise_aug and self.sample_rate != 16000:
-            raise UsageError("data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is "
-                             f"{self.sample_rate}")
+            raise UsageError(
+                f"data.noise_aug makes 16 kHz babble (the corpus' noise); data.sample_rate is {self.sample_rate}"
+            )
         if not 0.5 <= self.speed <= 2.0:
             raise UsageError(f"data.speed is a tempo factor in [0.5, 2], not {self.speed}")
-        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.5 <= x <= 2.0
-               for x in self.speed_perturb):
-            raise UsageError(f"data.speed_perturb is a list of tempo factors in [0.5, 2], e.g. [0.9, 1.0, 1.1], "
-                             f"not {list(self.speed_perturb)}")
+        if any(
+            isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.5 <= x <= 2.0 for x in self.speed_perturb
+        ):
+            raise UsageError(
+                f"data.speed_perturb is a list of tempo factors in [0.5, 2], e.g. [0.9, 1.0, 1.1], "
+                f"not {list(self.speed_perturb)}"
+            )
         if self.features == "device" and (self.spec_augment or self.dither):
             raise UsageError("data.features=device computes plain fbank; turn off spec_augment and dither")
 
@@ -107,8 +113,7 @@ class DataConfig:
         return num_frames(resampled, self.sample_rate, self.frame_length_ms, self.frame_shift_ms)
 
 
-def num_frames(num_samples: int, sample_rate: int, frame_length_ms: float = 25.0,
-               frame_shift_ms: float = 10.0) -> int:
+def num_frames(num_samples: int, sample_rate: int, frame_length_ms: float = 25.0, frame_shift_ms: float = 10.0) -> int:
     """Fbank frames Kaldi makes from ``num_samples`` (snip_edges=True)."""
     win = int(sample_rate * frame_length_ms / 1000)
     shift = int(sample_rate * frame_shift_ms / 1000)

@@ -124,9 +124,7 @@ _extra_variants: dict[str, str] = {}  # name -> variant file text, see add_varia
 _overlay_path: str | None = None  # private data directory holding _extra_variants
 _loaded_data: str | None = None  # data directory the loaded library was initialized with
 
-_SYNTH_CALLBACK = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
-)
+_SYNTH_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
 
 
 def _on_samples(wav, numsamples, events):  # called from inside espeak_Synth
@@ -139,9 +137,7 @@ def _paths() -> tuple[str, str]:
     try:
         import espeakng_loader
     except ImportError as exc:  # pragma: no cover - dependency is required
-        raise EspeakError(
-            "espeakng-loader is not installed (pip install espeakng-loader)"
-        ) from exc
+        raise EspeakError("espeakng-loader is not installed (pip install espeakng-loader)") from exc
     return espeakng_loader.get_library_path(), espeakng_loader.get_data_path()
 
 
@@ -248,9 +244,12 @@ def _open_library() -> ctypes.CDLL:
         global _warned_in_place
         if not _warned_in_place:
             _warned_in_place = True
-            log.warning("espeak: cannot load a private copy of %s (%s); loading it in place, so "
-                        "reset() may not clear eSpeak's state if another module also loaded it",
-                        src, exc)
+            log.warning(
+                "espeak: cannot load a private copy of %s (%s); loading it in place, so "
+                "reset() may not clear eSpeak's state if another module also loaded it",
+                src,
+                exc,
+            )
     try:
         return ctypes.CDLL(src)
     except OSError as exc:
@@ -271,8 +270,14 @@ def _load() -> ctypes.CDLL:
     lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.espeak_SetParameter.restype = ctypes.c_int
     lib.espeak_Synth.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
-        ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_uint,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.c_void_p,
     ]
     lib.espeak_Synth.restype = ctypes.c_int
     lib.espeak_Synchronize.argtypes = []
@@ -283,9 +288,7 @@ def _load() -> ctypes.CDLL:
         lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
         lib.espeak_ng_SetRandSeed.restype = None
 
-    sr = lib.espeak_Initialize(
-        AUDIO_OUTPUT_SYNCHRONOUS, 0, data.encode(), espeakINITIALIZE_DONT_EXIT
-    )
+    sr = lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data.encode(), espeakINITIALIZE_DONT_EXIT)
     if sr <= 0:
         _ctypes.dlclose(lib._handle)
         raise EspeakError(f"espeak_Initialize failed (returned {sr}), data path {data}")
@@ -455,8 +458,7 @@ def synthesize(
             _libc.srand(s)
         _chunks.clear()
         buf = ctypes.create_string_buffer(data)
-        rc = lib.espeak_Synth(buf, len(data), 0, POS_CHARACTER, 0, espeakCHARS_UTF8,
-                              None, None)
+        rc = lib.espeak_Synth(buf, len(data), 0, POS_CHARACTER, 0, espeakCHARS_UTF8, None, None)
         if rc != EE_OK:
             _chunks.clear()
             raise EspeakError(f"espeak_Synth failed with error {rc} for {text!r}")

@@ -36,8 +36,14 @@ def _constants(sample_rate: int, num_mel_bins: int, frame_length_ms: float, fram
     return win, hop, n_fft, window, mel
 
 
-def _log_mel(frames: torch.Tensor, window: torch.Tensor, mel: torch.Tensor, n_fft: int,
-             dither: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
+def _log_mel(
+    frames: torch.Tensor,
+    window: torch.Tensor,
+    mel: torch.Tensor,
+    n_fft: int,
+    dither: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """(..., T, win) frames of int16-scaled samples -> (..., T, mel) Kaldi log-mel.
 
     Up to the FFT every operation is torchaudio's, in its order: the lowest mel bins hold what is left of
@@ -45,7 +51,9 @@ def _log_mel(frames: torch.Tensor, window: torch.Tensor, mel: torch.Tensor, n_ff
     there moves their log by a few 1e-3. After the FFT the power is two squares and a sum (not ``abs()``'s
     square root, then a square), which changes nothing that matters."""
     if dither:
-        frames = frames + dither * torch.randn(frames.shape, generator=generator, dtype=frames.dtype, device=frames.device)
+        frames = frames + dither * torch.randn(
+            frames.shape, generator=generator, dtype=frames.dtype, device=frames.device
+        )
     f = frames - frames.mean(dim=-1, keepdim=True)
     g = torch.empty_like(f)
     g[..., 1:] = f[..., 1:] - PREEMPH * f[..., :-1]
@@ -54,8 +62,14 @@ def _log_mel(frames: torch.Tensor, window: torch.Tensor, mel: torch.Tensor, n_ff
     return torch.clamp((spec[..., 0] + spec[..., 1]) @ mel, min=EPS).log_()
 
 
-def fbank(wav: torch.Tensor, sample_rate: int = 16000, num_mel_bins: int = 80, frame_length_ms: float = 25.0,
-          frame_shift_ms: float = 10.0, dither: float = 0.0) -> torch.Tensor:
+def fbank(
+    wav: torch.Tensor,
+    sample_rate: int = 16000,
+    num_mel_bins: int = 80,
+    frame_length_ms: float = 25.0,
+    frame_shift_ms: float = 10.0,
+    dither: float = 0.0,
+) -> torch.Tensor:
     """One utterance's samples in [-1, 1] (S,) -> its log-mel (frames, num_mel_bins)."""
     win, hop, n_fft, window, mel = _constants(sample_rate, num_mel_bins, frame_length_ms, frame_shift_ms)
     if len(wav) < win:
@@ -65,12 +79,24 @@ def fbank(wav: torch.Tensor, sample_rate: int = 16000, num_mel_bins: int = 80, f
     return _log_mel((wav.float() * 32768.0).unfold(0, win, hop), window, mel, n_fft, dither)
 
 
-def torchaudio_fbank(wav: torch.Tensor, sample_rate: int = 16000, num_mel_bins: int = 80,
-                     frame_length_ms: float = 25.0, frame_shift_ms: float = 10.0, dither: float = 0.0) -> torch.Tensor:
+def torchaudio_fbank(
+    wav: torch.Tensor,
+    sample_rate: int = 16000,
+    num_mel_bins: int = 80,
+    frame_length_ms: float = 25.0,
+    frame_shift_ms: float = 10.0,
+    dither: float = 0.0,
+) -> torch.Tensor:
     """``torchaudio.compliance.kaldi.fbank`` with the same settings (``data.fbank: torchaudio``): the reference."""
     return torchaudio.compliance.kaldi.fbank(
-        (wav * 32768.0).unsqueeze(0), num_mel_bins=num_mel_bins, frame_length=frame_length_ms,
-        frame_shift=frame_shift_ms, dither=dither, energy_floor=0.0, sample_frequency=sample_rate)
+        (wav * 32768.0).unsqueeze(0),
+        num_mel_bins=num_mel_bins,
+        frame_length=frame_length_ms,
+        frame_shift=frame_shift_ms,
+        dither=dither,
+        energy_floor=0.0,
+        sample_frequency=sample_rate,
+    )
 
 
 FBANKS = {"asrlab": fbank, "torchaudio": torchaudio_fbank}  # data.fbank
@@ -80,10 +106,17 @@ class BatchFbank(nn.Module):
     """``(wavs (B, S) in [-1, 1], wav_lens (B,))`` -> ``(feats (B, T, mel), feat_lens (B,))``; padded frames are 0.
     The same features as :func:`fbank`, made on the device the waveforms are on (``data.features: device``)."""
 
-    def __init__(self, sample_rate: int = 16000, num_mel_bins: int = 80, frame_length_ms: float = 25.0,
-                 frame_shift_ms: float = 10.0):
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        num_mel_bins: int = 80,
+        frame_length_ms: float = 25.0,
+        frame_shift_ms: float = 10.0,
+    ):
         super().__init__()
-        self.win, self.hop, self.n_fft, window, mel = _constants(sample_rate, num_mel_bins, frame_length_ms, frame_shift_ms)
+        self.win, self.hop, self.n_fft, window, mel = _constants(
+            sample_rate, num_mel_bins, frame_length_ms, frame_shift_ms
+        )
         self.register_buffer("mel", mel.clone(), persistent=False)  # (F, mel)
         self.register_buffer("window", window.clone(), persistent=False)
 
@@ -108,7 +141,9 @@ class BatchFbank(nn.Module):
         return feats * mask[..., None], lens
 
 
-def batch_features(batch: dict, device: torch.device, fbank: BatchFbank | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_features(
+    batch: dict, device: torch.device, fbank: BatchFbank | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's input for a loader batch: its fbank, or fbank made now from its waveforms."""
     if "feats" in batch:
         return batch["feats"].to(device, non_blocking=True), batch["feat_lens"].to(device, non_blocking=True)

@@ -41,6 +41,7 @@ RECHECK_S = 30.0  # a stamp checked this recently is trusted: checking a shard o
 @dataclass(frozen=True)
 class Utt:
     """One utterance as the index knows it; ``bad``: why the loader would skip it (None: usable)."""
+
     key: str
     samples: int
     rate: int
@@ -60,6 +61,7 @@ def _identity(src: Source) -> tuple:
 
 def stamp(src: Source) -> tuple:
     """What changes when the source's data does: size and mtime of the shard, or of each raw file."""
+
     def of(path: str):
         if is_url(path):
             return stamp_of(path)
@@ -68,16 +70,21 @@ def stamp(src: Source) -> tuple:
             return (st.st_size, st.st_mtime_ns)
         except OSError:
             return None
+
     if src.path is not None:
         return (of(src.path),)
-    return tuple((key, loc, of(loc) if not loc.endswith("|") else loc, text, *seg)
-                 for key, loc, text, *seg in src.items)
+    return tuple(
+        (key, loc, of(loc) if not loc.endswith("|") else loc, text, *seg) for key, loc, text, *seg in src.items
+    )
 
 
 def index_source(src: Source) -> list[Utt]:
     """Read ``src`` once: every item's length from its audio header, its transcript, or why it is unusable."""
-    return [Utt(item.key, samples, rate, item.text, bad)
-            for item in read_source(src) for bad, samples, rate in [check_item(item)]]
+    return [
+        Utt(item.key, samples, rate, item.text, bad)
+        for item in read_source(src)
+        for bad, samples, rate in [check_item(item)]
+    ]
 
 
 def index_path(list_path: str | Path) -> Path:
@@ -104,8 +111,14 @@ def _entry_key(src: Source) -> str:
     return json.dumps(_identity(src))
 
 
-def use_index(list_path: str | Path, sources: list[Source], processes: int | None = None,
-              progress: Callable | bool = True, write: bool = True, on_source: Callable | None = None) -> dict:
+def use_index(
+    list_path: str | Path,
+    sources: list[Source],
+    processes: int | None = None,
+    progress: Callable | bool = True,
+    write: bool = True,
+    on_source: Callable | None = None,
+) -> dict:
     """Load the index of ``list_path`` (its ``sources``), indexing the sources it lacks or whose stamp
     changed, in parallel; write it back and register it for :func:`indexed`. ``progress``: a tqdm bar
     (True), none (False), or a callable that makes one; ``on_source``: called as each source is indexed
@@ -116,8 +129,11 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
     path = index_path(list_path)
     known = _read(path)
     stamps = [stamp(s) for s in sources]
-    todo = [i for i, (s, st) in enumerate(zip(sources, stamps))
-            if (e := known.get(_entry_key(s))) is None or tuple(map(_tuple, e["stamp"])) != st]
+    todo = [
+        i
+        for i, (s, st) in enumerate(zip(sources, stamps))
+        if (e := known.get(_entry_key(s))) is None or tuple(map(_tuple, e["stamp"])) != st
+    ]
     fresh: dict[int, list[Utt]] = {}
     if todo:
         make = progress if callable(progress) else (_tqdm if progress else _Quiet)
@@ -145,23 +161,40 @@ def use_index(list_path: str | Path, sources: list[Source], processes: int | Non
         entries[_entry_key(src)] = {"stamp": st, "utts": [[u.key, u.samples, u.rate, u.text, u.bad] for u in utts]}
         _LOADED[_identity(src)] = [st, utts, time.monotonic()]
     if todo and write:
-        atomic_write(path, json.dumps({"version": VERSION, "list": str(Path(list_path).resolve()),
-                                       "sources": entries}))  # sources gone from the list: dropped
+        atomic_write(
+            path, json.dumps({"version": VERSION, "list": str(Path(list_path).resolve()), "sources": entries})
+        )  # sources gone from the list: dropped
     utts = [u for s in sources for u in _LOADED[_identity(s)][1]]
     usable = [u for u in utts if u.bad is None]
-    return {"path": str(path), "sources": len(sources), "reused": len(sources) - len(todo), "indexed": len(todo),
-            "utterances": len(utts), "usable": len(usable), "hours": sum(u.seconds for u in usable) / 3600,
-            "skipped": dict(Counter(u.bad for u in utts if u.bad is not None)),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "path": str(path),
+        "sources": len(sources),
+        "reused": len(sources) - len(todo),
+        "indexed": len(todo),
+        "utterances": len(utts),
+        "usable": len(usable),
+        "hours": sum(u.seconds for u in usable) / 3600,
+        "skipped": dict(Counter(u.bad for u in utts if u.bad is not None)),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
-def use_indexes(data, sources: list[Source], progress: Callable | bool = True, write: bool = True,
-                on_source: Callable | None = None) -> list[dict]:
+def use_indexes(
+    data, sources: list[Source], progress: Callable | bool = True, write: bool = True, on_source: Callable | None = None
+) -> list[dict]:
     """:func:`use_index` for each list of ``data`` (one list, or several mixed: its sources are the
     ones of that corpus); returns their summaries."""
     specs = corpus_specs(data)
-    return [use_index(path, [s for s in sources if s.corpus == name] if len(specs) > 1 else sources,
-                      progress=progress, write=write, on_source=on_source) for name, path, _ in specs]
+    return [
+        use_index(
+            path,
+            [s for s in sources if s.corpus == name] if len(specs) > 1 else sources,
+            progress=progress,
+            write=write,
+            on_source=on_source,
+        )
+        for name, path, _ in specs
+    ]
 
 
 def indexed(src: Source, recheck_s: float = RECHECK_S) -> list[Utt] | None:
@@ -208,8 +241,11 @@ def transcripts(sources: list[Source]):
     usable, bad = False, []
     for i, src in enumerate(sources):
         utts = indexed(src)
-        rows = (((u.key, u.text, u.bad) for u in utts) if utts is not None else
-                ((item.key, item.text, check_item(item)[0] if not usable else None) for item in read_source(src)))
+        rows = (
+            ((u.key, u.text, u.bad) for u in utts)
+            if utts is not None
+            else ((item.key, item.text, check_item(item)[0] if not usable else None) for item in read_source(src))
+        )
         for k, (key, text, reason) in enumerate(rows):
             if not usable:
                 if reason is None:
@@ -248,5 +284,15 @@ def _tqdm(**kw):
     return tqdm(**kw)
 
 
-__all__ = ["Utt", "forget", "header_items", "index_path", "index_source", "indexed", "stamp", "transcripts",
-           "use_index", "use_indexes"]
+__all__ = [
+    "Utt",
+    "forget",
+    "header_items",
+    "index_path",
+    "index_source",
+    "indexed",
+    "stamp",
+    "transcripts",
+    "use_index",
+    "use_indexes",
+]

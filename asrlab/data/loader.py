@@ -72,8 +72,9 @@ class Position:
 class AsrDataset(IterableDataset):
     """Batches for one rank. Use it through ``AsrLoader``, which tracks the consumed position."""
 
-    def __init__(self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig, rank: int = 0, world_size: int = 1
+    ):
         if not sources:
             raise DataError("no data: the data list has no sources")
         self.sources, self.tokenizer, self.cfg = sources, tokenizer, cfg
@@ -101,8 +102,7 @@ class AsrDataset(IterableDataset):
 
     def streams(self, worker: int) -> list[list[Source]]:
         """The sources a worker reads this epoch, per corpus (:func:`worker_streams`)."""
-        return worker_streams(self.sources, self.epoch, self.cfg, self.rank, self.world_size, worker,
-                              self.num_workers)
+        return worker_streams(self.sources, self.epoch, self.cfg, self.rank, self.world_size, worker, self.num_workers)
 
     def _start(self, pos: Position, n: int) -> tuple[list[int], list[int]]:
         """A position's (source, offset) per corpus."""
@@ -120,8 +120,15 @@ class AsrDataset(IterableDataset):
         return (src[0], off[0]) if len(src) == 1 else (list(src), list(off))
 
     # -- one worker's stream -------------------------------------------------------------
-    def _blocks(self, streams: list[list[Source]], src: list[int] | None = None, off: list[int] | None = None,
-                block: int = 0, g: int = 0, headers: bool = False):
+    def _blocks(
+        self,
+        streams: list[list[Source]],
+        src: list[int] | None = None,
+        off: list[int] | None = None,
+        block: int = 0,
+        g: int = 0,
+        headers: bool = False,
+    ):
         """A worker's items in shuffle blocks: ``(start, end, items)``, start and end as (source, offset)
         lists, one entry per corpus. In a mix each item comes from a corpus drawn by weight among those
         with items left (drawn with the block's RNG, so a block read again holds the same items), as
@@ -176,7 +183,7 @@ class AsrDataset(IterableDataset):
         for block, plan in enumerate(self.plan(worker, sources)):
             if not pos.done and block > pos.block:
                 break
-            for batch_items in plan if pos.done or block < pos.block else plan[:pos.batch]:
+            for batch_items in plan if pos.done or block < pos.block else plan[: pos.batch]:
                 keys.update(item.key for item in batch_items)
         return keys
 
@@ -187,7 +194,7 @@ class AsrDataset(IterableDataset):
         resume_batch, resume_skipped = pos.batch, Counter(pos.skipped or {})
         skipped = Counter(resume_skipped)
         first = self._start(pos, len(sources))
-        for start, (src_i, offset), items in ([] if pos.done else self._blocks(sources, *first, block, g)):
+        for start, (src_i, offset), items in [] if pos.done else self._blocks(sources, *first, block, g):
             rng = np.random.default_rng([cfg.seed, self.epoch, g, block])
             plan = self._plan_block(items, rng, skipped)
             if resume_batch:  # resuming inside this block: its first batches were consumed
@@ -195,11 +202,13 @@ class AsrDataset(IterableDataset):
             for b, batch_items in enumerate(plan):
                 if b < resume_batch:
                     continue
-                batch = self._collate(batch_items, np.random.default_rng([cfg.seed, self.epoch, g, block, b]),
-                                      skipped)
+                batch = self._collate(batch_items, np.random.default_rng([cfg.seed, self.epoch, g, block, b]), skipped)
                 last = b + 1 == len(plan)
-                nxt = Position(self.epoch, *self._packed(src_i, offset), block + 1, 0) if last else \
-                    Position(self.epoch, *self._packed(*start), block, b + 1)
+                nxt = (
+                    Position(self.epoch, *self._packed(src_i, offset), block + 1, 0)
+                    if last
+                    else Position(self.epoch, *self._packed(*start), block, b + 1)
+                )
                 nxt.skipped = dict(skipped)
                 if batch is not None:
                     batch["worker"], batch["pos"] = worker, asdict(nxt)
@@ -240,7 +249,7 @@ class AsrDataset(IterableDataset):
         good = [good[i] for i in batching_order([f for _, f in good], cfg)]
         plan, s = [], 0
         for n in batch_sizes([f for _, f in good], cfg):
-            plan.append([it for it, _ in good[s:s + n]])
+            plan.append([it for it, _ in good[s : s + n]])
             s += n
         if cfg.bucketing and cfg.shuffle:  # else the batches would run from short to long through the block
             plan = [plan[i] for i in rng.permutation(len(plan))]
@@ -282,8 +291,9 @@ class AsrDataset(IterableDataset):
             if cfg.noise_aug and rng.random() < cfg.noise_aug:
                 x = audio.add_babble(x, rng, cfg.noise_aug_snr)
             if cfg.features == "cpu":  # else the waveform itself goes in the batch (data.features=device)
-                x = FBANKS[cfg.fbank](x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms,
-                                      cfg.dither)
+                x = FBANKS[cfg.fbank](
+                    x, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither
+                )
                 if cfg.spec_augment:
                     x = audio.spec_augment(x, rng)
             feats.append(x)
@@ -297,13 +307,24 @@ class AsrDataset(IterableDataset):
         if not feats:
             return None
         lens = torch.tensor([len(x) for x in feats], dtype=torch.long)
-        batch = {"keys": keys, "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
-                 "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
+        batch = {
+            "keys": keys,
+            "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
+            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long),
+        }
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
         if cfg.features == "device":  # waveforms; the trainer makes fbank after the copy
-            batch.update(wavs=padded, wav_lens=lens, feat_lens=torch.tensor(
-                [audio.num_frames(n, cfg.sample_rate, cfg.frame_length_ms, cfg.frame_shift_ms) for n in lens.tolist()],
-                dtype=torch.long))
+            batch.update(
+                wavs=padded,
+                wav_lens=lens,
+                feat_lens=torch.tensor(
+                    [
+                        audio.num_frames(n, cfg.sample_rate, cfg.frame_length_ms, cfg.frame_shift_ms)
+                        for n in lens.tolist()
+                    ],
+                    dtype=torch.long,
+                ),
+            )
         else:
             batch.update(feats=padded, feat_lens=lens)
         if self.mixed:
@@ -319,8 +340,9 @@ class AsrLoader:
     (B, T, mel), ``feat_lens``, ``targets`` (B, L, zero-padded), ``target_lens``, ``worker``, ``pos``.
     """
 
-    def __init__(self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, sources: list[Source], tokenizer: CharTokenizer, cfg: DataConfig, rank: int = 0, world_size: int = 1
+    ):
         self.dataset = AsrDataset(sources, tokenizer, cfg, rank, world_size)
         self.cfg = cfg
         self.epoch = 0
@@ -346,10 +368,14 @@ class AsrLoader:
         ds, W = self.dataset, self.dataset.num_workers
         ds.epoch, ds.rotate = self.epoch, self.next_worker
         ds.positions = {w: Position(**p) for w, p in self.positions.items()}
-        loader = DataLoader(ds, batch_size=None, num_workers=self.cfg.num_workers,
-                            prefetch_factor=self.cfg.prefetch_factor if self.cfg.num_workers else None,
-                            pin_memory=self.cfg.pin_memory,
-                            generator=torch.Generator())  # leave the global RNG (dropout) untouched
+        loader = DataLoader(
+            ds,
+            batch_size=None,
+            num_workers=self.cfg.num_workers,
+            prefetch_factor=self.cfg.prefetch_factor if self.cfg.num_workers else None,
+            pin_memory=self.cfg.pin_memory,
+            generator=torch.Generator(),
+        )  # leave the global RNG (dropout) untouched
         for batch in loader:
             w = batch["worker"]
             self.positions[w] = batch["pos"]
@@ -386,10 +412,15 @@ class AsrLoader:
         ex = self.dataset.exclude
         if self._exclude_sorted[0] is not ex:
             self._exclude_sorted = (ex, sorted(ex))
-        return {"version": STATE_VERSION, "epoch": self.epoch,
-                "positions": {str(w): p for w, p in self.positions.items()},
-                "next_worker": self.next_worker, "num_workers": self.dataset.num_workers,
-                "world_size": self.dataset.world_size, "exclude": self._exclude_sorted[1]}
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "positions": {str(w): p for w, p in self.positions.items()},
+            "next_worker": self.next_worker,
+            "num_workers": self.dataset.num_workers,
+            "world_size": self.dataset.world_size,
+            "exclude": self._exclude_sorted[1],
+        }
 
     def load_states(self, states: list[dict]) -> None:
         """Continue from a checkpoint's loader states (one per rank): this rank's own when the ranks x
@@ -409,17 +440,25 @@ class AsrLoader:
         ds, epoch = self.dataset, states[0]["epoch"]
         consumed: set[str] = set()
         for rank, st in enumerate(states):
-            old = AsrDataset(ds.sources, ds.tokenizer, replace(self.cfg, num_workers=st["num_workers"]), rank,
-                             st["world_size"])
+            old = AsrDataset(
+                ds.sources, ds.tokenizer, replace(self.cfg, num_workers=st["num_workers"]), rank, st["world_size"]
+            )
             old.epoch, old.exclude = epoch, frozenset(st.get("exclude", ()))
             consumed |= old.exclude
             for w, p in st["positions"].items():
                 consumed |= old.consumed(old.streams(int(w)), int(w), Position(**p))
         self.restart(epoch)
         ds.exclude = frozenset(consumed)
-        log.info("elastic resume: epoch %d continues on %d ranks x %d workers without the %d utterances "
-                 "%d ranks x %d workers had consumed", epoch, ds.world_size, ds.num_workers, len(consumed),
-                 states[0]["world_size"], states[0]["num_workers"])
+        log.info(
+            "elastic resume: epoch %d continues on %d ranks x %d workers without the %d utterances "
+            "%d ranks x %d workers had consumed",
+            epoch,
+            ds.world_size,
+            ds.num_workers,
+            len(consumed),
+            states[0]["world_size"],
+            states[0]["num_workers"],
+        )
         return len(consumed)
 
     def load_state_dict(self, state: dict) -> None:
@@ -427,7 +466,8 @@ class AsrLoader:
         if (state["num_workers"], state["world_size"]) != (self.dataset.num_workers, self.dataset.world_size):
             raise ValueError(
                 f"loader state is for {state['world_size']} ranks x {state['num_workers']} workers, "
-                f"this run has {self.dataset.world_size} x {self.dataset.num_workers}")
+                f"this run has {self.dataset.world_size} x {self.dataset.num_workers}"
+            )
         self.epoch, self.next_worker = state["epoch"], state["next_worker"]
         self.positions = {int(w): dict(p) for w, p in state["positions"].items()}
         self.dataset.exclude = frozenset(state.get("exclude", ()))

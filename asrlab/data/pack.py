@@ -41,16 +41,22 @@ def _pack_source(args) -> dict:
     count = 0
 
     def flush():
-        path = out / "shards" / (f"{name}_{i:05d}_{len(written):04d}.tar" + ("" if compression == "none"
-                                                                          else f".{compression}"))
+        path = (
+            out
+            / "shards"
+            / (f"{name}_{i:05d}_{len(written):04d}.tar" + ("" if compression == "none" else f".{compression}"))
+        )
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(compress(tar_bytes(members), compression))
-        got = [(it.key, it.text, hashlib.sha256(it.audio).hexdigest() if it.audio else None)
-               for it in read_source(Source(tmp.name, str(tmp)))]
+        got = [
+            (it.key, it.text, hashlib.sha256(it.audio).hexdigest() if it.audio else None)
+            for it in read_source(Source(tmp.name, str(tmp)))
+        ]
         if got != want:
             tmp.unlink()
-            raise DataError(f"{path}: read back, it does not hold what was written "
-                            f"({len(got)} utterances of {len(want)})")
+            raise DataError(
+                f"{path}: read back, it does not hold what was written ({len(got)} utterances of {len(want)})"
+            )
         os.replace(tmp, path)
         written.append(str(path))
         members.clear()
@@ -58,8 +64,11 @@ def _pack_source(args) -> dict:
 
     for item in read_source(src):
         ext = _ext(item.audio) if item.audio is not None else None
-        reason = item.error or (None if item.text and item.text.strip() else "empty_text") or \
-            (None if ext else "undecodable_audio")
+        reason = (
+            item.error
+            or (None if item.text and item.text.strip() else "empty_text")
+            or (None if ext else "undecodable_audio")
+        )
         if reason is not None:
             bad_input(item.where, reason, policy, skipped)
             continue
@@ -74,8 +83,15 @@ def _pack_source(args) -> dict:
     return {"shards": written, "utterances": count, "skipped": dict(skipped)}
 
 
-def pack(data: str | Path, out: str | Path, shard_size: int = 1000, compression: str = "none",
-         processes: int | None = None, bad_input_policy: str = "skip", progress=None) -> dict:
+def pack(
+    data: str | Path,
+    out: str | Path,
+    shard_size: int = 1000,
+    compression: str = "none",
+    processes: int | None = None,
+    bad_input_policy: str = "skip",
+    progress=None,
+) -> dict:
     """Pack ``data`` into shards under ``out`` (``out/shards/``, ``out/data.list``); returns a summary:
     shards, utterances, skipped by reason, the list's path."""
     if shard_size < 1:
@@ -111,8 +127,13 @@ def pack(data: str | Path, out: str | Path, shard_size: int = 1000, compression:
     skipped: Counter = Counter()
     for r in results:
         skipped.update(r["skipped"])
-    return {"list": str(out / "data.list"), "sources": len(sources), "shards": len(shards),
-            "utterances": sum(r["utterances"] for r in results), "skipped": dict(skipped)}
+    return {
+        "list": str(out / "data.list"),
+        "sources": len(sources),
+        "shards": len(shards),
+        "utterances": sum(r["utterances"] for r in results),
+        "skipped": dict(skipped),
+    }
 
 
 __all__ = ["pack"]

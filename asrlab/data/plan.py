@@ -45,8 +45,11 @@ def batching_order(frames: list[int], cfg: DataConfig) -> list[int]:
     if cfg.bucketing:
         return sorted(idx, key=frames.__getitem__)
     if cfg.sort_size > 0:
-        return [i for s in range(0, len(idx), cfg.sort_size)
-                for i in sorted(idx[s:s + cfg.sort_size], key=frames.__getitem__)]
+        return [
+            i
+            for s in range(0, len(idx), cfg.sort_size)
+            for i in sorted(idx[s : s + cfg.sort_size], key=frames.__getitem__)
+        ]
     return idx
 
 
@@ -81,7 +84,7 @@ def fed(sources: list[Source], slots: int) -> list[Source]:
             continue
         size = math.ceil(len(src.items) / min(per, len(src.items)))
         for a in range(0, len(src.items), size):
-            items = src.items[a:a + size]
+            items = src.items[a : a + size]
             piece = replace(src, name=f"{src.name}[{a}:{a + len(items)}]", items=items)
             index.share(src, piece, a)
             out.append(piece)
@@ -96,12 +99,21 @@ def corpora(sources: list[Source]) -> list[list[Source]]:
     return list(groups.values())
 
 
-def worker_streams(sources: list[Source], epoch: int, cfg: "DataConfig", rank: int, world_size: int,
-                   worker: int, num_workers: int) -> list[list[Source]]:
+def worker_streams(
+    sources: list[Source], epoch: int, cfg: "DataConfig", rank: int, world_size: int, worker: int, num_workers: int
+) -> list[list[Source]]:
     """The sources (rank, worker) reads this epoch, per corpus: each corpus shuffled and dealt on its own,
     so every rank and worker gets its share of each."""
-    return [deal(fed(epoch_sources(group, epoch, cfg), world_size * max(1, num_workers)), rank, world_size, worker,
-                 num_workers) for group in corpora(sources)]
+    return [
+        deal(
+            fed(epoch_sources(group, epoch, cfg), world_size * max(1, num_workers)),
+            rank,
+            world_size,
+            worker,
+            num_workers,
+        )
+        for group in corpora(sources)
+    ]
 
 
 def mix_counts(batches: list[dict]) -> dict | None:

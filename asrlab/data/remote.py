@@ -16,8 +16,8 @@ import time
 
 log = logging.getLogger(__name__)
 
-RETRIES = 4         # failed reads in a row before the error stands
-BACKOFF_S = 0.2     # the first wait; doubled after each failure
+RETRIES = 4  # failed reads in a row before the error stands
+BACKOFF_S = 0.2  # the first wait; doubled after each failure
 
 
 class RemoteReadError(OSError):
@@ -61,8 +61,9 @@ class RetryingReader(io.RawIOBase):
                 self.retried += 1
                 self._drop()
                 if failures > self.retries:
-                    raise RemoteReadError(f"{self.url}: {failures} reads in a row failed at byte {self.pos} "
-                                          f"({type(e).__name__}: {e})") from e
+                    raise RemoteReadError(
+                        f"{self.url}: {failures} reads in a row failed at byte {self.pos} ({type(e).__name__}: {e})"
+                    ) from e
                 wait = self.backoff_s * 2 ** (failures - 1)
                 log.warning("%s: read failed at byte %d (%s); again in %.1f s", self.url, self.pos, e, wait)
                 time.sleep(wait)
@@ -111,7 +112,10 @@ def stamp_of(url: str):
         info = fs.info(p)
     except Exception:  # a store that does not say: the index entry is then kept until the list changes
         return None
-    return (info.get("size"), str(info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")))
+    return (
+        info.get("size"),
+        str(info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")),
+    )
 
 
 __all__ = ["RemoteReadError", "RetryingReader", "is_url", "open_binary", "stamp_of"]

@@ -93,7 +93,7 @@ class _Prefixed(io.RawIOBase):
             b[:n], self._head = self._head[:n], self._head[n:]
             return n
         data = self._f.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
@@ -114,8 +114,14 @@ def tar_bytes(members: Iterable[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def write_split(utts: Iterable[tuple[str, str, bytes]], split_dir: str | Path, split: str,
-                shard_size: int = 500, compression: str = "none", raw: bool = False) -> list[Path]:
+def write_split(
+    utts: Iterable[tuple[str, str, bytes]],
+    split_dir: str | Path,
+    split: str,
+    shard_size: int = 500,
+    compression: str = "none",
+    raw: bool = False,
+) -> list[Path]:
     """Write ``(key, text, wav_bytes)`` utterances as WeNet shards (and a raw list with ``raw``).
 
     Returns the shard paths. ``data.list`` (and ``raw.list``) hold absolute paths.

@@ -44,9 +44,9 @@ class Source:
     name: str
     path: str | None = None
     items: tuple[tuple[str, str, str | None], ...] = ()
-    corpus: str = ""      # in a mix of several lists: the list's name (keys are qualified by it), else ""
-    weight: float = 1.0   # in a mix: how often the loader draws from this source's list
-    origin: str = ""      # the list or Kaldi dir it was read from: where an error about its items points
+    corpus: str = ""  # in a mix of several lists: the list's name (keys are qualified by it), else ""
+    weight: float = 1.0  # in a mix: how often the loader draws from this source's list
+    origin: str = ""  # the list or Kaldi dir it was read from: where an error about its items points
 
     @property
     def label(self) -> str:
@@ -65,9 +65,9 @@ class Item:
     error: str | None = None
     samples: int | None = None  # the length, where an index gave it instead of the audio
     rate: int | None = None
-    speed: float = 1.0          # the speed perturbation the loader drew for it this epoch
-    corpus: str = ""            # in a mix: its corpus (the loader counts and times each)
-    load_s: float = 0.0         # in a mix: the worker's time reading and decoding it
+    speed: float = 1.0  # the speed perturbation the loader drew for it this epoch
+    corpus: str = ""  # in a mix: its corpus (the loader counts and times each)
+    load_s: float = 0.0  # in a mix: the worker's time reading and decoding it
 
 
 def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
@@ -89,9 +89,16 @@ def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
         for n, line in enumerate(lines, 1):
             try:
                 obj = json.loads(line)
-                items.append(_nemo_item(obj, path) if nemo else
-                             (str(obj["key"]), _resolve(obj["wav"], path), obj.get("txt"),
-                              *_segment(obj.get("start"), obj.get("end"))))
+                items.append(
+                    _nemo_item(obj, path)
+                    if nemo
+                    else (
+                        str(obj["key"]),
+                        _resolve(obj["wav"], path),
+                        obj.get("txt"),
+                        *_segment(obj.get("start"), obj.get("end")),
+                    )
+                )
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 what = "a NeMo manifest line with audio_filepath/text" if nemo else "a WeNet raw line with key/wav/txt"
                 raise DataError(f"{path}:{n}: not {what} ({e})") from None
@@ -145,8 +152,9 @@ def load_data(data: str | Path | list, chunk: int = 1000) -> list[Source]:
     specs = corpus_specs(data)
     if len(specs) == 1:  # one list: no corpus to tell apart, its weight moot
         return load_sources(specs[0][1], chunk)
-    return [replace(src, corpus=name, weight=weight)
-            for name, path, weight in specs for src in load_sources(path, chunk)]
+    return [
+        replace(src, corpus=name, weight=weight) for name, path, weight in specs for src in load_sources(path, chunk)
+    ]
 
 
 def _is_json(line: str) -> bool:
@@ -184,8 +192,10 @@ def _resolve(p: str, list_path: Path) -> str:
 
 
 def _chunks(items: list, chunk: int, name: str, origin: str) -> list[Source]:
-    return [Source(name=f"{name}[{i}:{i + len(items[i:i + chunk])}]", items=tuple(items[i:i + chunk]), origin=origin)
-            for i in range(0, len(items), chunk)]
+    return [
+        Source(name=f"{name}[{i}:{i + len(items[i : i + chunk])}]", items=tuple(items[i : i + chunk]), origin=origin)
+        for i in range(0, len(items), chunk)
+    ]
 
 
 def _kaldi_sources(d: Path, chunk: int) -> list[Source]:
@@ -243,7 +253,7 @@ def list_entries(origin: str | Path) -> list[tuple[str, int, str]]:
 
 
 def _short(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def locate(sources: list[Source], bad) -> list[dict]:
@@ -263,8 +273,16 @@ def locate(sources: list[Source], bad) -> list[dict]:
         rows = entries.get(src.origin, [])
         e = start[i] + (0 if src.path is not None else k)
         file, n, text = rows[e] if src.origin and e < len(rows) else (src.label, None, "")
-        out.append({"list": src.origin or src.label, "file": file, "line": n, "text": _short(text),
-                    "key": key, "reason": reason})
+        out.append(
+            {
+                "list": src.origin or src.label,
+                "file": file,
+                "line": n,
+                "text": _short(text),
+                "key": key,
+                "reason": reason,
+            }
+        )
     return out
 
 
@@ -292,7 +310,7 @@ def no_usable_error(located: list[dict]) -> DataError:
     ref = lambda x: line_ref(x, len(lists) == 1)  # noqa: E731
     n = f"{len(lines)} line" + ("s" if len(lines) != 1 else "")
     if len(per_reason) == 1:
-        (reason, _), = per_reason.items()
+        ((reason, _),) = per_reason.items()
         x = first[reason]
         tail = f"{n}, {'each ' if len(lines) > 1 else ''}{reason}"
         tail += f" ({ref(x)}: {x['text']!r})" if x["text"] else ""
@@ -348,8 +366,9 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
         try:
             out = subprocess.run(loc[:-1], shell=True, capture_output=True, timeout=60, check=True)
         except (subprocess.SubprocessError, OSError) as e:
-            return Item(key, text, None, where, "pipe_failed" if not isinstance(e, FileNotFoundError)
-                        else "missing_file")
+            return Item(
+                key, text, None, where, "pipe_failed" if not isinstance(e, FileNotFoundError) else "missing_file"
+            )
         return Item(key, text, out.stdout, where)
     if is_url(loc):
         try:

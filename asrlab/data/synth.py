@@ -50,7 +50,6 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
@@ -61,6 +60,19 @@ from . import espeak
 from .acoustics import SAMPLE_RATE, add_reverb, babble_noise, coloured_noise, resample
 from ..errors import UsageError
 from .shards import write_split
+from .voices import (
+    GEN_KLATT,
+    GEN_VARIANT_SEED,
+    GEN_VARIANT_SHARE,
+    GEN_VARIANTS,
+    TEST_ACCENTS,
+    TEST_VARIANTS,
+    TRAIN_ACCENTS,
+    TRAIN_VARIANTS,
+    generated_variants,
+    voice_of,
+    voice_tag,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +85,11 @@ __all__ = [
     "DIGIT_WORDS",
     "COMMANDS",
     "split_voices",
+    "voice_of",
+    "generated_variants",
+    "GEN_VARIANTS",
+    "GEN_KLATT",
+    "GEN_VARIANT_SEED",
     "split_sizes",
     "Utterance",
     "make_utterance",
@@ -84,32 +101,52 @@ __all__ = [
 SPLITS = ("train", "dev", "test")
 _SPLIT_ID = {"train": 0, "dev": 1, "test": 2}
 
-TRAIN_ACCENTS = ("en-us", "en", "en-gb-x-rp", "en-gb-x-gbclan")
-TEST_ACCENTS = ("en-029", "en-gb-scotland", "en-gb-x-gbcwmd")
-TRAIN_VARIANTS = (
-    "m1", "m2", "m3", "m4", "m5", "m6", "f1", "f2", "f3", "f4",
-    "klatt", "klatt2", "klatt3", "croak", "max", "Annie", "belinda", "rob",
-)
-TEST_VARIANTS = (
-    "m7", "m8", "f5", "klatt4", "edward", "steph", "grandpa", "aunty", "quincy", "travis",
-)
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 COMMANDS = (
-    "stop", "go", "yes", "no", "cancel", "mute",
-    "go left", "go right", "go back", "go forward",
-    "turn on the light", "turn off the light", "lights on", "lights off",
-    "turn on the radio", "turn off the radio",
-    "volume up", "volume down", "next track", "previous track",
-    "play music", "pause music", "open the door", "close the door",
-    "lock the door", "unlock the door", "what time is it",
-    "start recording", "stop recording", "call home",
+    "stop",
+    "go",
+    "yes",
+    "no",
+    "cancel",
+    "mute",
+    "go left",
+    "go right",
+    "go back",
+    "go forward",
+    "turn on the light",
+    "turn off the light",
+    "lights on",
+    "lights off",
+    "turn on the radio",
+    "turn off the radio",
+    "volume up",
+    "volume down",
+    "next track",
+    "previous track",
+    "play music",
+    "pause music",
+    "open the door",
+    "close the door",
+    "lock the door",
+    "unlock the door",
+    "what time is it",
+    "start recording",
+    "stop recording",
+    "call home",
 )
 # Commands with a number ({n}: one..nine spoken as a word).
 COMMAND_TEMPLATES = (
-    "set timer for {n} minutes", "set volume to {n}", "go to floor {n}",
-    "play track {n}", "turn up the heat by {n} degrees", "wait {n} seconds",
-    "move {n} steps forward", "skip {n} songs", "open window {n}", "call room {n}",
+    "set timer for {n} minutes",
+    "set volume to {n}",
+    "go to floor {n}",
+    "play track {n}",
+    "turn up the heat by {n} degrees",
+    "wait {n} seconds",
+    "move {n} steps forward",
+    "skip {n} songs",
+    "open window {n}",
+    "call room {n}",
 )
 
 # Prosody, shared by all splits (eSpeak parameter units).
@@ -118,11 +155,6 @@ PITCH = (25, 75)
 PITCH_RANGE = (20, 90)
 WORD_GAP = (0, 3)  # x 10 ms
 
-# Generated voice variants (train/dev only), see _random_variant().
-GEN_VARIANTS = 256          # size of the pool, named g000 .. g255
-GEN_VARIANT_SHARE = 0.75    # share of train/dev utterances spoken by a generated variant
-GEN_VARIANT_SEED = 20240603  # the pool is fixed: it does not depend on the corpus seed
-GEN_KLATT = (0, 1, 2, 3)    # source models for generated variants (0 = eSpeak's own); 4, 5 are test's
 # Train/dev speed/VTLP factor: eSpeak's output read as if recorded at 22050 * factor Hz.
 TRAIN_SPEED = (0.88, 1.12)
 
@@ -163,6 +195,7 @@ def split_sizes(utts: int, held: int | None = None) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- text
 
+
 def _make_text(rng: np.random.Generator) -> str:
     if rng.random() < 0.5:
         n = int(rng.integers(1, 9))
@@ -173,75 +206,12 @@ def _make_text(rng: np.random.Generator) -> str:
     return COMMANDS[int(rng.integers(len(COMMANDS)))]
 
 
-# --------------------------------------------------------------------------- voices
-
-def _random_variant(rng: np.random.Generator, name: str) -> str:
-    """The text of an eSpeak variant file with random voice settings.
-
-    Ranges follow what eSpeak NG's own ~90 variant files use (their 5th-95th
-    percentiles, test variants left out): a vocal-tract scale moves all formant
-    frequencies together (0.85-1.2), each formant then moves on its own
-    (+-12% for F1-F3, more above); formant heights and widths, voicing and
-    consonant levels, breathiness, flutter, roughness, echo, stress amplitudes
-    and the Klatt source model (none, 1, 2 or 3) are drawn independently. In
-    two of three variants a ``tone`` line sets the spectral tilt: levels at
-    100, 600, 1200, 2000 and 3000 Hz on a random slope from a 1/f**1.6 fall to
-    a 1/f**-0.5 rise, each jittered by about +-40% (eSpeak's stock variants
-    range from flat to a steep low-pass shape, which many of them share).
-    """
-    lines = ["language variant", f"name {name}"]
-    base = float(rng.uniform(60.0, 240.0))  # Hz
-    top = base * float(rng.uniform(1.1, 1.8))
-    lines.append(f"pitch {base:.0f} {top:.0f}")
-    scale = float(rng.uniform(0.85, 1.2))
-    for k in range(9):
-        if k == 0:  # nasal formant
-            freq = 100.0 * float(rng.uniform(0.75, 1.2))
-        elif k <= 3:
-            freq = 100.0 * scale * float(rng.uniform(0.88, 1.12))
-        else:
-            freq = 100.0 * scale * float(rng.uniform(0.7, 1.25))
-        height = float(rng.uniform(50.0, 150.0)) if k <= 2 else float(rng.uniform(0.0, 150.0))
-        width = float(rng.uniform(40.0, 180.0))
-        lines.append(f"formant {k} {freq:.0f} {height:.0f} {width:.0f}")
-    if rng.random() < 2.0 / 3.0:
-        freqs = np.array([100.0, 600.0, 1200.0, 2000.0, 3000.0])
-        slope = float(rng.uniform(-1.6, 0.5))
-        level = float(rng.uniform(60.0, 255.0)) * (freqs / 600.0) ** slope
-        level *= np.exp(rng.normal(0.0, 0.35, size=len(freqs)))
-        level = np.clip(level, 5.0, 255.0)
-        lines.append("tone " + " ".join(f"{f:.0f} {a:.0f}" for f, a in zip(freqs, level)))
-    lines.append(f"voicing {float(rng.uniform(25.0, 200.0)):.0f}")
-    lines.append(f"consonants {float(rng.uniform(40.0, 190.0)):.0f} {float(rng.uniform(50.0, 190.0)):.0f}")
-    lines.append(f"flutter {int(rng.integers(0, 25))}")
-    lines.append(f"roughness {int(rng.integers(0, 6))}")
-    if rng.random() < 0.3:
-        lines.append("breath " + " ".join(str(int(b)) for b in rng.integers(0, 6, size=8)))
-    if rng.random() < 0.3:
-        lines.append(f"echo {int(rng.integers(20, 200))} {int(rng.integers(0, 25))}")
-    if rng.random() < 0.3:
-        lines.append("stressAmp " + " ".join(str(int(a)) for a in rng.integers(12, 28, size=8)))
-    klatt = GEN_KLATT[int(rng.integers(len(GEN_KLATT)))]
-    if klatt:
-        lines.append(f"klatt {klatt}")
-    return "\n".join(lines) + "\n"
-
-
-@lru_cache(maxsize=1)
-def generated_variants() -> dict[str, str]:
-    """The pool of generated variants, ``{name: variant file text}`` (fixed, seed-independent)."""
-    return {f"g{i:03d}": _random_variant(np.random.default_rng((GEN_VARIANT_SEED, i)), f"g{i:03d}")
-            for i in range(GEN_VARIANTS)}
-
-
 def _encode_wav(x: np.ndarray) -> bytes:
     pcm = np.clip(np.round(x * 32767.0), -32768, 32767).astype(np.int16)
     buf = io.BytesIO()
     sf.write(buf, pcm, SAMPLE_RATE, format="WAV", subtype="PCM_16")
     return buf.getvalue()
 
-
-# --------------------------------------------------------------------------- utterances
 
 @dataclass(frozen=True)
 class Utterance:
@@ -255,22 +225,15 @@ class Utterance:
     condition: dict
 
 
-def _voice_tag(voice: str) -> str:
-    return voice.replace("+", "_")
-
-
-def voice_of(key: str) -> dict | None:
-    """``{"split", "accent", "variant"}`` of an embedded corpus' utterance key
-    (``<split>-<accent>_<variant>-<index>``); None for a key of other data."""
-    parts = key.split("-")
-    if len(parts) < 3 or not parts[-1].isdigit() or "_" not in parts[-2]:
-        return None
-    accent, variant = "-".join(parts[1:-1]).rsplit("_", 1)
-    return {"split": parts[0], "accent": accent, "variant": variant}
-
-
-def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
-                   noise_snr: tuple[float, float] = (10.0, 30.0), fresh: bool = True) -> Utterance:
+def make_utterance(
+    seed: int,
+    split: str,
+    index: int,
+    *,
+    hard: bool = False,
+    noise_snr: tuple[float, float] = (10.0, 30.0),
+    fresh: bool = True,
+) -> Utterance:
     """Synthesize utterance ``index`` of ``split``.
 
     With ``fresh=True`` eSpeak is reset first, making this a pure function of its
@@ -324,8 +287,7 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
         speed *= float(rng.uniform(*TRAIN_SPEED))
 
     espeak.add_variants(generated_variants())  # a no-op once they are there
-    pcm, sr = espeak.synthesize(text, voice, rate, pitch, prange, word_gap=gap,
-                                seed=espeak_seed, fresh=fresh)
+    pcm, sr = espeak.synthesize(text, voice, rate, pitch, prange, word_gap=gap, seed=espeak_seed, fresh=fresh)
     if pcm.size == 0:
         raise espeak.EspeakError(f"eSpeak returned no audio for {text!r} ({voice})")
     # Speed perturbation = reading the samples as if recorded at ~sr * speed; the rate is
@@ -345,10 +307,15 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
     x = x + n * math.sqrt(speech_power / 10.0 ** (snr / 10.0))
     x *= peak / (np.max(np.abs(x)) + 1e-12)
 
-    key = f"{split}-{_voice_tag(voice)}-{index:06d}"
+    key = f"{split}-{voice_tag(voice)}-{index:06d}"
     condition = {
-        "rate_wpm": rate, "pitch": pitch, "pitch_range": prange, "word_gap": gap,
-        "noise": noise, "snr_db": round(float(snr), 2), "speed": round(speed, 3),
+        "rate_wpm": rate,
+        "pitch": pitch,
+        "pitch_range": prange,
+        "word_gap": gap,
+        "noise": noise,
+        "snr_db": round(float(snr), 2),
+        "speed": round(speed, 3),
         "reverb_rt60_s": round(float(rt60), 3) if reverb else 0.0,
     }
     return Utterance(key, text, _encode_wav(x), len(x) / SAMPLE_RATE, voice, condition)
@@ -356,8 +323,9 @@ def make_utterance(seed: int, split: str, index: int, *, hard: bool = False,
 
 def _render_block(args: tuple) -> list[Utterance]:
     seed, split, start, stop, hard, noise_snr = args
-    return [make_utterance(seed, split, i, hard=hard, noise_snr=noise_snr, fresh=(i == start))
-            for i in range(start, stop)]
+    return [
+        make_utterance(seed, split, i, hard=hard, noise_snr=noise_snr, fresh=(i == start)) for i in range(start, stop)
+    ]
 
 
 def _default_workers() -> int:
@@ -368,9 +336,15 @@ def _default_workers() -> int:
     return max(1, min(n, 8))
 
 
-def iter_split(split: str, n: int, seed: int = 0, *, hard: bool = False,
-               noise_snr: tuple[float, float] = (10.0, 30.0),
-               workers: int = 1) -> Iterator[Utterance]:
+def iter_split(
+    split: str,
+    n: int,
+    seed: int = 0,
+    *,
+    hard: bool = False,
+    noise_snr: tuple[float, float] = (10.0, 30.0),
+    workers: int = 1,
+) -> Iterator[Utterance]:
     """Yield utterances ``0 .. n-1`` of ``split`` in order, synthesized lazily.
 
     Work goes in blocks of :data:`RESET_EVERY` utterances starting at multiples of
@@ -405,10 +379,20 @@ def iter_split(split: str, n: int, seed: int = 0, *, hard: bool = False,
 
 # --------------------------------------------------------------------------- corpus
 
-def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shard_size: int = 500,
-                      compression: str = "none", noise_snr: tuple[float, float] = (10.0, 30.0),
-                      raw: bool = False, hard: bool = False, progress=True,
-                      workers: int | None = None, held: int | None = None) -> dict:
+
+def synthesize_corpus(
+    out_dir: str | Path,
+    utts: int = 2000,
+    seed: int = 0,
+    shard_size: int = 500,
+    compression: str = "none",
+    noise_snr: tuple[float, float] = (10.0, 30.0),
+    raw: bool = False,
+    hard: bool = False,
+    progress=True,
+    workers: int | None = None,
+    held: int | None = None,
+) -> dict:
     """Synthesize the train/dev/test corpus into WeNet shards under ``out_dir``.
 
     Args:
@@ -440,16 +424,23 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
     out_dir = Path(out_dir)
     noise_snr = (float(noise_snr[0]), float(noise_snr[1]))
     summary: dict = {
-        "out_dir": str(out_dir.resolve()), "seed": int(seed), "sample_rate": SAMPLE_RATE,
-        "hard": bool(hard), "noise_snr": list(noise_snr), "splits": {},
+        "out_dir": str(out_dir.resolve()),
+        "seed": int(seed),
+        "sample_rate": SAMPLE_RATE,
+        "hard": bool(hard),
+        "noise_snr": list(noise_snr),
+        "splits": {},
     }
     t_all = time.perf_counter()
     for split in SPLITS:
         n = sizes[split]
         stats = {"seconds": 0.0, "voices": Counter(), "noises": Counter()}
         t0 = time.perf_counter()
-        bar = (progress(total=n, desc=f"synth {split}", unit="utt") if callable(progress) else
-               tqdm(total=n, desc=f"synth {split}", unit="utt", disable=not progress, leave=True))
+        bar = (
+            progress(total=n, desc=f"synth {split}", unit="utt")
+            if callable(progress)
+            else tqdm(total=n, desc=f"synth {split}", unit="utt", disable=not progress, leave=True)
+        )
 
         def stream(split=split, n=n, stats=stats, bar=bar):
             for u in iter_split(split, n, seed, hard=hard, noise_snr=noise_snr, workers=workers):
@@ -474,9 +465,16 @@ def synthesize_corpus(out_dir: str | Path, utts: int = 2000, seed: int = 0, shar
             "conditions": _describe_conditions(split, noise_snr, hard),
             "elapsed_s": round(elapsed, 3),
         }
-        log.info("%s: %d utterances, %.1f s of audio, %d shards, %d voices, %.1f s (%.0f utt/s)",
-                 split, n, stats["seconds"], len(paths), len(stats["voices"]), elapsed,
-                 n / max(elapsed, 1e-9))
+        log.info(
+            "%s: %d utterances, %.1f s of audio, %d shards, %d voices, %.1f s (%.0f utt/s)",
+            split,
+            n,
+            stats["seconds"],
+            len(paths),
+            len(stats["voices"]),
+            elapsed,
+            n / max(elapsed, 1e-9),
+        )
     summary["elapsed_s"] = round(time.perf_counter() - t_all, 3)
     return summary
 

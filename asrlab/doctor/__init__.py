@@ -22,15 +22,32 @@ from ..errors import UsageError
 from ..lab.metrics import metric_files, read_metrics
 from ..lab.stall.heartbeat import rank_state
 from ..lab.stop import STOP_FILE
-from .read import (error_entry, halt_report, history, json_ready, kept_steps, latest_heartbeats, launch_time,
-                   read_json, stall_entry, train_config)
+from .read import (
+    error_entry,
+    halt_report,
+    history,
+    json_ready,
+    kept_steps,
+    latest_heartbeats,
+    launch_time,
+    read_json,
+    stall_entry,
+    train_config,
+)
 from ..lab.stall.errors import rank_errors
 
 # render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
 # said at once and ``asrlab doctor`` starts without it
-_LAZY = {"format_diagnosis": "render", "checkpoint_integrity": "sections", "corpus_throughput": "sections",
-         "ledger_coverage": "sections", "loss_scale_history": "sections", "nonfinite_events": "sections",
-         "resume_points": "sections", "step_times": "sections"}
+_LAZY = {
+    "format_diagnosis": "render",
+    "checkpoint_integrity": "sections",
+    "corpus_throughput": "sections",
+    "ledger_coverage": "sections",
+    "loss_scale_history": "sections",
+    "nonfinite_events": "sections",
+    "resume_points": "sections",
+    "step_times": "sections",
+}
 
 
 def __getattr__(name: str):
@@ -40,11 +57,22 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-VERDICTS = ("finished", "running", "stopped", "stalled", "nonfinite_halt", "nonfinite", "crashed", "killed",
-            "out_of_memory", "unknown", "no_failure_seen")
-FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
-LAUNCH_SLACK_S = 2.0      # a rank can record its error just before rank 0 rewrites config.yaml
 
+VERDICTS = (
+    "finished",
+    "running",
+    "stopped",
+    "stalled",
+    "nonfinite_halt",
+    "nonfinite",
+    "crashed",
+    "killed",
+    "out_of_memory",
+    "unknown",
+    "no_failure_seen",
+)
+FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
+LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
 
 
 def _culprit(d: dict) -> dict:
@@ -52,6 +80,7 @@ def _culprit(d: dict) -> dict:
     vanished = re.match(r"rank (\d+) ended without recording an error", d.get("summary") or "")
     if d["verdict"] == "crashed" and vanished:  # the rank that went first, before the errors that followed it
         from .verdict import _last_step
+
         rank = int(vanished.group(1))
         r = next((r for r in d["ranks"] if r.get("rank") == rank), None)
         return {"rank": rank, "step": _last_step(Path(d["exp"]), r)[0] if r else None}
@@ -82,8 +111,15 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
         raise UsageError(f"{exp}: not a directory")
     if not is_run(exp):
         raise UsageError(f"{exp}: no run there (none of {', '.join(layout.RUN_FILES)})")
-    from .sections import (checkpoint_integrity, corpus_throughput, ledger_coverage, loss_scale_history,
-                           nonfinite_events, resume_points, step_times)
+    from .sections import (
+        checkpoint_integrity,
+        corpus_throughput,
+        ledger_coverage,
+        loss_scale_history,
+        nonfinite_events,
+        resume_points,
+        step_times,
+    )
     from .job_output import read_job_output
     from .verdict import verdict
 
@@ -93,16 +129,30 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     launched = launch_time(exp, lab)
     rid, beats = latest_heartbeats(exp)
     report = read_json(layout.stall_report(exp))
-    world_size = int(lab.get("world_size") or (report or {}).get("world_size") or
-                     (max(beats) + 1 if beats else 0) or len(metric_files(exp)) or 1)
+    world_size = int(
+        lab.get("world_size")
+        or (report or {}).get("world_size")
+        or (max(beats) + 1 if beats else 0)
+        or len(metric_files(exp))
+        or 1
+    )
 
     rank0 = kept_steps(read_metrics(exp)) if layout.metrics(exp, "rank0").exists() else []
     ckpts = checkpoint_integrity(exp)
-    d: dict = {"exp": str(exp), "time": now, "world_size": world_size, "launched": launched or None,
-               "config": {k: train_cfg.get(k) for k in ("max_steps", "max_epochs", "max_minutes", "nonfinite",
-                                                        "uneven", "ledger", "stall_timeout_s")} if train_cfg else None,
-               "last_step": rank0[-1]["step"] if rank0 else None,
-               "stop_requested": (exp / STOP_FILE).exists()}
+    d: dict = {
+        "exp": str(exp),
+        "time": now,
+        "world_size": world_size,
+        "launched": launched or None,
+        "config": {
+            k: train_cfg.get(k)
+            for k in ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
+        }
+        if train_cfg
+        else None,
+        "last_step": rank0[-1]["step"] if rank0 else None,
+        "stop_requested": (exp / STOP_FILE).exists(),
+    }
     d["ranks"] = [rank_state(b, now) for _, b in sorted(beats.items())]
     d["steps"] = step_times(exp)
     d["corpora"] = corpus_throughput(exp)
@@ -130,5 +180,16 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     return json_ready(d)
 
 
-__all__ = ["FAILED", "VERDICTS", "is_run", "checkpoint_integrity", "diagnose", "format_diagnosis", "ledger_coverage",
-           "loss_scale_history", "nonfinite_events", "resume_points", "step_times"]
+__all__ = [
+    "FAILED",
+    "VERDICTS",
+    "is_run",
+    "checkpoint_integrity",
+    "diagnose",
+    "format_diagnosis",
+    "ledger_coverage",
+    "loss_scale_history",
+    "nonfinite_events",
+    "resume_points",
+    "step_times",
+]

@@ -21,8 +21,16 @@ from ..lab.stall.flight import last_collectives
 from ..lab.stall.heartbeat import read_timeline
 from ..lab.stall.report import write_report
 
-PER_RANK = (layout.HEARTBEAT, layout.ERRORS, layout.STALL, layout.LEDGER, layout.METRICS, layout.NONFINITE,
-            layout.DIAGNOSTICS, layout.FLIGHT)
+PER_RANK = (
+    layout.HEARTBEAT,
+    layout.ERRORS,
+    layout.STALL,
+    layout.LEDGER,
+    layout.METRICS,
+    layout.NONFINITE,
+    layout.DIAGNOSTICS,
+    layout.FLIGHT,
+)
 
 
 def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
@@ -48,8 +56,12 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
     ranks = {int(p.stem[4:]) for p in layout.heartbeat_dir(into).glob("rank*.json") if p.stem[4:].isdigit()}
     lab: dict = {}
     if labs:
-        lab = {**labs[0], "world_size": max(len(ranks), max((x.get("world_size") or 0) for x in labs)),
-               "started": min(x.get("started", 0) for x in labs), "nodes": [str(e) for e in exps]}
+        lab = {
+            **labs[0],
+            "world_size": max(len(ranks), max((x.get("world_size") or 0) for x in labs)),
+            "started": min(x.get("started", 0) for x in labs),
+            "nodes": [str(e) for e in exps],
+        }
         if any(x.get("status") == "failed" for x in labs):
             lab["status"] = "failed"
         elif all(x.get("status") == "finished" for x in labs):
@@ -64,9 +76,15 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         world = lab.get("world_size") or first.get("world_size") or 1
         _as_at(into, first.get("time", 0.0), world)
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
-        write_report(into, world, first.get("timeout_s", 0.0),
-                     since=min(x.get("started", 0) for x in labs) if labs else 0.0, now=first.get("time"),
-                     failure=failure, collectives=last_collectives(into))
+        write_report(
+            into,
+            world,
+            first.get("timeout_s", 0.0),
+            since=min(x.get("started", 0) for x in labs) if labs else 0.0,
+            now=first.get("time"),
+            failure=failure,
+            collectives=last_collectives(into),
+        )
     return into
 
 
@@ -88,8 +106,18 @@ def _as_at(into: Path, when: float, world: int) -> None:
         if not then:
             continue
         stall.mkdir(parents=True, exist_ok=True)
-        atomic_write(dump, json.dumps({**beat, "phase": held_phase(then[-1]["phase"], world), "since": then[-1]["t"],
-                                       "time": when, "detail": "as the stall was seen, from its timeline"}))
+        atomic_write(
+            dump,
+            json.dumps(
+                {
+                    **beat,
+                    "phase": held_phase(then[-1]["phase"], world),
+                    "since": then[-1]["t"],
+                    "time": when,
+                    "detail": "as the stall was seen, from its timeline",
+                }
+            ),
+        )
 
 
 __all__ = ["merge_runs"]

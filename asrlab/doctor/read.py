@@ -15,6 +15,7 @@ from ..lab.stall.errors import ended_from_outside, error_line, rank_errors
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.stall.report import rank_states
 
+
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -67,26 +68,61 @@ def halt_report(exp: Path, since: float) -> dict | None:
     h = read_json(path)
     if h is None:
         return None
-    return {**{k: h.get(k) for k in ("message", "rollbacks", "step", "rank", "kind", "module", "direction", "where",
-                                     "keys", "loss", "grad_norm", "loss_scale", "saved")},
-            "time": path.stat().st_mtime, "current": path.stat().st_mtime >= since}
+    return {
+        **{
+            k: h.get(k)
+            for k in (
+                "message",
+                "rollbacks",
+                "step",
+                "rank",
+                "kind",
+                "module",
+                "direction",
+                "where",
+                "keys",
+                "loss",
+                "grad_norm",
+                "loss_scale",
+                "saved",
+            )
+        },
+        "time": path.stat().st_mtime,
+        "current": path.stat().st_mtime >= since,
+    }
 
 
 def error_entry(e: dict, errors: list[dict]) -> dict:
     tb = (e.get("traceback") or "").rstrip().splitlines()
-    return {"rank": e["rank"], "type": e.get("type"), "message": e.get("message"), "time": e.get("time"),
-            "phase": e.get("phase"), "step": e.get("step"), "usage": e.get("usage"), "line": error_line(e),
-            "traceback_tail": tb[-8:], "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
-            "ended_from_outside": ended_from_outside(e)}
+    return {
+        "rank": e["rank"],
+        "type": e.get("type"),
+        "message": e.get("message"),
+        "time": e.get("time"),
+        "phase": e.get("phase"),
+        "step": e.get("step"),
+        "usage": e.get("usage"),
+        "line": error_line(e),
+        "traceback_tail": tb[-8:],
+        "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
+        "ended_from_outside": ended_from_outside(e),
+    }
 
 
 def stall_entry(exp: Path, report: dict) -> dict:
     _, ranks = rank_states(exp)  # the report's ranks, as the notebook's stall view reads them
-    return {"verdict": report.get("verdict"), "time": report.get("time"), "timeout_s": report.get("timeout_s"),
-            "failure": report.get("failure"), "report": str(layout.stall_text(exp)),
-            "collectives": last_collectives(exp),
-            "ranks": [{k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
-                      for r in ranks]}
+    return {
+        "verdict": report.get("verdict"),
+        "time": report.get("time"),
+        "timeout_s": report.get("timeout_s"),
+        "failure": report.get("failure"),
+        "report": str(layout.stall_text(exp)),
+        "collectives": last_collectives(exp),
+        "ranks": [
+            {k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
+            for r in ranks
+        ],
+    }
 
 
 def history(exp: Path, since: float, errors: list[dict], halt: dict | None, stall: dict | None) -> list[str]:

@@ -8,11 +8,15 @@ from ..lab.timing import format_split
 from . import FAILED
 from .sections import FIRST
 
+
 def _untrained(x: dict) -> str:
     """A rank's untrained rest of an epoch, as the ledger recorded it."""
     n, b = x["utterances"], x["batches"]
-    where = f"after its batch {x['after_batch']} (step {x['after_step']})" if x.get("after_batch") \
+    where = (
+        f"after its batch {x['after_batch']} (step {x['after_step']})"
+        if x.get("after_batch")
         else f"after step {x['after_step']}"
+    )
     if b is None:  # the guard could not count them: say so, never a number
         why = "the loader has no len" if x.get("after_batch") else "the loader has no len, or resumed itself mid-epoch"
         size = f"an unknown number of batches ({why})"
@@ -23,8 +27,14 @@ def _untrained(x: dict) -> str:
     if not x["keys"]:
         return f"left {size} untrained {where}"
     which = ", ".join(x["keys"]) + (" ..." if x["known"] > len(x["keys"]) else "")
-    more = "" if x["exact"] else (f"; of them, the {x['known']} it had read ahead: {which} "
-                                  "(UnevenGuard(..., untrained='keys') lists them all)")
+    more = (
+        ""
+        if x["exact"]
+        else (
+            f"; of them, the {x['known']} it had read ahead: {which} "
+            "(UnevenGuard(..., untrained='keys') lists them all)"
+        )
+    )
     return f"left {size} untrained {where}" + (f": {which}" if x["exact"] else more)
 
 
@@ -35,8 +45,13 @@ def _few(items: list, total: int | None = None) -> str:
 
 
 def _rank_line(r: dict, flags: bool = True) -> str:
-    state = {"alive": "", "done": "", "gone": " [process gone]", "frozen": " [FROZEN: process alive, heartbeat stale]",
-             "silent": " [no heartbeat: frozen or gone]"}[r["state"]]
+    state = {
+        "alive": "",
+        "done": "",
+        "gone": " [process gone]",
+        "frozen": " [FROZEN: process alive, heartbeat stale]",
+        "silent": " [no heartbeat: frozen or gone]",
+    }[r["state"]]
     stale = f", heartbeat {r['heartbeat_age_s']:g} s old" if r["state"] not in ("alive", "done") else ""
     if not flags:  # the verdict came from a report: a stale heartbeat there says nothing more
         state = stale = ""
@@ -49,18 +64,27 @@ def _next(d: dict) -> str | None:
     if d.get("config"):  # a run of asrlab train
         resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
     else:  # a loop of the parts, or a watched command: its own way of resuming
-        resume = (f"RunState.load() resumes from {ckpt}" if ckpt else
-                  "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own")
+        resume = (
+            f"RunState.load() resumes from {ckpt}"
+            if ckpt
+            else "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
+        )
     v = d["verdict"]
     if v == "stalled":
-        return (f"read the stacks in {(d['stall'] or {}).get('report') or 'the ranks named above'}; a rank waiting "
-                "for data points at its loader or storage, one blocked in a collective at the rank named first")
+        return (
+            f"read the stacks in {(d['stall'] or {}).get('report') or 'the ranks named above'}; a rank waiting "
+            "for data points at its loader or storage, one blocked in a collective at the rank named first"
+        )
     if v == "crashed":
         return f"fix the cause, then run the same command again ({resume})"
     if v == "nonfinite_halt":
         bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
-        how = (f"asrlab.train.replay.replay('{bundle}')" if d.get("config") else  # asrlab's trainer: its own model
-               f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss")
+        how = (
+            f"asrlab.train.replay.replay('{bundle}')"
+            if d.get("config")
+            # asrlab's trainer: its own model
+            else f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss"
+        )
         return f"replay the saved step in each precision: {how}" if bundle else None
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
@@ -80,18 +104,29 @@ def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
             lines.append(f"    ... {len(log) - head - tail} more")
             continue
         bad = e.get("utterances")
-        which = ("which utterance not told" if bad is None else
-                 f"not finite: {_few(bad)}" if bad else "every utterance of it finite")
-        lines.append(f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}"
-                     + (f" ({e['found_by']})" if e.get("found_by") else "")
-                     + (f"; batch {_few(e.get('keys') or [])}" if bad is None else ""))
+        which = (
+            "which utterance not told"
+            if bad is None
+            else f"not finite: {_few(bad)}"
+            if bad
+            else "every utterance of it finite"
+        )
+        lines.append(
+            f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}"
+            + (f" ({e['found_by']})" if e.get("found_by") else "")
+            + (f"; batch {_few(e.get('keys') or [])}" if bad is None else "")
+        )
     many = sorted(nf.get("by_utterance", {}).items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     if many:
-        lines.append("  utterances not finite: " + "; ".join(
-            f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST])
-            + (f" (+{len(many) - FIRST} more)" if len(many) > FIRST else ""))
+        lines.append(
+            "  utterances not finite: "
+            + "; ".join(f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST])
+            + (f" (+{len(many) - FIRST} more)" if len(many) > FIRST else "")
+        )
     if nf.get("other_versions"):
-        lines.append(f"  ({nf['other_versions']} lines of another format version passed over: a newer asrlab wrote them)")
+        lines.append(
+            f"  ({nf['other_versions']} lines of another format version passed over: a newer asrlab wrote them)"
+        )
     return lines
 
 
@@ -103,8 +138,14 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  next: {hint}")
     if d["error"]:
         e = d["error"]
-        lines += ["", (f"error of a rank being ended (a consequence, not the cause): {e['line']}"
-                       if e.get("ended_from_outside") else f"first error: {e['line']}")]
+        lines += [
+            "",
+            (
+                f"error of a rank being ended (a consequence, not the cause): {e['line']}"
+                if e.get("ended_from_outside")
+                else f"first error: {e['line']}"
+            ),
+        ]
         if e["also_failed"]:
             lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
         if not e.get("usage"):
@@ -124,32 +165,42 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  {st.get('missing') or 'no metrics'}")
     for r in st["ranks"]:
         if r["median_step_s"] is None:  # asrlab watch: shares of sampled time, no steps
-            lines.append(f"  rank {r['rank']} (sampled stacks): " + ", ".join(
-                f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items()))
+            lines.append(
+                f"  rank {r['rank']} (sampled stacks): "
+                + ", ".join(f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items())
+            )
             continue
         how = "mean (heartbeat)" if r.get("source") else "median"
-        lines.append(f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
-                     f"{100 * r['data_wait_share']:.0f}% of it waiting for data")
+        lines.append(
+            f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
+            f"{100 * r['data_wait_share']:.0f}% of it waiting for data"
+        )
         if r.get("split"):
             lines.append(f"    wall clock: {format_split(r['split'])}")
     if st["spread"] and "slowest_rank" in st["spread"]:
         s = st["spread"]
-        lines.append(f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
-                     f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)")
+        lines.append(
+            f"  spread: rank {s['slowest_rank']} slowest ({s['slowest_s']:.4f} s), {s['ratio']:.2f}x rank "
+            f"{s['fastest_rank']} ({s['fastest_s']:.4f} s)"
+        )
     slow = (st["spread"] or {}).get("slow_reader")
     if slow is not None and d["verdict"] not in FAILED:  # a failure's own verdict says what held the ranks
         share = {r["rank"]: r["data_wait_share"] for r in st["ranks"]}
         rest = ", ".join(f"{100 * v:.0f}%" for r, v in sorted(share.items()) if r != slow)
-        lines.append(f"  rank {slow} waits for data far more than the others ({100 * share[slow]:.0f}% of its time; "
-                     f"the others {rest}): its reads hold the others up")
+        lines.append(
+            f"  rank {slow} waits for data far more than the others ({100 * share[slow]:.0f}% of its time; "
+            f"the others {rest}): its reads hold the others up"
+        )
 
     mix = d.get("corpora")
     if mix:
         lines += ["", "corpora (all ranks; audio seconds per second of loader work):"]
         for c, x in mix["corpora"].items():
-            lines.append(f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, "
-                         f"{x['audio_per_load_s'] if x['audio_per_load_s'] is not None else '-'} s/s"
-                         + ("  <- slowest to load" if c == mix["slowest"] else ""))
+            lines.append(
+                f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, "
+                f"{x['audio_per_load_s'] if x['audio_per_load_s'] is not None else '-'} s/s"
+                + ("  <- slowest to load" if c == mix["slowest"] else "")
+            )
 
     nf = d["nonfinite"]
     lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") else " none")]
@@ -157,11 +208,16 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  halt{'' if d['halt']['current'] else ' (earlier launch)'}: {d['halt']['message']}")
     for e in nf["events"]:
         keys = e.get("keys") or []
-        lines.append(f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
-                     f"{e.get('where') or e.get('module')}; utterances {_few(keys)}"
-                     + (f" (micro-batch {e['micro_batch'] + 1} of {e['micro_batches']})"
-                        if (e.get("micro_batches") or 1) > 1 and e.get("micro_batch") is not None else "")
-                     + (f"; not finite: {_few(e['utterances'])} ({e['found_by']})" if e.get("utterances") else ""))
+        lines.append(
+            f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
+            f"{e.get('where') or e.get('module')}; utterances {_few(keys)}"
+            + (
+                f" (micro-batch {e['micro_batch'] + 1} of {e['micro_batches']})"
+                if (e.get("micro_batches") or 1) > 1 and e.get("micro_batch") is not None
+                else ""
+            )
+            + (f"; not finite: {_few(e['utterances'])} ({e['found_by']})" if e.get("utterances") else "")
+        )
         if e.get("cause"):
             lines.append(f"    cause: {e['cause']['text']}")
         lines.append(f"    bundle: {e['bundle']}")
@@ -174,14 +230,30 @@ def format_diagnosis(d: dict) -> str:
     ls = d["loss_scale"]
     if ls:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(ls["skipped_by_kind"].items())) or "none"
-        scale = (f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
-                 if "first" in ls else "not logged")
-        lines += ["", f"loss scale: {scale}", f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds})"
-                  + (f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else "")]
+        scale = (
+            f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
+            if "first" in ls
+            else "not logged"
+        )
+        lines += [
+            "",
+            f"loss scale: {scale}",
+            f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds})"
+            + (f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else ""),
+        ]
 
     rs = d["resumes"]
-    lines += ["", "resumes: " + (", ".join(f"from step {s}" for s in rs["resumed_from"]) if rs["resumed_from"] else
-                                 "none" if rs["ledger"] else "no ledger (train.ledger=false)")]
+    lines += [
+        "",
+        "resumes: "
+        + (
+            ", ".join(f"from step {s}" for s in rs["resumed_from"])
+            if rs["resumed_from"]
+            else "none"
+            if rs["ledger"]
+            else "no ledger (train.ledger=false)"
+        ),
+    ]
     for x in rs["steps_trained_again"]:
         lines.append(f"  metrics: after step {x['after_step']} training went back to step {x['back_to_step']}")
 
@@ -196,25 +268,35 @@ def format_diagnosis(d: dict) -> str:
             if e["status"] == "complete" and e["exactly_once"]:
                 lines.append(f"  epoch {e['epoch']}: complete, {e['keys']} keys, each exactly once")
                 continue
-            parts = [f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else
-                                            " so far, none twice")]
+            parts = [
+                f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else " so far, none twice")
+            ]
             if e["repeated"]:
-                parts.append(f"{e['repeated']} repeated ("
-                             + _few([f"{k} x{n}" for k, n in e["repeated_keys"].items()], e["repeated"]) + ")")
+                parts.append(
+                    f"{e['repeated']} repeated ("
+                    + _few([f"{k} x{n}" for k, n in e["repeated_keys"].items()], e["repeated"])
+                    + ")"
+                )
             if e["skipped"]:
                 parts.append(f"{e['skipped']} skipped ({_few(e['skipped_keys'], e['skipped'])})")
             if e["unexpected"]:
                 parts.append(f"{e['unexpected']} not expected ({_few(e['unexpected_keys'], e['unexpected'])})")
             if e["status"] == "cut short":
-                lines.append(f"  epoch {e['epoch']}: cut short (a rank ran out of data and every rank stopped), "
-                             f"{e['keys']} keys trained" + (", " + ", ".join(parts[1:]) if parts[1:] else ""))
+                lines.append(
+                    f"  epoch {e['epoch']}: cut short (a rank ran out of data and every rank stopped), "
+                    f"{e['keys']} keys trained" + (", " + ", ".join(parts[1:]) if parts[1:] else "")
+                )
                 lines += [f"    rank {r}: {_untrained(x)}" for r, x in e["cut_short"].items()]
                 continue
-            lines.append(f"  epoch {e['epoch']}: {'complete' if e['status'] == 'complete' else 'incomplete'}, "
-                         + ", ".join(parts))
+            lines.append(
+                f"  epoch {e['epoch']}: {'complete' if e['status'] == 'complete' else 'incomplete'}, "
+                + ", ".join(parts)
+            )
         if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
-            lines.append("  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "
-                         "utterances are skipped that epoch)")
+            lines.append(
+                "  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "
+                "utterances are skipped that epoch)"
+            )
 
     ck = d["checkpoints"]
     lines += ["", f"checkpoints ({len(ck['files'])}):" + ("" if ck["files"] else " none")]

@@ -19,7 +19,7 @@ from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ra
 from ..lab.timing import step_split
 from .read import kept_steps, read_json
 
-FIRST = 5                 # keys, steps, ... named in the text before "+N more"
+FIRST = 5  # keys, steps, ... named in the text before "+N more"
 # a rank's reads hold the others up when its data-wait share is this far above the others' median, and this
 # many times it: sampled shares of equal ranks differ by up to 10 points, and ranks that all wait for data
 # alike (a loader too slow everywhere) have no one rank to blame
@@ -51,8 +51,17 @@ def step_times(exp: str | Path) -> dict:
     ranks = ranks or _heartbeat_times(exp)  # a loop without asrlab's metrics: its heartbeat's time per phase
     if not ranks and missing:
         return {"ranks": [], "spread": None, "missing": missing}
-    out: dict = {"ranks": [{**r, "median_step_s": None if r["median_step_s"] is None else round(r["median_step_s"], 6),
-                            "data_wait_share": round(r["data_wait_share"], 4)} for r in ranks], "spread": None}
+    out: dict = {
+        "ranks": [
+            {
+                **r,
+                "median_step_s": None if r["median_step_s"] is None else round(r["median_step_s"], 6),
+                "data_wait_share": round(r["data_wait_share"], 4),
+            }
+            for r in ranks
+        ],
+        "spread": None,
+    }
     for r in out["ranks"]:
         if r.get("source") is None:  # from metrics lines: where the steps' wall clock went
             try:
@@ -65,9 +74,13 @@ def step_times(exp: str | Path) -> dict:
     elif len(ranks) > 1:
         slow = max(ranks, key=lambda r: r["median_step_s"])
         fast = min(ranks, key=lambda r: r["median_step_s"])
-        out["spread"] = {"slowest_rank": slow["rank"], "fastest_rank": fast["rank"],
-                         "slowest_s": round(slow["median_step_s"], 6), "fastest_s": round(fast["median_step_s"], 6),
-                         "ratio": round(slow["median_step_s"] / max(1e-9, fast["median_step_s"]), 3)}
+        out["spread"] = {
+            "slowest_rank": slow["rank"],
+            "fastest_rank": fast["rank"],
+            "slowest_s": round(slow["median_step_s"], 6),
+            "fastest_s": round(fast["median_step_s"], 6),
+            "ratio": round(slow["median_step_s"] / max(1e-9, fast["median_step_s"]), 3),
+        }
     if out["spread"] is not None:
         out["spread"]["slow_reader"] = slow_reader({r["rank"]: r["data_wait_share"] for r in ranks})
     return out
@@ -80,8 +93,10 @@ def corpus_throughput(exp: str | Path) -> dict | None:
     total = mix_counts([m for name in metric_files(exp) for m in kept_steps(read_metrics(exp, name))])
     if not total:
         return None
-    out = {c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}
-           for c, (n, a, w) in sorted(total.items())}
+    out = {
+        c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}
+        for c, (n, a, w) in sorted(total.items())
+    }
     rated = [c for c in out if out[c]["audio_per_load_s"]]
     return {"corpora": out, "slowest": min(rated, key=lambda c: out[c]["audio_per_load_s"]) if len(rated) > 1 else None}
 
@@ -95,16 +110,30 @@ def _heartbeat_times(exp: Path) -> list[dict]:
             spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "done")}
             total = sum(spent.values())
             if total > 0:
-                out.append({"rank": rank, "steps": None, "median_step_s": None,
-                            "data_wait_share": spent.get("data", 0.0) / total, "source": "sampled stacks",
-                            "shares": {p: round(t / total, 4) for p, t in sorted(spent.items(), key=lambda x: -x[1])}})
+                out.append(
+                    {
+                        "rank": rank,
+                        "steps": None,
+                        "median_step_s": None,
+                        "data_wait_share": spent.get("data", 0.0) / total,
+                        "source": "sampled stacks",
+                        "shares": {p: round(t / total, 4) for p, t in sorted(spent.items(), key=lambda x: -x[1])},
+                    }
+                )
             continue
         spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "epoch_end", "done", "eval")}
         steps = b.get("completed", 0)
         if steps and sum(spent.values()) > 0:
             total = sum(spent.values())
-            out.append({"rank": rank, "steps": steps, "median_step_s": total / steps,
-                        "data_wait_share": spent.get("data", 0.0) / total, "source": "heartbeat (mean)"})
+            out.append(
+                {
+                    "rank": rank,
+                    "steps": steps,
+                    "median_step_s": total / steps,
+                    "data_wait_share": spent.get("data", 0.0) / total,
+                    "source": "heartbeat (mean)",
+                }
+            )
     return out
 
 
@@ -119,19 +148,54 @@ def nonfinite_events(exp: str | Path) -> dict:
         m = read_json(report)
         if m is None:
             continue
-        events.append({**{k: m.get(k) for k in ("step", "rank", "epoch", "kind", "module", "direction", "where",
-                                                "keys", "loss", "grad_norm", "loss_scale", "precision", "cause",
-                                                "utterances", "found_by", "micro_batch", "micro_batches")},
-                       "bundle": str(report.parent)})
-    steps = sorted({m["step"] for name in metric_files(exp) for m in read_metrics(exp, name)
-                    if m.get("nonfinite") in ("loss", "grad")})
+        events.append(
+            {
+                **{
+                    k: m.get(k)
+                    for k in (
+                        "step",
+                        "rank",
+                        "epoch",
+                        "kind",
+                        "module",
+                        "direction",
+                        "where",
+                        "keys",
+                        "loss",
+                        "grad_norm",
+                        "loss_scale",
+                        "precision",
+                        "cause",
+                        "utterances",
+                        "found_by",
+                        "micro_batch",
+                        "micro_batches",
+                    )
+                },
+                "bundle": str(report.parent),
+            }
+        )
+    steps = sorted(
+        {
+            m["step"]
+            for name in metric_files(exp)
+            for m in read_metrics(exp, name)
+            if m.get("nonfinite") in ("loss", "grad")
+        }
+    )
     log, other = read_events(exp)
     by_utt: dict[str, list[int]] = {}
     for e in log:
         for k in e.get("utterances") or []:
             by_utt.setdefault(k, []).append(e["step"])
-    return {"events": events, "steps": steps, "log": log, "count": len({e["step"] for e in log}),
-            "by_utterance": by_utt, "other_versions": other}
+    return {
+        "events": events,
+        "steps": steps,
+        "log": log,
+        "count": len({e["step"] for e in log}),
+        "by_utterance": by_utt,
+        "other_versions": other,
+    }
 
 
 def loss_scale_history(rank0: list[dict]) -> dict | None:
@@ -141,11 +205,18 @@ def loss_scale_history(rank0: list[dict]) -> dict | None:
         return None
     scales = [m["loss_scale"] for m in rank0 if m.get("loss_scale") is not None]
     kinds = Counter(m.get("nonfinite") for m in rank0 if m.get("nonfinite"))
-    out = {"skipped": rank0[-1].get("skipped", 0), "skipped_by_kind": dict(kinds),
-           "rollbacks": rank0[-1].get("rollbacks", 0)}
+    out = {
+        "skipped": rank0[-1].get("skipped", 0),
+        "skipped_by_kind": dict(kinds),
+        "rollbacks": rank0[-1].get("rollbacks", 0),
+    }
     if scales:
-        out.update(first=scales[0], min=min(scales), last=scales[-1],
-                   changes=sum(1 for a, b in zip(scales, scales[1:]) if a != b))
+        out.update(
+            first=scales[0],
+            min=min(scales),
+            last=scales[-1],
+            changes=sum(1 for a, b in zip(scales, scales[1:]) if a != b),
+        )
     return out
 
 
@@ -153,14 +224,21 @@ def resume_points(exp: str | Path) -> dict:
     """Where the run went back to a checkpoint: the ledger's ``resumed_from`` lines (a resume or a
     rollback), per rank; and where rank 0's metrics went back (only resumes that lost steps show there)."""
     exp = Path(exp)
-    per_rank = {r: [x["resumed_from"] for x in read_jsonl(ledger_path(exp, r)) if "resumed_from" in x]
-                for r in ledger_ranks(exp)}
+    per_rank = {
+        r: [x["resumed_from"] for x in read_jsonl(ledger_path(exp, r)) if "resumed_from" in x]
+        for r in ledger_ranks(exp)
+    }
     steps = sorted({s for v in per_rank.values() for s in v})
     raw = read_metrics(exp) if layout.metrics(exp, "rank0").exists() else []
-    redone = [{"after_step": a["step"], "back_to_step": b["step"] - 1}
-              for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]]
-    return {"ledger": bool(per_rank), "resumed_from": steps, "per_rank": {str(r): v for r, v in per_rank.items()},
-            "steps_trained_again": redone}
+    redone = [
+        {"after_step": a["step"], "back_to_step": b["step"] - 1} for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]
+    ]
+    return {
+        "ledger": bool(per_rank),
+        "resumed_from": steps,
+        "per_rank": {str(r): v for r, v in per_rank.items()},
+        "steps_trained_again": redone,
+    }
 
 
 def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:
@@ -200,10 +278,18 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     left = read_untrained(exp)
     epochs = []
     for e in sorted(cov):
-        cut = {str(r): {"utterances": x["utterances"], "batches": x["batches"], "exact": x["exact"],
-                        "after_step": x["after_step"], "after_batch": x.get("after_batch"),
-                        "keys": x["untrained"][:FIRST], "known": len(x["untrained"])}
-               for r, x in sorted(left.get(e, {}).items())}
+        cut = {
+            str(r): {
+                "utterances": x["utterances"],
+                "batches": x["batches"],
+                "exact": x["exact"],
+                "after_step": x["after_step"],
+                "after_batch": x.get("after_batch"),
+                "keys": x["untrained"][:FIRST],
+                "known": len(x["untrained"]),
+            }
+            for r, x in sorted(left.get(e, {}).items())
+        }
         # over when closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, the last epoch
         # of a loop that says it finished (lab.json) holding every expected key, or cut short: a rank stopped
         # with data left
@@ -213,12 +299,23 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
         # the one reading of the epoch, for the text and the JSON alike; an epoch still going has not
         # reached its skipped keys yet
         status = "cut short" if cut else "complete" if over else "in progress"
-        epochs.append({"epoch": e, "status": status, "complete": status == "complete", "keys": len(cov[e]),
-                       "once": r["once"], "cut_short": cut,
-                       "repeated": r["repeated_count"], "repeated_keys": dict(r["repeated"]),
-                       "skipped": r["skipped_count"] if over else 0, "skipped_keys": r["skipped"] if over else [],
-                       "unexpected": r["unknown_count"], "unexpected_keys": r["unknown"],
-                       "exactly_once": (r["exactly_once"] and not cut) if over else None})
+        epochs.append(
+            {
+                "epoch": e,
+                "status": status,
+                "complete": status == "complete",
+                "keys": len(cov[e]),
+                "once": r["once"],
+                "cut_short": cut,
+                "repeated": r["repeated_count"],
+                "repeated_keys": dict(r["repeated"]),
+                "skipped": r["skipped_count"] if over else 0,
+                "skipped_keys": r["skipped"] if over else [],
+                "unexpected": r["unknown_count"],
+                "unexpected_keys": r["unknown"],
+                "exactly_once": (r["exactly_once"] and not cut) if over else None,
+            }
+        )
     broken = any(x["repeated"] or x["cut_short"] or x["exactly_once"] is False for x in epochs)
     return {"expected": len(expected), "against": against, "epochs": epochs, "broken": broken}
 
@@ -230,16 +327,27 @@ def checkpoint_integrity(exp: str | Path) -> dict:
     files = []
     for m in checkpoint.list_checkpoints(d):
         path = d / m["file"]
-        entry = {"step": m["step"], "epoch": m.get("epoch"), "epoch_done": m.get("epoch_done"), "file": m["file"],
-                 "marker": m["complete"], "sha256_ok": None}
+        entry = {
+            "step": m["step"],
+            "epoch": m.get("epoch"),
+            "epoch_done": m.get("epoch_done"),
+            "file": m["file"],
+            "marker": m["complete"],
+            "sha256_ok": None,
+        }
         try:
             entry["bytes"] = path.stat().st_size
             if m["complete"]:
                 entry["sha256_ok"] = checkpoint.sha256(path) == m.get("sha256")
         except FileNotFoundError:  # a live run's keep_last removed it just now
             continue
-        entry["state"] = ("ok" if entry["sha256_ok"] else "no marker (write interrupted: never loaded)"
-                          if not m["complete"] else "SHA-256 mismatch (truncated or corrupt: never loaded)")
+        entry["state"] = (
+            "ok"
+            if entry["sha256_ok"]
+            else "no marker (write interrupted: never loaded)"
+            if not m["complete"]
+            else "SHA-256 mismatch (truncated or corrupt: never loaded)"
+        )
         files.append(entry)
     files += _lightning_checkpoints(exp)
     partial = sorted(p.name for p in d.glob("*.tmp")) if d.is_dir() else []
@@ -254,8 +362,14 @@ def checkpoint_integrity(exp: str | Path) -> dict:
             except ValueError:  # a checkpoint of another schema: its clock is not known here
                 clock = None
     if newest is None:  # Lightning's, by step: what fit(ckpt_path=...) would restore
-        newest = next((f["file"] for f in sorted(files, key=lambda f: f["step"], reverse=True)
-                       if f.get("lightning") and f["state"].startswith("ok")), None)
+        newest = next(
+            (
+                f["file"]
+                for f in sorted(files, key=lambda f: f["step"], reverse=True)
+                if f.get("lightning") and f["state"].startswith("ok")
+            ),
+            None,
+        )
     return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}
 
 
@@ -273,6 +387,17 @@ def _lightning_checkpoints(exp: str | Path) -> list[dict]:
             state = "ok" if (st.st_mtime, st.st_size) == (r["mtime"], r["bytes"]) else "changed since it was saved"
         except OSError:
             state = "missing"
-        out.append({"step": r["step"], "epoch": r["epoch"], "epoch_done": None, "file": r["file"], "marker": None,
-                    "sha256_ok": None, "bytes": r["bytes"], "state": f"{state} (Lightning's)", "lightning": True})
+        out.append(
+            {
+                "step": r["step"],
+                "epoch": r["epoch"],
+                "epoch_done": None,
+                "file": r["file"],
+                "marker": None,
+                "sha256_ok": None,
+                "bytes": r["bytes"],
+                "state": f"{state} (Lightning's)",
+                "lightning": True,
+            }
+        )
     return out

@@ -17,13 +17,26 @@ from ..lab.stop import STOP_FILE
 from .read import error_entry
 
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
-LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|"
-                       r"ProcessGroupNCCL.*(abort|watchdog)|NCCL communicator was aborted|"
-                       r"Socket Timeout|failed to recv|Connection refused", re.I)
+LOST_PEER = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|"
+    r"ProcessGroupNCCL.*(abort|watchdog)|NCCL communicator was aborted|"
+    r"Socket Timeout|failed to recv|Connection refused",
+    re.I,
+)
 
 
-def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dict], world_size: int,
-             errors: list[dict], halt: dict | None, stall: dict | None, ckpts: dict) -> dict:
+def verdict(
+    exp: Path,
+    d: dict,
+    lab: dict,
+    train_cfg: dict,
+    beats: dict[int, dict],
+    world_size: int,
+    errors: list[dict],
+    halt: dict | None,
+    stall: dict | None,
+    ckpts: dict,
+) -> dict:
     """``{"verdict", "summary", "ended_by", "basis"}`` from the failures this launch recorded (the earliest),
     else ``lab.json``'s status, else the heartbeats, else the metrics. A run a signal to ``asrlab watch``
     ended is stopped: what the ranks recorded once they were told to end is not a failure."""
@@ -37,8 +50,13 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
     if errors:
         said = d["error"]["line"]
         erred = {e["rank"] for e in errors}
-        vanished = [r for r in d["ranks"] if r["state"] == "gone" and r["rank"] not in erred
-                    and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]]
+        vanished = [
+            r
+            for r in d["ranks"]
+            if r["state"] == "gone"
+            and r["rank"] not in erred
+            and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]
+        ]
         if vanished and (LOST_PEER.search(errors[0].get("message") or "") or ended_from_outside(errors[0])):
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
             # that rank is the cause
@@ -66,16 +84,28 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
     if stop_time is not None:
         steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
         at = f" at step {max(steps)}" if steps else ""
-        return {"verdict": "stopped", "ended_by": lab.get("stopped_by"), "basis": "lab.json",
-                "summary": f"ended by {lab.get('stopped_by') or 'a signal'}{at}"}
+        return {
+            "verdict": "stopped",
+            "ended_by": lab.get("stopped_by"),
+            "basis": "lab.json",
+            "summary": f"ended by {lab.get('stopped_by') or 'a signal'}{at}",
+        }
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         if gone:  # ranks that ended without a word: one of them vanished first
-            return {"verdict": "crashed", "ended_by": None, "basis": "heartbeats",
-                    "summary": _vanished(exp, gone, beats, ckpts)}
+            return {
+                "verdict": "crashed",
+                "ended_by": None,
+                "basis": "heartbeats",
+                "summary": _vanished(exp, gone, beats, ckpts),
+            }
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
-        return {"verdict": "crashed", "ended_by": None, "basis": "lab.json",
-                "summary": f"the training loop marked the run failed (lab.json){code} and recorded no error"}
+        return {
+            "verdict": "crashed",
+            "ended_by": None,
+            "basis": "lab.json",
+            "summary": f"the training loop marked the run failed (lab.json){code} and recorded no error",
+        }
     ranks = d["ranks"]
     missing = [r for r in range(world_size) if r not in beats]
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
@@ -88,20 +118,33 @@ def verdict(exp: Path, d: dict, lab: dict, train_cfg: dict, beats: dict[int, dic
         return {**out, "verdict": "crashed", "summary": _vanished(exp, gone, beats, ckpts)}
     if frozen:
         r = frozen[0]
-        return {**out, "verdict": "stalled", "summary": (
-            f"{ranks_text([x['rank'] for x in frozen])} frozen: process alive (pid {r['pid']}) but no heartbeat "
-            f"for {r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, "
-            "or a C call holding the GIL); no stall report was written")}
+        return {
+            **out,
+            "verdict": "stalled",
+            "summary": (
+                f"{ranks_text([x['rank'] for x in frozen])} frozen: process alive (pid {r['pid']}) but no heartbeat "
+                f"for {r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, "
+                "or a C call holding the GIL); no stall report was written"
+            ),
+        }
     if not alive:
-        return {**out, "verdict": "unknown", "summary": (
-            f"no heartbeat for {min(x['heartbeat_age_s'] for x in silent):.0f} s from any rank, written on "
-            f"{silent[0]['host']} (not this host: its processes cannot be checked from here): the run ended "
-            "without a report, or its machines are unreachable")}
-    said = [f"running, step {d['last_step'] or 0}" + (f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps")
-                                                      else "")]
+        return {
+            **out,
+            "verdict": "unknown",
+            "summary": (
+                f"no heartbeat for {min(x['heartbeat_age_s'] for x in silent):.0f} s from any rank, written on "
+                f"{silent[0]['host']} (not this host: its processes cannot be checked from here): the run ended "
+                "without a report, or its machines are unreachable"
+            ),
+        }
+    said = [
+        f"running, step {d['last_step'] or 0}" + (f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps") else "")
+    ]
     if silent:
-        said.append(f"{ranks_text([x['rank'] for x in silent])}: no heartbeat for "
-                    f"{max(x['heartbeat_age_s'] for x in silent):.0f} s (another host: frozen or gone)")
+        said.append(
+            f"{ranks_text([x['rank'] for x in silent])}: no heartbeat for "
+            f"{max(x['heartbeat_age_s'] for x in silent):.0f} s (another host: frozen or gone)"
+        )
     if missing:
         said.append(f"{ranks_text(missing)}: no heartbeat")
     if d["stop_requested"]:
@@ -130,18 +173,28 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
     saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, gone[0])
-        return (f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
-                + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
-                + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
-                  "the launcher's own log (torchrun's \"Root Cause\") names which")
+        return (
+            f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
+            + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
+            + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
+            "the launcher's own log (torchrun's \"Root Cause\") names which"
+        )
     step, said = _last_step(exp, first)
-    text = (f"rank {first['rank']} ended without recording an error: it vanished"
-            + (f" ({how})" if how else "") + f" (pid {first['pid']} on {first['host']}"
-            + (f", step {step} the last it trained, by its {said}" if step is not None else
-               f", last seen {phase_text(first['phase'], first['step'])}")
-            + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output")
+    text = (
+        f"rank {first['rank']} ended without recording an error: it vanished"
+        + (f" ({how})" if how else "")
+        + f" (pid {first['pid']} on {first['host']}"
+        + (
+            f", step {step} the last it trained, by its {said}"
+            if step is not None
+            else f", last seen {phase_text(first['phase'], first['step'])}"
+        )
+        + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
+    )
     if after:
-        text += f"; {ranks_text([r['rank'] for r in after])} ended after it (stopped by the launcher or by the lost peer)"
+        text += (
+            f"; {ranks_text([r['rank'] for r in after])} ended after it (stopped by the launcher or by the lost peer)"
+        )
     return text
 
 
@@ -160,15 +213,22 @@ def _finished(exp: Path, d: dict, lab: dict, train_cfg: dict, ckpts: dict) -> di
     """Every rank done: finished by a limit of its config (or in its loop's word), else stopped on request."""
     step = d["last_step"]
     if lab.get("status") == "finished" or (not train_cfg and not d["stop_requested"]):
-        return {"verdict": "finished", "ended_by": "the training loop",  # a user's loop: its own word for it
-                "summary": "finished" + (f" at step {step}" if step is not None else "")}
+        return {
+            "verdict": "finished",
+            "ended_by": "the training loop",  # a user's loop: its own word for it
+            "summary": "finished" + (f" at step {step}" if step is not None else ""),
+        }
     ended_by = _limit_reached(train_cfg, step, ckpts) if train_cfg else None
     if ended_by is None:
-        limits = ", ".join(f"{k}={train_cfg[k]}" for k in ("max_steps", "max_epochs", "max_minutes")
-                           if train_cfg.get(k))
-        return {"verdict": "stopped", "ended_by": "a stop request",
-                "summary": f"stopped on request at step {step}, before its limits ({limits or 'none'}); "
-                           "it resumes from its last checkpoint"}
+        limits = ", ".join(
+            f"{k}={train_cfg[k]}" for k in ("max_steps", "max_epochs", "max_minutes") if train_cfg.get(k)
+        )
+        return {
+            "verdict": "stopped",
+            "ended_by": "a stop request",
+            "summary": f"stopped on request at step {step}, before its limits ({limits or 'none'}); "
+            "it resumes from its last checkpoint",
+        }
     return {"verdict": "finished", "ended_by": ended_by, "summary": f"finished at step {step} ({ended_by} reached)"}
 
 
@@ -203,15 +263,28 @@ def _without_heartbeats(exp: Path, d: dict, train_cfg: dict, ckpts: dict) -> dic
     if watched and age is not None and age > STALE_S and last >= (d["launched"] or 0):
         # the watchdog writes a heartbeat within a second of training's start: none at all, with steps
         # logged, is a process that ended in that second
-        return {"verdict": "crashed", "ended_by": None, "summary": (
-            f"the run ended without recording an error {age:.0f} s ago at step {step}, before its limits and "
-            "before its stall watchdog wrote a heartbeat: killed (SIGKILL, the OOM killer), or it printed its "
-            "traceback to its own output")}
+        return {
+            "verdict": "crashed",
+            "ended_by": None,
+            "summary": (
+                f"the run ended without recording an error {age:.0f} s ago at step {step}, before its limits and "
+                "before its stall watchdog wrote a heartbeat: killed (SIGKILL, the OOM killer), or it printed its "
+                "traceback to its own output"
+            ),
+        }
     median = max((r["median_step_s"] for r in d["steps"]["ranks"]), default=0.0)
     if age is not None and age < max(60.0, 20 * median):
-        return {"verdict": "running", "ended_by": None,
-                "summary": f"running, step {step} (no heartbeats: the last metrics line is {age:.0f} s old)"}
+        return {
+            "verdict": "running",
+            "ended_by": None,
+            "summary": f"running, step {step} (no heartbeats: the last metrics line is {age:.0f} s old)",
+        }
     said = f"last metrics line {age:.0f} s ago, at step {step}" if age is not None else "no metrics"
-    return {"verdict": "unknown", "ended_by": None, "summary": (
-        f"no heartbeats (stall watchdog off?) and {said}, before its limits: stopped, killed or crashed; "
-        "the run's own output says which")}
+    return {
+        "verdict": "unknown",
+        "ended_by": None,
+        "summary": (
+            f"no heartbeats (stall watchdog off?) and {said}, before its limits: stopped, killed or crashed; "
+            "the run's own output says which"
+        ),
+    }

@@ -47,23 +47,56 @@ from pathlib import Path
 # Each name from its module when first used: a process that needs one part (the launcher reads heartbeats
 # and rank errors) does not import torch for the others.
 _HOMES = {
-    "replay_step": "numerics.stats", "CpuSampler": "timing", "GpuSampler": "timing", "StepTimer": "timing",
-    "cpu_group": "dist", "world": "dist", "record_rank_error": "stall.errors", "coverage_report": "state.ledger",
-    "read_ledger": "state.ledger", "MetricsWriter": "metrics", "NonFiniteHalt": "numerics.guard",
-    "NumericsGuard": "numerics.guard", "StepCheck": "numerics.guard", "StallWatch": "stall.watch",
-    "RunState": "state.run_state", "UnevenGuard": "uneven", "Resumable": "state.position",
+    "replay_step": "numerics.stats",
+    "CpuSampler": "timing",
+    "GpuSampler": "timing",
+    "StepTimer": "timing",
+    "cpu_group": "dist",
+    "world": "dist",
+    "record_rank_error": "stall.errors",
+    "coverage_report": "state.ledger",
+    "read_ledger": "state.ledger",
+    "MetricsWriter": "metrics",
+    "NonFiniteHalt": "numerics.guard",
+    "NumericsGuard": "numerics.guard",
+    "StepCheck": "numerics.checks",
+    "StallWatch": "stall.watch",
+    "RunState": "state.run_state",
+    "UnevenGuard": "uneven",
+    "Resumable": "state.position",
 }
 # A loop that keeps its own launcher, heartbeat and watchdog, as asrlab's trainer does, builds them from these
-_HOMES.update({
-    "Heartbeat": "stall.heartbeat", "read_heartbeats": "stall.heartbeat", "Watchdog": "stall.watchdog",
-    "watching": "stall.watchdog", "ProgressClock": "stall.watchdog", "STALL_EXIT": "stall.watchdog",
-    "COLLECT_S": "stall.watchdog", "announce": "stall.watch", "announced_to": "stall.watch",
-    "write_report": "stall.report", "first_rank_error": "stall.errors", "format_rank_error": "stall.errors",
-    "STOP_FILE": "stop", "request_stop": "stop", "clear_stop": "stop", "stop_requested": "stop",
-    "stop_signal": "stop", "stop_on_signals": "stop", "PARENT_GONE": "stop", "end_with_parent": "stop",
-    "own_session_ending_with_parent": "stop", "after_join": "uneven", "HALT_EXIT": "numerics.guard",
-    "choose_precision": "precision", "cpu_fp16_kernels": "precision", "PARTS": "timing", "trace": "timing",
-})
+_HOMES.update(
+    {
+        "Heartbeat": "stall.heartbeat",
+        "read_heartbeats": "stall.heartbeat",
+        "Watchdog": "stall.watchdog",
+        "watching": "stall.watchdog",
+        "ProgressClock": "stall.watchdog",
+        "STALL_EXIT": "stall.watchdog",
+        "COLLECT_S": "stall.watchdog",
+        "announce": "stall.watch",
+        "announced_to": "stall.watch",
+        "write_report": "stall.report",
+        "first_rank_error": "stall.errors",
+        "format_rank_error": "stall.errors",
+        "STOP_FILE": "stop",
+        "request_stop": "stop",
+        "clear_stop": "stop",
+        "stop_requested": "stop",
+        "stop_signal": "stop",
+        "stop_on_signals": "stop",
+        "PARENT_GONE": "stop",
+        "end_with_parent": "stop",
+        "own_session_ending_with_parent": "stop",
+        "after_join": "uneven",
+        "HALT_EXIT": "numerics.guard",
+        "choose_precision": "precision",
+        "cpu_fp16_kernels": "precision",
+        "PARTS": "timing",
+        "trace": "timing",
+    }
+)
 
 
 def __getattr__(name: str):

@@ -65,8 +65,12 @@ def setup(backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
         raise UsageError("backend nccl needs GPUs; this machine has none (use gloo)")
     if not dist.is_initialized():
         timeout = datetime.timedelta(seconds=timeout_s)
-        dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None,
-                                **_attempt_store(rank, world, timeout))
+        dist.init_process_group(
+            backend,
+            timeout=timeout,
+            device_id=device if backend == "nccl" else None,
+            **_attempt_store(rank, world, timeout),
+        )
     return DistInfo(rank, world, local, device, backend)
 
 
@@ -163,8 +167,9 @@ def teardown() -> None:
         gc.collect()
     left = gloo_threads()
     if left:
-        log.warning("%d gloo threads outlive the process group (something still holds it): the process may "
-                    "abort at exit", left)
+        log.warning(
+            "%d gloo threads outlive the process group (something still holds it): the process may abort at exit", left
+        )
 
 
 @contextlib.contextmanager

@@ -71,9 +71,14 @@ class KeyFinder:
         if ids is None and batch is not None and not self.warned:
             self.warned = True
             what = f"a field {self.keys!r}" if isinstance(self.keys, str) else "utterance ids under a common name"
-            log.warning("%s: the batch (%s) has no %s (%s); reports will not name the utterances: pass keys="
-                        "the field's name or a function batch -> ids", self.who, type(batch).__name__, what,
-                        ", ".join(NAMES[:6]))
+            log.warning(
+                "%s: the batch (%s) has no %s (%s); reports will not name the utterances: pass keys="
+                "the field's name or a function batch -> ids",
+                self.who,
+                type(batch).__name__,
+                what,
+                ", ".join(NAMES[:6]),
+            )
         return ids or []
 
 

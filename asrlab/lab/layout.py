@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONFIG = "config.yaml"                 # asrlab train's config
-LAB = "lab.json"                       # the loop's own word: started, world size, how it ended
-STALL_REPORT = "stall_report.json"     # a stall's verdict and every rank's state
-STALL_TEXT = "stall_report.txt"        # the same, with every process's stacks, for a person
-JOB_LOG = "job.log"                    # what a job under asrlab watch printed
-UNITS = "units.txt"                    # the tokenizer's units
+CONFIG = "config.yaml"  # asrlab train's config
+LAB = "lab.json"  # the loop's own word: started, world size, how it ended
+STALL_REPORT = "stall_report.json"  # a stall's verdict and every rank's state
+STALL_TEXT = "stall_report.txt"  # the same, with every process's stacks, for a person
+JOB_LOG = "job.log"  # what a job under asrlab watch printed
+UNITS = "units.txt"  # the tokenizer's units
 METRICS, HEARTBEAT, ERRORS, LEDGER = "metrics", "heartbeat", "errors", "ledger"
 CHECKPOINTS, NONFINITE, FLIGHT, STALL, WATCH = "checkpoints", "nonfinite", "flight", "stall", "watch"
-DIAGNOSTICS = "diagnostics"            # the numerics' sampled traces
-HALT = "halt.json"                     # in NONFINITE: the halt the numerics guard made
+DIAGNOSTICS = "diagnostics"  # the numerics' sampled traces
+HALT = "halt.json"  # in NONFINITE: the halt the numerics guard made
 LIGHTNING_CHECKPOINTS = "lightning.jsonl"  # in CHECKPOINTS: each checkpoint file Lightning saved, as saved
 # any of these makes a folder a run folder
 RUN_FILES = (CONFIG, LAB, METRICS, HEARTBEAT, ERRORS, CHECKPOINTS, LEDGER, STALL_REPORT, NONFINITE)
@@ -103,8 +103,41 @@ def is_run(path: str | Path) -> bool:
     return p.is_dir() and any((p / name).exists() for name in RUN_FILES)
 
 
-__all__ = ["CHECKPOINTS", "CONFIG", "DIAGNOSTICS", "ERRORS", "FLIGHT", "HALT", "HEARTBEAT", "JOB_LOG", "LAB", "LEDGER",
-           "METRICS", "NONFINITE", "RUN_FILES", "STALL", "STALL_REPORT", "STALL_TEXT", "UNITS", "WATCH", "checkpoints_dir",
-           "config", "diagnostics_dir", "errors_dir", "flight_dir", "halt", "heartbeat_dir", "is_run", "job_log", "lab",
-           "ledger_dir", "metrics", "metrics_dir", "nonfinite_dir", "stall_dir", "stall_report", "stall_text",
-           "watch_dir"]
+__all__ = [
+    "CHECKPOINTS",
+    "CONFIG",
+    "DIAGNOSTICS",
+    "ERRORS",
+    "FLIGHT",
+    "HALT",
+    "HEARTBEAT",
+    "JOB_LOG",
+    "LAB",
+    "LEDGER",
+    "METRICS",
+    "NONFINITE",
+    "RUN_FILES",
+    "STALL",
+    "STALL_REPORT",
+    "STALL_TEXT",
+    "UNITS",
+    "WATCH",
+    "checkpoints_dir",
+    "config",
+    "diagnostics_dir",
+    "errors_dir",
+    "flight_dir",
+    "halt",
+    "heartbeat_dir",
+    "is_run",
+    "job_log",
+    "lab",
+    "ledger_dir",
+    "metrics",
+    "metrics_dir",
+    "nonfinite_dir",
+    "stall_dir",
+    "stall_report",
+    "stall_text",
+    "watch_dir",
+]

@@ -33,7 +33,6 @@ from .stall.watch import StallWatch
 from .state.ledger import LedgerWriter
 
 
-
 class _Decides:
     """The optimizer as the guard sees it: the guard decides whether the step is taken, Lightning takes it."""
 
@@ -55,9 +54,17 @@ def _loss_of(out):
 class AsrlabCallback(pl.Callback):
     """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never)."""
 
-    def __init__(self, exp: str | Path, stall_timeout_s: float = 300.0, first_step_s: float | None = None,
-                 every: int = 0, policy: str = "skip", ledger: bool = True, keys: KeysSpec = None,
-                 eval_allow_s: float = 3600.0):
+    def __init__(
+        self,
+        exp: str | Path,
+        stall_timeout_s: float = 300.0,
+        first_step_s: float | None = None,
+        every: int = 0,
+        policy: str = "skip",
+        ledger: bool = True,
+        keys: KeysSpec = None,
+        eval_allow_s: float = 3600.0,
+    ):
         self.exp, self.stall_timeout_s, self.first_step_s = Path(exp), stall_timeout_s, first_step_s
         self.every, self.policy, self.keep_ledger, self.keys = every, policy, ledger, keys
         self.eval_allow_s = eval_allow_s
@@ -155,11 +162,22 @@ class AsrlabCallback(pl.Callback):
         self._ids_checked = True
         if self.ledger is None or self._find(batch) or dist.world()[0] != 0:
             return
-        what = (f"no field {self.keys!r}" if isinstance(self.keys, str) else
-                "no utterance ids" if callable(self.keys) else f"no utterance ids under a common name ({', '.join(NAMES)})")
-        write_lab_status(self.exp, {"coverage_not_measured": (
-            f"the batches ({type(batch).__name__}) hold {what}; AsrlabCallback(exp, keys=\"FIELD\") names the "
-            "field that holds them (or keys=lambda batch: ids)")})
+        what = (
+            f"no field {self.keys!r}"
+            if isinstance(self.keys, str)
+            else "no utterance ids"
+            if callable(self.keys)
+            else f"no utterance ids under a common name ({', '.join(NAMES)})"
+        )
+        write_lab_status(
+            self.exp,
+            {
+                "coverage_not_measured": (
+                    f'the batches ({type(batch).__name__}) hold {what}; AsrlabCallback(exp, keys="FIELD") names the '
+                    "field that holds them (or keys=lambda batch: ids)"
+                )
+            },
+        )
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         """Lightning restores a checkpoint (``fit(ckpt_path=...)``): a resume, in the ledger. Steps trained
@@ -183,10 +201,19 @@ class AsrlabCallback(pl.Callback):
             path = os.path.abspath(str(filepath))
             if trainer.is_global_zero and os.path.exists(path):
                 st = os.stat(path)
-                append_jsonl(layout.lightning_checkpoints(self.exp), [{
-                    "file": path, "step": int(checkpoint.get("global_step", trainer.global_step)),
-                    "epoch": int(checkpoint.get("epoch", trainer.current_epoch)), "time": time.time(),
-                    "bytes": st.st_size, "mtime": st.st_mtime}])
+                append_jsonl(
+                    layout.lightning_checkpoints(self.exp),
+                    [
+                        {
+                            "file": path,
+                            "step": int(checkpoint.get("global_step", trainer.global_step)),
+                            "epoch": int(checkpoint.get("epoch", trainer.current_epoch)),
+                            "time": time.time(),
+                            "bytes": st.st_size,
+                            "mtime": st.st_mtime,
+                        }
+                    ],
+                )
             return out
 
         strategy.save_checkpoint = save_checkpoint

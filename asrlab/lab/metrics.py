@@ -12,9 +12,27 @@ from . import layout
 from ..files import JsonLines, read_jsonl
 from ..errors import UsageError
 
-FIELDS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "lr", "skipped", "utts", "frames",
-          "data_wait_s", "step_s", "copy_s", "features_s", "forward_s", "backward_s", "comm_s", "optimizer_s",
-          "nonfinite", "rollbacks")
+FIELDS = (
+    "step",
+    "epoch",
+    "loss",
+    "grad_norm",
+    "loss_scale",
+    "lr",
+    "skipped",
+    "utts",
+    "frames",
+    "data_wait_s",
+    "step_s",
+    "copy_s",
+    "features_s",
+    "forward_s",
+    "backward_s",
+    "comm_s",
+    "optimizer_s",
+    "nonfinite",
+    "rollbacks",
+)
 
 
 class MetricsWriter:
@@ -28,14 +46,16 @@ class MetricsWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
-                raise UsageError("train.tensorboard=true needs the tensorboard package: "
-                                 "pip install -e '.[tensorboard]'") from e
+                raise UsageError(
+                    "train.tensorboard=true needs the tensorboard package: pip install -e '.[tensorboard]'"
+                ) from e
             self.tb = SummaryWriter(str(exp / "tensorboard"))
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        clean.update({f"{k}_nonfinite": str(v) for k, v in record.items()
-                      if isinstance(v, float) and not math.isfinite(v)})
+        clean.update(
+            {f"{k}_nonfinite": str(v) for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)}
+        )
         self.f.write(clean)
         if self.tb is not None:
             for k, v in record.items():
@@ -70,8 +90,14 @@ def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
         if not m:
             continue
         step_s = sorted(x["step_s"] for x in m)
-        out.append({"rank": int(name[4:]), "steps": len(m), "median_step_s": step_s[len(step_s) // 2],
-                    "data_wait_share": sum(x["data_wait_s"] for x in m) / max(1e-9, sum(x["step_s"] for x in m))})
+        out.append(
+            {
+                "rank": int(name[4:]),
+                "steps": len(m),
+                "median_step_s": step_s[len(step_s) // 2],
+                "data_wait_share": sum(x["data_wait_s"] for x in m) / max(1e-9, sum(x["step_s"] for x in m)),
+            }
+        )
     return out
 
 
@@ -84,8 +110,20 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
     run's ``config.yaml``), ``left_s`` (time left by whichever limit comes first; None when unknown).
     """
     exp = Path(exp)
-    out = {"step": 0, "epoch": None, "loss": None, "lr": None, "step_s": None, "s_per_step": None, "cer": None,
-           "cer_step": None, "max_steps": 0, "max_minutes": 0.0, "left_s": None, "elapsed_s": elapsed_s}
+    out = {
+        "step": 0,
+        "epoch": None,
+        "loss": None,
+        "lr": None,
+        "step_s": None,
+        "s_per_step": None,
+        "cer": None,
+        "cer_step": None,
+        "max_steps": 0,
+        "max_minutes": 0.0,
+        "left_s": None,
+        "elapsed_s": elapsed_s,
+    }
     try:  # absent before the run writes it, half-written while it does: read again at the next call
         train = (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
     except (OSError, yaml.YAMLError, AttributeError):
@@ -97,9 +135,13 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
     if m:
         last = m[-20:]
         losses = [x["loss"] for x in m[-10:] if x.get("loss") is not None]
-        out.update(step=m[-1]["step"], epoch=m[-1]["epoch"], lr=m[-1]["lr"],
-                   loss=statistics.fmean(losses) if losses else None,
-                   step_s=statistics.median(x["step_s"] for x in last))
+        out.update(
+            step=m[-1]["step"],
+            epoch=m[-1]["epoch"],
+            lr=m[-1]["lr"],
+            loss=statistics.fmean(losses) if losses else None,
+            step_s=statistics.median(x["step_s"] for x in last),
+        )
         if len(last) > 1 and last[-1]["step"] > last[0]["step"]:
             out["s_per_step"] = (last[-1]["time"] - last[0]["time"]) / (last[-1]["step"] - last[0]["step"])
     if layout.metrics(exp, "eval").exists():

@@ -20,9 +20,9 @@ CHOICES = ("auto", "fp32", "fp16", "bf16")
 
 @dataclass(frozen=True)
 class Precision:
-    name: str                      # fp32 | fp16 | bf16
-    dtype: torch.dtype | None      # autocast dtype; None for fp32 (no autocast)
-    scaler: bool                   # use a GradScaler (fp16 only)
+    name: str  # fp32 | fp16 | bf16
+    dtype: torch.dtype | None  # autocast dtype; None for fp32 (no autocast)
+    scaler: bool  # use a GradScaler (fp16 only)
     reason: str
 
 
@@ -44,8 +44,9 @@ def cpu_fp16_kernels(device: torch.device, dtype: torch.dtype | None):
         torch.backends.mkldnn.enabled = True
 
 
-def choose_precision(requested: str, device: torch.device, capability: tuple[int, int] | None = None,
-                     bf16_native: bool | None = None) -> Precision:
+def choose_precision(
+    requested: str, device: torch.device, capability: tuple[int, int] | None = None, bf16_native: bool | None = None
+) -> Precision:
     """Resolve ``requested`` (auto|fp32|fp16|bf16) for ``device``.
 
     ``capability`` and ``bf16_native`` default to what the CUDA device reports; tests pass them
@@ -58,8 +59,12 @@ def choose_precision(requested: str, device: torch.device, capability: tuple[int
             return Precision("fp32", None, False, "auto: no GPU, fp32 on CPU")
         if requested == "fp32":
             return Precision("fp32", None, False, "requested fp32")
-        return Precision(requested, _dtype(requested), requested == "fp16",
-                         f"requested {requested} on CPU (autocast on CPU; slow, for reproducing numerics)")
+        return Precision(
+            requested,
+            _dtype(requested),
+            requested == "fp16",
+            f"requested {requested} on CPU (autocast on CPU; slow, for reproducing numerics)",
+        )
     if capability is None:
         capability = torch.cuda.get_device_capability(device)
     if bf16_native is None:
@@ -69,12 +74,15 @@ def choose_precision(requested: str, device: torch.device, capability: tuple[int
         if capability >= (8, 0) and bf16_native:
             return Precision("bf16", torch.bfloat16, False, f"auto: compute capability {cc} computes in bf16")
         if capability >= (7, 0):
-            return Precision("fp16", torch.float16, True,
-                             f"auto: compute capability {cc} has no native bf16; fp16 with loss scaling")
+            return Precision(
+                "fp16", torch.float16, True, f"auto: compute capability {cc} has no native bf16; fp16 with loss scaling"
+            )
         return Precision("fp32", None, False, f"auto: compute capability {cc} has no fast fp16 or bf16; fp32")
     if requested == "bf16" and not (capability >= (8, 0) and bf16_native):
-        raise UsageError(f"bf16 requested but this GPU (compute capability {cc}) does not compute in bf16; "
-                         "use --precision fp16 (with loss scaling) or fp32")
+        raise UsageError(
+            f"bf16 requested but this GPU (compute capability {cc}) does not compute in bf16; "
+            "use --precision fp16 (with loss scaling) or fp32"
+        )
     if requested == "fp32":
         return Precision("fp32", None, False, "requested fp32")
     return Precision(requested, _dtype(requested), requested == "fp16", f"requested {requested} (cc {cc})")
@@ -85,9 +93,15 @@ def _dtype(name: str) -> torch.dtype:
 
 
 # (name, compute capability, computes in bf16): what `auto` picks on each, for the capability table
-KNOWN_GPUS = (("V100", (7, 0), False), ("T4", (7, 5), False), ("RTX 2080 Ti", (7, 5), False),
-              ("A100", (8, 0), True), ("A5000 / RTX 3090", (8, 6), True), ("L4 / RTX 4090", (8, 9), True),
-              ("H100 / H200", (9, 0), True))
+KNOWN_GPUS = (
+    ("V100", (7, 0), False),
+    ("T4", (7, 5), False),
+    ("RTX 2080 Ti", (7, 5), False),
+    ("A100", (8, 0), True),
+    ("A5000 / RTX 3090", (8, 6), True),
+    ("L4 / RTX 4090", (8, 9), True),
+    ("H100 / H200", (9, 0), True),
+)
 
 
 def capability_table(device: torch.device | None = None) -> list[dict]:
@@ -102,6 +116,13 @@ def capability_table(device: torch.device | None = None) -> list[dict]:
         p = choose_precision("auto", device)
         here = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
         cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        rows.append({"hardware": f"this machine: {here}", "capability": f"{cap[0]}.{cap[1]}" if cap else "-",
-                     "auto": p.name, "loss_scaling": p.scaler, "why": p.reason})
+        rows.append(
+            {
+                "hardware": f"this machine: {here}",
+                "capability": f"{cap[0]}.{cap[1]}" if cap else "-",
+                "auto": p.name,
+                "loss_scaling": p.scaler,
+                "why": p.reason,
+            }
+        )
     return rows

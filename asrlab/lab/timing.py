@@ -79,8 +79,12 @@ class StepTimer:
 
 
 SPLIT = ("data_wait", "host_overhead", "compute", "comm")
-SPLIT_NAMES = {"data_wait": "data wait", "host_overhead": "host overhead", "compute": "compute",
-               "comm": "communication"}
+SPLIT_NAMES = {
+    "data_wait": "data wait",
+    "host_overhead": "host overhead",
+    "compute": "compute",
+    "comm": "communication",
+}
 COMPUTE_PARTS = ("copy", "features", "forward", "backward", "optimizer")
 
 
@@ -113,8 +117,12 @@ def step_split(metrics: list[dict], gpu_busy: float | None = None) -> dict | Non
     out = {"data_wait": data / scale, "comm": comm / scale, "compute": compute / scale}
     out["host_overhead"] = max(0.0, 1.0 - sum(out.values()))
     out = {k: round(out[k], 4) for k in SPLIT}
-    out.update(largest=max(SPLIT, key=lambda k: out[k]), steps=len(lines), wall_s=round(wall, 3),
-               basis="GPU busy (NVML)" if gpu_busy is not None else "timed parts")
+    out.update(
+        largest=max(SPLIT, key=lambda k: out[k]),
+        steps=len(lines),
+        wall_s=round(wall, 3),
+        basis="GPU busy (NVML)" if gpu_busy is not None else "timed parts",
+    )
     return out
 
 
@@ -195,8 +203,15 @@ class GpuSampler(_Sampler):
                 power = nv.nvmlDeviceGetPowerUsage(h) / 1e3
             except Exception:
                 power = float("nan")
-            rows.append({"t": t, "device": i, "util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu,
-                         "mem_mib": nv.nvmlDeviceGetMemoryInfo(h).used / 2**20, "power_w": power})
+            rows.append(
+                {
+                    "t": t,
+                    "device": i,
+                    "util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu,
+                    "mem_mib": nv.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                    "power_w": power,
+                }
+            )
         return rows
 
 
@@ -222,8 +237,15 @@ class CpuSampler(_Sampler):
             p = self._known.setdefault(p.pid, p)  # cpu_percent needs the same object between calls
             try:
                 with p.oneshot():
-                    rows.append({"t": t, "pid": p.pid, "role": role, "cpu_pct": p.cpu_percent(None),
-                                 "rss_mib": p.memory_info().rss / 2**20})
+                    rows.append(
+                        {
+                            "t": t,
+                            "pid": p.pid,
+                            "role": role,
+                            "cpu_pct": p.cpu_percent(None),
+                            "rss_mib": p.memory_info().rss / 2**20,
+                        }
+                    )
             except ps.Error:
                 continue
         return rows
@@ -240,8 +262,12 @@ def trace(out_dir: str | Path, wait: int = 2, warmup: int = 2, active: int = 5, 
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    with profile(activities=acts, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(str(out_dir)), record_shapes=False) as prof:
+    with profile(
+        activities=acts,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(str(out_dir)),
+        record_shapes=False,
+    ) as prof:
         yield prof
 
 

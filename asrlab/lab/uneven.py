@@ -58,8 +58,16 @@ class UnevenGuard:
     its data). ``keys``: where a batch carries its ids (see :mod:`asrlab.lab.keys`).
     """
 
-    def __init__(self, batches: Iterable, every: int = 1, group=None, state_of=None, state=None,
-                 keys: KeysSpec = None, untrained: str = "count"):
+    def __init__(
+        self,
+        batches: Iterable,
+        every: int = 1,
+        group=None,
+        state_of=None,
+        state=None,
+        keys: KeysSpec = None,
+        untrained: str = "count",
+    ):
         if every < 1:
             raise ValueError("every must be >= 1")
         if untrained not in ("count", "keys"):
@@ -74,12 +82,12 @@ class UnevenGuard:
         self.batches = 0
         self.stopped_early = False
         self._held: list = []  # [(position before it was fetched, batch)], oldest first
-        self._sent = None      # the agreement under way (a loop that stops early leaves one)
+        self._sent = None  # the agreement under way (a loop that stops early leaves one)
         self._resumed = False  # state_of was given a position: the next pass starts where the loader was
         self._pass_resumed = False
         self._len: int | None = None  # batches this pass yields on every rank, once agreed
-        self._last = False     # the batch just handed out ends the pass
-        self._ahead = None     # the next group's agreement (alone: the iterator to peek); None: none follows
+        self._last = False  # the batch just handed out ends the pass
+        self._ahead = None  # the next group's agreement (alone: the iterator to peek); None: none follows
         if state is not None:
             state.use_loader(self)
 
@@ -95,18 +103,23 @@ class UnevenGuard:
         the next epoch starts (before iterating)."""
         if self.state_of is not None:
             if isinstance(state, dict) and "uneven_guard" in state:
-                raise ValueError("UnevenGuard.load_state_dict: a position saved by a guard without state_of "
-                                 "(a count of batches), and this guard hands positions to its loader")
+                raise ValueError(
+                    "UnevenGuard.load_state_dict: a position saved by a guard without state_of "
+                    "(a count of batches), and this guard hands positions to its loader"
+                )
             self.state_of.load_state_dict(state)
             self._resumed = True  # how many of the epoch's batches went before is the loader's to know
             return
-        self._skip = batches_saved(state, "uneven_guard", STATE_VERSION, "UnevenGuard",
-                                   "a state of UnevenGuard without state_of=")
+        self._skip = batches_saved(
+            state, "uneven_guard", STATE_VERSION, "UnevenGuard", "a state of UnevenGuard without state_of="
+        )
 
     def __len__(self) -> int:
         if self._len is None:
-            raise TypeError("len(UnevenGuard): not known (a rank's loader has no len, or its pass has not "
-                            "begun); guard.last marks the final batch")
+            raise TypeError(
+                "len(UnevenGuard): not known (a rank's loader has no len, or its pass has not "
+                "begun); guard.last marks the final batch"
+            )
         return self._len
 
     def __bool__(self) -> bool:
@@ -227,15 +240,22 @@ class UnevenGuard:
         self.left = {"batches": batches, "utterances": utterances, "exact": exact, "keys": ids, "after_batch": after}
         rank = dist.world()[0]
         if batches is None:
-            size = "an unknown number of batches (" + ("the loader resumed itself mid-epoch)" if self._pass_resumed
-                                                       else "the loader has no len)")
+            size = "an unknown number of batches (" + (
+                "the loader resumed itself mid-epoch)" if self._pass_resumed else "the loader has no len)"
+            )
         else:
             many = f"{'' if exact else 'about '}{utterances}" if utterances is not None else "an unknown number of"
             size = f"{batches} batches ({many} utterances)"
-        log.warning("uneven data: another rank ran out; rank %d stops after %d batches of this epoch%s, leaving %s "
-                    "untrained%s", rank, self.batches, " since the resume" if after is None else "", size,
-                    "" if self.run_state is not None else " (UnevenGuard(..., state=state) puts it in the ledger, "
-                    "for asrlab doctor)")
+        log.warning(
+            "uneven data: another rank ran out; rank %d stops after %d batches of this epoch%s, leaving %s untrained%s",
+            rank,
+            self.batches,
+            " since the resume" if after is None else "",
+            size,
+            ""
+            if self.run_state is not None
+            else " (UnevenGuard(..., state=state) puts it in the ledger, for asrlab doctor)",
+        )
         if self.run_state is not None:
             self.run_state.untrained(ids, batches, utterances, exact, after_batch=after)
 
@@ -291,8 +311,12 @@ def after_join(step: int, parts: list, counts: tuple = (), device: torch.device 
         return step, counts
     rank = tdist.get_rank()
     if rank == 0:
-        log.info("join: ranks ended the epoch at steps %s; all continue from rank %d's step %d",
-                 [s for s, _ in steps], src, steps[src][0])
+        log.info(
+            "join: ranks ended the epoch at steps %s; all continue from rank %d's step %d",
+            [s for s, _ in steps],
+            src,
+            steps[src][0],
+        )
     state = [p.state_dict() for p in parts] if rank == src else [None] * len(parts)
     tdist.broadcast_object_list(state, src=src, device=device)
     if rank != src:

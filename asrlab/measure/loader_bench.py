@@ -41,10 +41,16 @@ def _measure(batches, max_batches: int | None) -> dict:
             t_first, first_frames = time.perf_counter(), frames
     end = time.perf_counter()
     dt, steady = end - t0, end - (t_first or t0)
-    return {"batches": n, "utts": utts, "seconds": round(dt, 3), "utts_per_s": round(utts / dt, 1),
-            "audio_s_per_s": round(frames / 100.0 / dt, 1), "batches_per_s": round(n / dt, 2),
-            "first_batch_s": round((t_first or end) - t0, 3),
-            "steady_audio_s_per_s": round((frames - first_frames) / 100.0 / steady, 1) if steady > 0 else None}
+    return {
+        "batches": n,
+        "utts": utts,
+        "seconds": round(dt, 3),
+        "utts_per_s": round(utts / dt, 1),
+        "audio_s_per_s": round(frames / 100.0 / dt, 1),
+        "batches_per_s": round(n / dt, 2),
+        "first_batch_s": round((t_first or end) - t0, 3),
+        "steady_audio_s_per_s": round((frames - first_frames) / 100.0 / steady, 1) if steady > 0 else None,
+    }
 
 
 def _usable(sources: list[Source], cfg: DataConfig, skipped: Counter):
@@ -62,8 +68,9 @@ def bench_asrlab(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max
     return _measure(iter(AsrLoader(sources, tok, cfg)), max_batches)
 
 
-def bench_webdataset(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
-                     max_batches: int | None = None) -> dict:
+def bench_webdataset(
+    sources: list[Source], tok: CharTokenizer, cfg: DataConfig, max_batches: int | None = None
+) -> dict:
     """The same shards through WebDataset with the same decode, fbank, shuffle and static batches."""
     return _measure(iter(webdataset_loader(sources, tok, cfg)), max_batches)
 
@@ -83,18 +90,27 @@ def webdataset_loader(sources: list[Source], tok: CharTokenizer, cfg: DataConfig
 
     def collate(samples):
         feats, targets = zip(*samples)
-        return {"feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),
-                "feat_lens": torch.tensor([len(f) for f in feats]),
-                "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True)}
+        return {
+            "feats": torch.nn.utils.rnn.pad_sequence(feats, batch_first=True),
+            "feat_lens": torch.tensor([len(f) for f in feats]),
+            "targets": torch.nn.utils.rnn.pad_sequence(targets, batch_first=True),
+        }
 
     urls = [s.path for s in sources if s.path]
     if len(urls) != len(sources):
         raise UsageError("the WebDataset comparison needs a shard list (not raw or Kaldi)")
-    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False, workersplitter=wds.split_by_worker)
-          .shuffle(cfg.shuffle_size if cfg.shuffle else 0).map(features)
-          .batched(cfg.batch_size, collation_fn=collate, partial=True))
-    return DataLoader(ds, batch_size=None, num_workers=cfg.num_workers,
-                      prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
+    ds = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False, workersplitter=wds.split_by_worker)
+        .shuffle(cfg.shuffle_size if cfg.shuffle else 0)
+        .map(features)
+        .batched(cfg.batch_size, collation_fn=collate, partial=True)
+    )
+    return DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=cfg.num_workers,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+    )
 
 
 def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 2000, repeats: int = 3) -> dict:
@@ -110,6 +126,7 @@ def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 200
             wavs.append(audio.resample(*audio.decode(item.audio), cfg.sample_rate))
         except audio.AudioError as e:  # a header that reads over samples that do not
             bad_input(item.where, e.reason, cfg.bad_input, skipped)
+
     def fbank(w):
         return audio.fbank(w, cfg.sample_rate, cfg.num_mel_bins, cfg.frame_length_ms, cfg.frame_shift_ms, cfg.dither)
 
@@ -125,21 +142,35 @@ def features_ceiling(sources: list[Source], cfg: DataConfig, max_utts: int = 200
             dt = min(dt, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
-    return {"utts": len(wavs), "seconds": round(dt, 3), "utts_per_s": round(len(wavs) / dt, 1),
-            "audio_s_per_s": round(frames / 100.0 / dt, 1), "skipped": dict(skipped)}
+    return {
+        "utts": len(wavs),
+        "seconds": round(dt, 3),
+        "utts_per_s": round(len(wavs) / dt, 1),
+        "audio_s_per_s": round(frames / 100.0 / dt, 1),
+        "skipped": dict(skipped),
+    }
 
 
-def sweep(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, num_workers=(0, 1, 2),
-          prefetch=(2,), batch=(None,), max_batches: int | None = None, against: str | None = None,
-          progress=None) -> list[dict]:
+def sweep(
+    sources: list[Source],
+    tok: CharTokenizer,
+    cfg: DataConfig,
+    num_workers=(0, 1, 2),
+    prefetch=(2,),
+    batch=(None,),
+    max_batches: int | None = None,
+    against: str | None = None,
+    progress=None,
+) -> list[dict]:
     """One row per (num_workers, prefetch_factor, batch) setting; ``batch`` values are
     utterances for static batching, None keeps the config's batching."""
     rows = []
     for nw, pf, bs in itertools.product(num_workers, prefetch, batch):
         if nw == 0 and pf != prefetch[0]:
             continue  # prefetch means nothing without workers
-        c = replace(cfg, num_workers=nw, prefetch_factor=pf,
-                    **({"batch_type": "static", "batch_size": bs} if bs else {}))
+        c = replace(
+            cfg, num_workers=nw, prefetch_factor=pf, **({"batch_type": "static", "batch_size": bs} if bs else {})
+        )
         row = {"num_workers": nw, "prefetch": pf if nw else None, "batch": bs or c.batch_type}
         row["asrlab"] = bench_asrlab(sources, tok, c, max_batches)
         if against == "webdataset":
@@ -152,8 +183,9 @@ def sweep(sources: list[Source], tok: CharTokenizer, cfg: DataConfig, num_worker
     return rows
 
 
-def compression_cost(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
-                     compressions=COMPRESSIONS, max_utts: int = 1000) -> list[dict]:
+def compression_cost(
+    sources: list[Source], tok: CharTokenizer, cfg: DataConfig, compressions=COMPRESSIONS, max_utts: int = 1000
+) -> list[dict]:
     """Re-pack up to ``max_utts`` utterances in each compression; size, read cost and loader speed.
 
     ``read_ms_per_utt``: decompress + untar only; ``loader_ms_per_utt``: the whole pipeline
@@ -173,8 +205,14 @@ def compression_cost(sources: list[Source], tok: CharTokenizer, cfg: DataConfig,
             count = sum(1 for _ in read_source(src[0]))
             read_s = time.perf_counter() - t0
             run = bench_asrlab(src, tok, replace(cfg, num_workers=0))
-            rows.append({"compression": comp, "utts": count, "mb": round(path.stat().st_size / 1e6, 2),
-                         "ratio": round(len(plain) / path.stat().st_size, 2),
-                         "read_ms_per_utt": round(1000 * read_s / count, 3),
-                         "loader_ms_per_utt": round(1000 * run["seconds"] / max(1, run["utts"]), 3)})
+            rows.append(
+                {
+                    "compression": comp,
+                    "utts": count,
+                    "mb": round(path.stat().st_size / 1e6, 2),
+                    "ratio": round(len(plain) / path.stat().st_size, 2),
+                    "read_ms_per_utt": round(1000 * read_s / count, 3),
+                    "loader_ms_per_utt": round(1000 * run["seconds"] / max(1, run["utts"]), 3),
+                }
+            )
     return rows[1:]

@@ -95,21 +95,31 @@ def step_fits(cfg: Config, vocab: int, device: torch.device, budget_bytes: int) 
     return fits
 
 
-def calibrate(cfg: Config, vocab: int, longest_frames: int, margin: float = 0.1,
-              device: torch.device | None = None) -> dict:
+def calibrate(
+    cfg: Config, vocab: int, longest_frames: int, margin: float = 0.1, device: torch.device | None = None
+) -> dict:
     """Measure ``data.max_frames_by_length`` for ``cfg`` on the GPU: see the module docstring."""
     if not torch.cuda.is_available():
-        raise UsageError("calibrating the batch from memory needs a GPU, and there is none here; on CPU the "
-                         "batch is limited by step time, not memory: keep data.max_frames_in_batch (asrlab bench "
-                         "train measures it)")
+        raise UsageError(
+            "calibrating the batch from memory needs a GPU, and there is none here; on CPU the "
+            "batch is limited by step time, not memory: keep data.max_frames_in_batch (asrlab bench "
+            "train measures it)"
+        )
     if not 0.0 <= margin < 1.0:
         raise UsageError(f"the margin is a share of GPU memory, in [0, 1), not {margin}")
     device = device or torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.get_device_properties(device).total_memory
     budget = int(total * (1 - margin))
     rows = search(step_fits(cfg, vocab, device, budget), ladder(longest_frames))
-    return {"device": torch.cuda.get_device_name(device), "total_mib": total >> 20, "budget_mib": budget >> 20,
-            "margin": margin, "precision": cfg.train.precision, "rows": rows, "max_frames_by_length": table(rows)}
+    return {
+        "device": torch.cuda.get_device_name(device),
+        "total_mib": total >> 20,
+        "budget_mib": budget >> 20,
+        "margin": margin,
+        "precision": cfg.train.precision,
+        "rows": rows,
+        "max_frames_by_length": table(rows),
+    }
 
 
 __all__ = ["calibrate", "ladder", "search", "step_fits", "table"]

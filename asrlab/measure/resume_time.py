@@ -25,8 +25,9 @@ from ..train.trainer import Trainer
 CPU = DistInfo(0, 1, 0, torch.device("cpu"), None)
 
 
-def resume_times(cfg: Config, data: str, fractions: list[float], workdir: str | Path, repeat: int = 1,
-                 progress=None) -> dict:
+def resume_times(
+    cfg: Config, data: str, fractions: list[float], workdir: str | Path, repeat: int = 1, progress=None
+) -> dict:
     """``{"batches": N, "epoch_read_s": s, "rows": [{"fraction", "batch", "resume_s", "replay_s"}, ...]}``
     (best of ``repeat`` each), on one process."""
     workdir = Path(workdir)

@@ -42,15 +42,18 @@ FED = 0.02  # a data wait under this share of step time: the loader keeps up
 GRID_KEYS = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features", "fbank")
 
 
-def storage_variants(data: str | Path, out_dir: str | Path, storages=("shards/none",), max_utts: int | None = None,
-                     shard_size: int = 250) -> dict[str, Path]:
+def storage_variants(
+    data: str | Path, out_dir: str | Path, storages=("shards/none",), max_utts: int | None = None, shard_size: int = 250
+) -> dict[str, Path]:
     """Re-write the first ``max_utts`` utterances of ``data`` in each storage; returns ``{storage: list path}``.
 
     A storage is ``raw`` (one WAV file per utterance, WeNet's raw list) or ``shards/<compression>``
     (``none``, ``gz``, ``bz2``, ``xz``, ``zst``).
     """
-    items = [(it.key, it.text, it.audio) for it in itertools.islice(
-        (i for i in iter_items(load_sources(data)) if i.error is None and i.text), max_utts)]
+    items = [
+        (it.key, it.text, it.audio)
+        for it in itertools.islice((i for i in iter_items(load_sources(data)) if i.error is None and i.text), max_utts)
+    ]
     out: dict[str, Path] = {}
     for storage in storages:
         d = Path(out_dir) / storage.replace("/", "_")
@@ -89,8 +92,12 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
         phases = StepPhases(hb, device)
         stepper = build_step(cfg, len(tok), info, tmp, phases, horizon=skip + steps)
         batches = iter(loader)
-        with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu, cpu_fp16_kernels(device, stepper.precision.dtype), \
-                announced_to(phases.announced, phases.hb):
+        with (
+            GpuSampler(0.2) as gpu,
+            CpuSampler(0.25) as cpu,
+            cpu_fp16_kernels(device, stepper.precision.dtype),
+            announced_to(phases.announced, phases.hb),
+        ):
             try:
                 for group in stepper.groups(batches, cfg.optim.accum_steps):
                     per_epoch += 1
@@ -109,28 +116,42 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
         shutil.rmtree(tmp, ignore_errors=True)
     m = rows[skip:]
     if per_epoch < skip + steps:
-        raise UsageError(f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
-                         f"than the {skip} start-up and {steps} measured steps: the loader's start of a new epoch "
-                         "would be measured as data wait; give more utterances or measure fewer steps")
+        raise UsageError(
+            f"{data}: one epoch holds {per_epoch} batches of {cfg.data.max_frames_in_batch} frames, fewer "
+            f"than the {skip} start-up and {steps} measured steps: the loader's start of a new epoch "
+            "would be measured as data wait; give more utterances or measure fewer steps"
+        )
     step_s = sum(x["step_s"] for x in m)
     util = [r["util_pct"] for r in gpu.during(m[0]["time"] - m[0]["step_s"], m[-1]["time"])]
     by_t: dict[float, float] = {}
     for r in cpu.samples:
         by_t[r["t"]] = by_t.get(r["t"], 0.0) + r["rss_mib"]
     audio_s = sum(x["frames"] for x in m) * cfg.data.frame_shift_ms / 1000
-    out = {"steps": len(m), "warmup_steps": skip, "step_s": step_s / len(m), "data_wait": sum(x["data_wait_s"] for x in m) / step_s,
-           "utts_per_s": sum(x["utts"] for x in m) / step_s, "audio_h_per_h": audio_s / step_s,
-           "peak_mib": max(by_t.values(), default=0.0),
-           "gpu_util_pct": sum(util) / len(util) if util else None,
-           "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
+    out = {
+        "steps": len(m),
+        "warmup_steps": skip,
+        "step_s": step_s / len(m),
+        "data_wait": sum(x["data_wait_s"] for x in m) / step_s,
+        "utts_per_s": sum(x["utts"] for x in m) / step_s,
+        "audio_h_per_h": audio_s / step_s,
+        "peak_mib": max(by_t.values(), default=0.0),
+        "gpu_util_pct": sum(util) / len(util) if util else None,
+        "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
+    }
     out["parts_s"] = {p: sum(x["data_wait_s" if p == "data" else f"{p}_s"] for x in m) / len(m) for p in PARTS}
     out["split"] = step_split(m, None if out["gpu_util_pct"] is None else out["gpu_util_pct"] / 100)
     out["samples"] = {"cpu": cpu.samples, "gpu": gpu.samples, "gpu_reason": gpu.reason}
     return out
 
 
-def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,), storage=("shards/none",),
-         features=("cpu",), fbank=("asrlab",)) -> list[dict]:
+def grid(
+    num_workers=(0, 1, 2),
+    prefetch_factor=(2,),
+    max_frames_in_batch=(5000,),
+    storage=("shards/none",),
+    features=("cpu",),
+    fbank=("asrlab",),
+) -> list[dict]:
     """The points of a grid (``prefetch_factor`` only varies where there are workers; ``fbank`` only where the
     loader makes the features).
 
@@ -138,12 +159,21 @@ def grid(num_workers=(0, 1, 2), prefetch_factor=(2,), max_frames_in_batch=(5000,
     the loader's, ``asrlab`` and/or ``torchaudio``.
     """
     points = []
-    for st, ft, fb, nw, pf, mf in itertools.product(storage, features, fbank, num_workers, prefetch_factor,
-                                                    max_frames_in_batch):
+    for st, ft, fb, nw, pf, mf in itertools.product(
+        storage, features, fbank, num_workers, prefetch_factor, max_frames_in_batch
+    ):
         if (nw == 0 and pf != prefetch_factor[0]) or (ft == "device" and fb != fbank[0]):
             continue
-        points.append({"storage": st, "num_workers": nw, "prefetch_factor": pf if nw else None,
-                       "max_frames_in_batch": mf, "features": ft, "fbank": fb if ft == "cpu" else "asrlab"})
+        points.append(
+            {
+                "storage": st,
+                "num_workers": nw,
+                "prefetch_factor": pf if nw else None,
+                "max_frames_in_batch": mf,
+                "features": ft,
+                "fbank": fb if ft == "cpu" else "asrlab",
+            }
+        )
     return points
 
 
@@ -155,9 +185,15 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
     measure(cfg, lists[points[0]["storage"]], steps=1, skip=1)
     rows = []
     for p in points:
-        c = replace_section(cfg, "data", num_workers=p["num_workers"], prefetch_factor=p["prefetch_factor"] or 2,
-                            max_frames_in_batch=p["max_frames_in_batch"], features=p.get("features", "cpu"),
-                            fbank=p.get("fbank", "asrlab"))
+        c = replace_section(
+            cfg,
+            "data",
+            num_workers=p["num_workers"],
+            prefetch_factor=p["prefetch_factor"] or 2,
+            max_frames_in_batch=p["max_frames_in_batch"],
+            features=p.get("features", "cpu"),
+            fbank=p.get("fbank", "asrlab"),
+        )
         row = {**p, **measure(c, lists[p["storage"]], steps)}
         rows.append(row)
         if progress:
@@ -167,37 +203,52 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
 
 def describe(p: dict) -> str:
     pf = f", prefetch_factor={p['prefetch_factor']}" if p.get("prefetch_factor") else ""
-    ft = (", fbank on device" if p.get("features") == "device" else
-          ", torchaudio's fbank" if p.get("fbank") == "torchaudio" else "")
+    ft = (
+        ", fbank on device"
+        if p.get("features") == "device"
+        else ", torchaudio's fbank"
+        if p.get("fbank") == "torchaudio"
+        else ""
+    )
     return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}"
 
 
 NEXT = {  # what to try next, by the largest share of the recommended setting's step time
     "data_wait": "the loader still holds the steps back: more workers or uncompressed shards, where cores allow",
     "host_overhead": "the device idles while Python runs: fewer, larger steps (asrlab tune finds the largest batch "
-                     "per length that fits; data.bucketing=true keeps them free of padding)",
+    "per length that fits; data.bucketing=true keeps them free of padding)",
     "compute": "the step itself: data.bucketing=true trains less padding, and asrlab tune sizes batches to the "
-               "memory on a GPU",
+    "memory on a GPU",
     "comm": "the gradient all-reduce: larger batches (fewer all-reduces per hour of audio), or gradient accumulation",
 }
 
 
-def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None) -> tuple[dict, str]:
+def recommend(
+    rows: list[dict], memory_mib: float | None = None, gpu_memory_mib: float | None = None
+) -> tuple[dict, str]:
     """The fastest point (audio hours per hour) that fits the memory budgets, with the evidence.
 
     The text also counts the other points that wait under ``FED`` of step time for data: the loader keeps up in
     each, so their speeds differ in the step itself, which a short window ranks poorly.
     """
-    fits = [r for r in rows if (memory_mib is None or r["peak_mib"] <= memory_mib)
-            and (gpu_memory_mib is None or not r.get("gpu_peak_mib") or r["gpu_peak_mib"] <= gpu_memory_mib)]
+    fits = [
+        r
+        for r in rows
+        if (memory_mib is None or r["peak_mib"] <= memory_mib)
+        and (gpu_memory_mib is None or not r.get("gpu_peak_mib") or r["gpu_peak_mib"] <= gpu_memory_mib)
+    ]
     if not fits:
-        raise UsageError(f"no setting fits {memory_mib} MiB (smallest peak: {min(r['peak_mib'] for r in rows):.0f} MiB)")
+        raise UsageError(
+            f"no setting fits {memory_mib} MiB (smallest peak: {min(r['peak_mib'] for r in rows):.0f} MiB)"
+        )
     best = max(fits, key=lambda r: r["audio_h_per_h"])
     worst = min(rows, key=lambda r: r["audio_h_per_h"])
-    text = (f"{describe(best)}: data wait {100 * best['data_wait']:.1f}% of step time, "
-            f"{best['audio_h_per_h']:.0f} h of audio per hour, {best['audio_h_per_h'] / worst['audio_h_per_h']:.2f}x "
-            f"the slowest setting ({describe(worst)}: data wait {100 * worst['data_wait']:.1f}%); "
-            f"peak memory {best['peak_mib']:.0f} MiB")
+    text = (
+        f"{describe(best)}: data wait {100 * best['data_wait']:.1f}% of step time, "
+        f"{best['audio_h_per_h']:.0f} h of audio per hour, {best['audio_h_per_h'] / worst['audio_h_per_h']:.2f}x "
+        f"the slowest setting ({describe(worst)}: data wait {100 * worst['data_wait']:.1f}%); "
+        f"peak memory {best['peak_mib']:.0f} MiB"
+    )
     if best.get("gpu_util_pct") is not None:
         text += f", GPU utilisation {best['gpu_util_pct']:.0f}% (slowest: {worst['gpu_util_pct']:.0f}%)"
     if best.get("split"):
@@ -206,9 +257,11 @@ def recommend(rows: list[dict], memory_mib: float | None = None, gpu_memory_mib:
     if fed:  # data wait does not rank these: their speeds differ in the step itself, not in waiting for data
         lo, hi = min(r["audio_h_per_h"] for r in fed), max(r["audio_h_per_h"] for r in fed)
         span = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
-        text += (f". {len(fed)} other setting{'s' * (len(fed) > 1)} also wait{'s' * (len(fed) == 1)} under "
-                 f"{100 * FED:.0f}% for data ({span} h/h): their speeds differ in the step itself (batch make-up; "
-                 f"on CPU, workers sharing the cores), so measure longer before ranking them")
+        text += (
+            f". {len(fed)} other setting{'s' * (len(fed) > 1)} also wait{'s' * (len(fed) == 1)} under "
+            f"{100 * FED:.0f}% for data ({span} h/h): their speeds differ in the step itself (batch make-up; "
+            f"on CPU, workers sharing the cores), so measure longer before ranking them"
+        )
     return best, text
 
 

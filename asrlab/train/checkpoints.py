@@ -40,15 +40,30 @@ class TrainerCheckpoints:
     def __init__(self, tr):
         self.tr = tr
         t = tr.cfg.train
-        self.state = RunState(tr.exp, tr.model, tr.opt, tr.scaler, tr.sched, loader=_Position(tr), ledger=t.ledger,
-                              keep_last=t.keep_last, shared_exp=tr.shared_exp, on_write=tr.hb.tick)
+        self.state = RunState(
+            tr.exp,
+            tr.model,
+            tr.opt,
+            tr.scaler,
+            tr.sched,
+            loader=_Position(tr),
+            ledger=t.ledger,
+            keep_last=t.keep_last,
+            shared_exp=tr.shared_exp,
+            on_write=tr.hb.tick,
+        )
 
     def save(self) -> None:
         """Checkpoint now (a collective: every rank must call it at the same step)."""
         tr = self.tr
         tr.hb.enter("checkpoint")
-        extra = {"epoch_done": tr.epoch_done, "skipped": tr.guard.skipped, "rollbacks": tr.guard.rollbacks,
-                 "epoch_step0": tr.epoch_step0, "clock": tr.clock.state_dict()}
+        extra = {
+            "epoch_done": tr.epoch_done,
+            "skipped": tr.guard.skipped,
+            "rollbacks": tr.guard.rollbacks,
+            "epoch_step0": tr.epoch_step0,
+            "clock": tr.clock.state_dict(),
+        }
         self.state.save(tr.step, tr.epoch, extra, marker={"epoch_done": tr.epoch_done})
 
     def _restore(self) -> dict | None:
@@ -73,8 +88,13 @@ class TrainerCheckpoints:
         tr.guard.rollbacks = extra.get("rollbacks", 0)
         if "clock" in extra:
             tr.clock.load_state_dict(extra["clock"])
-        log.info("resumed from %s: step %d, epoch %d%s", state["file"], tr.step, tr.epoch,
-                 " (complete)" if tr.epoch_done else "")
+        log.info(
+            "resumed from %s: step %d, epoch %d%s",
+            state["file"],
+            tr.step,
+            tr.epoch,
+            " (complete)" if tr.epoch_done else "",
+        )
         mode = tr.cfg.train.resume_mode
         if mode != "exact" and not tr.epoch_done:  # the ways resumes go wrong elsewhere, for comparison
             trained = tr.step - tr.epoch_step0
@@ -82,9 +102,14 @@ class TrainerCheckpoints:
             if mode == "reshuffle":
                 tr.loader.reseed(tr.cfg.data.seed + 1)
                 tr._discard = trained
-            log.warning("resume_mode=%s: epoch %d starts over%s", mode, tr.epoch,
-                        f" with another shuffle seed, skipping {trained} batches" if mode == "reshuffle" else
-                        f" at batch 0 ({trained} batches of it are trained on again)")
+            log.warning(
+                "resume_mode=%s: epoch %d starts over%s",
+                mode,
+                tr.epoch,
+                f" with another shuffle seed, skipping {trained} batches"
+                if mode == "reshuffle"
+                else f" at batch 0 ({trained} batches of it are trained on again)",
+            )
         return True
 
     def rollback(self) -> None:
@@ -99,18 +124,26 @@ class TrainerCheckpoints:
         skipped, failed_at = tr.guard.skipped, tr.step
         state = self._restore()
         if state is None:
-            raise NonFiniteHalt(f"step {tr.step}: not finite, and there is no checkpoint to roll back to "
-                                "(set --save-every-steps)")
+            raise NonFiniteHalt(
+                f"step {tr.step}: not finite, and there is no checkpoint to roll back to (set --save-every-steps)"
+            )
         tr.guard.skipped = skipped  # the skipped steps stay counted; the guard counted this rollback
         if tr.epoch_done:  # the checkpoint closed an epoch: start the next one from its beginning
             tr.epoch, tr.epoch_done = tr.epoch + 1, False
             tr.loader.restart(tr.epoch)
-        scale = t.rollback_lr_factor ** tr.guard.rollbacks
+        scale = t.rollback_lr_factor**tr.guard.rollbacks
         tr.sched.base_lrs = [tr.cfg.optim.lr * scale for _ in tr.sched.base_lrs]
         for g, base in zip(tr.opt.param_groups, tr.sched.base_lrs):
             g["lr"] = base * tr.sched.lr_lambdas[0](tr.sched.last_epoch)
-        log.warning("rollback %d/%d: step %d was not finite; back to %s (step %d), peak LR now %.3g",
-                    tr.guard.rollbacks, t.max_rollbacks, failed_at, state["file"], tr.step, tr.cfg.optim.lr * scale)
+        log.warning(
+            "rollback %d/%d: step %d was not finite; back to %s (step %d), peak LR now %.3g",
+            tr.guard.rollbacks,
+            t.max_rollbacks,
+            failed_at,
+            state["file"],
+            tr.step,
+            tr.cfg.optim.lr * scale,
+        )
 
 
 __all__ = ["Rollback", "TrainerCheckpoints"]

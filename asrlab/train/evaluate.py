@@ -21,8 +21,16 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: dist.DistInfo,
-             autocast=contextlib.nullcontext, keep_hyps: bool = False, tick=None, decoder=None) -> dict:
+def evaluate(
+    model: ConformerCTC,
+    loader: AsrLoader,
+    tok: CharTokenizer,
+    info: dist.DistInfo,
+    autocast=contextlib.nullcontext,
+    keep_hyps: bool = False,
+    tick=None,
+    decoder=None,
+) -> dict:
     """CTC loss, CER and WER over this rank's share, summed over ranks; ``utts`` counts the utterances in
     the loss (those CTC can align), ``decoded`` all of them (CER and WER are over all).
 
@@ -44,7 +52,9 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
         loss += float(loss_sum)
         utts += int(mask.sum())
         decoded += len(batch["keys"])
-        texts = decoder(log_probs, out_lens) if decoder else [tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
+        texts = (
+            decoder(log_probs, out_lens) if decoder else [tok.decode(ids) for ids in greedy_decode(log_probs, out_lens)]
+        )
         for key, hyp, tgt, n in zip(batch["keys"], texts, batch["targets"], batch["target_lens"]):
             ref = tok.decode(tgt[:n].tolist())
             char_err += edit_distance(ref, hyp)
@@ -54,12 +64,18 @@ def evaluate(model: ConformerCTC, loader: AsrLoader, tok: CharTokenizer, info: d
             if keep_hyps:
                 hyps.append((key, ref, hyp))
     loss, utts, decoded, char_err, chars, word_err, words = dist.all_reduce_sum(
-        [loss, utts, decoded, char_err, chars, word_err, words], info)
+        [loss, utts, decoded, char_err, chars, word_err, words], info
+    )
     model.train(was_training)
     if utts == 0:
         log.warning("evaluation saw no utterance (empty or unusable data)")
-    out = {"loss": loss / max(1, utts), "cer": char_err / max(1, chars), "wer": word_err / max(1, words),
-           "utts": int(utts), "decoded": int(decoded)}
+    out = {
+        "loss": loss / max(1, utts),
+        "cer": char_err / max(1, chars),
+        "wer": word_err / max(1, words),
+        "utts": int(utts),
+        "decoded": int(decoded),
+    }
     if keep_hyps:
         out["hyps"] = hyps
     return out

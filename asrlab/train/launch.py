@@ -28,8 +28,18 @@ import psutil
 
 from ..lab import layout
 from ..errors import UsageError
-from ..lab import (COLLECT_S, PARENT_GONE, STALL_EXIT, ProgressClock, end_with_parent, first_rank_error,
-                   format_rank_error, own_session_ending_with_parent, read_heartbeats, write_report)
+from ..lab import (
+    COLLECT_S,
+    PARENT_GONE,
+    STALL_EXIT,
+    ProgressClock,
+    end_with_parent,
+    first_rank_error,
+    format_rank_error,
+    own_session_ending_with_parent,
+    read_heartbeats,
+    write_report,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +58,7 @@ class Nodes:
     """A job over several nodes, as torchrun takes it: with ``node_rank`` the nodes are ranked as given
     (torchrun's static rendezvous, the first node's agent serving the store at ``endpoint``); without,
     as they join (the c10d rendezvous, elastic)."""
+
     nnodes: int
     node_rank: int | None
     endpoint: str
@@ -71,8 +82,18 @@ def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = No
     """torchrun on this node; ``max_restarts``: torch elastic restarts every rank after a failure (each
     resumes from the last checkpoint)."""
     where = ["--standalone"] if nodes is None else nodes.torchrun_args()
-    return [sys.executable, "-m", "asrlab.train.launch", *where, f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "-m", "asrlab.cli", "train", *train_args]
+    return [
+        sys.executable,
+        "-m",
+        "asrlab.train.launch",
+        *where,
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "asrlab.cli",
+        "train",
+        *train_args,
+    ]
 
 
 def quiet_torchrun(argv: list[str]) -> int:
@@ -128,8 +149,12 @@ class _PassOn:
         if len(self.got) > 1:
             kill_tree(self.proc.pid)
             return
-        print(f"asrlab train: {signal.Signals(sig).name}: every rank stops after its step with a checkpoint "
-              "(again to end them at once)", file=sys.stderr, flush=True)
+        print(
+            f"asrlab train: {signal.Signals(sig).name}: every rank stops after its step with a checkpoint "
+            "(again to end them at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)  # the agent's group: the ranks have sessions of their own
         except ProcessLookupError:
@@ -176,17 +201,25 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, stall_timeout_s: float = 0.0,
-           first_step_s: float = 0.0, timeout_s: float | None = None, nodes: Nodes | None = None,
-           max_restarts: int = 0) -> int:
+def launch(
+    nproc: int,
+    train_args: list[str],
+    exp: str | Path | None = None,
+    stall_timeout_s: float = 0.0,
+    first_step_s: float = 0.0,
+    timeout_s: float | None = None,
+    nodes: Nodes | None = None,
+    max_restarts: int = 0,
+) -> int:
     """Run ``asrlab train`` on ``nproc`` local ranks (of ``nodes``, when the job spans several); returns
     torchrun's exit code (``STALL_EXIT`` on a stall; 128 + the signal when one asked it to stop)."""
     env = dict(os.environ, **{QUIET_ENV: "1"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     world = nproc * (nodes.nnodes if nodes is not None else 1)  # every rank's heartbeat reaches EXP (relay)
     t_launch = time.time()
-    proc = subprocess.Popen(torchrun_command(nproc, train_args, nodes, max_restarts), env=env,
-                            preexec_fn=own_session_ending_with_parent())
+    proc = subprocess.Popen(
+        torchrun_command(nproc, train_args, nodes, max_restarts), env=env, preexec_fn=own_session_ending_with_parent()
+    )
     clock, stalled = ProgressClock(world, stall_timeout_s, first_step_s), False
     family: dict[int, psutil.Process] = {}  # every rank and worker seen, to be sure none outlives the job
     try:
@@ -223,8 +256,11 @@ def launch(nproc: int, train_args: list[str], exp: str | Path | None = None, sta
         first, ranks = first_rank_error(exp, since=t_launch)
         if not fresh and (dumps or stalled):  # (a rank's error, when one was recorded, is the verdict's cause)
             r = write_report(Path(exp), world, stall_timeout_s, since=t_launch, failure=first)
-            print(f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {layout.stall_text(exp)}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {layout.stall_text(exp)}",
+                file=sys.stderr,
+                flush=True,
+            )
             fresh = True
         if first is not None:  # said once, last, after whatever the ranks and torchrun printed
             print(format_rank_error(first, ranks, exp), file=sys.stderr, flush=True)

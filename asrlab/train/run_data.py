@@ -26,21 +26,33 @@ def load_train_sources(data: str | list, raw_chunk: int, world_size: int, uneven
     if len(fed(sources, world_size)) < world_size and uneven != "join":  # a list of items is cut to feed every rank
         raise DataError(
             f"{data}: {len(sources)} source(s) for {world_size} ranks, so {world_size - len(sources)} of them get no "
-            "data and " + ("no rank would ever take a step" if uneven == "stop" else "the first all-reduce would hang")
+            "data and "
+            + ("no rank would ever take a step" if uneven == "stop" else "the first all-reduce would hang")
             + ": write smaller shards (asrlab synth --shard-size), use fewer ranks, or let the others train alone "
-            "(--uneven join)")
+            "(--uneven join)"
+        )
     return sources
 
 
-def index_sources(data: str | list, sources: list[Source], info: dist.DistInfo, progress: bool = False,
-                  on_source=None) -> None:
+def index_sources(
+    data: str | list, sources: list[Source], info: dist.DistInfo, progress: bool = False, on_source=None
+) -> None:
     """Load the index of each of ``data``'s lists (:mod:`asrlab.data.index`), indexing what is new or
     changed: rank 0 first (in parallel, writing it), then the others read what it wrote."""
+
     def run(write: bool) -> None:
         for s in use_indexes(data, sources, progress=progress, write=write, on_source=on_source):
-            log.info("index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
-                     s["path"], s["sources"], s["reused"], s["indexed"], s["utterances"], s["hours"],
-                     s["seconds"])
+            log.info(
+                "index %s: %d sources (%d reused, %d indexed), %d utterances, %.1f h usable, %.1f s",
+                s["path"],
+                s["sources"],
+                s["reused"],
+                s["indexed"],
+                s["utterances"],
+                s["hours"],
+                s["seconds"],
+            )
+
     if info.is_main:
         run(True)
     dist.barrier(info)
@@ -73,15 +85,29 @@ def preflight(d: DataConfig, sources: list[Source], world_size: int, uneven: str
     for w in layout["warnings"]:
         log.warning("pre-flight: %s", w)
     if any(r["batches"] != layout["ranks"][0]["batches"] for r in layout["ranks"]):
-        log.warning("pre-flight: uneven=%s: %s", uneven, {
-            "stop": "all ranks will stop this epoch when the first one runs out",
-            "join": "ranks that run out will shadow the others' all-reduces (DDP Join)",
-            "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it"}[uneven])
+        log.warning(
+            "pre-flight: uneven=%s: %s",
+            uneven,
+            {
+                "stop": "all ranks will stop this epoch when the first one runs out",
+                "join": "ranks that run out will shadow the others' all-reduces (DDP Join)",
+                "none": "UNPROTECTED: this epoch will hang; the stall watchdog will stop it",
+            }[uneven],
+        )
 
 
-def start_data(d: DataConfig, data, cv: str | None, train_sources: list[Source], exp: Path, info: dist.DistInfo,
-               shared: bool, hb, progress: bool = False, check_layout: str | None = None
-               ) -> tuple[CharTokenizer, AsrLoader, AsrLoader | None]:
+def start_data(
+    d: DataConfig,
+    data,
+    cv: str | None,
+    train_sources: list[Source],
+    exp: Path,
+    info: dist.DistInfo,
+    shared: bool,
+    hb,
+    progress: bool = False,
+    check_layout: str | None = None,
+) -> tuple[CharTokenizer, AsrLoader, AsrLoader | None]:
     """A run's data before its first step: the index (each source indexed is a tick of the heartbeat
     ``hb``; a bar with ``progress``), the tokenizer, the training and validation loaders (``hb``
     describes the first's position in stall reports) and, with ``check_layout`` (the uneven-data policy),

@@ -25,7 +25,7 @@ class RunClock:
 
     def __init__(self, budget_s: float):
         self.budget_s = budget_s
-        self.before_s = 0.0                 # trained by earlier processes of this run (from the checkpoint)
+        self.before_s = 0.0  # trained by earlier processes of this run (from the checkpoint)
         self.t0 = time.perf_counter()
         self.seen_s = 0.0
         self.warm_end: float | None = None  # fraction() when warm-up ended
@@ -93,8 +93,15 @@ def decay_horizon(o: OptimConfig, t: TrainConfig, epoch_batches) -> int:
         return t.max_steps
     per_epoch = epoch_batches() // o.accum_steps
     horizon = min(t.max_steps, t.max_epochs * per_epoch) if t.max_steps else t.max_epochs * per_epoch
-    log.info("LR: cosine decay to min_lr by step %d (max_steps %d; %d epochs of ~%d steps) or by the %.1f-min "
-             "clock, whichever comes first", horizon, t.max_steps, t.max_epochs, per_epoch, t.max_minutes)
+    log.info(
+        "LR: cosine decay to min_lr by step %d (max_steps %d; %d epochs of ~%d steps) or by the %.1f-min "
+        "clock, whichever comes first",
+        horizon,
+        t.max_steps,
+        t.max_epochs,
+        per_epoch,
+        t.max_minutes,
+    )
     return horizon
 
 

@@ -33,6 +33,7 @@ from .schedule import lr_lambda
 @dataclass
 class StepResult:
     """A step: the numerics guard's account of it (loss, grad norm, kind, action) and what it trained on."""
+
     check: StepCheck
     utts: int
     frames: int
@@ -40,29 +41,40 @@ class StepResult:
     halt: NonFiniteHalt | None = None  # raised once the step is logged
     step: int = 0
     epoch: int = 0
-    lr: float = 0.0                    # the learning rate after the step
+    lr: float = 0.0  # the learning rate after the step
     keys: list = field(default_factory=list)
-    parts: object = None               # the step timer's parts: a dict, or a callable that reads them
-    corpora: dict | None = None        # in a mix: per corpus, utterances, audio and loader seconds
+    parts: object = None  # the step timer's parts: a dict, or a callable that reads them
+    corpora: dict | None = None  # in a mix: per corpus, utterances, audio and loader seconds
 
     loss = property(lambda self: self.check.loss)
     grad_norm = property(lambda self: self.check.grad_norm)
     loss_scale = property(lambda self: self.check.loss_scale)  # the scale this step's backward used
-    nonfinite = property(lambda self: self.check.kind)         # None | "scaler" | "loss" | "grad"
+    nonfinite = property(lambda self: self.check.kind)  # None | "scaler" | "loss" | "grad"
     skipped = property(lambda self: not self.check.stepped)
 
     def row(self) -> dict:
         """The step's metrics line (``metrics/rank<R>.jsonl``; :func:`asrlab.lab.metrics.read_metrics`)."""
         c = self.check
         parts = self.parts() if callable(self.parts) else self.parts
-        return {"step": self.step, "epoch": self.epoch, "loss": c.loss, "grad_norm": c.grad_norm,
-                "loss_scale": c.loss_scale, "lr": self.lr, "skipped": c.skipped,
-                "utts": self.utts, "frames": self.frames, "unalignable": self.unalignable,
-                "data_wait_s": round(parts["data"], 6),
-                "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
-                "time": round(time.time(), 3),       # wall clock when the step was read (unix s), to align with samplers
-                **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
-                "nonfinite": c.kind, "rollbacks": c.rollbacks, **({"corpora": self.corpora} if self.corpora else {})}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "loss": c.loss,
+            "grad_norm": c.grad_norm,
+            "loss_scale": c.loss_scale,
+            "lr": self.lr,
+            "skipped": c.skipped,
+            "utts": self.utts,
+            "frames": self.frames,
+            "unalignable": self.unalignable,
+            "data_wait_s": round(parts["data"], 6),
+            "step_s": round(parts["total"], 6),  # data, data check, compute, all-reduce, optimizer
+            "time": round(time.time(), 3),  # wall clock when the step was read (unix s), to align with samplers
+            **{f"{p}_s": round(parts[p], 6) for p in PARTS if p != "data"},
+            "nonfinite": c.kind,
+            "rollbacks": c.rollbacks,
+            **({"corpora": self.corpora} if self.corpora else {}),
+        }
 
 
 class TrainStep:
@@ -70,8 +82,21 @@ class TrainStep:
     scaler, numerics guard and step timer it is given, counts the optimizer steps (``step``) and keeps
     ``unread``, the trained steps whose check is still on the device."""
 
-    def __init__(self, model, ddp, opt, sched, scaler, guard, phases, precision, device: torch.device,
-                 fbank=None, grad_clip: float = 0.0, heartbeat=None):
+    def __init__(
+        self,
+        model,
+        ddp,
+        opt,
+        sched,
+        scaler,
+        guard,
+        phases,
+        precision,
+        device: torch.device,
+        fbank=None,
+        grad_clip: float = 0.0,
+        heartbeat=None,
+    ):
         self.model, self.ddp, self.opt, self.sched, self.scaler = model, ddp, opt, sched, scaler
         self.guard, self.phases, self.precision, self.device = guard, phases, precision, device
         self.fbank, self.grad_clip, self.hb = fbank, grad_clip, heartbeat
@@ -93,8 +118,12 @@ class TrainStep:
             if phases:
                 self.phases.enter("features")
             feats, feat_lens = self.fbank(wavs, batch["wav_lens"].to(self.device, non_blocking=True))
-        return (feats, feat_lens, batch["targets"].to(self.device, non_blocking=True),
-                batch["target_lens"].to(self.device, non_blocking=True))
+        return (
+            feats,
+            feat_lens,
+            batch["targets"].to(self.device, non_blocking=True),
+            batch["target_lens"].to(self.device, non_blocking=True),
+        )
 
     def train_step(self, batches: list[dict], epoch: int = 0) -> StepResult | None:
         """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step, all
@@ -110,8 +139,12 @@ class TrainStep:
         self.phases.enter("optimizer")
         replays = [self._replay(b, len(batches)) for b in batches]
         try:  # grad_clip 0: the norm is measured, not clipped
-            check, halt = self.guard.optimizer_step(self.opt, torch.stack(losses).sum(), self.scaler,
-                                                    self.grad_clip, replay=replays, defer=True), None
+            check, halt = (
+                self.guard.optimizer_step(
+                    self.opt, torch.stack(losses).sum(), self.scaler, self.grad_clip, replay=replays, defer=True
+                ),
+                None,
+            )
         except NonFiniteHalt as e:  # the step it answers is complete: logged before the halt
             check, halt = e.check, e
         if halt is None and not (check is not None and check.action == "rollback"):  # else this step is void
@@ -120,11 +153,19 @@ class TrainStep:
             self.step += 1
             if self.hb is not None:
                 self.hb.completed += 1
-            self.unread.append(StepResult(None, sum(len(b["keys"]) for b in batches),
-                                           sum(int(b["feat_lens"].sum()) for b in batches), unalignable,
-                                           step=self.step, epoch=epoch, lr=self.opt.param_groups[0]["lr"],
-                                           keys=[k for b in batches for k in b["keys"]],
-                                           corpora=mix_counts(batches)))
+            self.unread.append(
+                StepResult(
+                    None,
+                    sum(len(b["keys"]) for b in batches),
+                    sum(int(b["feat_lens"].sum()) for b in batches),
+                    unalignable,
+                    step=self.step,
+                    epoch=epoch,
+                    lr=self.opt.param_groups[0]["lr"],
+                    keys=[k for b in batches for k in b["keys"]],
+                    corpora=mix_counts(batches),
+                )
+            )
         return self._read(check, halt)
 
     def groups(self, batches: Iterator[dict], accum_steps: int) -> Iterator[list[dict]]:
@@ -174,12 +215,17 @@ class TrainStep:
         feats, feat_lens, targets, target_lens = self.inputs(batch)
         sync = i + 1 == n or self.ddp is None
         self.phases.enter("forward")
-        with (contextlib.nullcontext() if sync else self.ddp.no_sync()):
+        with contextlib.nullcontext() if sync else self.ddp.no_sync():
             with self.autocast():
                 log_probs, _ = net(feats, feat_lens)
             # the lengths from the batch, on the host: nothing in the loss waits for the device
-            loss, n_bad = mean_ctc_loss(log_probs, self.model.output_lengths(batch["feat_lens"]), targets,
-                                        batch["target_lens"], host_targets=batch["targets"])
+            loss, n_bad = mean_ctc_loss(
+                log_probs,
+                self.model.output_lengths(batch["feat_lens"]),
+                targets,
+                batch["target_lens"],
+                host_targets=batch["targets"],
+            )
             loss = loss / n
             self.phases.backward()
             self.scaler.scale(loss).backward()
@@ -192,19 +238,27 @@ class TrainStep:
         """Micro-batch ``batch`` of ``n`` for the guard's replay of a non-finite step, with the inputs a
         bundle keeps for :func:`asrlab.train.replay.replay`. The guard replays under the step's autocast;
         features and loss leave it, since :meth:`_micro_step` computes them outside."""
+
         def run():
             with torch.autocast(self.device.type, enabled=False):
                 feats, feat_lens, targets, target_lens = self.inputs(batch, phases=False)
                 with self.guard.autocast():  # the step's own, or none in the guard's fp32 check
                     log_probs, out_lens = self.model(feats, feat_lens)
                 loss = mean_ctc_loss(log_probs, out_lens, targets, target_lens)[0] / n
-            return loss, {"feats": feats, "feat_lens": feat_lens, "targets": targets, "target_lens": target_lens,
-                          "keys": list(batch["keys"])}
+            return loss, {
+                "feats": feats,
+                "feat_lens": feat_lens,
+                "targets": targets,
+                "target_lens": target_lens,
+                "keys": list(batch["keys"]),
+            }
+
         return run
 
 
-def build_step(cfg: Config, vocab_size: int, info, exp, phases, hb=None, horizon: int = 0, clock=None,
-               meta: dict | None = None) -> TrainStep:
+def build_step(
+    cfg: Config, vocab_size: int, info, exp, phases, hb=None, horizon: int = 0, clock=None, meta: dict | None = None
+) -> TrainStep:
     """A rank's model, features, optimizer, LR schedule, scaler, numerics guard and DDP wrapper, held by the
     :class:`TrainStep` it returns: what asrlab's trainer steps with, and all a throughput sweep needs.
 
@@ -220,14 +274,30 @@ def build_step(cfg: Config, vocab_size: int, info, exp, phases, hb=None, horizon
     if fbank is not None:
         fbank.to(device)
     # fused: one kernel for all parameters; a loop over them pays Python and launch overhead per tensor
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
-                            fused=device.type in ("cpu", "cuda"))
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=o.lr,
+        betas=tuple(o.betas),
+        weight_decay=o.weight_decay,
+        fused=device.type in ("cpu", "cuda"),
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o, horizon, clock))
     scaler = torch.amp.GradScaler(device.type, enabled=precision.scaler)
     guard = NumericsGuard(  # Join shadows only DDP's all-reduces: no agreement there
-        model, exp, t.diagnostics_every, t.nonfinite, t.max_rollbacks, agree=t.uneven != "join",
-        meta={"lr": lambda: opt.param_groups[0]["lr"], "precision": precision.name, "model": asdict(cfg.model),
-              "vocab_size": vocab_size, **(meta or {})})
+        model,
+        exp,
+        t.diagnostics_every,
+        t.nonfinite,
+        t.max_rollbacks,
+        agree=t.uneven != "join",
+        meta={
+            "lr": lambda: opt.param_groups[0]["lr"],
+            "precision": precision.name,
+            "model": asdict(cfg.model),
+            "vocab_size": vocab_size,
+            **(meta or {}),
+        },
+    )
     torch.manual_seed(t.seed + 1 + info.rank)  # dropout differs across ranks
     ddp = None
     if info.backend:

@@ -29,9 +29,23 @@ from ..lab import layout
 from ..config import Config, dump_config
 from ..data.sources import DataError
 from ..lab import dist
-from ..lab import (STOP_FILE, Heartbeat, MetricsWriter, NonFiniteHalt, UnevenGuard, Watchdog, after_join,
-                   announced_to, clear_stop, cpu_fp16_kernels, record_rank_error, stop_requested, stop_signal,
-                   trace, watching)
+from ..lab import (
+    STOP_FILE,
+    Heartbeat,
+    MetricsWriter,
+    NonFiniteHalt,
+    UnevenGuard,
+    Watchdog,
+    after_join,
+    announced_to,
+    clear_stop,
+    cpu_fp16_kernels,
+    record_rank_error,
+    stop_requested,
+    stop_signal,
+    trace,
+    watching,
+)
 from ..model import count_parameters
 from .checkpoints import Rollback, TrainerCheckpoints
 from .evaluate import evaluate
@@ -46,7 +60,9 @@ log = logging.getLogger(__name__)
 class Trainer:
     """Owns the model, optimizer, scheduler, scaler, loaders and guards of one rank."""
 
-    def __init__(self, cfg: Config, data: str | list, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None):
+    def __init__(
+        self, cfg: Config, data: str | list, cv: str | None, exp: str | Path, info: dist.DistInfo | None = None
+    ):
         self.cfg, self.exp = cfg, Path(exp)
         self.info = info or dist.setup(cfg.train.backend)
         self.device = self.info.device
@@ -54,38 +70,62 @@ class Trainer:
         self.shared_exp = dist.shared_folder(self.exp, self.info)  # else rank 0's files reach the others by broadcast
         self.hb = Heartbeat(self.info.rank, timeline=cfg.train.timeline)
         self.phases = StepPhases(self.hb, self.device)  # to the heartbeat and the step timer
-        self._prof = None                    # the torch.profiler window, while one records (train.trace_steps)
+        self._prof = None  # the torch.profiler window, while one records (train.trace_steps)
         # everything that can be wrong is checked before any work
         train_sources = load_train_sources(data, cfg.data.raw_chunk, self.info.world_size, cfg.train.uneven)
         # a hang while reading the data at start-up is a stall like any other
         if self.info.is_main:
             dump_config(cfg, layout.config(self.exp))
-        with watching(self.hb, self.exp, self.info.world_size, "index", cfg.train.stall_timeout_s,
-                      cfg.train.first_step_timeout_s):
+        with watching(
+            self.hb, self.exp, self.info.world_size, "index", cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s
+        ):
             self.tok, self.loader, self.cv_loader = start_data(
-                cfg.data, data, cv, train_sources, self.exp, self.info, self.shared_exp, self.hb,
-                progress=cfg.train.progress, check_layout=cfg.train.preflight and cfg.train.uneven)
+                cfg.data,
+                data,
+                cv,
+                train_sources,
+                self.exp,
+                self.info,
+                self.shared_exp,
+                self.hb,
+                progress=cfg.train.progress,
+                check_layout=cfg.train.preflight and cfg.train.uneven,
+            )
         self.clock = RunClock(60 * cfg.train.max_minutes)
-        self.stepper = build_step(cfg, len(self.tok), self.info, self.exp, self.phases, self.hb,
-                                  decay_horizon(cfg.optim, cfg.train, lambda: epoch_batches(
-                                      train_sources, cfg.data, self.info.world_size)), self.clock,
-                                  meta={"epoch": lambda: self.epoch})
+        self.stepper = build_step(
+            cfg,
+            len(self.tok),
+            self.info,
+            self.exp,
+            self.phases,
+            self.hb,
+            decay_horizon(cfg.optim, cfg.train, lambda: epoch_batches(train_sources, cfg.data, self.info.world_size)),
+            self.clock,
+            meta={"epoch": lambda: self.epoch},
+        )
         s = self.stepper
         self.model, self.ddp, self.opt, self.sched, self.scaler = s.model, s.ddp, s.opt, s.sched, s.scaler
         self.guard, self.precision, self.fbank = s.guard, s.precision, s.fbank
         self.epoch, self.epoch_done, self.evals = 0, False, 0
-        self.stopped_on_request = False      # EXP/STOP seen by some rank (asrlab.lab.stop)
-        self.epoch_step0 = 0                 # the step the current epoch started after
-        self._held_by = None                 # the UnevenGuard of this epoch, holding batches fetched ahead
-        self._limits_sent = None             # (elapsed, stop request) all-reduce under way on the control group
-        self._discard = 0                    # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
+        self.stopped_on_request = False  # EXP/STOP seen by some rank (asrlab.lab.stop)
+        self.epoch_step0 = 0  # the step the current epoch started after
+        self._held_by = None  # the UnevenGuard of this epoch, holding batches fetched ahead
+        self._limits_sent = None  # (elapsed, stop request) all-reduce under way on the control group
+        self._discard = 0  # batches to skip at the next epoch pass's start (resume_mode=reshuffle)
         self.metrics = MetricsWriter(self.exp, f"rank{self.info.rank}", cfg.train.tensorboard and self.info.is_main)
         self.eval_metrics = MetricsWriter(self.exp, "eval") if self.info.is_main else None
-        self.ckpt = TrainerCheckpoints(self)   # one schema with the parts' RunState (asrlab.lab)
+        self.ckpt = TrainerCheckpoints(self)  # one schema with the parts' RunState (asrlab.lab)
         self.ledger = self.ckpt.state.ledger
-        log.info("rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
-                 self.info.rank, self.info.world_size, self.device, self.precision.name, self.precision.reason,
-                 count_parameters(self.model) / 1e6, len(train_sources))
+        log.info(
+            "rank %d/%d on %s; precision %s (%s); model %.2fM parameters; %d train sources",
+            self.info.rank,
+            self.info.world_size,
+            self.device,
+            self.precision.name,
+            self.precision.reason,
+            count_parameters(self.model) / 1e6,
+            len(train_sources),
+        )
 
     def save(self) -> None:
         self.ckpt.save()
@@ -100,8 +140,11 @@ class Trainer:
     def settle(self) -> StepResult | None:
         return self.stepper.settle()
 
-    step = property(lambda self: self.stepper.step, lambda self, n: setattr(self.stepper, "step", n),
-                    doc="Optimizer steps taken (the stepper counts them; a resume or a rollback sets them back).")
+    step = property(
+        lambda self: self.stepper.step,
+        lambda self, n: setattr(self.stepper, "step", n),
+        doc="Optimizer steps taken (the stepper counts them; a resume or a rollback sets them back).",
+    )
     skipped = property(lambda self: self.guard.skipped, doc="Steps skipped as not finite (the guard counts them).")
     rollbacks = property(lambda self: self.guard.rollbacks, doc="Rollbacks so far (the guard counts them).")
 
@@ -130,8 +173,12 @@ class Trainer:
         else:
             agreed = self._limits_agreed()
             values = torch.tensor([elapsed, requested], dtype=torch.float64)
-            self._limits_sent = values, torch.distributed.all_reduce(
-                values, op=torch.distributed.ReduceOp.MAX, group=dist.cpu_group(), async_op=True)
+            self._limits_sent = (
+                values,
+                torch.distributed.all_reduce(
+                    values, op=torch.distributed.ReduceOp.MAX, group=dist.cpu_group(), async_op=True
+                ),
+            )
             if agreed is None:
                 return False
         self.clock.seen_s = agreed[0]
@@ -175,8 +222,11 @@ class Trainer:
         with Join([self.ddp]):
             stop = self._train_batches(batches, bar)
         self.step, (self.guard.skipped,) = after_join(  # every rank continues from one that trained longest
-            self.step, [self.opt, self.sched, self.scaler], (self.guard.skipped,),
-            self.device if self.info.backend == "nccl" else None)
+            self.step,
+            [self.opt, self.sched, self.scaler],
+            (self.guard.skipped,),
+            self.device if self.info.backend == "nccl" else None,
+        )
         return stop
 
     def _train_batches(self, batches, bar=None) -> bool:
@@ -214,11 +264,19 @@ class Trainer:
         window = contextlib.nullcontext()
         if t.trace_steps:  # steps trace_from .. trace_from + trace_steps - 1 of this run, one warm-up step before
             warm = 1 if t.trace_from > 1 else 0
-            window = trace(self.exp / "trace" / f"rank{self.info.rank}", wait=max(0, t.trace_from - 1 - warm),
-                           warmup=warm, active=t.trace_steps, device=self.device.type)
+            window = trace(
+                self.exp / "trace" / f"rank{self.info.rank}",
+                wait=max(0, t.trace_from - 1 - warm),
+                warmup=warm,
+                active=t.trace_steps,
+                device=self.device.type,
+            )
         try:
-            with window as self._prof, cpu_fp16_kernels(self.device, self.precision.dtype), \
-                    announced_to(self.phases.announced, self.phases.hb):
+            with (
+                window as self._prof,
+                cpu_fp16_kernels(self.device, self.precision.dtype),
+                announced_to(self.phases.announced, self.phases.hb),
+            ):
                 return self._fit()
         finally:
             self._prof = None
@@ -256,8 +314,10 @@ class Trainer:
                 bar.n = self.step
                 continue
             if fresh and not stop and self.step == self.epoch_step0:  # and so would every epoch after it
-                raise DataError(f"epoch {self.epoch} ended before its first step: a rank had no batch "
-                                f"(uneven={self.uneven}); see how the data falls on ranks with asrlab shards inspect")
+                raise DataError(
+                    f"epoch {self.epoch} ended before its first step: a rank had no batch "
+                    f"(uneven={self.uneven}); see how the data falls on ranks with asrlab shards inspect"
+                )
             self.hb.enter("epoch_end", self.step)
             dist.store_barrier(f"epoch{self.epoch}.{self.step}", self.info)
             if not stop:
@@ -291,8 +351,15 @@ class Trainer:
         result.update(step=self.step, epoch=self.epoch)
         if self.eval_metrics is not None:
             self.eval_metrics.write({k: v for k, v in result.items() if k != "hyps"})
-        log.info("epoch %d step %d: cv loss %.4f, CER %.2f%%, WER %.2f%% (%d utts)", self.epoch, self.step,
-                 result["loss"], 100 * result["cer"], 100 * result["wer"], result["utts"])
+        log.info(
+            "epoch %d step %d: cv loss %.4f, CER %.2f%%, WER %.2f%% (%d utts)",
+            self.epoch,
+            self.step,
+            result["loss"],
+            100 * result["cer"],
+            100 * result["wer"],
+            result["utts"],
+        )
         return result
 
     def close(self) -> None:
@@ -329,7 +396,9 @@ def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: 
             return trainer.fit()
         except Exception as e:
             if info.backend is not None and not isinstance(e, NonFiniteHalt):
-                record_rank_error(exp, e, info.rank, phase=trainer and trainer.hb.phase, step=trainer and trainer.hb.step)
+                record_rank_error(
+                    exp, e, info.rank, phase=trainer and trainer.hb.phase, step=trainer and trainer.hb.step
+                )
             raise
         finally:
             if trainer is not None:

@@ -35,6 +35,7 @@ GRACE_S = 5.0  # between the SIGTERM to every process of the job and the SIGKILL
 def _prctl(option: int, value: int) -> bool:
     try:
         import ctypes
+
         return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
@@ -51,7 +52,7 @@ def _below(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after the command's name, which may hold anything
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after the command's name, which may hold anything
         if len(fields) > 1 and fields[0] != b"Z":  # a zombie has ended already: only reaping is left
             kids.setdefault(int(fields[1]), []).append(int(name))
     out, todo = [], [root]
@@ -117,7 +118,10 @@ class _Keeper:
                 os.execvp(cmd[0], cmd)
             except BaseException as e:  # noqa: BLE001 (reported to the watch, whatever it is)
                 try:
-                    os.write(failed_w, f"[Errno {getattr(e, 'errno', None)}] {getattr(e, 'strerror', None) or e}: {cmd[0]!r}".encode())
+                    os.write(
+                        failed_w,
+                        f"[Errno {getattr(e, 'errno', None)}] {getattr(e, 'strerror', None) or e}: {cmd[0]!r}".encode(),
+                    )
                 finally:
                     os._exit(127)
         self.job = pid
@@ -184,9 +188,14 @@ class KeptJob:
     def __init__(self, cmd: list[str], env: dict[str, str] | None = None, stdout=None, stderr=None):
         control_r, self._control = os.pipe()
         report_r, report_w = os.pipe()
-        self.keeper = subprocess.Popen([sys.executable, "-I", "-S", __file__, str(control_r), str(report_w), *cmd],
-                                       env=env, stdout=stdout, stderr=stderr, pass_fds=(control_r, report_w),
-                                       start_new_session=True)
+        self.keeper = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, str(control_r), str(report_w), *cmd],
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=(control_r, report_w),
+            start_new_session=True,
+        )
         os.close(control_r)
         os.close(report_w)
         self.stdout, self.stderr = self.keeper.stdout, self.keeper.stderr
@@ -196,7 +205,7 @@ class KeptJob:
             line = self._line(None)
             if line is None or line.startswith("error "):
                 self.close()
-                raise OSError(line[len("error "):] if line else "its keeper failed to start")
+                raise OSError(line[len("error ") :] if line else "its keeper failed to start")
             if line.startswith("pid "):
                 self.pid = int(line.split()[1])
 

@@ -9,7 +9,7 @@ import time
 from ..lab.stall.verdict import phase_text
 from .procs import job_ranks, job_root, world_of
 from .sample import PySpy, format_stack
-from .watcher import WAITING, Loops, RankView
+from .ranks import WAITING, Loops, RankView
 
 
 def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
@@ -23,9 +23,11 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     spy = PySpy()
     why = spy.works_on(next(iter(procs.values())).pid)
     if why is not None:
-        raise ValueError(f"py-spy cannot read the job's stacks ({why}): run as the job's user with the ptrace "
-                         "permission (root, or kernel.yama.ptrace_scope=0), or start the job under asrlab watch, "
-                         "whose fallback needs none")
+        raise ValueError(
+            f"py-spy cannot read the job's stacks ({why}): run as the job's user with the ptrace "
+            "permission (root, or kernel.yama.ptrace_scope=0), or start the job under asrlab watch, "
+            "whose fallback needs none"
+        )
     t0 = time.time()
     views = {r: RankView(p, t0) for r, p in procs.items()}
     loops = Loops()
@@ -43,22 +45,35 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     uneven = {} if moved else loops.uneven(list(views.values()), world, spy)
     snaps = {}
     for r, v in views.items():
-        snaps[r] = {**v.snapshot(now, v.phase if moved else v.held_phase(world)), "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
-                    "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()},
-                    **uneven.get(r, {})}
-    return {"verdict": said(snaps, moved, now - t0), "moved": moved, "root": root, "world_size": world,
-            "ranks": [snaps[r] for r in sorted(snaps)]}
+        snaps[r] = {
+            **v.snapshot(now, v.phase if moved else v.held_phase(world)),
+            "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
+            "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()},
+            **uneven.get(r, {}),
+        }
+    return {
+        "verdict": said(snaps, moved, now - t0),
+        "moved": moved,
+        "root": root,
+        "world_size": world,
+        "ranks": [snaps[r] for r in sorted(snaps)],
+    }
 
 
 def said(snaps: dict[int, dict], moved: bool, over_s: float) -> str:
     """The ranks that are not waiting on the others first (with where they are), then the ones that wait."""
     lead = [s for _, s in sorted(snaps.items()) if s["phase"] not in WAITING] or [snaps[r] for r in sorted(snaps)]
     rest = [s for _, s in sorted(snaps.items()) if s not in lead]
+
     def line(s: dict) -> str:
         return f"rank {s['rank']} is {phase_text(s['phase'], s['step'])}" + (f" ({s['detail']})" if s["detail"] else "")
+
     parts = [line(s) for s in lead] + [line(s) for s in rest]
-    how = (f"stacks moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck" if moved else
-           f"no rank's stacks moved during {over_s:.0f} s of samples")
+    how = (
+        f"stacks moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck"
+        if moved
+        else f"no rank's stacks moved during {over_s:.0f} s of samples"
+    )
     return "; ".join(parts) + f" ({how})"
 
 

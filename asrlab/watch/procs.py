@@ -13,12 +13,12 @@ import psutil
 @dataclass
 class Proc:
     pid: int
-    rank: int | None                  # None: not a rank (the agent, a shell, a worker)
-    run: str                          # the launch it belongs to (torch elastic's run id and restart count)
-    started: float                    # its create time: a pid reused later is another process
+    rank: int | None  # None: not a rank (the agent, a shell, a worker)
+    run: str  # the launch it belongs to (torch elastic's run id and restart count)
+    started: float  # its create time: a pid reused later is another process
     workers: list[int] = field(default_factory=list)
-    by_env: bool = True               # a RANK in its environment (else: the one process of a plain job)
-    world: int = 0                    # its WORLD_SIZE (every node's ranks), 0 where not given
+    by_env: bool = True  # a RANK in its environment (else: the one process of a plain job)
+    world: int = 0  # its WORLD_SIZE (every node's ranks), 0 where not given
 
 
 def _is_python(p: psutil.Process) -> bool:

@@ -46,8 +46,12 @@ class PySpy:
         if self.exe is None:
             return "py-spy is not installed"
         try:
-            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
-                                 capture_output=True, text=True, timeout=self.timeout_s)
+            out = subprocess.run(
+                [self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             return str(e)
         if out.returncode == 0:
@@ -57,8 +61,12 @@ class PySpy:
     def sample(self, pid: int) -> dict[str, list[Frame]] | None:
         before = _children_cpu()
         try:
-            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
-                                 capture_output=True, text=True, timeout=self.timeout_s)
+            out = subprocess.run(
+                [self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         finally:  # the dump is the only child reaped in between
@@ -82,8 +90,12 @@ class PySpy:
         """``{name: repr}`` of the locals of the innermost call of ``fn`` in ``file`` on ``pid``'s main thread
         (one dump that also reads the values; empty when it cannot)."""
         try:
-            out = subprocess.run([self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking", "--locals"],
-                                 capture_output=True, text=True, timeout=self.timeout_s)
+            out = subprocess.run(
+                [self.exe, "dump", "--pid", str(pid), "--json", "--nonblocking", "--locals"],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
             threads = json.loads(out.stdout) if out.returncode == 0 else []
         except (OSError, subprocess.TimeoutExpired, ValueError):
             return {}
@@ -104,6 +116,7 @@ def _children_cpu() -> float:
 class FaultHandler:
     """Stacks through the job's own ``faulthandler`` (see the module docstring): only processes that
     registered for the signal (their file exists in ``folder``) are sent it."""
+
     name = "faulthandler"
 
     def __init__(self, folder: Path, wait_s: float = 0.5):
@@ -138,4 +151,13 @@ def format_stack(frames: list[Frame]) -> list[str]:
     return [f'  File "{f}", line {n}, in {fn}' for f, n, fn in frames]
 
 
-__all__ = ["DUMP_SIGNAL", "FaultHandler", "catches", "Frame", "PySpy", "format_stack", "parse_faulthandler", "py_spy_path"]
+__all__ = [
+    "DUMP_SIGNAL",
+    "FaultHandler",
+    "catches",
+    "Frame",
+    "PySpy",
+    "format_stack",
+    "parse_faulthandler",
+    "py_spy_path",
+]

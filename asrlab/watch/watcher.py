@@ -34,9 +34,9 @@ from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
-from ..lab.stall.classify import (Loop, held_phase, loop_frame, loop_of, own_code, own_frame, phase_of, step_of, where,
-                                  worker_busy, worker_own)
+from ..lab.stall.classify import phase_of
 from .keeper import KeptJob
+from .ranks import WAITING, Loops, RankView
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -44,119 +44,19 @@ from .sample import FaultHandler, PySpy, format_stack
 log = logging.getLogger(__name__)
 
 INJECT = Path(__file__).with_name("inject")
-WAITING = ("collective", "ddp_allreduce")
-TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
-
-
-class RankView:
-    """One rank as the samples show it: its phase and since when, when its stacks last moved."""
-
-    def __init__(self, proc: Proc, now: float):
-        self.proc, self.phase, self.since, self.moved = proc, "start", now, now
-        self.first_seen: float | None = None  # the time of the first sample
-        self.signature: tuple | None = None
-        self.stacks: dict = {}
-        self.workers: dict[int, dict] = {}
-        self.phases_seen: set[str] = set()
-        self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
-        self.samples = 0
-        self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
-
-    def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
-        """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
-        so that a look that skipped it is no movement); returns the new phase when it changed."""
-        main = stacks.get("MainThread") or next(iter(stacks.values()), [])
-        fresh = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
-        workers = {w: self.workers[w] for w in self.proc.workers if w in self.workers and w not in fresh}
-        workers.update(fresh)
-        signature = (tuple(main), tuple(tuple(s.get("MainThread") or ()) for _, s in sorted(workers.items())))
-        if self.first_seen is None:
-            self.first_seen = now
-        else:
-            self.phase_s[self.phase] = self.phase_s.get(self.phase, 0.0) + now - self._last_t
-        self._last_t = now
-        if signature != self.signature:
-            self.signature, self.moved = signature, now
-        self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
-        self.lines.update((f, fn, line) for f, line, fn in main if own_code(f))
-        phase = phase_of(main)
-        self.phases_seen.add(phase)
-        if phase != self.phase:
-            self.phase, self.since = phase, now
-            return phase
-        return None
-
-    def held_phase(self, world: int) -> str:
-        """Its phase when its stacks stopped moving (:func:`asrlab.lab.stall.classify.held_phase`)."""
-        return held_phase(self.phase, world)
-
-    def loop_state(self, loop: Loop) -> str | None:
-        """``"inside"`` the training loop, ``"after"`` it (its function at a later line, or returned after the
-        rank was seen inside), else None (before it, or not to be told)."""
-        main = self.stacks.get("MainThread") or []
-        frame = loop_frame(main, loop)
-        if frame is not None:
-            return "inside" if loop[2] <= frame[1] <= loop[3] else "after" if frame[1] > loop[3] else None
-        seen = any(f == loop[0] and fn == loop[1] and loop[2] <= line <= loop[3] for f, fn, line in self.lines)
-        return "after" if seen and phase_of(main) != "start" else None
-
-    def detail(self) -> str:
-        """Where the rank is in the job's own code; waiting for data, which workers read where."""
-        main = self.stacks.get("MainThread") or []
-        said = where(own_frame(main))
-        if self.phase == "data":
-            busy = [f"worker pid {pid} at {where(own_frame(s.get('MainThread') or [])) or 'a read'}"
-                    for pid, s in sorted(self.workers.items()) if worker_busy(s.get("MainThread") or [])]
-            said = "; ".join(([f"loop at {said}"] if said else []) + (busy or ["no worker reading"]))
-        elif said:
-            said = f"at {said}"
-        return said
-
-    def snapshot(self, now: float, phase: str | None = None) -> dict:
-        return {"rank": self.proc.rank, "phase": phase or self.phase, "step": None, "since": self.since,
-                "beats": self.samples, "detail": self.detail(), "completed": None, "allow_s": 0.0,
-                "pid": self.proc.pid, "host": socket.gethostname(), "node": 0, "time": now,
-                "run": self.proc.run, "watched": True, "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()}}
-
-
-class Loops:
-    """The job's training loop, learned from the samples: the job's own loop its ranks wait for data in (else
-    run backward or the optimizer in); and the ranks past it while others are still in it (uneven data: a
-    rank ran out of batches)."""
-
-    def __init__(self):
-        self.seen: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
-
-    def learn(self, view: RankView) -> None:
-        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
-            key = (view.phase == "data", loop)
-            self.seen[key] = self.seen.get(key, 0) + 1
-
-    def uneven(self, views: list[RankView], world: int, sampler) -> dict[int, dict]:
-        """``{rank: {"phase", "step"}}`` for every rank when some are past the training loop and others in
-        it, else empty: ``left_loop`` for the first, their held phase for the others. The steps are the
-        loop's own count, read from its locals (py-spy only)."""
-        if world < 2 or not self.seen:
-            return {}
-        loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
-        states = {v.proc.rank: v.loop_state(loop) for v in views}
-        if "after" not in states.values() or "inside" not in states.values():
-            return {}
-        out = {}
-        for v in views:
-            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
-            after = states[v.proc.rank] == "after"
-            step = None
-            if frame is not None and isinstance(sampler, PySpy):
-                step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
-            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
-        return out
 
 
 class JobWatch:
-    def __init__(self, exp: str | Path, stall_timeout_s: float = 60.0, on_stall: str = "report",
-                 sample_hz: float = 2.0, sampler: str = "auto", first_step_timeout_s: float | None = None,
-                 yield_cpu: bool = False):
+    def __init__(
+        self,
+        exp: str | Path,
+        stall_timeout_s: float = 60.0,
+        on_stall: str = "report",
+        sample_hz: float = 2.0,
+        sampler: str = "auto",
+        first_step_timeout_s: float | None = None,
+        yield_cpu: bool = False,
+    ):
         if on_stall not in ("report", "kill"):
             raise ValueError(f"on_stall: report or kill, not {on_stall!r}")
         if sampler not in ("auto", "py-spy", "faulthandler"):
@@ -190,12 +90,16 @@ class JobWatch:
         env["ASRLAB_WATCH_EXP"] = str(self.exp)
         env.update(self.fallback.env())
         flight = layout.flight_dir(self.exp)
-        defaults = {"TORCHELASTIC_ERROR_FILE": str(layout.watch_dir(self.exp) / "torchelastic.json"),
-                    "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
-                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_"),
-                    # its output goes through a pipe now, not a terminal: lines as they are printed
-                    "PYTHONUNBUFFERED": "1"}
+        defaults = {
+            "TORCHELASTIC_ERROR_FILE": str(layout.watch_dir(self.exp) / "torchelastic.json"),
+            "TORCH_FR_BUFFER_SIZE": "2000",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_"),
+            # its output goes through a pipe now, not a terminal: lines as they are printed
+            "PYTHONUNBUFFERED": "1",
+        }
         for k, v in defaults.items():
             env.setdefault(k, v)  # the job's own settings stay
         return env
@@ -239,21 +143,34 @@ class JobWatch:
         now = time.time()
         if self._stopped is not None:  # ended on a signal to the watch: stopped, whatever the ranks did then
             status = "stopped"
-            write_lab_status(self.exp, {"stopped_by": f"{signal.Signals(self._signal).name} to asrlab watch",
-                                        "stop_time": self._stopped})
+            write_lab_status(
+                self.exp,
+                {"stopped_by": f"{signal.Signals(self._signal).name} to asrlab watch", "stop_time": self._stopped},
+            )
         for view in self.ranks.values():  # the watcher wrote their heartbeats: it says how they ended
             if rc == 0 and self.stalled is None:
                 self._beat(view.snapshot(now, "done"), now, "done")
-        write_lab_status(self.exp, {"status": status, "exit_code": rc, "ended": now,
-                                    "world_size": self.world() if self.ranks else None, "sampler": self.sampler_note,
-                                    "watch_cost": self.cost()})
+        write_lab_status(
+            self.exp,
+            {
+                "status": status,
+                "exit_code": rc,
+                "ended": now,
+                "world_size": self.world() if self.ranks else None,
+                "sampler": self.sampler_note,
+                "watch_cost": self.cost(),
+            },
+        )
         return rc
 
     def cost(self) -> dict:
         """CPU seconds the watch took: the watcher process itself and its py-spy dumps."""
         spy = self.sampler if isinstance(self.sampler, PySpy) else None
-        return {"watcher_cpu_s": round(_own_cpu() - self._cpu0, 3), "sampler_cpu_s": round(spy.cpu_s, 3) if spy else 0.0,
-                "dumps": spy.dumps if spy else 0}
+        return {
+            "watcher_cpu_s": round(_own_cpu() - self._cpu0, 3),
+            "sampler_cpu_s": round(spy.cpu_s, 3) if spy else 0.0,
+            "dumps": spy.dumps if spy else 0,
+        }
 
     def world(self) -> int:
         """The job's ranks: their WORLD_SIZE (with other nodes' ranks), else those seen here."""
@@ -299,8 +216,11 @@ class JobWatch:
                 return
             if self.choice == "py-spy":
                 raise RuntimeError(f"py-spy cannot read pid {pid}: {why}")
-            log.warning("asrlab watch: py-spy cannot read the job's stacks (%s); using the faulthandler "
-                        "fallback (stacks on a signal, through the sitecustomize on the job's PYTHONPATH)", why)
+            log.warning(
+                "asrlab watch: py-spy cannot read the job's stacks (%s); using the faulthandler "
+                "fallback (stacks on a signal, through the sitecustomize on the job's PYTHONPATH)",
+                why,
+            )
             self.sampler_note = f"faulthandler (py-spy: {why})"
         else:
             self.sampler_note = "faulthandler"
@@ -331,8 +251,11 @@ class JobWatch:
                 continue
             # the workers only while the rank waits for them: they are what moves then (and half the cost)
             main = stacks.get("MainThread") or next(iter(stacks.values()), [])
-            workers = {} if phase_of(main) != "data" else {
-                w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
+            workers = (
+                {}
+                if phase_of(main) != "data"
+                else {w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
+            )
             changed = view.update(stacks, workers, time.time())
             self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
@@ -342,8 +265,10 @@ class JobWatch:
     def _beat(self, snap: dict, now: float, changed: str | None) -> None:
         atomic_write(heartbeat_dir(self.exp) / f"rank{snap['rank']}.json", json.dumps(snap))
         if changed:
-            append_jsonl(heartbeat_dir(self.exp) / f"rank{snap['rank']}.timeline.jsonl",
-                         [{"t": now, "phase": changed, "step": None}])
+            append_jsonl(
+                heartbeat_dir(self.exp) / f"rank{snap['rank']}.timeline.jsonl",
+                [{"t": now, "phase": changed, "step": None}],
+            )
 
     # -- a stall -----------------------------------------------------------------------
     def _check_stall(self, procs: dict[int, Proc], now: float, t0: float) -> None:
@@ -358,11 +283,17 @@ class JobWatch:
         world = self.world()
         uneven = self.loops.uneven(views, world, self.sampler)
         for v in views:
-            snap = {**v.snapshot(now, v.held_phase(world)), "since": min(v.since, v.moved),
-                    "stacks": {name: format_stack(s) for name, s in v.stacks.items()}, **uneven.get(v.proc.rank, {})}
+            snap = {
+                **v.snapshot(now, v.held_phase(world)),
+                "since": min(v.since, v.moved),
+                "stacks": {name: format_stack(s) for name, s in v.stacks.items()},
+                **uneven.get(v.proc.rank, {}),
+            }
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
-            text = "\n\n".join(f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
-                               for pid, s in sorted(v.workers.items()))
+            text = "\n\n".join(
+                f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
+                for pid, s in sorted(v.workers.items())
+            )
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
         self._flight(list(self.ranks))
         collectives = last_collectives(self.exp)
@@ -372,10 +303,17 @@ class JobWatch:
             with open(layout.stall_text(self.exp), "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")
         lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING + ("done",)]
-        self.stalled = {"verdict": report["verdict"], "time": now,
-                        "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks]}
-        log.error("asrlab watch: no rank has moved for %.0f s: %s (report: %s)", still, report["verdict"],
-                  layout.stall_text(self.exp))
+        self.stalled = {
+            "verdict": report["verdict"],
+            "time": now,
+            "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks],
+        }
+        log.error(
+            "asrlab watch: no rank has moved for %.0f s: %s (report: %s)",
+            still,
+            report["verdict"],
+            layout.stall_text(self.exp),
+        )
 
     def _flight(self, ranks: list[int], wait_s: float = 3.0) -> None:
         """Ask every rank for its Flight Recorder (the injected thread answers a request file) and wait a
@@ -385,8 +323,11 @@ class JobWatch:
         (folder / "request").write_text(str(asked))
         deadline = asked + wait_s
         while time.time() < deadline:
-            done = [r for r in ranks if (folder / f"rank{r}.json").exists()
-                    and (folder / f"rank{r}.json").stat().st_mtime >= asked - 0.01]
+            done = [
+                r
+                for r in ranks
+                if (folder / f"rank{r}.json").exists() and (folder / f"rank{r}.json").stat().st_mtime >= asked - 0.01
+            ]
             if len(done) == len(ranks):
                 return
             time.sleep(0.1)
@@ -442,8 +383,9 @@ def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen | KeptJob:
     job's own process, ending with the watch where it can (see :mod:`.keeper`)."""
     if sys.platform.startswith("linux"):
         return KeptJob(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return subprocess.Popen(cmd, env=env, preexec_fn=own_session_ending_with_parent(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cmd, env=env, preexec_fn=own_session_ending_with_parent(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _own_cpu() -> float:

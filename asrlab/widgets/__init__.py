@@ -25,6 +25,18 @@ from .stalls import StallExplorer
 from .sweep import SweepExplorer
 from .utterances import UtteranceBrowser
 
-__all__ = ["MODE_ENV", "interactive", "progress", "Explorer", "TrainMonitor", "UtteranceBrowser", "StallExplorer",
-           "SweepExplorer", "NanExplorer", "ResumeExplorer", "DoctorExplorer",
-           "LogExplorer", "log_series"]
+__all__ = [
+    "MODE_ENV",
+    "interactive",
+    "progress",
+    "Explorer",
+    "TrainMonitor",
+    "UtteranceBrowser",
+    "StallExplorer",
+    "SweepExplorer",
+    "NanExplorer",
+    "ResumeExplorer",
+    "DoctorExplorer",
+    "LogExplorer",
+    "log_series",
+]

@@ -22,17 +22,24 @@ class DoctorExplorer(Explorer):
         rows = []
         for label, d in self.runs.items():
             colour = VERDICT_COLOURS.get(d["verdict"], "#c62828")
-            rows.append(f"<tr><td>{html_escape(label)}</td><td style='color:{colour}'><b>{d['verdict']}</b></td>"
-                        f"<td style='text-align:left'>{html_escape(d['summary'])}</td></tr>")
-        return ("<table><tr><th>run</th><th>verdict</th><th style='text-align:left'>what asrlab doctor says</th></tr>"
-                + "".join(rows) + "</table>")
+            rows.append(
+                f"<tr><td>{html_escape(label)}</td><td style='color:{colour}'><b>{d['verdict']}</b></td>"
+                f"<td style='text-align:left'>{html_escape(d['summary'])}</td></tr>"
+            )
+        return (
+            "<table><tr><th>run</th><th>verdict</th><th style='text-align:left'>what asrlab doctor says</th></tr>"
+            + "".join(rows)
+            + "</table>"
+        )
 
     def text_html(self, label: str) -> str:
         return f"<pre style='font-size:11px;line-height:1.3'>{html_escape(self.texts[label])}</pre>"
 
     def static(self) -> list:
-        folded = "".join(f"<details><summary>asrlab doctor: {html_escape(label)}</summary>{self.text_html(label)}"
-                         "</details>" for label in self.runs)
+        folded = "".join(
+            f"<details><summary>asrlab doctor: {html_escape(label)}</summary>{self.text_html(label)}</details>"
+            for label in self.runs
+        )
         return [self.table_html() + folded]
 
     def widget(self):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..doctor.logs.verdict import step_number, where
+from ..doctor.logs.progress import step_number, where
 from .base import Explorer, html_escape, png
 from .doctor import VERDICT_COLOURS
 
@@ -91,8 +91,12 @@ def _culprit_record(run, d: dict) -> dict | None:
     if step is None:
         return None
     first = run.nonfinite[0] if run.nonfinite else None
-    if first is not None and d.get("verdict") == "nonfinite" and step_number(first) == step \
-            and rank in (None, first["rank"]):
+    if (
+        first is not None
+        and d.get("verdict") == "nonfinite"
+        and step_number(first) == step
+        and rank in (None, first["rank"])
+    ):
         return first
     pools = []
     if rank in run.series:
@@ -143,13 +147,14 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
         for rank in ranks:
             pts = []
             for r in recs[rank]:
-                v = (r[group].get(key) if group else r[key])
+                v = r[group].get(key) if group else r[key]
                 x = _x(axis, r)
                 if v is not None and x is not None:
                     pts.append((x, float(v)))
             if key == "rate" and not pts:
-                pts = [(x, v) for x, v in ((_x(axis, r), v) for r, v in _derived_rate(axis, recs[rank]))
-                       if x is not None]
+                pts = [
+                    (x, v) for x, v in ((_x(axis, r), v) for r, v in _derived_rate(axis, recs[rank])) if x is not None
+                ]
                 derived = derived or bool(pts)
             if key == "scale":
                 pts = sorted(pts + _scale_points(run, axis, rank), key=lambda p: p[0])
@@ -157,23 +162,38 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
                 lines.append({"rank": rank, "x": [x for x, _ in pts], "y": [v for _, v in pts]})
                 bad += [{"rank": rank, "x": x, "y": v} for x, v in pts if not math.isfinite(v)]
         if lines:
-            panels.append({"name": key, "label": label + (" (from the lines' time stamps)" if derived else ""),
-                           "lines": lines, "nonfinite": bad, "derived": derived})
+            panels.append(
+                {
+                    "name": key,
+                    "label": label + (" (from the lines' time stamps)" if derived else ""),
+                    "lines": lines,
+                    "nonfinite": bad,
+                    "derived": derived,
+                }
+            )
 
     first = run.nonfinite[0] if run.nonfinite else None
     culprit = _culprit_record(run, d) if d else None
     c = (d or {}).get("culprit") or {"rank": None, "step": None}
-    marks = {"first_nonfinite": _mark(axis, first, first["rank"] if first else None),
-             "culprit": _mark(axis, culprit, c.get("rank")) if culprit is not None else
-             _bare_mark(axis, c)}
+    marks = {
+        "first_nonfinite": _mark(axis, first, first["rank"] if first else None),
+        "culprit": _mark(axis, culprit, c.get("rank")) if culprit is not None else _bare_mark(axis, c),
+    }
     d = d or {}
-    return {"axis": {"kind": axis["kind"], "label": axis["label"]}, "ranks": ranks, "panels": panels, "marks": marks,
-            "verdict": d.get("verdict"), "summary": d.get("summary"), "culprit": d.get("culprit"),
-            "steps": {rank_label(rank): len(rs) for rank, rs in recs.items()}}
+    return {
+        "axis": {"kind": axis["kind"], "label": axis["label"]},
+        "ranks": ranks,
+        "panels": panels,
+        "marks": marks,
+        "verdict": d.get("verdict"),
+        "summary": d.get("summary"),
+        "culprit": d.get("culprit"),
+        "steps": {rank_label(rank): len(rs) for rank, rs in recs.items()},
+    }
 
 
 def _mark(axis: dict, rec: dict | None, rank) -> dict | None:
-    from ..doctor.logs.verdict import step_number
+    from ..doctor.logs.progress import step_number
 
     if rec is None:
         return None
@@ -221,11 +241,12 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
     ranks = series["ranks"] if ranks is None else [r for r in series["ranks"] if r in ranks] or series["ranks"]
     cols = 1 if len(shown) == 1 else 2
     rows = math.ceil(len(shown) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(11 if cols == 2 else 8, 2.5 * rows + 0.6), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(11 if cols == 2 else 8, 2.5 * rows + 0.6), squeeze=False, sharex=True)
     cmap = plt.get_cmap("tab10" if len(series["ranks"]) <= 10 else "viridis")
-    colour = {r: cmap(i if len(series["ranks"]) <= 10 else i / max(1, len(series["ranks"]) - 1))
-              for i, r in enumerate(series["ranks"])}
+    colour = {
+        r: cmap(i if len(series["ranks"]) <= 10 else i / max(1, len(series["ranks"]) - 1))
+        for i, r in enumerate(series["ranks"])
+    }
     marks = series["marks"]
     culprit, first = marks.get("culprit"), marks.get("first_nonfinite")
     for ax, panel in zip(axes.flat, shown):
@@ -240,8 +261,17 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
             ax.plot(line["x"], ys, marker="o", ms=3, lw=1.2, color=colour[line["rank"]], label=label)
         bad = [p for p in panel["nonfinite"] if p["rank"] in ranks]
         if bad:
-            ax.plot([p["x"] for p in bad], [0.93] * len(bad), "x", color="tab:red", ms=9, mew=2, transform=top,
-                    clip_on=False, label="not finite")
+            ax.plot(
+                [p["x"] for p in bad],
+                [0.93] * len(bad),
+                "x",
+                color="tab:red",
+                ms=9,
+                mew=2,
+                transform=top,
+                clip_on=False,
+                label="not finite",
+            )
             p = bad[0]
             who = f", rank {p['rank']}" if p["rank"] is not None else ""
             ax.text(p["x"], 0.8, f" {p['y']}{who}", color="tab:red", fontsize=8, transform=top)
@@ -249,15 +279,17 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
             ax.set_yscale("log")
         if not values:
             ax.set_yticks([])
-        for mark, style, colour_, what in ((first, "--", "tab:orange", "first non-finite"),
-                                           (culprit, "-", "tab:red", "culprit")):
+        for mark, style, colour_, what in (
+            (first, "--", "tab:orange", "first non-finite"),
+            (culprit, "-", "tab:red", "culprit"),
+        ):
             if mark is None or (what == "first non-finite" and culprit is not None and culprit["x"] == mark["x"]):
                 continue
             ax.axvline(mark["x"], color=colour_, ls=style, lw=1.2)
         ax.set_title(panel["label"], fontsize=10)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(shown):]:
+    for ax in axes.flat[len(shown) :]:
         ax.set_visible(False)
     if series["axis"]["kind"] in ("step", "batch"):  # counts: no 5426.25
         from matplotlib.ticker import MaxNLocator
@@ -277,15 +309,22 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
             who = f"rank {mark['rank']}, " if mark["rank"] is not None else ""
             notes.append(f"{what}: {who}{mark['where']}")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    for ax in list(axes.flat)[1:len(shown)]:
+    for ax in list(axes.flat)[1 : len(shown)]:
         for h, label in zip(*ax.get_legend_handles_labels()):
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
     if len(ranks) <= 10 or "not finite" in labels:
         keep = [(h, label) for h, label in zip(handles, labels) if len(ranks) <= 10 or label == "not finite"]
-        fig.legend([h for h, _ in keep], [label for _, label in keep], loc="upper right", fontsize=8,
-                   ncol=min(len(keep), 6), bbox_to_anchor=(1.0, 1.0), frameon=False)
+        fig.legend(
+            [h for h, _ in keep],
+            [label for _, label in keep],
+            loc="upper right",
+            fontsize=8,
+            ncol=min(len(keep), 6),
+            bbox_to_anchor=(1.0, 1.0),
+            frameon=False,
+        )
     verdict = (series.get("verdict") or "").upper()
     head = f"{title}: {verdict}" if title and verdict else title or verdict
     fig.suptitle(head + (f"\n{'; '.join(notes)}" if notes else ""), fontsize=10, x=0.01, ha="left")
@@ -325,13 +364,18 @@ class LogExplorer(Explorer):
             culprit = f"{who}, {at}"
         else:
             culprit = "none named"
-        steps = (f" ({s['axis']['label']}): " + ", ".join(f"{k}: {v}" for k, v in s["steps"].items())
-                 if s["steps"] else ": none")
-        return (f"<p><b style='color:{colour};font-size:1.15em'>{html_escape(d['verdict'].upper())}</b> "
-                f"{html_escape(d['summary'])}</p>"
-                f"<p><b>culprit:</b> {html_escape(culprit)} &nbsp; <b>step lines read</b>{html_escape(steps)}</p>"
-                f"<details><summary>asrlab doctor {html_escape(' '.join(self.paths))}</summary>"
-                f"<pre style='font-size:11px;line-height:1.3'>{html_escape(self.text)}</pre></details>")
+        steps = (
+            f" ({s['axis']['label']}): " + ", ".join(f"{k}: {v}" for k, v in s["steps"].items())
+            if s["steps"]
+            else ": none"
+        )
+        return (
+            f"<p><b style='color:{colour};font-size:1.15em'>{html_escape(d['verdict'].upper())}</b> "
+            f"{html_escape(d['summary'])}</p>"
+            f"<p><b>culprit:</b> {html_escape(culprit)} &nbsp; <b>step lines read</b>{html_escape(steps)}</p>"
+            f"<details><summary>asrlab doctor {html_escape(' '.join(self.paths))}</summary>"
+            f"<pre style='font-size:11px;line-height:1.3'>{html_escape(self.text)}</pre></details>"
+        )
 
     def figure(self, ranks=None, panels=None):
         """The curves as a matplotlib figure (None when the logs have no step line of a known format). Every
@@ -364,10 +408,12 @@ class LogExplorer(Explorer):
             return box
         ranks = [(rank_label(r), r) for r in self.series["ranks"]]
         curves = [(p["label"], p["name"]) for p in self.series["panels"]]
-        self.rank_pick = w.SelectMultiple(options=ranks, value=[r for _, r in ranks], description="ranks",
-                                          rows=min(6, len(ranks)))
-        self.curve_pick = w.SelectMultiple(options=curves, value=[c for _, c in curves], description="curves",
-                                           rows=min(8, len(curves)))
+        self.rank_pick = w.SelectMultiple(
+            options=ranks, value=[r for _, r in ranks], description="ranks", rows=min(6, len(ranks))
+        )
+        self.curve_pick = w.SelectMultiple(
+            options=curves, value=[c for _, c in curves], description="curves", rows=min(8, len(curves))
+        )
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
 
         def draw(_=None):

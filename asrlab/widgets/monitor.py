@@ -26,8 +26,14 @@ def status_html(s: dict, state: str = "training") -> str:
         parts.append(f"LR {s['lr']:.2e}")
     if s["step_s"] is not None:
         parts.append(f"{1000 * s['step_s']:.0f} ms/step")
-    parts.append("dev CER " + (f"<b>{100 * s['cer']:.2f}%</b> (step {s['cer_step']:,})" if s["cer"] is not None
-                               else "after the first epoch"))
+    parts.append(
+        "dev CER "
+        + (
+            f"<b>{100 * s['cer']:.2f}%</b> (step {s['cer_step']:,})"
+            if s["cer"] is not None
+            else "after the first epoch"
+        )
+    )
     parts.append(f"{_clock(s['elapsed_s'])} elapsed")
     if s["left_s"] is not None and state == "training":
         parts.append(f"about {_clock(s['left_s'])} left")
@@ -50,17 +56,22 @@ class TrainMonitor:
 
         self.exp, self.title = Path(exp), title
         self.live = interactive()
-        self.updates = 0                  # how many times the view was redrawn
+        self.updates = 0  # how many times the view was redrawn
         self.stop_clicked = False
         if self.live:
             import ipywidgets as w
 
             self.status = w.HTML(status_html(run_status(self.exp)))
-            self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, description="", bar_style="info",
-                                       layout=w.Layout(width="60%"))
-            self.button = w.Button(description="Stop", icon="stop", button_style="warning",
-                                   tooltip="end the run after its current step: checkpoint, evaluation, then the "
-                                           "notebook goes on with this model")
+            self.bar = w.FloatProgress(
+                value=0.0, min=0.0, max=1.0, description="", bar_style="info", layout=w.Layout(width="60%")
+            )
+            self.button = w.Button(
+                description="Stop",
+                icon="stop",
+                button_style="warning",
+                tooltip="end the run after its current step: checkpoint, evaluation, then the "
+                "notebook goes on with this model",
+            )
             self.button.on_click(lambda _: self.request_stop())
             self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
             self.box = w.VBox([w.HBox([self.button, self.bar]), self.status, self.image])

@@ -48,20 +48,31 @@ class NanExplorer(Explorer):
         import ipywidgets as w
 
         steps = [t["step"] for t in self.traces]
-        self.step = w.SelectionSlider(options=steps, value=self.focus, description="step",
-                                      continuous_update=False, layout=w.Layout(width="70%"))
-        self.module = w.Dropdown(options=self.modules, value=self.modules[0], description="module",
-                                 layout=w.Layout(width="70%"))
+        self.step = w.SelectionSlider(
+            options=steps, value=self.focus, description="step", continuous_update=False, layout=w.Layout(width="70%")
+        )
+        self.module = w.Dropdown(
+            options=self.modules, value=self.modules[0], description="module", layout=w.Layout(width="70%")
+        )
         self.step_picture = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.module_picture = w.Image(format="png", layout=w.Layout(max_width="100%"))
-        note = ("no step went non-finite" if self.bad_step is None
-                else f"the first non-finite step: <b>{self.bad_step}</b>")
+        note = (
+            "no step went non-finite" if self.bad_step is None else f"the first non-finite step: <b>{self.bad_step}</b>"
+        )
         self.step.observe(lambda _: setattr(self.step_picture, "value", self.bars(self.step.value)), names="value")
-        self.module.observe(lambda _: setattr(self.module_picture, "value", self.module_png(self.module.value)),
-                            names="value")
+        self.module.observe(
+            lambda _: setattr(self.module_picture, "value", self.module_png(self.module.value)), names="value"
+        )
         self.step_picture.value = self.bars(self.step.value)
         self.module_picture.value = self.module_png(self.module.value)
-        box = w.VBox([w.HTML(f"<p>{len(steps)} sampled steps; {note}</p>"), self.step, self.step_picture,
-                      self.module, self.module_picture])
+        box = w.VBox(
+            [
+                w.HTML(f"<p>{len(steps)} sampled steps; {note}</p>"),
+                self.step,
+                self.step_picture,
+                self.module,
+                self.module_picture,
+            ]
+        )
         box.add_class("asrlab-numerics")
         return box

@@ -32,8 +32,11 @@ class ResumeExplorer(Explorer):
     def figure(self, step: int | None = None) -> bytes:
         from .. import plots  # matplotlib: the notebooks extra
 
-        title = (f"epoch {self.epoch} up to step {step}" if step is not None and step < self.last_step
-                 else f"epoch {self.epoch}, all of it")
+        title = (
+            f"epoch {self.epoch} up to step {step}"
+            if step is not None and step < self.last_step
+            else f"epoch {self.epoch}, all of it"
+        )
         return png(plots.coverage_grid(self.counts(step), title=title))
 
     def table_html(self, step: int | None = None) -> str:
@@ -41,12 +44,18 @@ class ResumeExplorer(Explorer):
         for label, c in self.counts(step).items():
             at = dict(self.steps[label]).get(step, []) if step is not None else []
             shown = ", ".join(at[:4]) + (f" and {len(at) - 4} more" if len(at) > 4 else "")
-            rows.append(f"<tr><td>{html_escape(label)}</td><td>{sum(1 for n in c if n == 1)}</td>"
-                        f"<td>{sum(1 for n in c if n > 1)}</td><td>{sum(1 for n in c if n == 0)}</td>"
-                        + (f"<td><small>{html_escape(shown) or '-'}</small></td>" if step is not None else "") + "</tr>")
+            rows.append(
+                f"<tr><td>{html_escape(label)}</td><td>{sum(1 for n in c if n == 1)}</td>"
+                f"<td>{sum(1 for n in c if n > 1)}</td><td>{sum(1 for n in c if n == 0)}</td>"
+                + (f"<td><small>{html_escape(shown) or '-'}</small></td>" if step is not None else "")
+                + "</tr>"
+            )
         at_head = f"<th>trained at step {step}</th>" if step is not None else ""
-        return ("<table><tr><th>run</th><th>once</th><th>more than once</th><th>never" +
-                (" (yet)" if step is not None else "") + f"</th>{at_head}</tr>{''.join(rows)}</table>")
+        return (
+            "<table><tr><th>run</th><th>once</th><th>more than once</th><th>never"
+            + (" (yet)" if step is not None else "")
+            + f"</th>{at_head}</tr>{''.join(rows)}</table>"
+        )
 
     def static(self) -> list:
         return [self.figure(), self.table_html()]
@@ -54,8 +63,14 @@ class ResumeExplorer(Explorer):
     def widget(self):
         import ipywidgets as w
 
-        self.step = w.IntSlider(value=self.last_step, min=self.first_step, max=self.last_step, description="step",
-                                continuous_update=False, layout=w.Layout(width="70%"))
+        self.step = w.IntSlider(
+            value=self.last_step,
+            min=self.first_step,
+            max=self.last_step,
+            description="step",
+            continuous_update=False,
+            layout=w.Layout(width="70%"),
+        )
         self.picture = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.table = w.HTML()
 

@@ -33,15 +33,20 @@ def worker_stacks(text: str | None) -> list[dict]:
             out[-1]["lines"].append(line.rstrip())
     for w in out:
         w["innermost_first"] = any("most recent call first" in line for line in w["lines"])  # faulthandler's
-        own = [f for line in w["lines"] if (m := _FRAME.search(line))
-               and own_code((f := (m.group(1), int(m.group(2)), m.group(3)))[0])]
+        own = [
+            f
+            for line in w["lines"]
+            if (m := _FRAME.search(line)) and own_code((f := (m.group(1), int(m.group(2)), m.group(3)))[0])
+        ]
         w["at"] = where(own[0] if w["innermost_first"] else own[-1]) if own else ""
     return out
 
 
 def _stack_block(name: str, lines: list[str], opened: bool, note: str = "") -> str:
-    return (f"<details{' open' if opened else ''}><summary><code>{html_escape(name)}</code>{html_escape(note)}"
-            f"</summary>{_PRE}{html_escape(chr(10).join(lines))}</pre></details>")
+    return (
+        f"<details{' open' if opened else ''}><summary><code>{html_escape(name)}</code>{html_escape(note)}"
+        f"</summary>{_PRE}{html_escape(chr(10).join(lines))}</pre></details>"
+    )
 
 
 def rank_html(entry: dict, frames: int = 14) -> str:
@@ -53,8 +58,10 @@ def rank_html(entry: dict, frames: int = 14) -> str:
     stacks = entry.get("stacks") or {}
     workers = worker_stacks(entry.get("workers"))
     if stacks:
-        threads = "".join(_stack_block(name, own_tail(lines, frames), "MainThread" in name)
-                          for name, lines in sorted(stacks.items(), key=lambda kv: "MainThread" not in kv[0]))
+        threads = "".join(
+            _stack_block(name, own_tail(lines, frames), "MainThread" in name)
+            for name, lines in sorted(stacks.items(), key=lambda kv: "MainThread" not in kv[0])
+        )
     elif entry.get("faulthandler"):
         threads = f"{_PRE}{html_escape(entry['faulthandler'])}</pre>"
     elif not workers:
@@ -65,15 +72,24 @@ def rank_html(entry: dict, frames: int = 14) -> str:
         return head + threads
     reading = [w for w in workers if w["at"]] or workers[:1]
     blocks = "".join(
-        _stack_block(w["name"], w["lines"] if w["innermost_first"] else own_tail(w["lines"], frames), w in reading,
-                     f": at {w['at']}" if w["at"] else
-                     ": reading" if any("_utils/fetch.py" in line for line in w["lines"]) else
-                     ": waiting for its next index")
-        for w in workers)
+        _stack_block(
+            w["name"],
+            w["lines"] if w["innermost_first"] else own_tail(w["lines"], frames),
+            w in reading,
+            f": at {w['at']}"
+            if w["at"]
+            else ": reading"
+            if any("_utils/fetch.py" in line for line in w["lines"])
+            else ": waiting for its next index",
+        )
+        for w in workers
+    )
     column = "<div style='flex:1 1 420px;min-width:0'>"
-    return (head + "<div style='display:flex;flex-wrap:wrap;gap:4px 16px'>"
-            f"{column}<p style='margin:2px 0'><b>the rank's threads</b></p>{threads}</div>"
-            f"{column}<p style='margin:2px 0'><b>its DataLoader workers ({len(workers)})</b></p>{blocks}</div></div>")
+    return (
+        head + "<div style='display:flex;flex-wrap:wrap;gap:4px 16px'>"
+        f"{column}<p style='margin:2px 0'><b>the rank's threads</b></p>{threads}</div>"
+        f"{column}<p style='margin:2px 0'><b>its DataLoader workers ({len(workers)})</b></p>{blocks}</div></div>"
+    )
 
 
 class StallExplorer(Explorer):
@@ -93,11 +109,15 @@ class StallExplorer(Explorer):
         return f"<p style='font-size:15px'><b>{html_escape(self.verdict)}</b></p>"
 
     def ranks_table(self) -> str:
-        rows = "".join(f"<tr><td>{e['rank']}</td><td>{html_escape(e.get('phase') or '-')}</td><td>{e.get('step', '')}</td>"
-                       f"<td>{e.get('in_phase_s', '')}</td><td>{html_escape(e.get('detail') or '')}</td></tr>"
-                       for e in self.ranks)
-        return ("<table><tr><th>rank</th><th>phase</th><th>step</th><th>in phase (s)</th><th>detail</th></tr>"
-                f"{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{e['rank']}</td><td>{html_escape(e.get('phase') or '-')}</td><td>{e.get('step', '')}</td>"
+            f"<td>{e.get('in_phase_s', '')}</td><td>{html_escape(e.get('detail') or '')}</td></tr>"
+            for e in self.ranks
+        )
+        return (
+            "<table><tr><th>rank</th><th>phase</th><th>step</th><th>in phase (s)</th><th>detail</th></tr>"
+            f"{rows}</table>"
+        )
 
     def timeline_png(self, last_s: float | None = None) -> bytes | None:
         from .. import plots  # matplotlib: the notebooks extra
@@ -133,13 +153,23 @@ class StallExplorer(Explorer):
         import ipywidgets as w
 
         verdict = w.HTML(self.verdict_html())
-        self.rank = w.ToggleButtons(options=[(f"rank {e['rank']}", i) for i, e in enumerate(self.ranks)],
-                                    description="rank", style={"button_width": "80px"})
+        self.rank = w.ToggleButtons(
+            options=[(f"rank {e['rank']}", i) for i, e in enumerate(self.ranks)],
+            description="rank",
+            style={"button_width": "80px"},
+        )
         self.detail = w.HTML()
         self.detail.add_class("asrlab-rank")
-        self.zoom = w.FloatSlider(value=self.span_s, min=min(1.0, self.span_s), max=max(self.span_s, 1.0),
-                                  step=0.5, description="last s", continuous_update=False,
-                                  readout_format=".1f", layout=w.Layout(width="60%"))
+        self.zoom = w.FloatSlider(
+            value=self.span_s,
+            min=min(1.0, self.span_s),
+            max=max(self.span_s, 1.0),
+            step=0.5,
+            description="last s",
+            continuous_update=False,
+            readout_format=".1f",
+            layout=w.Layout(width="60%"),
+        )
         self.picture = w.Image(format="png", layout=w.Layout(max_width="100%"))
 
         def pick(_=None):

@@ -18,8 +18,9 @@ class SweepExplorer(Explorer):
     utilisation where there was a GPU) and the two settings on the axes; the recommended setting is
     outlined. Headless: audio h/h and data wait over ``x`` and ``y`` (the notebook's saved figure)."""
 
-    def __init__(self, rows: list[dict], best: dict | None = None, why: str = "", x: str = "num_workers",
-                 y: str = "storage"):
+    def __init__(
+        self, rows: list[dict], best: dict | None = None, why: str = "", x: str = "num_workers", y: str = "storage"
+    ):
         from ..plots import SWEEP_MEASURES  # matplotlib: the notebooks extra
 
         if not rows:
@@ -48,8 +49,12 @@ class SweepExplorer(Explorer):
 
         from ..plots import SWEEP_MEASURES  # matplotlib: the notebooks extra
 
-        self.measure = w.Dropdown(options=[(SWEEP_MEASURES[k][0], k) for k in self.measures], value=self.measures[0],
-                                  description="measure", layout=w.Layout(width="420px"))
+        self.measure = w.Dropdown(
+            options=[(SWEEP_MEASURES[k][0], k) for k in self.measures],
+            value=self.measures[0],
+            description="measure",
+            layout=w.Layout(width="420px"),
+        )
         self.xaxis = w.Dropdown(options=self.axes, value=self.x, description="x")
         self.yaxis = w.Dropdown(options=self.axes, value=self.y, description="y")
         self.picture = w.Image(format="png", layout=w.Layout(max_width="100%"))

@@ -11,16 +11,21 @@ from ..decode import read_hyps
 from ..scoring import align, edit_distance
 from .base import Explorer, html_escape, png
 
-STYLE = ("<style>.asrlab-utt td{padding:2px 8px;vertical-align:top;text-align:left}"
-         ".asrlab-utt .s{background:#ffe08a}.asrlab-utt .i{background:#a8d8ff}"
-         ".asrlab-utt .d{background:#ffb3b3;text-decoration:line-through}"
-         ".asrlab-utt code{font-size:13px}</style>")
-LEGEND = ('<span class="asrlab-utt"><span class="s">substituted</span> <span class="i">inserted</span> '
-          '<span class="d">missing</span> (the reference\'s character, struck through)</span>')
+STYLE = (
+    "<style>.asrlab-utt td{padding:2px 8px;vertical-align:top;text-align:left}"
+    ".asrlab-utt .s{background:#ffe08a}.asrlab-utt .i{background:#a8d8ff}"
+    ".asrlab-utt .d{background:#ffb3b3;text-decoration:line-through}"
+    ".asrlab-utt code{font-size:13px}</style>"
+)
+LEGEND = (
+    '<span class="asrlab-utt"><span class="s">substituted</span> <span class="i">inserted</span> '
+    '<span class="d">missing</span> (the reference\'s character, struck through)</span>'
+)
 
 
 def marked(ref: str, hyp: str) -> str:
     """``hyp`` as HTML with its character errors against ``ref`` marked (``asrlab.scoring.align``)."""
+
     def ch(c: str) -> str:  # a space stays visible, and wide enough to be marked
         return "&nbsp;" if c == " " else html_escape(c)
 
@@ -46,18 +51,32 @@ class UtteranceBrowser(Explorer):
     utterances are browsed (those with errors first); their audio is read once, up front.
     """
 
-    def __init__(self, data: str | Path, greedy: str | Path, lexicon: str | Path | None = None,
-                 max_utts: int = 2000, static_rows: int = 12):
+    def __init__(
+        self,
+        data: str | Path,
+        greedy: str | Path,
+        lexicon: str | Path | None = None,
+        max_utts: int = 2000,
+        static_rows: int = 12,
+    ):
         g = read_hyps(greedy)
         lx = read_hyps(lexicon) if lexicon else {}
         self.rows = []
         for key, (ref, hyp) in g.items():
             voice = voice_of(key) or {}
             lex = lx.get(key, (ref, None))[1]
-            self.rows.append({"key": key, "ref": ref, "greedy": hyp, "lexicon": lex,
-                              "greedy_errors": edit_distance(ref, hyp),
-                              "lexicon_errors": edit_distance(ref, lex) if lex is not None else None,
-                              "accent": voice.get("accent"), "variant": voice.get("variant")})
+            self.rows.append(
+                {
+                    "key": key,
+                    "ref": ref,
+                    "greedy": hyp,
+                    "lexicon": lex,
+                    "greedy_errors": edit_distance(ref, hyp),
+                    "lexicon_errors": edit_distance(ref, lex) if lex is not None else None,
+                    "accent": voice.get("accent"),
+                    "variant": voice.get("variant"),
+                }
+            )
         self.total = len(self.rows)
         self.rows.sort(key=lambda r: (not self._errors(r), r["key"]))
         self.rows = self.rows[:max_utts]
@@ -71,8 +90,13 @@ class UtteranceBrowser(Explorer):
         return r["lexicon_errors"] if r["lexicon_errors"] is not None else r["greedy_errors"]
 
     def select(self, errors_only: bool = False, accent: str | None = None, variant: str | None = None) -> list[dict]:
-        return [r for r in self.rows if (not errors_only or self._errors(r)) and (accent in (None, r["accent"]))
-                and (variant in (None, r["variant"]))]
+        return [
+            r
+            for r in self.rows
+            if (not errors_only or self._errors(r))
+            and (accent in (None, r["accent"]))
+            and (variant in (None, r["variant"]))
+        ]
 
     def table_html(self, rows: list[dict]) -> str:
         has_lex = any(r["lexicon"] is not None for r in rows)
@@ -80,14 +104,19 @@ class UtteranceBrowser(Explorer):
         head = '<tr><th style="text-align:left">utterance</th><th></th><th style="text-align:left">text</th></tr>'
         body = []
         for r in rows:
-            lines = [("reference", html_escape(r["ref"]).replace(" ", "&nbsp;")),
-                     (f"greedy ({r['greedy_errors']})", marked(r["ref"], r["greedy"]))]
+            lines = [
+                ("reference", html_escape(r["ref"]).replace(" ", "&nbsp;")),
+                (f"greedy ({r['greedy_errors']})", marked(r["ref"], r["greedy"])),
+            ]
             if has_lex and r["lexicon"] is not None:
                 lines.append((f"lexicon ({r['lexicon_errors']})", marked(r["ref"], r["lexicon"])))
             voice = f"<br><small>{r['accent']} / {r['variant']}</small>" if r["accent"] else ""
             for i, (name, text) in enumerate(lines):
-                first = (f'{td[:-1]} rowspan="{len(lines)}"><code>{html_escape(r["key"])}</code>{voice}</td>'
-                         if i == 0 else "")
+                first = (
+                    f'{td[:-1]} rowspan="{len(lines)}"><code>{html_escape(r["key"])}</code>{voice}</td>'
+                    if i == 0
+                    else ""
+                )
                 body.append(f"<tr>{first}{td}<small>{name}</small></td>{td}<code>{text}</code></td></tr>")
         return f'{STYLE}<table class="asrlab-utt">{head}{"".join(body)}</table>'
 
@@ -116,8 +145,9 @@ class UtteranceBrowser(Explorer):
 
         accents = sorted({r["accent"] for r in self.rows if r["accent"]})
         variants = sorted({r["variant"] for r in self.rows if r["variant"]})
-        self.errors_only = w.Checkbox(value=any(self._errors(r) for r in self.rows), description="errors only",
-                                      indent=False)
+        self.errors_only = w.Checkbox(
+            value=any(self._errors(r) for r in self.rows), description="errors only", indent=False
+        )
         self.accent = w.Dropdown(options=[("all accents", None)] + [(a, a) for a in accents], description="accent")
         self.variant = w.Dropdown(options=[("all voices", None)] + [(v, v) for v in variants], description="voice")
         self.pick = w.Select(options=[], rows=8, layout=w.Layout(width="360px"))

@@ -5,6 +5,7 @@ utterance whose features are NaN (a corrupt file, say): it breaks one step in ev
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 accum_loop.py EXP
 """
+
 import contextlib
 import os
 import sys
@@ -31,16 +32,20 @@ class Speech(torch.utils.data.Dataset):
 
 
 def collate(items):
-    return {"input_values": torch.stack([x["input_values"] for x in items]),
-            "labels": torch.stack([x["labels"] for x in items]), "id": [x["id"] for x in items]}
+    return {
+        "input_values": torch.stack([x["input_values"] for x in items]),
+        "labels": torch.stack([x["labels"] for x in items]),
+        "id": [x["id"] for x in items],
+    }
 
 
 def utterance_losses(model, batch):
     """CTC loss per utterance (reduction none)."""
     log_probs = model(batch["input_values"]).log_softmax(-1).transpose(0, 1)
     n = batch["labels"].shape[0]
-    return torch.nn.functional.ctc_loss(log_probs, batch["labels"], torch.full((n,), FRAMES), torch.full((n,), 4),
-                                        reduction="none")
+    return torch.nn.functional.ctc_loss(
+        log_probs, batch["labels"], torch.full((n,), FRAMES), torch.full((n,), 4), reduction="none"
+    )
 
 
 def main(exp):

@@ -6,6 +6,7 @@ micro-batches with ``no_sync``, synced on the second and on the last of the epoc
 with ``guard.last``; epoch 1 reads the loader, agreeing once per two batches, and finds it with
 ``i + 1 == len(guard)``. fp32, no scaler.
 Prints one JSON line per rank and epoch."""
+
 import contextlib
 import itertools
 import json
@@ -53,8 +54,10 @@ class ByFrames:
 
 
 def collate(items):
-    return {"audio_name": [x["audio_name"] for x in items],
-            "input_values": torch.stack([x["input_values"].mean(0) for x in items])}
+    return {
+        "audio_name": [x["audio_name"] for x in items],
+        "input_values": torch.stack([x["input_values"].mean(0) for x in items]),
+    }
 
 
 def main(exp):
@@ -85,8 +88,18 @@ def main(exp):
                 step += 1
                 state.record(step, epoch, names)
                 names = []
-        print(json.dumps({"rank": rank, "epoch": epoch, "batches": guard.batches, "steps": step,
-                          "len": len(guard) if epoch else None}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "epoch": epoch,
+                    "batches": guard.batches,
+                    "steps": step,
+                    "len": len(guard) if epoch else None,
+                }
+            ),
+            flush=True,
+        )
         guard.close()
     state.close()
     dist.destroy_process_group()

@@ -6,6 +6,7 @@ before the main process saves), nothing of asrlab.
 ``EXTRA`` batches more for rank 1 than for rank 0 (default 0: even data); ``BATCHES`` for rank 0 (default 10);
 ``READ_S`` seconds a worker takes per batch (default 0.15); ``SLOW=R:F``: rank R's reads take F times as long;
 ``RAISE=R:S``: rank R raises in step S (a batch the model refuses)."""
+
 import os
 import sys
 import time
@@ -60,7 +61,9 @@ class TinyCausalLM(torch.nn.Module):
         logits = self.head(self.embed(input_ids) * attention_mask.unsqueeze(-1))
         out = {"logits": logits}
         if labels is not None:
-            out["loss"] = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
+            out["loss"] = torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1)
+            )
         return out
 
 

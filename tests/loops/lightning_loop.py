@@ -7,6 +7,7 @@ Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: ev
 ``KEYS=FIELD`` (given to the callback as ``keys=``), ``CKPT=DIR`` (Lightning's ``ModelCheckpoint`` into DIR
 every 5 steps, with ``last.ckpt``), ``RESUME=1`` (``fit(ckpt_path="last")``), ``EPOCHS`` (default 1),
 ``STALL_S`` (the callback's stall timeout, default 20), ``STEP_S`` (seconds each step sleeps, default 0)."""
+
 import os
 import signal
 import sys
@@ -32,8 +33,11 @@ class Clips(torch.utils.data.Dataset):
 
 
 def collate(items):
-    batch = {IDS: [b[IDS] for b in items], "feats": torch.stack([b["feats"] for b in items]),
-             "target": torch.stack([b["target"] for b in items])}
+    batch = {
+        IDS: [b[IDS] for b in items],
+        "feats": torch.stack([b["feats"] for b in items]),
+        "target": torch.stack([b["target"] for b in items]),
+    }
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
     if FAULT[0] == "hang" and rank == int(FAULT[1]) and torch.utils.data.get_worker_info():
         # the (S-1)th batch this rank's worker makes is step S's
@@ -65,15 +69,29 @@ class Regressor(pl.LightningModule):
 
 def main(exp: str) -> None:
     torch.manual_seed(0)
-    callbacks = [AsrlabCallback(exp, stall_timeout_s=float(os.environ.get("STALL_S", "20")),
-                                **({"keys": os.environ["KEYS"]} if os.environ.get("KEYS") else {}))]
+    callbacks = [
+        AsrlabCallback(
+            exp,
+            stall_timeout_s=float(os.environ.get("STALL_S", "20")),
+            **({"keys": os.environ["KEYS"]} if os.environ.get("KEYS") else {}),
+        )
+    ]
     ckpt = os.environ.get("CKPT")
     if ckpt:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=ckpt, every_n_train_steps=5, save_last=True,
-                                                      save_top_k=-1))
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=int(os.environ.get("EPOCHS", "1")),
-                         logger=False, enable_checkpointing=bool(ckpt), enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=callbacks)
+        callbacks.append(
+            pl.callbacks.ModelCheckpoint(dirpath=ckpt, every_n_train_steps=5, save_last=True, save_top_k=-1)
+        )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=int(os.environ.get("EPOCHS", "1")),
+        logger=False,
+        enable_checkpointing=bool(ckpt),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
     trainer.fit(Regressor(), ckpt_path="last" if os.environ.get("RESUME") else None)
 
 

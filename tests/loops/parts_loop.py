@@ -2,6 +2,7 @@
 a small frame classifier on synthetic feature "files", a DataLoader with two workers, 2 gloo ranks under
 torchrun. ``HANG=R:I``: on rank R, reading utterance I never returns (a dead network mount), so rank R waits
 for data and the others wait for it. ``python parts_loop.py EXP``."""
+
 import os
 import sys
 import time

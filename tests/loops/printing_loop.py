@@ -2,6 +2,7 @@
 each step ("epoch E step S loss=X"), nothing of asrlab. FAULT breaks it: ``nan:S`` (the loss is NaN from step
 S on, printed as such, training goes on), ``kill:R:S`` / ``abort:R:S`` (rank R ends itself with SIGKILL /
 SIGABRT at step S). Runs STEPS steps (default 40), SLEEP seconds each (default 0.05)."""
+
 import os
 import signal
 import sys

@@ -4,6 +4,7 @@ docs/guide.md says: the state first (no loader), one guard for all epochs given 
 loader's own generator; batches carry their ids under ``uid``; gradients are accumulated over two micro-batches
 with ``no_sync`` and synced on the second and on ``guard.last``. A checkpoint every 2 optimizer steps; argv
 ``EXP DIE_AT``: rank 1 kills itself (SIGKILL) after optimizer step DIE_AT (0: never). Prints the last step."""
+
 import contextlib
 import os
 import signal
@@ -23,8 +24,10 @@ def main(exp, die_at):
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    shard = [{"uid": f"r{rank}-{i:02d}", "feats": torch.randn(4, generator=torch.Generator().manual_seed(100 * rank + i))}
-             for i in range(14 if rank == 0 else 20)]
+    shard = [
+        {"uid": f"r{rank}-{i:02d}", "feats": torch.randn(4, generator=torch.Generator().manual_seed(100 * rank + i))}
+        for i in range(14 if rank == 0 else 20)
+    ]
     loader = StatefulDataLoader(shard, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(rank))
     state = lab.RunState(exp, model, opt)
     guard = lab.UnevenGuard(loader, state=state, keys="uid")

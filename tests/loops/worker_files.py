@@ -1,6 +1,7 @@
 """A DataLoader with two forked workers and nothing of asrlab, for the watched-run tests: each worker prints
 the files of the watch's stack-dump folder (``ASRLAB_WATCH_DIR``) it holds open, as ``worker PID holds
 [NAMES]``; then the loop prints the sum of its batches."""
+
 import os
 
 from torch.utils.data import DataLoader

@@ -4,6 +4,7 @@ the job. Under torchrun it is one rank; run alone (``python -m worker_loop``) it
 with ``torch.multiprocessing.spawn``, as some recipes do, or (``python -m worker_loop torchrun``) runs
 torchrun on itself as a subprocess. Prints ``step S rank R`` at steps 3, 1003, ...; STEPS steps
 (default: for ever)."""
+
 import os
 import sys
 import time
@@ -38,8 +39,7 @@ def rank_main(rank: int = -1, world: int = 2) -> None:
     torch.manual_seed(0)
     net = DistributedDataParallel(torch.nn.Linear(20, 5))
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(Frames(), batch_size=8, num_workers=1,
-                                         worker_init_fn=mark_worker)
+    loader = torch.utils.data.DataLoader(Frames(), batch_size=8, num_workers=1, worker_init_fn=mark_worker)
     steps = int(os.environ.get("STEPS", "0")) or None
     for step, x in enumerate(loader):
         if step == steps:
@@ -59,8 +59,12 @@ if __name__ == "__main__":
         rank_main()
     elif sys.argv[1:] == ["torchrun"]:  # a Python wrapper that launches torchrun, as some recipes' launchers do
         import subprocess
-        sys.exit(subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                  "2", __file__]))
+
+        sys.exit(
+            subprocess.call(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", __file__]
+            )
+        )
     else:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"))
         torch.multiprocessing.spawn(rank_main, args=(2,), nprocs=2)

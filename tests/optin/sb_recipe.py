@@ -90,9 +90,7 @@ if __name__ == "__main__":
     with open(hparams_file, encoding="utf-8") as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(
-        experiment_directory=hparams["output_folder"],
-        hyperparams_to_save=hparams_file,
-        overrides=overrides,
+        experiment_directory=hparams["output_folder"], hyperparams_to_save=hparams_file, overrides=overrides
     )
     shape = (hparams["n_frames"], hparams["n_feats"], hparams["n_tokens"], hparams["label_len"])
     train = SyntheticCTC(hparams["utterances"], *shape, seed=1)

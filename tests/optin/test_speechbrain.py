@@ -32,15 +32,24 @@ from pathlib import Path
 import pytest
 
 if "speechbrain" not in os.environ.get("ASRLAB_OPTIN", ""):
-    pytest.skip("opt-in: set ASRLAB_OPTIN=speechbrain (and PYTHONPATH to a SpeechBrain installed outside the venv, "
-                "see this module's docstring) to run SpeechBrain's training under asrlab watch", allow_module_level=True)
+    pytest.skip(
+        "opt-in: set ASRLAB_OPTIN=speechbrain (and PYTHONPATH to a SpeechBrain installed outside the venv, "
+        "see this module's docstring) to run SpeechBrain's training under asrlab watch",
+        allow_module_level=True,
+    )
 
-_probe = subprocess.run([sys.executable, "-c", "import speechbrain; print(speechbrain.__version__)"],
-                        capture_output=True, text=True, timeout=120)
+_probe = subprocess.run(
+    [sys.executable, "-c", "import speechbrain; print(speechbrain.__version__)"],
+    capture_output=True,
+    text=True,
+    timeout=120,
+)
 if _probe.returncode != 0:
-    pytest.skip(f"ASRLAB_OPTIN asks for speechbrain, but `import speechbrain` fails with PYTHONPATH="
-                f"{os.environ.get('PYTHONPATH', '')!r}: {(_probe.stderr.strip().splitlines() or ['?'])[-1]}",
-                allow_module_level=True)
+    pytest.skip(
+        f"ASRLAB_OPTIN asks for speechbrain, but `import speechbrain` fails with PYTHONPATH="
+        f"{os.environ.get('PYTHONPATH', '')!r}: {(_probe.stderr.strip().splitlines() or ['?'])[-1]}",
+        allow_module_level=True,
+    )
 SB_VERSION = _probe.stdout.strip()
 
 HERE = Path(__file__).resolve().parent
@@ -65,8 +74,13 @@ def _watch(exp: Path, fault: str, ddp: bool) -> subprocess.CompletedProcess:
 
 
 def _doctor(target: Path) -> dict:
-    p = subprocess.run([sys.executable, "-m", "asrlab.cli", "doctor", str(target), "--json"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "asrlab.cli", "doctor", str(target), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode in (0, 1), p.stderr
     return json.loads(p.stdout)
 
@@ -77,6 +91,7 @@ _RUNS: dict = {}
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """``run(fault, ddp)``: the watched job (made once per module) as (exp, its diagnosis, its job.log's)."""
+
     def get(fault: str, ddp: bool):
         key = (fault, ddp)
         if key not in _RUNS:
@@ -86,6 +101,7 @@ def run(tmp_path_factory):
             assert (exp / "job.log").stat().st_size > 0
             _RUNS[key] = exp, _doctor(exp), _doctor(exp / "job.log")
         return _RUNS[key]
+
     return get
 
 
@@ -140,6 +156,7 @@ def test_train_log_alone_is_read_as_speechbrain(run):
 
 
 # What the doctor gets wrong on SpeechBrain's output today (reported; not asrlab's tests to fix here)
+
 
 @pytest.mark.parametrize("fault", ["nan", "raise"])
 def test_no_resume_claimed(run, fault):

@@ -31,9 +31,14 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     t0 = time.perf_counter()
     run = read_logs(files)
     d = judge(run)
-    d.update(source="logs", files=run.files, lines=run.lines, formats=dict(run.formats),
-             world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
-             read_s=round(time.perf_counter() - t0, 3))
+    d.update(
+        source="logs",
+        files=run.files,
+        lines=run.lines,
+        formats=dict(run.formats),
+        world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
+        read_s=round(time.perf_counter() - t0, 3),
+    )
     d["ok"] = d["verdict"] == "no_failure_seen"
     d["events"] = dict(run.event_counts)
     from .checkpoints import checkpoints  # torch, only where there are checkpoints to open
@@ -52,10 +57,14 @@ def format_log_diagnosis(d: dict) -> str:
     lines = [f"{d['verdict'].upper()}: {d['summary']}"]
     c = d["culprit"]
     if c["rank"] is not None or c["step"] is not None:
-        lines.append(f"  culprit: rank {c['rank'] if c['rank'] is not None else '?'}, step {c['step'] if c['step'] is not None else '?'}")
+        lines.append(
+            f"  culprit: rank {c['rank'] if c['rank'] is not None else '?'}, step {c['step'] if c['step'] is not None else '?'}"
+        )
     fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
-    lines.append(f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
-                 f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}")
+    lines.append(
+        f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
+        f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
+    )
     if d["events"]:
         lines.append("recognised: " + ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items())))
     if d["hang"]:
@@ -63,23 +72,34 @@ def format_log_diagnosis(d: dict) -> str:
     if d["nonfinite"] and d["nonfinite"].get("first"):
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
     for r in d["resumes"]:
-        lines.append(f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else ""))
+        lines.append(
+            f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
+        )
     ck = d.get("checkpoints")
     if ck:
-        lines.append(f"checkpoints ({len(ck['files'])}): newest {ck['newest'] or 'none intact'}"
-                     + (f"; not intact: {', '.join(ck['broken'])}" if ck["broken"] else ""))
+        lines.append(
+            f"checkpoints ({len(ck['files'])}): newest {ck['newest'] or 'none intact'}"
+            + (f"; not intact: {', '.join(ck['broken'])}" if ck["broken"] else "")
+        )
         for r in ck["files"][:8]:
             held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
             lines.append(f"  {r['file']}: {held}" + ("" if r["intact"] else f" (NOT INTACT: {r['why']})"))
     if d["ranks"]:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:
-            rate = f", {r['s_per_step']:.3g} s/step" if r["s_per_step"] else \
-                f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
+            rate = (
+                f", {r['s_per_step']:.3g} s/step"
+                if r["s_per_step"]
+                else f", {r['steps_per_s']:.2f} steps/s"
+                if r["steps_per_s"]
+                else ""
+            )
             lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']}{rate}")
         sp = d.get("step_spread")
         if sp and sp["ratio"] >= 1.2:
-            lines.append(f"  rank {sp['slowest']} takes {sp['ratio']:.2f}x the seconds per step of rank {sp['fastest']}")
+            lines.append(
+                f"  rank {sp['slowest']} takes {sp['ratio']:.2f}x the seconds per step of rank {sp['fastest']}"
+            )
     return "\n".join(lines)
 
 

@@ -83,11 +83,20 @@ def checkpoints(paths: list[str]) -> dict | None:
         return None
     rows = [read(f) for f in files]
     intact = [r for r in rows if r["intact"]]
-    newest = max(intact, key=lambda r: (r["step"] if r["step"] is not None else -1,
-                                        r["epoch"] if r["epoch"] is not None else -1,
-                                        Path(r["file"]).stat().st_mtime), default=None)
-    return {"files": rows, "newest": newest["file"] if newest else None,
-            "broken": [r["file"] for r in rows if not r["intact"]]}
+    newest = max(
+        intact,
+        key=lambda r: (
+            r["step"] if r["step"] is not None else -1,
+            r["epoch"] if r["epoch"] is not None else -1,
+            Path(r["file"]).stat().st_mtime,
+        ),
+        default=None,
+    )
+    return {
+        "files": rows,
+        "newest": newest["file"] if newest else None,
+        "broken": [r["file"] for r in rows if not r["intact"]],
+    }
 
 
 __all__ = ["checkpoints", "find", "read"]

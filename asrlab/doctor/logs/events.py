@@ -10,56 +10,37 @@ from __future__ import annotations
 
 import re
 
-from ...lab.stall.classify import own_code
 from .marks import Clock
+from .tracebacks import CONSEQUENCE, FRAME, MONITORED, MONITORED_PEER, OOM, ORIGINAL, WORKER, Traceback, user_frame
 
-_TB = "Traceback (most recent call last):"
-_ORIGINAL = "Original Traceback (most recent call last):"
-_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
-                  r"[A-Za-z_][\w]*\.[\w.]*[A-Z]\w*|AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*))?$")
-_WRAPPER = re.compile(r"^This exception is thrown by __iter__ of|^\s*$")
 
-# a failure another failure causes: not the cause, whatever prints first
-CONSEQUENCE = re.compile(
-    r"Watchdog caught collective operation timeout|Timed out waiting \d+ms|Connection closed by peer|"
-    r"Connection reset by peer|Broken pipe|NCCL communicator was aborted|ProcessGroupNCCL.*(?:abort|timeout)|"
-    r"failed to recv|SignalException|got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|"
-    r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
-    r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
-    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted", re.I)
-
-OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
-                 r"^MemoryError|Cannot allocate memory|oom-kill|Out of memory: Killed process|"
-                 r"std::bad_alloc|RESOURCE_EXHAUSTED", re.I)
-NONFINITE_EXC = re.compile(r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
-                           r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan", re.I)
-
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
-                       r"(?:.*?Timeout\(ms\)=(\d+))?")
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
+    r"(?:.*?Timeout\(ms\)=(\d+))?"
+)
 _NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
 _BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
 _HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 _ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 _NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 _GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
-_MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
-_MONITORED_PEER = re.compile(r"[Rr]ank (\d+) successfully reached monitoredBarrier, but received errors while waiting "
-                             r"for send/recv from rank (\d+)")
 _STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)")
 # lines that say the numbers went non-finite (or past what the toolkit accepts), whatever follows
 NONFINITE_LINE = re.compile(
     r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
-    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)", re.I)
+    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)",
+    re.I,
+)
 _AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _TERMINATE = re.compile(r"instance of '([^']+)'")
-_WORKER = re.compile(r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)")
 _SCALE = (
-    (re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"), "deepspeed"),
+    (
+        re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"),
+        "deepspeed",
+    ),
     (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
     (re.compile(r"[Gg]rad(?:_| )scale is (?:too )?small[^\d]*([\d.e+-]+)?"), "icefall"),
     (re.compile(r"The grad norm is (nan|inf)\. Skipping updating the model"), "espnet"),
@@ -68,112 +49,12 @@ _RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
     r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from)"
-    r"\s*:?\s*(\S+)?", re.I)
+    r"\s*:?\s*(\S+)?",
+    re.I,
+)
 
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
-
-
-def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-    """The line that raised, as a person would point at it: the innermost frame of the job's own code,
-    else of a toolkit installed as a package (not torch), else the innermost."""
-    if not frames:
-        return None
-    for f in reversed(frames):
-        if own_code(f[0]):
-            return f
-    for f in reversed(frames):
-        p = f[0].replace("\\", "/")
-        if "site-packages/" in p and "site-packages/torch/" not in p:
-            return f
-    return frames[-1]
-
-
-# lines that start something of their own, never the rest of an exception's message
-_NOT_MESSAGE = re.compile(r"^(?:\[|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
-                          r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
-                          r"WARNING|ERROR|INFO|DEBUG|Traceback)")
-
-
-class _Traceback:
-    def __init__(self, rank, time, order=0, source=""):
-        self.rank, self.time, self.order, self.source = rank, time, order, source
-        self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
-        self.done = False
-
-    def feed(self, text: str) -> bool:
-        """Take a line; False when the line is not part of this traceback (and it has ended)."""
-        s = self.sections[-1]
-        stripped = text.strip()
-        if stripped == _ORIGINAL or stripped.endswith(_ORIGINAL):
-            self.sections.append({"frames": [], "exc": None, "message": [], "original": True})
-            return True
-        if stripped.startswith(_CHAIN):
-            self.sections.append({"frames": [], "exc": None, "message": [], "original": False, "chained": True})
-            return True
-        if stripped == _TB:
-            if s["exc"] is None and not s["frames"]:
-                return True
-            if self.sections[-1].get("chained") or self.sections[-1].get("original"):
-                return True
-            return False
-        m = _FRAME.match(text)
-        if m:
-            if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
-                return False
-            s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
-            return True
-        if text[:1].isspace() and s["exc"] is None:
-            return True  # a frame's source line, or ^^^^ markers
-        if s["exc"] is None:
-            m = _EXC.match(stripped)
-            if m and (s["frames"] or s.get("original")):
-                s["exc"], s["message"] = m.group(1), [m.group(2) or ""]
-                return True
-            if s.get("original") or s.get("chained"):
-                return True
-            return False
-        if stripped and not _WRAPPER.match(stripped) and len(s["message"]) < 6 and not _EXC.match(stripped) \
-                and not _NOT_MESSAGE.match(stripped):
-            s["message"].append(stripped)  # a message of several lines (a worker's "Caught ... Original ...")
-            return True
-        return False
-
-    def event(self) -> dict | None:
-        done = [s for s in self.sections if s["exc"]]
-        if not done:
-            frames = [f for sec in self.sections for f in sec["frames"]]
-            if not frames:
-                return None
-            where = user_frame(frames)
-            return {"kind": "exception", "rank": self.rank, "time": self.time, "order": self.order, "file": self.source,
-                    "type": None,
-                    "message": "", "text": "a traceback that the log cuts off before its exception line",
-                    "where": list(where) if where else None, "raised": None, "frames": len(frames), "cut": True}
-        # the exception inside a DataLoader worker's or a datapipe's wrapper, else the first of a chain
-        originals = [s for s in done if s["original"]]
-        s = originals[-1] if originals else done[0]
-        frames = [f for sec in self.sections for f in sec["frames"]] if not originals else s["frames"]
-        where = user_frame(s["frames"] or frames)
-        message = " ".join(m for m in s["message"] if m).strip()
-        last = done[-1]
-        text = f"{s['exc']}: {message}" if message else s["exc"]
-        whole = " ".join(f"{d['exc']}: {' '.join(d['message'])}" for d in done)
-        kind = ("oom" if OOM.search(whole) else "nonfinite_error" if NONFINITE_EXC.search(whole)
-                else "worker_killed" if _WORKER.search(whole)
-                else "consequence" if CONSEQUENCE.search(text) and not originals and not _MONITORED_PEER.search(text)
-                else "exception")
-        more = {}
-        w = _WORKER.search(whole)
-        if w:
-            more["signal"] = (w.group(2) or "").strip() or None
-        peer = _MONITORED_PEER.search(whole) or _MONITORED.search(whole)
-        if peer:  # this rank raised because another did not come: that one is the culprit
-            more["culprit_rank"] = int(peer.group(2) if peer.re is _MONITORED_PEER else peer.group(1))
-        return {**more, "kind": kind, "rank": self.rank, "time": self.time, "order": self.order, "file": self.source,
-                "type": s["exc"], "message": message[:500],
-                "text": text[:500], "where": list(where) if where else None, "raised": last["exc"],
-                "frames": len(frames)}
 
 
 class Events:
@@ -181,7 +62,7 @@ class Events:
 
     def __init__(self):
         self.events: list[dict] = []
-        self._tb: dict[tuple, _Traceback] = {}
+        self._tb: dict[tuple, Traceback] = {}
         self._summary: dict | None = None  # torchrun's failure block being read
         self._summary_kind = None
         self.counts: dict[str, int] = {}
@@ -195,8 +76,15 @@ class Events:
         return bool(self._tb) or self._summary_kind is not None
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
-        e = {"kind": kind, "rank": rank, "time": time, "order": self.order, "file": self.source,
-             "text": text.strip()[:500], **more}
+        e = {
+            "kind": kind,
+            "rank": rank,
+            "time": time,
+            "order": self.order,
+            "file": self.source,
+            "text": text.strip()[:500],
+            **more,
+        }
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if self.counts[kind] <= KEEP:  # memory bounded whatever the log: the first ones, then only the last
             self.events.append(e)
@@ -222,14 +110,18 @@ class Events:
             if tb.feed(text):
                 return
             self._end_tb(key)
-        if self._summary_kind is not None or "Root Cause (first observed failure)" in text or text.strip() == "Failures:":
+        if (
+            self._summary_kind is not None
+            or "Root Cause (first observed failure)" in text
+            or text.strip() == "Failures:"
+        ):
             if self._torchrun_block(text, time):
                 return
-        if "Traceback (most recent call last)" in text and not text.strip().startswith(_ORIGINAL):
-            self._tb[key] = _Traceback(rank, time, self.order, source)
+        if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
+            self._tb[key] = Traceback(rank, time, self.order, source)
             return
-        if _FRAME.match(text):  # a traceback whose first line the log does not have
-            self._tb[key] = tb = _Traceback(rank, time, self.order, source)
+        if FRAME.match(text):  # a traceback whose first line the log does not have
+            self._tb[key] = tb = Traceback(rank, time, self.order, source)
             tb.feed(text)
             return
         self._line(rank, time, text)
@@ -282,10 +174,12 @@ class Events:
         code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
         code = int(code.group(1)) if code else None
         sig = _SIGNAL.search(r.get("traceback", ""))
-        signame = sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
+        signame = (
+            sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
+        )
         more = {}
         if len(r.get("tb", [])) > 1:  # the rank's traceback, from its error file
-            tb = _Traceback(rank, None)
+            tb = Traceback(rank, None)
             for line in r["tb"][1:]:
                 tb.feed(line)
             e = tb.event()
@@ -293,12 +187,25 @@ class Events:
                 more = {k: e[k] for k in ("type", "message", "where")}
         said = " ".join(r.get("tb", [])) or r.get("traceback", "")
         if more.get("type") or more.get("where"):
-            said = f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ") if more.get("type") \
+            said = (
+                f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ")
+                if more.get("type")
                 else "a traceback that the log cuts off before its exception line"
+            )
         elif not said or said.startswith("To enable traceback"):
             said = f"exit code {code}" + (f" ({signame})" if signame else "")
-        self._add("exit", rank, Clock().of(r.get("time", "")), said, exitcode=code, signal=signame, root=r["root"],
-                  host=r.get("host"), source="torchrun", **more)
+        self._add(
+            "exit",
+            rank,
+            Clock().of(r.get("time", "")),
+            said,
+            exitcode=code,
+            signal=signame,
+            root=r["root"],
+            host=r.get("host"),
+            source="torchrun",
+            **more,
+        )
 
     def _line(self, rank, time, text: str) -> None:
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
@@ -308,13 +215,27 @@ class Events:
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
             r, t, kind = self._terminate
             self._terminate = None
-            self._add("abort", r if r is not None else rank, t if t is not None else time, text, type=kind,
-                      message=text.split("what():", 1)[1].strip()[:300])
+            self._add(
+                "abort",
+                r if r is not None else rank,
+                t if t is not None else time,
+                text,
+                type=kind,
+                message=text.split("what():", 1)[1].strip()[:300],
+            )
         if "Watchdog caught" in text:
             m = _WATCHDOG.search(text)
             if m:
-                self._add("timeout", rank, time, text, seq=int(m.group(1)) if m.group(1) else None, op=m.group(2),
-                          timeout_ms=int(m.group(3)) if m.group(3) else None, source="nccl")
+                self._add(
+                    "timeout",
+                    rank,
+                    time,
+                    text,
+                    seq=int(m.group(1)) if m.group(1) else None,
+                    op=m.group(2),
+                    timeout_ms=int(m.group(3)) if m.group(3) else None,
+                    source="nccl",
+                )
                 return
         if "NCCL work" in text:
             m = _NCCL_SEQ.search(text)
@@ -331,28 +252,61 @@ class Events:
                 self._add("timeout", rank, time, text, timeout_ms=int(m.group(1)), op=m.group(2), source="gloo")
                 return
         if "monitoredBarrier" in text:
-            m = _MONITORED.search(text)
+            m = MONITORED.search(text)
             if m:
-                self._add("timeout", rank, time, text, op="monitored_barrier", timeout_ms=int(m.group(2)),
-                          behind=int(m.group(1)), source="monitored barrier")
+                self._add(
+                    "timeout",
+                    rank,
+                    time,
+                    text,
+                    op="monitored_barrier",
+                    timeout_ms=int(m.group(2)),
+                    behind=int(m.group(1)),
+                    source="monitored barrier",
+                )
                 return
-            m = _MONITORED_PEER.search(text)
+            m = MONITORED_PEER.search(text)
             if m:
-                self._add("timeout", int(m.group(1)), time, text, op="monitored_barrier", behind=int(m.group(2)),
-                          source="monitored barrier")
+                self._add(
+                    "timeout",
+                    int(m.group(1)),
+                    time,
+                    text,
+                    op="monitored_barrier",
+                    behind=int(m.group(2)),
+                    source="monitored barrier",
+                )
                 return
         if "store based barrier" in text:
             m = _STORE.search(text)
             if m:  # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
-                self._add("timeout", int(m.group(1)), time, text, op="store_barrier", source="store",
-                          world=int(m.group(2)), joined=int(m.group(3)), waiting="Waiting" in text)
+                self._add(
+                    "timeout",
+                    int(m.group(1)),
+                    time,
+                    text,
+                    op="store_barrier",
+                    source="store",
+                    world=int(m.group(2)),
+                    joined=int(m.group(3)),
+                    waiting="Waiting" in text,
+                )
                 return
         if "exitcode" in text:
             m = _AGENT_FAIL.search(text)
             if m:
                 code = int(m.group(1))
-                self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun",
-                          signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None, root=False)
+                self._add(
+                    "exit",
+                    int(m.group(2)),
+                    time,
+                    text,
+                    exitcode=code,
+                    local=True,
+                    source="torchrun",
+                    signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None,
+                    root=False,
+                )
                 return
         if "closing signal" in text:
             m = _AGENT_TERM.search(text)
@@ -360,7 +314,7 @@ class Events:
                 self._add("agent_stop", rank, time, text, pid=int(m.group(1)), signal=m.group(2))
                 return
         if "DataLoader worker" in text:
-            m = _WORKER.search(text)
+            m = WORKER.search(text)
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
@@ -369,8 +323,15 @@ class Events:
             return
         if text.startswith("asrlab: error:"):
             m = _ASRLAB.match(text)
-            self._add("exception", int(m.group(1)) if m.group(1) else rank, time, text, type=None,
-                      message=m.group(2)[:300], where=None)
+            self._add(
+                "exception",
+                int(m.group(1)) if m.group(1) else rank,
+                time,
+                text,
+                type=None,
+                message=m.group(2)[:300],
+                where=None,
+            )
             return
         if "xecuting job" in text and _HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
@@ -383,9 +344,16 @@ class Events:
             m = pattern.search(text)
             if m:
                 fatal = who == "icefall" and "too small" in text.lower()
-                self._add("scale", rank, time, text, toolkit=who, fatal=fatal,
-                          to=_float(m.groups()[-1]) if who != "espnet" else None,
-                          grad=m.group(1) if who == "espnet" else None)
+                self._add(
+                    "scale",
+                    rank,
+                    time,
+                    text,
+                    toolkit=who,
+                    fatal=fatal,
+                    to=_float(m.groups()[-1]) if who != "espnet" else None,
+                    grad=m.group(1) if who == "espnet" else None,
+                )
                 return
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)

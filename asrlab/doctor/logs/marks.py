@@ -19,19 +19,19 @@ _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 _RANKS = (
-    re.compile(r"\[Rank (\d+)\]"),                      # NCCL / c10d messages
-    re.compile(r"\] \((\d+)/(\d+)\) "),                 # icefall: [train.py:123] (3/8)
-    re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),          # ESPnet: [host:3/8]
-    re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),       # WeNet's step line ends with it
-    re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),   # torchelastic's failure summary
-    re.compile(r"\b[Rr]ank[ _]?(\d+)\b"),               # any other "rank 3" / "Rank 3" / "RANK_3"
+    re.compile(r"\[Rank (\d+)\]"),  # NCCL / c10d messages
+    re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
+    re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),  # ESPnet: [host:3/8]
+    re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),  # WeNet's step line ends with it
+    re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),  # torchelastic's failure summary
+    re.compile(r"\b[Rr]ank[ _]?(\d+)\b"),  # any other "rank 3" / "Rank 3" / "RANK_3"
 )
 
 
 def split_prefix(line: str) -> tuple[int | None, str]:
     """``[rank3]: text`` -> ``(3, "text")``; a line without such a mark -> ``(None, line)``."""
     m = PREFIX.match(line)
-    return (int(m.group(1)), line[m.end():]) if m else (None, line)
+    return (int(m.group(1)), line[m.end() :]) if m else (None, line)
 
 
 def rank_of(line: str) -> int | None:

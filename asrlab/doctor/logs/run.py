@@ -24,7 +24,9 @@ _READER = dict(READERS)
 _MESSAGE = re.compile(r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode")
 KEEP = 4096  # step records kept per rank: beyond, every other one goes (the stride doubles), never a non-finite one
 _FILE_RANK = re.compile(r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$")
-_LOGGISH = re.compile(r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|^log-|^train|^rank|^stdout|^stderr", re.I)
+_LOGGISH = re.compile(
+    r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|^log-|^train|^rank|^stdout|^stderr", re.I
+)
 
 
 class Series:
@@ -45,7 +47,9 @@ class Series:
                 self.stride *= 2
 
     def all(self) -> list[dict]:
-        return self.records + ([self.last] if self.last is not None and (not self.records or self.records[-1] is not self.last) else [])
+        return self.records + (
+            [self.last] if self.last is not None and (not self.records or self.records[-1] is not self.last) else []
+        )
 
 
 def finite(r: dict) -> bool:
@@ -69,8 +73,11 @@ def log_files(paths: list[str]) -> list[str]:
             continue
         path = Path(p)
         if path.is_dir():
-            found = sorted(f for f in path.rglob("*") if f.is_file() and _LOGGISH.search(f.name)
-                           and not f.name.startswith(".") and stream.is_text(f))
+            found = sorted(
+                f
+                for f in path.rglob("*")
+                if f.is_file() and _LOGGISH.search(f.name) and not f.name.startswith(".") and stream.is_text(f)
+            )
             out.extend(str(f) for f in found)
         else:
             out.append(str(path))
@@ -94,9 +101,9 @@ class LogRun:
         self.last_time: float | None = None
         self.nonfinite: list[dict] = []  # every non-finite step record, in order
         self.event_counts: dict[str, int] = {}  # every event of each kind, kept or not
-        self.unread = 0                  # lines a reader choked on: counted, never a traceback of the doctor's
-        self.resumes: list[dict] = []    # where a rank's steps went back: {"rank", "before", "after"}
-        self.epoch_start: dict = {}      # (rank, epoch) -> the first batch logged of it
+        self.unread = 0  # lines a reader choked on: counted, never a traceback of the doctor's
+        self.resumes: list[dict] = []  # where a rank's steps went back: {"rank", "before", "after"}
+        self.epoch_start: dict = {}  # (rank, epoch) -> the first batch logged of it
 
     def ranks(self) -> list[int]:
         seen = {r for r in self.series if r is not None}
@@ -129,16 +136,61 @@ def _blocks(path: str):
 
 # Bytes that a line must hold to say anything but "a step went by": what a failure, a non-finite value, a
 # resume or a torchrun summary prints. A line of the log's step format without them is only sampled.
-KEYS = (b"nan", b"inf", b"NaN", b"Inf", b"NAN", b"INF", b"rror", b"xception", b"raceback", b"atchdog", b"imed out",
-        b"imeout", b"xitcode", b"ignal", b"illed", b"OVERFLOW", b"verflow", b"kipping", b"scale is", b"finite",
-        b"not correct", b"invalid", b"onitoredBarrier", b"store based", b"NCCL work", b"emory", b"Root Cause",
-        b"Failures:", b"esum", b"estor", b"heckpoint", b"oading", b"DataLoader", b"worker", b"Abort", b"abort",
-        b"Segmentation", b"core dumped", b"FAILED", b"failed")
-ANCHORS = {"wenet": b"Batch ", "icefall": b"tot_loss[", "espnet": b"epoch:train:", "lightning": b"%|",
-           "speechbrain": b"train loss:", "megatron": b"iteration", "epoch_batch": b"poch", "plain": b"loss"}
-SAMPLE = 32      # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
-EDGE = 1 << 18   # bytes at a file's start and end read line by line: its format, and each rank's last steps
-SUB = 1 << 16    # bytes of a stretch whose lines are counted in C: step lines only, or some others
+KEYS = (
+    b"nan",
+    b"inf",
+    b"NaN",
+    b"Inf",
+    b"NAN",
+    b"INF",
+    b"rror",
+    b"xception",
+    b"raceback",
+    b"atchdog",
+    b"imed out",
+    b"imeout",
+    b"xitcode",
+    b"ignal",
+    b"illed",
+    b"OVERFLOW",
+    b"verflow",
+    b"kipping",
+    b"scale is",
+    b"finite",
+    b"not correct",
+    b"invalid",
+    b"onitoredBarrier",
+    b"store based",
+    b"NCCL work",
+    b"emory",
+    b"Root Cause",
+    b"Failures:",
+    b"esum",
+    b"estor",
+    b"heckpoint",
+    b"oading",
+    b"DataLoader",
+    b"worker",
+    b"Abort",
+    b"abort",
+    b"Segmentation",
+    b"core dumped",
+    b"FAILED",
+    b"failed",
+)
+ANCHORS = {
+    "wenet": b"Batch ",
+    "icefall": b"tot_loss[",
+    "espnet": b"epoch:train:",
+    "lightning": b"%|",
+    "speechbrain": b"train loss:",
+    "megatron": b"iteration",
+    "epoch_batch": b"poch",
+    "plain": b"loss",
+}
+SAMPLE = 32  # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
+EDGE = 1 << 18  # bytes at a file's start and end read line by line: its format, and each rank's last steps
+SUB = 1 << 16  # bytes of a stretch whose lines are counted in C: step lines only, or some others
 
 
 class _File:
@@ -221,7 +273,7 @@ class _File:
     def _read(self, block: bytes, offset: int, at: dict[int, bool], start: int, end: int) -> None:
         for i in sorted(k for k in at if start <= k < end):
             j = block.find(b"\n", i, end)
-            raw = block[i:j if j >= 0 else end]
+            raw = block[i : j if j >= 0 else end]
             if raw:
                 self.line(raw, offset + i, counted=at[i] and ANCHORS[self.toolkit] in raw)
 
@@ -259,8 +311,11 @@ class _File:
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         # a counter without an epoch (a bare progress bar) starts again at 0 each epoch: not a resume
-        if series.last is not None and position(rec) < position(series.last) and \
-                (rec["step"] is not None or rec["epoch"] is not None):
+        if (
+            series.last is not None
+            and position(rec) < position(series.last)
+            and (rec["step"] is not None or rec["epoch"] is not None)
+        ):
             run.resumes.append({"rank": rec["rank"], "before": series.last, "after": rec})
         if rec["batch"] is not None:
             run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])

@@ -23,8 +23,10 @@ CHUNK = 1 << 22  # bytes read at a time: lines are cut in C, a chunk at a time
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
 # where a second line starts inside one: a timestamp or a rank mark that follows text with no newline
-_GLUED = re.compile(rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
-                    rb"(?<=\S)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])")
+_GLUED = re.compile(
+    rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
+    rb"(?<=\S)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])"
+)
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
@@ -47,7 +49,7 @@ def open_log(path: str | Path) -> BinaryIO:
 def chunks(path, size: int = CHUNK) -> Iterator[bytes]:
     """The file (a path, or a binary stream such as standard input) in pieces that each end at a line's
     end (the last may not: a file still being written)."""
-    with (open_log(path) if isinstance(path, (str, Path)) else contextlib.nullcontext(path)) as f:
+    with open_log(path) if isinstance(path, (str, Path)) else contextlib.nullcontext(path) as f:
         rest = b""
         while True:
             try:
@@ -81,7 +83,7 @@ def clean(raw: bytes) -> list[str]:
     for part in parts:
         if not part.strip():
             continue
-        for piece in (_GLUED.split(part) if len(part) > 30 else (part,)):
+        for piece in _GLUED.split(part) if len(part) > 30 else (part,):
             if piece.strip():
                 out.append(piece.decode("utf-8", "replace").rstrip())
     return out

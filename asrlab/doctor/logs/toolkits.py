@@ -26,8 +26,19 @@ def num(text: str) -> float | None:
 
 
 def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values) -> dict:
-    r = {"toolkit": toolkit, "epoch": epoch, "batch": batch, "step": step, "losses": {}, "averages": {}, "lr": None,
-         "grad_norm": None, "scale": None, "rate": None, "rank": rank}
+    r = {
+        "toolkit": toolkit,
+        "epoch": epoch,
+        "batch": batch,
+        "step": step,
+        "losses": {},
+        "averages": {},
+        "lr": None,
+        "grad_norm": None,
+        "scale": None,
+        "rate": None,
+        "rank": rank,
+    }
     r.update({k: v for k, v in values.items() if v is not None})
     return r
 
@@ -38,8 +49,10 @@ def _losses(pairs) -> dict[str, float]:
 
 # WeNet: the executor's "TRAIN Batch 0/1200 loss 85.1 loss_att 80.2 loss_ctc 96.6 lr 0.00000400 rank 0" and
 # train_utils' "TRAIN | steps/sec 1.7| Batch 0/100 loss 85.1 loss_att ... lr 0.001 grad_norm 12.3 rank 0"
-_WENET = re.compile(rf"TRAIN (?:\| (?:steps/sec ({NUM})\| ?)?)?Batch (\d+)/(\d+) loss ({NUM}) (.*?)\blr ([-+\d.eE,naif ]+?)"
-                    rf"(?: grad_norm ({NUM}))? rank (\d+)")
+_WENET = re.compile(
+    rf"TRAIN (?:\| (?:steps/sec ({NUM})\| ?)?)?Batch (\d+)/(\d+) loss ({NUM}) (.*?)\blr ([-+\d.eE,naif ]+?)"
+    rf"(?: grad_norm ({NUM}))? rank (\d+)"
+)
 
 
 def wenet(line: str) -> dict | None:
@@ -48,8 +61,16 @@ def wenet(line: str) -> dict | None:
         if m:
             rate, epoch, batch, loss, rest, lr, gn, rank = m.groups()
             losses = {"loss": num(loss), **_losses(_SPACE_PAIR.findall(rest))}
-            return _record("wenet", int(epoch), int(batch), rank=int(rank), losses=losses,
-                           lr=num(lr.split(",")[0]), grad_norm=num(gn), rate=num(rate))
+            return _record(
+                "wenet",
+                int(epoch),
+                int(batch),
+                rank=int(rank),
+                losses=losses,
+                lr=num(lr.split(",")[0]),
+                grad_norm=num(gn),
+                rate=num(rate),
+            )
     return None
 
 
@@ -68,8 +89,15 @@ def icefall(line: str) -> dict | None:
     tail = dict(_PAIR.findall(rest.replace(": ", ":")))
     # tot_loss is the running average: a term not finite there and finite in this batch's loss[...] went
     # non-finite in an earlier batch that the log did not show
-    return _record("icefall", int(epoch), int(batch), losses=_losses(_PAIR.findall(loss)), lr=num(tail.get("lr")),
-                   scale=num(tail.get("grad_scale")), averages=_losses(_PAIR.findall(tot)))
+    return _record(
+        "icefall",
+        int(epoch),
+        int(batch),
+        losses=_losses(_PAIR.findall(loss)),
+        lr=num(tail.get("lr")),
+        scale=num(tail.get("grad_scale")),
+        averages=_losses(_PAIR.findall(tot)),
+    )
 
 
 # ESPnet2: "[host:0/4] 2022-05-01 12:00:00,123 (trainer:700) INFO: 3epoch:train:1201-1800batch: iter_time=...,
@@ -88,13 +116,22 @@ def espnet(line: str) -> dict | None:
     pairs = _PAIR.findall(rest)
     d = dict(pairs)
     lr = next((num(v) for k, v in pairs if k.startswith("optim") and "lr" in k), None)
-    return _record("espnet", int(epoch), int(last), losses=_losses((k, v) for k, v in pairs if not k.endswith("_time")),
-                   lr=lr, grad_norm=num(d.get("grad_norm")), scale=num(d.get("loss_scale")))
+    return _record(
+        "espnet",
+        int(epoch),
+        int(last),
+        losses=_losses((k, v) for k, v in pairs if not k.endswith("_time")),
+        lr=lr,
+        grad_norm=num(d.get("grad_norm")),
+        scale=num(d.get("loss_scale")),
+    )
 
 
 # PyTorch Lightning / NeMo progress bar: "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1,
 # loss=0.52, train_loss_step=0.5, lr=0.001, global_step=3450]"
-_BAR = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:Epoch|Training:?\s*)?(?:\s*(\d+))?:?\s+\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]")
+_BAR = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?:Epoch|Training:?\s*)?(?:\s*(\d+))?:?\s+\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]"
+)
 _RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
 
 
@@ -108,12 +145,21 @@ def lightning(line: str) -> dict | None:
     pairs = _PAIR.findall(inside)
     d = dict(pairs)
     rate = _RATE.search(inside)
-    steps_s = (num(rate.group(1)) if rate.group(2) == "it/s" else 1 / max(num(rate.group(1)) or 1e-9, 1e-9)) if rate else None
+    steps_s = (
+        (num(rate.group(1)) if rate.group(2) == "it/s" else 1 / max(num(rate.group(1)) or 1e-9, 1e-9)) if rate else None
+    )
     step = d.get("global_step") or d.get("step")
     step = int(step) if step and step.isdigit() else None  # "3.2e+4": the bar rounds it; the batch is exact
-    return _record("lightning", int(epoch) if epoch else None, int(batch), step,
-                   losses=_losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num"))),
-                   lr=num(d.get("lr")), grad_norm=num(d.get("grad_norm")), rate=steps_s)
+    return _record(
+        "lightning",
+        int(epoch) if epoch else None,
+        int(batch),
+        step,
+        losses=_losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num"))),
+        lr=num(d.get("lr")),
+        grad_norm=num(d.get("grad_norm")),
+        rate=steps_s,
+    )
 
 
 # SpeechBrain's train_logger: "epoch: 3, lr: 1.00e+00 - train loss: 2.34 - valid loss: 1.23, valid CER: 12.3"
@@ -142,8 +188,14 @@ def megatron(line: str) -> dict | None:
         return None
     d = {k.strip().lower(): v for k, v in _BAR_PAIR.findall(m.group(2))}
     losses = {k.replace(" ", "_"): num(v) for k, v in d.items() if "loss" in k and "scale" not in k}
-    return _record("megatron", step=int(m.group(1)), losses=losses, lr=num(d.get("learning rate")),
-                   grad_norm=num(d.get("grad norm")), scale=num(d.get("loss scale")))
+    return _record(
+        "megatron",
+        step=int(m.group(1)),
+        losses=losses,
+        lr=num(d.get("learning rate")),
+        grad_norm=num(d.get("grad norm")),
+        scale=num(d.get("loss scale")),
+    )
 
 
 # an epoch and a batch counter of one's own: "Epoch 1 [TRAIN] progress 20/2754 loss nan prosody_loss ...",
@@ -159,8 +211,14 @@ def epoch_batch(line: str) -> dict | None:
     if not m or _NOT_TRAIN.search(line):
         return None
     pairs = _SPACE_PAIR.findall(line) + _PAIR.findall(line.replace(": ", ":"))
-    return _record("epoch_batch", int(m.group(1)), int(m.group(2)), losses={"loss": num(m.group(3)), **_losses(pairs)},
-                   lr=num(dict(pairs).get("lr")), grad_norm=num(dict(pairs).get("grad_norm")))
+    return _record(
+        "epoch_batch",
+        int(m.group(1)),
+        int(m.group(2)),
+        losses={"loss": num(m.group(3)), **_losses(pairs)},
+        lr=num(dict(pairs).get("lr")),
+        grad_norm=num(dict(pairs).get("grad_norm")),
+    )
 
 
 # a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8",
@@ -177,14 +235,27 @@ def plain(line: str) -> dict | None:
     pairs = _PAIR.findall(line.replace(": ", ":")) + _SPACE_PAIR.findall(line)
     d = dict(pairs)
     epoch = d.get("epoch")
-    return _record("plain", int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None,
-                   step=int(m.group(1)), losses={"loss": num(m.group(2)), **_losses(pairs)}, lr=num(d.get("lr")),
-                   grad_norm=num(d.get("grad_norm") or d.get("grad-norm")), scale=num(d.get("scale") or d.get("loss_scale")))
+    return _record(
+        "plain",
+        int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None,
+        step=int(m.group(1)),
+        losses={"loss": num(m.group(2)), **_losses(pairs)},
+        lr=num(d.get("lr")),
+        grad_norm=num(d.get("grad_norm") or d.get("grad-norm")),
+        scale=num(d.get("scale") or d.get("loss_scale")),
+    )
 
 
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
-    ("wenet", wenet), ("icefall", icefall), ("espnet", espnet), ("lightning", lightning),
-    ("speechbrain", speechbrain), ("megatron", megatron), ("epoch_batch", epoch_batch), ("plain", plain))
+    ("wenet", wenet),
+    ("icefall", icefall),
+    ("espnet", espnet),
+    ("lightning", lightning),
+    ("speechbrain", speechbrain),
+    ("megatron", megatron),
+    ("epoch_batch", epoch_batch),
+    ("plain", plain),
+)
 
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:

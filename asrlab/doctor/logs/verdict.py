@@ -9,39 +9,12 @@ cause while a cause is in the log.
 from __future__ import annotations
 
 import math
-import statistics
-import time as _time
 
+from .progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from .run import LogRun, position
 
 VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "no_failure_seen")
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
-
-
-def _when(t: float | None) -> str:
-    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t)) if t else "time unknown"
-
-
-def where(rec: dict | None) -> str:
-    """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
-    if rec is None:
-        return "before any logged step"
-    if rec["step"] is not None:
-        return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
-    if rec["batch"] is not None:
-        return f"epoch {rec['epoch']}, batch {rec['batch']}" if rec["epoch"] is not None else f"batch {rec['batch']}"
-    return f"epoch {rec['epoch']}"
-
-
-def at(rec: dict | None) -> str:
-    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any logged step``."""
-    return where(rec) if rec is None else "at " + where(rec)
-
-
-def step_number(rec: dict | None) -> int | None:
-    if rec is None:
-        return None
-    return rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
 
 
 def _last_before(run: LogRun, rank, e: dict) -> dict | None:
@@ -89,8 +62,15 @@ def _causes(run: LogRun) -> list[tuple]:
         elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
             out.append(("nonfinite", e))
         elif k == "worker_killed":
-            out.append(("killed", {**e, "signal": "SIGKILL" if (e.get("signal") or "").lower().startswith("kill")
-                                   else e.get("signal")}))
+            out.append(
+                (
+                    "killed",
+                    {
+                        **e,
+                        "signal": "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal"),
+                    },
+                )
+            )
         elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
             out.append(("killed", e))
         elif k == "exit" and (e.get("exitcode") or 0) > 0:
@@ -104,16 +84,18 @@ def _causes(run: LogRun) -> list[tuple]:
     return out
 
 
-SKIPS_IN_A_ROW = 3   # overflow skips with no logged step between them: not a calibration, a run that cannot step
-SCALE_FLOOR = 8.0    # a dynamic loss scale below this has halved far past where fp16 starts to overflow
+SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
+SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where fp16 starts to overflow
 
 
 def _persistent_skips(run: LogRun) -> dict | None:
     """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
     gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
     row: list[dict] = []
-    marks = sorted([e for e in run.events if e["kind"] == "scale"] +
-                   [r for s in run.series.values() for r in s.all()], key=lambda x: x.get("order", 0))
+    marks = sorted(
+        [e for e in run.events if e["kind"] == "scale"] + [r for s in run.series.values() for r in s.all()],
+        key=lambda x: x.get("order", 0),
+    )
     for e in run.events:
         if e["kind"] != "scale":
             continue
@@ -133,8 +115,12 @@ def judge(run: LogRun) -> dict:
     """``{"verdict", "summary", "culprit", "hang", "nonfinite", "resumes", "ranks", "events"}``."""
     causes = _causes(run)
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
-    d: dict = {"hang": _hang(run, timeouts) if timeouts else None, "nonfinite": _nonfinite(run),
-               "resumes": _resumes(run), "ranks": _ranks(run)}
+    d: dict = {
+        "hang": _hang(run, timeouts) if timeouts else None,
+        "nonfinite": _nonfinite(run),
+        "resumes": resume_records(run),
+        "ranks": rank_progress(run),
+    }
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
     if transient and any(c[0] != "nonfinite" for c in causes):
@@ -148,8 +134,12 @@ def judge(run: LogRun) -> dict:
         verdict, e = _refine(run, verdict, e)
         rank = e.get("culprit_rank", e.get("rank"))
         rec = e.get("record") or _last_before(run, rank, e)
-        d.update(verdict=verdict, culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(e),
-                 summary=_say(run, verdict, {**e, "rank": rank}, rec, d))
+        d.update(
+            verdict=verdict,
+            culprit={"rank": rank, "step": step_number(rec)},
+            first=_event_view(e),
+            summary=_say(run, verdict, {**e, "rank": rank}, rec, d),
+        )
         if transient and verdict != "nonfinite":
             d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
     elif timeouts:
@@ -157,21 +147,33 @@ def judge(run: LogRun) -> dict:
         behind = h["behind"]
         rank = behind[0] if len(behind) == 1 else None
         last = run.last_steps()
-        rec = last.get(rank) if rank is not None else max(
-            (r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
-        d.update(verdict="stalled", culprit={"rank": rank, "step": step_number(rec)}, first=_event_view(timeouts[0]),
-                 summary=h["text"])
+        rec = (
+            last.get(rank)
+            if rank is not None
+            else max((r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
+        )
+        d.update(
+            verdict="stalled",
+            culprit={"rank": rank, "step": step_number(rec)},
+            first=_event_view(timeouts[0]),
+            summary=h["text"],
+        )
     else:
         exits = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
         if exits and not any(e["kind"] == "agent_stop" for e in run.events):
             e = exits[0]
             rec = _last_before(run, e["rank"], e)
-            d.update(verdict="killed", culprit={"rank": e["rank"], "step": step_number(rec)}, first=_event_view(e),
-                     summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
-                             f"pre-emption, a time limit, kill) {at(rec)}")
+            d.update(
+                verdict="killed",
+                culprit={"rank": e["rank"], "step": step_number(rec)},
+                first=_event_view(e),
+                summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
+                f"pre-emption, a time limit, kill) {at(rec)}",
+            )
         else:
-            d.update(verdict="no_failure_seen", culprit={"rank": None, "step": None}, first=None,
-                     summary=_healthy(run, d))
+            d.update(
+                verdict="no_failure_seen", culprit={"rank": None, "step": None}, first=None, summary=_healthy(run, d)
+            )
     if d["verdict"] != "no_failure_seen" and d["resumes"]:
         d["summary"] += "; " + d["resumes"][0]["text"]
     return d
@@ -215,8 +217,11 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         line = f" (at {f.replace(chr(92), '/').split('/')[-1]}:{n} in {fn})"
     if verdict == "killed":
         sig = e.get("signal") or "a signal"
-        what = ("a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
-                if e["kind"] == "worker_killed" else who)
+        what = (
+            "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
+            if e["kind"] == "worker_killed"
+            else who
+        )
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
         aborts = [x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))]
@@ -224,8 +229,10 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
             a = aborts[0]
             s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
             if "collective mismatch" in a["message"] or "op.preamble.length <= op.nbytes" in a["message"]:
-                s += (" (the ranks called different collectives: a rank that ran out of data and left the loop "
-                      "while another still trains, or a branch on the rank)")
+                s += (
+                    " (the ranks called different collectives: a rank that ran out of data and left the loop "
+                    "while another still trains, or a branch on the rank)"
+                )
     elif verdict == "out_of_memory":
         s = f"{who} ran out of memory {when}: {e['text'][:200]}{line}"
     elif verdict == "nonfinite" and e["kind"] == "nonfinite_step":
@@ -238,7 +245,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: non-finite values {when}: {e['text'][:200]}{line}"
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
-    s += f" ({_when(e.get('time'))})" if e.get("time") else ""
+    s += f" ({clock(e.get('time'))})" if e.get("time") else ""
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
     return s
@@ -260,9 +267,16 @@ def _hang(run: LogRun, timeouts: list[dict]) -> dict:
         behind, basis = sorted({t["behind"] for t in named}), "did not reach the monitored barrier"
     elif progress:
         low = min(p["completed"] for p in progress)
-        behind, basis = sorted({p["rank"] for p in progress if p["completed"] == low}), f"last completed collective #{low}"
-    elif world and reported and len(reported) < world and \
-            (silent := [r for r in range(world) if r not in reported and r in ranks]):
+        behind, basis = (
+            sorted({p["rank"] for p in progress if p["completed"] == low}),
+            f"last completed collective #{low}",
+        )
+    elif (
+        world
+        and reported
+        and len(reported) < world
+        and (silent := [r for r in range(world) if r not in reported and r in ranks])
+    ):
         # only ranks the log shows doing something else: a rank absent from an excerpt proves nothing
         behind, basis = silent, "reported no timeout: it never entered the collective"
     elif len(last) > 1 and len({position(r) for r in last.values()}) > 1:
@@ -272,25 +286,41 @@ def _hang(run: LogRun, timeouts: list[dict]) -> dict:
     seq = first.get("seq")
     op = first.get("op")
     tmo = first.get("timeout_ms")
-    coll = (f"{op}" if op else "a collective") + (f" #{seq}" if seq is not None else "") + \
-           (f" (timeout {tmo / 1000:g} s)" if tmo else "")
-    who = ("ranks " + ", ".join(map(str, reported))) if len(reported) > 1 else (f"rank {reported[0]}" if reported else "the job")
+    coll = (
+        (f"{op}" if op else "a collective")
+        + (f" #{seq}" if seq is not None else "")
+        + (f" (timeout {tmo / 1000:g} s)" if tmo else "")
+    )
+    who = (
+        ("ranks " + ", ".join(map(str, reported)))
+        if len(reported) > 1
+        else (f"rank {reported[0]}" if reported else "the job")
+    )
     reported_text = f"{who} timed out in {coll}"
     if behind:
         b = ", ".join(map(str, behind))
         steps = "; ".join(f"rank {r} at {where(rec)}" for r, rec in sorted(last.items())) if last else ""
-        text = f"rank{'s' if len(behind) > 1 else ''} {b} held the others up ({basis}): {reported_text}" + \
-               (f"; last logged: {steps}" if steps else "")
+        text = f"rank{'s' if len(behind) > 1 else ''} {b} held the others up ({basis}): {reported_text}" + (
+            f"; last logged: {steps}" if steps else ""
+        )
     else:
         text = f"{reported_text}; the log does not say which rank is behind"
-    return {"collective": {"seq": seq, "op": op, "timeout_ms": tmo}, "reported_by": reported, "behind": behind,
-            "basis": basis, "reported": reported_text, "text": text}
+    return {
+        "collective": {"seq": seq, "op": op, "timeout_ms": tmo},
+        "reported_by": reported,
+        "behind": behind,
+        "basis": basis,
+        "reported": reported_text,
+        "text": text,
+    }
 
 
 def _nonfinite(run: LogRun) -> dict | None:
     if not run.nonfinite:
         skips = [e for e in run.events if e["kind"] == "scale"]
-        return {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
+        return (
+            {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
+        )
     r = run.nonfinite[0]
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
@@ -298,7 +328,11 @@ def _nonfinite(run: LogRun) -> dict | None:
     if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
         bad.append("grad_norm")
     terms = [k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged
-    later = [x for x in run.series[r["rank"]].all() if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]]
+    later = [
+        x
+        for x in run.series[r["rank"]].all()
+        if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]
+    ]
     before = [x for x in run.series[r["rank"]].all() if x["order"] < r["order"] and x["file"] == r["file"]]
     norms = [x["grad_norm"] for x in before if x["grad_norm"] is not None]
     scales = [x["scale"] for x in before if x["scale"] is not None]
@@ -311,84 +345,39 @@ def _nonfinite(run: LogRun) -> dict | None:
     kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
     why = ""
     if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
-        why = "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
+        why = (
+            "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
+        )
     if not bad:  # only the running average: the batch that made it so was not logged
         why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
-    text = (f"{', '.join(terms)} not finite"
-            + (f" ({', '.join(good)} finite)" if good and bad else "") + why + f"; {kind}"
-            + (f"; before it: {'; '.join(led)}" if led else ""))
-    return {"first": {"rank": r["rank"], "step": step_number(r), "epoch": r["epoch"], "batch": r["batch"],
-                      "terms": terms, "finite_terms": good, "time": r["time"]},
-            "transient": bool(later), "count": len(run.nonfinite), "text": text}
-
-
-def _resumes(run: LogRun) -> list[dict]:
-    out = []
-    seen = set()
-    for x in run.resumes:
-        b, a = x["before"], x["after"]
-        key = (x["rank"], position(b), position(a))
-        if key in seen:
-            continue
-        seen.add(key)
-        if a["step"] is not None and b["step"] is not None:
-            twice = b["step"] - a["step"] + 1
-            text = f"resumed at step {a['step']} after step {b['step']}: {twice} steps trained twice"
-            zero = False
-        else:
-            start = run.epoch_start.get((x["rank"], a["epoch"]))
-            zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start
-            if a["epoch"] == b["epoch"] and b["batch"] is not None and a["batch"] is not None:
-                twice = b["batch"] - a["batch"] + (start or 0) if zero else b["batch"] - a["batch"]
-                text = (f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
-                        + (": the epoch started again at batch 0" if zero else "")
-                        + f"; {twice} batches of epoch {a['epoch']} trained twice")
-            else:
-                twice = None
-                text = f"resumed at {where(a)} after {where(b)}"
-        out.append({"rank": x["rank"], "before": where(b), "after": where(a), "restarted_epoch": zero,
-                    "trained_twice": twice, "time": a["time"], "text": text})
-    paths = [e for e in run.events if e["kind"] == "resume"]
-    if paths and out:
-        out[0]["checkpoint"] = paths[0].get("path")
-    return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
-
-
-def _seconds_per_step(recs: list[dict]) -> float | None:
-    """The median seconds a step took between consecutive stamped step lines of one rank (the toolkit logs
-    every N steps: the gap is divided by the steps it covers)."""
-    gaps = []
-    for a, b in zip(recs, recs[1:]):
-        da, db = position(a), position(b)
-        steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
-        if steps and steps > 0 and a["stamped"] and b["stamped"] and b["time"] > a["time"]:
-            gaps.append((b["time"] - a["time"]) / steps)
-    return statistics.median(gaps) if gaps else None
-
-
-def _ranks(run: LogRun) -> list[dict]:
-    out = []
-    for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        recs = s.all()
-        rates = [r["rate"] for r in recs if r["rate"]]
-        out.append({"rank": rank, "steps_logged": s.seen, "last": where(s.last), "last_time": s.last["time"],
-                    "steps_per_s": rates[-1] if rates else None, "s_per_step": _seconds_per_step(recs)})
-    return out
-
-
-def step_spread(ranks: list[dict]) -> dict | None:
-    """The slowest rank's seconds per step against the fastest's: a rank that holds the others up."""
-    timed = [r for r in ranks if r["s_per_step"]]
-    if len(timed) < 2:
-        return None
-    slow, fast = max(timed, key=lambda r: r["s_per_step"]), min(timed, key=lambda r: r["s_per_step"])
-    return {"slowest": slow["rank"], "fastest": fast["rank"], "ratio": round(slow["s_per_step"] / fast["s_per_step"], 3)}
+    text = (
+        f"{', '.join(terms)} not finite"
+        + (f" ({', '.join(good)} finite)" if good and bad else "")
+        + why
+        + f"; {kind}"
+        + (f"; before it: {'; '.join(led)}" if led else "")
+    )
+    return {
+        "first": {
+            "rank": r["rank"],
+            "step": step_number(r),
+            "epoch": r["epoch"],
+            "batch": r["batch"],
+            "terms": terms,
+            "finite_terms": good,
+            "time": r["time"],
+        },
+        "transient": bool(later),
+        "count": len(run.nonfinite),
+        "text": text,
+    }
 
 
 def _healthy(run: LogRun, d: dict) -> str:
     if not run.series and not run.events:
-        return "no failure seen, and no line of a known format: " + ("the log is empty" if not run.lines else
-                                                                      f"{run.lines} lines, none a training step or a failure")
+        return "no failure seen, and no line of a known format: " + (
+            "the log is empty" if not run.lines else f"{run.lines} lines, none a training step or a failure"
+        )
     s = "no failure seen"
     if d["resumes"]:
         s += "; " + d["resumes"][0]["text"]

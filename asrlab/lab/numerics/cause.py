@@ -27,8 +27,9 @@ def ctc_calls():
     original = F.ctc_loss
 
     def spy(log_probs, targets, input_lengths, target_lengths, *args, **kwargs):
-        seen.append((_ints(input_lengths), _ints(target_lengths), targets.detach().cpu() if torch.is_tensor(targets)
-                     else None))
+        seen.append(
+            (_ints(input_lengths), _ints(target_lengths), targets.detach().cpu() if torch.is_tensor(targets) else None)
+        )
         return original(log_probs, targets, input_lengths, target_lengths, *args, **kwargs)
 
     F.ctc_loss = spy
@@ -47,9 +48,9 @@ def _labels(targets, lengths: list[int], i: int) -> list[int] | None:
     if targets is None:
         return None
     if targets.dim() == 2:
-        return targets[i, :lengths[i]].tolist()
+        return targets[i, : lengths[i]].tolist()
     start = sum(lengths[:i])
-    return targets[start:start + lengths[i]].tolist()
+    return targets[start : start + lengths[i]].tolist()
 
 
 def ctc_problems(calls: list[tuple], keys: list[str]) -> list[dict]:
@@ -63,40 +64,65 @@ def ctc_problems(calls: list[tuple], keys: list[str]) -> list[dict]:
             repeats = sum(1 for a, b in zip(labels, labels[1:]) if a == b) if labels else 0
             need = n + repeats
             if n == 0 or need > t:
-                out.append({"key": keys[i] if named else None, "index": i, "frames": t, "labels": n,
-                            "needs": need, "problem": "empty target" if n == 0 else "target longer than its frames"})
+                out.append(
+                    {
+                        "key": keys[i] if named else None,
+                        "index": i,
+                        "frames": t,
+                        "labels": n,
+                        "needs": need,
+                        "problem": "empty target" if n == 0 else "target longer than its frames",
+                    }
+                )
     return out
 
 
-def classify(first: dict | None, dtype: torch.dtype | None, fp32_finite: bool | None, ctc: list[dict],
-             loss_finite: bool = False) -> dict:
+def classify(
+    first: dict | None, dtype: torch.dtype | None, fp32_finite: bool | None, ctc: list[dict], loss_finite: bool = False
+) -> dict:
     """``{"cause", "text", "utterances"}`` from the replay: the first non-finite module (None: none found),
     the step's autocast dtype, whether the same step's loss is finite in fp32 (None: not run), the CTC
     utterances without an alignment, and whether the step's loss was finite (its gradients were not)."""
     impossible = [p for p in ctc if p["problem"] != "empty target"]
     if impossible:
-        who = ", ".join(f"{p['key'] or '#' + str(p['index'])} ({p['labels']} labels, {p['frames']} frames)"
-                        for p in impossible[:5])
-        return {"cause": "ctc_no_alignment", "utterances": [p["key"] for p in impossible],
-                "text": f"CTC targets longer than the model's output frames: {who}"
-                        + (f" and {len(impossible) - 5} more" if len(impossible) > 5 else "")
-                        + " (filter them out, or subsample less)"}
+        who = ", ".join(
+            f"{p['key'] or '#' + str(p['index'])} ({p['labels']} labels, {p['frames']} frames)" for p in impossible[:5]
+        )
+        return {
+            "cause": "ctc_no_alignment",
+            "utterances": [p["key"] for p in impossible],
+            "text": f"CTC targets longer than the model's output frames: {who}"
+            + (f" and {len(impossible) - 5} more" if len(impossible) > 5 else "")
+            + " (filter them out, or subsample less)",
+        }
     if dtype in (torch.float16, torch.bfloat16) and fp32_finite:
         name = "fp16" if dtype == torch.float16 else "bf16"
-        return {"cause": "overflow", "utterances": [],
-                "text": f"an overflow of {name}: the same step in fp32 is finite (the values outgrew {name}, "
-                        "not a data problem)"}
+        return {
+            "cause": "overflow",
+            "utterances": [],
+            "text": f"an overflow of {name}: the same step in fp32 is finite (the values outgrew {name}, "
+            "not a data problem)",
+        }
     empty = [p for p in ctc if p["problem"] == "empty target"]
     if loss_finite and first is None:
-        return {"cause": "another_rank", "utterances": [],
-                "text": "another rank's: this rank's own step replays finite, so its non-finite gradients came "
-                        "in DDP's all-reduce (the rank whose loss was not finite has the cause)"}
+        return {
+            "cause": "another_rank",
+            "utterances": [],
+            "text": "another rank's: this rank's own step replays finite, so its non-finite gradients came "
+            "in DDP's all-reduce (the rank whose loss was not finite has the cause)",
+        }
     note = f" (empty targets: {', '.join(str(p['key'] or p['index']) for p in empty[:5])})" if empty else ""
     if not loss_finite and (first is None or first.get("direction") == "backward"):  # the forward was finite
-        return {"cause": "loss", "utterances": [p["key"] for p in empty],
-                "text": "the loss: every activation is finite and the loss is not" + note}
-    return {"cause": "data_or_model", "utterances": [p["key"] for p in empty],
-            "text": "the data or the model: not finite in fp32 either" + note}
+        return {
+            "cause": "loss",
+            "utterances": [p["key"] for p in empty],
+            "text": "the loss: every activation is finite and the loss is not" + note,
+        }
+    return {
+        "cause": "data_or_model",
+        "utterances": [p["key"] for p in empty],
+        "text": "the data or the model: not finite in fp32 either" + note,
+    }
 
 
 __all__ = ["classify", "ctc_calls", "ctc_problems"]

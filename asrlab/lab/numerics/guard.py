@@ -47,10 +47,8 @@ logged with the utterances that were not finite (:mod:`.utterances`, :mod:`.even
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -63,13 +61,24 @@ from .stats import Diagnostics, TraceWriter, describe, locate, save_bundle, tigh
 from .. import dist
 from ..keys import KeyFinder, KeysSpec, find_keys
 from .events import NonFiniteLog
-from .utterances import (REPLAY_STEPS, Micro, alone, from_losses, ids_text, replay_parts, rng_state, set_rng_state,
-                         takes_batch, tensors_of)
+from .utterances import (
+    REPLAY_STEPS,
+    Micro,
+    alone,
+    from_losses,
+    ids_text,
+    replay_parts,
+    rng_state,
+    set_rng_state,
+    takes_batch,
+    tensors_of,
+)
 from ..stall.watch import announce
+from .checks import StepCheck, Taken, nonfinite_kind, total_norm
+from .policy import POLICIES, Policy
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("skip", "rollback", "halt")
 HALT_EXIT = 4  # exit code of ``asrlab train`` halted by a non-finite step (policy halt, or rollbacks used up)
 
 
@@ -88,65 +97,6 @@ class NonFiniteHalt(RuntimeError):
         self.check = check
 
 
-@dataclass
-class StepCheck:
-    """What :meth:`NumericsGuard.optimizer_step` found. ``kind``: None (finite), ``"scaler"`` (fp16
-    gradients overflowed at this loss scale: routine), ``"loss"`` (this rank's loss was not finite) or
-    ``"grad"`` (gradients not finite without loss scaling). ``stepped``: whether the optimizer stepped
-    (the gradients were finite). ``action``: step / skip / rollback / halt (with other ranks, a rollback
-    or halt answers the previous step's findings). ``skipped``: steps skipped so far; ``rollbacks``:
-    those asked for before this step."""
-    loss: float
-    grad_norm: float
-    loss_scale: float
-    kind: str | None
-    action: str
-    skipped: int
-    rollbacks: int = 0
-    stepped: bool = True
-    step: int = 0  # the step the check is of (a deferred check arrives with the next step)
-
-    def metrics(self) -> dict:
-        return {"loss": self.loss if math.isfinite(self.loss) else None,
-                "grad_norm": self.grad_norm if math.isfinite(self.grad_norm) else None,
-                "loss_scale": self.loss_scale, "skipped": self.skipped, "nonfinite": self.kind}
-
-
-@dataclass
-class _Taken:
-    """A step as the guard keeps it until its check is read: what a replay needs, and its device values
-    (loss, gradient norm, loss scale) on their way to the host."""
-    step: int
-    batch: object
-    rng: dict | None
-    dtype: torch.dtype | None
-    replay: Callable | list | None
-    scaled: bool
-    values: torch.Tensor | None = None
-    ready: object = None  # a CUDA event recorded after the copy; None: on the host already
-    extra: dict = field(default_factory=dict)
-    ids: list = field(default_factory=list)  # the step's utterance ids, every micro-batch's
-    micro: list = field(default_factory=list)  # its micro-batches (:class:`.utterances.Micro`)
-
-    def read(self) -> tuple[float, float, float]:
-        if self.ready is not None and not self.ready.query():
-            announce("sync", self.step)  # the host waits on the device: a stall here is the device's
-            self.ready.synchronize()
-            announce("optimizer", self.step)
-        loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
-        return loss, norm, scale
-
-
-def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:
-    """None when both are finite; ``"loss"`` when a rank's loss is not; else ``"scaler"`` with loss
-    scaling (the scaler skips and lowers its scale), ``"grad"`` without."""
-    if loss_ok and grad_ok:
-        return None
-    if not loss_ok:
-        return "loss"
-    return "scaler" if scaled else "grad"
-
-
 class NumericsGuard:
     """See the module docstring. ``every``: record module statistics every ``every`` steps (0: never);
     ``max_rollbacks``: after this many, a rollback becomes a halt. ``agree``: apply the policy with
@@ -156,28 +106,43 @@ class NumericsGuard:
     ``keys``: where a batch carries its utterance ids (a field's name or a function ``batch -> ids``;
     default: the common names, see :mod:`asrlab.lab.keys`), for the reports and the bundle."""
 
-    def __init__(self, model: nn.Module, exp: str | Path, every: int = 0, policy: str = "skip",
-                 max_rollbacks: int = 3, group=None, meta: dict | None = None, agree: bool = True,
-                 keys: KeysSpec = None):
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        self.model, self.exp, self.policy, self.max_rollbacks = model, Path(exp), policy, max_rollbacks
-        self.agree = agree
+    def __init__(
+        self,
+        model: nn.Module,
+        exp: str | Path,
+        every: int = 0,
+        policy: str = "skip",
+        max_rollbacks: int = 3,
+        group=None,
+        meta: dict | None = None,
+        agree: bool = True,
+        keys: KeysSpec = None,
+    ):
+        self.model, self.exp = model, Path(exp)
         self.rank, self.world_size = dist.world()
-        self.group = group if group is not None or self.world_size == 1 else dist.cpu_group()
+        group = group if group is not None or self.world_size == 1 else dist.cpu_group()
+        self.policy = Policy(policy, max_rollbacks, group, agree, self.exp)
         self.diag = Diagnostics(model, every=every)
         self.traces = TraceWriter(self.exp, self.rank) if every else None
         self.meta = meta or {}
         self._find_keys, self._ids, self._micro = KeyFinder(keys, "NumericsGuard"), [], []
         self.log, self._by_utterance = NonFiniteLog(self.exp, self.rank), 0
-        self.skipped = self.rollbacks = 0
+        self.skipped = 0
         self.located: dict | None = None
-        self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
-        self._pending: _Taken | None = None  # the deferred step whose check is not read yet
+        self._pending: Taken | None = None  # the deferred step whose check is not read yet
         self.replaying: int | None = None  # the step a replay runs again, while it runs
         self._step, self._batch, self._rng, self._sampled, self._dtype = 0, None, None, False, None
         self._device = next(model.parameters()).device
         model.register_forward_pre_hook(self._note_autocast)
+
+    @property
+    def rollbacks(self) -> int:
+        """Rollbacks so far (a resumed run sets the count it had)."""
+        return self.policy.rollbacks
+
+    @rollbacks.setter
+    def rollbacks(self, n: int) -> None:
+        self.policy.rollbacks = n
 
     @contextlib.contextmanager
     def step(self, step: int, batch=None, keys=None):
@@ -193,7 +158,7 @@ class NumericsGuard:
         self._micro.append(Micro(batch, ids, rng))
         self._ids = self._ids + ids
         self._sampled = self.diag.due(step)
-        with (self.diag.recording(keep=len(self._micro) > 1) if self._sampled else contextlib.nullcontext()):
+        with self.diag.recording(keep=len(self._micro) > 1) if self._sampled else contextlib.nullcontext():
             yield self
 
     def utterance_losses(self, losses: torch.Tensor) -> None:
@@ -215,23 +180,30 @@ class NumericsGuard:
             return contextlib.nullcontext()
         return torch.autocast(self._device.type, dtype=self._dtype)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                       scaler: torch.amp.GradScaler | None = None, clip: float = 0.0,
-                       replay: Callable | list[Callable] | None = None, defer: bool = False) -> StepCheck | None:
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        scaler: torch.amp.GradScaler | None = None,
+        clip: float = 0.0,
+        replay: Callable | list[Callable] | None = None,
+        defer: bool = False,
+    ) -> StepCheck | None:
         """Unscale, clip, step or skip, locate, apply the policy (see the module docstring).
         ``defer``: the previous deferred step's check (None at the first), nothing read from the device."""
         announce("optimizer", self._step)
         if isinstance(loss, (list, tuple)):  # the micro-batches' losses: the step's is their sum
             loss = torch.stack([x.detach().float().reshape(()) for x in loss]).sum()
         scaled = scaler is not None and scaler.is_enabled()
-        taken = _Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids,
-                       micro=self._micro)
+        taken = Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids, micro=self._micro)
         self._micro = []
         if not defer:
             return self._eager_step(optimizer, loss, scaler, clip, taken)
         if not getattr(optimizer, "_step_supports_amp_scaling", False):
-            raise ValueError("optimizer_step(defer=True) needs an optimizer that skips a step on the device "
-                             "(found_inf): torch.optim.Adam, AdamW or SGD with fused=True")
+            raise ValueError(
+                "optimizer_step(defer=True) needs an optimizer that skips a step on the device "
+                "(found_inf): torch.optim.Adam, AdamW or SGD with fused=True"
+            )
         before = self._pending
         self._pending = None
         check = self._finish(before) if before is not None else None  # may raise the halt it answers
@@ -265,17 +237,22 @@ class NumericsGuard:
         if clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, clip)
         else:  # measure only: no pass that multiplies every gradient by one
-            norm = _total_norm(grads) if grads else torch.zeros((), device=self._device)
+            norm = total_norm(grads) if grads else torch.zeros((), device=self._device)
         scale = scaler._get_scale_async().detach().clone() if scaled else None  # this step's: update() comes later
         return norm, scale
 
-    def _keep(self, taken: _Taken, loss, norm, scale, scaler, optimizer, scaled: bool) -> None:
+    def _keep(self, taken: Taken, loss, norm, scale, scaler, optimizer, scaled: bool) -> None:
         """The step's end: scale updated, gradients dropped, values sent to the host without waiting."""
         if scaled:
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        values = torch.stack([loss.detach().float().reshape(()), norm.detach().float().reshape(()),
-                              scale.float().reshape(()) if scale is not None else torch.ones((), device=norm.device)])
+        values = torch.stack(
+            [
+                loss.detach().float().reshape(()),
+                norm.detach().float().reshape(()),
+                scale.float().reshape(()) if scale is not None else torch.ones((), device=norm.device),
+            ]
+        )
         if values.device.type == "cuda":
             taken.values = values.to("cpu", non_blocking=True)  # pinned: copied as the stream gets there
             taken.ready = torch.cuda.Event()
@@ -285,7 +262,7 @@ class NumericsGuard:
         if self._sampled and self.traces is not None:  # sampled steps read their statistics (a sync, by choice)
             taken.extra["summary"] = self.diag.summary()
 
-    def _eager_step(self, optimizer, loss, scaler, clip: float, taken: _Taken) -> StepCheck:
+    def _eager_step(self, optimizer, loss, scaler, clip: float, taken: Taken) -> StepCheck:
         """The step decided on the host: read, located before the step (the weights it started from), then stepped."""
         norm, scale = self._measure(optimizer, scaler, clip, taken.scaled)
         loss_value, grad_norm = float(loss.detach()), float(norm)
@@ -301,7 +278,7 @@ class NumericsGuard:
             taken.ready.synchronize()
         return self._finish(taken, located=True)
 
-    def _finish(self, taken: _Taken, located: bool = False) -> StepCheck:
+    def _finish(self, taken: Taken, located: bool = False) -> StepCheck:
         """The step's check from its values: counted, located (unless it was), logged, the policy applied."""
         loss, grad_norm, scale = taken.read()
         kind = nonfinite_kind(math.isfinite(loss), math.isfinite(grad_norm), taken.scaled)
@@ -313,88 +290,43 @@ class NumericsGuard:
         if kind in ("loss", "grad"):
             self._log(taken, kind, loss, grad_norm, scale, stepped)
         if kind is not None:
-            log.warning("step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)", taken.step,
-                        loss, grad_norm, kind, "taken" if stepped else "skipped", self.skipped)
+            log.warning(
+                "step %d: loss %s, grad norm %s: not finite (%s); step %s (%d skipped so far)",
+                taken.step,
+                loss,
+                grad_norm,
+                kind,
+                "taken" if stepped else "skipped",
+                self.skipped,
+            )
         if "summary" in taken.extra:
             self.traces.write(taken.step, scale, taken.extra["summary"])
         rollbacks = self.rollbacks
-        action = self._act(kind in ("loss", "grad"), taken.step)
+        action = self.policy.act(kind in ("loss", "grad"), taken.step)
+        if action == "rollback":
+            self.located = None  # a new failure after the rollback is located again
         if action == "step" and not stepped:
             action = "skip"
         check = StepCheck(loss, grad_norm, scale, kind, action, self.skipped, rollbacks, stepped, taken.step)
         if action == "halt":
-            raise self._halt(check)
+            raise NonFiniteHalt(self.policy.halt_message(self.located, check.step, check.loss, check.grad_norm), check)
         return check
 
-    def _act(self, found: bool, step: int) -> str:
-        """The policy's action at this step. Alone, for this step's own finding. With other ranks, for the
-        previous step's findings of every rank: each rank sends its finding without waiting, and reads the
-        others' one step later, when they are long in; so every rank acts alike, one step late, and no
-        step waits on an agreement."""
-        if self.group is None or not self.agree:
-            return self._policy() if found else "step"
-        if self.policy == "skip":  # nothing to do alike: the step itself was decided alike
-            return "step"
-        import torch.distributed as tdist
-
-        found_before = False
-        if self._sent is not None:
-            flag, work = self._sent
-            waits = not work.is_completed()
-            if waits:
-                announce("sync", step)
-            work.wait()  # also when complete: it hands the result over (and any error)
-            if waits:
-                announce("optimizer", step)
-            found_before = bool(flag.item())
-        action = self._policy() if found_before else "step"
-        self._sent = None
-        if action == "step":  # after a rollback or a halt, the steps before it are void
-            flag = torch.tensor([int(found)], dtype=torch.int32)
-            self._sent = flag, tdist.all_reduce(flag, op=tdist.ReduceOp.MAX, group=self.group, async_op=True)
-        return action
-
-    def _policy(self) -> str:
-        if self.policy == "rollback" and self.rollbacks < self.max_rollbacks:
-            self.rollbacks += 1
-            self.located = None  # a new failure after the rollback is located again
-            return "rollback"
-        return "step" if self.policy == "skip" else "halt"  # skip: the non-finite step was skipped; go on
-
-    def _halt(self, check: StepCheck) -> NonFiniteHalt:
-        """The halt, said alike on every rank: where the rank that located the step found it (ranks that
-        agree on finiteness halt at the same step, so they can share it); rank 0 writes ``halt.json``."""
-        m = self.located or {}
-        if self.group is not None and self.agree:
-            found: list = [None] * self.world_size
-            torch.distributed.all_gather_object(found, m, group=self.group)
-            m = next((x for x in found if x.get("module")), next((x for x in found if x), {}))
-        why = f"{self.rollbacks} rollbacks used up" if self.policy == "rollback" else "policy halt"
-        at = f" after step {m['step']}" if m.get("step") not in (None, check.step) else ""
-        msg = (f"halted at step {check.step}{at} ({why}): loss {m.get('loss', check.loss)}, grad norm "
-               f"{m.get('grad_norm', check.grad_norm)}; rank {m.get('rank', '?')}: first non-finite value in "
-               f"{m.get('where', '?')}"
-               + (f"; not finite: {ids_text(m['utterances'])}" if m.get("utterances") else "")
-               + (f"; cause: {m['cause']['text']}" if m.get("cause") else "")
-               + f"; weights and batch in {m.get('saved', '-')}")
-        if self.rank == 0:
-            path = layout.halt(self.exp)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"message": msg, "rollbacks": self.rollbacks, **m}, indent=2, default=str))
-        log.error("%s", msg)
-        return NonFiniteHalt(msg, check)
-
-    def _utterances(self, taken: _Taken, kind: str, scale: float) -> tuple[list | None, str | None]:
+    def _utterances(self, taken: Taken, kind: str, scale: float) -> tuple[list | None, str | None]:
         """Which of the step's utterances were not finite, and how that was found (None, None: not told)."""
         if "utterances" not in taken.extra:
             bad, how = from_losses(taken.micro), "the loop's per-utterance losses"
-            if (bad is None or (not bad and kind == "grad")) and takes_batch(taken.replay) \
-                    and self._by_utterance < REPLAY_STEPS:
+            if (
+                (bad is None or (not bad and kind == "grad"))
+                and takes_batch(taken.replay)
+                and self._by_utterance < REPLAY_STEPS
+            ):
                 self._by_utterance += 1
                 dtype, self._dtype, self.replaying = self._dtype, taken.dtype, taken.step
                 try:
-                    found = alone(taken.replay, taken.micro, kind == "grad", scale, self.model, self.autocast,
-                                  self._device)
+                    found = alone(
+                        taken.replay, taken.micro, kind == "grad", scale, self.model, self.autocast, self._device
+                    )
                 finally:
                     self._dtype, self.replaying = dtype, None
                 if found is not None:
@@ -402,16 +334,26 @@ class NumericsGuard:
             taken.extra["utterances"] = (bad, how if bad is not None else None)
         return taken.extra["utterances"]
 
-    def _log(self, taken: _Taken, kind: str, loss: float, grad_norm: float, scale: float, stepped: bool) -> None:
+    def _log(self, taken: Taken, kind: str, loss: float, grad_norm: float, scale: float, stepped: bool) -> None:
         """The step's line in ``EXP/nonfinite/rank{R}.jsonl``: every non-finite step, with its utterances."""
         bad, how = self._utterances(taken, kind, scale)
         located = self.located if (self.located or {}).get("step") == taken.step else {}
-        self.log.write({"step": taken.step, "kind": kind, "loss": loss if math.isfinite(loss) else str(loss),
-                        "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm),
-                        "stepped": stepped, "micro_batches": max(1, len(taken.micro)), "keys": taken.ids,
-                        "utterances": bad, "found_by": how, "bundle": located.get("saved")})
+        self.log.write(
+            {
+                "step": taken.step,
+                "kind": kind,
+                "loss": loss if math.isfinite(loss) else str(loss),
+                "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm),
+                "stepped": stepped,
+                "micro_batches": max(1, len(taken.micro)),
+                "keys": taken.ids,
+                "utterances": bad,
+                "found_by": how,
+                "bundle": located.get("saved"),
+            }
+        )
 
-    def _locate(self, taken: _Taken, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
+    def _locate(self, taken: Taken, kind: str, loss: float, grad_norm: float, scale: float) -> dict:
         """Run the step again with every module recorded (no optimizer step, gradients not kept) and save it."""
         first = summary = None
         inputs, rng, replay = taken.batch, taken.rng, taken.replay
@@ -451,44 +393,66 @@ class NumericsGuard:
             set_rng_state(saved, self._device)
             self._dtype, self.replaying = dtype, None
         keys = (find_keys(inputs) if inputs is not taken.batch else None) or ids
-        cause = (classify(first, taken.dtype, fp32_finite, ctc_problems(calls, keys), loss_finite=kind != "loss")
-                 if replay is not None else None)
+        cause = (
+            classify(first, taken.dtype, fp32_finite, ctc_problems(calls, keys), loss_finite=kind != "loss")
+            if replay is not None
+            else None
+        )
         bad, how = self._utterances(taken, kind, scale)
-        meta = {"step": taken.step, "rank": self.rank, "kind": kind, "loss": loss, "grad_norm": grad_norm,
-                "loss_scale": scale, "where": describe(first) or ("nowhere in the replay (not reproduced)" if replay is not None
-                                                                 else "not located (no replay= given)"),
-                "module": first["module"] if first else None, "direction": first["direction"] if first else None,
-                "keys": keys, "tightest": tightest(summary, 5) if summary else [], "cause": cause,
-                "utterances": bad, "found_by": how, "micro_batch": index, "micro_batches": max(1, len(taken.micro)),
-                **{k: v() if callable(v) else v for k, v in self.meta.items()}}
+        meta = {
+            "step": taken.step,
+            "rank": self.rank,
+            "kind": kind,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "loss_scale": scale,
+            "where": describe(first)
+            or ("nowhere in the replay (not reproduced)" if replay is not None else "not located (no replay= given)"),
+            "module": first["module"] if first else None,
+            "direction": first["direction"] if first else None,
+            "keys": keys,
+            "tightest": tightest(summary, 5) if summary else [],
+            "cause": cause,
+            "utterances": bad,
+            "found_by": how,
+            "micro_batch": index,
+            "micro_batches": max(1, len(taken.micro)),
+            **{k: v() if callable(v) else v for k, v in self.meta.items()},
+        }
         inputs = {**tensors_of(inputs), "keys": keys}
-        path = save_bundle(layout.nonfinite_dir(self.exp) / f"step{taken.step:08d}-rank{self.rank}", self.model,
-                           inputs, meta, rng=rng)
+        path = save_bundle(
+            layout.nonfinite_dir(self.exp) / f"step{taken.step:08d}-rank{self.rank}", self.model, inputs, meta, rng=rng
+        )
         meta["saved"] = str(path)
-        log.warning("step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; %s; saved in %s",
-                    taken.step, self.rank, meta["where"], cause["text"] if cause else "not replayed", ids_text(keys),
-                    f"not finite: {ids_text(bad) or 'none of its utterances'} ({how})" if bad is not None
-                    else "which utterance: not told", path)
+        log.warning(
+            "step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; %s; saved in %s",
+            taken.step,
+            self.rank,
+            meta["where"],
+            cause["text"] if cause else "not replayed",
+            ids_text(keys),
+            f"not finite: {ids_text(bad) or 'none of its utterances'} ({how})"
+            if bad is not None
+            else "which utterance: not told",
+            path,
+        )
         return meta
 
     def close(self) -> None:
         """The agreement under way waited for and the process group let go (see
         :func:`asrlab.lab.dist.teardown`); the traces closed."""
-        if self._sent is not None:
-            dist.settle(self._sent[1])
-            self._sent = None
-        self.group = None
+        self.policy.close()
         if self.traces is not None:
             self.traces.close()
 
 
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The gradients' L2 norm in one fused pass (without get_total_norm's per-tensor grouping); torch's
-    own where they lie on several devices."""
-    try:
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    except RuntimeError:
-        return torch.nn.utils.get_total_norm(grads)
-
-
-__all__ = ["HALT_EXIT", "NonFiniteHalt", "NumericsGuard", "POLICIES", "StepCheck", "nonfinite_kind", "rng_state", "set_rng_state"]
+__all__ = [
+    "HALT_EXIT",
+    "NonFiniteHalt",
+    "NumericsGuard",
+    "POLICIES",
+    "StepCheck",
+    "nonfinite_kind",
+    "rng_state",
+    "set_rng_state",
+]

@@ -36,7 +36,7 @@ from ..precision import cpu_fp16_kernels
 from ..metrics import read_metrics
 
 FP16_MAX = 65504.0
-FP16_TINY = 2.0 ** -14       # fp16's smallest normal number
+FP16_TINY = 2.0**-14  # fp16's smallest normal number
 STATS = ("max_abs", "rms", "nonfinite", "tiny")
 
 
@@ -58,8 +58,17 @@ def raw_stats(x: torch.Tensor, sample: int | None = None) -> tuple:
             s = s[:: -(-n // sample)]  # at most sample values, spread over all of x
         return lo, hi, norm, n, s.to(torch.float32, copy=True)
     a = s.abs()
-    return lo, hi, norm, n, (torch.count_nonzero(a < math.inf),  # False for nan too; isfinite is several ops
-                             torch.count_nonzero((a < FP16_TINY) & (a > 0)), max(1, s.numel()))
+    return (
+        lo,
+        hi,
+        norm,
+        n,
+        (
+            torch.count_nonzero(a < math.inf),  # False for nan too; isfinite is several ops
+            torch.count_nonzero((a < FP16_TINY) & (a > 0)),
+            max(1, s.numel()),
+        ),
+    )
 
 
 def stats_of(raws: list[tuple]) -> torch.Tensor:
@@ -133,28 +142,41 @@ class Diagnostics:
     def __init__(self, model: nn.Module, every: int = 0, sample: int | None = 1024):
         self.every, self.sample = every, sample
         self.active = False
-        self.records: list[tuple[str, str, tuple]] = []   # (module, "forward"/"backward", raw_stats) in call order
+        self.records: list[tuple[str, str, tuple]] = []  # (module, "forward"/"backward", raw_stats) in call order
         self._seen: dict[tuple, torch.Tensor] = {}  # forward outputs recorded (kept alive so addresses stay unique)
-        self._calls: list[tuple[str, bool]] = []   # exact mode: the module calls under way, inputs finite?
-        self._origin: tuple[str, str] | None = None  # exact mode: (module, first seen at) of the first non-finite output
+        self._calls: list[tuple[str, bool]] = []  # exact mode: the module calls under way, inputs finite?
+        self._origin: tuple[str, str] | None = (
+            None  # exact mode: (module, first seen at) of the first non-finite output
+        )
         self.model = model
 
     def _pre_hook(self, name: str):
         """Backward: the gradient this module sends to its input (its own contribution, through a
         fresh view of the input), so the module that first produces a non-finite gradient is named."""
+
         def pre_hook(module, args):
             if not self.active:
                 return None
             if self.sample is None:  # exact mode (locating): one device sync per module, fine on a bad step
-                self._calls.append((name, all(bool(torch.isfinite(a).all()) for a in args
-                                              if torch.is_tensor(a) and a.is_floating_point())))
+                self._calls.append(
+                    (
+                        name,
+                        all(
+                            bool(torch.isfinite(a).all()) for a in args if torch.is_tensor(a) and a.is_floating_point()
+                        ),
+                    )
+                )
             for i, a in enumerate(args):
                 if torch.is_tensor(a) and a.is_floating_point() and a.requires_grad:
                     v = a.view_as(a)
-                    v.register_hook(lambda g: self.records.append((name, "backward", raw_stats(g, self.sample)))
-                                    if self.active else None)
-                    return (*args[:i], v, *args[i + 1:])
+                    v.register_hook(
+                        lambda g: (
+                            self.records.append((name, "backward", raw_stats(g, self.sample))) if self.active else None
+                        )
+                    )
+                    return (*args[:i], v, *args[i + 1 :])
             return None
+
         return pre_hook
 
     def _hook(self, name: str):
@@ -170,6 +192,7 @@ class Diagnostics:
             if self.sample is None or key not in self._seen:
                 self._seen[key] = x
                 self.records.append((name, "forward", raw_stats(x, self.sample)))
+
         return forward_hook
 
     def _place(self, name: str, x) -> None:
@@ -276,8 +299,10 @@ class TraceWriter:
         self.f = JsonLines(layout.diagnostics_dir(exp) / f"rank{rank}.jsonl")
 
     def write(self, step: int, loss_scale: float, summary: dict) -> None:
-        clean = {d: {m: [v if math.isfinite(v) else str(v) for v in vals] for m, vals in mods.items()}
-                 for d, mods in summary.items()}
+        clean = {
+            d: {m: [v if math.isfinite(v) else str(v) for v in vals] for m, vals in mods.items()}
+            for d, mods in summary.items()
+        }
         self.f.write({"step": step, "loss_scale": loss_scale, **clean})
 
     def close(self) -> None:
@@ -306,11 +331,11 @@ def headroom_traces(traces: list[dict], k: int = 5, direction: str = "forward") 
             if math.isfinite(v[0]):
                 worst[m] = min(worst.get(m, math.inf), headroom(v[0]))
     names = sorted(worst, key=worst.get)[:k]
-    return {m: [(rec["step"], headroom(rec[direction][m][0])) for rec in traces if m in rec[direction]]
-            for m in names}
+    return {m: [(rec["step"], headroom(rec[direction][m][0])) for rec in traces if m in rec[direction]] for m in names}
 
 
 # -- the step that went wrong: save it, replay it ------------------------------------------------
+
 
 def save_bundle(path: Path, model: nn.Module, inputs: dict, meta: dict, rng: dict | None = None) -> Path:
     """Save what is needed to run a step again: model weights (before the step), its inputs, and ``meta``.
@@ -368,8 +393,9 @@ def locate(model: nn.Module, step_fn, diag: Diagnostics | None = None) -> tuple[
         diag.sample = sample
 
 
-def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32", "bf16", "fp16"),
-                device="cpu") -> list[dict]:
+def replay_step(
+    path: str | Path, model: nn.Module, loss_fn, precisions=("fp32", "bf16", "fp16"), device="cpu"
+) -> list[dict]:
     """Run a step saved by :func:`save_bundle` again in each precision, with ``model`` (weights loaded
     from the bundle) and ``loss_fn(model, inputs) -> loss`` (the loop's own forward and loss): loss,
     gradient norm and the first non-finite value per precision. fp16 runs with the loss scale the
@@ -388,8 +414,9 @@ def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32",
         def step():
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 loss = loss_fn(model, inputs)
-            grads = torch.autograd.grad(loss.float() * scale, [p for p in model.parameters() if p.requires_grad],
-                                        allow_unused=True)
+            grads = torch.autograd.grad(
+                loss.float() * scale, [p for p in model.parameters() if p.requires_grad], allow_unused=True
+            )
             norm = torch.nn.utils.get_total_norm([g for g in grads if g is not None]) / scale
             result.update(loss=float(loss.detach()), grad_norm=float(norm))
 
@@ -397,11 +424,17 @@ def replay_step(path: str | Path, model: nn.Module, loss_fn, precisions=("fp32",
         with cpu_fp16_kernels(device, dtype):
             first, summary = locate(model, step)
         tight = tightest(summary, 1)
-        rows.append({"precision": name, "loss": result["loss"], "grad_norm": result["grad_norm"],
-                     "finite": first is None and math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"]),
-                     "first_nonfinite": describe(first),
-                     "tightest_module": tight[0][0] if tight else "", "max_abs": summary["forward"].get(
-                         tight[0][0], [math.nan])[0] if tight else math.nan})
+        rows.append(
+            {
+                "precision": name,
+                "loss": result["loss"],
+                "grad_norm": result["grad_norm"],
+                "finite": first is None and math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"]),
+                "first_nonfinite": describe(first),
+                "tightest_module": tight[0][0] if tight else "",
+                "max_abs": summary["forward"].get(tight[0][0], [math.nan])[0] if tight else math.nan,
+            }
+        )
     return rows
 
 
@@ -417,11 +450,33 @@ def outcome(exp: str | Path, last: int = 10) -> dict:
         reports = sorted(Path(exp).glob(f"nonfinite/step{bad[0]['step']:08d}-rank*/report.json"))
         where = json.loads(reports[0].read_text())["where"] if reports else ""
     step_s = sorted(r["step_s"] for r in m[1:]) or [math.nan]
-    return {"steps": len(m), "final_loss": sum(tail) / len(tail) if finite and tail else None, "finite": finite,
-            "skipped": m[-1]["skipped"] if m else 0, "first_nonfinite_step": bad[0]["step"] if bad else None,
-            "where": where, "step_s": step_s[len(step_s) // 2]}
+    return {
+        "steps": len(m),
+        "final_loss": sum(tail) / len(tail) if finite and tail else None,
+        "finite": finite,
+        "skipped": m[-1]["skipped"] if m else 0,
+        "first_nonfinite_step": bad[0]["step"] if bad else None,
+        "where": where,
+        "step_s": step_s[len(step_s) // 2],
+    }
 
 
-__all__ = ["FP16_MAX", "FP16_TINY", "Diagnostics", "TraceWriter", "describe", "first_nonfinite_step", "headroom",
-           "headroom_traces", "load_bundle", "locate", "outcome", "read_traces", "replay_step", "save_bundle", "tensor_stats",
-           "tightest", "tightest_at"]
+__all__ = [
+    "FP16_MAX",
+    "FP16_TINY",
+    "Diagnostics",
+    "TraceWriter",
+    "describe",
+    "first_nonfinite_step",
+    "headroom",
+    "headroom_traces",
+    "load_bundle",
+    "locate",
+    "outcome",
+    "read_traces",
+    "replay_step",
+    "save_bundle",
+    "tensor_stats",
+    "tightest",
+    "tightest_at",
+]

@@ -24,14 +24,15 @@ from typing import Callable
 
 import torch
 
-REPLAY_MAX = 64     # utterances in a micro-batch replayed one at a time, at most
-REPLAY_STEPS = 10   # non-finite steps of a rank replayed per utterance; later ones are named by batch only
+REPLAY_MAX = 64  # utterances in a micro-batch replayed one at a time, at most
+REPLAY_STEPS = 10  # non-finite steps of a rank replayed per utterance; later ones are named by batch only
 
 
 @dataclass
 class Micro:
     """One micro-batch of a step: the batch, its utterance ids, the RNG state its forward started from,
     and its losses per utterance where the loop gave them."""
+
     batch: object
     ids: list
     rng: dict | None
@@ -79,11 +80,12 @@ def replay_parts(replay, micro: list[Micro]) -> list[tuple[Callable, Micro | Non
 def cut(batch, j: int, n: int):
     """Utterance ``j`` of a batch of ``n``: every tensor, list or tuple in it whose first dimension is ``n`` cut
     to ``[j:j+1]``, the rest as it is; None for a batch that cannot be cut."""
+
     def one(v):
         if torch.is_tensor(v):
-            return v[j:j + 1] if v.dim() and v.shape[0] == n else v
+            return v[j : j + 1] if v.dim() and v.shape[0] == n else v
         if isinstance(v, (list, tuple)) and len(v) == n:
-            return list(v[j:j + 1])
+            return list(v[j : j + 1])
         return v
 
     if torch.is_tensor(batch):
@@ -121,8 +123,9 @@ def one_by_one(replay: Callable, micro: list[Micro], backward: bool, run_one: Ca
     return bad
 
 
-def alone(replay: Callable, micro: list[Micro], backward: bool, scale: float, model, autocast: Callable,
-          device: torch.device) -> list[str] | None:
+def alone(
+    replay: Callable, micro: list[Micro], backward: bool, scale: float, model, autocast: Callable, device: torch.device
+) -> list[str] | None:
     """:func:`one_by_one` through ``replay`` (a function of the batch) under ``autocast()``: the loss alone
     (no gradients) when the step's loss was not finite, forward and backward when its gradients were not;
     the RNG state left as it was."""
@@ -132,7 +135,7 @@ def alone(replay: Callable, micro: list[Micro], backward: bool, scale: float, mo
     def run_one(fn, rng, backward: bool) -> bool:
         if rng is not None:  # the micro-batch's: dropout draws alike where it can
             set_rng_state(rng, device)
-        with autocast(), (contextlib.nullcontext() if backward else torch.no_grad()):
+        with autocast(), contextlib.nullcontext() if backward else torch.no_grad():
             out = fn()
         loss = (out[0] if isinstance(out, tuple) else out).float()
         if not bool(torch.isfinite(loss).all()):
@@ -164,5 +167,18 @@ def ids_text(keys: list[str], first: int = 3) -> str:
     return ", ".join(keys[:first]) + (f" (+{len(keys) - first} more)" if len(keys) > first else "")
 
 
-__all__ = ["Micro", "REPLAY_MAX", "REPLAY_STEPS", "alone", "cut", "from_losses", "ids_text", "one_by_one",
-           "replay_parts", "rng_state", "set_rng_state", "takes_batch", "tensors_of"]
+__all__ = [
+    "Micro",
+    "REPLAY_MAX",
+    "REPLAY_STEPS",
+    "alone",
+    "cut",
+    "from_losses",
+    "ids_text",
+    "one_by_one",
+    "replay_parts",
+    "rng_state",
+    "set_rng_state",
+    "takes_batch",
+    "tensors_of",
+]

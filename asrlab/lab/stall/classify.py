@@ -21,11 +21,35 @@ import traceback
 
 Frame = tuple[str, int, str]  # (file, line, function), as py-spy, faulthandler and sys._current_frames give them
 
-COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
-               "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "wait"}
-DDP_COLLECTIVES = {"_pre_forward", "_rebuild_buckets", "_sync_buffers", "_sync_module_states", "_check_global_requires_backward_grad_sync",
-                   "_match_all_reduce_for_bwd_pass", "_distributed_broadcast_coalesced"}
+COLLECTIVES = {
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "wait",
+}
+DDP_COLLECTIVES = {
+    "_pre_forward",
+    "_rebuild_buckets",
+    "_sync_buffers",
+    "_sync_module_states",
+    "_check_global_requires_backward_grad_sync",
+    "_match_all_reduce_for_bwd_pass",
+    "_distributed_broadcast_coalesced",
+}
 START = {"init_process_group", "_create_c10d_store", "rendezvous", "_new_process_group_helper"}
 
 
@@ -44,23 +68,41 @@ _PACKAGE = tuple({os.path.join(_HERE, ""), os.path.join(os.path.realpath(_HERE),
 def own_code(file: str) -> bool:
     """A file of the job itself, not of Python, an installed package or asrlab."""
     f = file.replace("\\", "/")
-    return not (f.startswith("<") or "/site-packages/" in f or "/dist-packages/" in f or "/lib/python3" in f
-                or f.startswith(_PACKAGE))
+    return not (
+        f.startswith("<")
+        or "/site-packages/" in f
+        or "/dist-packages/" in f
+        or "/lib/python3" in f
+        or f.startswith(_PACKAGE)
+    )
 
 
 def phase_of(frames: list[Frame]) -> str:
     """The phase of a rank's main-thread stack (outermost first)."""
     for file, _, fn in reversed(frames):
         if _is(file, "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py") and (
-                fn in COLLECTIVES or fn in START):
+            fn in COLLECTIVES or fn in START
+        ):
             return "start" if fn in START else "collective"
         if _is(file, "torch/nn/parallel/distributed.py") and fn in DDP_COLLECTIVES:
             return "collective"  # DDP's own collectives around the forward (its buckets, its buffers)
-        if _is(file, "torch/utils/data/dataloader.py") and fn in ("__next__", "_next_data", "_get_data",
-                                                                    "_try_get_data", "__iter__", "_get_iterator"):
+        if _is(file, "torch/utils/data/dataloader.py") and fn in (
+            "__next__",
+            "_next_data",
+            "_get_data",
+            "_try_get_data",
+            "__iter__",
+            "_get_iterator",
+        ):
             return "data"
-        if _is(file, "torch/optim/", "torch/amp/grad_scaler.py") and fn in ("step", "_step", "wrapper",
-                                                                           "_use_grad", "unscale_", "_fused_adamw"):
+        if _is(file, "torch/optim/", "torch/amp/grad_scaler.py") and fn in (
+            "step",
+            "_step",
+            "wrapper",
+            "_use_grad",
+            "unscale_",
+            "_fused_adamw",
+        ):
             return "optimizer"
         if _is(file, "torch/autograd/", "torch/_tensor.py") and fn in ("backward", "_engine_run_backward", "grad"):
             return "backward"
@@ -121,7 +163,7 @@ def own_tail(lines: list[str], least: int = 12) -> list[str]:
     start = len(lines) - least
     if mine:
         start = min(start, mine[-1])
-    return lines[max(0, start):]
+    return lines[max(0, start) :]
 
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
@@ -179,7 +221,9 @@ def _functions(file: str) -> tuple:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
             continue
         own = list(_own_nodes(fn))
-        loops = tuple((n.lineno, n.end_lineno, _counter(n)) for n in own if isinstance(n, (ast.For, ast.AsyncFor, ast.While)))
+        loops = tuple(
+            (n.lineno, n.end_lineno, _counter(n)) for n in own if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+        )
         name = "<module>" if isinstance(fn, ast.Module) else fn.name
         first, last = (1, 10**9) if isinstance(fn, ast.Module) else (fn.lineno, fn.end_lineno)
         out.append((name, first, last, any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own), loops))
@@ -200,15 +244,29 @@ def _own_nodes(fn: ast.AST):
 def _counter(loop: ast.AST) -> tuple | None:
     """How a loop counts its steps: ``("index", name, start)`` for ``for i, x in enumerate(..., start)``;
     ``("count", name, line)`` for a ``name += 1`` in its body (at ``line``); else None."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
-            isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate" and \
-            isinstance(loop.target, ast.Tuple) and loop.target.elts and isinstance(loop.target.elts[0], ast.Name):
-        start = loop.iter.args[1] if len(loop.iter.args) > 1 else next(
-            (k.value for k in loop.iter.keywords if k.arg == "start"), None)
+    if (
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and isinstance(loop.iter, ast.Call)
+        and isinstance(loop.iter.func, ast.Name)
+        and loop.iter.func.id == "enumerate"
+        and isinstance(loop.target, ast.Tuple)
+        and loop.target.elts
+        and isinstance(loop.target.elts[0], ast.Name)
+    ):
+        start = (
+            loop.iter.args[1]
+            if len(loop.iter.args) > 1
+            else next((k.value for k in loop.iter.keywords if k.arg == "start"), None)
+        )
         return ("index", loop.target.elts[0].id, start.value if isinstance(start, ast.Constant) else 0)
     for n in ast.walk(loop):
-        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and \
-                isinstance(n.value, ast.Constant) and n.value.value == 1:
+        if (
+            isinstance(n, ast.AugAssign)
+            and isinstance(n.op, ast.Add)
+            and isinstance(n.target, ast.Name)
+            and isinstance(n.value, ast.Constant)
+            and n.value.value == 1
+        ):
             return ("count", n.target.id, n.lineno)
     return None
 
@@ -264,5 +322,22 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
-__all__ = ["COLLECTIVES", "Frame", "Loop", "held_phase", "loop_frame", "loop_of", "own_code", "own_frame", "own_stack",
-           "own_tail", "parse_faulthandler", "phase_of", "step_of", "where", "worker_busy", "worker_lines", "worker_own"]
+__all__ = [
+    "COLLECTIVES",
+    "Frame",
+    "Loop",
+    "held_phase",
+    "loop_frame",
+    "loop_of",
+    "own_code",
+    "own_frame",
+    "own_stack",
+    "own_tail",
+    "parse_faulthandler",
+    "phase_of",
+    "step_of",
+    "where",
+    "worker_busy",
+    "worker_lines",
+    "worker_own",
+]

@@ -23,8 +23,14 @@ from . import relay
 from .heartbeat import PHASES, run_id
 
 
-def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = None, run: str | None = None,
-                      phase: str | None = None, step: int | None = None) -> Path:
+def record_rank_error(
+    exp: str | Path,
+    error: BaseException,
+    rank: int | None = None,
+    run: str | None = None,
+    phase: str | None = None,
+    step: int | None = None,
+) -> Path:
     """Write this rank's error to ``EXP/errors/rank{R}.json`` (when, what, where, the traceback). Across
     nodes, an error that says a peer went away also names the ranks that did (:func:`.relay.lost_peers`).
     ``run`` is this launch's id by default (:func:`.heartbeat.run_id`; a torch elastic restart is another
@@ -35,10 +41,21 @@ def record_rank_error(exp: str | Path, error: BaseException, rank: int | None = 
     run = run_id() if run is None else run
     path = errors_dir(exp) / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"rank": rank, "time": time.time(), "type": type(error).__name__, "message": str(error),
-              "usage": isinstance(error, (UsageError, FileNotFoundError)), "run": run, "phase": phase, "step": step,
-              "traceback": "".join(traceback.format_exception(error)), "pid": os.getpid(), "host": socket.gethostname(),
-              **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {})}
+    record = {
+        "rank": rank,
+        "time": time.time(),
+        "type": type(error).__name__,
+        "message": str(error),
+        "usage": isinstance(error, (UsageError, FileNotFoundError)),
+        "run": run,
+        "phase": phase,
+        "step": step,
+        "traceback": "".join(traceback.format_exception(error)),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        **({"node": relay.node_rank(), "host": socket.gethostname()} if relay.across_nodes() else {}),
+    }
+
     def write() -> None:
         atomic_write(path, json.dumps(record))  # whole or absent: another rank polls this folder
         relay.flush()  # and to the other nodes, where they do not share this folder
@@ -60,8 +77,12 @@ def write_torchelastic_error(record: dict) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):  # the loop's own @record, or an earlier error, stays
         return
-    data = {"message": {"message": f"{record['type']}: {record['message']}",
-                        "extraInfo": {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}}}
+    data = {
+        "message": {
+            "message": f"{record['type']}: {record['message']}",
+            "extraInfo": {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))},
+        }
+    }
     try:
         atomic_write(Path(path), json.dumps(data))
     except OSError:
@@ -102,8 +123,11 @@ def first_rank_error(exp: str | Path, since: float = 0.0, run: str | None = None
 
 def error_line(e: dict) -> str:
     """``rank 1 failed at step 7 (in the forward pass): ValueError: bad frame``."""
-    where = (f" at step {e['step']} ({PHASES.get(e['phase'], e['phase'])})"
-             if e.get("phase") and e.get("step") is not None else "")
+    where = (
+        f" at step {e['step']} ({PHASES.get(e['phase'], e['phase'])})"
+        if e.get("phase") and e.get("step") is not None
+        else ""
+    )
     lines = [line for line in e["message"].splitlines() if line.strip()]
     said = f"{e['type']}: {lines[0] if lines else ''}"
     if len(lines) > 1 and lines[0].startswith("Caught "):  # a DataLoader worker's error: its own last line
@@ -113,24 +137,43 @@ def error_line(e: dict) -> str:
     if isinstance(lost, str):
         return f"{lost}; rank {e['rank']}{node} then failed{where}: {said}"
     if lost:
-        gone = ", ".join(f"rank {b['rank']}" + (f" on node {b.get('node')} ({b.get('host')})" if "node" in b else "")
-                         for b in lost)
+        gone = ", ".join(
+            f"rank {b['rank']}" + (f" on node {b.get('node')} ({b.get('host')})" if "node" in b else "") for b in lost
+        )
         last = lost[0]
-        seen = f", last seen {PHASES.get(last['phase'], last['phase'])} of step {last.get('step')}" if last.get("phase") else ""
-        return f"{gone} stopped responding (process or node gone{seen}); rank {e['rank']}{node} then failed{where}: {said}"
+        seen = (
+            f", last seen {PHASES.get(last['phase'], last['phase'])} of step {last.get('step')}"
+            if last.get("phase")
+            else ""
+        )
+        return (
+            f"{gone} stopped responding (process or node gone{seen}); rank {e['rank']}{node} then failed{where}: {said}"
+        )
     return f"rank {e['rank']}{node} failed{where}: {said}"
 
 
 def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
     """The first rank's error, said once: one line for a usage error, the traceback for anything else."""
     others = [r for r in ranks if r != first["rank"]]
-    tail = (f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in "
-            f"{errors_dir(exp)}/)" if others else "")
+    tail = (
+        f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in {errors_dir(exp)}/)"
+        if others
+        else ""
+    )
     if first["usage"]:
         return f"asrlab: error: rank {first['rank']}: {first['message']}{tail}"
     said = f"rank {first['rank']} failed first{tail}:\n{first['traceback'].rstrip()}"
     return f"{said}\nLOST: {error_line(first)}" if first.get("lost") else said  # the cause, last
 
 
-__all__ = ["ENDED", "ended_from_outside", "error_line", "errors_dir", "first_rank_error", "format_rank_error", "rank_errors", "record_rank_error",
-           "write_torchelastic_error"]
+__all__ = [
+    "ENDED",
+    "ended_from_outside",
+    "error_line",
+    "errors_dir",
+    "first_rank_error",
+    "format_rank_error",
+    "rank_errors",
+    "record_rank_error",
+    "write_torchelastic_error",
+]

@@ -37,15 +37,22 @@ def last_collectives(exp: str | Path) -> dict | None:
             continue
         group, mine = max(groups.items(), key=lambda kv: len(kv[1]))
         last = max(mine, key=lambda e: e.get("collective_seq_id") or 0)
-        ranks[int(path.stem[4:])] = {"seq": last.get("collective_seq_id"), "op": last.get("profiling_name"),
-                                     "state": last.get("state"), "group": group, "sizes": last.get("input_sizes")}
+        ranks[int(path.stem[4:])] = {
+            "seq": last.get("collective_seq_id"),
+            "op": last.get("profiling_name"),
+            "state": last.get("state"),
+            "group": group,
+            "sizes": last.get("input_sizes"),
+        }
     if not ranks:
         return None
     seqs = [r["seq"] for r in ranks.values() if r["seq"] is not None]
     behind = sorted(r for r, x in ranks.items() if seqs and x["seq"] is not None and x["seq"] < max(seqs))
     front = {r: x for r, x in ranks.items() if seqs and x["seq"] == max(seqs)}
     calls = {(x["op"], json.dumps(x["sizes"])) for x in front.values()}
-    mismatch = {"seq": max(seqs), "ops": {str(r): x["op"] for r, x in sorted(front.items())}} if len(calls) > 1 else None
+    mismatch = (
+        {"seq": max(seqs), "ops": {str(r): x["op"] for r, x in sorted(front.items())}} if len(calls) > 1 else None
+    )
     return {"ranks": {str(r): x for r, x in sorted(ranks.items())}, "behind": behind, "mismatch": mismatch}
 
 
@@ -55,12 +62,16 @@ def mismatch_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
     m = (summary or {}).get("mismatch")
     if not m:
         return None
+
     def one(r: str, op: str) -> str:
         where = (snaps.get(int(r)) or {}).get("detail")
         return f"rank {r} called {str(op).split(':')[-1]}" + (f" ({where})" if where else "")
+
     calls = ", ".join(one(r, op) for r, op in m["ops"].items())
-    return (f"ranks disagree on collective #{m['seq']}: {calls}; a collective that not every rank calls the "
-            "same way (a branch on the rank, a different tensor shape) waits forever")
+    return (
+        f"ranks disagree on collective #{m['seq']}: {calls}; a collective that not every rank calls the "
+        "same way (a branch on the rank, a different tensor shape) waits forever"
+    )
 
 
 def collectives_text(summary: dict | None) -> list[str]:

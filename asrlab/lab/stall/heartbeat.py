@@ -65,12 +65,12 @@ class Heartbeat:
     def __init__(self, rank: int, timeline: bool = False):
         self.rank = rank
         self.phase, self.step, self.since = "start", 0, time.time()
-        self.beats = 0              # grows with every phase change or tick: progress of any kind
-        self.completed = 0          # steps finished by this process (the first one has its own allowance)
-        self.describe = None        # optional callable -> str, asked only when reporting (e.g. which shard)
-        self.allow_s = 0.0          # a longer allowance for the current phase (a marked slow evaluation)
+        self.beats = 0  # grows with every phase change or tick: progress of any kind
+        self.completed = 0  # steps finished by this process (the first one has its own allowance)
+        self.describe = None  # optional callable -> str, asked only when reporting (e.g. which shard)
+        self.allow_s = 0.0  # a longer allowance for the current phase (a marked slow evaluation)
         self.phase_s: dict[str, float] = {}  # seconds spent in each phase so far (time shares, any loop)
-        self.ahead = 0              # in "data": batches a reader holds beyond the awaited one (it reads step + ahead's)
+        self.ahead = 0  # in "data": batches a reader holds beyond the awaited one (it reads step + ahead's)
         self.per_step, self.micro = 1, 0  # batches per step (gradient accumulation), and the awaited one's place in it
         self.events: list | None = [] if timeline else None
 
@@ -95,11 +95,22 @@ class Heartbeat:
                 detail = self.describe()
             except Exception as e:  # a report must never fail because of a description
                 detail = f"(no description: {e})"
-        return {"rank": self.rank, "phase": phase, "step": step, "since": since, "beats": beats,
-                "detail": detail, "completed": self.completed,
-                "ahead": (self.micro + self.ahead) // self.per_step if phase == "data" else 0,  # in steps
-                "allow_s": allow_s, "phase_s": dict(self.phase_s),
-                "pid": os.getpid(), "host": socket.gethostname(), "node": node_rank(), "time": time.time()}
+        return {
+            "rank": self.rank,
+            "phase": phase,
+            "step": step,
+            "since": since,
+            "beats": beats,
+            "detail": detail,
+            "completed": self.completed,
+            "ahead": (self.micro + self.ahead) // self.per_step if phase == "data" else 0,  # in steps
+            "allow_s": allow_s,
+            "phase_s": dict(self.phase_s),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node": node_rank(),
+            "time": time.time(),
+        }
 
     def take_events(self) -> list:
         """Phase changes since the last call (the timeline), oldest first."""
@@ -130,8 +141,9 @@ def read_heartbeats(exp: Path, rid: str | None = None) -> dict[int, dict]:
 def append_timeline(exp: Path, rank: int, events: list) -> None:
     if not events:
         return
-    append_jsonl(heartbeat_dir(exp) / f"rank{rank}.timeline.jsonl",
-                 [{"t": t, "phase": p, "step": s} for t, p, s in events])
+    append_jsonl(
+        heartbeat_dir(exp) / f"rank{rank}.timeline.jsonl", [{"t": t, "phase": p, "step": s} for t, p, s in events]
+    )
 
 
 def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
@@ -181,6 +193,7 @@ def phase_shares(timelines: dict[int, list[dict]]) -> dict[int, dict[str, float]
 
 # --------------------------------------------------------------------------- judging a heartbeat
 
+
 def process_state(pid: int | None, host: str | None, seen: float) -> str:
     """``"alive"``, ``"gone"``, or ``"unknown"`` (another host, or no pid) for the process of a heartbeat
     last written at ``seen``; a pid now held by a process started after that is someone else's."""
@@ -210,7 +223,15 @@ def rank_state(b: dict, now: float) -> dict:
         state = "alive"
     else:
         state = "frozen" if proc == "alive" else "silent"
-    return {"rank": b["rank"], "phase": b.get("phase"), "step": b.get("step"),
-            "in_phase_s": round(max(0.0, (now if state == "alive" else b.get("time", now)) - b.get("since", now)), 1),
-            "heartbeat_age_s": round(age, 1), "state": state, "detail": b.get("detail") or "",
-            "pid": b.get("pid"), "host": b.get("host"), "completed": b.get("completed")}
+    return {
+        "rank": b["rank"],
+        "phase": b.get("phase"),
+        "step": b.get("step"),
+        "in_phase_s": round(max(0.0, (now if state == "alive" else b.get("time", now)) - b.get("since", now)), 1),
+        "heartbeat_age_s": round(age, 1),
+        "state": state,
+        "detail": b.get("detail") or "",
+        "pid": b.get("pid"),
+        "host": b.get("host"),
+        "completed": b.get("completed"),
+    }

@@ -48,8 +48,13 @@ def open_store(timeout_s: float = 10.0):
     """A client of the store torchrun's rendezvous serves (MASTER_ADDR:MASTER_PORT)."""
     import torch.distributed as tdist
 
-    return tdist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    return tdist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
 
 
 class Relay(threading.Thread):
@@ -104,8 +109,9 @@ class Relay(threading.Thread):
             except Exception as e:  # the store's node gone, or a torn copy: the files stay as they were
                 if self.failing_since is None:
                     self.failing_since = time.time()
-                    log.warning("rank %d: the relay to the other nodes fails (%s); their files stay as last seen",
-                                self.rank, e)
+                    log.warning(
+                        "rank %d: the relay to the other nodes fails (%s); their files stay as last seen", self.rank, e
+                    )
 
     def stop(self, wait_s: float = 3.0) -> None:
         """Stop relaying, after a last push of this rank's files (its final heartbeat) and, for up to
@@ -174,8 +180,14 @@ def start(exp: str | Path, rank: int, world_size: int, rid: str) -> Relay | None
 
 
 # what a collective says when a peer's process or node went away (gloo, NCCL)
-PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "remote process exited",
-             "NCCL communicator was aborted", "Connection refused")
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "remote process exited",
+    "NCCL communicator was aborted",
+    "Connection refused",
+)
 
 
 def lost_peers(message: str, wait_s: float = 3.0) -> list[dict] | str | None:
@@ -220,5 +232,4 @@ def flush(relay: Relay | None = None) -> None:
         log.warning("rank %d: could not relay its last files (%s)", relay.rank, e)
 
 
-__all__ = ["OWN", "PEER_LOST", "Relay", "across_nodes", "flush", "lost_peers", "node_rank", "open_store",
-           "start"]
+__all__ = ["OWN", "PEER_LOST", "Relay", "across_nodes", "flush", "lost_peers", "node_rank", "open_store", "start"]

@@ -28,17 +28,27 @@ from .verdict import ENDED, failure_verdict, rank_line, verdict
 def thread_stacks() -> dict[str, list[str]]:
     """The Python stack of every thread of this process, innermost call last."""
     names = {t.ident: t.name for t in threading.enumerate()}
-    return {f"{names.get(ident, 'thread')} ({ident})": [line.rstrip() for line in traceback.format_stack(frame)]
-            for ident, frame in sys._current_frames().items()}
+    return {
+        f"{names.get(ident, 'thread')} ({ident})": [line.rstrip() for line in traceback.format_stack(frame)]
+        for ident, frame in sys._current_frames().items()
+    }
 
 
 def write_dump(exp: Path, snap: dict) -> Path:
     return atomic_write(stall_dir(exp) / f"rank{snap['rank']}.json", json.dumps({**snap, "stacks": thread_stacks()}))
 
 
-def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None = None,
-                 wait_s: float = 0.0, since: float = 0.0, now: float | None = None, failure: dict | None = None,
-                 collectives: dict | None = None) -> dict:
+def write_report(
+    exp: Path,
+    world_size: int,
+    timeout_s: float,
+    rid: str | None = None,
+    wait_s: float = 0.0,
+    since: float = 0.0,
+    now: float | None = None,
+    failure: dict | None = None,
+    collectives: dict | None = None,
+) -> dict:
     """Gather the ranks' dumps (waiting up to ``wait_s`` for all of them) into the report files.
 
     Only files of run ``rid`` (when given) written after ``since`` (wall clock) count. Ranks
@@ -71,8 +81,14 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
     uneven = 0 < sum(s.get("phase") in ENDED for s in snaps.values()) < len(snaps)
     if failure is None and not uneven and (disagree := mismatch_text(collectives, snaps)):
         said = f"{disagree}. {said[0].upper()}{said[1:]}"
-    report = {"verdict": said, "time": now, "timeout_s": timeout_s, "world_size": world_size, "ranks": [],
-              "failure": failure}
+    report = {
+        "verdict": said,
+        "time": now,
+        "timeout_s": timeout_s,
+        "world_size": world_size,
+        "ranks": [],
+        "failure": failure,
+    }
     for r in range(world_size):
         s = snaps.get(r)
         if s is None:
@@ -95,9 +111,11 @@ def write_report(exp: Path, world_size: int, timeout_s: float, rid: str | None =
 
 def format_report(report: dict) -> str:
     failure = report.get("failure")
-    why = (f"{error_line(failure)}. The other ranks were left waiting for it (their state and stacks below)."
-           if failure else
-           f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job.")
+    why = (
+        f"{error_line(failure)}. The other ranks were left waiting for it (their state and stacks below)."
+        if failure
+        else f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job."
+    )
     lines = [report["verdict"], "", why, ""]
     lines += [rank_line(e) for e in report["ranks"]]
     for e in report["ranks"]:
@@ -126,11 +144,20 @@ def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
     if not beats:
         return "no heartbeat: the run has not started, or this is not an experiment folder", []
     now = max(b.get("time", 0.0) for b in beats.values()) or time.time()
-    ranks = [{**{k: b.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid")},
-              "in_phase_s": round(now - b.get("since", now), 1), "stacks": None} for _, b in sorted(beats.items())]
+    ranks = [
+        {
+            **{k: b.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid")},
+            "in_phase_s": round(now - b.get("since", now), 1),
+            "stacks": None,
+        }
+        for _, b in sorted(beats.items())
+    ]
     phases = {e["phase"] for e in ranks}
-    said = ("no stall: every rank finished" if phases == {"done"} else
-            "no stall report: the watchdog did not fire (the run is going, or ended another way)")
+    said = (
+        "no stall: every rank finished"
+        if phases == {"done"}
+        else "no stall report: the watchdog did not fire (the run is going, or ended another way)"
+    )
     return said, ranks
 
 
@@ -146,5 +173,12 @@ def write_lab_status(exp: Path, update: dict) -> None:
     atomic_write(path, json.dumps(state, indent=1))
 
 
-__all__ = ["format_report", "rank_states", "stall_dir", "thread_stacks", "write_dump", "write_lab_status",
-           "write_report"]
+__all__ = [
+    "format_report",
+    "rank_states",
+    "stall_dir",
+    "thread_stacks",
+    "write_dump",
+    "write_lab_status",
+    "write_report",
+]

@@ -37,7 +37,9 @@ def _groups(snaps: list[dict]) -> list[tuple[str, int, list[dict]]]:
     groups: dict[tuple[str, int], list[dict]] = {}
     for s in snaps:
         groups.setdefault((s["phase"], s["step"]), []).append(s)
-    return sorted(((p, st, g) for (p, st), g in groups.items()), key=lambda x: (len(x[2]), min(s["since"] for s in x[2])))
+    return sorted(
+        ((p, st, g) for (p, st), g in groups.items()), key=lambda x: (len(x[2]), min(s["since"] for s in x[2]))
+    )
 
 
 def _is(group: list) -> str:
@@ -46,14 +48,19 @@ def _is(group: list) -> str:
 
 def _elsewhere(snaps: list[dict]) -> list[str]:
     """``["rank 0 is in the gradient all-reduce of step 7", ...]``: where the ranks not named first are."""
-    return [f"{ranks_text([s['rank'] for s in g])} {_is(g)} {phase_text(phase, step)}"
-            for phase, step, g in sorted(_groups(snaps), key=lambda x: min(s["rank"] for s in x[2]))]
+    return [
+        f"{ranks_text([s['rank'] for s in g])} {_is(g)} {phase_text(phase, step)}"
+        for phase, step, g in sorted(_groups(snaps), key=lambda x: min(s["rank"] for s in x[2]))
+    ]
 
 
 ENDED = ("epoch_end", "left_loop", "done")  # phases of a rank whose data ran out
 # how a rank left in a collective by one that ran out of data waits for it
-WAITS_IN = {"ddp_allreduce": "in DDP's gradient all-reduce (backward)", "allreduce": "in the gradient all-reduce",
-            "collective": "in a collective"}
+WAITS_IN = {
+    "ddp_allreduce": "in DDP's gradient all-reduce (backward)",
+    "allreduce": "in the gradient all-reduce",
+    "collective": "in a collective",
+}
 
 
 def _left_loop(ended: list[dict], rest: list[dict], nodes: bool) -> list[str]:
@@ -69,8 +76,11 @@ def _left_loop(ended: list[dict], rest: list[dict], nodes: bool) -> list[str]:
         one = len(g) == 1
         trains = f"{_who(g, nodes)} still {'trains' if one else 'train'}" + ("" if step is None else f" (step {step})")
         at = f" ({g[0]['detail']})" if phase == "collective" and g[0].get("detail") else ""
-        parts.append(f"{trains} and {'waits' if one else 'wait'} for {them} {WAITS_IN[phase]}{at}" if phase in WAITS_IN
-                     else f"{trains}, {PHASES.get(phase, phase)}")
+        parts.append(
+            f"{trains} and {'waits' if one else 'wait'} for {them} {WAITS_IN[phase]}{at}"
+            if phase in WAITS_IN
+            else f"{trains}, {PHASES.get(phase, phase)}"
+        )
     return parts
 
 
@@ -107,25 +117,35 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     if frozen:  # its watchdog thread stopped writing: the process itself is stopped, frozen or dead
         lead = frozen
         r = min(frozen, key=lambda s: s["time"])
-        first = (f"{_who(frozen, nodes)} stopped responding {int(now - r['time'])} s ago "
-                 f"(process frozen or gone; last seen {phase_text(r['phase'], r['step'])})")
+        first = (
+            f"{_who(frozen, nodes)} stopped responding {int(now - r['time'])} s ago "
+            f"(process frozen or gone; last seen {phase_text(r['phase'], r['step'])})"
+        )
     elif data:
         lead = data
         r = min(data, key=lambda s: s["since"])
         at = "" if r["step"] is None else f" at step {r['step']}"
-        notes = [f"reading step {r['step'] + r['ahead']}'s batch ahead"] if r["step"] is not None and r.get("ahead") else []
-        notes += [r["detail"]] if r.get("detail") else []  # ahead: a reader holds this step's batch, hangs on a later one
+        notes = (
+            [f"reading step {r['step'] + r['ahead']}'s batch ahead"] if r["step"] is not None and r.get("ahead") else []
+        )
+        notes += (
+            [r["detail"]] if r.get("detail") else []
+        )  # ahead: a reader holds this step's batch, hangs on a later one
         detail = f" ({'; '.join(notes)})" if notes else ""
-        first = (f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
-                 f"{waited[r['rank']]} s for data{at}{detail}")
+        first = (
+            f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
+            f"{waited[r['rank']]} s for data{at}{detail}"
+        )
     elif ended and len(ended) < len(present) and any(s["phase"] == "left_loop" for s in ended):
         parts = _left_loop(ended, [s for s in present if s not in ended], nodes)
         return "; ".join(parts + ([f"{ranks_text(missing)} never wrote a heartbeat"] if missing else []))
     elif ended and len(ended) < len(present):
         lead = ended
         r = ended[0]
-        first = (f"{_who(ended, nodes)} finished {'its' if len(ended) == 1 else 'their'} data "
-                 f"at step {r['step']} and {'waits' if len(ended) == 1 else 'wait'} at epoch end")
+        first = (
+            f"{_who(ended, nodes)} finished {'its' if len(ended) == 1 else 'their'} data "
+            f"at step {r['step']} and {'waits' if len(ended) == 1 else 'wait'} at epoch end"
+        )
     elif missing:
         lead = []
         first = f"{ranks_text(missing)} never wrote a heartbeat (not started, or frozen before its watchdog ran)"

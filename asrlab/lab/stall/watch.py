@@ -81,8 +81,15 @@ class StallWatch:
     ``WORLD_SIZE``); all ranks must share ``exp`` (a shared file system on several nodes).
     """
 
-    def __init__(self, exp: str | Path, timeout_s: float = 60.0, first_step_s: float | None = None,
-                 timeline: bool = False, exit_on_stall: bool = True, poll_s: float = 1.0):
+    def __init__(
+        self,
+        exp: str | Path,
+        timeout_s: float = 60.0,
+        first_step_s: float | None = None,
+        timeline: bool = False,
+        exit_on_stall: bool = True,
+        poll_s: float = 1.0,
+    ):
         self.exp = Path(exp)
         self.rank, self.world_size = dist.world()
         self.hb = Heartbeat(self.rank, timeline=timeline)
@@ -102,10 +109,26 @@ class StallWatch:
     def start(self) -> "StallWatch":
         self.exp.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
-            write_lab_status(self.exp, {"world_size": self.world_size, "status": "running", "started": time.time(),
-                                        "run": self.rid, "timeout_s": self.timeout_s})
-        self.watchdog = Watchdog(self.hb, self.exp, self.world_size, self.timeout_s, self.first_step_s,
-                                 poll_s=self.poll_s, exit_on_stall=self.exit_on_stall, rid=self.rid)
+            write_lab_status(
+                self.exp,
+                {
+                    "world_size": self.world_size,
+                    "status": "running",
+                    "started": time.time(),
+                    "run": self.rid,
+                    "timeout_s": self.timeout_s,
+                },
+            )
+        self.watchdog = Watchdog(
+            self.hb,
+            self.exp,
+            self.world_size,
+            self.timeout_s,
+            self.first_step_s,
+            poll_s=self.poll_s,
+            exit_on_stall=self.exit_on_stall,
+            rid=self.rid,
+        )
         self.watchdog.start()
         _WATCHED.append(self.hb)
         # a loop that never calls stop() still records its error (for the other ranks) or its end
@@ -165,8 +188,15 @@ class StallWatch:
             failure = rank_errors(self.exp, watchdog.t0, self.rid)[0]
             watchdog.flush()
             if failure["rank"] == self.rank:  # the first to fail reports, with the stacks the others dump
-                write_report(self.exp, self.world_size, self.timeout_s, self.rid,  # when their watches see
-                             wait_s=FAILURE_COLLECT_S, since=watchdog.t0, failure=failure)  # the error
+                write_report(
+                    self.exp,
+                    self.world_size,
+                    self.timeout_s,
+                    self.rid,  # when their watches see
+                    wait_s=FAILURE_COLLECT_S,
+                    since=watchdog.t0,
+                    failure=failure,
+                )  # the error
         else:
             self.hb.enter("done")
         watchdog.stop()

@@ -94,18 +94,29 @@ class ProgressClock:
         if current != self._seen:
             self._seen, self._since = current, now
         started = len(beats) == self.world_size and all(
-            s.get("completed", 0) > 0 or s["phase"] in ("epoch_end", "done") for s in beats.values())
+            s.get("completed", 0) > 0 or s["phase"] in ("epoch_end", "done") for s in beats.values()
+        )
         idle = now - self._since
-        allowance = max([self.timeout_s if started else self.first_step_s]
-                        + [s.get("allow_s") or 0.0 for s in beats.values()])  # a phase the user marked as slow
+        allowance = max(
+            [self.timeout_s if started else self.first_step_s] + [s.get("allow_s") or 0.0 for s in beats.values()]
+        )  # a phase the user marked as slow
         return idle if idle > allowance + extra_s else None
 
 
 class Watchdog(threading.Thread):
     """Watches every rank's heartbeat from this rank; see the module docstring."""
 
-    def __init__(self, hb: Heartbeat, exp: str | Path, world_size: int, timeout_s: float,
-                 first_step_s: float, poll_s: float = 1.0, exit_on_stall: bool = True, rid: str | None = None):
+    def __init__(
+        self,
+        hb: Heartbeat,
+        exp: str | Path,
+        world_size: int,
+        timeout_s: float,
+        first_step_s: float,
+        poll_s: float = 1.0,
+        exit_on_stall: bool = True,
+        rid: str | None = None,
+    ):
         super().__init__(name="asrlab-watchdog", daemon=True)
         self.hb, self.exp, self.world_size = hb, Path(exp), world_size
         self.timeout_s, self.first_step_s, self.poll_s = timeout_s, max(first_step_s, timeout_s), poll_s
@@ -115,15 +126,20 @@ class Watchdog(threading.Thread):
         self._halt = threading.Event()
         self._fh_file = None
         self.t0 = time.time()
-        for path in (layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.json",
-                     layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.timeline.jsonl", stall_dir(self.exp) / f"rank{hb.rank}.json"):
+        for path in (
+            layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.json",
+            layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.timeline.jsonl",
+            stall_dir(self.exp) / f"rank{hb.rank}.json",
+        ):
             path.unlink(missing_ok=True)
         if hb.rank == 0:
             for name in (layout.STALL_REPORT, layout.STALL_TEXT):
                 (self.exp / name).unlink(missing_ok=True)
         self._workers_file = self._arm_worker_dumps()
         self.relay: relay.Relay | None = None
-        self.peers = PeerExits(self.exp, hb.rank, world_size, self.rid) if world_size > 1 and PeerExits.available() else None
+        self.peers = (
+            PeerExits(self.exp, hb.rank, world_size, self.rid) if world_size > 1 and PeerExits.available() else None
+        )
 
     def _arm_worker_dumps(self):
         """Workers forked from now on inherit a handler that writes their stacks to ``stall/rank{R}.workers.txt``."""
@@ -171,8 +187,11 @@ class Watchdog(threading.Thread):
         if self._fh_file is None:
             stall_dir(self.exp).mkdir(parents=True, exist_ok=True)
             self._fh_file = open(stall_dir(self.exp) / f"rank{self.hb.rank}.faulthandler.txt", "w")
-        faulthandler.dump_traceback_later(4 * self.first_step_s if not self.hb.completed else 4 * self.timeout_s,
-                                          exit=self.exit_on_stall, file=self._fh_file)
+        faulthandler.dump_traceback_later(
+            4 * self.first_step_s if not self.hb.completed else 4 * self.timeout_s,
+            exit=self.exit_on_stall,
+            file=self._fh_file,
+        )
 
     def run(self) -> None:
         try:
@@ -226,20 +245,29 @@ class Watchdog(threading.Thread):
         write_dump(self.exp, {**snap, "run": self.rid})
         relay.flush(self.relay)  # to the other nodes' reports
         if failure is None:
-            log.error("rank %d: no rank made progress for %g s; writing stacks to %s",
-                      self.hb.rank, self.timeout_s, stall_dir(self.exp))
+            log.error(
+                "rank %d: no rank made progress for %g s; writing stacks to %s",
+                self.hb.rank,
+                self.timeout_s,
+                stall_dir(self.exp),
+            )
         else:
             log.error("rank %d: %s; stopping this rank", self.hb.rank, error_line(failure))
         report_path = layout.stall_report(self.exp)
         reporter = 0 if failure is None else min(r for r in range(self.world_size) if r != failure["rank"])
         if self.hb.rank == reporter:
-            report = write_report(self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S,
-                                  since=self.t0, failure=failure)
+            report = write_report(
+                self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S, since=self.t0, failure=failure
+            )
             log.error("STALL: %s (report: %s)", report["verdict"], layout.stall_text(self.exp))
             if layout.lab(self.exp).exists():  # a loop of the user's: say how it ended
                 write_lab_status(self.exp, {"status": "stalled" if failure is None else "failed", "ended": time.time()})
-            print(f"{'STALL' if failure is None else 'FAILED'}: {report['verdict']}\n"
-                  f"full report: {layout.stall_text(self.exp)}", file=sys.stderr, flush=True)
+            print(
+                f"{'STALL' if failure is None else 'FAILED'}: {report['verdict']}\n"
+                f"full report: {layout.stall_text(self.exp)}",
+                file=sys.stderr,
+                flush=True,
+            )
         else:  # let the reporting rank finish the report before this rank's exit makes torchrun stop everyone
             deadline = time.time() + COLLECT_S + 4
             while not report_path.exists() and time.time() < deadline:
@@ -275,8 +303,9 @@ class Watchdog(threading.Thread):
 
 
 @contextlib.contextmanager
-def watching(hb: Heartbeat, exp: str | Path, world_size: int, phase: str, timeout_s: float,
-             first_step_timeout_s: float = 0.0):
+def watching(
+    hb: Heartbeat, exp: str | Path, world_size: int, phase: str, timeout_s: float, first_step_timeout_s: float = 0.0
+):
     """A :class:`Watchdog` over work before training's own (start-up), ``hb`` in ``phase`` meanwhile;
     off when ``timeout_s`` is 0."""
     watchdog = None
@@ -310,4 +339,13 @@ def _after_the_failed(failure: dict, limit_s: float = 20.0) -> None:
         time.sleep(min(wait, max(0.0, deadline - time.time())))
 
 
-__all__ = ["COLLECT_S", "catches", "PEER_FAILED_EXIT", "STALL_EXIT", "ProgressClock", "Watchdog", "kill_children", "watching"]
+__all__ = [
+    "COLLECT_S",
+    "catches",
+    "PEER_FAILED_EXIT",
+    "STALL_EXIT",
+    "ProgressClock",
+    "Watchdog",
+    "kill_children",
+    "watching",
+]

@@ -85,8 +85,9 @@ def load_latest(ckpt_dir: Path, map_location="cpu") -> tuple[dict, dict] | None:
             log.warning("checkpoint %s has no completion marker (interrupted write?); using an older one", path.name)
             continue
         if sha256(path) != marker["sha256"]:
-            log.warning("checkpoint %s does not match its SHA-256 (truncated or corrupt); using an older one",
-                        path.name)
+            log.warning(
+                "checkpoint %s does not match its SHA-256 (truncated or corrupt); using an older one", path.name
+            )
             continue
         try:
             return torch.load(path, map_location=map_location, weights_only=True), marker

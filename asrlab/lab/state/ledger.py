@@ -32,10 +32,27 @@ class LedgerWriter:
     def resumed(self, step: int) -> None:
         self.f.write({"resumed_from": step})
 
-    def untrained(self, step: int, epoch: int, keys: list[str], batches: int | None, utterances: int | None,
-                  exact: bool, after_batch: int | None = None) -> None:
-        self.f.write({"untrained": keys, "epoch": epoch, "after_step": step, "after_batch": after_batch,
-                      "batches": batches, "utterances": utterances, "exact": exact})
+    def untrained(
+        self,
+        step: int,
+        epoch: int,
+        keys: list[str],
+        batches: int | None,
+        utterances: int | None,
+        exact: bool,
+        after_batch: int | None = None,
+    ) -> None:
+        self.f.write(
+            {
+                "untrained": keys,
+                "epoch": epoch,
+                "after_step": step,
+                "after_batch": after_batch,
+                "batches": batches,
+                "utterances": utterances,
+                "exact": exact,
+            }
+        )
 
     def flush(self) -> None:
         self.f.f.flush()
@@ -76,8 +93,9 @@ def mark_resumed(exp: str | Path, rank: int, step: int) -> None:
         append_jsonl(ledger_path(exp, rank), [{"resumed_from": step}])
 
 
-def note_resume(exp: str | Path, ledger: LedgerWriter | None, step: int, rank: int, world_size: int,
-                saved_world_size: int) -> None:
+def note_resume(
+    exp: str | Path, ledger: LedgerWriter | None, step: int, rank: int, world_size: int, saved_world_size: int
+) -> None:
     """The steps after ``step`` are undone: said in this rank's ledger and (rank 0) in the ledgers of the
     ranks the saved layout had and this one has not (nothing without a ledger)."""
     if ledger is None:
@@ -134,8 +152,11 @@ def coverage(exp: str | Path) -> dict[int, Counter]:
 def epoch_coverage(exp: str | Path, epoch: int, keys: set[str]) -> dict:
     """How the utterances ``keys`` were used in ``epoch``: exactly once, more than once, never."""
     c = coverage(exp).get(epoch, Counter())
-    return {"once": sum(1 for k in keys if c[k] == 1), "more_than_once": sum(1 for k in keys if c[k] > 1),
-            "never": sum(1 for k in keys if c[k] == 0)}
+    return {
+        "once": sum(1 for k in keys if c[k] == 1),
+        "more_than_once": sum(1 for k in keys if c[k] > 1),
+        "never": sum(1 for k in keys if c[k] == 0),
+    }
 
 
 def epoch_steps(exp: str | Path, epoch: int) -> list[tuple[int, list[str]]]:
@@ -159,8 +180,9 @@ def counts_until(steps: list[tuple[int, list[str]]], keys: list[str], step: int 
     return [c[k] for k in keys]
 
 
-def coverage_report(exp: str | Path, epoch: int, keys: set[str] | None = None, show: int = 10,
-                    counts: dict[int, Counter] | None = None) -> dict:
+def coverage_report(
+    exp: str | Path, epoch: int, keys: set[str] | None = None, show: int = 10, counts: dict[int, Counter] | None = None
+) -> dict:
     """Whether ``epoch`` trained every key exactly once over all ranks, across kills and resumes.
 
     ``keys``: the epoch's utterances (without them, the keys any epoch of the ledger trained, which
@@ -175,7 +197,15 @@ def coverage_report(exp: str | Path, epoch: int, keys: set[str] | None = None, s
     skipped = sorted(k for k in keys if c[k] == 0)
     repeated = sorted((k for k in c if c[k] > 1), key=lambda k: (-c[k], k))
     unknown = sorted(k for k in c if k not in keys)
-    return {"epoch": epoch, "keys": len(keys), "once": sum(1 for k in keys if c[k] == 1),
-            "skipped_count": len(skipped), "repeated_count": len(repeated), "unknown_count": len(unknown),
-            "skipped": skipped[:show], "repeated": [(k, c[k]) for k in repeated[:show]], "unknown": unknown[:show],
-            "exactly_once": not skipped and not repeated and not unknown and bool(keys)}
+    return {
+        "epoch": epoch,
+        "keys": len(keys),
+        "once": sum(1 for k in keys if c[k] == 1),
+        "skipped_count": len(skipped),
+        "repeated_count": len(repeated),
+        "unknown_count": len(unknown),
+        "skipped": skipped[:show],
+        "repeated": [(k, c[k]) for k in repeated[:show]],
+        "unknown": unknown[:show],
+        "exactly_once": not skipped and not repeated and not unknown and bool(keys),
+    }

@@ -42,19 +42,32 @@ def _skipping(loader: tud.DataLoader, n: int) -> tud.DataLoader:
     """The same loader, from its batch ``n`` on, without reading the batches before it."""
     workers = loader.num_workers
     return tud.DataLoader(
-        loader.dataset, batch_sampler=_After(loader.batch_sampler, n), num_workers=workers,
-        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
-        generator=loader.generator, prefetch_factor=loader.prefetch_factor if workers else None,
-        persistent_workers=False, pin_memory_device=loader.pin_memory_device, in_order=loader.in_order)
+        loader.dataset,
+        batch_sampler=_After(loader.batch_sampler, n),
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        persistent_workers=False,
+        pin_memory_device=loader.pin_memory_device,
+        in_order=loader.in_order,
+    )
 
 
 def start_past(loader, n: int) -> tuple:
     """``(iterator, batches skipped)``: ``loader``'s epoch from its batch ``n`` on. A ``DataLoader`` with a
     batch sampler over a map-style dataset drops the skipped batches' indices before any is read; any other
     iterable is read through them."""
-    if n and isinstance(loader, tud.DataLoader) and loader.batch_sampler is not None \
-            and not isinstance(loader.dataset, tud.IterableDataset):
+    if (
+        n
+        and isinstance(loader, tud.DataLoader)
+        and loader.batch_sampler is not None
+        and not isinstance(loader.dataset, tud.IterableDataset)
+    ):
         return iter(_skipping(loader, n)), n
     it, skipped = iter(loader), 0
     for _ in range(n):  # an iterable without indices: read through what was trained
@@ -71,8 +84,8 @@ class Resumable:
 
     def __init__(self, loader):
         self.loader = loader
-        self.batches = 0   # handed out in the current epoch (those skipped at a resume included)
-        self._skip = 0     # to skip when the next epoch starts
+        self.batches = 0  # handed out in the current epoch (those skipped at a resume included)
+        self._skip = 0  # to skip when the next epoch starts
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -109,8 +122,9 @@ def batches_saved(state, tag: str, version: int, who: str, what: str) -> int:
     """The batch count of a position saved as ``{tag: version, "batches": n}``; a ValueError naming ``who``
     for anything else (not such a state, or another version)."""
     if not isinstance(state, dict) or tag not in state:
-        raise ValueError(f"{who}.load_state_dict: not {what} "
-                         f"({sorted(state) if isinstance(state, dict) else type(state).__name__})")
+        raise ValueError(
+            f"{who}.load_state_dict: not {what} ({sorted(state) if isinstance(state, dict) else type(state).__name__})"
+        )
     if state[tag] != version:
         raise ValueError(f"{who}: a state of version {state[tag]}; this asrlab reads {version}")
     return int(state["batches"])

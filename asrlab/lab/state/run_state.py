@@ -26,7 +26,7 @@ from .. import layout
 from . import checkpoint
 from .. import dist
 from .ledger import LedgerWriter, coverage_report, ledger_sizes, ledger_tail, note_resume, put_ledger_tail
-from ..numerics.guard import rng_state, set_rng_state
+from ..numerics.utterances import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -83,11 +83,27 @@ class RunState:
     rank's ledger up to date. ``on_write``: called per chunk written (progress for a stall watch).
     """
 
-    def __init__(self, exp: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                 scaler=None, scheduler=None, loader=None, ledger: bool = True, keep_last: int = 3,
-                 shared_exp: bool = True, on_write=None):
+    def __init__(
+        self,
+        exp: str | Path,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scaler=None,
+        scheduler=None,
+        loader=None,
+        ledger: bool = True,
+        keep_last: int = 3,
+        shared_exp: bool = True,
+        on_write=None,
+    ):
         self.exp = Path(exp)
-        self.model, self.optimizer, self.scaler, self.scheduler, self.loader = model, optimizer, scaler, scheduler, loader
+        self.model, self.optimizer, self.scaler, self.scheduler, self.loader = (
+            model,
+            optimizer,
+            scaler,
+            scheduler,
+            loader,
+        )
         self.keep_last, self.shared_exp, self.on_write = keep_last, shared_exp, on_write
         self.rank, self.world_size = dist.world()
         self.group = dist.cpu_group()
@@ -103,8 +119,10 @@ class RunState:
         held = self.loader
         wraps = {id(getattr(loader, "source", None)), id(getattr(loader, "state_of", None))}
         if held is not None and held is not loader and id(held) not in wraps and not _guards(held):
-            raise ValueError(f"RunState checkpoints the position of {type(held).__name__} already; give the guard "
-                             "that loader, or give RunState no loader")
+            raise ValueError(
+                f"RunState checkpoints the position of {type(held).__name__} already; give the guard "
+                "that loader, or give RunState no loader"
+            )
         self.loader = loader
         if self._position is not None:
             position, self._position = self._position, None
@@ -129,12 +147,23 @@ class RunState:
         plain values for the checkpoint's marker file, which lists read without loading the checkpoint."""
         if self.ledger is not None and not self.shared_exp:
             self._gather_ledgers()
-        ranks = self._gather({"rng": all_rng_state(self.device),
-                              "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None})
+        ranks = self._gather(
+            {
+                "rng": all_rng_state(self.device),
+                "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None,
+            }
+        )
         path = None
         if self.rank == 0:
-            state = {"version": VERSION, "step": step, "epoch": epoch, "world_size": self.world_size,
-                     "model": _unwrap(self.model).state_dict(), "ranks": ranks, "extra": extra or {}}
+            state = {
+                "version": VERSION,
+                "step": step,
+                "epoch": epoch,
+                "world_size": self.world_size,
+                "model": _unwrap(self.model).state_dict(),
+                "ranks": ranks,
+                "extra": extra or {},
+            }
             for name in ("optimizer", "scaler", "scheduler"):
                 part = getattr(self, name)
                 if part is not None:
@@ -143,8 +172,9 @@ class RunState:
             first = ranks[0]["loader"]
             if isinstance(first, dict) and "positions" in first:  # asrlab's loader: `asrlab ckpt` shows where it was
                 listed["rank0_position"] = first["positions"]
-            path = checkpoint.save_checkpoint(layout.checkpoints_dir(self.exp), state, step, listed, self.keep_last,
-                                              on_write=self.on_write)
+            path = checkpoint.save_checkpoint(
+                layout.checkpoints_dir(self.exp), state, step, listed, self.keep_last, on_write=self.on_write
+            )
         if self.group is not None:
             torch.distributed.barrier(group=self.group)
         return path
@@ -166,8 +196,9 @@ class RunState:
         if self.shared_exp:
             found = checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu")
         else:
-            found = self._from_rank0(checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu")
-                                     if self.rank == 0 else None)
+            found = self._from_rank0(
+                checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu") if self.rank == 0 else None
+            )
         if found is None:
             return None
         state, marker = found
@@ -196,8 +227,12 @@ class RunState:
                 # kept for a guard given after (use_loader): the one the loader is not yet, or one that wraps it
                 self._position = None if _guards(self.loader) else position
             else:
-                log.warning("%s was saved by %d ranks, this run has %d: the loader's position is not restored",
-                            state.get("file"), state["world_size"], self.world_size)
+                log.warning(
+                    "%s was saved by %d ranks, this run has %d: the loader's position is not restored",
+                    state.get("file"),
+                    state["world_size"],
+                    self.world_size,
+                )
         note_resume(self.exp, self.ledger, state["step"], self.rank, self.world_size, state["world_size"])
         return {"step": state["step"], "epoch": state["epoch"], "extra": state.get("extra", {})}
 
@@ -219,15 +254,28 @@ class RunState:
             keys = [k for part in keys for k in part] if keys and isinstance(keys[0], (list, tuple)) else keys
             self.ledger.step(step, epoch, [str(k) for k in keys])
 
-    def untrained(self, keys: list[str], batches: int | None = None, utterances: int | None = None,
-                  exact: bool = True, after_batch: int | None = None) -> None:
+    def untrained(
+        self,
+        keys: list[str],
+        batches: int | None = None,
+        utterances: int | None = None,
+        exact: bool = True,
+        after_batch: int | None = None,
+    ) -> None:
         """This rank's epoch ended with data left (another rank ran out, :class:`~asrlab.lab.UnevenGuard`
         calls this): what it did not train, after the last step recorded (its ``after_batch``-th batch of
         the epoch), into the ledger. ``batches`` None: not known (a loader without a length)."""
         if self.ledger is not None:
             step, epoch = self._last
-            self.ledger.untrained(step, epoch, [str(k) for k in keys], batches,
-                                  len(keys) if utterances is None and exact else utterances, exact, after_batch)
+            self.ledger.untrained(
+                step,
+                epoch,
+                [str(k) for k in keys],
+                batches,
+                len(keys) if utterances is None and exact else utterances,
+                exact,
+                after_batch,
+            )
 
     def coverage(self, epoch: int, keys: set[str] | None = None) -> dict:
         """:func:`.ledger.coverage_report` of this run's ledger."""
@@ -252,11 +300,16 @@ def upgrade(state: dict, name: str = "checkpoint") -> dict:
         return state
     if version is None and isinstance(state.get("rng"), list) and isinstance(state.get("loader"), list):
         out = {k: v for k, v in state.items() if k not in ("rng", "loader") + _TRAINER_EXTRA}
-        out.update(version=VERSION, ranks=[{"rng": r, "loader": p} for r, p in zip(state["rng"], state["loader"])],
-                   extra={k: state[k] for k in _TRAINER_EXTRA if k in state})
+        out.update(
+            version=VERSION,
+            ranks=[{"rng": r, "loader": p} for r, p in zip(state["rng"], state["loader"])],
+            extra={k: state[k] for k in _TRAINER_EXTRA if k in state},
+        )
         return out
-    raise ValueError(f"{name}: a checkpoint of version {version!r}; this asrlab reads version {VERSION} "
-                     "(and the trainer's checkpoints before it)")
+    raise ValueError(
+        f"{name}: a checkpoint of version {version!r}; this asrlab reads version {VERSION} "
+        "(and the trainer's checkpoints before it)"
+    )
 
 
 def _guards(x) -> bool:

@@ -33,15 +33,28 @@ def _record(exc_type, exc, tb, _previous=sys.excepthook):
             import traceback
 
             rid = os.environ.get("TORCHELASTIC_RUN_ID")
-            rid = f"{rid}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else \
-                f"{socket.gethostname()}.{os.getpid()}"
+            rid = (
+                f"{rid}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+                if rid
+                else f"{socket.gethostname()}.{os.getpid()}"
+            )
             folder = os.path.join(exp, "errors")
             os.makedirs(folder, exist_ok=True)
             path = os.path.join(folder, f"rank{rank}.json")
-            record = {"rank": rank, "time": time.time(), "type": exc_type.__name__, "message": str(exc),
-                      "usage": False, "run": rid, "phase": None, "step": None, "pid": os.getpid(),
-                      "host": socket.gethostname(), "by": "asrlab watch",
-                      "traceback": "".join(traceback.format_exception(exc_type, exc, tb))}
+            record = {
+                "rank": rank,
+                "time": time.time(),
+                "type": exc_type.__name__,
+                "message": str(exc),
+                "usage": False,
+                "run": rid,
+                "phase": None,
+                "step": None,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "by": "asrlab watch",
+                "traceback": "".join(traceback.format_exception(exc_type, exc, tb)),
+            }
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
                 json.dump(record, f)
@@ -51,8 +64,18 @@ def _record(exc_type, exc, tb, _previous=sys.excepthook):
                 # as torch's @record writes it: torchrun's summary shows the exception, and its root cause
                 # is the rank whose error came first, by this time
                 with open(elastic, "w") as f:
-                    json.dump({"message": {"message": f"{exc_type.__name__}: {exc}", "extraInfo": {
-                        "py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}}}, f)
+                    json.dump(
+                        {
+                            "message": {
+                                "message": f"{exc_type.__name__}: {exc}",
+                                "extraInfo": {
+                                    "py_callstack": record["traceback"],
+                                    "timestamp": str(int(record["time"])),
+                                },
+                            }
+                        },
+                        f,
+                    )
     except Exception:  # recording must never hide the error itself
         pass
     _previous(exc_type, exc, tb)

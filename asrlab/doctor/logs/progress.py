@@ -1,0 +1,121 @@
+"""How far each rank of a logged run got: where a step line stands (epoch, batch, step), the seconds a step
+took, the spread between the slowest and fastest rank, and the resumes with the batches trained twice."""
+
+from __future__ import annotations
+
+import statistics
+import time as _time
+
+from .run import LogRun, position
+
+
+def clock(t: float | None) -> str:
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t)) if t else "time unknown"
+
+
+def where(rec: dict | None) -> str:
+    """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
+    if rec is None:
+        return "before any logged step"
+    if rec["step"] is not None:
+        return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
+    if rec["batch"] is not None:
+        return f"epoch {rec['epoch']}, batch {rec['batch']}" if rec["epoch"] is not None else f"batch {rec['batch']}"
+    return f"epoch {rec['epoch']}"
+
+
+def at(rec: dict | None) -> str:
+    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any logged step``."""
+    return where(rec) if rec is None else "at " + where(rec)
+
+
+def step_number(rec: dict | None) -> int | None:
+    if rec is None:
+        return None
+    return rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
+
+
+def resume_records(run: LogRun) -> list[dict]:
+    out = []
+    seen = set()
+    for x in run.resumes:
+        b, a = x["before"], x["after"]
+        key = (x["rank"], position(b), position(a))
+        if key in seen:
+            continue
+        seen.add(key)
+        if a["step"] is not None and b["step"] is not None:
+            twice = b["step"] - a["step"] + 1
+            text = f"resumed at step {a['step']} after step {b['step']}: {twice} steps trained twice"
+            zero = False
+        else:
+            start = run.epoch_start.get((x["rank"], a["epoch"]))
+            zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start
+            if a["epoch"] == b["epoch"] and b["batch"] is not None and a["batch"] is not None:
+                twice = b["batch"] - a["batch"] + (start or 0) if zero else b["batch"] - a["batch"]
+                text = (
+                    f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
+                    + (": the epoch started again at batch 0" if zero else "")
+                    + f"; {twice} batches of epoch {a['epoch']} trained twice"
+                )
+            else:
+                twice = None
+                text = f"resumed at {where(a)} after {where(b)}"
+        out.append(
+            {
+                "rank": x["rank"],
+                "before": where(b),
+                "after": where(a),
+                "restarted_epoch": zero,
+                "trained_twice": twice,
+                "time": a["time"],
+                "text": text,
+            }
+        )
+    paths = [e for e in run.events if e["kind"] == "resume"]
+    if paths and out:
+        out[0]["checkpoint"] = paths[0].get("path")
+    return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
+
+
+def _seconds_per_step(recs: list[dict]) -> float | None:
+    """The median seconds a step took between consecutive stamped step lines of one rank (the toolkit logs
+    every N steps: the gap is divided by the steps it covers)."""
+    gaps = []
+    for a, b in zip(recs, recs[1:]):
+        da, db = position(a), position(b)
+        steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
+        if steps and steps > 0 and a["stamped"] and b["stamped"] and b["time"] > a["time"]:
+            gaps.append((b["time"] - a["time"]) / steps)
+    return statistics.median(gaps) if gaps else None
+
+
+def rank_progress(run: LogRun) -> list[dict]:
+    out = []
+    for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        recs = s.all()
+        rates = [r["rate"] for r in recs if r["rate"]]
+        out.append(
+            {
+                "rank": rank,
+                "steps_logged": s.seen,
+                "last": where(s.last),
+                "last_time": s.last["time"],
+                "steps_per_s": rates[-1] if rates else None,
+                "s_per_step": _seconds_per_step(recs),
+            }
+        )
+    return out
+
+
+def step_spread(ranks: list[dict]) -> dict | None:
+    """The slowest rank's seconds per step against the fastest's: a rank that holds the others up."""
+    timed = [r for r in ranks if r["s_per_step"]]
+    if len(timed) < 2:
+        return None
+    slow, fast = max(timed, key=lambda r: r["s_per_step"]), min(timed, key=lambda r: r["s_per_step"])
+    return {
+        "slowest": slow["rank"],
+        "fastest": fast["rank"],
+        "ratio": round(slow["s_per_step"] / fast["s_per_step"], 3),
+    }

@@ -1,0 +1,206 @@
+"""A Python traceback in a log, fed a line at a time (:class:`Traceback`), and the line that raised as a person
+would point at it (:func:`user_frame`): chains, a DataLoader worker's or a datapipe's wrapped exception, a cut traceback."""
+
+from __future__ import annotations
+
+import re
+
+from ...lab.stall.classify import own_code
+
+
+TB = "Traceback (most recent call last):"
+
+
+ORIGINAL = "Original Traceback (most recent call last):"
+
+
+CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+EXC = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
+    r"[A-Za-z_][\w]*\.[\w.]*[A-Z]\w*|AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*))?$"
+)
+
+
+WRAPPER = re.compile(r"^This exception is thrown by __iter__ of|^\s*$")
+
+
+# a failure another failure causes: not the cause, whatever prints first
+CONSEQUENCE = re.compile(
+    r"Watchdog caught collective operation timeout|Timed out waiting \d+ms|Connection closed by peer|"
+    r"Connection reset by peer|Broken pipe|NCCL communicator was aborted|ProcessGroupNCCL.*(?:abort|timeout)|"
+    r"failed to recv|SignalException|got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|"
+    r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
+    r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
+    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted",
+    re.I,
+)
+
+
+OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+    r"^MemoryError|Cannot allocate memory|oom-kill|Out of memory: Killed process|"
+    r"std::bad_alloc|RESOURCE_EXHAUSTED",
+    re.I,
+)
+
+
+NONFINITE_EXC = re.compile(
+    r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
+    r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan",
+    re.I,
+)
+
+
+MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
+
+
+MONITORED_PEER = re.compile(
+    r"[Rr]ank (\d+) successfully reached monitoredBarrier, but received errors while waiting "
+    r"for send/recv from rank (\d+)"
+)
+
+
+WORKER = re.compile(
+    r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)"
+)
+
+
+def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+    """The line that raised, as a person would point at it: the innermost frame of the job's own code,
+    else of a toolkit installed as a package (not torch), else the innermost."""
+    if not frames:
+        return None
+    for f in reversed(frames):
+        if own_code(f[0]):
+            return f
+    for f in reversed(frames):
+        p = f[0].replace("\\", "/")
+        if "site-packages/" in p and "site-packages/torch/" not in p:
+            return f
+    return frames[-1]
+
+
+# lines that start something of their own, never the rest of an exception's message
+_NOT_MESSAGE = re.compile(
+    r"^(?:\[|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
+    r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
+    r"WARNING|ERROR|INFO|DEBUG|Traceback)"
+)
+
+
+class Traceback:
+    def __init__(self, rank, time, order=0, source=""):
+        self.rank, self.time, self.order, self.source = rank, time, order, source
+        self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
+        self.done = False
+
+    def feed(self, text: str) -> bool:
+        """Take a line; False when the line is not part of this traceback (and it has ended)."""
+        s = self.sections[-1]
+        stripped = text.strip()
+        if stripped == ORIGINAL or stripped.endswith(ORIGINAL):
+            self.sections.append({"frames": [], "exc": None, "message": [], "original": True})
+            return True
+        if stripped.startswith(CHAIN):
+            self.sections.append({"frames": [], "exc": None, "message": [], "original": False, "chained": True})
+            return True
+        if stripped == TB:
+            if s["exc"] is None and not s["frames"]:
+                return True
+            if self.sections[-1].get("chained") or self.sections[-1].get("original"):
+                return True
+            return False
+        m = FRAME.match(text)
+        if m:
+            if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
+                return False
+            s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
+            return True
+        if text[:1].isspace() and s["exc"] is None:
+            return True  # a frame's source line, or ^^^^ markers
+        if s["exc"] is None:
+            m = EXC.match(stripped)
+            if m and (s["frames"] or s.get("original")):
+                s["exc"], s["message"] = m.group(1), [m.group(2) or ""]
+                return True
+            if s.get("original") or s.get("chained"):
+                return True
+            return False
+        if (
+            stripped
+            and not WRAPPER.match(stripped)
+            and len(s["message"]) < 6
+            and not EXC.match(stripped)
+            and not _NOT_MESSAGE.match(stripped)
+        ):
+            s["message"].append(stripped)  # a message of several lines (a worker's "Caught ... Original ...")
+            return True
+        return False
+
+    def event(self) -> dict | None:
+        done = [s for s in self.sections if s["exc"]]
+        if not done:
+            frames = [f for sec in self.sections for f in sec["frames"]]
+            if not frames:
+                return None
+            where = user_frame(frames)
+            return {
+                "kind": "exception",
+                "rank": self.rank,
+                "time": self.time,
+                "order": self.order,
+                "file": self.source,
+                "type": None,
+                "message": "",
+                "text": "a traceback that the log cuts off before its exception line",
+                "where": list(where) if where else None,
+                "raised": None,
+                "frames": len(frames),
+                "cut": True,
+            }
+        # the exception inside a DataLoader worker's or a datapipe's wrapper, else the first of a chain
+        originals = [s for s in done if s["original"]]
+        s = originals[-1] if originals else done[0]
+        frames = [f for sec in self.sections for f in sec["frames"]] if not originals else s["frames"]
+        where = user_frame(s["frames"] or frames)
+        message = " ".join(m for m in s["message"] if m).strip()
+        last = done[-1]
+        text = f"{s['exc']}: {message}" if message else s["exc"]
+        whole = " ".join(f"{d['exc']}: {' '.join(d['message'])}" for d in done)
+        kind = (
+            "oom"
+            if OOM.search(whole)
+            else "nonfinite_error"
+            if NONFINITE_EXC.search(whole)
+            else "worker_killed"
+            if WORKER.search(whole)
+            else "consequence"
+            if CONSEQUENCE.search(text) and not originals and not MONITORED_PEER.search(text)
+            else "exception"
+        )
+        more = {}
+        w = WORKER.search(whole)
+        if w:
+            more["signal"] = (w.group(2) or "").strip() or None
+        peer = MONITORED_PEER.search(whole) or MONITORED.search(whole)
+        if peer:  # this rank raised because another did not come: that one is the culprit
+            more["culprit_rank"] = int(peer.group(2) if peer.re is MONITORED_PEER else peer.group(1))
+        return {
+            **more,
+            "kind": kind,
+            "rank": self.rank,
+            "time": self.time,
+            "order": self.order,
+            "file": self.source,
+            "type": s["exc"],
+            "message": message[:500],
+            "text": text[:500],
+            "where": list(where) if where else None,
+            "raised": last["exc"],
+            "frames": len(frames),
+        }

@@ -1,0 +1,147 @@
+"""What the watch knows of one rank from its sampled stacks (:class:`RankView`), and where each rank's loop
+stands against the others' (:class:`Loops`: a rank whose loop has ended while others still train)."""
+
+from __future__ import annotations
+
+import socket
+
+from ..lab.stall.classify import (
+    Loop,
+    held_phase,
+    loop_frame,
+    loop_of,
+    own_code,
+    own_frame,
+    phase_of,
+    step_of,
+    where,
+    worker_busy,
+    worker_own,
+)
+from .procs import Proc
+from .sample import PySpy
+
+
+WAITING = ("collective", "ddp_allreduce")
+TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
+
+
+class RankView:
+    """One rank as the samples show it: its phase and since when, when its stacks last moved."""
+
+    def __init__(self, proc: Proc, now: float):
+        self.proc, self.phase, self.since, self.moved = proc, "start", now, now
+        self.first_seen: float | None = None  # the time of the first sample
+        self.signature: tuple | None = None
+        self.stacks: dict = {}
+        self.workers: dict[int, dict] = {}
+        self.phases_seen: set[str] = set()
+        self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
+        self.samples = 0
+        self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
+
+    def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
+        """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
+        so that a look that skipped it is no movement); returns the new phase when it changed."""
+        main = stacks.get("MainThread") or next(iter(stacks.values()), [])
+        fresh = {w: {**s, "MainThread": worker_own(s.get("MainThread") or [])} for w, s in workers.items()}
+        workers = {w: self.workers[w] for w in self.proc.workers if w in self.workers and w not in fresh}
+        workers.update(fresh)
+        signature = (tuple(main), tuple(tuple(s.get("MainThread") or ()) for _, s in sorted(workers.items())))
+        if self.first_seen is None:
+            self.first_seen = now
+        else:
+            self.phase_s[self.phase] = self.phase_s.get(self.phase, 0.0) + now - self._last_t
+        self._last_t = now
+        if signature != self.signature:
+            self.signature, self.moved = signature, now
+        self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
+        self.lines.update((f, fn, line) for f, line, fn in main if own_code(f))
+        phase = phase_of(main)
+        self.phases_seen.add(phase)
+        if phase != self.phase:
+            self.phase, self.since = phase, now
+            return phase
+        return None
+
+    def held_phase(self, world: int) -> str:
+        """Its phase when its stacks stopped moving (:func:`asrlab.lab.stall.classify.held_phase`)."""
+        return held_phase(self.phase, world)
+
+    def loop_state(self, loop: Loop) -> str | None:
+        """``"inside"`` the training loop, ``"after"`` it (its function at a later line, or returned after the
+        rank was seen inside), else None (before it, or not to be told)."""
+        main = self.stacks.get("MainThread") or []
+        frame = loop_frame(main, loop)
+        if frame is not None:
+            return "inside" if loop[2] <= frame[1] <= loop[3] else "after" if frame[1] > loop[3] else None
+        seen = any(f == loop[0] and fn == loop[1] and loop[2] <= line <= loop[3] for f, fn, line in self.lines)
+        return "after" if seen and phase_of(main) != "start" else None
+
+    def detail(self) -> str:
+        """Where the rank is in the job's own code; waiting for data, which workers read where."""
+        main = self.stacks.get("MainThread") or []
+        said = where(own_frame(main))
+        if self.phase == "data":
+            busy = [
+                f"worker pid {pid} at {where(own_frame(s.get('MainThread') or [])) or 'a read'}"
+                for pid, s in sorted(self.workers.items())
+                if worker_busy(s.get("MainThread") or [])
+            ]
+            said = "; ".join(([f"loop at {said}"] if said else []) + (busy or ["no worker reading"]))
+        elif said:
+            said = f"at {said}"
+        return said
+
+    def snapshot(self, now: float, phase: str | None = None) -> dict:
+        return {
+            "rank": self.proc.rank,
+            "phase": phase or self.phase,
+            "step": None,
+            "since": self.since,
+            "beats": self.samples,
+            "detail": self.detail(),
+            "completed": None,
+            "allow_s": 0.0,
+            "pid": self.proc.pid,
+            "host": socket.gethostname(),
+            "node": 0,
+            "time": now,
+            "run": self.proc.run,
+            "watched": True,
+            "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()},
+        }
+
+
+class Loops:
+    """The job's training loop, learned from the samples: the job's own loop its ranks wait for data in (else
+    run backward or the optimizer in); and the ranks past it while others are still in it (uneven data: a
+    rank ran out of batches)."""
+
+    def __init__(self):
+        self.seen: dict[tuple[bool, Loop], int] = {}  # (seen waiting for data, loop): samples inside it
+
+    def learn(self, view: RankView) -> None:
+        if view.phase in TRAINING and (loop := loop_of(view.stacks.get("MainThread") or [])):
+            key = (view.phase == "data", loop)
+            self.seen[key] = self.seen.get(key, 0) + 1
+
+    def uneven(self, views: list[RankView], world: int, sampler) -> dict[int, dict]:
+        """``{rank: {"phase", "step"}}`` for every rank when some are past the training loop and others in
+        it, else empty: ``left_loop`` for the first, their held phase for the others. The steps are the
+        loop's own count, read from its locals (py-spy only)."""
+        if world < 2 or not self.seen:
+            return {}
+        loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+        states = {v.proc.rank: v.loop_state(loop) for v in views}
+        if "after" not in states.values() or "inside" not in states.values():
+            return {}
+        out = {}
+        for v in views:
+            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
+            after = states[v.proc.rank] == "after"
+            step = None
+            if frame is not None and isinstance(sampler, PySpy):
+                step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
+            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
+        return out
