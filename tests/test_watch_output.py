@@ -19,8 +19,23 @@ LOOP = Path(__file__).parent / "loops" / "printing_loop.py"
 
 
 def watch(exp: Path, fault: str = "", steps: int = 40, **popen) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--stall-timeout", "60", "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(LOOP)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlab.cli",
+        "watch",
+        "--exp",
+        str(exp),
+        "--stall-timeout",
+        "60",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(LOOP),
+    ]
     env = {**os.environ, "FAULT": fault, "STEPS": str(steps), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
@@ -49,12 +64,28 @@ def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signa
     assert d["culprit"] == {"rank": 1, "step": 7}
 
 
+def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
+    """When the survivor's "Connection reset by peer" was recorded before the watch saw the killed rank go (a
+    busy machine), the job's output still names the killed rank first and the survivor's error after it."""
+    import shutil
+
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "rank_killed_survivor_reset", exp)
+    d = diagnose(exp)
+    assert d["verdict"] == "killed", d["summary"]
+    assert d["summary"].startswith("rank 1 was killed by SIGKILL at step 7"), d["summary"]
+    assert "then rank 0 failed" in d["summary"] and "Connection reset by peer" in d["summary"]
+    assert d["culprit"] == {"rank": 1, "step": 7}
+
+
 def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
     exp = tmp_path / "exp"
     proc = watch(exp, steps=100000)
     deadline = time.time() + 90
     while "step 5 " not in (exp / "job.log").read_text() if (exp / "job.log").exists() else True:
-        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()[-2000:] if proc.poll() else "no step 5"
+        assert time.time() < deadline and proc.poll() is None, (
+            proc.stderr.read()[-2000:] if proc.poll() else "no step 5"
+        )
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
