@@ -208,6 +208,7 @@ import json, os, socket, sys
 from asrlab.cli import main
 from asrlab.lab.dist import teardown  # noqa: F401 (everything a rank imports, imported once)
 import asrlab.train.trainer  # noqa: F401
+import torch._dynamo  # noqa: F401 (what the optimizer's constructor imports: seconds a rank)
 out, n, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 ended = []
 for i in range(n):

@@ -79,3 +79,9 @@ def evaluate(
     if keep_hyps:
         out["hyps"] = hyps
     return out
+
+
+def eval_line(result: dict) -> str:
+    """``cv loss 1.2345, CER 3.21%, WER 9.87% (100 utts)``: an evaluation as the log says it."""
+    r = result
+    return f"cv loss {r['loss']:.4f}, CER {100 * r['cer']:.2f}%, WER {100 * r['wer']:.2f}% ({r['utts']} utts)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from ..lab import layout
 from ..data.config import DataConfig
@@ -125,4 +126,19 @@ def start_data(
     return tok, loader, cv_loader
 
 
-__all__ = ["build_tokenizer", "epoch_batches", "index_sources", "load_train_sources", "preflight", "start_data"]
+def skip_batches(it: Iterator[dict], n: int) -> Iterator[dict]:
+    """``it`` without its first ``n`` items (a generator, so ``close()`` stops the loader under it)."""
+    for i, x in enumerate(it):
+        if i >= n:
+            yield x
+
+
+__all__ = [
+    "build_tokenizer",
+    "epoch_batches",
+    "index_sources",
+    "load_train_sources",
+    "preflight",
+    "skip_batches",
+    "start_data",
+]

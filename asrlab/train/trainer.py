@@ -48,9 +48,9 @@ from ..lab import (
 )
 from ..model import count_parameters
 from .checkpoints import Rollback, TrainerCheckpoints
-from .evaluate import evaluate
+from .evaluate import eval_line, evaluate
 from .phases import StepPhases
-from .run_data import epoch_batches, load_train_sources, start_data
+from .run_data import epoch_batches, load_train_sources, skip_batches, start_data
 from .schedule import RunClock, decay_horizon
 from .step import StepResult, build_step
 
@@ -301,7 +301,7 @@ class Trainer:
             fresh = not self.loader.positions
             if fresh:  # a fresh pass over the epoch
                 self.epoch_step0 = self.step
-            batches = _skip(iter(self.loader), self._discard)
+            batches = skip_batches(iter(self.loader), self._discard)
             self._discard = 0
             try:
                 stop = self.train_epoch(batches, bar)
@@ -351,15 +351,7 @@ class Trainer:
         result.update(step=self.step, epoch=self.epoch)
         if self.eval_metrics is not None:
             self.eval_metrics.write({k: v for k, v in result.items() if k != "hyps"})
-        log.info(
-            "epoch %d step %d: cv loss %.4f, CER %.2f%%, WER %.2f%% (%d utts)",
-            self.epoch,
-            self.step,
-            result["loss"],
-            100 * result["cer"],
-            100 * result["wer"],
-            result["utts"],
-        )
+        log.info("epoch %d step %d: %s", self.epoch, self.step, eval_line(result))
         return result
 
     def close(self) -> None:
@@ -375,13 +367,6 @@ class Trainer:
         for f in (self.metrics, self.guard, self.ckpt.state, self.eval_metrics):
             if f is not None:
                 f.close()
-
-
-def _skip(it: Iterator[dict], n: int) -> Iterator[dict]:
-    """``it`` without its first ``n`` items (a generator, so ``close()`` stops the loader under it)."""
-    for i, x in enumerate(it):
-        if i >= n:
-            yield x
 
 
 def run(cfg: Config, data: str | list, cv: str | None, exp: str | Path, resume: str | None = "auto") -> dict:

@@ -1,15 +1,12 @@
-"""What the numerics guard finds at a step (:class:`StepCheck`) and keeps of it until then (:class:`Taken`):
-the step's loss, gradient norm and loss scale, read from the device without a sync of their own."""
+"""What the numerics guard finds at a step (:class:`StepCheck`): the step's loss, gradient norm and loss scale,
+and which of them were not finite; the gradients' norm in one fused pass."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
-
-from ..stall.watch import announce
 
 
 @dataclass
@@ -39,32 +36,6 @@ class StepCheck:
             "skipped": self.skipped,
             "nonfinite": self.kind,
         }
-
-
-@dataclass
-class Taken:
-    """A step as the guard keeps it until its check is read: what a replay needs, and its device values
-    (loss, gradient norm, loss scale) on their way to the host."""
-
-    step: int
-    batch: object
-    rng: dict | None
-    dtype: torch.dtype | None
-    replay: Callable | list | None
-    scaled: bool
-    values: torch.Tensor | None = None
-    ready: object = None  # a CUDA event recorded after the copy; None: on the host already
-    extra: dict = field(default_factory=dict)
-    ids: list = field(default_factory=list)  # the step's utterance ids, every micro-batch's
-    micro: list = field(default_factory=list)  # its micro-batches (:class:`.utterances.Micro`)
-
-    def read(self) -> tuple[float, float, float]:
-        if self.ready is not None and not self.ready.query():
-            announce("sync", self.step)  # the host waits on the device: a stall here is the device's
-            self.ready.synchronize()
-            announce("optimizer", self.step)
-        loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
-        return loss, norm, scale
 
 
 def nonfinite_kind(loss_ok: bool, grad_ok: bool, scaled: bool) -> str | None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -74,7 +75,7 @@ from .utterances import (
     tensors_of,
 )
 from ..stall.watch import announce
-from .checks import StepCheck, Taken, nonfinite_kind, total_norm
+from .checks import StepCheck, nonfinite_kind, total_norm
 from .policy import POLICIES, Policy
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,32 @@ class NonFiniteHalt(RuntimeError):
     def __init__(self, message: str, check: "StepCheck | None" = None):
         super().__init__(message)
         self.check = check
+
+
+@dataclass
+class Taken:
+    """A step as the guard keeps it until its check is read: what a replay needs, and its device values
+    (loss, gradient norm, loss scale) on their way to the host."""
+
+    step: int
+    batch: object
+    rng: dict | None
+    dtype: torch.dtype | None
+    replay: Callable | list | None
+    scaled: bool
+    values: torch.Tensor | None = None
+    ready: object = None  # a CUDA event recorded after the copy; None: on the host already
+    extra: dict = field(default_factory=dict)
+    ids: list = field(default_factory=list)  # the step's utterance ids, every micro-batch's
+    micro: list = field(default_factory=list)  # its micro-batches (:class:`.utterances.Micro`)
+
+    def read(self) -> tuple[float, float, float]:
+        if self.ready is not None and not self.ready.query():
+            announce("sync", self.step)  # the host waits on the device: a stall here is the device's
+            self.ready.synchronize()
+            announce("optimizer", self.step)
+        loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
+        return loss, norm, scale
 
 
 class NumericsGuard:
