@@ -35,7 +35,7 @@ def fit(tmp_path: Path, torchrun: bool = False, **env) -> subprocess.CompletedPr
 
 
 def test_ids_that_are_not_found_leave_coverage_not_measured_and_the_run_healthy(tmp_path):
-    out = fit(tmp_path, IDS="clip_name")  # a name no part guesses
+    out = fit(tmp_path, IDS="clip_name", MP="spawn")  # a name no part guesses
     assert out.returncode == 0, out.stderr[-3000:]
     d = diagnose(tmp_path / "exp")
     assert d["verdict"] == "finished" and d["ok"], d["summary"]
@@ -63,7 +63,7 @@ def test_a_lightning_resume_and_its_checkpoints_are_recorded(tmp_path):
     from step 10, Lightning's checkpoint files listed; with the batch's ids under ``uid`` found as they are,
     the rolled-back step 11 (trained before the kill) counts once, and what Lightning's new pass over the
     epoch trained again (a plain DataLoader has no position) shows as repeated."""
-    env = {"CKPT": str(tmp_path / "ckpt"), "EPOCHS": "3"}
+    env = {"CKPT": str(tmp_path / "ckpt"), "EPOCHS": "3", "MP": "spawn"}
     first = fit(tmp_path, FAULT="kill:all:12", **env)
     assert first.returncode != 0
     second = fit(tmp_path, RESUME="1", **env)

@@ -6,7 +6,10 @@ Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: ev
 (rank R's worker hangs making step S's batch), ``IDS`` (the batch's field for its ids, default ``uid``),
 ``KEYS=FIELD`` (given to the callback as ``keys=``), ``CKPT=DIR`` (Lightning's ``ModelCheckpoint`` into DIR
 every 5 steps, with ``last.ckpt``), ``RESUME=1`` (``fit(ckpt_path="last")``), ``EPOCHS`` (default 1),
-``STALL_S`` (the callback's stall timeout, default 20), ``STEP_S`` (seconds each step sleeps, default 0)."""
+``STALL_S`` (the callback's stall timeout, default 20), ``STEP_S`` (seconds each step sleeps, default 0),
+``MP=spawn`` (the DataLoader worker spawned, not forked: forking a rank that runs gloo's and the callback's
+threads deadlocked the child inside ``os.fork`` now and then, which the stall watch then rightly named; a
+hazard of fork with threads that only the tests about a forked worker's end need to take)."""
 
 import os
 import signal
@@ -64,7 +67,9 @@ class Regressor(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1e-2)
 
     def train_dataloader(self):
-        return torch.utils.data.DataLoader(Clips(), batch_size=BATCH, collate_fn=collate, num_workers=1)
+        return torch.utils.data.DataLoader(
+            Clips(), batch_size=BATCH, collate_fn=collate, num_workers=1, multiprocessing_context=os.environ.get("MP")
+        )
 
 
 def main(exp: str) -> None:
