@@ -296,10 +296,16 @@ def saved_and_clean(page, lab, name: str, timeout_s: float = 60) -> None:
     page.get_by_role("menuitem", name="File", exact=True).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Save Notebook$")).first.click()
     deadline = time.time() + timeout_s
-    while path.stat().st_mtime_ns == before:
+    saved = None  # until the file changed and was written to its end (not read between truncation and write)
+    while saved is None:
         assert time.time() < deadline, f"{name}: the page did not save the notebook in {timeout_s} s"
-        time.sleep(0.3)
-    saved = nbformat.read(path, as_version=4).cells
+        if path.stat().st_mtime_ns != before:
+            try:
+                saved = nbformat.read(path, as_version=4).cells
+            except nbformat.reader.NotJSONError:
+                pass
+        if saved is None:
+            time.sleep(0.3)
     assert len(saved) == cells, f"{name}: the saved notebook has {len(saved)} cells, the one served {cells}"
     code = [c for c in saved if c.cell_type == "code"]
     raised = [

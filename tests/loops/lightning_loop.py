@@ -67,8 +67,14 @@ class Regressor(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1e-2)
 
     def train_dataloader(self):
+        mp = os.environ.get("MP")  # spawned workers persist across epochs: a spawn costs seconds of imports
         return torch.utils.data.DataLoader(
-            Clips(), batch_size=BATCH, collate_fn=collate, num_workers=1, multiprocessing_context=os.environ.get("MP")
+            Clips(),
+            batch_size=BATCH,
+            collate_fn=collate,
+            num_workers=1,
+            multiprocessing_context=mp,
+            persistent_workers=bool(mp),
         )
 
 
