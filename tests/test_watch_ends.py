@@ -104,6 +104,12 @@ def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
         )
         if sig != signal.SIGKILL:  # the watch itself says so and exits 128 + the signal
             assert watch.wait(30) == 128 + sig
+        from asrlab.doctor import diagnose
+
+        d = diagnose(exp)  # a stop, by what ended it: not ranks that vanished
+        assert d["verdict"] == "stopped", d["summary"]
+        said = "the death of asrlab watch" if sig == signal.SIGKILL else f"{sig.name} to asrlab watch"
+        assert said in d["summary"], d["summary"]
     finally:  # nothing of a failed test left running
         for p in job + (psutil.Process(watch.pid).children(recursive=True) if watch.poll() is None else []):
             try:

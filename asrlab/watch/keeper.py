@@ -11,8 +11,11 @@ the keeper sends SIGTERM to every process below it, SIGKILL after a grace period
 It lives in a session of its own and ignores the usual signals, so that a signal to the watch's process
 group (Ctrl-C, ``kill -- -PGID``) does not take it with the watch.
 
-Run as ``python -I -S keeper.py CONTROL_FD REPORT_FD CMD...``: standard library only (it must start fast
-and load neither asrlab nor the ``sitecustomize`` put on the job's path). On ``REPORT_FD`` it writes
+Run as ``python -I -S keeper.py CONTROL_FD REPORT_FD STATUS CMD...``: standard library only (it must start
+fast and load neither asrlab nor the ``sitecustomize`` put on the job's path). The watch writes ``end`` before
+it closes the pipe; a pipe closed without it is a watch that died (SIGKILL), and the keeper then marks the
+run stopped in ``STATUS`` (the run's ``lab.json``; ``-``: none) before it ends the job, as the watch itself
+does when a signal ends it, so that ``asrlab doctor`` reads a stop, not ranks that vanished. On ``REPORT_FD`` it writes
 ``pid N`` once the job's command has been executed (or ``error MESSAGE`` when it could not be), then
 ``exit CODE`` when the job's process ends (``-N``: ended by signal N). :class:`KeptJob` is the watch's
 side, with the part of :class:`subprocess.Popen` the watch uses.
@@ -20,6 +23,7 @@ side, with the part of :class:`subprocess.Popen` the watch uses.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -72,8 +76,8 @@ def _send(pids: list[int], sig: int) -> None:
 
 
 class _Keeper:
-    def __init__(self, control: int, report: int):
-        self.control, self.report, self.job = control, report, 0
+    def __init__(self, control: int, report: int, status: str = "-"):
+        self.control, self.report, self.status, self.job = control, report, status, 0
         self.code: int | None = None
 
     def say(self, line: str) -> None:
@@ -138,12 +142,36 @@ class _Keeper:
 
     def keep(self) -> None:
         """Until the control pipe closes; then end everything below."""
+        asked = False
         while True:
             self.reap()
             ready, _, _ = select.select([self.control], [], [], 0.1)
-            if ready and not os.read(self.control, 4096):
-                break
+            if ready:
+                said = os.read(self.control, 4096)
+                if not said:
+                    break
+                asked = asked or b"end" in said
+        if not asked and self.code is None:
+            self.mark_stopped()
         self.end_all()
+
+    def mark_stopped(self) -> None:
+        """The watch died with the job running: the run's status says it was stopped, and by what."""
+        if self.status == "-":
+            return
+        try:
+            with open(self.status) as f:
+                status = json.load(f)
+            status.update(
+                status="stopped",
+                stop_time=time.time(),
+                stopped_by="the death of asrlab watch (its keeper ended the job)",
+            )
+            with open(self.status + ".keeper", "w") as f:
+                json.dump(status, f, indent=1)
+            os.replace(self.status + ".keeper", self.status)
+        except (OSError, ValueError):
+            pass
 
     def end_all(self, grace_s: float = GRACE_S) -> None:
         me = os.getpid()
@@ -165,9 +193,9 @@ class _Keeper:
 
 
 def main(argv: list[str]) -> int:
-    keeper = _Keeper(int(argv[1]), int(argv[2]))
+    keeper = _Keeper(int(argv[1]), int(argv[2]), argv[3])
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    if not keeper.start(argv[3:]):
+    if not keeper.start(argv[4:]):
         keeper.reap()
         return 127
     # the job holds the output pipes now; the keeper must not keep them open after the job ends
@@ -185,11 +213,11 @@ class KeptJob:
     exit code (``-N`` when ended by signal N), ``stdout``/``stderr`` its output pipes. :meth:`close` has the
     keeper end whatever of the job is left and waits for it. Raises ``OSError`` when ``cmd`` cannot run."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, stdout=None, stderr=None):
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, stdout=None, stderr=None, status=None):
         control_r, self._control = os.pipe()
         report_r, report_w = os.pipe()
         self.keeper = subprocess.Popen(
-            [sys.executable, "-I", "-S", __file__, str(control_r), str(report_w), *cmd],
+            [sys.executable, "-I", "-S", __file__, str(control_r), str(report_w), str(status or "-"), *cmd],
             env=env,
             stdout=stdout,
             stderr=stderr,
@@ -249,6 +277,10 @@ class KeptJob:
 
     def close(self, timeout_s: float = GRACE_S + 5.0) -> None:
         if self._control >= 0:
+            try:
+                os.write(self._control, b"end")  # asked: not a watch that died
+            except OSError:
+                pass
             os.close(self._control)
             self._control = -1
         try:

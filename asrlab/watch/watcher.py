@@ -117,7 +117,7 @@ class JobWatch:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         output = JobOutput(self.exp)
         try:
-            proc = _start(cmd, self.env())
+            proc = _start(cmd, self.env(), layout.lab(self.exp))
         except OSError as e:
             output.close()
             for s, h in old.items():
@@ -378,11 +378,11 @@ class JobWatch:
             pass
 
 
-def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen | KeptJob:
+def _start(cmd: list[str], env: dict[str, str], status: Path) -> subprocess.Popen | KeptJob:
     """The job, under a keeper that ends all of it when the watch ends, however (Linux); elsewhere the
     job's own process, ending with the watch where it can (see :mod:`.keeper`)."""
     if sys.platform.startswith("linux"):
-        return KeptJob(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return KeptJob(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, status=status)
     return subprocess.Popen(
         cmd, env=env, preexec_fn=own_session_ending_with_parent(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
