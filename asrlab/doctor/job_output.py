@@ -8,16 +8,16 @@ from pathlib import Path
 
 from ..lab.layout import job_log
 from .logs import diagnose_logs
-from .logs.tracebacks import CONSEQUENCE
+from .verdict import LOST_PEER
 
 # what the folder alone can say of a rank that ended without a word, and what the job's output can replace
 _GUESSED = ("ended without recording an error", "the training loop marked the run failed")
 
 
 def _lost_peer(error: dict | None) -> bool:
-    """The rank's error says a peer went away (a reset connection, a closed pipe, a timeout): what a survivor
-    raises after another rank was killed, never a cause of its own beside the killed rank."""
-    return error is not None and bool(CONSEQUENCE.search(f"{error.get('type')}: {error.get('message')}"))
+    """The rank's error says a peer went away (the folder's own reading, :data:`.verdict.LOST_PEER`): what a
+    survivor raises after another rank was killed, never a cause of its own beside the killed rank."""
+    return error is not None and bool(LOST_PEER.search(error.get("message") or ""))
 
 
 def read_job_output(exp: Path, d: dict) -> None:
