@@ -316,3 +316,31 @@ def test_killed_then_resumed(corpus, tmp_path, capsys):
     [e0] = d["coverage"]["epochs"]
     assert e0["complete"] and e0["exactly_once"] and e0["keys"] == 120
     assert d["history"] == []
+
+
+def test_reading_a_log_or_a_run_folder_does_not_start_torch():
+    """The doctor reads logs, ledgers, heartbeats and checkpoint markers without torch (seconds of start-up
+    on a small machine, before a person sees a verdict); torch loads only to open a checkpoint's tensors."""
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures")
+    code = (
+        "import contextlib, io, sys\n"
+        "from asrlab.cli import main\n"
+        "for target in sys.argv[1:]:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        main(['doctor', target])\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            os.path.join(fixtures, "watched", "rank_killed_survivor_reset"),
+            os.path.join(fixtures, "logs", "icefall", "nan_inf_losses_all_ranks_mpirun.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]", r.stdout

@@ -14,7 +14,6 @@ from ..lab.metrics import metric_files, rank_summary, read_metrics
 from ..lab.numerics.events import read_events
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
-from ..lab.state.run_state import upgrade
 from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ranks, read_untrained
 from ..lab.timing import step_split
 from .read import kept_steps, read_json
@@ -357,6 +356,8 @@ def checkpoint_integrity(exp: str | Path) -> dict:
         if found is not None:
             state, marker = found
             newest = marker["file"]
+            from ..lab.state.run_state import upgrade  # torch is loaded by now, to read the checkpoint
+
             try:
                 clock = (upgrade(state, newest)["extra"].get("clock") or {}).get("elapsed_s")
             except ValueError:  # a checkpoint of another schema: its clock is not known here

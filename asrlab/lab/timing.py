@@ -18,8 +18,10 @@ import contextlib
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PARTS = ("data", "copy", "features", "forward", "backward", "comm", "optimizer")
 
@@ -33,12 +35,15 @@ class StepTimer:
     """
 
     def __init__(self, device: torch.device | str = "cpu"):
+        import torch  # here, not at the top: the doctor reads step splits without torch's start-up
+
         self.cuda = torch.device(device).type == "cuda"
+        self._event = torch.cuda.Event if self.cuda else None
         self._marks: list[tuple[str | None, object]] = []
 
     def _now(self):
         if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
+            e = self._event(enable_timing=True)
             e.record()
             return e
         return time.perf_counter()
@@ -258,6 +263,7 @@ def trace(out_dir: str | Path, wait: int = 2, warmup: int = 2, active: int = 5, 
     Skips ``wait`` steps, warms up ``warmup``, records ``active``, then writes a Chrome trace
     (open it in chrome://tracing or Perfetto) under ``out_dir``.
     """
+    import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])

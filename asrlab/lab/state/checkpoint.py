@@ -14,8 +14,6 @@ import json
 import logging
 from pathlib import Path
 
-import torch
-
 from ...files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -48,6 +46,8 @@ def save_checkpoint(ckpt_dir: Path, state: dict, step: int, info: dict, keep_las
 
     ``on_write`` (optional) is called on every chunk written (the stall watchdog's progress).
     """
+    import torch  # here, not at the top: the doctor reads markers without torch's start-up
+
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"step_{step:08d}.pt"
     atomic_write(path, lambda f: torch.save(state, _Ticking(f, on_write) if on_write else f), durable=True)
@@ -79,6 +79,8 @@ def load_latest(ckpt_dir: Path, map_location="cpu") -> tuple[dict, dict] | None:
 
     A newest checkpoint that is incomplete, truncated or corrupt is passed over with a warning.
     """
+    import torch
+
     for marker in reversed(list_checkpoints(ckpt_dir)):
         path = Path(ckpt_dir) / marker["file"]
         if not marker["complete"]:
@@ -98,6 +100,8 @@ def load_latest(ckpt_dir: Path, map_location="cpu") -> tuple[dict, dict] | None:
 
 def state_digest(state: dict) -> str:
     """One SHA-256 over the model and optimizer tensors of a checkpoint state, in a fixed order."""
+    import torch
+
     h = hashlib.sha256()
 
     def walk(prefix: str, x) -> None:
