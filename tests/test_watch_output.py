@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asrlab.doctor import diagnose
+from asrlab.doctor import diagnose, format_diagnosis
 
 LOOP = Path(__file__).parent / "loops" / "printing_loop.py"
 
@@ -76,6 +76,8 @@ def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
     assert d["summary"].startswith("rank 1 was killed by SIGKILL at step 7"), d["summary"]
     assert "then rank 0 failed" in d["summary"] and "Connection reset by peer" in d["summary"]
     assert d["culprit"] == {"rank": 1, "step": 7}
+    text = format_diagnosis(d)  # the survivor's error is not shown as the first one under the killed rank
+    assert "first error:" not in text and "error of a rank whose peer was gone (a consequence" in text, text[:1500]
 
 
 def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):

@@ -54,6 +54,7 @@ def read_job_output(exp: Path, d: dict) -> None:
     ):
         if _lost_peer(d.get("error")):
             said += f"; then {d['summary']}"
+            d["error"]["lost_peer"] = True  # said under the cause, not as the first error
         d.update(verdict=logs["verdict"], summary=said, culprit=logs["culprit"], basis="job output")
     elif logs["verdict"] == "crashed" and v in ("crashed", "unknown") and d.get("error") is None:
         d.update(summary=said, culprit=logs["culprit"], basis="job output")

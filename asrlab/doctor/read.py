@@ -106,6 +106,7 @@ def error_entry(e: dict, errors: list[dict]) -> dict:
         "traceback_tail": tb[-8:],
         "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
         "ended_from_outside": ended_from_outside(e),
+        "lost_peer": False,  # set where the verdict names the killed or vanished rank it followed
     }
 
 

@@ -143,6 +143,8 @@ def format_diagnosis(d: dict) -> str:
             (
                 f"error of a rank being ended (a consequence, not the cause): {e['line']}"
                 if e.get("ended_from_outside")
+                else f"error of a rank whose peer was gone (a consequence, not the cause): {e['line']}"
+                if e.get("lost_peer")
                 else f"first error: {e['line']}"
             ),
         ]

@@ -61,6 +61,7 @@ def verdict(
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
             # that rank is the cause
             said = f"{_vanished(exp, vanished, beats, ckpts)}; then {said}"
+            d["error"]["lost_peer"] = LOST_PEER.search(errors[0].get("message") or "") is not None
         failures.append((errors[0]["time"], "crashed", said, "errors"))
     if halt is not None and halt["current"]:
         failures.append((halt["time"], "nonfinite_halt", halt["message"], "halt report"))
