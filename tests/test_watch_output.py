@@ -80,6 +80,26 @@ def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
     assert "first error:" not in text and "error of a rank whose peer was gone (a consequence" in text, text[:1500]
 
 
+def test_without_the_jobs_output_a_vanished_peer_still_comes_before_the_survivors_error(tmp_path):
+    """The same run read from the folder alone (no job output kept), with the killed rank's last heartbeat,
+    written a second before the survivor's error, by a process that is gone: the vanished rank is the cause."""
+    import shutil
+
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "rank_killed_survivor_reset", exp)
+    (exp / "job.log").unlink()
+    beat = json.loads((exp / "heartbeat" / "rank0.json").read_text())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no process has now
+    beat.update(rank=1, pid=gone.pid, time=beat["time"] - 1.0, since=beat["since"] - 1.0)
+    (exp / "heartbeat" / "rank1.json").write_text(json.dumps(beat))
+    d = diagnose(exp)
+    assert d["summary"].startswith("rank 1 ended without recording an error: it vanished"), d["summary"]
+    assert "; then rank 0 failed" in d["summary"] and d["error"]["lost_peer"], d["summary"]
+    text = format_diagnosis(d)
+    assert "first error:" not in text and "error of a rank whose peer was gone (a consequence" in text, text[:1500]
+
+
 def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
     exp = tmp_path / "exp"
     proc = watch(exp, steps=100000)
