@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from asrlab.doctor import diagnose
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the keeper is Linux's")
 
 LOOPS = Path(__file__).parent / "loops"
@@ -104,8 +106,6 @@ def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
         )
         if sig != signal.SIGKILL:  # the watch itself says so and exits 128 + the signal
             assert watch.wait(30) == 128 + sig
-        from asrlab.doctor import diagnose
-
         d = diagnose(exp)  # a stop, by what ended it: not ranks that vanished
         assert d["verdict"] == "stopped", d["summary"]
         said = "the death of asrlab watch" if sig == signal.SIGKILL else f"{sig.name} to asrlab watch"

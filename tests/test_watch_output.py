@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,13 +65,17 @@ def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signa
     assert d["culprit"] == {"rank": 1, "step": 7}
 
 
+def _killed_survivor_reset(tmp_path) -> Path:
+    """A copy of a real watched run: rank 1 SIGKILLed, rank 0's "Connection reset by peer" recorded first."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "rank_killed_survivor_reset", exp)
+    return exp
+
+
 def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
     """When the survivor's "Connection reset by peer" was recorded before the watch saw the killed rank go (a
     busy machine), the job's output still names the killed rank first and the survivor's error after it."""
-    import shutil
-
-    exp = tmp_path / "exp"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "rank_killed_survivor_reset", exp)
+    exp = _killed_survivor_reset(tmp_path)
     d = diagnose(exp)
     assert d["verdict"] == "killed", d["summary"]
     assert d["summary"].startswith("rank 1 was killed by SIGKILL at step 7"), d["summary"]
@@ -83,10 +88,7 @@ def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
 def test_without_the_jobs_output_a_vanished_peer_still_comes_before_the_survivors_error(tmp_path):
     """The same run read from the folder alone (no job output kept), with the killed rank's last heartbeat,
     written a second before the survivor's error, by a process that is gone: the vanished rank is the cause."""
-    import shutil
-
-    exp = tmp_path / "exp"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "rank_killed_survivor_reset", exp)
+    exp = _killed_survivor_reset(tmp_path)
     (exp / "job.log").unlink()
     beat = json.loads((exp / "heartbeat" / "rank0.json").read_text())
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -38,6 +38,7 @@ def read_job_output(exp: Path, d: dict) -> None:
     }
     said = logs["summary"] + " (the job's own output)"
     v = d["verdict"]
+    lost_peer = _lost_peer(d.get("error"))
     if (
         logs["verdict"] == "nonfinite"
         and v in ("finished", "running", "stopped", "crashed", "stalled")
@@ -50,9 +51,9 @@ def read_job_output(exp: Path, d: dict) -> None:
         logs["verdict"] in ("killed", "out_of_memory")
         and (v != "stalled" or logs["verdict"] == "out_of_memory")
         and v in ("crashed", "unknown")
-        and (d.get("error") is None or any(g in d["summary"] for g in _GUESSED) or _lost_peer(d.get("error")))
+        and (d.get("error") is None or any(g in d["summary"] for g in _GUESSED) or lost_peer)
     ):
-        if _lost_peer(d.get("error")):
+        if lost_peer:
             said += f"; then {d['summary']}"
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error
         d.update(verdict=logs["verdict"], summary=said, culprit=logs["culprit"], basis="job output")

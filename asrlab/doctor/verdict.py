@@ -57,11 +57,12 @@ def verdict(
             and r["rank"] not in erred
             and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]
         ]
-        if vanished and (LOST_PEER.search(errors[0].get("message") or "") or ended_from_outside(errors[0])):
+        lost_peer = LOST_PEER.search(errors[0].get("message") or "") is not None
+        if vanished and (lost_peer or ended_from_outside(errors[0])):
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
             # that rank is the cause
             said = f"{_vanished(exp, vanished, beats, ckpts)}; then {said}"
-            d["error"]["lost_peer"] = LOST_PEER.search(errors[0].get("message") or "") is not None
+            d["error"]["lost_peer"] = lost_peer
         failures.append((errors[0]["time"], "crashed", said, "errors"))
     if halt is not None and halt["current"]:
         failures.append((halt["time"], "nonfinite_halt", halt["message"], "halt report"))

@@ -13,12 +13,12 @@ group (Ctrl-C, ``kill -- -PGID``) does not take it with the watch.
 
 Run as ``python -I -S keeper.py CONTROL_FD REPORT_FD STATUS CMD...``: standard library only (it must start
 fast and load neither asrlab nor the ``sitecustomize`` put on the job's path). The watch writes ``end`` before
-it closes the pipe; a pipe closed without it is a watch that died (SIGKILL), and the keeper then marks the
-run stopped in ``STATUS`` (the run's ``lab.json``; ``-``: none) before it ends the job, as the watch itself
-does when a signal ends it, so that ``asrlab doctor`` reads a stop, not ranks that vanished. On ``REPORT_FD`` it writes
-``pid N`` once the job's command has been executed (or ``error MESSAGE`` when it could not be), then
-``exit CODE`` when the job's process ends (``-N``: ended by signal N). :class:`KeptJob` is the watch's
-side, with the part of :class:`subprocess.Popen` the watch uses.
+it closes the pipe; a pipe closed without it is a watch that died (SIGKILL), and the keeper then marks the run
+stopped in ``STATUS`` (the run's ``lab.json``; ``-``: none) before it ends the job, as the watch itself does
+when a signal ends it, so that ``asrlab doctor`` reads a stop, not ranks that vanished. On ``REPORT_FD`` it
+writes ``pid N`` once the job's command has been executed (or ``error MESSAGE`` when it could not be), then
+``exit CODE`` when the job's process ends (``-N``: ended by signal N). :class:`KeptJob` is the watch's side,
+with the part of :class:`subprocess.Popen` the watch uses.
 """
 
 from __future__ import annotations
