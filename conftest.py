@@ -14,6 +14,7 @@ cells of that notebook are then deselected, and the collection report says so.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -28,6 +29,22 @@ from asrlab.widgets import MODE_ENV
 ROOT = Path(__file__).resolve().parent
 NOTEBOOKS = ROOT / "notebooks"
 SMALL_PARAMS = NOTEBOOKS / "params" / "small.yaml"
+
+# The files that run longest (docs/benchmarks.md has their times), started first and longest first: a long
+# file started late ends the run alone on one worker while the others idle. The other files follow in
+# pytest-xdist's own order (most tests first). Each file stays on one worker (--dist loadfile).
+LONGEST_FIRST = (
+    "tests/test_browser.py",
+    "tests/test_resume.py",
+    "tests/test_watch.py",
+    "tests/test_nodes.py",
+    "tests/test_stalls.py",
+    "tests/test_lab.py",
+    "tests/test_lifecycle.py",
+    "tests/test_watch_reading.py",
+    "tests/test_resume_loaders.py",
+    "tests/test_lightning_runs.py",
+)
 
 _WORK = pytest.StashKey[Path]()
 _RAN_ELSEWHERE = pytest.StashKey[list]()
@@ -116,9 +133,19 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    _longest_first(items)
     config.stash[_RAN_ELSEWHERE] = [
         f"nbval: {nodeid} ({n} cells) deselected: {runners[stem]} runs it" for stem, (nodeid, n) in notes.items()
     ]
+
+
+def _longest_first(items) -> None:
+    """The files of :data:`LONGEST_FIRST` first, in its order, then the rest by their number of tests; each
+    file's tests stay together and in their order (the sort is stable)."""
+    files = [item.nodeid.split("::")[0] for item in items]
+    counts, place = Counter(files), {f: i for i, f in enumerate(LONGEST_FIRST)}
+    order = {id(item): (place.get(f, len(place)), -counts[f], f) for item, f in zip(items, files)}
+    items.sort(key=lambda item: order[id(item)])
 
 
 def pytest_report_collectionfinish(config):

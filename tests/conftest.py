@@ -61,25 +61,3 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tok():
     return CharTokenizer.build(WORDS + [" "])
-
-
-@pytest.fixture(scope="session")
-def stalled_in_data(corpus, tmp_path_factory):
-    """``asrlab train --nproc 2`` whose rank 1 waits for the batch of step 2 (one loader worker, 120 s of
-    injected delay) until the watchdog (5 s) stops the run, with a timeline: (exp, the finished process).
-    Made once: the stall tests read its verdict and timeline, the doctor's tests its diagnosis."""
-    from helpers import train2  # (helpers import this module)
-
-    exp = tmp_path_factory.mktemp("stalled_in_data") / "exp"
-    out = train2(
-        corpus / "data.list",
-        exp,
-        "--stall-timeout",
-        "5",
-        "train.timeline=true",
-        "data.inject_delay_s=120",
-        "data.inject_delay_ranks=[1]",
-        "data.inject_delay_from_batch=2",
-        "data.num_workers=1",
-    )
-    return exp, out

@@ -1,6 +1,7 @@
 """``asrlab doctor``: the verdict and every section, read from the files of real runs of asrlab's trainer
-(finished, stopped, stalled on 2 ranks, a rank crashed, a non-finite halt, killed and resumed), and
-from copies of a finished run broken on purpose (the ledger, a checkpoint's bytes)."""
+(finished, stopped, a rank crashed, a non-finite halt, killed and resumed), and from copies of a finished
+run broken on purpose (the ledger, a checkpoint's bytes). Its reading of a stalled 2-rank run is in
+test_stalls.py, beside the watchdog's tests of the same run."""
 
 import json
 import os
@@ -251,23 +252,6 @@ def test_an_error_of_the_attempt_before_a_torch_elastic_restart_is_history(tmp_p
     d = diagnose(exp)
     assert d["verdict"] == "finished" and d["error"] is None, d["summary"]
     assert any("Connection reset by peer" in h for h in d["history"]), d["history"]
-
-
-def test_a_stalled_2_rank_run(stalled_in_data, capsys):
-    exp, out = stalled_in_data
-    assert out.returncode != 0, out.stderr[-3000:]
-    code, text = doctor(exp, capsys)
-    d = diagnose(exp)
-    report = json.loads((exp / "stall_report.json").read_text())
-    assert code == 1 and d["verdict"] == "stalled" and d["summary"] == report["verdict"]
-    assert (
-        d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"]
-    )  # fetched a batch ahead
-    assert text.startswith("STALLED: rank 1 has waited") and f"stall report ({exp / 'stall_report.txt'})" in text
-    assert [(r["rank"], r["phase"], r["step"]) for r in d["stall"]["ranks"]] == [(0, "forward", 2), (1, "data", 2)]
-    assert "rank 1 (" in text and "waiting for data of step 2 for" in text
-    assert d["world_size"] == 2 and [r["rank"] for r in d["steps"]["ranks"]] == [0, 1]
-    assert d["steps"]["spread"] is not None and "spread: rank" in text
 
 
 def test_a_crashed_rank(corpus, tmp_path, capsys):

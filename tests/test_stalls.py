@@ -1,4 +1,5 @@
-"""Stalls: the verdict, the watchdog on 2 gloo ranks, and the uneven-data policies.
+"""Stalls: the verdict, the watchdog on 2 gloo ranks (and the doctor on the run it stopped), and the
+uneven-data policies.
 
 Every multi-rank case runs ``asrlab train --nproc 2`` under a hard subprocess timeout and then
 checks that no process of it is left.
@@ -14,9 +15,11 @@ import time
 import psutil
 import pytest
 
+from asrlab.cli import main
 from asrlab.data.config import DataConfig
 from asrlab.data.preflight import inspect_layout
 from asrlab.data.sources import load_sources
+from asrlab.doctor import diagnose
 from asrlab.lab.stall.heartbeat import Heartbeat, read_timeline
 from asrlab.lab.stall.verdict import ranks_text, verdict
 from asrlab.lab.stall.watchdog import STALL_EXIT, Watchdog
@@ -155,6 +158,26 @@ def test_uneven_protected_finishes_with_ranks_at_the_same_step(uneven, tmp_path,
         assert beats[short]["completed"] == 2 * n < beats[1 - short]["completed"]
 
 
+@pytest.fixture(scope="module")
+def stalled_in_data(corpus, tmp_path_factory):
+    """``asrlab train --nproc 2`` whose rank 1 waits for the batch of step 2 (one loader worker, 120 s of
+    injected delay) until the watchdog (5 s) stops the run, with a timeline: (exp, the finished process).
+    Made once: the watchdog's tests read its verdict and timeline, the doctor's its diagnosis."""
+    exp = tmp_path_factory.mktemp("stalled_in_data") / "exp"
+    out = train2(
+        corpus / "data.list",
+        exp,
+        "--stall-timeout",
+        "5",
+        "train.timeline=true",
+        "data.inject_delay_s=120",
+        "data.inject_delay_ranks=[1]",
+        "data.inject_delay_from_batch=2",
+        "data.num_workers=1",
+    )
+    return exp, out
+
+
 def test_rank_blocked_in_data_loading_is_named(stalled_in_data):
     exp, out = stalled_in_data
     assert out.returncode == STALL_EXIT, out.stderr[-3000:]
@@ -167,6 +190,24 @@ def test_rank_blocked_in_data_loading_is_named(stalled_in_data):
     assert "; rank 0 is " in v and v.endswith(" of step 2"), v
     timeline = read_timeline(exp)
     assert {e["phase"] for e in timeline[0]} >= {"data", "forward", "backward", "allreduce", "optimizer"}
+
+
+def test_the_doctor_reads_the_stalled_run_as_its_report_says(stalled_in_data, capsys):
+    exp, out = stalled_in_data
+    assert out.returncode != 0, out.stderr[-3000:]
+    capsys.readouterr()
+    code, text = main(["doctor", str(exp)]), capsys.readouterr().out
+    d = diagnose(exp)
+    report = json.loads((exp / "stall_report.json").read_text())
+    assert code == 1 and d["verdict"] == "stalled" and d["summary"] == report["verdict"]
+    assert (
+        d["summary"].startswith("rank 1 has waited") and "for data at step 2" in d["summary"]
+    )  # fetched a batch ahead
+    assert text.startswith("STALLED: rank 1 has waited") and f"stall report ({exp / 'stall_report.txt'})" in text
+    assert [(r["rank"], r["phase"], r["step"]) for r in d["stall"]["ranks"]] == [(0, "forward", 2), (1, "data", 2)]
+    assert "rank 1 (" in text and "waiting for data of step 2 for" in text
+    assert d["world_size"] == 2 and [r["rank"] for r in d["steps"]["ranks"]] == [0, 1]
+    assert d["steps"]["spread"] is not None and "spread: rank" in text
 
 
 def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
