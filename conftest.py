@@ -14,6 +14,13 @@ cells of that notebook are then deselected, and the collection report says so.
 from __future__ import annotations
 
 import os
+
+# One intra-op thread in every process of the suite (a value the caller sets wins): three workers, each test
+# often with two ranks, already fill the two cores, and torch's default of a thread per core in each
+# process spent minutes of CPU contending (docs/benchmarks.md). Set before torch loads, here and in every
+# process a test starts.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from collections import Counter
 from pathlib import Path
 
