@@ -117,7 +117,9 @@ def test_compressed_logs_are_read_from_their_bytes(tmp_path, kind):
     path = tmp_path / "train.log.old"  # the name says nothing
     path.write_bytes(pack(text))
     d = diagnose_logs([str(path)])
-    assert d["verdict"] == "nonfinite" and d["culprit"] == {"rank": 0, "step": 300}, d["summary"]
+    assert d["verdict"] == "nonfinite" and d["culprit"] == {"rank": 0, "step": 300, "epoch": 0, "batch": 300}, d[
+        "summary"
+    ]
 
 
 def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
@@ -141,7 +143,7 @@ def test_a_file_still_being_written_and_a_folder_of_rank_logs(tmp_path):
     d = diagnose_logs([str(tmp_path)])
     assert d["verdict"] == "stalled", d["summary"]
     assert d["hang"]["collective"] == {"seq": 7, "op": "ALLREDUCE", "timeout_ms": 1800000}
-    assert d["culprit"] == {"rank": 0, "step": 30} and d["hang"]["behind"] == [0], d
+    assert d["culprit"] == {"rank": 0, "step": 30, "epoch": 1, "batch": 30} and d["hang"]["behind"] == [0], d
 
 
 def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weights(tmp_path):

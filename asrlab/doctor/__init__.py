@@ -110,7 +110,10 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     if not exp.is_dir():
         raise UsageError(f"{exp}: not a directory")
     if not is_run(exp):
-        raise UsageError(f"{exp}: no run there (none of {', '.join(layout.RUN_FILES)})")
+        raise UsageError(
+            f"{exp}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}); a toolkit's folder is read "
+            "as its logs: asrlab doctor FOLDER"
+        )
     from .sections import (
         checkpoint_integrity,
         corpus_throughput,

@@ -98,9 +98,26 @@ def diagnostics_dir(exp: str | Path) -> Path:
 
 
 def is_run(path: str | Path) -> bool:
-    """A folder a run wrote, not a folder of logs."""
+    """A folder asrlab's trainer, the parts or asrlab watch wrote, not a folder of logs, nor a toolkit's own
+    folder that holds a file of the same name (ESPnet's ``exp/asr_train_*`` has a ``config.yaml``, WeNet's
+    ``step_N.pt``s, Lightning's a ``checkpoints/``): those are read as the toolkit's."""
     p = Path(path)
-    return p.is_dir() and any((p / name).exists() for name in RUN_FILES)
+    if not p.is_dir():
+        return False
+    if any((p / name).exists() for name in (LAB, HEARTBEAT, ERRORS, LEDGER, STALL_REPORT, NONFINITE)):
+        return True
+    if any((p / METRICS).glob("rank*.jsonl")) or any((p / CHECKPOINTS).glob("step_*.done")):
+        return True
+    return _asrlab_config(p / CONFIG)
+
+
+def _asrlab_config(path: Path) -> bool:
+    """asrlab train's config: a ``train`` section among its top-level keys (ESPnet's, WeNet's have none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(line.startswith("train:") for line in f)
+    except OSError:
+        return False
 
 
 __all__ = [

@@ -11,7 +11,18 @@ from __future__ import annotations
 import re
 
 from .marks import Clock
-from .tracebacks import CONSEQUENCE, FRAME, MONITORED, MONITORED_PEER, OOM, ORIGINAL, WORKER, Traceback, user_frame
+from .tracebacks import (
+    COLLECTIVE_TIMEOUT,
+    CONSEQUENCE,
+    FRAME,
+    MONITORED,
+    MONITORED_PEER,
+    OOM,
+    ORIGINAL,
+    WORKER,
+    Traceback,
+    user_frame,
+)
 
 
 _WATCHDOG = re.compile(
@@ -29,9 +40,17 @@ _STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:
 NONFINITE_LINE = re.compile(
     r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
-    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)",
+    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
+    r"gradients are (?:NaN/inf|nan|inf)|(?<![\w.])(?:\w*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?[-+]?(?:nan|inf)\b",
     re.I,
 )
+# the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
+_DEATH = re.compile(
+    r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
+    r"^(KeyboardInterrupt)\s*$"
+)
+# what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
+_ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 _AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
@@ -70,6 +89,8 @@ class Events:
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
         self.source = ""
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
+        self._spawned: int | None = None  # torch.multiprocessing said whose traceback comes next
+        self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -93,14 +114,38 @@ class Events:
 
     def _end_tb(self, key) -> None:
         tb = self._tb.pop(key, None)
-        if tb is not None:
-            e = tb.event()
-            if e is not None:
-                self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
-                if self.counts[e["kind"]] <= KEEP:
-                    self.events.append(e)
-                else:
-                    self._last[e["kind"]] = e
+        if tb is None:
+            return
+        e = tb.event()
+        if e is None:
+            return
+        if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
+            self._spawned = e["spawned_rank"]
+        item = self._item.pop(e.get("rank"), None)
+        if item and e["kind"] in ("exception", "consequence") and (not e["message"] or "str() failed" in e["message"]):
+            # the exception could not say itself; the line before it named the item being read
+            e.update(message=item["text"][:300], text=f"{e['type']}: {item['text']}"[:500], item=item["id"])
+        self.order = e["order"]
+        if e["kind"] == "consequence" and COLLECTIVE_TIMEOUT.search(e["text"]):
+            # a collective that gave up waiting, raised in the rank's own traceback: the hang's evidence
+            g = _GLOO.search(e["text"])
+            self._add(
+                "timeout",
+                e["rank"],
+                e["time"],
+                e["text"],
+                op=g.group(2) if g else None,
+                timeout_ms=int(g.group(1)) if g else None,
+                source="gloo" if g else "traceback",
+            )
+        if e["kind"] == "consequence" and _DEATH.search(e["text"]):
+            m = _DEATH.search(e["text"])
+            self._add("stop", e["rank"], e["time"], e["text"], signal=_signame(m.group(1) or m.group(2) or "SIGINT"))
+        self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
+        if self.counts[e["kind"]] <= KEEP:
+            self.events.append(e)
+        else:
+            self._last[e["kind"]] = e
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
         self.source = source
@@ -118,6 +163,10 @@ class Events:
             if self._torchrun_block(text, time):
                 return
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
+            if rank is None and self._spawned is not None:
+                rank = key = self._spawned  # noqa: F841  the spawned process's traceback is that rank's
+                key = (source, rank)
+            self._spawned = None
             self._tb[key] = Traceback(rank, time, self.order, source)
             return
         if FRAME.match(text):  # a traceback whose first line the log does not have
@@ -193,7 +242,11 @@ class Events:
                 else "a traceback that the log cuts off before its exception line"
             )
         elif not said or said.startswith("To enable traceback"):
-            said = f"exit code {code}" + (f" ({signame})" if signame else "")
+            said = (
+                f"exit code {code}" + (f" ({signame})" if signame else "")
+                if code is not None
+                else "torchrun's root cause (the log ends before its exit code)"
+            )
         self._add(
             "exit",
             rank,
@@ -223,6 +276,15 @@ class Events:
                 type=kind,
                 message=text.split("what():", 1)[1].strip()[:300],
             )
+        if "death signal" in text or "got signal" in text:
+            m = _DEATH.search(text)
+            if m:
+                self._add("stop", rank, time, text, signal=_signame(m.group(1) or m.group(2)))
+                return
+        if "Error happened with" in text:
+            m = _ITEM.search(text)
+            if m:
+                self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
         if "Watchdog caught" in text:
             m = _WATCHDOG.search(text)
             if m:
@@ -333,6 +395,9 @@ class Events:
                 where=None,
             )
             return
+        if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
+            self._add("oom", rank, time, text)
+            return
         if "xecuting job" in text and _HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
             return
@@ -355,12 +420,14 @@ class Events:
                     grad=m.group(1) if who == "espnet" else None,
                 )
                 return
-        if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
-            self._add("oom", rank, time, text)
-            return
         m = _RESUME.search(text)
         if m and "Traceback" not in text:
             self._add("resume", rank, time, text, path=m.group(1))
+
+
+def _signame(said: str) -> str:
+    """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
+    return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
 
 
 def _float(text):

@@ -18,6 +18,30 @@ _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
+# what a collector puts before a line: strong marks (a rank's, mpirun's, srun's, a container's, a CRI log's)
+# are always taken off; a bare timestamp or host name only where what follows it is a rank mark or a line
+# that must be read from its first character (a traceback, torchrun's summary)
+_STRONG = (
+    (re.compile(r"^\[(?:rank|default)(\d+)\]:\s?"), 1),  # PyTorch's and torchrun's
+    (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # mpirun --tag-output: [job,rank]
+    (re.compile(r"^(?:stdout|stderr) [FP] "), None),  # a CRI container log, after its timestamp
+    (re.compile(r"^[\w.-]+(?:[-_]\d+)?\s+\| "), None),  # docker compose: "trainer-1  | "
+)
+_TIME = re.compile(
+    r"^\[?(?:\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?|"
+    r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d)\]?:?\s+"
+)
+_WEAK_RANK = re.compile(
+    r"^\[(\d{1,5})\]:(?: (?=\S)| ?(?=\s|$))|^(\d{1,4}): (?=\S)"
+)  # "[1]: " after a stamp; srun's "1: "
+_HOST = re.compile(r"^[a-zA-Z][\w.-]*[\w]:\s(?=\S)")  # pdsh / a collector's "node03: "
+# a line that is read from its first character: what a collector's prefix must not hide
+STRUCTURAL = re.compile(
+    r"^(?:Traceback \(most|\s*File \"|\s+\S|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b|"
+    r"\[\d+\]:\s*$|(?:rank|exitcode|time|host|error_file|traceback)\s*:|Root Cause|Failures:|={8}|-{8}|"
+    r"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|\[(?:rank|default)\d+\]:|"
+    r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
+)
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]"),  # NCCL / c10d messages
     re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
@@ -29,9 +53,32 @@ _RANKS = (
 
 
 def split_prefix(line: str) -> tuple[int | None, str]:
-    """``[rank3]: text`` -> ``(3, "text")``; a line without such a mark -> ``(None, line)``."""
-    m = PREFIX.match(line)
-    return (int(m.group(1)), line[m.end() :]) if m else (None, line)
+    """The rank a collector's or launcher's prefix names, and the line as the process wrote it:
+    ``[rank3]: text`` -> ``(3, "text")``; ``2026-09-17 13:40:05 [1]:   File "x.py" ...`` -> ``(1, '  File ...')``;
+    a line without such a mark -> ``(None, line)``. The time is read from the whole line, before this."""
+    rank = None
+    for _ in range(4):  # marks nest: a timestamp, then a host, then a rank mark
+        for pattern, group in _STRONG:
+            m = pattern.match(line)
+            if m:
+                if group is not None:
+                    rank = int(m.group(group))
+                line = line[m.end() :]
+                break
+        else:
+            weak = _TIME.match(line) or _HOST.match(line)
+            rest = line[weak.end() :] if weak else line
+            r = _WEAK_RANK.match(rest)
+            if r and (weak or _WEAK_RANK.match(line)):
+                if r.group(1) is not None and not rest[r.end() :].strip():
+                    return rank, line  # torchrun's own "[0]:" record mark, alone on its line
+                rank, line = int(r.group(1) or r.group(2)), rest[r.end() :]
+                continue
+            if weak and (STRUCTURAL.match(rest) or any(p.match(rest) for p, _ in _STRONG)):
+                line = rest
+                continue
+            break
+    return rank, line
 
 
 def rank_of(line: str) -> int | None:

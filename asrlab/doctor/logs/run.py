@@ -187,6 +187,7 @@ ANCHORS = {
     "megatron": b"iteration",
     "epoch_batch": b"poch",
     "plain": b"loss",
+    "kv": b"loss",
 }
 SAMPLE = 32  # step lines read of each block's lines that say nothing else (a block: stream.CHUNK bytes)
 EDGE = 1 << 18  # bytes at a file's start and end read line by line: its format, and each rank's last steps
@@ -287,7 +288,7 @@ class _File:
     def text(self, line: str, order: int, counted: bool = False) -> None:
         run = self.run
         rank, text = split_prefix(line)
-        t = self.clock.of(text)
+        t = self.clock.of(line)  # a collector's stamp, taken off with its prefix, is the line's time
         if t is not None:
             self.now = t
             run.first_time = t if run.first_time is None else min(run.first_time, t)

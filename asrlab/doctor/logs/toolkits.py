@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable
 
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
-_PAIR = re.compile(rf"(\w+)[=:]\s?({NUM})(?=[\s,\]|)]|$)")
+# a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
+_PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|$)")
 LOSS_NAMES = re.compile(r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl)|.*ce$)", re.I)
 
@@ -246,6 +247,44 @@ def plain(line: str) -> dict | None:
     )
 
 
+# any trainer's key-value line: Hugging Face Trainer's "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05,
+# 'epoch': 1.2}", JSON lines, "loss=nan lr=..."; read last, where no toolkit's own reader fits
+_KV = re.compile(rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|:\s+)['"]?({NUM})['"]?(?=[\s,}}\]|)]|$)""")
+_PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
+_COUNTER = re.compile(
+    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|batch_idx|batch)['"]?"""
+    r"""\s*(?:[=:]\s*|\s)['"]?(\d+)\b(?!\.\d)""",
+    re.I,
+)
+_BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
+
+
+def kv(line: str) -> dict | None:
+    if "loss" not in line.lower():
+        return None
+    if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
+        return None
+    pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line)]
+    losses = _losses(pairs)
+    if not any("loss" in k.lower() for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
+        return None
+    train = pairs
+    d = {k.lower(): v for k, v in train}
+    counter = _COUNTER.search(line)
+    bar = _BAR_COUNT.search(line) if counter is None else None
+    epoch = num(d.get("epoch"))
+    return _record(
+        "kv",
+        (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
+        int(bar.group(1)) if bar else None,
+        int(counter.group(2)) if counter else None,
+        losses=losses,
+        lr=num(d.get("lr") or d.get("learning_rate")),
+        grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),
+        scale=num(d.get("loss_scale") or d.get("scale")),
+    )
+
+
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("wenet", wenet),
     ("icefall", icefall),
@@ -255,17 +294,19 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("megatron", megatron),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
+    ("kv", kv),
 )
+GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
     """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
-    if first is not None:
+    if first is not None and first is not GENERIC:
         r = first(line)
         if r is not None:
             return r
     for _, reader in READERS:
-        if reader is not first:
+        if reader is not first or first is GENERIC:
             r = reader(line)
             if r is not None:
                 return r

@@ -21,7 +21,7 @@ FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 
 
 EXC = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
+    r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
     r"[A-Za-z_][\w]*\.[\w.]*[A-Z]\w*|AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*))?$"
 )
 
@@ -41,11 +41,23 @@ CONSEQUENCE = re.compile(
 )
 
 
+# any wording of running out of memory: torch's, older torch's and the driver's ("cuda runtime error (2) : out of
+# memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's
 OOM = re.compile(
-    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
-    r"^MemoryError|Cannot allocate memory|oom-kill|Out of memory: Killed process|"
-    r"std::bad_alloc|RESOURCE_EXHAUSTED",
+    r"(?<!avoid )(?<!prevent )(?<!reduce )(?<!avoid CUDA )\bout of memory\b|OutOfMemoryError|OutOfMemory\b|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+    r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
+    r"Tried to allocate [\d.]+ [KMGT]i?B",
     re.I,
+)
+# torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with
+# signal SIGKILL", "process 0 terminated with exit code 1"), or that its traceback follows
+SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit code (-?\d+)|the following error)")
+# a collective, a barrier or the store that gave up waiting, in any backend's words
+COLLECTIVE_TIMEOUT = re.compile(
+    r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
+    r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
+    r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients"
 )
 
 
@@ -87,7 +99,7 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
 
 # lines that start something of their own, never the rest of an exception's message
 _NOT_MESSAGE = re.compile(
-    r"^(?:\[|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
+    r"^(?:\[|#|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
     r"WARNING|ERROR|INFO|DEBUG|Traceback)"
 )
@@ -183,7 +195,24 @@ class Traceback:
             if CONSEQUENCE.search(text) and not originals and not MONITORED_PEER.search(text)
             else "exception"
         )
+        spawned = SPAWNED.search(whole)
+        if spawned and kind not in ("oom", "nonfinite_error") and spawned.group(0).find("following") < 0:
+            code = int(spawned.group(3)) if spawned.group(3) else None
+            return {
+                "kind": "exit",
+                "rank": int(spawned.group(1)),
+                "time": self.time,
+                "order": self.order,
+                "file": self.source,
+                "text": text[:500],
+                "exitcode": code,
+                "signal": spawned.group(2),
+                "root": True,  # the launcher reports the first process it saw end
+                "source": "torch.multiprocessing",
+            }
         more = {}
+        if spawned:  # "-- Process N terminated with the following error:" then that process's traceback
+            more["spawned_rank"] = int(spawned.group(1))
         w = WORKER.search(whole)
         if w:
             more["signal"] = (w.group(2) or "").strip() or None

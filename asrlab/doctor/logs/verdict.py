@@ -13,7 +13,7 @@ import math
 from .progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from .run import LogRun, position
 
-VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "no_failure_seen")
+VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "stopped", "no_failure_seen")
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
@@ -21,12 +21,12 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
     the lines in the same file, else by time."""
     s = run.series.get(rank)
-    if s is None and rank is not None and list(run.series) == [None]:
-        s = run.series[None]  # step lines without a rank mark: the one rank that prints them
-    if s is None:
-        if rank is not None or not run.series:
-            return None
+    if s is None and run.series:
+        # a rank that prints no step lines of its own (only rank 0 does, in most toolkits) trains in lockstep
+        # with the ranks that do: the job's last logged step is its step too
         s = max(run.series.values(), key=lambda x: x.seen)
+    if s is None:
+        return None
     recs = s.all()
     same = [r for r in recs if r["file"] == e.get("file")]
     if same and e.get("order") is not None:  # a step logged in the same instant is the step it happened in
@@ -36,6 +36,17 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     else:
         return s.last
     return before[-1] if before else None
+
+
+def _next_after(run: LogRun, rank, e: dict) -> dict | None:
+    """The first step record of the same file after the event ``e``, of its rank (any rank when unknown)."""
+    later = [
+        r
+        for s in ([run.series[rank]] if rank in run.series else run.series.values())
+        for r in s.all()
+        if r["file"] == e.get("file") and r["order"] > e.get("order", 0)
+    ]
+    return min(later, key=lambda r: r["order"]) if later else None
 
 
 def _key(e: dict) -> tuple:
@@ -73,15 +84,37 @@ def _causes(run: LogRun) -> list[tuple]:
             )
         elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
             out.append(("killed", e))
-        elif k == "exit" and (e.get("exitcode") or 0) > 0:
-            out.append(("crashed", e))
+        elif k == "exit" and ((e.get("exitcode") or 0) > 0 or (e.get("root") and e.get("exitcode") is None)):
+            out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
+        elif k == "stop":
+            out.append(("stopped", e))
     if run.nonfinite:
         r = run.nonfinite[0]
         out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
     skips = _persistent_skips(run)
     if skips:
         out.append(("nonfinite", skips))
+    unscaled = _unscaled_skip(run)
+    if unscaled:
+        out.append(("nonfinite", unscaled))
     return out
+
+
+def _unscaled_skip(run: LogRun) -> dict | None:
+    """A step skipped for a non-finite gradient norm in a run without a dynamic loss scale (fp32, bf16: the
+    toolkit's lines say loss scale 1 or none): no scaler calibrates there, so the gradients themselves were
+    not finite; ESPnet says so: "The grad norm is nan. Skipping updating the model."
+    """
+    for e in run.events:
+        if e["kind"] != "scale" or e.get("grad") is None:
+            continue
+        rec = _last_before(run, e.get("rank"), e)
+        scale = rec["scale"] if rec is not None else None
+        if scale is None or scale == 1.0:
+            # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
+            nxt = _next_after(run, e.get("rank"), e)
+            return {**e, "kind": "grad_skip", "record": nxt or rec}
+    return None
 
 
 SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
@@ -128,6 +161,9 @@ def judge(run: LogRun) -> dict:
         causes = [c for c in causes if c[1]["kind"] != "nonfinite_step"]
     if causes:
         verdict, e = min(causes, key=lambda c: _key(c[1]))
+        stops = [c for c in causes if c[0] == "stopped"]
+        if stops and verdict in ("crashed", "killed") and _from_stop(e):
+            verdict, e = stops[0]  # the ranks' SIGTERM exits and SignalExceptions follow the launcher's stop
         if timeouts and verdict in ("crashed", "nonfinite") and _before(timeouts[0], e) and not e.get("culprit_rank"):
             causes = []  # a collective timed out before it: the hang came first, the error followed from it
     if causes:
@@ -136,10 +172,13 @@ def judge(run: LogRun) -> dict:
         rec = e.get("record") or _last_before(run, rank, e)
         d.update(
             verdict=verdict,
-            culprit={"rank": rank, "step": step_number(rec)},
+            culprit=culprit(rank, rec),
             first=_event_view(e),
             summary=_say(run, verdict, {**e, "rank": rank}, rec, d),
         )
+        if verdict == "nonfinite" and rec is not None and (d["nonfinite"] or {}).get("first"):
+            # the section's first non-finite step is the verdict's: one event, said once
+            d["nonfinite"]["first"].update(rank=rank, step=step_number(rec), epoch=rec["epoch"], batch=rec["batch"])
         if transient and verdict != "nonfinite":
             d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
     elif timeouts:
@@ -152,12 +191,7 @@ def judge(run: LogRun) -> dict:
             if rank is not None
             else max((r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
         )
-        d.update(
-            verdict="stalled",
-            culprit={"rank": rank, "step": step_number(rec)},
-            first=_event_view(timeouts[0]),
-            summary=h["text"],
-        )
+        d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(timeouts[0]), summary=h["text"])
     else:
         exits = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
         if exits and not any(e["kind"] == "agent_stop" for e in run.events):
@@ -165,18 +199,26 @@ def judge(run: LogRun) -> dict:
             rec = _last_before(run, e["rank"], e)
             d.update(
                 verdict="killed",
-                culprit={"rank": e["rank"], "step": step_number(rec)},
+                culprit=culprit(e["rank"], rec),
                 first=_event_view(e),
                 summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
                 f"pre-emption, a time limit, kill) {at(rec)}",
             )
         else:
-            d.update(
-                verdict="no_failure_seen", culprit={"rank": None, "step": None}, first=None, summary=_healthy(run, d)
-            )
+            d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
     if d["verdict"] != "no_failure_seen" and d["resumes"]:
         d["summary"] += "; " + d["resumes"][0]["text"]
     return d
+
+
+def _from_stop(e: dict) -> bool:
+    """What a rank prints or its launcher reports when the launcher passes a stop on to it."""
+    return (
+        e.get("signal") in _TERM
+        or "SignalException" in (e.get("text") or "")
+        or e.get("exitcode") == 1
+        and bool(e.get("root"))
+    )
 
 
 def _passed(run: LogRun, e: dict) -> bool:
@@ -201,6 +243,17 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
         if roots:
             e = {**e, "rank": roots[0]["rank"]}
     return verdict, e
+
+
+def culprit(rank, rec: dict | None) -> dict:
+    """The culprit as JSON says it: the rank, its step as the toolkit counts (the global step, else the batch,
+    else the epoch), and the epoch and batch where the toolkit counts so."""
+    return {
+        "rank": rank,
+        "step": step_number(rec),
+        "epoch": rec["epoch"] if rec else None,
+        "batch": rec["batch"] if rec else None,
+    }
 
 
 def _event_view(e: dict) -> dict:
@@ -239,6 +292,13 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: {(d['nonfinite'] or {}).get('text', 'a value not finite')} ({when})"
     elif verdict == "nonfinite" and e["kind"] == "scale_collapse":
         s = f"{who}: the loss scale fell to {e['to']:g} {when}: the gradients overflow at every step, not only while the scale calibrates"
+    elif verdict == "stopped":
+        s = f"the job was stopped by {e.get('signal') or 'a signal'} to its launcher {when} ({e['text'][:160]})"
+    elif verdict == "nonfinite" and e["kind"] == "grad_skip":
+        s = (
+            f"{who}: the gradient norm was not finite ({e.get('grad')}) {when}, in a run without a dynamic loss "
+            f"scale (fp32 or bf16: no scaler calibrates): the step was skipped ({e['text'][:120]})"
+        )
     elif verdict == "nonfinite" and e["kind"] == "skips":
         s = f"{who}: {e['count']} steps in a row skipped for non-finite gradients {when} ({e['text'][:120]})"
     elif verdict == "nonfinite":
@@ -325,9 +385,10 @@ def _nonfinite(run: LogRun) -> dict | None:
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
     averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
+    terms = list([k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged)
     if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
         bad.append("grad_norm")
-    terms = [k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged
+        terms.append("grad_norm")
     later = [
         x
         for x in run.series[r["rank"]].all()
