@@ -12,7 +12,6 @@ leaves the others stalled).
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from .read import (
     train_config,
 )
 from ..lab.stall.errors import rank_errors
+from .timeline import culprit
 
 # render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
 # said at once and ``asrlab doctor`` starts without it
@@ -73,28 +73,6 @@ VERDICTS = (
 )
 FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
 LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
-
-
-def _culprit(d: dict) -> dict:
-    """The rank that failed first or holds the others up, and its step, as the verdict found them."""
-    vanished = re.match(r"rank (\d+) ended without recording an error", d.get("summary") or "")
-    if d["verdict"] == "crashed" and vanished:  # the rank that went first, before the errors that followed it
-        from .verdict import _last_step
-
-        rank = int(vanished.group(1))
-        r = next((r for r in d["ranks"] if r.get("rank") == rank), None)
-        return {"rank": rank, "step": _last_step(Path(d["exp"]), r)[0] if r else None}
-    if d["verdict"] == "crashed" and d.get("error"):
-        return {"rank": d["error"]["rank"], "step": d["error"].get("step")}
-    if d["verdict"] == "nonfinite_halt" and d.get("halt"):
-        return {"rank": d["halt"].get("rank"), "step": d["halt"].get("step")}
-    if d["verdict"] == "stalled" and d.get("stall"):
-        m = re.match(r"rank (\d+)", d["stall"].get("verdict") or "")
-        if m:
-            rank = int(m.group(1))
-            step = next((r.get("step") for r in d["stall"]["ranks"] if r.get("rank") == rank), None)
-            return {"rank": rank, "step": step}
-    return {"rank": None, "step": None}
 
 
 def diagnose(exp: str | Path, now: float | None = None) -> dict:
@@ -175,9 +153,11 @@ def diagnose(exp: str | Path, now: float | None = None) -> dict:
     d["halt"] = halt
     d["stall"] = stall_entry(exp, stall) if stall else None
     d["history"] = history(exp, since, errors, halt, stall)
-    d.update(verdict(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts))
-    d["culprit"] = _culprit(d)
-    read_job_output(exp, d)
+    v = verdict(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts)
+    event = v.pop("event", None)  # the folder's first failure; the job's output joins it on one timeline
+    d.update(v)
+    event = read_job_output(exp, d, event)
+    d["culprit"] = culprit(event)
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)

@@ -1,30 +1,64 @@
-"""What a watched job printed (``EXP/job.log``, kept by ``asrlab watch``), read with the toolkits' log
-readers and laid over what the run folder says: the loop's own non-finite losses, torchrun's exit codes
-and signals (a killed rank named with its real signal), a traceback the job printed, the step it was at."""
+"""What a watched job printed (``EXP/job.log``, kept by ``asrlab watch``), read with the toolkits' log readers,
+and its first failure placed on the run's timeline beside the run folder's: the loop's own non-finite losses,
+torchrun's exit codes and signals (a killed rank named with its real signal), a traceback the job printed, the
+step it was at. ``job.times`` (kept by the watch beside the log) puts the job's lines on the folder's clock."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..lab.layout import job_log
+from ..lab.layout import job_log, job_times
 from .logs import diagnose_logs
-from .verdict import LOST_PEER
+from .timeline import JobClock, failure, first_failure
 
-# what the folder alone can say of a rank that ended without a word, and what the job's output can replace
-_GUESSED = ("ended without recording an error", "the training loop marked the run failed")
-
-
-def _lost_peer(error: dict | None) -> bool:
-    """The rank's error says a peer went away (the folder's own reading, :data:`.verdict.LOST_PEER`): what a
-    survivor raises after another rank was killed, never a cause of its own beside the killed rank."""
-    return error is not None and bool(LOST_PEER.search(error.get("message") or ""))
+OFFSET = (1 << 40) - 1  # a log event's order holds its file's index above this and its byte offset below
+DEATHS = ("killed", "out_of_memory", "crashed")
 
 
-def read_job_output(exp: Path, d: dict) -> None:
-    """Add ``job_output`` to the diagnosis ``d`` and correct its verdict where the job's own lines know more."""
+def job_failure(exp: Path, logs: dict) -> dict | None:
+    """The job output's first failure as an event of the run's timeline (its time from ``job.times``)."""
+    first = logs.get("first")
+    if logs["verdict"] == "no_failure_seen" or not first:
+        return None
+    clock = JobClock(job_times(exp))
+    c = logs["culprit"]
+    return failure(
+        logs["verdict"],
+        "job output",
+        clock.at(first.get("order", 0) & OFFSET) if clock else None,
+        logs["summary"] + " (the job's own output)",
+        source="job output",
+        rank=c["rank"],
+        step=c,
+        order=first.get("order", 0),
+    )
+
+
+def _same_death(folder: dict, job: dict) -> bool:
+    """The folder's guess at a rank that ended without a word, and the job's own words on how a rank ended:
+    one failure seen twice (the job's output says what the folder could only guess)."""
+    return (
+        folder.get("guess", False)
+        and job["verdict"] in DEATHS
+        and (folder.get("rank") is None or job.get("rank") in (None, folder.get("rank")))
+    )
+
+
+STOP_SLACK_S = 2.0  # the watch records its stop once it has passed the signal on: the job may print first
+
+
+def _after_stop(job: dict, stop: dict) -> bool:
+    if job["verdict"] == "stopped":
+        return True
+    return job["time"] is not None and stop["time"] is not None and job["time"] >= stop["time"] - STOP_SLACK_S
+
+
+def read_job_output(exp: Path, d: dict, folder: dict | None) -> dict | None:
+    """Add ``job_output`` to the diagnosis ``d``; the run's first failure over the folder's event and the job's
+    (:func:`.timeline.first_failure`) becomes the verdict. Returns that event (the culprit's)."""
     path = job_log(exp)
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return folder
     logs = diagnose_logs([str(path)])
     last = [r for r in logs["ranks"] if r["last"]]
     d["job_output"] = {
@@ -34,35 +68,33 @@ def read_job_output(exp: Path, d: dict) -> None:
         "culprit": logs["culprit"],
         "formats": logs["formats"],
         "lines": logs["lines"],
-        "last_steps": {str(r["rank"]): r["last"] for r in last},
+        "nonfinite": logs["nonfinite"],
+        "last_steps": {("?" if r["rank"] is None else str(r["rank"])): r["last"] for r in last},
     }
-    said = logs["summary"] + " (the job's own output)"
-    v = d["verdict"]
-    lost_peer = _lost_peer(d.get("error"))
-    if (
-        logs["verdict"] == "nonfinite"
-        and v in ("finished", "running", "stopped", "crashed", "stalled")
-        and not d.get("halt")
-    ):
-        if v in ("crashed", "stalled") and not any(g in d["summary"] for g in _GUESSED):
-            said += f"; then {d['summary']}"  # what the folder knows for sure followed the non-finite values
-        d.update(verdict="nonfinite", summary=said, culprit=logs["culprit"], basis="job output")
-    elif (
-        logs["verdict"] in ("killed", "out_of_memory")
-        and (v != "stalled" or logs["verdict"] == "out_of_memory")
-        and v in ("crashed", "unknown")
-        and (d.get("error") is None or any(g in d["summary"] for g in _GUESSED) or lost_peer)
-    ):
-        if lost_peer:
-            said += f"; then {d['summary']}"
-            d["error"]["lost_peer"] = True  # said under the cause, not as the first error
-        d.update(verdict=logs["verdict"], summary=said, culprit=logs["culprit"], basis="job output")
-    elif logs["verdict"] == "crashed" and v in ("crashed", "unknown") and d.get("error") is None:
-        d.update(summary=said, culprit=logs["culprit"], basis="job output")
-    if v == "stopped" and " at step " not in d["summary"] and last:
+    job = job_failure(exp, logs)
+    if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
         d["summary"] += " at " + "; ".join(
             f"rank {r['rank']}: {r['last']}" if r["rank"] is not None else r["last"] for r in last
         )
+    if job is None:
+        return folder
+    if folder is not None and _same_death(folder, job):
+        job["time"] = folder["time"] if job["time"] is None else min(job["time"], folder["time"] or job["time"])
+        folder = {**folder, "consequence": True}
+    elif folder is not None and folder["verdict"] == "nonfinite_halt" and job["verdict"] == "nonfinite":
+        return folder  # the loop's halt report says more of the same non-finite step than its printed loss
+    elif folder is not None and folder["kind"] == "stop" and _after_stop(job, folder):
+        return folder  # what the job printed once it was told to end: the stop's doing, said by who sent it
+    first = first_failure([e for e in (folder, job) if e is not None])
+    if first is not job:
+        return folder
+    said = job["text"]
+    if folder is not None and not folder.get("guess") and not _same_death(folder, job):
+        said += f"; then {d['summary']}"  # what the folder recorded followed the job's own failure
+        if folder.get("lost_peer") and d.get("error"):
+            d["error"]["lost_peer"] = True  # said under the cause, not as the first error
+    d.update(verdict=job["verdict"], summary=said, basis="job output")
+    return job
 
 
-__all__ = ["read_job_output"]
+__all__ = ["job_failure", "read_job_output"]

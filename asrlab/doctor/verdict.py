@@ -15,6 +15,7 @@ from ..lab.stall.heartbeat import STALE_S
 from ..lab.stall.verdict import phase_text, ranks_text
 from ..lab.stop import STOP_FILE
 from .read import error_entry
+from .timeline import failure, first_failure
 
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
 LOST_PEER = re.compile(
@@ -46,9 +47,11 @@ def verdict(
         halt = halt if halt is not None and halt.get("time", 0) < stop_time else None
         stall = stall if stall is not None and stall.get("time", 0) < stop_time else None
         d["error"] = error_entry(errors[0], errors) if errors else None
-    failures = []
+    failures = []  # this launch's failures, as events on the run's timeline
     if errors:
         said = d["error"]["line"]
+        e0 = errors[0]
+        rank, step, guess = e0["rank"], e0.get("step"), False
         erred = {e["rank"] for e in errors}
         vanished = [
             r
@@ -57,57 +60,70 @@ def verdict(
             and r["rank"] not in erred
             and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]
         ]
-        lost_peer = LOST_PEER.search(errors[0].get("message") or "") is not None
-        if vanished and (lost_peer or ended_from_outside(errors[0])):
+        lost_peer = LOST_PEER.search(e0.get("message") or "") is not None
+        consequence = lost_peer or ended_from_outside(e0)  # a survivor's error, or a rank being ended
+        if vanished and consequence:
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
             # that rank is the cause
-            said = f"{_vanished(exp, vanished, beats, ckpts)}; then {said}"
+            gone, rank, step = _vanished(exp, vanished, beats, ckpts)
+            said, consequence, guess = f"{gone}; then {said}", False, True
             d["error"]["lost_peer"] = lost_peer
-        failures.append((errors[0]["time"], "crashed", said, "errors"))
+        failures.append(
+            failure(
+                "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
+                consequence=consequence, guess=guess, lost_peer=lost_peer,
+            )
+        )  # fmt: skip
     if halt is not None and halt["current"]:
-        failures.append((halt["time"], "nonfinite_halt", halt["message"], "halt report"))
+        failures.append(
+            failure(
+                "nonfinite_halt", "halt", halt["time"], halt["message"], source="halt report",
+                rank=halt.get("rank"), step=halt.get("step"),
+            )
+        )  # fmt: skip
     if stall is not None:
-        failure = stall.get("failure")
-        if failure and errors and ended_from_outside(failure):
+        failed = stall.get("failure")
+        if failed and errors and ended_from_outside(failed):
             pass  # a rank being ended from outside: said with the errors above
-        elif failure:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
-            failures.append((failure.get("time", stall["time"]), "crashed", error_line(failure), "stall report"))
+        elif failed:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
+            failures.append(
+                failure(
+                    "crashed", "error", failed.get("time", stall["time"]), error_line(failed),
+                    source="stall report", rank=failed.get("rank"), step=failed.get("step"),
+                )
+            )  # fmt: skip
             if d["error"] is None:
-                d["error"] = error_entry(failure, [failure])
+                d["error"] = error_entry(failed, [failed])
         else:
-            failures.append((stall["time"], "stalled", stall["verdict"], "stall report"))
-    if failures:
-        _, verdict, summary, basis = min(failures, key=lambda f: f[0])
-        if verdict == "crashed" and stall is not None and not stall.get("failure"):
+            rank = _stalled_rank(stall)
+            step = next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)
+            failures.append(
+                failure(
+                    "stalled", "stall", stall["time"], stall["verdict"], source="stall report", rank=rank, step=step
+                )
+            )
+    first = first_failure(failures)
+    if first is not None:
+        summary = first["text"]
+        if first["verdict"] == "crashed" and stall is not None and not stall.get("failure"):
             summary += f"; then the watchdog found: {stall['verdict']}"
-        return {"verdict": verdict, "summary": summary, "ended_by": None, "basis": basis}
+        return {**_said(first, summary), "ended_by": None, "basis": first["source"]}
 
     status = lab.get("status")
     if stop_time is not None:
         steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
         at = f" at step {max(steps)}" if steps else ""
-        return {
-            "verdict": "stopped",
-            "ended_by": lab.get("stopped_by"),
-            "basis": "lab.json",
-            "summary": f"ended by {lab.get('stopped_by') or 'a signal'}{at}",
-        }
+        said = f"ended by {lab.get('stopped_by') or 'a signal'}{at}"
+        e = failure("stopped", "stop", stop_time, said, source="lab.json", step=max(steps) if steps else None)
+        return {**_said(e, said), "ended_by": lab.get("stopped_by"), "basis": "lab.json"}
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         if gone:  # ranks that ended without a word: one of them vanished first
-            return {
-                "verdict": "crashed",
-                "ended_by": None,
-                "basis": "heartbeats",
-                "summary": _vanished(exp, gone, beats, ckpts),
-            }
+            return {**_gone(exp, gone, beats, ckpts), "ended_by": None, "basis": "heartbeats"}
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
-        return {
-            "verdict": "crashed",
-            "ended_by": None,
-            "basis": "lab.json",
-            "summary": f"the training loop marked the run failed (lab.json){code} and recorded no error",
-        }
+        said = f"the training loop marked the run failed (lab.json){code} and recorded no error"
+        e = failure("crashed", "marked_failed", lab.get("ended"), said, source="lab.json", guess=True)
+        return {**_said(e, said), "ended_by": None, "basis": "lab.json"}
     ranks = d["ranks"]
     missing = [r for r in range(world_size) if r not in beats]
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
@@ -117,7 +133,7 @@ def verdict(
     out = {"verdict": "running", "ended_by": None, "basis": "heartbeats"}
     gone, frozen, silent, alive = ([r for r in ranks if r["state"] == s] for s in ("gone", "frozen", "silent", "alive"))
     if gone:
-        return {**out, "verdict": "crashed", "summary": _vanished(exp, gone, beats, ckpts)}
+        return {**out, **_gone(exp, gone, beats, ckpts)}
     if frozen:
         r = frozen[0]
         return {
@@ -154,7 +170,26 @@ def verdict(
     return {**out, "summary": "; ".join(said)}
 
 
-def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> str:
+def _said(e: dict, summary: str) -> dict:
+    """The verdict's keys from its event: the verdict, the summary, and the event itself (its culprit)."""
+    return {"verdict": e["verdict"], "summary": summary, "event": e}
+
+
+def _stalled_rank(stall: dict) -> int | None:
+    """The rank the stall report names first: the one that holds the others up."""
+    m = re.match(r"ranks? (\d+)", stall.get("verdict") or "")
+    return int(m.group(1)) if m else None
+
+
+def _gone(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
+    """Ranks that ended without a word, as the run's failure: a guess the job's own output can say better."""
+    said, rank, step = _vanished(exp, gone, beats, ckpts)
+    t = beats.get(rank, {}).get("time") if rank is not None else None
+    e = failure("crashed", "vanished", t, said, source="heartbeats", rank=rank, step=step, guess=True)
+    return _said(e, said)
+
+
+def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> tuple[str, int | None, int | None]:
     """Ranks whose processes ended without an error or a finish. The one that vanished is the one the
     others saw end first (their watchdogs watch the processes of the ranks on their host), else the one
     whose heartbeats stopped clearly first; its last step is what its ledger or metrics show."""
@@ -179,7 +214,9 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
             f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
             + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
             + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
-            "the launcher's own log (torchrun's \"Root Cause\") names which"
+            "the launcher's own log (torchrun's \"Root Cause\") names which",
+            None,
+            step,
         )
     step, said = _last_step(exp, first)
     text = (
@@ -197,7 +234,7 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
         text += (
             f"; {ranks_text([r['rank'] for r in after])} ended after it (stopped by the launcher or by the lost peer)"
         )
-    return text
+    return text, first["rank"], step
 
 
 def _last_step(exp: Path, r: dict) -> tuple[int | None, str]:

@@ -14,6 +14,7 @@ LAB = "lab.json"  # the loop's own word: started, world size, how it ended
 STALL_REPORT = "stall_report.json"  # a stall's verdict and every rank's state
 STALL_TEXT = "stall_report.txt"  # the same, with every process's stacks, for a person
 JOB_LOG = "job.log"  # what a job under asrlab watch printed
+JOB_TIMES = "job.times"  # when each stretch of job.log came: "byte-offset unix-time" lines, the doctor's clock for it
 UNITS = "units.txt"  # the tokenizer's units
 METRICS, HEARTBEAT, ERRORS, LEDGER = "metrics", "heartbeat", "errors", "ledger"
 CHECKPOINTS, NONFINITE, FLIGHT, STALL, WATCH = "checkpoints", "nonfinite", "flight", "stall", "watch"
@@ -42,6 +43,10 @@ def stall_text(exp: str | Path) -> Path:
 
 def job_log(exp: str | Path) -> Path:
     return Path(exp) / JOB_LOG
+
+
+def job_times(exp: str | Path) -> Path:
+    return Path(exp) / JOB_TIMES
 
 
 def metrics(exp: str | Path, name: str = "rank0") -> Path:
@@ -129,6 +134,7 @@ __all__ = [
     "HALT",
     "HEARTBEAT",
     "JOB_LOG",
+    "JOB_TIMES",
     "LAB",
     "LEDGER",
     "METRICS",
@@ -148,6 +154,7 @@ __all__ = [
     "heartbeat_dir",
     "is_run",
     "job_log",
+    "job_times",
     "lab",
     "ledger_dir",
     "metrics",

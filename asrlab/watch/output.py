@@ -1,18 +1,24 @@
 """The watched job's own output: passed through to the terminal unchanged, and kept in ``EXP/job.log``
 (stdout and stderr, whole lines of each, in the order they came) for ``asrlab doctor`` to read with the
 toolkits' log readers. Bounded: past :data:`MAX_BYTES` the file starts again and the previous one is
-kept as ``job.log.1``, so the newest output, where a failure is, always stays."""
+kept as ``job.log.1``, so the newest output, where a failure is, always stays.
+
+The job's lines are kept as the job printed them, with no stamp added; when each stretch came is kept beside
+them (``job.times``: a byte offset and the time it came, at most every :data:`CLOCK_S`), so that the doctor
+places what the job printed on the same clock as the run folder's heartbeats, errors and reports."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import BinaryIO
 
-from ..lab.layout import JOB_LOG, job_log
+from ..lab.layout import JOB_LOG, JOB_TIMES, job_log, job_times
 
 MAX_BYTES = 64 << 20
+CLOCK_S = 0.2  # the job.times resolution: a line's time is when the stretch it came in was kept, within this
 
 
 class JobOutput:
@@ -22,6 +28,8 @@ class JobOutput:
         self.path, self.max_bytes = job_log(exp), max_bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")
+        self._times = open(job_times(exp), "a")
+        self._stamped = 0.0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -57,8 +65,16 @@ class JobOutput:
         with self._lock:
             if self._file.tell() + len(data) > self.max_bytes:
                 self._file.close()
+                self._times.close()
                 os.replace(self.path, self.path.with_name(JOB_LOG + ".1"))
-                self._file = open(self.path, "ab")
+                times = job_times(self.path.parent)
+                os.replace(times, times.with_name(JOB_TIMES + ".1"))
+                self._file, self._times, self._stamped = open(self.path, "ab"), open(times, "a"), 0.0
+            now = time.time()
+            if now - self._stamped >= CLOCK_S:
+                self._times.write(f"{self._file.tell()} {now:.3f}\n")
+                self._times.flush()
+                self._stamped = now
             self._file.write(data)
             self._file.flush()
 
@@ -67,6 +83,7 @@ class JobOutput:
             t.join(timeout_s)
         with self._lock:
             self._file.close()
+            self._times.close()
 
 
 __all__ = ["JobOutput"]

@@ -31,6 +31,24 @@ _WATCHDOG = re.compile(
 )
 _NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
 _BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
+# a shell's, srun's or the C library's word for a child that a signal ended
+_SHELL_SIGNAL = re.compile(
+    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
+    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b"
+)
+_SHELL_SIGNALS = {
+    "Aborted": "SIGABRT",
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating point exception": "SIGFPE",
+}
+# a scheduler that ended the job: Slurm's time limit or cancel
+_SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
+# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2"
+_STATUS = re.compile(
+    r"(?:exited|exit(?:ed)? with|returned non-zero exit) (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
+)
 _HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 _ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 _NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
@@ -49,6 +67,7 @@ _DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
     r"^(KeyboardInterrupt)\s*$"
 )
+_EXC_LINE = re.compile(r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)")
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 _ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 _AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -91,6 +110,7 @@ class Events:
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
         self._spawned: int | None = None  # torch.multiprocessing said whose traceback comes next
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
+        self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -117,8 +137,10 @@ class Events:
         if tb is None:
             return
         e = tb.event()
-        if e is None:
+        if e is None or tb.ignored:
             return
+        if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
+            self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
             self._spawned = e["spawned_rank"]
         item = self._item.pop(e.get("rank"), None)
@@ -162,7 +184,14 @@ class Events:
         ):
             if self._torchrun_block(text, time):
                 return
+        if text.startswith("Exception ignored in"):  # Python's word for an error it printed and went on from
+            self._ignored = key
+            return
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
+            if self._ignored == key:  # the traceback of an ignored exception: not a failure
+                self._ignored = None
+                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True)
+                return
             if rank is None and self._spawned is not None:
                 rank = key = self._spawned  # noqa: F841  the spawned process's traceback is that rank's
                 key = (source, rank)
@@ -383,6 +412,23 @@ class Events:
         if "Killed" in text and _BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
             return
+        m = _SHELL_SIGNAL.search(text.strip())
+        if m:
+            self._add(
+                "exit", rank, time, text, exitcode=None, signal=_SHELL_SIGNALS[m.group(1)], root=False, source="shell"
+            )
+            return
+        if "CANCELLED AT" in text:
+            m = _SCHEDULER_STOP.search(text)
+            if m:
+                self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower())
+                return
+        m = _STATUS.search(text)
+        if m and (m.group(1) is None or int(m.group(1)) != 0):
+            code = int(m.group(1)) if m.group(1) else 1
+            self._add("exit", rank, time, text, exitcode=code, root=False, source="status",
+                      signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
+            return
         if text.startswith("asrlab: error:"):
             m = _ASRLAB.match(text)
             self._add(
@@ -404,6 +450,11 @@ class Events:
         m = NONFINITE_LINE.search(text)
         if m:
             self._add("nonfinite_line", rank, time, text, said=m.group(0))
+            return
+        if ("Error" in text or "Exception" in text) and (m := _EXC_LINE.match(text.strip())):
+            # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
+            kind = "consequence" if CONSEQUENCE.search(text) else "exception"
+            self._add(kind, rank, time, text, type=m.group(1), message=m.group(2)[:300], where=None, bare=True)
             return
         for pattern, who in _SCALE:
             m = pattern.search(text)

@@ -201,22 +201,25 @@ def megatron(line: str) -> dict | None:
 
 # an epoch and a batch counter of one's own: "Epoch 1 [TRAIN] progress 20/2754 loss nan prosody_loss ...",
 # "Epoch: [7] [ 200/1251] ... loss: 4.56 (4.70)"; validation lines (CV, valid, eval) are not training steps
-_EPOCH_BATCH = re.compile(rf"\bEpoch\b\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?.*?\bloss\b\s*[=:]?\s*({NUM})", re.I)
+# (a progress line with no loss on it, "Epoch: [19][300/7922] Time: 0.630s ...", is a step too: its place is read)
+_EPOCH_BATCH = re.compile(
+    rf"\bEpoch\b\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
+)
 _NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b")
 
 
 def epoch_batch(line: str) -> dict | None:
-    if "poch" not in line or "loss" not in line or "/" not in line:
+    if "poch" not in line or "/" not in line:
         return None
     m = _EPOCH_BATCH.search(line)
-    if not m or _NOT_TRAIN.search(line):
+    if not m or _NOT_TRAIN.search(line) or (m.group(3) is None and "%|" in line):  # a bar: lightning's reader
         return None
     pairs = _SPACE_PAIR.findall(line) + _PAIR.findall(line.replace(": ", ":"))
     return _record(
         "epoch_batch",
         int(m.group(1)),
         int(m.group(2)),
-        losses={"loss": num(m.group(3)), **_losses(pairs)},
+        losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs)},
         lr=num(dict(pairs).get("lr")),
         grad_norm=num(dict(pairs).get("grad_norm")),
     )
@@ -249,13 +252,15 @@ def plain(line: str) -> dict | None:
 
 # any trainer's key-value line: Hugging Face Trainer's "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05,
 # 'epoch': 1.2}", JSON lines, "loss=nan lr=..."; read last, where no toolkit's own reader fits
-_KV = re.compile(rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|:\s+)['"]?({NUM})['"]?(?=[\s,}}\]|)]|$)""")
+_KV = re.compile(rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|\s*:\s+)['"]?({NUM})['"]?(?=[\s,}}\]|)]|$)""")
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
     r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|batch_idx|batch)['"]?"""
-    r"""\s*(?:[=:]\s*|\s)['"]?(\d+)\b(?!\.\d)""",
+    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)""",
     re.I,
 )
+# a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
+_LOSS_WORD = re.compile(rf"\b((?:\w+[_ ])?[Ll]oss)(?: is|:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
 
 
@@ -265,6 +270,7 @@ def kv(line: str) -> dict | None:
     if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
         return None
     pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line)]
+    pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
     losses = _losses(pairs)
     if not any("loss" in k.lower() for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
@@ -272,6 +278,8 @@ def kv(line: str) -> dict | None:
     d = {k.lower(): v for k, v in train}
     counter = _COUNTER.search(line)
     bar = _BAR_COUNT.search(line) if counter is None else None
+    if counter is None and bar is None and not any(c in line for c in "=:{"):
+        return None  # "Loss nan" alone, with no counter and no field of a record: a sentence, not a step line
     epoch = num(d.get("epoch"))
     return _record(
         "kv",
@@ -299,6 +307,18 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
 GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
+_NAMED = re.compile(r"\b(?:global_step|step|iter(?:ation)?|num_updates|batch)\b\W{0,3}(\d+)\b(?!\.\d)", re.I)
+_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/])(\d+)/\d+(?![\d.:/])")
+
+
+def counter_of(line: str, named: bool = False) -> int | None:
+    """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
+    ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
+    it names none."""
+    m = _NAMED.search(line) or (None if named else _OF.search(line))
+    return int(next(g for g in m.groups() if g is not None)) if m else None
+
+
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
     """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
     if first is not None and first is not GENERIC:
@@ -313,4 +333,4 @@ def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dic
     return None
 
 
-__all__ = ["READERS", "num", "step_of"]
+__all__ = ["READERS", "counter_of", "num", "step_of"]

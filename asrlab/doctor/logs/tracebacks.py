@@ -47,7 +47,7 @@ OOM = re.compile(
     r"(?<!avoid )(?<!prevent )(?<!reduce )(?<!avoid CUDA )\bout of memory\b|OutOfMemoryError|OutOfMemory\b|"
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
-    r"Tried to allocate [\d.]+ [KMGT]i?B",
+    r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating",
     re.I,
 )
 # torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with
@@ -62,6 +62,7 @@ COLLECTIVE_TIMEOUT = re.compile(
 
 
 NONFINITE_EXC = re.compile(
+    r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
     r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan",
     re.I,
@@ -106,8 +107,8 @@ _NOT_MESSAGE = re.compile(
 
 
 class Traceback:
-    def __init__(self, rank, time, order=0, source=""):
-        self.rank, self.time, self.order, self.source = rank, time, order, source
+    def __init__(self, rank, time, order=0, source="", ignored=False):
+        self.rank, self.time, self.order, self.source, self.ignored = rank, time, order, source, ignored
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 from .progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
+from ..timeline import first_failure
 from .run import LogRun, position
+from .toolkits import counter_of
 
 VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "stopped", "no_failure_seen")
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
@@ -36,6 +38,12 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     else:
         return s.last
     return before[-1] if before else None
+
+
+def _named(e: dict, strict: bool = False) -> dict | None:
+    """The step the failure's own line names (``at iteration=0``); ``strict``: by a counter's name only."""
+    n = counter_of(e.get("text") or "", named=strict)
+    return None if n is None else {"step": n, "epoch": None, "batch": None}
 
 
 def _next_after(run: LogRun, rank, e: dict) -> dict | None:
@@ -88,6 +96,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":
             out.append(("stopped", e))
+        elif k == "consequence":  # a survivor's error: the first failure only where the log shows no other
+            out.append(("crashed", {**e, "consequence": True}))
     if run.nonfinite:
         r = run.nonfinite[0]
         out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
@@ -146,7 +156,6 @@ def _persistent_skips(run: LogRun) -> dict | None:
 
 def judge(run: LogRun) -> dict:
     """``{"verdict", "summary", "culprit", "hang", "nonfinite", "resumes", "ranks", "events"}``."""
-    causes = _causes(run)
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
     d: dict = {
         "hang": _hang(run, timeouts) if timeouts else None,
@@ -156,20 +165,43 @@ def judge(run: LogRun) -> dict:
     }
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
-    if transient and any(c[0] != "nonfinite" for c in causes):
-        # non-finite for a step and finite again: the run went on, and what ended it is the failure
-        causes = [c for c in causes if c[1]["kind"] != "nonfinite_step"]
-    if causes:
-        verdict, e = min(causes, key=lambda c: _key(c[1]))
-        stops = [c for c in causes if c[0] == "stopped"]
-        if stops and verdict in ("crashed", "killed") and _from_stop(e):
-            verdict, e = stops[0]  # the ranks' SIGTERM exits and SignalExceptions follow the launcher's stop
-        if timeouts and verdict in ("crashed", "nonfinite") and _before(timeouts[0], e) and not e.get("culprit_rank"):
-            causes = []  # a collective timed out before it: the hang came first, the error followed from it
-    if causes:
-        verdict, e = _refine(run, verdict, e)
+    # every failure the log shows, on one timeline: the first by time is the verdict (timeline.first_failure)
+    causes = _causes(run)
+    # non-finite for a step and finite again: the run went on; what ended it, if anything did, is the failure
+    went_on = transient and any(v != "nonfinite" for v, _ in causes)
+    events = [{**e, "verdict": v, "transient": went_on and e["kind"] == "nonfinite_step"} for v, e in causes]
+    events += [{**t, "verdict": "stalled"} for t in timeouts]
+    if not any(e["kind"] == "agent_stop" for e in run.events):
+        # a rank ended by SIGTERM that its own launcher did not send: from outside, where nothing else failed
+        outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
+        events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
+    first = first_failure(events)
+    if first is None:
+        d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
+    elif first["verdict"] == "stalled":
+        h = d["hang"]
+        rank = h["behind"][0] if len(h["behind"]) == 1 else None
+        last = run.last_steps()
+        rec = (
+            last.get(rank)
+            if rank is not None
+            else max((r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
+        )
+        d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(first), summary=h["text"])
+    elif first.get("outside"):
+        rec = _last_before(run, first["rank"], first)
+        d.update(
+            verdict="killed",
+            culprit=culprit(first["rank"], rec),
+            first=_event_view(first),
+            summary=f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's "
+            f"pre-emption, a time limit, kill) {at(rec)}",
+        )
+    else:
+        verdict, e = _refine(run, first["verdict"], first)
         rank = e.get("culprit_rank", e.get("rank"))
-        rec = e.get("record") or _last_before(run, rank, e)
+        # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
+        rec = e.get("record") or _named(e, strict=True) or _last_before(run, rank, e) or _named(e)
         d.update(
             verdict=verdict,
             culprit=culprit(rank, rec),
@@ -181,44 +213,9 @@ def judge(run: LogRun) -> dict:
             d["nonfinite"]["first"].update(rank=rank, step=step_number(rec), epoch=rec["epoch"], batch=rec["batch"])
         if transient and verdict != "nonfinite":
             d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
-    elif timeouts:
-        h = d["hang"]
-        behind = h["behind"]
-        rank = behind[0] if len(behind) == 1 else None
-        last = run.last_steps()
-        rec = (
-            last.get(rank)
-            if rank is not None
-            else max((r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
-        )
-        d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(timeouts[0]), summary=h["text"])
-    else:
-        exits = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
-        if exits and not any(e["kind"] == "agent_stop" for e in run.events):
-            e = exits[0]
-            rec = _last_before(run, e["rank"], e)
-            d.update(
-                verdict="killed",
-                culprit=culprit(e["rank"], rec),
-                first=_event_view(e),
-                summary=f"rank {e['rank']} was ended by {e['signal']} from outside the job (a scheduler's "
-                f"pre-emption, a time limit, kill) {at(rec)}",
-            )
-        else:
-            d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
     if d["verdict"] != "no_failure_seen" and d["resumes"]:
         d["summary"] += "; " + d["resumes"][0]["text"]
     return d
-
-
-def _from_stop(e: dict) -> bool:
-    """What a rank prints or its launcher reports when the launcher passes a stop on to it."""
-    return (
-        e.get("signal") in _TERM
-        or "SignalException" in (e.get("text") or "")
-        or e.get("exitcode") == 1
-        and bool(e.get("root"))
-    )
 
 
 def _passed(run: LogRun, e: dict) -> bool:

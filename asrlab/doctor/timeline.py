@@ -1,0 +1,106 @@
+"""One timeline of a run: what every source says went wrong, as events on one clock, and the one rule that
+picks the first failure.
+
+Each source's reader (the run folder's errors, halt and stall report; the watched job's output; any toolkit's
+logs and torchrun's summaries) turns what it owns into failure events: ``kind``, ``verdict``, ``time`` (seconds
+since the epoch, None where the source has no clock), ``order`` (the place of its line within its source),
+``rank``, ``step`` (a step record's place: ``{"step", "epoch", "batch"}``), ``source``, ``text``. A reader marks
+an event ``consequence`` where its own lines show it followed another failure (a survivor's lost-peer error, a
+rank being ended by its launcher), and ``transient`` where the run went on after it (a non-finite step that was
+finite again at the next one). :func:`first_failure` is the one rule; the verdict, its culprit and every section
+of the diagnosis are read from the event it returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+NO_STEP = {"step": None, "epoch": None, "batch": None}
+
+
+def failure(verdict: str, kind: str, time: float | None, text: str, *, source: str, rank=None, step=None, **more):
+    """A failure event (see the module docstring); ``step`` is a step record or a plain step number."""
+    if isinstance(step, dict):
+        place = {k: step.get(k) for k in NO_STEP}
+    else:
+        place = {**NO_STEP, "step": step}
+    return {
+        "verdict": verdict,
+        "kind": kind,
+        "time": time,
+        "order": more.pop("order", 0),
+        "rank": rank,
+        "at": place,
+        "source": source,
+        "text": text,
+        **more,
+    }
+
+
+def key(e: dict) -> tuple:
+    """Which of two events came first: by time where both have one (an event without a time after every
+    timed one), a root cause before the failures its launcher saw in the same instant, else by their order."""
+    return (e["time"] if e.get("time") is not None else float("inf"), not e.get("root", False), e.get("order", 0))
+
+
+def first_failure(events: list[dict]) -> dict | None:
+    """The first failure by time that is not a consequence of another; a transient one only where nothing
+    ended the run; a consequence only where the sources hold nothing else (all the log shows is a survivor's)."""
+    for tier in (
+        [e for e in events if not e.get("consequence") and not e.get("transient")],
+        [e for e in events if not e.get("consequence")],
+        events,
+    ):
+        if tier:
+            return min(tier, key=key)
+    return None
+
+
+def culprit(e: dict | None) -> dict:
+    """``{"rank", "step", "epoch", "batch"}`` of the first failure: where it says the culprit is."""
+    if e is None:
+        return {"rank": None, **NO_STEP}
+    place = e.get("at") or NO_STEP
+    step = place["step"] if place["step"] is not None else place["batch"] if place["batch"] is not None else None
+    if step is None and place["epoch"] is not None:
+        step = place["epoch"]
+    return {
+        "rank": e.get("culprit_rank", e.get("rank")),
+        "step": step,
+        "epoch": place["epoch"],
+        "batch": place["batch"],
+    }
+
+
+class JobClock:
+    """When each byte of a watched job's output came (``job.times``, kept by ``asrlab watch``): a line's
+    time is when the stretch it came in was kept. None for every offset where the watch kept no clock."""
+
+    def __init__(self, path: str | Path):
+        self.offsets: list[int] = []
+        self.times: list[float] = []
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            return
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                try:
+                    self.offsets.append(int(parts[0]))
+                    self.times.append(float(parts[1]))
+                except ValueError:  # a line cut by a watch that was killed while writing it
+                    continue
+
+    def __bool__(self) -> bool:
+        return bool(self.offsets)
+
+    def at(self, offset: int | None) -> float | None:
+        if not self.offsets or offset is None:
+            return None
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.times[max(i, 0)]
+
+
+__all__ = ["JobClock", "culprit", "failure", "first_failure", "key"]
