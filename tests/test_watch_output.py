@@ -118,3 +118,33 @@ def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
     assert d["verdict"] == "stopped", d["summary"]
     assert d["summary"].startswith("ended by SIGTERM to asrlab watch at ") and "step" in d["summary"], d["summary"]
     assert json.loads((exp / "lab.json").read_text())["status"] == "stopped"
+
+
+STRANGER = """
+import time, torch
+w = torch.nn.Linear(8, 1)
+opt = torch.optim.AdamW(w.parameters(), lr=1e-2)
+for it in range(16):
+    loss = (w(torch.randn(16, 8)) ** 2).mean() * (float("nan") if it >= 10 else 1.0)
+    opt.zero_grad(); loss.backward(); opt.step()
+    print(f"it={it} | train/loss={loss.item():.4f} | lr=1e-2", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_a_watched_nan_is_one_event_in_the_verdict_the_section_and_the_json(tmp_path):
+    """One process, no torchrun, its own print format: the verdict, the non-finite section and --json's culprit
+    all come from the same event (the first line with a non-finite loss), and the job's lines carry the watch's
+    clock (job.times)."""
+    loop = tmp_path / "loop.py"
+    loop.write_text(STRANGER)
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--", sys.executable, str(loop)]
+    subprocess.run(cmd, capture_output=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert (exp / "job.times").read_text().split()[0] == "0"
+    d = diagnose(exp)
+    assert d["verdict"] == "nonfinite" and d["basis"] == "job output", d["summary"]
+    assert d["culprit"]["step"] == 10 == d["job_output"]["nonfinite"]["first"]["step"], d["culprit"]
+    text = format_diagnosis(d)
+    assert "non-finite steps: none" not in text and "first at step 10" in text, text
+    assert "train.ledger" not in text and "--ledger" not in text, text  # no words of asrlab's trainer for a stranger

@@ -205,7 +205,16 @@ def format_diagnosis(d: dict) -> str:
             )
 
     nf = d["nonfinite"]
-    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") else " none")]
+    printed = ((d.get("job_output") or {}).get("nonfinite") or {}).get("first") and d["job_output"]["nonfinite"]
+    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") or printed else " none")]
+    if printed:  # what the loop printed: the same event the verdict read, when the verdict is the job's
+        f = printed["first"]
+        where = ", ".join(f"{k} {f[k]}" for k in ("epoch", "batch") if f.get(k) is not None) or f"step {f['step']}"
+        who = f"rank {f['rank']}, " if f.get("rank") is not None else ""
+        lines.append(
+            f"  the job's output ({d['job_output']['file']}): first at {who}{where}: {printed['text']} "
+            f"({printed['count']} non-finite step lines)"
+        )
     if d["halt"] and d["verdict"] != "nonfinite_halt":  # (the verdict above says it otherwise)
         lines.append(f"  halt{'' if d['halt']['current'] else ' (earlier launch)'}: {d['halt']['message']}")
     for e in nf["events"]:
@@ -254,6 +263,8 @@ def format_diagnosis(d: dict) -> str:
             else "none"
             if rs["ledger"]
             else "no ledger (train.ledger=false)"
+            if d.get("config")
+            else "not recorded (the loop keeps no ledger: asrlab.lab's RunState records one)"
         ),
     ]
     for x in rs["steps_trained_again"]:
@@ -262,13 +273,21 @@ def format_diagnosis(d: dict) -> str:
     cov = d["coverage"]
     if cov is None and d.get("coverage_not_measured"):
         lines += ["", f"coverage: not measured: {d['coverage_not_measured']}"]
-    elif cov is None:
+    elif cov is None and d.get("config"):
         lines += ["", "coverage: no ledger (--ledger / train.ledger=true records which utterances each step used)"]
+    elif cov is None:
+        lines += ["", "coverage: not recorded (the loop keeps no ledger of the utterances each step trained)"]
     else:
         lines += ["", f"coverage (ledger; expected: {cov['against']}):" + (" BROKEN" if cov["broken"] else "")]
         for e in cov["epochs"]:
             if e["status"] == "complete" and e["exactly_once"]:
                 lines.append(f"  epoch {e['epoch']}: complete, {e['keys']} keys, each exactly once")
+                continue
+            if e["status"] == "ended" and e["exactly_once"]:  # no expected keys: one no epoch reached is not seen
+                lines.append(
+                    f"  epoch {e['epoch']}: ended, {e['keys']} keys, every key seen once; whether all were seen "
+                    "is not known"
+                )
                 continue
             parts = [
                 f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else " so far, none twice")
@@ -291,7 +310,7 @@ def format_diagnosis(d: dict) -> str:
                 lines += [f"    rank {r}: {_untrained(x)}" for r, x in e["cut_short"].items()]
                 continue
             lines.append(
-                f"  epoch {e['epoch']}: {'complete' if e['status'] == 'complete' else 'incomplete'}, "
+                f"  epoch {e['epoch']}: {'incomplete' if e['status'] == 'in progress' else e['status']}, "
                 + ", ".join(parts)
             )
         if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
