@@ -40,6 +40,24 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     return before[-1] if before else None
 
 
+SILENT_S = 60.0  # a stop this long after the last step line, and SILENT_STEPS of its steps, ended a hang
+SILENT_STEPS = 20
+
+
+def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
+    """``(seconds, last step)`` where the job was stopped (a signal to its launcher or from outside) long after
+    its last step line, by its own pace: it was not training when it was ended, it hung."""
+    if not (e["verdict"] == "stopped" or e.get("outside")) or e.get("time") is None:
+        return None
+    recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= e["time"]]
+    if not recs:
+        return None
+    last = max(recs, key=lambda r: r["time"])
+    paces = [p for p in (x["s_per_step"] for x in rank_progress(run)) if p]
+    gap = e["time"] - last["time"]
+    return (gap, last) if gap > max(SILENT_S, SILENT_STEPS * (max(paces) if paces else 0.0)) else None
+
+
 def _named(e: dict, strict: bool = False) -> dict | None:
     """The step the failure's own line names (``at iteration=0``); ``strict``: by a counter's name only."""
     n = counter_of(e.get("text") or "", named=strict)
@@ -55,18 +73,6 @@ def _next_after(run: LogRun, rank, e: dict) -> dict | None:
         if r["file"] == e.get("file") and r["order"] > e.get("order", 0)
     ]
     return min(later, key=lambda r: r["order"]) if later else None
-
-
-def _key(e: dict) -> tuple:
-    """Which of two events came first: time where both have one, else the order of the lines read; of a
-    torchrun summary's failures in the same second, its root cause first."""
-    return (e["time"] if e.get("time") is not None else float("inf"), not e.get("root", False), e.get("order", 0))
-
-
-def _before(a: dict, b: dict) -> bool:
-    if a.get("time") is not None and b.get("time") is not None:
-        return _key(a) < _key(b)
-    return a.get("order", 0) < b.get("order", 0)
 
 
 def _causes(run: LogRun) -> list[tuple]:
@@ -196,6 +202,16 @@ def judge(run: LogRun) -> dict:
             first=_event_view(first),
             summary=f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's "
             f"pre-emption, a time limit, kill) {at(rec)}",
+        )
+    elif (silent := _silence(run, first)) is not None:
+        gap, rec = silent
+        d.update(
+            verdict="stalled",
+            culprit=culprit(None, rec),
+            first=_event_view(first),
+            summary=f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended "
+            f"({first['text'][:160]}): it hung there (a rank waiting for data or in a collective; its stacks, "
+            "asrlab watch or py-spy dump, say where)",
         )
     else:
         verdict, e = _refine(run, first["verdict"], first)
