@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .marks import Clock
+from .toolkits import counter_of
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
     CONSEQUENCE,
@@ -111,6 +112,7 @@ class Events:
         self._spawned: int | None = None  # torch.multiprocessing said whose traceback comes next
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
+        self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -124,6 +126,7 @@ class Events:
             "order": self.order,
             "file": self.source,
             "text": text.strip()[:500],
+            "place": self._place.get(self.source),
             **more,
         }
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -290,6 +293,9 @@ class Events:
         )
 
     def _line(self, rank, time, text: str) -> None:
+        n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
+        if n is not None:
+            self._place[self.source] = n
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
             m = _TERMINATE.search(text)
             self._terminate = (rank, time, m.group(1) if m else None)

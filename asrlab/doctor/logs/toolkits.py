@@ -219,6 +219,7 @@ def epoch_batch(line: str) -> dict | None:
         "epoch_batch",
         int(m.group(1)),
         int(m.group(2)),
+        counter_of(line, named=True),  # a global step printed beside the epoch's own counter
         losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs)},
         lr=num(dict(pairs).get("lr")),
         grad_norm=num(dict(pairs).get("grad_norm")),
@@ -276,7 +277,7 @@ def kv(line: str) -> dict | None:
         return None
     train = pairs
     d = {k.lower(): v for k, v in train}
-    counter = _COUNTER.search(line)
+    counter = _NAMED.search(line) or _COUNTER.search(line)
     bar = _BAR_COUNT.search(line) if counter is None else None
     if counter is None and bar is None and not any(c in line for c in "=:{"):
         return None  # "Loss nan" alone, with no counter and no field of a record: a sentence, not a step line
@@ -285,7 +286,7 @@ def kv(line: str) -> dict | None:
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
         int(bar.group(1)) if bar else None,
-        int(counter.group(2)) if counter else None,
+        int(counter.groups()[-1]) if counter else None,
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),
         grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),
@@ -307,7 +308,10 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
 GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
-_NAMED = re.compile(r"\b(?:global_step|step|iter(?:ation)?|num_updates|batch)\b\W{0,3}(\d+)\b(?!\.\d)", re.I)
+_NAMED = re.compile(
+    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b(?!\.\d)",
+    re.I,
+)
 _OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/])(\d+)/\d+(?![\d.:/])")
 
 

@@ -58,6 +58,11 @@ def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     return (gap, last) if gap > max(SILENT_S, SILENT_STEPS * (max(paces) if paces else 0.0)) else None
 
 
+def _placed(e: dict) -> dict | None:
+    """Where no step line of a known format came before it, the last step another line of its file named."""
+    return None if e.get("place") is None else {"step": e["place"], "epoch": None, "batch": None}
+
+
 def _named(e: dict, strict: bool = False) -> dict | None:
     """The step the failure's own line names (``at iteration=0``); ``strict``: by a counter's name only."""
     n = counter_of(e.get("text") or "", named=strict)
@@ -217,7 +222,7 @@ def judge(run: LogRun) -> dict:
         verdict, e = _refine(run, first["verdict"], first)
         rank = e.get("culprit_rank", e.get("rank"))
         # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
-        rec = e.get("record") or _named(e, strict=True) or _last_before(run, rank, e) or _named(e)
+        rec = e.get("record") or _named(e, strict=True) or _last_before(run, rank, e) or _named(e) or _placed(e)
         d.update(
             verdict=verdict,
             culprit=culprit(rank, rec),
