@@ -228,3 +228,16 @@ def test_a_rank_aborted_by_gloo_is_named_with_the_exception_it_printed(tmp_path)
     assert d["verdict"] == "killed" and d["culprit"]["rank"] == 0, d["summary"]
     said = d["summary"]
     assert "SIGABRT" in said and "gloo::EnforceNotMet" in said and "ran out of data and left the loop" in said, said
+
+
+def test_the_rank_out_of_step_by_its_collective_number_is_named(tmp_path):
+    """Three ranks time out in collective #1001 and one in #1000 of the same group: that one is out of step."""
+    line = (
+        "[rank{r}]:[E1126 10:30:0{r}.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum={q}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600001 milliseconds before timing out.\n"
+    )
+    log = tmp_path / "job.log"
+    log.write_text("".join(line.format(r=r, q=1000 if r == 2 else 1001) for r in range(4)))
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "stalled" and d["culprit"]["rank"] == 2 and d["hang"]["behind"] == [2], d["summary"]

@@ -193,10 +193,8 @@ def judge(run: LogRun) -> dict:
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
         last = run.last_steps()
-        rec = (
-            last.get(rank)
-            if rank is not None
-            else max((r for r in last.values() if r is not None), key=lambda r: position(r), default=None)
+        rec = last.get(rank) or max(
+            (r for r in last.values() if r is not None), key=lambda r: position(r), default=None
         )
         d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(first), summary=h["text"])
     elif first.get("outside"):
@@ -343,6 +341,18 @@ def _hang(run: LogRun, timeouts: list[dict]) -> dict:
         # the barrier's root names the rank that did not come; the others can only name the root
         named = [t for t in monitored if "failed to pass" in t["text"]] or monitored
         behind, basis = sorted({t["behind"] for t in named}), "did not reach the monitored barrier"
+    elif _out_of_step(timeouts):
+        # the ranks timed out in different collectives: the one (or few) whose number differs from the rest is
+        # out of step (behind, or ahead in a collective the others never call); a tie: the lowest number
+        groups: dict[int, list[int]] = {}
+        for r, q in _out_of_step(timeouts).items():
+            groups.setdefault(q, []).append(r)
+        odd = min(groups.items(), key=lambda g: (len(g[1]), g[0]))
+        behind, basis = (
+            sorted(odd[1]),
+            f"timed out in collective #{odd[0]}, the others in #"
+            + "/#".join(str(q) for q in sorted(groups) if q != odd[0]),
+        )
     elif progress:
         low = min(p["completed"] for p in progress)
         behind, basis = (
@@ -391,6 +401,20 @@ def _hang(run: LogRun, timeouts: list[dict]) -> dict:
         "reported": reported_text,
         "text": text,
     }
+
+
+def _out_of_step(timeouts: list[dict]) -> dict[int, int]:
+    """Each rank's collective number where the ranks timed out in neighbouring collectives of one group (one
+    number each, a step apart): a rank out of step with the others. Empty otherwise: numbers far apart are
+    other process groups' (tensor-, pipeline-parallel), each with its own count."""
+    seqs: dict[int, set] = {}
+    for t in timeouts:
+        if t.get("seq") is not None and t.get("rank") is not None:
+            seqs.setdefault(t["rank"], set()).add(t["seq"])
+    one = {r: next(iter(q)) for r, q in seqs.items() if len(q) == 1}
+    if len(one) < 2 or len(one) < len(seqs) or len(set(one.values())) < 2:
+        return {}
+    return one if max(one.values()) - min(one.values()) <= 2 else {}
 
 
 def _nonfinite(run: LogRun) -> dict | None:
