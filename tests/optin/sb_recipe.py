@@ -13,11 +13,20 @@ A fault from ``fault_epoch``/``fault_batch`` (hparams) on, chosen by the environ
 * ``FAULT=nan``: the loss is NaN; SpeechBrain's ``check_loss_isfinite`` warns until
   ``--nonfinite_patience`` (default 3) is used up, then raises "Loss is not finite and patience is exhausted".
 * ``FAULT=raise``: ``compute_objectives`` raises a RuntimeError.
+* ``FAULT=kill``: the rank sends itself SIGKILL (as the kernel's OOM killer would) at that batch.
+* ``FAULT=hang``: the rank blocks opening the FIFO ``FAULT_FIFO`` (nobody writes it) at that batch.
 
 ``FAULT_RANK=N`` limits the fault to that rank (default: every rank).
+
+With ``--data_list RAW_LIST`` (WeNet's raw.list of asrlab's embedded corpus: ``{"key", "wav", "txt"}`` lines)
+the recipe trains on real audio instead, SpeechBrain's way: a ``DynamicItemDataset`` whose pipeline reads each
+WAV with ``read_audio`` and ``Fbank`` features made in ``compute_forward``; a line pointing at a missing WAV
+breaks the batch that holds it (the fault of the data itself, no ``FAULT`` needed).
 """
 
+import json
 import os
+import signal
 import sys
 
 import torch
@@ -44,19 +53,52 @@ class SyntheticCTC(torch.utils.data.Dataset):
         return {"id": f"utt{i}", "feats": self.feats[i], "tokens": self.tokens[i]}
 
 
+def corpus_dataset(path):
+    """WeNet's raw.list as SpeechBrain's DynamicItemDataset: audio read by the pipeline, characters as tokens."""
+    items = {}
+    for line in open(path, encoding="utf-8"):
+        if line.strip():
+            j = json.loads(line)
+            items[j["key"]] = {"wav": j["wav"], "txt": j["txt"]}
+    vocab = {c: i + 1 for i, c in enumerate(" abcdefghijklmnopqrstuvwxyz")}  # the corpus's characters; 0: blank
+
+    @sb.utils.data_pipeline.takes("wav")
+    @sb.utils.data_pipeline.provides("sig")
+    def audio_pipeline(wav):
+        return sb.dataio.dataio.read_audio(wav)
+
+    @sb.utils.data_pipeline.takes("txt")
+    @sb.utils.data_pipeline.provides("tokens")
+    def text_pipeline(txt):
+        return torch.tensor([vocab[c] for c in txt])
+
+    return sb.dataio.dataset.DynamicItemDataset(
+        items, dynamic_items=[audio_pipeline, text_pipeline], output_keys=["id", "sig", "tokens"]
+    )
+
+
 class ASR(sb.Brain):
     def compute_forward(self, batch, stage):
         batch = batch.to(self.device)
-        feats, _ = batch.feats
+        if hasattr(batch, "sig"):
+            wavs, wav_lens = batch.sig
+            feats = self.hparams.compute_features(wavs)
+        else:
+            feats, _ = batch.feats
         h, _ = self.modules.encoder(feats)
         return self.hparams.log_softmax(self.modules.output(h))
 
     def compute_objectives(self, predictions, batch, stage):
-        _, wav_lens = batch.feats
+        _, wav_lens = batch.sig if hasattr(batch, "sig") else batch.feats
         tokens, token_lens = batch.tokens
         loss = self.hparams.ctc_cost(predictions, tokens, wav_lens, token_lens)
         if stage == sb.Stage.TRAIN and self._faulty():
-            if FAULT == "nan":
+            if FAULT == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif FAULT == "hang":
+                with open(os.environ["FAULT_FIFO"], "rb") as fifo:  # blocks: nobody opens it for writing
+                    fifo.read()
+            elif FAULT == "nan":
                 loss = loss * float("nan")
             elif FAULT == "raise":
                 raise RuntimeError(f"synthetic fault at epoch {self.epoch}, batch {self.step}")
@@ -93,8 +135,12 @@ if __name__ == "__main__":
         experiment_directory=hparams["output_folder"], hyperparams_to_save=hparams_file, overrides=overrides
     )
     shape = (hparams["n_frames"], hparams["n_feats"], hparams["n_tokens"], hparams["label_len"])
-    train = SyntheticCTC(hparams["utterances"], *shape, seed=1)
-    valid = SyntheticCTC(8, *shape, seed=2)
+    if hparams.get("data_list"):
+        train = corpus_dataset(hparams["data_list"])
+        valid = corpus_dataset(hparams["valid_list"])
+    else:
+        train = SyntheticCTC(hparams["utterances"], *shape, seed=1)
+        valid = SyntheticCTC(8, *shape, seed=2)
 
     asr = ASR(
         modules=hparams["modules"],

@@ -67,6 +67,8 @@ def format_log_diagnosis(d: dict) -> str:
     )
     if d["events"]:
         lines.append("recognised: " + ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items())))
+    for h in d.get("history") or []:
+        lines.append(f"history: {h}")
     if d["hang"]:
         lines.append(f"hang: {d['hang']['text']}")
     if d["nonfinite"] and d["nonfinite"].get("first"):

@@ -60,9 +60,27 @@ NONFINITE_LINE = re.compile(
     r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
     r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
-    r"gradients are (?:NaN/inf|nan|inf)|(?<![\w.])(?:\w*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?[-+]?(?:nan|inf)\b",
+    r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted",
     re.I,
 )
+# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
+_VALUE = re.compile(r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I)
+
+
+def nonfinite_values(text: str) -> str | None:
+    """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only
+    where no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, beside a
+    finite loss)."""
+    if "nan" not in text.lower() and "inf" not in text.lower():
+        return None
+    vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in _VALUE.findall(text)]
+    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf")]
+    if not bad:
+        return None
+    totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
+    if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
+        return bad[0]
+    return None if totals else bad[0]
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
 _DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
@@ -142,6 +160,7 @@ class Events:
         e = tb.event()
         if e is None or tb.ignored:
             return
+        self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
         if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
@@ -454,8 +473,9 @@ class Events:
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
             return
         m = NONFINITE_LINE.search(text)
-        if m:
-            self._add("nonfinite_line", rank, time, text, said=m.group(0))
+        said = m.group(0) if m else nonfinite_values(text)
+        if said:
+            self._add("nonfinite_line", rank, time, text, said=said)
             return
         if ("Error" in text or "Exception" in text) and (m := _EXC_LINE.match(text.strip())):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)

@@ -14,6 +14,7 @@ import re
 import time
 
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+_US = re.compile(r"(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")  # Hugging Face's loggers
 _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
@@ -43,7 +44,7 @@ STRUCTURAL = re.compile(
     r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
 )
 _RANKS = (
-    re.compile(r"\[Rank (\d+)\]"),  # NCCL / c10d messages
+    re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
     re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
     re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),  # ESPnet: [host:3/8]
     re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),  # WeNet's step line ends with it
@@ -86,8 +87,15 @@ def rank_of(line: str) -> int | None:
     for pattern in _RANKS:
         m = pattern.search(line)
         if m:
-            return int(m.group(1))
+            return int(next(g for g in m.groups() if g is not None))
     return None
+
+
+def marked_rank(line: str) -> int | None:
+    """The rank a line's explicit mark names (``[RANK 1]``, ``[Rank 1]``): what a loop of one's own prints
+    beside its step, where a bare "rank 3" may be anything."""
+    m = _RANKS[0].search(line)
+    return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
 def world_of(line: str) -> int | None:
@@ -114,6 +122,11 @@ class Clock:
             y, mo, d, h, mi, s, frac = m.groups()
             self.year = int(y)
             return _seconds(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
+        m = _US.search(line, 0, 60)
+        if m:
+            mo, d, y, h, mi, s, frac = m.groups()
+            self.year = int(y)
+            return _seconds(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
         m = _GLOG.search(line, 0, 60)
         if m:
             mo, d, h, mi, s, frac = m.groups()
@@ -130,4 +143,4 @@ def _seconds(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None)
     return t + (float("0." + frac) if frac else 0.0)
 
 
-__all__ = ["Clock", "PREFIX", "rank_of", "split_prefix", "world_of"]
+__all__ = ["Clock", "PREFIX", "marked_rank", "rank_of", "split_prefix", "world_of"]

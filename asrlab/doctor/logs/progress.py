@@ -15,7 +15,7 @@ def clock(t: float | None) -> str:
 
 def where(rec: dict | None) -> str:
     """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
-    if rec is None:
+    if rec is None or all(rec.get(k) is None for k in ("step", "batch", "epoch")):
         return "before any logged step"
     if rec["step"] is not None:
         return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")

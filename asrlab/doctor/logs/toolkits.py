@@ -113,7 +113,7 @@ def espnet(line: str) -> dict | None:
     m = _ESPNET.search(line)
     if not m:
         return None
-    epoch, _, last, rest = m.groups()
+    epoch, start, last, rest = m.groups()
     pairs = _PAIR.findall(rest)
     d = dict(pairs)
     lr = next((num(v) for k, v in pairs if k.startswith("optim") and "lr" in k), None)
@@ -125,6 +125,7 @@ def espnet(line: str) -> dict | None:
         lr=lr,
         grad_norm=num(d.get("grad_norm")),
         scale=num(d.get("loss_scale")),
+        first_batch=int(start),  # the line reports the batches since the last one: from this one on
     )
 
 
@@ -279,9 +280,9 @@ def kv(line: str) -> dict | None:
     d = {k.lower(): v for k, v in train}
     counter = _NAMED.search(line) or _COUNTER.search(line)
     bar = _BAR_COUNT.search(line) if counter is None else None
-    if counter is None and bar is None and not any(c in line for c in "=:{"):
-        return None  # "Loss nan" alone, with no counter and no field of a record: a sentence, not a step line
     epoch = num(d.get("epoch"))
+    if counter is None and bar is None and epoch is None:
+        return None  # a loss with no place in training: a summary or a sentence, not a step line
     return _record(
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,

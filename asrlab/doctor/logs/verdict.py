@@ -22,7 +22,7 @@ _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
     the lines in the same file, else by time."""
-    s = run.series.get(rank)
+    s = run.series.get(rank) if rank is not None else None
     if s is None and run.series:
         # a rank that prints no step lines of its own (only rank 0 does, in most toolkits) trains in lockstep
         # with the ranks that do: the job's last logged step is its step too
@@ -40,8 +40,8 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     return before[-1] if before else None
 
 
-SILENT_S = 60.0  # a stop this long after the last step line, and SILENT_STEPS of its steps, ended a hang
-SILENT_STEPS = 20
+SILENT_S = 30.0  # a stop this long after the last step line, and SILENT_LINES times its pace, ended a hang
+SILENT_LINES = 10
 
 
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
@@ -53,9 +53,35 @@ def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     if not recs:
         return None
     last = max(recs, key=lambda r: r["time"])
-    paces = [p for p in (x["s_per_step"] for x in rank_progress(run)) if p]
+    times = sorted({r["time"] for r in recs})
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    pace = gaps[len(gaps) // 2] if gaps else 0.0  # the median time between two step lines
     gap = e["time"] - last["time"]
-    return (gap, last) if gap > max(SILENT_S, SILENT_STEPS * (max(paces) if paces else 0.0)) else None
+    # the step it hung at: the last line before the stop, stamped or not (a bar between stamped lines)
+    return (gap, _last_before(run, None, e) or last) if gap > max(SILENT_S, SILENT_LINES * pace) else None
+
+
+def _latest_restart(run: LogRun) -> dict | None:
+    """The step record where the job last started again (its steps went back: a resume, a relaunch)."""
+    backs = [x["after"] for x in run.resumes] + [e for e in run.events if e["kind"] == "resume"]
+    return max(backs, key=lambda r: r["order"]) if backs else None
+
+
+def _since(e: dict, rec: dict) -> bool:
+    """Whether the event came after the step record: by the order of their lines in one file, else by time."""
+    if e.get("file") == rec["file"] or e.get("time") is None or rec.get("time") is None:
+        return e.get("order", 0) > rec["order"]
+    return e["time"] >= rec["time"]
+
+
+def _as_consequence(run: LogRun, e: dict) -> dict:
+    """A rank's exit code whose only error in the log is a consequence (its collective timed out, its peer went
+    away): that consequence, not a failure of its own."""
+    if e["kind"] != "exit" or e.get("signal") or e.get("rank") is None:
+        return e
+    own = [x for x in run.events if x.get("rank") == e["rank"] and x["kind"] in ("exception", "oom", "nonfinite_error")]
+    lost = [x for x in run.events if x.get("rank") == e["rank"] and x["kind"] in ("consequence", "timeout")]
+    return {**e, "consequence": True} if lost and not own else e
 
 
 def _placed(e: dict) -> dict | None:
@@ -134,7 +160,12 @@ def _unscaled_skip(run: LogRun) -> dict | None:
         if scale is None or scale == 1.0:
             # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
             nxt = _next_after(run, e.get("rank"), e)
-            return {**e, "kind": "grad_skip", "record": nxt or rec}
+            if nxt is not None and nxt.get("first_batch") is not None:  # the interval's first batch skipped first
+                nxt = {**nxt, "batch": nxt["first_batch"]}
+            # the norm is of the all-reduced gradients: every rank prints the same; which rank's data made it,
+            # the log cannot say where several ranks train
+            many = (run.world or 0) > 1 or len(run.ranks()) > 1
+            return {**e, "kind": "grad_skip", "record": nxt or rec, **({"culprit_rank": None} if many else {})}
     return None
 
 
@@ -177,7 +208,7 @@ def judge(run: LogRun) -> dict:
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
     # every failure the log shows, on one timeline: the first by time is the verdict (timeline.first_failure)
-    causes = _causes(run)
+    causes = [(v, _as_consequence(run, e)) for v, e in _causes(run)]
     # non-finite for a step and finite again: the run went on; what ended it, if anything did, is the failure
     went_on = transient and any(v != "nonfinite" for v, _ in causes)
     events = [{**e, "verdict": v, "transient": went_on and e["kind"] == "nonfinite_step"} for v, e in causes]
@@ -186,6 +217,12 @@ def judge(run: LogRun) -> dict:
         # a rank ended by SIGTERM that its own launcher did not send: from outside, where nothing else failed
         outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
         events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
+    d["history"] = []
+    restart = _latest_restart(run)
+    if restart is not None and (gone := first_failure([e for e in events if not _since(e, restart)])):
+        # a failure before the job was started again and went on: the earlier attempt's, not the run's verdict
+        d["history"].append(f"an earlier attempt: {gone['verdict']}: {gone['text'][:240]}")
+        events = [e for e in events if _since(e, restart)]
     first = first_failure(events)
     if first is None:
         d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
@@ -208,9 +245,14 @@ def judge(run: LogRun) -> dict:
         )
     elif (silent := _silence(run, first)) is not None:
         gap, rec = silent
+        last = {r: x for r, x in run.last_steps().items() if r is not None}
+        low = min((position(x) for x in last.values()), default=None)
+        behind = [r for r, x in last.items() if position(x) == low]
+        if len(behind) == 1 and len(last) > 1:  # the rank whose last step is behind the others' hung there
+            rec = last[behind[0]]
         d.update(
             verdict="stalled",
-            culprit=culprit(None, rec),
+            culprit=culprit(behind[0] if len(behind) == 1 and len(last) > 1 else None, rec),
             first=_event_view(first),
             summary=f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended "
             f"({first['text'][:160]}): it hung there (a rank waiting for data or in a collective; its stacks, "
@@ -250,10 +292,10 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
         # an exit code is a rank's failure said by its launcher; what failed is the exception the log holds:
         # that rank's, else (several ranks failed, one printed) another rank's; not one of no rank (the
         # launcher's own traceback)
-        raised = [x for x in run.events if x["kind"] in ("exception", "oom")]
+        raised = [x for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")]
         tb = [x for x in raised if x.get("rank") == e["rank"]] or [x for x in raised if x.get("rank") is not None]
         if tb:
-            return ("out_of_memory" if tb[0]["kind"] == "oom" else "crashed"), tb[0]
+            return {"oom": "out_of_memory", "nonfinite_error": "nonfinite"}.get(tb[0]["kind"], "crashed"), tb[0]
     if e["kind"] in ("exception", "oom", "nonfinite_error") and e.get("rank") is None:
         roots = [x for x in run.events if x["kind"] == "exit" and x.get("root")]
         if roots:

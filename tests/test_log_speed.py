@@ -1,0 +1,68 @@
+"""``asrlab doctor LOG``'s fast read (fingerprinted blocks, runs counted as their like were, step lines
+sampled) against a plain line-by-line read of the same log: the same diagnosis. The logs are the
+benchmark's own (benchmarks/log_read.py), made of real excerpts, a few MiB; its timings are in
+benchmarks/log_read.txt."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from asrlab.doctor.logs import events
+from asrlab.doctor.logs.run import read_logs
+from asrlab.doctor.logs.verdict import judge
+
+_spec = importlib.util.spec_from_file_location("log_read", Path(__file__).parent.parent / "benchmarks" / "log_read.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def diagnosis(path: Path, fast: bool) -> tuple:
+    run = read_logs([str(path)], fast=fast)
+    d = judge(run)
+    first = d["first"] or {}
+    nonfinite = d["nonfinite"] or {}
+    return run, {
+        "verdict": d["verdict"],
+        "culprit": d["culprit"],
+        # the values that led to a non-finite step are the sampled ones (their max) in a fast read
+        "summary": d["summary"].split("; before it:")[0],
+        "first": {k: first.get(k) for k in ("kind", "rank", "time", "order", "text", "type", "where")},
+        "events": dict(run.event_counts),
+        "formats": dict(run.formats),
+        "lines": run.lines,
+        "last steps": {r: (s.last["epoch"], s.last["batch"], s.last["step"]) for r, s in run.series.items()},
+        "non-finite": (nonfinite.get("first"), nonfinite.get("count")),
+        "hang": d["hang"],
+        "resumes": d["resumes"],
+    }
+
+
+@pytest.mark.parametrize(
+    "kind,keep",
+    [("mixed", 40), ("mixed", events.KEEP), ("fails late", 40), ("steps", 40)],
+    ids=["mixed", "mixed-all-kept", "fails-late", "steps"],
+)
+def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, monkeypatch, kind, keep):
+    """A failing run's log (a traceback every ~40 lines, NaN and timeout lines among the steps of WeNet,
+    icefall and ESPnet, torchrun's summaries), the same run failing only after 1 MiB of clean steps (its
+    first failure far from the lines read one by one), and a step-only one (WeNet's, one inf). With the
+    events kept of each kind cut to a few dozen, a log of 2 MiB is what a long one is to the fast read:
+    runs counted in C once their kinds are past those kept, not only while each rank's first is read."""
+    monkeypatch.setattr(events, "KEEP", keep)
+    path = tmp_path / "train.log"
+    if kind == "steps":
+        bench.write_log(path, 2)
+    else:
+        bench.write_mixed(path, 2, quiet_mb=1 if kind == "fails late" else 0)
+    full_run, full = diagnosis(path, fast=False)
+    fast_run, fast = diagnosis(path, fast=True)
+    for key in full:
+        assert fast[key] == full[key], f"{key}: fast {fast[key]} != line by line {full[key]}"
+    assert full["verdict"] != "no_failure_seen"
+    if kind != "steps":
+        assert full["hang"] and sum(full["events"].values()) > 200
+    if keep < 100 and kind != "steps":  # read in full: the first few runs of each kind and rank; the rest counted
+        assert len(fast_run.events) < len(full_run.events) / 2

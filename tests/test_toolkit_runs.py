@@ -1,0 +1,35 @@
+"""asrlab doctor on real runs of real toolkits (ESPnet's own asr_train, SpeechBrain, an Accelerate loop), each
+broken on purpose, as the toolkit wrote them (``tests/fixtures/toolkit_runs/``: the console, the experiment
+folder's text files, and the truth caused). Re-made by the opt-in ``tests/optin/toolkit_runs.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from asrlab.doctor.logs import diagnose_logs
+
+RUNS = Path(__file__).parent / "fixtures" / "toolkit_runs"
+CASES = sorted(p.parent for p in RUNS.glob("*/*/truth.yaml"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
+def test_a_real_toolkit_run_gets_the_truth_it_was_given(case):
+    truth = yaml.safe_load((case / "truth.yaml").read_text())
+    paths = [str(p) for p in sorted(case.glob("console*.log"))] + (
+        [str(case / "exp")] if (case / "exp").is_dir() else []
+    )
+    d = diagnose_logs(paths)
+    said = f"{case.parent.name}/{case.name}: {d['verdict']}: {d['summary'][:400]}"
+    assert d["verdict"] == truth["verdict"], said
+    # where a line names them: the caused culprit, else what the log shows of it (truth.yaml's log_shows)
+    want = truth.get("log_shows") or truth.get("culprit") or {}
+    if want.get("rank") is not None:
+        assert d["culprit"]["rank"] == want["rank"], f"rank {d['culprit']}; {said}"
+    step = want.get("batch", want.get("step"))
+    if step is not None and (truth["toolkit"] != "speechbrain" or "log_shows" in truth):  # SpeechBrain: no step lines
+        assert d["culprit"]["step"] == step, f"step {d['culprit']} != {want}; {said}"
+    if want.get("epoch") is not None and truth["toolkit"] == "espnet":  # ESPnet's batch counts within its epoch
+        assert d["culprit"]["epoch"] == want["epoch"], f"epoch {d['culprit']}; {said}"
