@@ -1,6 +1,7 @@
 """Explorers, both ways: built from small real runs, drawn as widgets (controls change what is shown)
 and as the static view headless runs get (no widget created)."""
 
+from pathlib import Path
 import asyncio
 import json
 import math
@@ -663,3 +664,20 @@ def test_log_explorer_of_a_real_icefall_log_every_rank_nan_at_one_batch():
     assert all(math.isinf(p["y"]) for p in panels["simple_loss"]["nonfinite"])
     assert [line["y"] for line in panels["lr"]["lines"]] == [[4.28e-03]] * 4
     static_parts(ex)
+
+
+def test_an_espnet_run_draws_its_own_terms_and_one_place_for_its_first_failure():
+    """ESPnet's own asr_train (fp32, a NaN at epoch 2, batch 5): the terms as ESPnet names them (not "040loss"
+    from its "acc=0.040loss=..." fields), no loss-scale panel for a run without a scaler, and the culprit and
+    the first non-finite step marked at one place."""
+    from asrlab.doctor.logs import read_and_diagnose
+    from asrlab.widgets.logs import log_series
+
+    case = Path(__file__).parent / "fixtures" / "toolkit_runs" / "espnet" / "nan_single_e2b5"
+    run, d = read_and_diagnose([str(case / "console.log")])
+    s = log_series(run, d)
+    names = [p["name"] for p in s["panels"]]
+    assert "scale" not in names and not any(n[0].isdigit() for n in names), names
+    assert (
+        s["marks"]["culprit"] == s["marks"]["first_nonfinite"] and s["marks"]["culprit"]["where"] == "epoch 2, batch 5"
+    )

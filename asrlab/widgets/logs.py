@@ -158,6 +158,8 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
                 derived = derived or bool(pts)
             if key == "scale":
                 pts = sorted(pts + _scale_points(run, axis, rank), key=lambda p: p[0])
+                if all(v == 1.0 or not math.isfinite(v) for _, v in pts):
+                    pts = []  # fp32 or bf16 (ESPnet prints loss_scale=1.000, nan after a NaN): no scaler to draw
             if pts:
                 lines.append({"rank": rank, "x": [x for x, _ in pts], "y": [v for _, v in pts]})
                 bad += [{"rank": rank, "x": x, "y": v} for x, v in pts if not math.isfinite(v)]
@@ -175,9 +177,15 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
     first = run.nonfinite[0] if run.nonfinite else None
     culprit = _culprit_record(run, d) if d else None
     c = (d or {}).get("culprit") or {"rank": None, "step": None}
+    said = ((d or {}).get("nonfinite") or {}).get("first")
+    if first is not None and said:  # the doctor's first non-finite step (the verdict's own event), not a re-reading
+        first = {**first, **{k: said.get(k, first[k]) for k in ("epoch", "batch", "rank")}}
+        first["step"] = first["step"] if said.get("batch") is not None else said.get("step", first["step"])
     marks = {
         "first_nonfinite": _mark(axis, first, first["rank"] if first else None),
-        "culprit": _mark(axis, culprit, c.get("rank")) if culprit is not None else _bare_mark(axis, c),
+        "culprit": _mark(axis, culprit, c.get("rank"))
+        if culprit is not None
+        else _mark(axis, _place(c), c.get("rank")) or _bare_mark(axis, c),
     }
     d = d or {}
     return {
@@ -199,6 +207,15 @@ def _mark(axis: dict, rec: dict | None, rank) -> dict | None:
         return None
     x = _x(axis, rec)
     return None if x is None else {"x": x, "rank": rank, "step": step_number(rec), "where": where(rec)}
+
+
+def _place(c: dict) -> dict | None:
+    """The culprit's place as a step record has it, where no record is at it (ESPnet's batch inside a line's
+    interval)."""
+    if c.get("step") is None:
+        return None
+    step = c["step"] if c.get("batch") is None and c.get("epoch") is None else None
+    return {"step": step, "epoch": c.get("epoch"), "batch": c.get("batch")}
 
 
 def _bare_mark(axis: dict, c: dict) -> dict | None:
