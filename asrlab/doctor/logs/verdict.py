@@ -260,7 +260,9 @@ def judge(run: LogRun) -> dict:
         )
     else:
         verdict, e = _refine(run, first["verdict"], first)
-        rank = e.get("culprit_rank", e.get("rank"))
+        rank = e.get(
+            "culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank")
+        )
         # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
         rec = e.get("record") or _named(e, strict=True) or _last_before(run, rank, e) or _named(e) or _placed(e)
         d.update(
