@@ -14,6 +14,7 @@ from .marks import Clock
 from .toolkits import counter_of
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
+    SPAWNED,
     CONSEQUENCE,
     FRAME,
     MONITORED,
@@ -60,11 +61,14 @@ NONFINITE_LINE = re.compile(
     r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
     r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
-    r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted",
+    r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
+    r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b",
     re.I,
 )
 # a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
-_VALUE = re.compile(r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I)
+_VALUE = re.compile(
+    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I
+)
 
 
 def nonfinite_values(text: str) -> str | None:
@@ -81,12 +85,17 @@ def nonfinite_values(text: str) -> str | None:
     if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
         return bad[0]
     return None if totals else bad[0]
+
+
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
 _DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
     r"^(KeyboardInterrupt)\s*$"
 )
-_EXC_LINE = re.compile(r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)")
+_EXC_LINE = re.compile(
+    r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
+    r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
+)
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 _ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 _AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -128,6 +137,7 @@ class Events:
         self.source = ""
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
         self._spawned: int | None = None  # torch.multiprocessing said whose traceback comes next
+        self._alias: dict[tuple, tuple] = {}  # (file, None) -> (file, rank) while a spawned rank's traceback runs
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
@@ -155,6 +165,7 @@ class Events:
 
     def _end_tb(self, key) -> None:
         tb = self._tb.pop(key, None)
+        self._alias = {k: v for k, v in self._alias.items() if v != key}
         if tb is None:
             return
         e = tb.event()
@@ -193,7 +204,7 @@ class Events:
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
         self.source = source
-        key = (source, rank)
+        key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
         if tb is not None:
             if tb.feed(text):
@@ -214,9 +225,9 @@ class Events:
                 self._ignored = None
                 self._tb[key] = Traceback(rank, time, self.order, source, ignored=True)
                 return
-            if rank is None and self._spawned is not None:
-                rank = key = self._spawned  # noqa: F841  the spawned process's traceback is that rank's
-                key = (source, rank)
+            if rank is None and self._spawned is not None:  # the spawned process's traceback is that rank's
+                rank, key = self._spawned, (source, self._spawned)
+                self._alias[(source, None)] = key
             self._spawned = None
             self._tb[key] = Traceback(rank, time, self.order, source)
             return
@@ -330,6 +341,14 @@ class Events:
                 type=kind,
                 message=text.split("what():", 1)[1].strip()[:300],
             )
+        if "terminated with" in text and (m := SPAWNED.search(text)):
+            # torch.multiprocessing's word on a spawned rank, on a line of its own (a paste that starts there)
+            if m.group(0).endswith("following error"):
+                self._spawned = int(m.group(1))
+            code = int(m.group(3)) if m.group(3) else 1 if self._spawned is not None else None
+            self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
+                      source="torch.multiprocessing")  # fmt: skip
+            return
         if "death signal" in text or "got signal" in text:
             m = _DEATH.search(text)
             if m:
@@ -393,6 +412,9 @@ class Events:
                     source="monitored barrier",
                 )
                 return
+        if "ompleted store-based barrier" in text:  # every rank joined: the waits before it were passed
+            self._add("barrier_done", rank, time, text)
+            return
         if "store based barrier" in text:
             m = _STORE.search(text)
             if m:  # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
@@ -477,10 +499,13 @@ class Events:
         if said:
             self._add("nonfinite_line", rank, time, text, said=said)
             return
-        if ("Error" in text or "Exception" in text) and (m := _EXC_LINE.match(text.strip())):
+        if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
+            m := _EXC_LINE.match(text.strip())
+        ):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
-            kind = "consequence" if CONSEQUENCE.search(text) else "exception"
-            self._add(kind, rank, time, text, type=m.group(1), message=m.group(2)[:300], where=None, bare=True)
+            kind = "consequence" if CONSEQUENCE.search(text) else "oom" if OOM.search(text) else "exception"
+            typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
+            self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
             return
         for pattern, who in _SCALE:
             m = pattern.search(text)

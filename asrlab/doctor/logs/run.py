@@ -23,7 +23,10 @@ from .toolkits import READERS, step_of
 
 _READER = dict(READERS)
 # what in a step line is a message of its own besides the step (a progress bar with a message glued on)
-_MESSAGE = re.compile(r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode")
+_MESSAGE = re.compile(
+    r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
+    r"out of memory|[Pp]atience|not finite"
+)
 KEEP = 4096  # step records kept per rank: beyond, every other one goes (the stride doubles), never a non-finite one
 _FILE_RANK = re.compile(r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$")
 _LOGGISH = re.compile(
@@ -145,10 +148,7 @@ def read_logs(paths: list[str], fast: bool = True) -> LogRun:
 
 
 def _blocks(path: str):
-    if path == "-":
-        yield from stream.chunks(sys.stdin.buffer)
-    else:
-        yield from stream.chunks(path)
+    yield from stream.pieces(sys.stdin.buffer if path == "-" else path, stream.CHUNK)
 
 
 # Bytes that a line must hold to say anything but "a step went by": what a failure, a non-finite value, a
@@ -221,9 +221,10 @@ def _kept(keys) -> bytes:
 
 _KEPT = _kept(KEYS)
 _DROP = bytes(c for c in range(256) if c not in _KEPT)
-_CODE = {name: bytes([97 + i]) for i, (name, _) in enumerate(READERS)}  # a template's format: a, b, c, ...
+_CODE = {name: 97 + i for i, (name, _) in enumerate(READERS)}  # a template's format: a, b, c, ...
 _FORMAT = {c: name for name, c in _CODE.items()}
-_STEP = b"".join(_CODE.values())
+_STEP = bytes(_CODE.values())
+_UNKNOWN = 63  # "?": a line not seen in a run read in full, or like lines that read differently
 _NOT_STEP = bytes(c for c in range(256) if c not in _STEP)
 _RUN = re.compile(b"[^" + re.escape(_STEP) + b"]+")
 _CODES = range(128, 256)  # the codes a run's fingerprints get once read in full
@@ -231,7 +232,7 @@ _CODES = range(128, 256)  # the codes a run's fingerprints get once read in full
 # ESPnet's [host:3/8]
 _RANK_MARKS = (re.compile(rb"ank\D{0,6}?(\d+)"), re.compile(rb"\((\d+)/\d+\)"), re.compile(rb":(\d+)/\d+\]"))
 EDGE = 1 << 16  # bytes at a file's start and end read line by line: its formats, and each rank's last steps
-SAMPLE = 1 << 20  # one step line read in Python for each this many bytes of the rest
+SAMPLE = 1 << 21  # one step line read in Python for each this many bytes of the rest
 LOOK = 8  # step lines read before a run read in full that has events or a non-finite step (each rank's step
 # a failure happened at, the values that led to it), and after one that has a resume (where each rank went on)
 FEW = 3  # a run's fingerprints read in full this many times before its like are counted
@@ -279,43 +280,47 @@ class _File:
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.rank = file_rank(path)
         self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
-        self.code: dict[bytes, bytes] = {}  # a fingerprint -> its line's byte (a template's format, a run's code)
+        self.code: dict[bytes, int] = {}  # a fingerprint -> its line's byte (a template's format, a run's code)
         self.codes = iter(_CODES)
         self.sigs: dict[bytes, _Sig] = {}  # a run's fingerprints (its lines' bytes, else joined) -> what it gave
         self.kept = 0  # bytes of sigs' keys
         self.singles: dict[bytes, _Sig] = {}  # the fingerprint of a run of one line -> its sig
         self.done = 0  # in the block read now: the bytes before this are read (a run, a step line near one)
-        self.pure = 0  # > 0: the last blocks held step lines only (see steps_only)
+        self.pure, self.wait = 0, 4  # > 0: the last blocks held step lines only (see steps_only)
 
     def read(self) -> None:
-        # a block is read once the two after it are in: the file's last EDGE bytes (read line by line) can
-        # begin in the block before the last, the last being short
-        ahead, offset = [], 0
-        for block in _blocks(self.path):
-            if b"\r" in block:  # a progress bar's drawings, each a line of its own
-                block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            ahead.append((block, offset))
-            offset += len(block)
-            if len(ahead) == 3:
+        # a piece is read once EDGE bytes after it are in: the file's last EDGE bytes are read line by line
+        ahead, after, offset = [], 0, 0  # pieces not read yet; their bytes but the first one's
+        for data, lo, hi in _blocks(self.path):
+            if data.find(b"\r", lo, hi) >= 0:  # a progress bar's drawings
+                data = data[lo:hi].replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # each a line of its own
+                lo, hi = 0, len(data)
+            ahead.append((data, lo, hi, offset - lo))  # offset - lo: data[p] is the file's byte offset + p
+            offset += hi - lo
+            after += hi - lo if len(ahead) > 1 else 0
+            while len(ahead) > 1 and after >= EDGE:
                 self.block(*ahead.pop(0), tail=0)
-        if len(ahead) == 2:
-            self.block(*ahead[0], tail=max(0, EDGE - len(ahead[1][0])))
-        if ahead:
-            self.block(*ahead[-1], tail=EDGE)
+                after -= ahead[0][2] - ahead[0][1]
+        rest = sum(hi - lo for _, lo, hi, _ in ahead)
+        for data, lo, hi, base in ahead:
+            rest -= hi - lo  # the bytes after this piece
+            self.block(data, lo, hi, base, tail=max(0, EDGE - rest))
 
-    def block(self, block: bytes, offset: int, tail: int) -> None:
-        """Its first bytes within the file's first EDGE and its last ``tail`` are read line by line."""
-        slow_head = EDGE - offset if offset < EDGE else 0
-        if not self.quick or len(block) <= slow_head + tail:
-            return self.lines(block, offset)
-        head = block.rfind(b"\n", 0, slow_head) + 1 if slow_head else 0
-        end = block.rfind(b"\n", 0, len(block) - tail) + 1 if tail else len(block)
-        if head:
-            self.lines(block[:head], offset)
+    def block(self, block: bytes, lo: int, hi: int, offset: int, tail: int) -> None:
+        """block[lo:hi], at the file's offset + lo: its first bytes within the file's first EDGE and its
+        last ``tail`` are read line by line."""
+        slow_head = EDGE - (offset + lo) if offset + lo < EDGE else 0
+        if not self.quick or hi - lo <= slow_head + tail:
+            return self.lines(block[lo:hi] if lo or hi < len(block) else block, offset + lo)
+        head = block.rfind(b"\n", lo, lo + slow_head) + 1 if slow_head else lo
+        end = block.rfind(b"\n", lo, hi - tail) + 1 if tail else hi
+        head, end = max(head, lo), max(end, lo)
+        if head > lo:
+            self.lines(block[lo:head], offset + lo)
         if end > head:
             self.fast(block, offset, head, end)
-        if end < len(block):
-            self.lines(block[end:], offset + end)
+        if end < hi:
+            self.lines(block[end:hi], offset + end)
 
     def lines(self, block: bytes, offset: int) -> None:
         self.run.lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1 if block else 0)
@@ -341,30 +346,32 @@ class _File:
         if step and self.quick and len(self.code) < CODES:  # a finite step and nothing else: a template
             fp = raw.translate(None, _DROP)
             if self.code.setdefault(fp, _CODE[self.toolkit]) != _CODE[self.toolkit]:
-                self.code[fp] = b"?"  # lines of two formats, or a step and a run's line, alike: read each
+                self.code[fp] = _UNKNOWN  # lines of two formats, or a step and a run's line, alike: read each
 
     def fast(self, block: bytes, offset: int, start: int, end: int) -> None:
         """The lines of block[start:end] (whole lines), fingerprinted in C (see _KEPT): the step lines
         counted (a sample read), each run of other lines read in full or counted as its like were."""
         if not self.code:  # no step format seen yet: nothing to count
             return self.lines(block[start:end], offset + start)
-        piece = block if start == 0 and end == len(block) else block[start:end]
-        prints, run = piece.translate(None, _DROP), self.run
+        # the whole read's fingerprints (no copy of it), and where those of block[start:end] begin and end
+        prints, run = block.translate(None, _DROP), self.run
+        c0 = len(block[:start].translate(None, _DROP)) if start else 0
+        c1 = len(prints) - len(block[end:].translate(None, _DROP)) if end < len(block) else len(prints)
         self.done, self.at, self.end = start, (0, start), end
         self.samples = iter(range(start + SAMPLE // 2, end, SAMPLE))
         self.sample = next(self.samples, end)
-        if self.steps_only(prints):  # step lines only (most blocks of most logs): no line cut out
+        if self.steps_only(prints, c0, c1):  # step lines only (most blocks of most logs): no line cut out
             return self.samples_before(block, offset, end)
-        fps = prints.split(b"\n")
-        if piece.endswith(b"\n"):
+        fps = (prints if c0 == 0 and c1 == len(prints) else prints[c0:c1]).split(b"\n")
+        if block.endswith(b"\n", start, end):
             fps.pop()
         last = len(fps)
         run.lines += last
-        codes = b"".join(map(self.code.get, fps, repeat(b"?")))
+        codes = bytes(map(self.code.get, fps, repeat(_UNKNOWN)))
         for c in _STEP:
             n = codes.count(c)
             if n:
-                run.formats[_FORMAT[bytes([c])]] += n
+                run.formats[_FORMAT[c]] += n
         self.avg = max(1.0, (end - start) / max(1, last))
         lead = last - len(codes.lstrip(_NOT_STEP))  # a run the range begins with, the lines before it cut
         trail = len(codes.rstrip(_NOT_STEP))  # a run it ends with
@@ -390,23 +397,25 @@ class _File:
             self.read_run(block, offset, max(b, self.done), end)
         self.samples_before(block, offset, end)
 
-    def steps_only(self, prints: bytes) -> bool:
-        """Whether the fingerprints ``prints`` (whole lines) are all templates or lines that, alone between
+    def steps_only(self, prints: bytes, c0: int, c1: int) -> bool:
+        """Whether the fingerprints prints[c0:c1] (whole lines) are all templates or lines that, alone between
         step lines, are counted (a warning at every checkpoint), and if so count them: one count of each in
         C, no line cut out. Tried while it holds, else once in a few blocks."""
         self.pure += 1
-        if self.pure <= 0 or not prints.endswith(b"\n"):
+        if self.pure <= 0 or not prints.endswith(b"\n", c0, c1):
             return False
         counts = self.events.counts
         tiles = [(fp + b"\n", c) for fp, c in self.code.items() if c in _STEP]
         tiles += [(fp + b"\n", s) for fp, s in self.singles.items() if s.countable(counts)]
         if not tiles or len(tiles) > 6 or any(a[0] != b[0] and a[0].endswith(b[0]) for a in tiles for b in tiles):
             return False  # many, or one the end of another (their counts could then tile the block wrongly)
-        n = [prints.count(t) for t, _ in tiles]
-        lines = prints.count(b"\n")
-        if sum(n) != lines or sum(k * len(t) for k, (t, _) in zip(n, tiles)) != len(prints):
-            self.pure = -8
+        n = [prints.count(t, c0, c1) for t, _ in tiles]
+        lines = prints.count(b"\n", c0, c1)
+        if sum(n) != lines or sum(k * len(t) for k, (t, _) in zip(n, tiles)) != c1 - c0:
+            self.wait = min(2 * self.wait, 256)
+            self.pure = -self.wait  # not again for a while: longer each time it fails
             return False
+        self.wait = 4
         self.run.lines += lines
         for k, (_, c) in zip(n, tiles):
             if k and isinstance(c, _Sig):
@@ -421,7 +430,7 @@ class _File:
         for m in _RUN.finditer(codes, lead, trail):
             i, j = m.span()
             sig = m.group()
-            if b"?" in sig:
+            if _UNKNOWN in sig:
                 sig = b"\n".join(fps[i:j])
             s = self.sigs.get(sig)
             if s is not None and s.countable(counts):
@@ -453,10 +462,9 @@ class _File:
                 self.singles[fps[i]] = s
             coded = []  # its lines' codes from now on: the next blocks see the run by its codes
             for fp in fps[i:j]:
-                c = self.code.get(fp) or self.code.setdefault(fp, bytes([next(self.codes, 63)]))
-                coded.append(c)
-            coded = b"".join(coded)
-            if b"?" not in coded and coded not in self.sigs:
+                coded.append(self.code.get(fp) or self.code.setdefault(fp, next(self.codes, _UNKNOWN)))
+            coded = bytes(coded)
+            if _UNKNOWN not in coded and coded not in self.sigs:
                 self.sigs[coded] = s
                 self.kept += len(coded)
 

@@ -131,9 +131,9 @@ def espnet(line: str) -> dict | None:
 
 # PyTorch Lightning / NeMo progress bar: "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1,
 # loss=0.52, train_loss_step=0.5, lr=0.001, global_step=3450]"
-_BAR = re.compile(
-    r"^(?:\[rank\d+\]:\s*)?(?:Epoch|Training:?\s*)?(?:\s*(\d+))?:?\s+\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]"
-)
+# a tqdm bar under any label ("Epoch 3:", "steps:", "Train:", none): the label names the epoch where it does
+_BAR = re.compile(r"^(?:\[rank\d+\]:\s*)?([^|%\n]{0,60}?)\s*\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]")
+_BAR_EPOCH = re.compile(r"[Ee]poch\s*:?\s*(\d+)")
 _RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
 
 
@@ -143,7 +143,11 @@ def lightning(line: str) -> dict | None:
     m = _BAR.search(line)
     if not m:
         return None
-    epoch, batch, _, inside = m.groups()
+    label, batch, _, inside = m.groups()
+    if _NOT_TRAIN.search(label):  # a validation bar
+        return None
+    e = _BAR_EPOCH.search(label)
+    epoch = e.group(1) if e else None
     pairs = _PAIR.findall(inside)
     d = dict(pairs)
     rate = _RATE.search(inside)
@@ -287,7 +291,7 @@ def kv(line: str) -> dict | None:
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
         int(bar.group(1)) if bar else None,
-        int(counter.groups()[-1]) if counter else None,
+        int(counter.group(counter.lastindex)) if counter else None,
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),
         grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),
@@ -310,10 +314,12 @@ GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 _NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b(?!\.\d)",
+    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b(?!\.\d)"
+    r"|(?<![\d.])(\d+) iter(?:ation)?s?\b(?!/)",  # chainer's "500 iter, 0 epoch"
     re.I,
 )
-_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/])(\d+)/\d+(?![\d.:/])")
+# a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date
+_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])")
 
 
 def counter_of(line: str, named: bool = False) -> int | None:

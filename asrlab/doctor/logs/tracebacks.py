@@ -47,7 +47,8 @@ OOM = re.compile(
     r"(?<!avoid )(?<!prevent )(?<!reduce )(?<!avoid CUDA )\bout of memory\b|OutOfMemoryError|OutOfMemory\b|"
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
-    r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating",
+    r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating|not enough memory|"
+    r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate",
     re.I,
 )
 # torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with
@@ -197,8 +198,11 @@ class Traceback:
             else "exception"
         )
         spawned = SPAWNED.search(whole)
-        if spawned and kind not in ("oom", "nonfinite_error") and spawned.group(0).find("following") < 0:
-            code = int(spawned.group(3)) if spawned.group(3) else None
+        if spawned and kind not in ("oom", "nonfinite_error"):
+            # torch.multiprocessing's report of the process that ended: that rank's exit (its own traceback,
+            # "with the following error", follows and says what it raised)
+            following = spawned.group(0).endswith("following error")
+            code = int(spawned.group(3)) if spawned.group(3) else 1 if following else None
             return {
                 "kind": "exit",
                 "rank": int(spawned.group(1)),
@@ -210,6 +214,7 @@ class Traceback:
                 "signal": spawned.group(2),
                 "root": True,  # the launcher reports the first process it saw end
                 "source": "torch.multiprocessing",
+                **({"spawned_rank": int(spawned.group(1))} if following else {}),
             }
         more = {}
         if spawned:  # "-- Process N terminated with the following error:" then that process's traceback

@@ -133,8 +133,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":
             out.append(("stopped", e))
-        elif k == "consequence":  # a survivor's error: the first failure only where the log shows no other
-            out.append(("crashed", {**e, "consequence": True}))
+        elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
+            out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     if run.nonfinite:
         r = run.nonfinite[0]
         out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
@@ -231,7 +231,7 @@ def judge(run: LogRun) -> dict:
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
         last = run.last_steps()
         rec = last.get(rank) or max(
-            (r for r in last.values() if r is not None), key=lambda r: position(r), default=None
+            (r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None
         )
         d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(first), summary=h["text"])
     elif first.get("outside"):
@@ -282,7 +282,10 @@ def judge(run: LogRun) -> dict:
 
 
 def _passed(run: LogRun, e: dict) -> bool:
-    """A wait at a start-up barrier that training steps followed: it was passed."""
+    """A wait at a start-up barrier that training steps followed, or that the store said it completed: passed."""
+    done = [x for x in run.events if x["kind"] == "barrier_done" and x.get("order", 0) > e.get("order", 0)]
+    if e.get("waiting") and done:
+        return True
     if not e.get("waiting") or e.get("time") is None:
         return False
     return any(r["time"] is not None and r["time"] > e["time"] for s in run.series.values() for r in s.all()[-1:])
