@@ -11,6 +11,33 @@ from __future__ import annotations
 import re
 
 from .marks import Clock
+from .words import (
+    AGENT_FAIL,
+    AGENT_TERM,
+    ASRLAB,
+    BASH_KILLED,
+    DEATH,
+    EXC_LINE,
+    GLOO,
+    HYDRA,
+    ITEM,
+    NCCL_SEQ,
+    NCCL_TIMEOUT,
+    NONFINITE_LINE,
+    RESUME,
+    SCALE,
+    SCHEDULER_STOP,
+    SHELL_SIGNAL,
+    SHELL_SIGNALS,
+    SIGNAL,
+    SIGNALS,
+    STATUS,
+    STORE,
+    TERMINATE,
+    WATCHDOG,
+    nonfinite_values,
+    signame,
+)
 from .toolkits import counter_of
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
@@ -27,100 +54,7 @@ from .tracebacks import (
 )
 
 
-_WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
-    r"(?:.*?Timeout\(ms\)=(\d+))?"
-)
-_NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
-_BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
-# a shell's, srun's or the C library's word for a child that a signal ended
-_SHELL_SIGNAL = re.compile(
-    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
-    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b"
-)
-_SHELL_SIGNALS = {
-    "Aborted": "SIGABRT",
-    "Segmentation fault": "SIGSEGV",
-    "Bus error": "SIGBUS",
-    "Illegal instruction": "SIGILL",
-    "Floating point exception": "SIGFPE",
-}
-# a scheduler that ended the job: Slurm's time limit or cancel
-_SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
-# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2"
-_STATUS = re.compile(
-    r"(?:exited|exit(?:ed)? with|returned non-zero exit) (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
-)
-_HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
-_ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
-_NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
-_GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
-_STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)")
-# lines that say the numbers went non-finite (or past what the toolkit accepts), whatever follows
-NONFINITE_LINE = re.compile(
-    r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
-    r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
-    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
-    r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
-    r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b",
-    re.I,
-)
-# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
-_VALUE = re.compile(
-    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I
-)
-
-
-def nonfinite_values(text: str) -> str | None:
-    """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only
-    where no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, beside a
-    finite loss)."""
-    if "nan" not in text.lower() and "inf" not in text.lower():
-        return None
-    vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in _VALUE.findall(text)]
-    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf")]
-    if not bad:
-        return None
-    totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
-    if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
-        return bad[0]
-    return None if totals else bad[0]
-
-
-# the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
-_DEATH = re.compile(
-    r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
-    r"^(KeyboardInterrupt)\s*$"
-)
-_EXC_LINE = re.compile(
-    r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
-    r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
-)
-# what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
-_ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
-_AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-_AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
-_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
-_TERMINATE = re.compile(r"instance of '([^']+)'")
-_SCALE = (
-    (
-        re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"),
-        "deepspeed",
-    ),
-    (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
-    (re.compile(r"[Gg]rad(?:_| )scale is (?:too )?small[^\d]*([\d.e+-]+)?"), "icefall"),
-    (re.compile(r"The grad norm is (nan|inf)\. Skipping updating the model"), "espnet"),
-)
-_RESUME = re.compile(
-    r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
-    r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
-    r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from)"
-    r"\s*:?\s*(\S+)?",
-    re.I,
-)
-
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
-SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
 class Events:
@@ -183,7 +117,7 @@ class Events:
         self.order = e["order"]
         if e["kind"] == "consequence" and COLLECTIVE_TIMEOUT.search(e["text"]):
             # a collective that gave up waiting, raised in the rank's own traceback: the hang's evidence
-            g = _GLOO.search(e["text"])
+            g = GLOO.search(e["text"])
             self._add(
                 "timeout",
                 e["rank"],
@@ -193,9 +127,9 @@ class Events:
                 timeout_ms=int(g.group(1)) if g else None,
                 source="gloo" if g else "traceback",
             )
-        if e["kind"] == "consequence" and _DEATH.search(e["text"]):
-            m = _DEATH.search(e["text"])
-            self._add("stop", e["rank"], e["time"], e["text"], signal=_signame(m.group(1) or m.group(2) or "SIGINT"))
+        if e["kind"] == "consequence" and DEATH.search(e["text"]):
+            m = DEATH.search(e["text"])
+            self._add("stop", e["rank"], e["time"], e["text"], signal=signame(m.group(1) or m.group(2) or "SIGINT"))
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)
@@ -284,7 +218,7 @@ class Events:
         rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
         code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
         code = int(code.group(1)) if code else None
-        sig = _SIGNAL.search(r.get("traceback", ""))
+        sig = SIGNAL.search(r.get("traceback", ""))
         signame = (
             sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
         )
@@ -327,7 +261,7 @@ class Events:
         if n is not None:
             self._place[self.source] = n
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
-            m = _TERMINATE.search(text)
+            m = TERMINATE.search(text)
             self._terminate = (rank, time, m.group(1) if m else None)
             return
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
@@ -350,16 +284,16 @@ class Events:
                       source="torch.multiprocessing")  # fmt: skip
             return
         if "death signal" in text or "got signal" in text:
-            m = _DEATH.search(text)
+            m = DEATH.search(text)
             if m:
-                self._add("stop", rank, time, text, signal=_signame(m.group(1) or m.group(2)))
+                self._add("stop", rank, time, text, signal=signame(m.group(1) or m.group(2)))
                 return
         if "Error happened with" in text:
-            m = _ITEM.search(text)
+            m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
         if "Watchdog caught" in text:
-            m = _WATCHDOG.search(text)
+            m = WATCHDOG.search(text)
             if m:
                 self._add(
                     "timeout",
@@ -373,16 +307,16 @@ class Events:
                 )
                 return
         if "NCCL work" in text:
-            m = _NCCL_SEQ.search(text)
+            m = NCCL_SEQ.search(text)
             if m:
                 self._add("progress", rank, time, text, enqueued=int(m.group(1)), completed=int(m.group(2)))
-            t = _NCCL_TIMEOUT.search(text)
+            t = NCCL_TIMEOUT.search(text)
             if t:
                 self._add("timeout", rank, time, text, seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")
             if m or t:
                 return
         if "Timed out waiting" in text:
-            m = _GLOO.search(text)
+            m = GLOO.search(text)
             if m:
                 self._add("timeout", rank, time, text, timeout_ms=int(m.group(1)), op=m.group(2), source="gloo")
                 return
@@ -416,7 +350,7 @@ class Events:
             self._add("barrier_done", rank, time, text)
             return
         if "store based barrier" in text:
-            m = _STORE.search(text)
+            m = STORE.search(text)
             if m:  # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
                 self._add(
                     "timeout",
@@ -431,7 +365,7 @@ class Events:
                 )
                 return
         if "exitcode" in text:
-            m = _AGENT_FAIL.search(text)
+            m = AGENT_FAIL.search(text)
             if m:
                 code = int(m.group(1))
                 self._add(
@@ -447,7 +381,7 @@ class Events:
                 )
                 return
         if "closing signal" in text:
-            m = _AGENT_TERM.search(text)
+            m = AGENT_TERM.search(text)
             if m:
                 self._add("agent_stop", rank, time, text, pid=int(m.group(1)), signal=m.group(2))
                 return
@@ -456,28 +390,28 @@ class Events:
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
-        if "Killed" in text and _BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
+        if "Killed" in text and BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
             return
-        m = _SHELL_SIGNAL.search(text.strip())
+        m = SHELL_SIGNAL.search(text.strip())
         if m:
             self._add(
-                "exit", rank, time, text, exitcode=None, signal=_SHELL_SIGNALS[m.group(1)], root=False, source="shell"
+                "exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(1)], root=False, source="shell"
             )
             return
         if "CANCELLED AT" in text:
-            m = _SCHEDULER_STOP.search(text)
+            m = SCHEDULER_STOP.search(text)
             if m:
                 self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower())
                 return
-        m = _STATUS.search(text)
+        m = STATUS.search(text)
         if m and (m.group(1) is None or int(m.group(1)) != 0):
             code = int(m.group(1)) if m.group(1) else 1
             self._add("exit", rank, time, text, exitcode=code, root=False, source="status",
                       signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
             return
         if text.startswith("asrlab: error:"):
-            m = _ASRLAB.match(text)
+            m = ASRLAB.match(text)
             self._add(
                 "exception",
                 int(m.group(1)) if m.group(1) else rank,
@@ -491,7 +425,7 @@ class Events:
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)
             return
-        if "xecuting job" in text and _HYDRA.search(text.strip()):  # Hydra's line before the job's exception
+        if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
             return
         m = NONFINITE_LINE.search(text)
@@ -500,14 +434,14 @@ class Events:
             self._add("nonfinite_line", rank, time, text, said=said)
             return
         if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
-            m := _EXC_LINE.match(text.strip())
+            m := EXC_LINE.match(text.strip())
         ):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
             kind = "consequence" if CONSEQUENCE.search(text) else "oom" if OOM.search(text) else "exception"
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
             self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
             return
-        for pattern, who in _SCALE:
+        for pattern, who in SCALE:
             m = pattern.search(text)
             if m:
                 fatal = who == "icefall" and "too small" in text.lower()
@@ -522,14 +456,9 @@ class Events:
                     grad=m.group(1) if who == "espnet" else None,
                 )
                 return
-        m = _RESUME.search(text)
+        m = RESUME.search(text)
         if m and "Traceback" not in text:
             self._add("resume", rank, time, text, path=m.group(1))
-
-
-def _signame(said: str) -> str:
-    """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
-    return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
 
 
 def _float(text):

@@ -1,0 +1,136 @@
+"""What a line of any toolkit's log means, whatever its wording: the patterns the event readers
+(:mod:`.events`) match a line with. One home for them, so that a reader is written against the meaning (a
+collective that gave up waiting, a process a signal ended, a loss that is not finite), not one toolkit's words."""
+
+from __future__ import annotations
+
+import re
+
+WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
+    r"(?:.*?Timeout\(ms\)=(\d+))?"
+)
+NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
+BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
+# a shell's, srun's or the C library's word for a child that a signal ended
+SHELL_SIGNAL = re.compile(
+    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
+    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b"
+)
+SHELL_SIGNALS = {
+    "Aborted": "SIGABRT",
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating point exception": "SIGFPE",
+}
+# a scheduler that ended the job: Slurm's time limit or cancel
+SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
+# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2"
+STATUS = re.compile(
+    r"(?:exited|exit(?:ed)? with|returned non-zero exit) (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
+)
+HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
+ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
+NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
+GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
+STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)")
+# lines that say the numbers went non-finite (or past what the toolkit accepts), whatever follows
+NONFINITE_LINE = re.compile(
+    r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
+    r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
+    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
+    r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
+    r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b",
+    re.I,
+)
+# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
+VALUE = re.compile(
+    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I
+)
+
+
+def nonfinite_values(text: str) -> str | None:
+    """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only
+    where no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, beside a
+    finite loss)."""
+    if "nan" not in text.lower() and "inf" not in text.lower():
+        return None
+    vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
+    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf")]
+    if not bad:
+        return None
+    totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
+    if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
+        return bad[0]
+    return None if totals else bad[0]
+
+
+# the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
+DEATH = re.compile(
+    r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
+    r"^(KeyboardInterrupt)\s*$"
+)
+EXC_LINE = re.compile(
+    r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
+    r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
+)
+# what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
+ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
+AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+TERMINATE = re.compile(r"instance of '([^']+)'")
+SCALE = (
+    (
+        re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"),
+        "deepspeed",
+    ),
+    (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
+    (re.compile(r"[Gg]rad(?:_| )scale is (?:too )?small[^\d]*([\d.e+-]+)?"), "icefall"),
+    (re.compile(r"The grad norm is (nan|inf)\. Skipping updating the model"), "espnet"),
+)
+RESUME = re.compile(
+    r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
+    r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
+    r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from)"
+    r"\s*:?\s*(\S+)?",
+    re.I,
+)
+
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def signame(said: str) -> str:
+    """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
+    return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
+
+
+__all__ = [
+    "AGENT_FAIL",
+    "AGENT_TERM",
+    "ASRLAB",
+    "BASH_KILLED",
+    "DEATH",
+    "EXC_LINE",
+    "GLOO",
+    "HYDRA",
+    "ITEM",
+    "NCCL_SEQ",
+    "NCCL_TIMEOUT",
+    "NONFINITE_LINE",
+    "RESUME",
+    "SCALE",
+    "SCHEDULER_STOP",
+    "SHELL_SIGNAL",
+    "SHELL_SIGNALS",
+    "SIGNAL",
+    "SIGNALS",
+    "STATUS",
+    "STORE",
+    "TERMINATE",
+    "VALUE",
+    "WATCHDOG",
+    "nonfinite_values",
+    "signame",
+]
