@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -193,3 +194,152 @@ def test_the_tar_reader_reads_what_tarfile_reads(tmp_path, fmt, compression):
     cut.write_bytes(raw[: 512 + 50])  # the first member's header and half its bytes
     with open(cut, "rb") as f, pytest.raises(tarfile.ReadError, match="truncated"):
         list(iter_tar(f))
+
+
+# -- any bytes in any line of a data list: a counted skip, or a DataError naming the file, the line and why --
+
+
+def small_corpus(tmp_path):
+    """4 utterances in 2 shards, a raw list of the same WAVs, a NeMo manifest and a Kaldi dir of them."""
+    write_split(tone_utts(4), tmp_path / "c", "train", 2, raw=True)
+    c = tmp_path / "c"
+    raw = [json.loads(x) for x in (c / "raw.list").read_text().splitlines()]
+    (c / "nemo.json").write_text(
+        "".join(json.dumps({"audio_filepath": x["wav"], "text": x["txt"]}) + "\n" for x in raw)
+    )
+    (c / "kaldi").mkdir()
+    (c / "kaldi" / "wav.scp").write_text("".join(f"{x['key']} {x['wav']}\n" for x in raw))
+    (c / "kaldi" / "text").write_text("".join(f"{x['key']} {x['txt']}\n" for x in raw))
+    return c
+
+
+HUGE = b"x" * 300_000
+# (list, the bad line, what it gives: ("skip", reason) or ("fail", words of the error)); the bad line goes in as
+# line 2 of the list (of wav.scp for "scp", of text for "text")
+LINES = [
+    ("data.list", b"\x00\x01garbage", ("skip", "bad_path")),
+    ("data.list", b"/tmp/a\x00b.tar", ("skip", "bad_path")),
+    ("data.list", b"shards/a\rb.tar", ("skip", "missing_file")),
+    ("data.list", HUGE, ("skip", "bad_path")),
+    ("data.list", b"[1, 2]", ("skip", "missing_file")),
+    ("data.list", b"zz://bucket/a.tar", ("skip", "unsupported_location")),
+    ("data.list", b"\xff\xfe garbage", ("fail", "not UTF-8")),
+    ("raw.list", b"\x00\x01garbage", ("fail", "not JSON")),
+    ("raw.list", b'{"key": "k", "wav": "a\\u0000b.wav", "txt": "one"}', ("skip", "bad_path")),
+    ("raw.list", b'{"key": "k", "wav": "' + HUGE + b'", "txt": "one"}', ("skip", "bad_path")),
+    ("raw.list", b'{"key": "k"}\r{"key": "j"}', ("fail", "not JSON")),
+    ("raw.list", b'["k", "a.wav", "one"]', ("fail", "a JSON array, not an object")),
+    ("raw.list", b'"k a.wav one"', ("fail", "a JSON string, not an object")),
+    ("raw.list", b'{"key": "k", "wav": 5, "txt": "one"}', ("fail", "'wav' is a JSON number")),
+    ("raw.list", b'{"key": "k", "wav": "a.wav", "txt": ["one"]}', ("fail", "'txt' is a JSON array")),
+    ("raw.list", b'{"key": "k", "wav": "a.wav", "txt": "one", "start": 1e999}', ("fail", "finite")),
+    ("raw.list", b"{" + b"[" * 100_000, ("fail", "not JSON")),
+    ("raw.list", b"\xc3\x28", ("fail", "not UTF-8")),
+    ("nemo.json", b'{"audio_filepath": "a\\u0000b.wav", "text": "one"}', ("skip", "bad_path")),
+    ("nemo.json", b'{"audio_filepath": "a.wav", "text": "one", "offset": 1.0}', ("fail", "offset without a duration")),
+    ("scp", b"k9 /tmp/a\x00b.wav", ("skip", "bad_path")),
+    ("scp", b"k9", ("fail", "not 'recording location'")),
+    ("text", b"utt00001 \xff", ("fail", "not UTF-8")),
+]
+
+
+def with_bad_line(c, name: str, line: bytes):
+    """The list ``name`` of corpus ``c`` with ``line`` as its line 2; returns (what to load, the file that has it)."""
+    lists = {"scp": c / "kaldi" / "wav.scp", "text": c / "kaldi" / "text"}
+    f = lists.get(name, c / name)
+    rows = f.read_bytes().split(b"\n")
+    f.write_bytes(b"\n".join(rows[:1] + [line] + rows[1:]))
+    if name == "scp":  # its recording's transcript
+        (c / "kaldi" / "text").write_text((c / "kaldi" / "text").read_text() + "k9 one\n")
+    return (c / "kaldi" if name in lists else f), f
+
+
+@pytest.mark.parametrize("name,line,outcome", LINES, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(LINES)])
+def test_any_bytes_in_a_list_line_are_skipped_and_counted_or_named(tmp_path, tok, name, line, outcome):
+    what, f = with_bad_line(small_corpus(tmp_path), name, line)
+    kind, words = outcome
+    if kind == "fail":
+        with pytest.raises(DataError, match=words) as e:
+            load_sources(what)
+        assert f"{f}:2:" in str(e.value) and len(str(e.value)) < 600, str(e.value)[:600]
+        return
+    keys, skipped = all_keys(what, tok, resample=False)
+    assert len(keys) == 4 and skipped == Counter({words: 1}), (keys, skipped)
+    with pytest.raises(DataError, match=words):
+        all_keys(what, tok, resample=False, bad_input="fail")
+    from asrlab.data.index import forget, use_index  # the index reads every line too
+
+    forget()
+    assert use_index(what, load_sources(what), progress=False)["skipped"] == {words: 1}
+
+
+def test_the_list_readers_take_any_bytes(tmp_path):
+    """Random bytes as a shard list, a raw list (its first line an object) and a Kaldi dir's files: every
+    reader (the list, each source's items, the index, where an item sits in its list) returns, or raises a
+    DataError naming the file and line."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from asrlab.data.index import forget, index_source, use_index
+    from asrlab.data.sources import check_item, locate, read_source
+
+    piece = st.one_of(
+        st.binary(max_size=24),
+        st.sampled_from([b"\x00", b"\r", b"\n", b"\xff", b"{", b'"key": ', b'"wav": ', b'"txt": "a"', b"1e999"]),
+        st.sampled_from([b"[" * 5000, b"x" * 5000, b"zz://a", b"/", b".", b"\xef\xbb\xbf", b"ark:1", b"a b c d"]),
+    )
+    content = st.lists(piece, max_size=12).map(lambda ps: b"".join(ps).replace(b"|", b"/"))  # no shell pipes
+    d = tmp_path / "fuzz"
+    (d / "kaldi").mkdir(parents=True)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(content, st.sampled_from(["list", "raw", "kaldi", "segments"]))
+    def check(data, kind):
+        if kind in ("list", "raw"):
+            what = d / "data.list"
+            what.write_bytes((b'{"key": "k", "wav": "w", "txt": "a"}\n' if kind == "raw" else b"") + data)
+        else:
+            what = d / "kaldi"
+            for f in ("wav.scp", "text", "segments"):
+                (what / f).unlink(missing_ok=True)
+                if f != "segments" or kind == "segments":
+                    (what / f).write_bytes(data)
+        try:
+            sources = load_sources(what)
+        except DataError as e:  # the whole list (empty, no entries), or one line of it named: FILE:N: why
+            assert re.search(r"(is empty|no entries|needs [\w.]+)$|:\d+: \w", str(e)), str(e)[:300]
+            return
+        bad = [(i, k, it.key, check_item(it)[0]) for i, s in enumerate(sources) for k, it in enumerate(read_source(s))]
+        assert all(reason for *_, reason in bad)  # nothing in random bytes names a real recording
+        assert all(x["line"] is not None for x in locate(sources, bad) if x["list"] == str(what))
+        forget()
+        assert sum(len(index_source(s)) for s in sources) == len(bad)
+        use_index(what, sources, progress=False, write=False)
+
+    check()
+
+
+def test_asrlab_train_on_a_list_of_any_bytes(corpus, tmp_path, capsys, caplog):
+    """``asrlab train`` on lists with such lines: good lines train and the bad ones are skipped and counted;
+    a list of the issue's one line, or one that is not UTF-8, ends in an error naming the line, no traceback."""
+    from asrlab.cli import main
+
+    from conftest import SMALL
+
+    run = ["--resume", "none", *SMALL, "train.max_epochs=1"]
+    good = (corpus / "data.list").read_bytes().split(b"\n")[:2]
+    mixed = tmp_path / "mixed.list"
+    mixed.write_bytes(b"\n".join([good[0], b"\x00\x01garbage", b"a\rb", HUGE, b"[1, 2]", good[1], b""]))
+    with caplog.at_level("INFO"):
+        assert main(["train", "--data", str(mixed), "--exp", str(tmp_path / "mixed"), *run]) == 0
+    assert "skipped {'bad_path': 2, 'missing_file': 2}" in caplog.text
+    for name, data, said in [
+        ("nul.list", b"\x00\x01garbage\n", "1 line, bad_path (line 1: '\\x00\\x01garbage')"),
+        ("latin1.list", good[0] + b"\n\xe9t\xe9.tar\n", f"{tmp_path / 'latin1.list'}:2: not UTF-8"),
+        ("raw.list", b'{"key": "a", "wav": "a.wav"}\n[1]\n', f"{tmp_path / 'raw.list'}:2: not a WeNet raw line"),
+    ]:
+        (tmp_path / name).write_bytes(data)
+        capsys.readouterr()
+        assert main(["train", "--data", str(tmp_path / name), "--exp", str(tmp_path / name[:-5]), *run]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -59,11 +60,13 @@ def test_a_finished_run(finished, capsys):
     last = d["last_step"]
     assert code == 0 and d["verdict"] == "finished" and d["ok"]
     assert out.startswith(f"FINISHED: finished at step {last} (max_epochs=2 reached)")
-    assert [(e["epoch"], e["complete"], e["keys"], e["exactly_once"]) for e in d["coverage"]["epochs"]] == [
-        (0, True, 120, True),
-        (1, True, 120, True),
+    # the trainer names no expected keys: each epoch ended with every key seen once, never "complete"
+    assert [(e["epoch"], e["status"], e["keys"], e["exactly_once"]) for e in d["coverage"]["epochs"]] == [
+        (0, "ended", 120, True),
+        (1, "ended", 120, True),
     ]
-    assert "epoch 0: complete, 120 keys, each exactly once" in out
+    assert "epoch 0: ended, 120 keys, every key seen once; whether all were seen is not known" in out
+    assert not d["coverage"]["expected_known"] and "complete" not in out.split("coverage (", 1)[1].split("\n\n")[0]
     assert [c["state"] for c in d["checkpoints"]["files"]] == ["ok"] * 3
     assert d["checkpoints"]["newest_loadable"] == f"step_{last:08d}.pt"
     assert [r["state"] for r in d["ranks"]] == ["done"] and d["steps"]["ranks"][0]["steps"] == last - 1
@@ -109,7 +112,7 @@ def test_broken_coverage_names_the_keys(finished, tmp_path, capsys):
     assert code == 1 and d["verdict"] == "finished" and not d["ok"] and d["coverage"]["broken"]
     assert e0["exactly_once"] and not e1["exactly_once"]
     assert e1["repeated_keys"] == {twice: 2} and e1["skipped_keys"] == [never]
-    assert f"epoch 1: complete, 119 keys, 1 repeated ({twice} x2), 1 skipped ({never})" in out and "BROKEN" in out
+    assert f"epoch 1: ended, 119 keys, 1 repeated ({twice} x2), 1 skipped ({never})" in out and "BROKEN" in out
 
 
 def test_expected_keys_from_lab_json(finished, tmp_path, capsys):
@@ -122,6 +125,7 @@ def test_expected_keys_from_lab_json(finished, tmp_path, capsys):
     cov = diagnose(exp)["coverage"]
     assert code == 1 and cov["expected"] == 121 and [e["skipped_keys"] for e in cov["epochs"]] == [["utt99999"]] * 2
     assert "the 121 keys of" in out and "1 skipped (utt99999)" in out
+    assert [e["status"] for e in cov["epochs"]] == ["complete"] * 2 and cov["expected_known"]  # known: complete
 
 
 def test_a_corrupt_newest_checkpoint(finished, tmp_path, capsys):
@@ -298,7 +302,7 @@ def test_killed_then_resumed(corpus, tmp_path, capsys):
     assert code == 0 and d["verdict"] == "finished"
     assert d["resumes"]["resumed_from"] == [saved] and f"resumes: from step {saved}" in text
     [e0] = d["coverage"]["epochs"]
-    assert e0["complete"] and e0["exactly_once"] and e0["keys"] == 120
+    assert e0["status"] == "ended" and e0["exactly_once"] and e0["keys"] == 120
     assert d["history"] == []
 
 
@@ -328,3 +332,20 @@ def test_reading_a_log_or_a_run_folder_does_not_start_torch():
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_a_toolkits_experiment_folder_is_read_as_its_logs(tmp_path, capsys):
+    """ESPnet's exp/asr_train_* has a config.yaml of its own: not asrlab's run folder; its train.log is read."""
+    case = Path(__file__).parent / "fixtures" / "toolkit_runs" / "espnet" / "nan_single_e2b5"
+    exp = tmp_path / "asr_train_tiny"
+    exp.mkdir()
+    shutil.copy(case / "exp" / "asr" / "config.yaml", exp / "config.yaml")
+    shutil.copy(case / "console.log", exp / "train.log")
+    assert main(["doctor", str(exp), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["source"] == "logs" and d["verdict"] == "nonfinite", d["summary"]
+    assert (
+        (d["culprit"]["epoch"], d["culprit"]["batch"])
+        == (2, 5)
+        == (d["nonfinite"]["first"]["epoch"], d["nonfinite"]["first"]["batch"])
+    )

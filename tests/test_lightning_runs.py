@@ -59,13 +59,21 @@ def test_a_rank_killed_under_torchrun_is_the_first_failure_not_the_survivors_sig
 
 
 def test_a_lightning_resume_and_its_checkpoints_are_recorded(tmp_path):
-    """Killed in step 12 (checkpoints after steps 5 and 10), resumed with ``ckpt_path="last"``: one resume
-    from step 10, Lightning's checkpoint files listed; with the batch's ids under ``uid`` found as they are,
-    the rolled-back step 11 (trained before the kill) counts once, and what Lightning's new pass over the
-    epoch trained again (a plain DataLoader has no position) shows as repeated."""
-    env = {"CKPT": str(tmp_path / "ckpt"), "EPOCHS": "3", "MP": "spawn"}
-    first = fit(tmp_path, FAULT="kill:all:12", **env)
+    """Killed once step 12 is trained (in a callback of the loop's own that runs before the ledger's hook: the
+    step is in the ledger all the same, written as its optimizer step returned), checkpoints after steps 5 and
+    10, resumed with ``ckpt_path="last"``: one resume from step 10, Lightning's checkpoint files listed; with
+    the batch's ids under ``uid`` found as they are, the rolled-back steps 11 and 12 (trained before the kill)
+    count once, when trained again, and what Lightning's new pass over the epoch trained again (a plain
+    DataLoader has no position) shows as repeated. The ledger and the loop's own record agree, step by step."""
+    from asrlab.lab.state.ledger import coverage, read_ledger
+
+    truth = tmp_path / "truth"
+    env = {"CKPT": str(tmp_path / "ckpt"), "EPOCHS": "3", "MP": "spawn", "TRUTH": str(truth)}
+    first = fit(tmp_path, FAULT="trained:all:12", **env)
     assert first.returncode != 0
+    for rank in (0, 1):  # every step trained is in the ledger, the last one before the kill too
+        assert read_ledger(tmp_path / "exp", rank) == read_ledger(truth, rank), rank
+        assert read_ledger(tmp_path / "exp", rank)[-1]["step"] == 12
     second = fit(tmp_path, RESUME="1", **env)
     assert second.returncode == 0, second.stderr[-3000:]
     d = diagnose(tmp_path / "exp")
@@ -75,12 +83,13 @@ def test_a_lightning_resume_and_its_checkpoints_are_recorded(tmp_path):
     assert "last.ckpt" in files and files["last.ckpt"]["state"] == "ok (Lightning's)", files
     assert any(f["step"] == 10 for f in files.values()), files
     assert d["checkpoints"]["newest_loadable"], d["checkpoints"]
+    assert coverage(tmp_path / "exp") == coverage(truth)  # each utterance's count per epoch, as the loop saw it
     epochs = {e["epoch"]: e for e in d["coverage"]["epochs"]}
     assert epochs[0]["exactly_once"] and epochs[0]["keys"] == 64, epochs[0]
     assert epochs[2]["exactly_once"], epochs[2]
     # epoch 1: steps 9 and 10, then (after the resume) the epoch's 6 other steps from a new pass of the plain
-    # loader: 8 steps of 8 utterances, the rolled-back step 11 counted once (when trained again); what the new
-    # pass trained again is repeated and what it never reached skipped
+    # loader: 8 steps of 8 utterances, the rolled-back steps 11 and 12 counted once (when trained again); what
+    # the new pass trained again is repeated and what it never reached skipped
     e = epochs[1]
     assert e["once"] + 2 * e["repeated"] == 64 and e["repeated"] == e["skipped"] > 0, e
     text = format_diagnosis(d)

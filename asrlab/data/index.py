@@ -68,7 +68,7 @@ def stamp(src: Source) -> tuple:
         try:
             st = os.stat(path)
             return (st.st_size, st.st_mtime_ns)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL byte in the path (the reader skips it: bad_path)
             return None
 
     if src.path is not None:

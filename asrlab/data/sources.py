@@ -6,11 +6,13 @@
 A *source* is the unit the loader deals to ranks and workers: one tar shard, or a chunk of
 ``chunk`` lines of a raw list or Kaldi dir. Reading a source yields ``Item``s in a fixed order,
 so a position inside it is just an item offset, and ``read_source(src, start)`` seeks there.
+
+The lists' lines themselves, read and checked one by one, are :mod:`.lines`'s.
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import subprocess
 import tarfile
 from collections import Counter
@@ -19,14 +21,21 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import UsageError
+from .lines import (
+    DataError,
+    bad_path,
+    kaldi_items,
+    list_entries,
+    list_items,
+    list_lines,
+    resolve_path,
+    shorten,
+    source_name,
+)
 from .remote import RemoteReadError, is_url, open_binary
 from .shards import iter_tar
 
 AUDIO_EXTENSIONS = {"wav", "flac", "ogg", "opus", "mp3", "sph"}
-
-
-class DataError(UsageError, RuntimeError):
-    """Bad input under the ``fail`` policy, or a data list that cannot be used at all."""
 
 
 def bad_input(where: str, reason: str, policy: str, skipped: Counter) -> None:
@@ -73,37 +82,22 @@ class Item:
 def load_sources(path: str | Path, chunk: int = 1000) -> list[Source]:
     """Sources of a WeNet ``data.list`` (shard or raw mode) or a Kaldi dir (``wav.scp`` + ``text``).
 
-    Raises ``DataError`` for a missing list, an empty one, or an unreadable line.
+    Any bytes in any line give a ``DataError`` naming the file, the line and why (a line that is not UTF-8, a
+    raw line that is not a JSON object with key/wav/txt), or an item that the loader skips and counts (a path
+    that names no file: ``bad_path`` for one with a NUL byte, ``missing_file``, ``unreadable_file``). Raises
+    ``DataError`` for a missing list or an empty one too.
     """
     path = Path(path)
     if path.is_dir():
-        return _kaldi_sources(path, chunk)
+        return _chunks(kaldi_items(path), chunk, path.name, str(path))
     if not path.exists():
         raise DataError(f"{path}: no such data list (expected a WeNet data.list or a Kaldi dir)")
-    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
+    rows = list_lines(path)
+    if not rows:
         raise DataError(f"{path}: the data list is empty")
-    if lines[0].startswith("{"):
-        items = []
-        nemo = "audio_filepath" in json.loads(lines[0]) if _is_json(lines[0]) else False
-        for n, line in enumerate(lines, 1):
-            try:
-                obj = json.loads(line)
-                items.append(
-                    _nemo_item(obj, path)
-                    if nemo
-                    else (
-                        str(obj["key"]),
-                        _resolve(obj["wav"], path),
-                        obj.get("txt"),
-                        *_segment(obj.get("start"), obj.get("end")),
-                    )
-                )
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                what = "a NeMo manifest line with audio_filepath/text" if nemo else "a WeNet raw line with key/wav/txt"
-                raise DataError(f"{path}:{n}: not {what} ({e})") from None
-        return _chunks(items, chunk, path.name, str(path))
-    return [Source(name=Path(p).name, path=_resolve(p, path), origin=str(path)) for p in lines]
+    if rows[0][1].startswith("{"):
+        return _chunks(list_items(path, rows), chunk, path.name, str(path))
+    return [Source(name=source_name(p), path=resolve_path(p, path), origin=str(path)) for _, p in rows]
 
 
 def corpus_specs(data: str | Path | list) -> list[tuple[str, str, float]]:
@@ -157,103 +151,11 @@ def load_data(data: str | Path | list, chunk: int = 1000) -> list[Source]:
     ]
 
 
-def _is_json(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
-        return False
-
-
-def _segment(start, end) -> tuple:
-    """``(start, end)`` in seconds for an utterance cut from a longer file; () for the whole file."""
-    if start is None and end is None:
-        return ()
-    start, end = float(start or 0.0), (float(end) if end is not None else None)
-    if start < 0 or (end is not None and end <= start):
-        raise ValueError(f"a segment needs 0 <= start < end, not start={start}, end={end}")
-    return (start, end)
-
-
-def _nemo_item(obj: dict, list_path: Path) -> tuple:
-    """A NeMo manifest line: the key from the file's name (and offset), the segment from offset/duration."""
-    audio_path = _resolve(obj["audio_filepath"], list_path)
-    offset, duration = obj.get("offset"), obj.get("duration")
-    key = Path(audio_path).stem + (f"-{float(offset):.2f}" if offset else "")
-    seg = _segment(offset, float(offset or 0.0) + float(duration)) if offset else ()
-    return (key, audio_path, obj.get("text"), *seg)
-
-
-def _resolve(p: str, list_path: Path) -> str:
-    """A path as given, or relative to the list's folder if that is where it exists."""
-    if is_url(p) or Path(p).is_absolute() or Path(p).exists() or p.rstrip().endswith("|"):
-        return p
-    beside = list_path.parent / p
-    return str(beside) if beside.exists() else p
-
-
 def _chunks(items: list, chunk: int, name: str, origin: str) -> list[Source]:
     return [
         Source(name=f"{name}[{i}:{i + len(items[i : i + chunk])}]", items=tuple(items[i : i + chunk]), origin=origin)
         for i in range(0, len(items), chunk)
     ]
-
-
-def _kaldi_sources(d: Path, chunk: int) -> list[Source]:
-    scp, text = d / "wav.scp", d / "text"
-    for f in (scp, text):
-        if not f.exists():
-            raise DataError(f"{d}: a Kaldi data dir needs {f.name}")
-    texts = {}
-    for line in text.read_text(encoding="utf-8").splitlines():
-        parts = line.strip().split(maxsplit=1)
-        if parts:
-            texts[parts[0]] = parts[1] if len(parts) > 1 else ""
-    wavs = {}
-    for line in scp.read_text(encoding="utf-8").splitlines():
-        parts = line.strip().split(maxsplit=1)
-        if len(parts) == 2:
-            wavs[parts[0]] = _resolve(parts[1], scp)
-    items = []
-    segments = d / "segments"
-    if segments.exists():  # utterance, recording, start, end (s): utterances cut from longer recordings
-        for n, line in enumerate(segments.read_text(encoding="utf-8").splitlines(), 1):
-            parts = line.split()
-            if not parts:
-                continue
-            try:
-                utt, rec, start, end = parts[0], parts[1], float(parts[2]), float(parts[3])
-                items.append((utt, wavs[rec], texts.get(utt), *_segment(start, None if end < 0 else end)))
-            except (IndexError, ValueError) as e:
-                raise DataError(f"{segments}:{n}: not 'utterance recording start end' ({e})") from None
-            except KeyError:
-                raise DataError(f"{segments}:{n}: recording {parts[1]} is not in wav.scp") from None
-    else:
-        items = [(key, loc, texts.get(key)) for key, loc in wavs.items()]
-    if not items:
-        raise DataError(f"{scp}: no entries")
-    return _chunks(items, chunk, d.name, str(d))
-
-
-def list_entries(origin: str | Path) -> list[tuple[str, int, str]]:
-    """``(file, line number, line)`` of each entry of a list or Kaldi dir, in the order :func:`load_sources`
-    reads them: a shard list's line is a source, a raw list's (or a Kaldi dir's) an item. [] if unreadable."""
-    path = Path(origin)
-    f = (path / "segments" if (path / "segments").exists() else path / "wav.scp") if path.is_dir() else path
-    try:
-        rows = [(n, ln.strip()) for n, ln in enumerate(f.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
-    except (OSError, UnicodeDecodeError):
-        return []
-    if f.name == "wav.scp" and path.is_dir():  # one item per recording, where its key first appears
-        first: dict[str, tuple[int, str]] = {}
-        for n, ln in rows:
-            if len(ln.split(maxsplit=1)) == 2:
-                first.setdefault(ln.split()[0], (n, ln))
-        rows = list(first.values())
-    return [(str(f), n, ln) for n, ln in rows]
-
-
-def _short(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def locate(sources: list[Source], bad) -> list[dict]:
@@ -278,7 +180,7 @@ def locate(sources: list[Source], bad) -> list[dict]:
                 "list": src.origin or src.label,
                 "file": file,
                 "line": n,
-                "text": _short(text),
+                "text": shorten(text),
                 "key": key,
                 "reason": reason,
             }
@@ -362,10 +264,12 @@ def read_source(src: Source, start: int = 0) -> Iterator[Item]:
 def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
     if text is None:
         return Item(key, None, None, where, "missing_text")
+    if bad_path(loc):
+        return Item(key, text, None, where, "bad_path")
     if loc.endswith("|"):  # Kaldi pipe: a command whose stdout is the audio
         try:
             out = subprocess.run(loc[:-1], shell=True, capture_output=True, timeout=60, check=True)
-        except (subprocess.SubprocessError, OSError) as e:
+        except (subprocess.SubprocessError, OSError, ValueError) as e:
             return Item(
                 key, text, None, where, "pipe_failed" if not isinstance(e, FileNotFoundError) else "missing_file"
             )
@@ -374,18 +278,27 @@ def _read_location(key: str, loc: str, text: str | None, where: str) -> Item:
         try:
             with open_binary(loc) as f:
                 return Item(key, text, f.read(), where)
-        except FileNotFoundError:
-            return Item(key, text, None, where, "missing_file")
-        except OSError:
-            return Item(key, text, None, where, "remote_read_failed")
-    if ":" in Path(loc).name and not Path(loc).exists():  # ark:offset (Kaldi's wav-copy or kaldiio's arks)
-        return _read_ark(key, loc, text, where)
+        except Exception as e:  # fsspec: ValueError for an unknown protocol, ImportError for a missing driver, ...
+            return Item(key, text, None, where, _open_failure(e, loc))
     try:
+        if ":" in Path(loc).name and not Path(loc).exists():  # ark:offset (Kaldi's wav-copy or kaldiio's arks)
+            return _read_ark(key, loc, text, where)
         return Item(key, text, Path(loc).read_bytes(), where)
-    except FileNotFoundError:
-        return Item(key, text, None, where, "missing_file")
-    except OSError:
-        return Item(key, text, None, where, "unreadable_file")
+    except (OSError, ValueError) as e:
+        return Item(key, text, None, where, _open_failure(e, loc))
+
+
+def _open_failure(e: BaseException, path: str) -> str:
+    """The bad-input reason for a file or URL that could not be opened or read."""
+    if isinstance(e, FileNotFoundError):
+        return "missing_file"
+    if bad_path(path):
+        return "bad_path"
+    if is_url(path):
+        return "remote_read_failed" if isinstance(e, OSError) else "unsupported_location"
+    if isinstance(e, OSError) and e.errno != errno.ENAMETOOLONG:
+        return "unreadable_file"
+    return "bad_path"  # a NUL byte, or a name longer than any file's
 
 
 def _read_ark(key: str, loc: str, text: str, where: str) -> Item:
@@ -422,10 +335,14 @@ def _cut(item: Item, start: float, end: float | None) -> Item:
 def _read_tar(src: Source, start: int) -> Iterator[Item]:
     """Group consecutive tar members by key prefix (WeNet's ``tar_file_and_group``)."""
     try:
+        if bad_path(src.path):
+            raise ValueError("a NUL byte in the path")
         f = open_binary(src.path)
-    except FileNotFoundError:
+    except Exception as e:  # a URL's opener raises its own kinds (see _read_location); a local file OSError
+        if not (is_url(src.path) or isinstance(e, (OSError, ValueError))):
+            raise
         if start == 0:  # the error counts as the source's item 0, so a seek past it skips it
-            yield Item("", None, None, src.name, "missing_file")
+            yield Item("", None, None, src.name, _open_failure(e, src.path))
         return
     index = 0
     key, text, audio = None, None, None

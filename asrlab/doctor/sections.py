@@ -244,14 +244,16 @@ def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:
     """The keys each epoch should train on once: ``lab.json``'s ``epoch_keys`` (a file of keys, one a line,
     or a JSON list), else None (judged against the keys seen in any epoch)."""
     ref = lab.get("epoch_keys")
-    if not ref:
+    if not ref or not isinstance(ref, str):
         return None, "every key seen in any epoch; the run does not record the keys it expects"
     path = Path(ref) if Path(ref).is_absolute() else exp / ref
     try:
-        text = path.read_text()
-    except OSError:
-        return None, f"every key seen in any epoch; lab.json's epoch_keys {path} cannot be read"
-    keys = json.loads(text) if path.suffix == ".json" else [ln.split()[0] for ln in text.splitlines() if ln.strip()]
+        text = path.read_text(encoding="utf-8")
+        keys = json.loads(text) if path.suffix == ".json" else [ln.split()[0] for ln in text.splitlines() if ln.strip()]
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError("not a list of keys")
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not UTF-8, not JSON, not a list of strings
+        return None, f"every key seen in any epoch; lab.json's epoch_keys {path} cannot be read ({type(e).__name__})"
     return set(keys), f"the {len(keys)} keys of {path}"
 
 
@@ -264,13 +266,15 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
     are the one reading the text renders. The
     expected keys are ``lab.json``'s ``epoch_keys`` when the run names them; otherwise (asrlab's trainer
     does not record its data list) every key seen in any epoch of the run, so a key left out of every
-    epoch, or of the only epoch, cannot be seen. Returns None without a ledger.
+    epoch, or of the only epoch, cannot be seen: an epoch over is then "ended", never "complete"
+    (``exactly_once``: every key seen, once; whether all were seen is not known). Returns None without a ledger.
     """
     exp = Path(exp)
     if not ledger_ranks(exp):
         return None
     cov = coverage(exp)
     expected, against = _expected_keys(exp, lab or {})
+    known = expected is not None  # else judged against the keys seen: whether all were seen is not known
     if expected is None:
         expected = set().union(*cov.values()) if cov else set()
     closed = {c["epoch"] for c in (ckpts or checkpoint_integrity(exp))["files"] if c.get("epoch_done")}
@@ -297,7 +301,7 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
         r = coverage_report(exp, e, expected, FIRST, cov)
         # the one reading of the epoch, for the text and the JSON alike; an epoch still going has not
         # reached its skipped keys yet
-        status = "cut short" if cut else "complete" if over else "in progress"
+        status = "cut short" if cut else ("complete" if known else "ended") if over else "in progress"
         epochs.append(
             {
                 "epoch": e,
@@ -316,7 +320,7 @@ def ledger_coverage(exp: str | Path, lab: dict | None = None, ckpts: dict | None
             }
         )
     broken = any(x["repeated"] or x["cut_short"] or x["exactly_once"] is False for x in epochs)
-    return {"expected": len(expected), "against": against, "epochs": epochs, "broken": broken}
+    return {"expected": len(expected), "expected_known": known, "against": against, "epochs": epochs, "broken": broken}
 
 
 def checkpoint_integrity(exp: str | Path) -> dict:

@@ -5,7 +5,8 @@
 
 On every rank: the stall watch (a hang in the data, a collective or the step ends the run with a verdict
 and every rank's stacks; a rank's exception is recorded and named first), the ledger of utterance ids per
-step (found in the batch whatever it calls them, or ``keys=``), and the numerics guard: a step whose loss or
+step (found in the batch whatever it calls them, or ``keys=``; each step's line written and flushed as its optimizer
+step returns, so a SIGKILL at any point loses no step that was trained), and the numerics guard: a step whose loss or
 gradients are not finite is replayed with every module hooked, saved with its utterances and its cause, and
 skipped (its gradients dropped before Lightning's optimizer step), or (``policy="halt"``) raises
 :class:`~asrlab.lab.numerics.guard.NonFiniteHalt`. With fp16 mixed precision, gradients that overflow while
@@ -77,6 +78,8 @@ class AsrlabCallback(pl.Callback):
         self._batch = self._ctx = None
         self._resumed: int | None = None  # the step of the checkpoint Lightning restored, until the ledger has it
         self._ids_checked = False
+        self._pending: list[str] = []  # the ids of the batches since the last optimizer step (accumulation: several)
+        self._recorded = 0  # the last step whose ledger line is written
 
     # -- start and end ---------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -98,10 +101,15 @@ class AsrlabCallback(pl.Callback):
             return out
 
         pl_module.training_step = training_step
+        self._record_steps(trainer)
         self._record_saves(trainer)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.watch.enter("data", trainer.global_step + 1)
+        self._recorded = trainer.global_step  # a resume's steps up to its checkpoint are in the ledger already
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._pending = []  # a batch whose on_train_batch_start ended the epoch (-1) was not trained
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self._close(None)
@@ -130,6 +138,7 @@ class AsrlabCallback(pl.Callback):
             self._check_ids(batch)
         step = trainer.global_step + 1
         self.watch.enter("compute", step)
+        self._pending += self._find(batch) or []
         self._batch, self._idx, self._loss = batch, batch_idx, None
         self._ctx = self.guard.step(step, batch)
         self._ctx.__enter__()
@@ -150,10 +159,36 @@ class AsrlabCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self._end_step_record()
-        if self.ledger is not None:
-            self.ledger.step(trainer.global_step, trainer.current_epoch, self._find(batch))
+        if trainer.global_step > self._recorded:  # a step the optimizer wrapper did not see (a raw optimizer's)
+            self._record(trainer.global_step, trainer.current_epoch)
         self.watch.hb.completed += 1
         self.watch.enter("data", trainer.global_step + 1)
+
+    def _record(self, step: int, epoch: int) -> None:
+        """The ledger line of optimizer step ``step``: the ids of every batch since the last one, flushed."""
+        keys, self._pending, self._recorded = self._pending, [], step
+        if self.ledger is not None:
+            self.ledger.step(step, epoch, keys)
+            self.ledger.flush()
+
+    def _record_steps(self, trainer) -> None:
+        """Each optimizer step's ledger line, written as the step returns: before Lightning's own hooks after it
+        (a callback of the user's, a checkpoint saved from a signal handler) and before the next step starts, so
+        that no step a checkpoint holds is missing from the ledger. The strategy's ``optimizer_step`` is where every
+        step goes (automatic optimization's, and a manual ``opt.step()``); Lightning counts it once it returns."""
+        strategy = trainer.strategy
+        step_fn = strategy.optimizer_step
+
+        def optimizer_step(*args, **kwargs):
+            out = step_fn(*args, **kwargs)
+            module = trainer.lightning_module
+            accumulating = getattr(trainer.fit_loop, "_should_accumulate", None)  # a strategy that accumulates
+            if not (module.automatic_optimization and accumulating is not None and accumulating()):
+                if self._pending:  # manual optimization: a batch's second optimizer's step has no ids of its own
+                    self._record(trainer.global_step + 1, trainer.current_epoch)
+            return out
+
+        strategy.optimizer_step = optimizer_step
 
     # -- ids, resumes and checkpoints -------------------------------------------------------------------
     def _check_ids(self, batch) -> None:
@@ -197,6 +232,8 @@ class AsrlabCallback(pl.Callback):
         save = strategy.save_checkpoint
 
         def save_checkpoint(checkpoint, filepath, *args, **kwargs):
+            if self.ledger is not None:
+                self.ledger.flush()  # every step the checkpoint holds is in the ledger before it is written
             out = save(checkpoint, filepath, *args, **kwargs)
             path = os.path.abspath(str(filepath))
             if trainer.is_global_zero and os.path.exists(path):

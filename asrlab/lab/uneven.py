@@ -21,6 +21,7 @@ import torch.distributed as tdist
 from . import dist
 from .keys import KeyFinder, KeysSpec
 from .state.position import batches_saved, start_past
+from .state.recorder import recording
 from .stall.watch import announce, reading_ahead
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,11 @@ class UnevenGuard:
     what it did not train into the state's ledger, where ``asrlab doctor`` reads the epoch as cut short:
     the batch it stopped after, the number of batches left (where the source has a length) and the
     utterance ids of the batches it holds (``untrained="keys"``: of all of them, by reading the rest of
-    its data). ``keys``: where a batch carries its ids (see :mod:`asrlab.lab.keys`).
+    its data). ``keys``: where a batch carries its ids (see :mod:`asrlab.lab.keys`). Without ``state``, a
+    rank that stops with data left writes the same into the ledger of the :class:`RunState` that records
+    this process's steps over the same ranks (:func:`~asrlab.lab.state.recorder.recording`), if one does,
+    less the batch it stopped after (a guard not given the state is not told of a resume: an
+    ``islice(loader, start, None)`` pass does not start at the epoch's first batch).
     """
 
     def __init__(
@@ -236,9 +241,15 @@ class UnevenGuard:
             exact = batches == len(held)
         per_batch = len(ids) / len(held) if held and ids else None
         utterances = len(ids) if exact else round(per_batch * batches) if per_batch and batches else None
-        after = None if self._pass_resumed else self.batches  # the epoch's count is the loader's after a resume
+        # the epoch's count is the loader's after a resume; without state= the guard is not told of one (a loop
+        # that resumes by islice(loader, start, None)): its count is of this pass, not of the epoch
+        after = None if self._pass_resumed or self.run_state is None else self.batches
         self.left = {"batches": batches, "utterances": utterances, "exact": exact, "keys": ids, "after_batch": after}
         rank = dist.world()[0]
+        state = self.run_state
+        if state is None:  # the RunState recording this loop's steps: of this process group, not an earlier run's
+            state = recording()
+            state = state if state is not None and state.group is self.group else None
         if batches is None:
             size = "an unknown number of batches (" + (
                 "the loader resumed itself mid-epoch)" if self._pass_resumed else "the loader has no len)"
@@ -247,17 +258,18 @@ class UnevenGuard:
             many = f"{'' if exact else 'about '}{utterances}" if utterances is not None else "an unknown number of"
             size = f"{batches} batches ({many} utterances)"
         log.warning(
-            "uneven data: another rank ran out; rank %d stops after %d batches of this epoch%s, leaving %s untrained%s",
+            "uneven data: another rank ran out; rank %d stops after %d batches of this %s, leaving %s untrained%s",
             rank,
             self.batches,
-            " since the resume" if after is None else "",
+            "epoch" if after is not None else "pass" if self.run_state is None else "epoch since the resume",
             size,
             ""
-            if self.run_state is not None
-            else " (UnevenGuard(..., state=state) puts it in the ledger, for asrlab doctor)",
+            if state is not None
+            else " (a RunState that records the steps, or UnevenGuard(..., state=state), puts it in the ledger, "
+            "for asrlab doctor)",
         )
-        if self.run_state is not None:
-            self.run_state.untrained(ids, batches, utterances, exact, after_batch=after)
+        if state is not None:
+            state.untrained(ids, batches, utterances, exact, after_batch=after)
 
 
 class _Agreement:

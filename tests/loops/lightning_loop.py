@@ -2,7 +2,10 @@
 ``Trainer(strategy="ddp")`` on 2 CPU ranks (gloo), a DataLoader worker per rank, each batch's ids under
 ``uid``. Run as ``python lightning_loop.py EXP`` (Lightning's own launcher starts rank 1) or under torchrun.
 
-Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: every rank), ``hang:R:S``
+Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: every rank), ``trained:R:S`` (rank R
+SIGKILLs itself once step S is trained: in a callback of its own whose ``on_train_batch_end`` runs before the
+others'), ``TRUTH=DIR`` (that callback keeps the loop's own record of each trained step's ids, and of Lightning's
+resumes, in ``DIR/ledger/rank{R}.jsonl``, the ledger's format), ``hang:R:S``
 (rank R's worker hangs making step S's batch), ``IDS`` (the batch's field for its ids, default ``uid``),
 ``KEYS=FIELD`` (given to the callback as ``keys=``), ``CKPT=DIR`` (Lightning's ``ModelCheckpoint`` into DIR
 every 5 steps, with ``last.ckpt``), ``RESUME=1`` (``fit(ckpt_path="last")``), ``EPOCHS`` (default 1),
@@ -11,6 +14,7 @@ every 5 steps, with ``last.ckpt``), ``RESUME=1`` (``fit(ckpt_path="last")``), ``
 threads deadlocked the child inside ``os.fork`` now and then, which the stall watch then rightly named; a
 hazard of fork with threads that only the tests about a forked worker's end need to take)."""
 
+import json
 import os
 import signal
 import sys
@@ -51,6 +55,29 @@ def collate(items):
     return batch
 
 
+class Record(pl.Callback):
+    """The loop's own record of what it trained (``TRUTH``), and the ``trained`` fault: listed before AsrlabCallback."""
+
+    def __init__(self, truth):
+        self.truth = truth
+
+    def _write(self, trainer, record):
+        if self.truth:
+            path = os.path.join(self.truth, "ledger", f"rank{trainer.global_rank}.jsonl")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, idx):
+        step = trainer.global_step
+        self._write(trainer, {"step": step, "epoch": trainer.current_epoch, "keys": batch[IDS]})
+        if FAULT[0] == "trained" and FAULT[1] in ("all", str(trainer.global_rank)) and step == int(FAULT[2]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self._write(trainer, {"resumed_from": int(checkpoint["global_step"])})
+
+
 class Regressor(pl.LightningModule):
     def __init__(self):
         super().__init__()
@@ -81,11 +108,12 @@ class Regressor(pl.LightningModule):
 def main(exp: str) -> None:
     torch.manual_seed(0)
     callbacks = [
+        Record(os.environ.get("TRUTH")),
         AsrlabCallback(
             exp,
             stall_timeout_s=float(os.environ.get("STALL_S", "20")),
             **({"keys": os.environ["KEYS"]} if os.environ.get("KEYS") else {}),
-        )
+        ),
     ]
     ckpt = os.environ.get("CKPT")
     if ckpt:

@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from .. import layout
-from . import checkpoint
+from . import checkpoint, recorder
 from .. import dist
+from .recorder import recording
 from .ledger import LedgerWriter, coverage_report, ledger_sizes, ledger_tail, note_resume, put_ledger_tail
 from ..numerics.utterances import rng_state, set_rng_state
 
@@ -250,6 +251,7 @@ class RunState:
         accumulation, every micro-batch's: one list of them all, or a list of each micro-batch's list."""
         self._last = (step, epoch)
         if self.ledger is not None:
+            recorder.records(self)
             keys = list(keys)
             keys = [k for part in keys for k in part] if keys and isinstance(keys[0], (list, tuple)) else keys
             self.ledger.step(step, epoch, [str(k) for k in keys])
@@ -284,6 +286,7 @@ class RunState:
     def close(self) -> None:
         """The ledger closed and the process group let go (:func:`asrlab.lab.dist.teardown`)."""
         self.group = None
+        recorder.closed(self)
         if self.ledger is not None:
             self.ledger.close()
 
@@ -324,4 +327,4 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-__all__ = ["VERSION", "RunState", "all_rng_state", "set_all_rng_state", "upgrade"]
+__all__ = ["VERSION", "RunState", "all_rng_state", "recording", "set_all_rng_state", "upgrade"]
