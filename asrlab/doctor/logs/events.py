@@ -38,7 +38,7 @@ from .words import (
     nonfinite_values,
     signame,
 )
-from .toolkits import counter_of
+from .toolkits import bar_count, counter_of
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
     SPAWNED,
@@ -106,6 +106,7 @@ class Events:
         if e is None or tb.ignored:
             return
         self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
+        e["place"] = tb.place  # the last step a line named before it began
         if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
@@ -138,6 +139,8 @@ class Events:
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
         self.source = source
+        if "/" in text and "[" in text and (n := bar_count(text)) is not None:  # a bar glued to what follows
+            self._place[source] = n
         key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
         if tb is not None:
@@ -157,16 +160,16 @@ class Events:
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
             if self._ignored == key:  # the traceback of an ignored exception: not a failure
                 self._ignored = None
-                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True)
+                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True, place=self._place.get(source))
                 return
             if rank is None and self._spawned is not None:  # the spawned process's traceback is that rank's
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
-            self._tb[key] = Traceback(rank, time, self.order, source)
+            self._tb[key] = Traceback(rank, time, self.order, source, place=self._place.get(source))
             return
         if FRAME.match(text):  # a traceback whose first line the log does not have
-            self._tb[key] = tb = Traceback(rank, time, self.order, source)
+            self._tb[key] = tb = Traceback(rank, time, self.order, source, place=self._place.get(source))
             tb.feed(text)
             return
         self._line(rank, time, text)

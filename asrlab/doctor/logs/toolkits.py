@@ -322,6 +322,15 @@ _NAMED = re.compile(
 _OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])")
 
 
+_TQDM = re.compile(r"(?<![\d.])(\d+)/(?:\d+|\?)\s*\[(?:\d+:)?\d+:\d+")  # a tqdm count: "450/1000 [01:23<..."
+
+
+def bar_count(line: str) -> int | None:
+    """The count of a tqdm bar anywhere in a line (glued to other output, its glyphs stripped by a notebook)."""
+    m = _TQDM.search(line)
+    return int(m.group(1)) if m else None
+
+
 def counter_of(line: str, named: bool = False) -> int | None:
     """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
     ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
@@ -344,4 +353,4 @@ def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dic
     return None
 
 
-__all__ = ["READERS", "counter_of", "num", "step_of"]
+__all__ = ["READERS", "bar_count", "counter_of", "num", "step_of"]

@@ -108,8 +108,9 @@ _NOT_MESSAGE = re.compile(
 
 
 class Traceback:
-    def __init__(self, rank, time, order=0, source="", ignored=False):
+    def __init__(self, rank, time, order=0, source="", ignored=False, place=None):
         self.rank, self.time, self.order, self.source, self.ignored = rank, time, order, source, ignored
+        self.place = place
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
 

@@ -231,8 +231,10 @@ def judge(run: LogRun) -> dict:
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
         last = run.last_steps()
-        rec = last.get(rank) or max(
-            (r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None
+        rec = (
+            last.get(rank)
+            or max((r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None)
+            or _placed(first)
         )
         d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(first), summary=h["text"])
     elif first.get("outside"):
