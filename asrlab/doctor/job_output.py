@@ -35,8 +35,10 @@ def job_failure(exp: Path, logs: dict) -> dict | None:
 
 
 def _same_death(folder: dict, job: dict) -> bool:
-    """The folder's guess at a rank that ended without a word, and the job's own words on how a rank ended:
-    one failure seen twice (the job's output says what the folder could only guess)."""
+    """The folder's guess at a rank that ended without a word, and the job's own words on how it ended (a rank
+    killed, out of memory, raised; the launcher stopped): one failure seen twice, said by the job's output."""
+    if folder.get("guess") and job["verdict"] == "stopped":
+        return True  # a signal to the launcher: its ranks ended without a word of their own
     return (
         folder.get("guess", False)
         and job["verdict"] in DEATHS
