@@ -92,8 +92,7 @@ class JobWatch:
         flight = layout.flight_dir(self.exp)
         defaults = {
             "TORCHELASTIC_ERROR_FILE": str(layout.watch_dir(self.exp) / "torchelastic.json"),
-            "TORCH_FR_BUFFER_SIZE": "2000",
-            "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            "TORCH_FR_BUFFER_SIZE": "2000",  # (torch 2.11 warns of the older TORCH_NCCL_TRACE_BUFFER_SIZE)
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
             "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(flight / "rank_"),
