@@ -266,18 +266,23 @@ class Events:
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
             m = TERMINATE.search(text)
             self._terminate = (rank, time, m.group(1) if m else None)
+            if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows
+                self._add("oom", rank, time, text, type=m.group(1))
+            return
+        if "Detected KeyboardInterrupt" in text:  # Lightning's graceful shutdown on Ctrl-C
+            self._add("stop", rank, time, text, signal="SIGINT")
             return
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
             r, t, kind = self._terminate
             self._terminate = None
-            self._add(
-                "abort",
-                r if r is not None else rank,
-                t if t is not None else time,
-                text,
-                type=kind,
-                message=text.split("what():", 1)[1].strip()[:300],
-            )
+            said = text.split("what():", 1)[1].strip()
+            # the C++ exception's own words: out of memory, or a collective that gave up waiting, is what it was
+            if not COLLECTIVE_TIMEOUT.search(said):  # a watchdog's timeout is read from this line below, in full
+                what = "oom" if OOM.search(f"{kind} {said}") else "abort"
+                self._add(
+                    what, r if r is not None else rank, t if t is not None else time, text, type=kind,
+                    message=said[:300],
+                )  # fmt: skip
         if "terminated with" in text and (m := SPAWNED.search(text)):
             # torch.multiprocessing's word on a spawned rank, on a line of its own (a paste that starts there)
             if m.group(0).endswith("following error"):
@@ -393,7 +398,9 @@ class Events:
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
-        if "Killed" in text and BASH_KILLED.search(text.strip()):  # the shell's word for a SIGKILLed child
+        if ("Killed" in text or not text.isascii()) and BASH_KILLED.search(
+            text.strip()
+        ):  # the shell's word for a SIGKILLed child
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
             return
         m = SHELL_SIGNAL.search(text.strip())
@@ -408,11 +415,15 @@ class Events:
                 self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower())
                 return
         m = STATUS.search(text)
-        if m and (m.group(1) is None or int(m.group(1)) != 0):
-            code = int(m.group(1)) if m.group(1) else 1
-            self._add("exit", rank, time, text, exitcode=code, root=False, source="status",
-                      signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
-            return
+        if m:
+            said = m.group(1) or m.group(2) or m.group(4)
+            code = int(said) if said else 1
+            code = code - 256 if code > 128 and code < 256 else code  # a shell's 128+N: signal N
+            if code != 0:
+                who = int(m.group(3)) if m.group(3) else rank
+                self._add("exit", who, time, text, exitcode=code, root=False, source="status",
+                          signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
+                return
         if text.startswith("asrlab: error:"):
             m = ASRLAB.match(text)
             self._add(

@@ -214,7 +214,7 @@ _NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b")
 
 
 def epoch_batch(line: str) -> dict | None:
-    if "poch" not in line or "/" not in line:
+    if "poch" not in line or "/" not in line or line.lstrip().startswith("{"):  # a dict line: the kv reader's
         return None
     m = _EPOCH_BATCH.search(line)
     if not m or _NOT_TRAIN.search(line) or (m.group(3) is None and "%|" in line):  # a bar: lightning's reader

@@ -130,6 +130,9 @@ class Traceback:
             if self.sections[-1].get("chained") or self.sections[-1].get("original"):
                 return True
             return False
+        if stripped[:1] in ("│", "╭", "╰", "┃", "┏", "┗") and s["exc"] is None:  # rich's boxed traceback
+            s["boxed"] = True
+            return True
         m = FRAME.match(text)
         if m:
             if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
@@ -140,7 +143,7 @@ class Traceback:
             return True  # a frame's source line, or ^^^^ markers
         if s["exc"] is None:
             m = EXC.match(stripped)
-            if m and (s["frames"] or s.get("original")):
+            if m and (s["frames"] or s.get("original") or s.get("boxed")):
                 s["exc"], s["message"] = m.group(1), [m.group(2) or ""]
                 return True
             if s.get("original") or s.get("chained"):

@@ -11,7 +11,10 @@ WATCHDOG = re.compile(
     r"(?:.*?Timeout\(ms\)=(\d+))?"
 )
 NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
-BASH_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b(?!\s+process)")
+# the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
+BASH_KILLED = re.compile(
+    r"(?:^\W{0,3}|line \d+:\s+\d+ )(?:Killed\b(?!\s+process)|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
+)
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
@@ -27,8 +30,12 @@ SHELL_SIGNALS = {
 # a scheduler that ended the job: Slurm's time limit or cancel
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
 # a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2"
+# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2", "Process
+# finished with exit code 139 (interrupted by signal 11: SIGSEGV)", Paddle's "Container rank 6 status failed ... code -6"
 STATUS = re.compile(
-    r"(?:exited|exit(?:ed)? with|returned non-zero exit) (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
+    r"(?:exited|finished|terminated|exit(?:ed)?)(?: with)? (?:exit )?(?:status|code)\s*:?\s*(-?\d+)"
+    r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
+    r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
@@ -89,6 +96,13 @@ SCALE = (
     (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
     (re.compile(r"[Gg]rad(?:_| )scale is (?:too )?small[^\d]*([\d.e+-]+)?"), "icefall"),
     (re.compile(r"The grad norm is (nan|inf)\. Skipping updating the model"), "espnet"),
+    # fairseq's "overflow detected, setting loss scale to: 0.5", any trainer's "reducing loss scale to 1024"
+    (
+        re.compile(
+            r"(?:overflow|[Rr]educing|[Dd]ecreas\w*|[Ss]etting)\b.{0,40}?loss[ _]scale (?:to|=):?\s*([\d.e+-]+)"
+        ),
+        "any",
+    ),
 )
 RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
