@@ -1,0 +1,71 @@
+"""How often ``asrlab doctor LOG`` is right on real logs: each set of excerpts from public issue threads
+(``tests/fixtures/logs*/``) and the real toolkit runs (``tests/fixtures/toolkit_runs/``), against the truth each
+fixture records: the verdict, the culprit rank where the truth names one, the step where it shows one. Lists
+what each set gets wrong, one line each, with ``--wrong``.
+
+    .venv/bin/python benchmarks/log_readers.py [--wrong]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from asrlab.doctor.logs import diagnose_logs
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+
+
+def excerpts(folder: Path) -> list[tuple[str, list[str], dict, dict]]:
+    cases = yaml.safe_load((folder / "index.yaml").read_text())
+    return [(c["file"], [str(folder / c["file"])], c["verdict"], c.get("culprit") or {}) for c in cases]
+
+
+def runs(folder: Path) -> list[tuple[str, list[str], dict, dict]]:
+    out = []
+    for t in sorted(folder.glob("*/*/truth.yaml")):
+        case, truth = t.parent, yaml.safe_load(t.read_text())
+        paths = [str(p) for p in sorted(case.glob("console*.log"))] + (
+            [str(case / "exp")] if (case / "exp").is_dir() else []
+        )
+        want = dict(truth.get("log_shows") or truth.get("culprit") or {})
+        want["step"] = (
+            want.get("batch", want.get("step")) if truth["toolkit"] != "speechbrain" or "log_shows" in truth else None
+        )
+        out.append((f"{case.parent.name}/{case.name}", paths, truth["verdict"], want))
+    return out
+
+
+def score(name: str, cases: list, wrong: bool) -> str:
+    v = r = s = rn = sn = 0
+    bad = []
+    for label, paths, verdict, want in cases:
+        d = diagnose_logs(paths)
+        ok = d["verdict"] == verdict
+        v += ok
+        if want.get("rank") is not None:
+            rn, r = rn + 1, r + (d["culprit"]["rank"] == want["rank"])
+            ok = ok and d["culprit"]["rank"] == want["rank"]
+        if want.get("step") is not None:
+            sn, s = sn + 1, s + (d["culprit"]["step"] == want["step"])
+            ok = ok and d["culprit"]["step"] == want["step"]
+        if not ok:
+            bad.append(f"    {label}: want {verdict} {want.get('rank')}/{want.get('step')}, got {d['verdict']} "
+                       f"{d['culprit']['rank']}/{d['culprit']['step']}")  # fmt: skip
+    line = (f"{name:<14} {len(cases):>4} cases  verdict {v:>3}/{len(cases):<3} {100 * v / len(cases):5.1f}%  "
+            f"rank {r:>2}/{rn:<2} {100 * r / max(rn, 1):5.1f}%  step {s:>2}/{sn:<2} {100 * s / max(sn, 1):5.1f}%")  # fmt: skip
+    return "\n".join([line] + (bad if wrong else []))
+
+
+def main() -> None:
+    wrong = "--wrong" in sys.argv
+    sets = sorted(p for p in FIXTURES.glob("logs*") if (p / "index.yaml").exists())
+    for folder in sets:
+        print(score(folder.name, excerpts(folder), wrong))
+    print(score("toolkit_runs", runs(FIXTURES / "toolkit_runs"), wrong))
+
+
+if __name__ == "__main__":
+    main()
