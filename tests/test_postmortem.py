@@ -290,3 +290,16 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_accelerates_save_state_folders_beside_the_log_are_its_checkpoints(tmp_path):
+    """Accelerate's save_state writes a folder a checkpoint (step_N/: model.safetensors, optimizer.bin,
+    random_states_*.pkl); one cut short (no optimizer state) is not the one a resume can load."""
+    for step, files in ((5, ("model.safetensors", "optimizer.bin")), (10, ("model.safetensors", "optimizer.bin")),
+                        (15, ("model.safetensors",))):  # fmt: skip
+        (tmp_path / f"step_{step}").mkdir()
+        for name in files:
+            (tmp_path / f"step_{step}" / name).write_bytes(b"x" * 64)
+    (tmp_path / "train.log").write_text("step 14 loss 2.0\nstep 15 loss 1.9\n")
+    ck = diagnose_logs([str(tmp_path)])["checkpoints"]
+    assert ck["newest"] == str(tmp_path / "step_10") and ck["broken"] == [str(tmp_path / "step_15")], ck

@@ -20,12 +20,38 @@ _EPOCH_KEYS = ("epoch", "cur_epoch", "epochs")
 MAX = 50  # checkpoints opened, newest files first
 
 
+# a folder that is one checkpoint: Accelerate's save_state (step_N/ with model.safetensors, optimizer.bin,
+# random_states_*.pkl), Hugging Face Trainer's checkpoint-N/
+STATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "optimizer.pt")
+
+
 def find(paths: list[str]) -> list[Path]:
-    """The checkpoint files in the folders given and one level below them (a recipe's ``exp/`` and its
-    ``checkpoints/``), and beside the files given, newest first."""
+    """The checkpoints in the folders given and one level below them (a recipe's ``exp/`` and its
+    ``checkpoints/``), and beside the files given, newest first: files, and folders that are one checkpoint."""
     globs = [(Path(p), ("", "*/")) if Path(p).is_dir() else (Path(p).parent, ("",)) for p in paths if p != "-"]
     found = {f for d, levels in globs for lv in levels for pat in PATTERNS for f in d.glob(lv + pat) if f.is_file()}
+    found |= {
+        f for d, levels in globs for f in d.glob("*/") if f.is_dir() and any((f / n).exists() for n in STATE_FILES)
+    }
+    found = {f for f in found if not any(f.parent == g and g in found for g in found)}  # a folder's own files: it
     return sorted(found, key=lambda f: f.stat().st_mtime, reverse=True)[:MAX]
+
+
+def read_folder(path: Path) -> dict:
+    """A folder that is one checkpoint: its step from its name, intact when its weights and its optimizer's
+    state are there and not empty (a save cut short leaves one of them missing or empty)."""
+    m = _NAMED.search(path.name)
+    step = int(next((g for g in m.groups()[2:] if g), 0)) if m and any(m.groups()[2:]) else None
+    epoch = int(m.group(1) or m.group(2)) if m and (m.group(1) or m.group(2)) else None
+    weights = [path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).exists()]
+    optim = [path / n for n in ("optimizer.bin", "optimizer.pt") if (path / n).exists()]
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    why = None
+    if not weights or not optim:
+        why = f"no {'weights' if not weights else 'optimizer state'} in it"
+    elif any(f.stat().st_size == 0 for f in weights + optim):
+        why = "an empty file in it"
+    return {"file": str(path), "bytes": size, "epoch": epoch, "step": step, "intact": why is None, "why": why}
 
 
 def _from(d: dict, keys: tuple[str, ...]) -> int | None:
@@ -45,7 +71,7 @@ def _from(d: dict, keys: tuple[str, ...]) -> int | None:
 
 
 def read(path: Path) -> dict:
-    """``{"file", "bytes", "epoch", "step", "intact", "why"}``: what one checkpoint holds."""
+    """``{"file", "bytes", "epoch", "step", "intact", "why"}``: what one checkpoint file holds."""
     out = {"file": str(path), "bytes": path.stat().st_size, "epoch": None, "step": None, "intact": True, "why": None}
     m = _NAMED.search(path.stem)
     if m:
@@ -81,7 +107,7 @@ def checkpoints(paths: list[str]) -> dict | None:
     files = find(paths)
     if not files:
         return None
-    rows = [read(f) for f in files]
+    rows = [read_folder(f) if f.is_dir() else read(f) for f in files]
     intact = [r for r in rows if r["intact"]]
     newest = max(
         intact,
