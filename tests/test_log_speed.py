@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from asrlab.doctor.logs import events
-from asrlab.doctor.logs.run import read_logs
+from asrlab.doctor.logs import events, stream
+from asrlab.doctor.logs.reader import read_logs
 from asrlab.doctor.logs.verdict import judge
 
 _spec = importlib.util.spec_from_file_location("log_read", Path(__file__).parent.parent / "benchmarks" / "log_read.py")
@@ -41,20 +41,35 @@ def diagnosis(path: Path, fast: bool) -> tuple:
 
 
 @pytest.mark.parametrize(
-    "kind,keep",
-    [("mixed", 40), ("mixed", events.KEEP), ("fails late", 40), ("steps", 40)],
-    ids=["mixed", "mixed-all-kept", "fails-late", "steps"],
+    "kind,keep,chunk",
+    [
+        ("mixed", 40, stream.CHUNK),
+        ("mixed", events.KEEP, stream.CHUNK),
+        ("mixed", 40, 100_000),
+        ("fails late", 40, stream.CHUNK),
+        ("new format", 40, stream.CHUNK),
+        ("steps", 40, 100_000),
+    ],
+    ids=["mixed", "mixed-all-kept", "mixed-small-reads", "fails-late", "new-format", "steps-small-reads"],
 )
-def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, monkeypatch, kind, keep):
+def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, monkeypatch, kind, keep, chunk):
     """A failing run's log (a traceback every ~40 lines, NaN and timeout lines among the steps of WeNet,
     icefall and ESPnet, torchrun's summaries), the same run failing only after 1 MiB of clean steps (its
-    first failure far from the lines read one by one), and a step-only one (WeNet's, one inf). With the
+    first failure far from the lines read one by one), the same after 300 kB of WeNet's steps alone (its
+    other formats first seen far from the file's head), and a step-only one (WeNet's, one inf). With the
     events kept of each kind cut to a few dozen, a log of 2 MiB is what a long one is to the fast read:
-    runs counted in C once their kinds are past those kept, not only while each rank's first is read."""
+    runs counted in C once their kinds are past those kept, not only while each rank's first is read.
+    Read 100 kB at a time, the log's lines and runs are cut by reads, its last EDGE bytes span several."""
     monkeypatch.setattr(events, "KEEP", keep)
+    monkeypatch.setattr(stream, "CHUNK", chunk)
     path = tmp_path / "train.log"
     if kind == "steps":
         bench.write_log(path, 2)
+    elif kind == "new format":
+        bench.write_log(tmp_path / "a.log", 0.3)
+        bench.write_mixed(tmp_path / "b.log", 2)
+        mixed = (tmp_path / "b.log").read_text().splitlines(keepends=True)
+        path.write_text((tmp_path / "a.log").read_text() + "".join(x for x in mixed if "DEBUG TRAIN" not in x))
     else:
         bench.write_mixed(path, 2, quiet_mb=1 if kind == "fails late" else 0)
     full_run, full = diagnosis(path, fast=False)
@@ -64,5 +79,5 @@ def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, m
     assert full["verdict"] != "no_failure_seen"
     if kind != "steps":
         assert full["hang"] and sum(full["events"].values()) > 200
-    if keep < 100 and kind != "steps":  # read in full: the first few runs of each kind and rank; the rest counted
+    if keep < 100 and kind in ("mixed", "fails late"):  # read in full: the first runs of each kind and rank
         assert len(fast_run.events) < len(full_run.events) / 2

@@ -171,7 +171,7 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
 
 def test_a_log_that_warns_at_every_step_is_read_in_bounded_memory(tmp_path):
     from asrlab.doctor.logs.events import KEEP
-    from asrlab.doctor.logs.run import read_logs
+    from asrlab.doctor.logs.reader import read_logs
 
     line = (
         "[host] 2021-04-23 19:22:{:02d},420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.\n"

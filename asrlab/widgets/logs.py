@@ -1,7 +1,7 @@
 """A job's own logs (``asrlab doctor LOG``) as curves: the doctor's verdict on top, then each rank's loss
 terms, learning rate, grad norm, loss scale and steps/s over the steps, the failure marked.
 
-:func:`log_series` turns what the doctor read (:func:`asrlab.doctor.logs.run.read_logs`) and its verdict
+:func:`log_series` turns what the doctor read (:func:`asrlab.doctor.logs.reader.read_logs`) and its verdict
 (:func:`asrlab.doctor.logs.diagnose_logs`) into plot-ready series (JSON-ready, no matplotlib);
 :func:`log_curves` draws them; :class:`LogExplorer` shows both, with a rank and a curve picker
 live, and headless as the verdict and one figure.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 from ...errors import UsageError
-from .run import log_files, read_logs
+from .reader import read_logs
+from .run import log_files
 from .verdict import VERDICTS, judge
 
 

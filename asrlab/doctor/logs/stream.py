@@ -112,9 +112,11 @@ def _glued(part: bytes) -> bool:
         return True
     for m in _DATE.finditer(part):
         i = m.start() - 5  # the byte before the year
-        if i >= 0 and part[i] == 91:  # "[2024-...": glued where that bracket follows text
-            i -= 1
-        if i >= 0 and part[i] not in b" \t\x0b\x0c([":
+        if i < 0:
+            continue
+        if part[i] == 91 and i and part[i - 1] not in b" \t\n\r\x0b\x0c":  # "[2024-..." after text
+            return True
+        if part[i] not in b" \t\n\r\x0b\x0c([":  # "2024-..." after text
             return True
     return False
 

@@ -1,0 +1,483 @@
+"""Reading a log file into the run's model (:mod:`.run`): in blocks, a compiled pattern over each block
+finding the lines that can say something (:mod:`.fingerprint`); the step lines that say nothing else are
+sampled (the series keeps its last records, its extremes and its non-finite points), each line that can matter
+read in Python once. ``read_logs(paths, fast=False)`` reads every line in Python: what the fast read is checked
+against."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from itertools import repeat
+
+from . import stream
+from .events import Events
+from .fingerprint import (
+    CODES,
+    CODE_FORMAT,
+    DROP,
+    EDGE,
+    FEW,
+    FORMAT_CODE,
+    LONG,
+    LONG_RUN,
+    LOOK,
+    NOT_STEP,
+    PRINT_CODES,
+    RUN,
+    SAMPLE,
+    SIGS,
+    STATE,
+    STEP,
+    Sig,
+    TINY,
+    UNKNOWN,
+    rank_marks,
+)
+from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
+from .run import LogRun, Series, file_rank, finite, log_files, position
+from .toolkits import READERS, step_of
+
+_READER = dict(READERS)
+# what in a step line is a message of its own besides the step (a progress bar with a message glued on)
+_MESSAGE = re.compile(
+    r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
+    r"out of memory|[Pp]atience|not finite"
+)
+
+
+def read_logs(paths: list[str], fast: bool = True) -> LogRun:
+    """The files' model. ``fast=False`` reads every line in Python (what the fast read is checked against)."""
+    run = LogRun()
+    events = Events()
+    for i, path in enumerate(log_files(paths)):
+        run.files.append(path)
+        _File(run, events, path, i, fast).read()
+    events.finish()
+    run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
+    run.event_counts = events.counts
+    return run
+
+
+def _blocks(path: str):
+    yield from stream.pieces(sys.stdin.buffer if path == "-" else path, stream.CHUNK)
+
+
+class _File:
+    """One file's reading: its clock, its rank, the step format it settled on."""
+
+    def __init__(self, run: LogRun, events: Events, path: str, index: int, fast: bool = True):
+        self.run, self.events, self.path, self.index, self.quick = run, events, path, index, fast
+        self.clock, self.now, self.reader, self.toolkit = Clock(), None, None, None
+        self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
+        self.rank = file_rank(path)
+        self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
+        self.code: dict[bytes, int] = {}  # a fingerprint -> its line's byte (a template's format, a run's code)
+        self.codes = iter(PRINT_CODES)
+        self.sigs: dict[bytes, Sig] = {}  # a run's fingerprints (its lines' bytes, else joined) -> what it gave
+        self.kept = 0  # bytes of sigs' keys
+        self.singles: dict[bytes, Sig] = {}  # the fingerprint of a run of one line -> its sig
+        self.done = 0  # in the block read now: the bytes before this are read (a run, a step line near one)
+        self.prev = None  # the range fast() read last, where its lines were not all read: (block, offset, end, done)
+        self.stamped = -1  # the order of the last line read whose stamp is the file's time now
+        self.pure, self.wait = 0, 4  # > 0: the last blocks held step lines only (see steps_only)
+
+    def read(self) -> None:
+        # a piece is read once EDGE bytes after it are in: the file's last EDGE bytes are read line by line
+        ahead, after, offset = [], 0, 0  # pieces not read yet; their bytes but the first one's
+        for data, lo, hi in _blocks(self.path):
+            if data.find(b"\r", lo, hi) >= 0:  # a progress bar's drawings
+                data = data[lo:hi].replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # each a line of its own
+                lo, hi = 0, len(data)
+            ahead.append((data, lo, hi, offset - lo))  # offset - lo: data[p] is the file's byte offset + p
+            offset += hi - lo
+            after += hi - lo if len(ahead) > 1 else 0
+            while len(ahead) > 1 and after >= EDGE:
+                self.block(*ahead.pop(0), tail=0)
+                after -= ahead[0][2] - ahead[0][1]
+        rest = sum(hi - lo for _, lo, hi, _ in ahead)
+        for data, lo, hi, base in ahead:
+            rest -= hi - lo  # the bytes after this piece
+            self.block(data, lo, hi, base, tail=max(0, EDGE - rest))
+
+    def block(self, block: bytes, lo: int, hi: int, offset: int, tail: int) -> None:
+        """block[lo:hi], at the file's offset + lo: its first bytes within the file's first EDGE and its
+        last ``tail`` are read line by line."""
+        slow_head = EDGE - (offset + lo) if offset + lo < EDGE else 0
+        if not self.quick or hi - lo <= slow_head + tail or hi - lo < TINY:  # (a line two reads cut: TINY)
+            return self.lines(block[lo:hi] if lo or hi < len(block) else block, offset + lo)
+        head = block.rfind(b"\n", lo, lo + slow_head) + 1 if slow_head else lo
+        end = block.rfind(b"\n", lo, hi - tail) + 1 if tail else hi
+        head, end = max(head, lo), max(end, lo)
+        if head > lo:
+            self.lines(block[lo:head], offset + lo)
+        if end > head:
+            self.fast(block, offset, head, end)
+        if end < hi:
+            self.lines(block[end:hi], offset + end)
+
+    def lines(self, block: bytes, offset: int) -> None:
+        self.run.lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1 if block else 0)
+        self.lines_in(block, offset, 0, len(block))
+        self.prev = None  # its last line read
+
+    def lines_in(self, block: bytes, offset: int, a: int, b: int) -> None:
+        """The lines of block[a:b], read in full (counted already)."""
+        pos = a
+        for raw in block[a:b].split(b"\n"):
+            if raw:
+                self.line(raw, offset + pos)
+            pos += len(raw) + 1
+
+    def line(self, raw: bytes, at: int, counted: bool = False) -> None:
+        step = None
+        for text in stream.clean(raw):
+            try:
+                r = self.text(text, self.base + at, counted)
+            except (ValueError, TypeError, IndexError, OverflowError, KeyError):  # a line no reader foresaw
+                self.run.unread += 1
+                r = False
+            step = r if step is None else False
+        if step and self.quick and len(self.code) < CODES:  # a finite step and nothing else: a template
+            fp = raw.translate(None, DROP)
+            if self.code.setdefault(fp, FORMAT_CODE[self.toolkit]) != FORMAT_CODE[self.toolkit]:
+                self.code[fp] = UNKNOWN  # lines of two formats, or a step and a run's line, alike: read each
+
+    def fast(self, block: bytes, offset: int, start: int, end: int) -> None:
+        """The lines of block[start:end] (whole lines), fingerprinted in C (see KEPT): the step lines
+        counted (a sample read), each run of other lines read in full or counted as its like were."""
+        if not self.code:  # no step format seen yet: nothing to count
+            return self.lines(block[start:end], offset + start)
+        # the whole read's fingerprints (no copy of it), and where those of block[start:end] begin and end
+        prints, run = block.translate(None, DROP), self.run
+        c0 = len(block[:start].translate(None, DROP)) if start else 0
+        c1 = len(prints) - len(block[end:].translate(None, DROP)) if end < len(block) else len(prints)
+        self.done, self.at, self.start, self.end = start, (0, start), start, end
+        self.samples = iter(range(start + SAMPLE // 2, end, SAMPLE))
+        self.sample = next(self.samples, 1 << 62)
+        if self.steps_only(prints, c0, c1):  # step lines only (most blocks of most logs): no line cut out
+            self.samples_before(block, offset, end)
+            self.prev = (block, offset, end, self.done)
+            return
+        fps = (prints if c0 == 0 and c1 == len(prints) else prints[c0:c1]).split(b"\n")
+        if block.endswith(b"\n", start, end):
+            fps.pop()
+        run.lines += len(fps)
+        self.avg = max(1.0, (end - start) / max(1, len(fps)))  # bytes a line, for seek's first aim
+        while fps:
+            codes = bytes(map(self.code.get, fps, repeat(UNKNOWN)))
+            long = LONG_RUN.search(codes)  # lines of a format not seen yet: read LONG, then code the rest anew
+            if long is None:
+                return self.part(block, offset, fps, codes, end)
+            cut, at, self.end = long.start() + LONG, self.at, end
+            b = self.seek(block, cut)
+            self.at = at
+            self.part(block, offset, fps[:cut], codes[:cut], b)
+            fps = fps[cut:]
+            self.done, self.at, self.start = b, (0, b), b
+        self.samples_before(block, offset, end)
+        self.prev = (block, offset, end, self.done)
+
+    def part(self, block: bytes, offset: int, fps: list, codes: bytes, end: int) -> None:
+        """The lines of block[self.start:end], their fingerprints ``fps`` and the bytes ``codes`` they have."""
+        run, last = self.run, len(fps)
+        self.end = end
+        for c in STEP:
+            n = codes.count(c)
+            if n:
+                run.formats[CODE_FORMAT[c]] += n
+        self.avg = max(1.0, (end - self.start) / max(1, last))
+        lead = last - len(codes.lstrip(NOT_STEP))  # a run the range begins with, the lines before it cut
+        trail = len(codes.rstrip(NOT_STEP))  # a run it ends with
+        if lead:
+            self.read_run(block, offset, self.start, self.seek(block, lead))
+        if lead < trail:
+            counts, todo = self.events.counts, Counter(RUN.findall(codes, lead, trail))
+            if all(s is not None and s.countable(counts) for s in map(self.sigs.get, todo)):
+                for sig, n in todo.items():  # the bulk of a long log: each run counted as its like were
+                    self.count(self.sigs[sig], n)
+            else:
+                self.runs(block, offset, fps, codes, lead, trail)
+        if lead <= trail < last:
+            b = end
+            for _ in range(last - trail):
+                b = max(block.rfind(b"\n", self.start, b - 1) + 1, self.start)
+            self.read_run(block, offset, max(b, self.done), end)
+        self.samples_before(block, offset, end)
+        self.prev = (block, offset, end, self.done)
+
+    def steps_only(self, prints: bytes, c0: int, c1: int) -> bool:
+        """Whether the fingerprints prints[c0:c1] (whole lines) are all templates or lines that, alone between
+        step lines, are counted (a warning at every checkpoint), and if so count them: one count of each in
+        C, no line cut out. Tried while it holds, else once in a few blocks."""
+        self.pure += 1
+        if self.pure <= 0 or not prints.endswith(b"\n", c0, c1):
+            return False
+        counts = self.events.counts
+        steps = [(fp + b"\n", c) for fp, c in self.code.items() if c in STEP]
+        singles = [(fp + b"\n", s) for fp, s in self.singles.items() if s.countable(counts)]
+        tiles = steps + singles
+        if not steps or len(tiles) > 6 or any(a[0] != b[0] and a[0].endswith(b[0]) for a in tiles for b in tiles):
+            return False  # many, or one the end of another (their counts could then tile the block wrongly)
+        if not any(prints.endswith(t, c0, c1) for t, _ in steps):
+            return False  # the last line not a step's: it may begin a run the next range goes on with
+        n = [prints.count(t, c0, c1) for t, _ in tiles]
+        lines = prints.count(b"\n", c0, c1)
+        # each counted line alone between step lines (two alike may mean more together: C++'s terminate and
+        # its what()): each follows a step line
+        alone = all(
+            k == sum(prints.count(t + f, c0, c1) for t, _ in steps) for k, (f, _) in zip(n[len(steps) :], singles)
+        )
+        if not alone or sum(n) != lines or sum(k * len(t) for k, (t, _) in zip(n, tiles)) != c1 - c0:
+            self.wait = min(2 * self.wait, 256)
+            self.pure = -self.wait  # not again for a while: longer each time it fails
+            return False
+        self.wait = 4
+        self.run.lines += lines
+        for k, (_, c) in zip(n, tiles):
+            if k and isinstance(c, Sig):
+                self.count(c, k)
+            elif k:
+                self.run.formats[CODE_FORMAT[c]] += k
+        return True
+
+    def runs(self, block: bytes, offset: int, fps: list, codes: bytes, lead: int, trail: int) -> None:
+        """Runs of codes[lead:trail], one by one, in order."""
+        counts = self.events.counts
+        for m in RUN.finditer(codes, lead, trail):
+            i, j = m.span()
+            sig = m.group()
+            if UNKNOWN in sig:
+                sig = b"\n".join(fps[i:j])
+            s = self.sigs.get(sig)
+            if s is not None and s.countable(counts):
+                self.count(s)
+                continue
+            a, b = self.seek(block, i), self.seek(block, j)
+            if s is not None and not s.fixed:
+                self.read_run(block, offset, a, b)
+                continue
+            ranks = rank_marks(block[a:b])
+            if s is not None and s.n >= FEW:
+                if ranks in s.ranks:
+                    self.count(s)
+                else:  # a rank new to runs like this one: read it, its first failure may be this one
+                    s.ranks.add(ranks)
+                    self.read_run(block, offset, a, b, s=s)
+                continue
+            got = self.alone(block, offset, a, b)
+            self.read_run(block, offset, a, b, s=Sig(got, ranks))
+            if s is not None:
+                s.same(got)
+                s.ranks.add(ranks)
+                continue
+            if self.kept + len(sig) > SIGS:
+                continue
+            s = self.sigs[sig] = Sig(got, ranks)
+            self.kept += len(sig)
+            if j - i == 1:
+                self.singles[fps[i]] = s
+            coded = []  # its lines' codes from now on: the next blocks see the run by its codes
+            for fp in fps[i:j]:
+                coded.append(self.code.get(fp) or self.code.setdefault(fp, next(self.codes, UNKNOWN)))
+            coded = bytes(coded)
+            if UNKNOWN not in coded and coded not in self.sigs:
+                self.sigs[coded] = s
+                self.kept += len(coded)
+
+    def count(self, s: Sig, n: int = 1) -> None:
+        counts = self.events.counts
+        for k, v in s.kinds:
+            counts[k] = counts.get(k, 0) + n * v
+        for k, v in s.formats:
+            self.run.formats[k] += n * v
+        self.run.nonfinite.more += n * s.nonfinite
+
+    def read_run(self, block: bytes, offset: int, a: int, b: int, look: bool = True, s: Sig | None = None) -> None:
+        """The run block[a:b] read in full, and (``look``) the step lines just before it (each rank's step a
+        failure happened at, the values that led to it) and after it, unless ``s``, what runs like it gave,
+        says it has no resume and sets nothing (where each rank went on after a restart)."""
+        self.samples_before(block, offset, a)
+        if look:
+            if a == self.start and self.prev is not None:  # the range begins with it: the last one ended so
+                self.before(*self.prev)
+            self.before(block, offset, a, self.done)
+            self.done = max(self.done, a)
+            self.clock_at(block, offset, a)
+        self.lines_in(block, offset, a, b)
+        self.done = max(self.done, b)
+        if look and (s is None or not s.fixed):  # (a run that has a resume or sets a state is not fixed)
+            self.after(block, offset, b)
+
+    def alone(self, block: bytes, offset: int, a: int, b: int) -> tuple:
+        """What the run block[a:b] gives read alone, from the file's state now: (events by kind, step lines
+        by format, non-finite step lines, whether a run like it can be counted)."""
+        alone = _File(LogRun(), Events(), self.path, self.index, fast=False)
+        alone.clock.year, alone.now, alone.reader, alone.toolkit = self.clock.year, self.now, self.reader, self.toolkit
+        alone.rank = self.rank
+        state = {k: getattr(self, k, None) for k in STATE}
+        alone.__dict__.update(state)
+        alone.lines_in(block, offset, a, b)
+        alone.events.finish()
+        # a loss scale's value decides a verdict (it collapsed), a resume where the latest attempt begins, a
+        # line sets what the next ones read (the epoch a bar is in): a run that does any is always read
+        fixed = not any(e.get("to") is not None or e["kind"] == "resume" for e in alone.events.events) and all(
+            getattr(alone, k, None) == v for k, v in state.items()
+        )
+        return (
+            tuple(sorted(alone.events.counts.items())),
+            tuple(sorted(alone.run.formats.items())),
+            len(alone.run.nonfinite),
+            fixed,
+        )
+
+    def seek(self, block: bytes, i: int) -> int:
+        """The offset in block of the range's line ``i`` (counted on from the last one sought)."""
+        at, off = self.at
+        n = i - at
+        if n < 0:
+            raise AssertionError("runs are sought in order")
+        avg = self.avg
+        while n > 4:
+            x = block.rfind(b"\n", off, min(self.end, off + int((n - 2) * avg)))
+            if x < off:
+                break
+            c = block.count(b"\n", off, x + 1)
+            if c > n:  # lines shorter than the range's mean: aim nearer
+                avg /= 2
+                continue
+            off, n = x + 1, n - c
+        for _ in range(n):
+            off = block.find(b"\n", off, self.end) + 1 or self.end
+        self.at = (i, off)
+        return off
+
+    def _step_line(self, block: bytes, a: int, b: int) -> bytes | None:
+        raw = block[a:b]
+        c = self.code.get(raw.translate(None, DROP))
+        return raw if c is not None and c in STEP else None
+
+    def samples_before(self, block: bytes, offset: int, until: int) -> None:
+        """The sample step lines (one each SAMPLE bytes) before ``until`` not read yet."""
+        while self.sample < until:
+            p, self.sample = self.sample, next(self.samples, 1 << 62)
+            a = max(block.rfind(b"\n", 0, p) + 1, self.done)
+            if a >= until:
+                break
+            b = block.find(b"\n", a, self.end)
+            b = self.end if b < 0 else b
+            raw = self._step_line(block, a, b)
+            if raw is not None:
+                self.line(raw, offset + a, counted=True)
+            self.done = b + 1
+
+    def before(self, block: bytes, offset: int, a: int, done: int) -> None:
+        """The step lines just before block[a:] (up to LOOK), not before ``done`` (read)."""
+        lines, p = [], a
+        while len(lines) < LOOK and p - 1 > done:
+            q = max(block.rfind(b"\n", done, p - 1) + 1, done)
+            raw = self._step_line(block, q, p - 1)
+            if raw is None:
+                break
+            lines.append((q, raw))
+            p = q
+        for q, raw in reversed(lines):
+            self.line(raw, offset + q, counted=True)
+
+    def clock_at(self, block: bytes, offset: int, a: int) -> None:
+        """The file's time at the line block[a:]: the stamp of the nearest line before it that has one, where
+        that line was counted, not read (a line without a stamp takes its file's last one)."""
+        p = a
+        for _ in range(4 * LOOK):
+            if p <= self.start or self.base + offset + p <= self.stamped:
+                return
+            q = max(block.rfind(b"\n", self.start, p - 1) + 1, self.start)
+            for text in reversed(stream.clean(block[q : p - 1])):
+                t = self.clock.of(split_prefix(text)[1])
+                if t is not None:
+                    self.now, self.stamped = t, self.base + offset + q
+                    return
+            p = q
+
+    def after(self, block: bytes, offset: int, b: int) -> None:
+        """The step lines just after a run (up to LOOK)."""
+        p = b
+        for _ in range(LOOK):
+            if p >= self.end:
+                break
+            q = block.find(b"\n", p, self.end)
+            q = self.end if q < 0 else q
+            raw = self._step_line(block, p, q)
+            if raw is None:
+                break
+            self.line(raw, offset + p, counted=True)
+            p = q + 1
+        self.done = max(self.done, p)
+
+    def text(self, line: str, order: int, counted: bool = False) -> bool:
+        """Read one clean line; True where it is a step line whose numbers are all finite and nothing else."""
+        run = self.run
+        rank, text = split_prefix(line)
+        t = self.clock.of(text)
+        if t is not None:
+            self.now, self.stamped = t, order
+            run.first_time = t if run.first_time is None else min(run.first_time, t)
+            run.last_time = t if run.last_time is None else max(run.last_time, t)
+        rec = step_of(text, self.reader)
+        fed = rec is None or _MESSAGE.search(text)
+        if fed:
+            if "poch" in text and (m := EPOCH_START.search(text)):  # a bar's lines that follow are of this epoch
+                self.epoch = int(m.group(1) or m.group(2))
+            self.events.order = order
+            self.events.feed(self.path, rank if rank is not None else _event_rank(text, self.rank), self.now, text)
+            if rec is None:
+                return False
+        if rec["epoch"] is None and self.epoch is not None and rec["step"] is None:
+            rec["epoch"], rec["told"] = self.epoch, True  # said by another line: a bar's restart is no resume
+        if rec["toolkit"] != self.toolkit:
+            self.reader, self.toolkit = _READER[rec["toolkit"]], rec["toolkit"]
+        run.formats[rec["toolkit"]] += 0 if counted else 1
+        if rec["rank"] is None:
+            rec["rank"] = (
+                rank if rank is not None else rank_of(text) if rec["toolkit"] != "plain" else marked_rank(text)
+            )
+        if rec["rank"] is None:
+            rec["rank"] = self.rank
+        if run.world is None:
+            run.world = world_of(text)
+        rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
+        rec["nonfinite"] = not finite(rec)
+        series = run.series.setdefault(rec["rank"], Series())
+        # a counter without an epoch (a bare progress bar) starts again at 0 each epoch: not a resume
+        if (
+            series.last is not None
+            and position(rec) < position(series.last)
+            and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
+            # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
+            and (
+                series.last["file"] == rec["file"]
+                or (rec["stamped"] and series.last["stamped"] and rec["time"] > series.last["time"])
+            )
+        ):
+            run.resumes.append({"rank": rec["rank"], "before": series.last, "after": rec})
+        if rec["batch"] is not None:
+            run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])
+        series.add(rec)
+        if rec["nonfinite"]:
+            run.nonfinite.append(rec)
+        return not fed and not rec["nonfinite"]
+
+
+# a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
+EPOCH_START = re.compile(
+    r"(?:Going into|Starting|Start(?:ing)? training|Begin(?:ning)?) epoch:? (\d+)|^\W*Epoch (\d+)/\d+\s*$", re.I
+)
+
+
+def _event_rank(text: str, default: int | None) -> int | None:
+    r = rank_of(text)
+    return r if r is not None else default
+
+
+__all__ = ["read_logs"]
