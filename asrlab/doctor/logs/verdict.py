@@ -222,7 +222,8 @@ def judge(run: LogRun) -> dict:
     restart = _latest_restart(run)
     if restart is not None and (gone := first_failure([e for e in events if not _since(e, restart)])):
         # a failure before the job was started again and went on: the earlier attempt's, not the run's verdict
-        d["history"].append(f"an earlier attempt: {gone['verdict']}: {gone['text'][:240]}")
+        said = gone.get("text") or where(gone.get("record"))  # a non-finite step record has no line of text
+        d["history"].append(f"an earlier attempt: {gone['verdict']}: {said[:240]}")
         events = [e for e in events if _since(e, restart)]
     first = first_failure(events)
     if first is None:
