@@ -37,13 +37,11 @@ def job_failure(exp: Path, logs: dict) -> dict | None:
 def _same_death(folder: dict, job: dict) -> bool:
     """The folder's guess at a rank that ended without a word, and the job's own words on how it ended (a rank
     killed, out of memory, raised; the launcher stopped): one failure seen twice, said by the job's output."""
-    if folder.get("guess") and job["verdict"] == "stopped":
+    if not folder.get("guess"):
+        return False
+    if job["verdict"] == "stopped":
         return True  # a signal to the launcher: its ranks ended without a word of their own
-    return (
-        folder.get("guess", False)
-        and job["verdict"] in DEATHS
-        and (folder.get("rank") is None or job.get("rank") in (None, folder.get("rank")))
-    )
+    return job["verdict"] in DEATHS and (folder.get("rank") is None or job.get("rank") in (None, folder["rank"]))
 
 
 STOP_SLACK_S = 2.0  # the watch records its stop once it has passed the signal on: the job may print first
@@ -81,7 +79,8 @@ def read_job_output(exp: Path, d: dict, folder: dict | None) -> dict | None:
     if job is None:
         return folder
     if folder is not None and _same_death(folder, job):
-        job["time"] = folder["time"] if job["time"] is None else min(job["time"], folder["time"] or job["time"])
+        seen = [t for t in (job["time"], folder["time"]) if t is not None]
+        job["time"] = min(seen) if seen else None  # the earliest sighting of the one failure
         folder = {**folder, "consequence": True}
     elif folder is not None and folder["verdict"] == "nonfinite_halt" and job["verdict"] == "nonfinite":
         return folder  # the loop's halt report says more of the same non-finite step than its printed loss
@@ -91,7 +90,7 @@ def read_job_output(exp: Path, d: dict, folder: dict | None) -> dict | None:
     if first is not job:
         return folder
     said = job["text"]
-    if folder is not None and not folder.get("guess") and not _same_death(folder, job):
+    if folder is not None and not folder.get("guess"):
         said += f"; then {d['summary']}"  # what the folder recorded followed the job's own failure
         if folder.get("lost_peer") and d.get("error"):
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error

@@ -75,14 +75,13 @@ def _since(e: dict, rec: dict) -> bool:
     return e["time"] >= rec["time"]
 
 
-def _as_consequence(run: LogRun, e: dict) -> dict:
+def _as_consequence(e: dict, raised: set, lost: set) -> dict:
     """A rank's exit code whose only error in the log is a consequence (its collective timed out, its peer went
-    away): that consequence, not a failure of its own."""
+    away; ``lost``: the ranks with one, ``raised``: the ranks with an error of their own): that consequence, not a
+    failure of its own."""
     if e["kind"] != "exit" or e.get("signal") or e.get("rank") is None:
         return e
-    own = [x for x in run.events if x.get("rank") == e["rank"] and x["kind"] in ("exception", "oom", "nonfinite_error")]
-    lost = [x for x in run.events if x.get("rank") == e["rank"] and x["kind"] in ("consequence", "timeout")]
-    return {**e, "consequence": True} if lost and not own else e
+    return {**e, "consequence": True} if e["rank"] in lost and e["rank"] not in raised else e
 
 
 def _placed(e: dict) -> dict | None:
@@ -209,7 +208,9 @@ def judge(run: LogRun) -> dict:
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
     # every failure the log shows, on one timeline: the first by time is the verdict (timeline.first_failure)
-    causes = [(v, _as_consequence(run, e)) for v, e in _causes(run)]
+    raised = {x.get("rank") for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")}
+    lost = {x.get("rank") for x in run.events if x["kind"] in ("consequence", "timeout")}
+    causes = [(v, _as_consequence(e, raised, lost)) for v, e in _causes(run)]
     # non-finite for a step and finite again: the run went on; what ended it, if anything did, is the failure
     went_on = transient and any(v != "nonfinite" for v, _ in causes)
     events = [{**e, "verdict": v, "transient": went_on and e["kind"] == "nonfinite_step"} for v, e in causes]
