@@ -438,7 +438,8 @@ def test_resume_explorer(lab, page):
     table = lambda: explorer.locator("table").inner_text()  # noqa: E731
     before = table()
     changes(page, lambda: picture(explorer), lambda: slide(page, explorer), "moving the step slider")
-    assert table() != before
+    # the figure and the table are two widgets updated one after the other: wait for the table too
+    changes(page, table, lambda: None, "the table at the step picked", before=before)
     shoot(page, explorer, "04_resume_explorer")
 
 
