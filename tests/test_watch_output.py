@@ -65,6 +65,16 @@ def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signa
     assert {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 1, "step": 7}
 
 
+def test_a_raising_ranks_step_is_read_from_the_jobs_output(tmp_path):
+    """The watch records the rank's exception with no step (it knows none); the loop's own lines place it."""
+    exp = tmp_path / "exp"
+    proc = watch(exp, "raise:1:8")
+    proc.communicate(timeout=150)
+    d = diagnose(exp)
+    assert d["verdict"] == "crashed" and "ValueError: a batch of shape" in d["summary"], d["summary"]
+    assert {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 1, "step": 7}, d["culprit"]
+
+
 def _killed_survivor_reset(tmp_path) -> Path:
     """A copy of a real watched run: rank 1 SIGKILLed, rank 0's "Connection reset by peer" recorded first."""
     exp = tmp_path / "exp"

@@ -287,3 +287,44 @@ def test_the_training_loop_and_its_step_are_read_from_the_loops_own_source():
     assert loop_of([(HF, barrier, "main")]) is None  # after the loop: in no loop of its function
     assert step_of(loop, backward, {"step": "10", "completed_steps": "10"}, after=False) == 10
     assert step_of(loop, barrier, {"step": "9"}, after=True) == 9
+
+
+def test_a_data_workers_error_is_not_recorded_as_its_ranks(tmp_path):
+    """A spawned worker starting while its rank dies fails reading from the rank (here: a pipe with no writer)
+    outside multiprocessing's own handler: with the rank's RANK and error file inherited, the watch's hook must
+    record nothing, neither the rank's error nor torchrun's error file; the rank itself still records its own."""
+    from asrlab.watch.watcher import INJECT
+
+    exp, elastic = tmp_path / "exp", tmp_path / "elastic" / "error.json"
+    elastic.parent.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(INJECT),
+        "ASRLAB_WATCH_EXP": str(exp),
+        "RANK": "1",
+        "TORCHELASTIC_ERROR_FILE": str(elastic),
+    }
+    read, write = os.pipe()
+    os.close(write)
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from multiprocessing.spawn import spawn_main; spawn_main(pipe_handle={read})",
+            "--multiprocessing-fork",
+        ],
+        env=env,
+        pass_fds=(read,),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    os.close(read)
+    assert worker.returncode != 0 and "EOFError" in worker.stderr, worker.stderr[-2000:]
+    assert not (exp / "errors" / "rank1.json").exists() and not elastic.exists()
+    rank = subprocess.run(
+        [sys.executable, "-c", "raise ValueError('bad batch')"], env=env, capture_output=True, timeout=60
+    )
+    assert rank.returncode != 0
+    assert json.loads((exp / "errors" / "rank1.json").read_text())["message"] == "bad batch"
+    assert "ValueError: bad batch" in elastic.read_text()

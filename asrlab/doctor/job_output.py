@@ -44,6 +44,17 @@ def _same_death(folder: dict, job: dict) -> bool:
     return job["verdict"] in DEATHS and (folder.get("rank") is None or job.get("rank") in (None, folder["rank"]))
 
 
+def _placed(folder: dict, job: dict) -> dict:
+    """The folder's failure, at the step the job's output places it where the folder has none (a rank's error
+    recorded by the watch knows no step; the loop's last line before its traceback does): same verdict, same
+    rank."""
+    if any(v is not None for v in folder["at"].values()) or job["verdict"] != folder["verdict"]:
+        return folder
+    if folder.get("rank") is None or job.get("rank") != folder["rank"]:
+        return folder
+    return {**folder, "at": job["at"]}
+
+
 STOP_SLACK_S = 2.0  # the watch records its stop once it has passed the signal on: the job may print first
 
 
@@ -88,7 +99,7 @@ def read_job_output(exp: Path, d: dict, folder: dict | None) -> dict | None:
         return folder  # what the job printed once it was told to end: the stop's doing, said by who sent it
     first = first_failure([e for e in (folder, job) if e is not None])
     if first is not job:
-        return folder
+        return _placed(folder, job) if first is folder else folder
     said = job["text"]
     if folder is not None and not folder.get("guess"):
         said += f"; then {d['summary']}"  # what the folder recorded followed the job's own failure

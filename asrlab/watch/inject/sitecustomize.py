@@ -23,10 +23,22 @@ def _rank():
     return int(r) if r and r.isdigit() else None
 
 
+_PID = os.getpid()
+
+
+def _worker():
+    """A process multiprocessing started (a DataLoader worker, forked or spawned): it inherits its rank's RANK
+    and error file, but its error is not the rank's (a worker whose rank was killed fails reading from it), and
+    must not become the rank's error in torchrun's report."""
+    if os.getpid() != _PID:  # forked after this module ran
+        return True
+    return any("multiprocessing.spawn" in a or "multiprocessing.forkserver" in a for a in getattr(sys, "orig_argv", ()))
+
+
 def _record(exc_type, exc, tb, _previous=sys.excepthook):
     try:
         exp, rank = os.environ.get("ASRLAB_WATCH_EXP"), _rank()
-        if exp and rank is not None and not issubclass(exc_type, KeyboardInterrupt):
+        if exp and rank is not None and not issubclass(exc_type, KeyboardInterrupt) and not _worker():
             import json
             import socket
             import time
