@@ -328,3 +328,50 @@ def test_a_data_workers_error_is_not_recorded_as_its_ranks(tmp_path):
     assert rank.returncode != 0
     assert json.loads((exp / "errors" / "rank1.json").read_text())["message"] == "bad batch"
     assert "ValueError: bad batch" in elastic.read_text()
+
+
+def test_a_rank_back_at_the_loops_head_in_a_collective_ran_out_of_data():
+    """Accelerate's prepared loader begins each epoch with a broadcast: with one batch fewer, rank 0 is at the
+    loop's own line in that broadcast while rank 1 waits in the all-reduce of its step. Read from the stacks
+    (outermost first, as sampled): uneven data, not ranks calling different collectives; a rank at the head in
+    a collective while no rank is inside a step is not (every rank starting an epoch together)."""
+    from asrlab.watch.procs import Proc
+    from asrlab.watch.ranks import Loops, RankView
+
+    src = Path(HF).read_text().splitlines()
+    head = next(i for i, s in enumerate(src, 1) if s.strip().startswith("for step, batch in enumerate("))
+    backward = next(i for i, s in enumerate(src, 1) if s.strip() == "loss.backward()")
+    c10d = "/x/site-packages/torch/distributed/distributed_c10d.py"
+    at_head = [(HF, 140, "<module>"), (HF, head, "main"), (HF, 60, "__iter__"), (c10d, 2700, "broadcast")]
+    reading = [
+        (HF, 140, "<module>"),
+        (HF, head, "main"),
+        ("/x/site-packages/torch/utils/data/dataloader.py", 700, "__next__"),
+    ]
+    in_step = [(HF, 140, "<module>"), (HF, backward, "main"), ("/x/site-packages/torch/_tensor.py", 600, "backward")]
+
+    def views(*stacks):
+        out = []
+        for rank, main in enumerate(stacks):
+            v = RankView(Proc(pid=100 + rank, rank=rank, run="r", started=0.0), 0.0)
+            v.update({"MainThread": main}, {}, 1.0)
+            out.append(v)
+        return out
+
+    loops = Loops()
+    for v in views(reading, in_step):
+        loops.learn(v)
+    read = loops.uneven(views(at_head, in_step), 2, None)
+    assert {r: x["phase"] for r, x in read.items()} == {0: "next_epoch", 1: "ddp_allreduce"}, read
+    assert loops.uneven(views(at_head, at_head), 2, None) == {}
+    assert loops.uneven(views(at_head, reading), 2, None) == {}
+    said = verdict(
+        {
+            0: {"rank": 0, "phase": "next_epoch", "step": 9, "since": 90.0, "time": 99.0, "detail": "at a.py:60"},
+            1: {"rank": 1, "phase": "ddp_allreduce", "step": 10, "since": 90.0, "time": 99.0},
+        },
+        2,
+        100.0,
+    )
+    assert said.startswith("rank 0 ran out of data after step 9 and is back at the loop's head"), said
+    assert "rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce" in said, said

@@ -74,6 +74,8 @@ class RankView:
         main = self.stacks.get("MainThread") or []
         frame = loop_frame(main, loop)
         if frame is not None:
+            if frame[1] == loop[2] and phase_of(main) == "collective":
+                return "head"  # its loader's iteration calls a collective: an epoch begins (or its data ran out)
             return "inside" if loop[2] <= frame[1] <= loop[3] else "after" if frame[1] > loop[3] else None
         seen = any(f == loop[0] and fn == loop[1] and loop[2] <= line <= loop[3] for f, fn, line in self.lines)
         return "after" if seen and phase_of(main) != "start" else None
@@ -134,14 +136,20 @@ class Loops:
             return {}
         loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
         states = {v.proc.rank: v.loop_state(loop) for v in views}
-        if "after" not in states.values() or "inside" not in states.values():
+        frames = {v.proc.rank: loop_frame(v.stacks.get("MainThread") or [], loop) for v in views}
+        # a rank at the loop's head in a collective, while another is inside a step, started its next epoch
+        # early: its data ran out, whatever collective each is in
+        in_step = any(s == "inside" and frames[r] is not None and frames[r][1] > loop[2] for r, s in states.items())
+        ended = {r for r, s in states.items() if s == "after" or (s == "head" and in_step)}
+        if not ended or "inside" not in states.values():
             return {}
         out = {}
         for v in views:
-            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
-            after = states[v.proc.rank] == "after"
+            frame = frames[v.proc.rank]
+            after = v.proc.rank in ended
             step = None
             if frame is not None and isinstance(sampler, PySpy):
                 step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), after)
-            out[v.proc.rank] = {"phase": "left_loop" if after else v.held_phase(world), "step": step}
+            phase = ("next_epoch" if states[v.proc.rank] == "head" else "left_loop") if after else v.held_phase(world)
+            out[v.proc.rank] = {"phase": phase, "step": step}
         return out

@@ -5,7 +5,9 @@ before the main process saves), nothing of asrlab.
 
 ``EXTRA`` batches more for rank 1 than for rank 0 (default 0: even data); ``BATCHES`` for rank 0 (default 10);
 ``READ_S`` seconds a worker takes per batch (default 0.15); ``SLOW=R:F``: rank R's reads take F times as long;
-``RAISE=R:S``: rank R raises in step S (a batch the model refuses)."""
+``RAISE=R:S``: rank R raises in step S (a batch the model refuses); ``EPOCHS`` (default 1); ``SYNC=1``: each
+epoch begins with the ranks agreeing on a seed (a broadcast as the loader's iteration starts, as Accelerate's
+prepared loaders do)."""
 
 import os
 import sys
@@ -47,6 +49,18 @@ class RankShards(Sampler):
         return self.n
 
 
+class SeedSynced:
+    """A loader whose iteration starts with a broadcast of rank 0's seed (Accelerate's RNG synchronisation)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        seed = torch.tensor([torch.initial_seed() % 2**31])
+        dist.broadcast(seed, 0)
+        yield from self.loader
+
+
 def collate(items):
     return {k: torch.stack([x[k] for x in items]) for k in items[0]}
 
@@ -78,19 +92,22 @@ def main(output_dir):
     read_s = float(os.environ.get("READ_S", "0.15")) * (float(factor) if rank == int(slow) else 1.0)
     fail = [int(x) for x in (os.environ.get("RAISE") or "-1:-1").split(":")]
     train_dataloader = DataLoader(RandomTokens(read_s), batch_sampler=sampler, num_workers=2, collate_fn=collate)
+    if os.environ.get("SYNC") == "1":
+        train_dataloader = SeedSynced(train_dataloader)
     completed_steps = 0
     model.train()
-    for step, batch in enumerate(train_dataloader):
-        if [rank, step] == fail:
-            raise ValueError(f"input_ids of shape {tuple(batch['input_ids'].shape)}: expected a longer context")
-        outputs = model(**batch)
-        loss = outputs["loss"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        completed_steps += 1
-        if step % 4 == 0:
-            print(f"rank {rank} step {step}: loss {loss.item():.4f}", flush=True)
+    for epoch in range(int(os.environ.get("EPOCHS", "1"))):
+        for step, batch in enumerate(train_dataloader):
+            if [rank, step] == fail:
+                raise ValueError(f"input_ids of shape {tuple(batch['input_ids'].shape)}: expected a longer context")
+            outputs = model(**batch)
+            loss = outputs["loss"]
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            completed_steps += 1
+            if step % 4 == 0:
+                print(f"rank {rank} epoch {epoch} step {step}: loss {loss.item():.4f}", flush=True)
     dist.barrier()  # wait for everyone before saving
     if rank == 0:
         os.makedirs(output_dir, exist_ok=True)

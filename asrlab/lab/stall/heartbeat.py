@@ -47,6 +47,9 @@ PHASES = {
     "eval": "evaluating",
     "epoch_end": "waiting at epoch end",
     "left_loop": "past the training loop (its data ran out)",  # read from a stack after the loop's last line
+    # read from a stack at the loop's own line, in a collective its loader's iteration calls (Accelerate's
+    # seed broadcast as an epoch begins) while another rank is inside a step
+    "next_epoch": "back at the head of the training loop (its data ran out)",
     "done": "finished",
 }
 

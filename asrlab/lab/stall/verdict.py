@@ -54,7 +54,7 @@ def _elsewhere(snaps: list[dict]) -> list[str]:
     ]
 
 
-ENDED = ("epoch_end", "left_loop", "done")  # phases of a rank whose data ran out
+ENDED = ("epoch_end", "left_loop", "next_epoch", "done")  # phases of a rank whose data ran out
 # how a rank left in a collective by one that ran out of data waits for it
 WAITS_IN = {
     "ddp_allreduce": "in DDP's gradient all-reduce (backward)",
@@ -67,10 +67,15 @@ def _left_loop(ended: list[dict], rest: list[dict], nodes: bool) -> list[str]:
     """``["rank 0 ran out of data after step 9 and left the loop (at train.py:80 in main)",
     "rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce (backward)"]``."""
     parts = []
-    for _, step, g in sorted(_groups(ended), key=lambda x: min(s["rank"] for s in x[2])):
+    for phase, step, g in sorted(_groups(ended), key=lambda x: min(s["rank"] for s in x[2])):
         after = "" if step is None else f" after step {step}"
         at = f" ({g[0]['detail']})" if g[0].get("detail") else ""
-        parts.append(f"{_who(g, nodes)} ran out of data{after} and left the loop{at}")
+        went = (
+            f"{'is' if len(g) == 1 else 'are'} back at the loop's head, in a collective its next epoch begins with"
+            if phase == "next_epoch"
+            else "left the loop"
+        )
+        parts.append(f"{_who(g, nodes)} ran out of data{after} and {went}{at}")
     them = "it" if len(ended) == 1 else "them"
     for phase, step, g in sorted(_groups(rest), key=lambda x: min(s["rank"] for s in x[2])):
         one = len(g) == 1
@@ -90,6 +95,8 @@ def phase_text(phase: str, step: int) -> str:
         return f"{PHASES[phase]} (after step {step})"
     if phase == "left_loop" and step is not None:
         return f"past the training loop after step {step} (its data ran out)"
+    if phase == "next_epoch" and step is not None:
+        return f"back at the head of the training loop after step {step} (its data ran out)"
     if phase in ("start", "index", "done") or step is None:  # no step: a run seen from outside
         return PHASES.get(phase, phase)
     return f"{PHASES.get(phase, phase)} of step {step}"
@@ -136,7 +143,7 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
             f"{_who(data, nodes)} {'has' if len(data) == 1 else 'have'} waited "
             f"{waited[r['rank']]} s for data{at}{detail}"
         )
-    elif ended and len(ended) < len(present) and any(s["phase"] == "left_loop" for s in ended):
+    elif ended and len(ended) < len(present) and any(s["phase"] in ("left_loop", "next_epoch") for s in ended):
         parts = _left_loop(ended, [s for s in present if s not in ended], nodes)
         return "; ".join(parts + ([f"{ranks_text(missing)} never wrote a heartbeat"] if missing else []))
     elif ended and len(ended) < len(present):
