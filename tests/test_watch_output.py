@@ -158,3 +158,29 @@ def test_a_watched_nan_is_one_event_in_the_verdict_the_section_and_the_json(tmp_
     text = format_diagnosis(d)
     assert "non-finite steps: none" not in text and "first at step 10" in text, text
     assert "train.ledger" not in text and "--ledger" not in text, text  # no words of asrlab's trainer for a stranger
+
+
+RESUMER = """
+import os, signal, time
+for step in range(int(os.environ.get("START", "0")), 16):
+    print(f"step {step} | loss {1.0 / (step + 1):.4f}", flush=True)
+    if os.environ.get("DIE_AT") == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.02)
+"""
+
+
+def test_a_stranger_loop_killed_then_resumed_shows_the_resume_and_the_earlier_launch(tmp_path):
+    """Two watches into one EXP: the first launch SIGKILLed after step 11, the second starting again at step
+    10. No ledger: the resume is read from the job's own lines, the first launch's end kept in lab.json."""
+    exp, loop = tmp_path / "exp", tmp_path / "resumer.py"
+    loop.write_text(RESUMER)
+    for env in ({"DIE_AT": "11"}, {"START": "10"}):
+        cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(exp), "--", sys.executable, str(loop)]
+        subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, timeout=120)
+    d = diagnose(exp)
+    assert d["verdict"] == "finished", d["summary"]
+    assert d["resumes"]["from_job_output"] == ["resumed at step 10 after step 11: 2 steps trained twice"], d["resumes"]
+    assert any(h.startswith("earlier launch: ended ") and "exit code 137 (SIGKILL)" in h for h in d["history"])
+    text = format_diagnosis(d)
+    assert "resumes: read from the job's output: resumed at step 10 after step 11" in text, text

@@ -80,8 +80,14 @@ def read_job_output(exp: Path, d: dict, folder: dict | None) -> dict | None:
         "formats": logs["formats"],
         "lines": logs["lines"],
         "nonfinite": logs["nonfinite"],
-        "last_steps": {("?" if r["rank"] is None else str(r["rank"])): r["last"] for r in last},
+        "last_steps": [{"rank": r["rank"], "last": r["last"]} for r in last],
+        "resumes": logs["resumes"],
+        "history": logs.get("history") or [],
     }
+    if "resumes" in d and not d["resumes"]["ledger"] and logs["resumes"]:
+        # no ledger in the folder: the job's own lines show where a restart went back to
+        d["resumes"]["from_job_output"] = [r["text"] for r in logs["resumes"]]
+    d["history"] = d.get("history", []) + [f"in the job's output: {h}" for h in d["job_output"]["history"]]
     job = job_failure(exp, logs)
     if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
         d["summary"] += " at " + "; ".join(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import time
 from pathlib import Path
 
 import yaml
@@ -138,7 +140,29 @@ def history(exp: Path, since: float, errors: list[dict], halt: dict | None, stal
     report = read_json(layout.stall_report(exp))
     if report is not None and stall is None:
         out.append(f"earlier launch stalled: {report.get('verdict')}")
+    for x in (read_json(layout.lab(exp)) or {}).get("earlier", []):
+        out.append(f"earlier launch: {_ended(x)}")
     return out
+
+
+def _ended(x: dict) -> str:
+    """``ended 12:04:31, failed, exit code 137 (SIGKILL)``: how an earlier launch into the EXP ended."""
+    if "ended" not in x:
+        return (
+            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, never finished (its watch ended first)"
+        )
+    said = f"ended {time.strftime('%H:%M:%S', time.localtime(x['ended']))}, {x.get('status', 'status not recorded')}"
+    rc = x.get("exit_code")
+    if rc is not None:
+        said += f", exit code {rc}"
+        if 128 < rc < 128 + 65:
+            try:
+                said += f" ({signal.Signals(rc - 128).name})"
+            except ValueError:
+                pass
+    if x.get("stopped_by"):
+        said += f", by {x['stopped_by']}"
+    return said
 
 
 def json_ready(x: object) -> object:

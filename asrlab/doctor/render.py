@@ -260,6 +260,8 @@ def format_diagnosis(d: dict) -> str:
         + (
             ", ".join(f"from step {s}" for s in rs["resumed_from"])
             if rs["resumed_from"]
+            else "read from the job's output: " + "; ".join(rs["from_job_output"])
+            if rs.get("from_job_output")
             else "none"
             if rs["ledger"]
             else "no ledger (train.ledger=false)"

@@ -57,10 +57,9 @@ def _exists(p: str) -> bool:
 def format_log_diagnosis(d: dict) -> str:
     lines = [f"{d['verdict'].upper()}: {d['summary']}"]
     c = d["culprit"]
-    if c["rank"] is not None or c["step"] is not None:
-        lines.append(
-            f"  culprit: rank {c['rank'] if c['rank'] is not None else '?'}, step {c['step'] if c['step'] is not None else '?'}"
-        )
+    said = [f"{k} {c[k]}" for k in ("rank", "step") if c[k] is not None]
+    if said:
+        lines.append("  culprit: " + ", ".join(said))
     fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
     lines.append(
         f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
@@ -97,7 +96,8 @@ def format_log_diagnosis(d: dict) -> str:
                 if r["steps_per_s"]
                 else ""
             )
-            lines.append(f"  rank {r['rank'] if r['rank'] is not None else '?'}: {r['last']}{rate}")
+            who = f"rank {r['rank']}" if r["rank"] is not None else "lines naming no rank"
+            lines.append(f"  {who}: {r['last']}{rate}")
         sp = d.get("step_spread")
         if sp and sp["ratio"] >= 1.2:
             lines.append(

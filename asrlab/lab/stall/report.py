@@ -161,14 +161,20 @@ def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
     return said, ranks
 
 
+EARLIER_KEYS = ("started", "ended", "status", "exit_code", "stopped_by")
+
+
 def write_lab_status(exp: Path, update: dict) -> None:
-    """``EXP/lab.json``: what a loop using the parts says about its run (for ``asrlab doctor``); ``started``
-    begins a new record."""
+    """``EXP/lab.json``: what a loop using the parts (or the watch) says about its run (for ``asrlab doctor``);
+    ``started`` begins a new record, with the earlier launches' ends under ``earlier``."""
     path = layout.lab(exp)
     try:
-        state = json.loads(path.read_text()) if "started" not in update else {}
+        state = json.loads(path.read_text())
     except (OSError, ValueError):
         state = {}
+    if "started" in update:  # a new launch into this EXP: how each earlier one ended is kept, briefly
+        done = {k: state[k] for k in EARLIER_KEYS if k in state}
+        state = {"earlier": state.get("earlier", []) + ([done] if "started" in done else [])}
     state.update(update)
     atomic_write(path, json.dumps(state, indent=1))
 
