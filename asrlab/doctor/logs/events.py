@@ -23,6 +23,7 @@ from .words import (
     ITEM,
     NCCL_SEQ,
     NCCL_TIMEOUT,
+    CONNECT,
     NONFINITE_LINE,
     RESUME,
     SCALE,
@@ -323,6 +324,9 @@ class Events:
                 self._add("timeout", rank, time, text, seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")
             if m or t:
                 return
+        if "while trying to connect" in text and (m := CONNECT.search(text)):
+            self._add("timeout", rank, time, text, op="connect", timeout_ms=int(m.group(1)) * 1000, source="store")
+            return
         if "Timed out waiting" in text:
             m = GLOO.search(text)
             if m:

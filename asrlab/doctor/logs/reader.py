@@ -37,9 +37,10 @@ from .fingerprint import (
 )
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
-from .toolkits import READERS, step_of
+from .toolkits import READERS, bar_count, step_of
 
 _READER = dict(READERS)
+BAR_NEAR = 3  # lines: a bar redrawn just before a line of numbers is that line's place (not an earlier bar's)
 # what in a step line is a message of its own besides the step (a progress bar with a message glued on)
 _MESSAGE = re.compile(
     r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
@@ -71,6 +72,8 @@ class _File:
         self.run, self.events, self.path, self.index, self.quick = run, events, path, index, fast
         self.clock, self.now, self.reader, self.toolkit = Clock(), None, None, None
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
+        self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
+        self.read_in_full = 0  # lines read by text(), to tell how near a bar was
         self.rank = file_rank(path)
         self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
         self.code: dict[bytes, int] = {}  # a fingerprint -> its line's byte (a template's format, a run's code)
@@ -425,6 +428,9 @@ class _File:
             run.first_time = t if run.first_time is None else min(run.first_time, t)
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
+        self.read_in_full += 1
+        if "/" in text and "[" in text and (n := bar_count(text)) is not None:
+            self.bar = (n, self.read_in_full)
         fed = rec is None or _MESSAGE.search(text)
         if fed:
             if "poch" in text and (m := EPOCH_START.search(text)):  # a bar's lines that follow are of this epoch
@@ -433,6 +439,13 @@ class _File:
             self.events.feed(self.path, rank if rank is not None else _event_rank(text, self.rank), self.now, text)
             if rec is None:
                 return False
+        if (
+            rec["step"] is None
+            and rec["batch"] is None
+            and self.bar is not None
+            and self.read_in_full - self.bar[1] <= BAR_NEAR
+        ):
+            rec["step"] = self.bar[0]  # a line of numbers printed under a bar (Hugging Face's dicts): its count
         if rec["epoch"] is None and self.epoch is not None and rec["step"] is None:
             rec["epoch"], rec["told"] = self.epoch, True  # said by another line: a bar's restart is no resume
         if rec["toolkit"] != self.toolkit:

@@ -208,7 +208,7 @@ def megatron(line: str) -> dict | None:
 # "Epoch: [7] [ 200/1251] ... loss: 4.56 (4.70)"; validation lines (CV, valid, eval) are not training steps
 # (a progress line with no loss on it, "Epoch: [19][300/7922] Time: 0.630s ...", is a step too: its place is read)
 _EPOCH_BATCH = re.compile(
-    rf"\bEpoch\b\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
+    rf"\bEpoch\b(?:\(\w+\))?\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
 )
 _NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b")
 
@@ -258,11 +258,14 @@ def plain(line: str) -> dict | None:
 
 # any trainer's key-value line: Hugging Face Trainer's "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05,
 # 'epoch': 1.2}", JSON lines, "loss=nan lr=..."; read last, where no toolkit's own reader fits
-_KV = re.compile(rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|\s*:\s+)['"]?({NUM})['"]?(?=[\s,}}\]|)]|$)""")
+_KV = re.compile(
+    rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|\s*:\s+)['"]?({NUM})['"]?(?=[\s,}}\]|)]|$|[A-Z][a-z])"""
+)  # a value may have the next output glued on ("loss: nanEpoch 1/1000": Keras's bar, then a print)
+_BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
     r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|batch_idx|batch)['"]?"""
-    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)""",
+    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)""",
     re.I,
 )
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
@@ -275,7 +278,7 @@ def kv(line: str) -> dict | None:
         return None
     if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
         return None
-    pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line)]
+    pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
     losses = _losses(pairs)
     if not any("loss" in k.lower() for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
@@ -314,8 +317,9 @@ GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 _NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b(?!\.\d)"
-    r"|(?<![\d.])(\d+) iter(?:ation)?s?\b(?!/)",  # chainer's "500 iter, 0 epoch"
+    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
+    r"(?!\.\d)(?!\s*/\s*\d)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch
+    r"|(?<![\w.])(\d+) iter(?:ation)?s?\b(?!/)",  # chainer's "500 iter, 0 epoch"
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date

@@ -41,6 +41,8 @@ HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
+# a rank that could not reach the rendezvous store: a peer (or the store's host) never came
+CONNECT = re.compile(r"socket has timed out after (\d+)s while trying to connect")
 STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)")
 # lines that say the numbers went non-finite (or past what the toolkit accepts), whatever follows
 NONFINITE_LINE = re.compile(
@@ -132,6 +134,7 @@ __all__ = [
     "ITEM",
     "NCCL_SEQ",
     "NCCL_TIMEOUT",
+    "CONNECT",
     "NONFINITE_LINE",
     "RESUME",
     "SCALE",
