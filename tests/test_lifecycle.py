@@ -231,10 +231,10 @@ print(json.dumps(ended))
 """
 
 
-def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_20_times(corpus, tmp_path):
+def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_10_times(corpus, tmp_path):
     """The halt case that once ended in "terminate called without an active exception" (SIGABRT) after
     the ranks were done: gloo's worker threads outlived the process group (DDP and the guards still held
-    it) and freed their last works while the interpreter exited. 20 times two ranks: each ends with the
+    it) and freed their last works while the interpreter exited. 10 times two ranks: each ends with the
     halt's exit code, and says no gloo thread outlived its process group."""
     args = [
         "train",
@@ -253,7 +253,7 @@ def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_20_times(co
         *SMALL,
     ]
     run = subprocess.run(
-        [sys.executable, "-c", _PAIRS, str(tmp_path), "20", *args], capture_output=True, text=True, timeout=400, env=ENV
+        [sys.executable, "-c", _PAIRS, str(tmp_path), "10", *args], capture_output=True, text=True, timeout=400, env=ENV
     )
     assert run.returncode == 0, run.stderr[-3000:]
     ended = json.loads(run.stdout.splitlines()[-1])
