@@ -24,7 +24,7 @@ def main(exp: str, epochs: int = 2, precision: str = "fp32") -> None:
     data = toy.Utterances()
     sampler = toy.Batches(data, rank, world)
     watch = lab.StallWatch(exp, timeout_s=20).start()  # +lab: hangs and errors, on every rank
-    guard = lab.NumericsGuard(model.module, exp, every=25)  # +lab: non-finite steps located, skipped
+    guard = lab.NumericsGuard(model.module, exp, every=25, watch=watch)  # +lab: non-finite steps located, skipped
     state = lab.RunState(exp, model, opt, scaler)  # +lab: exact resume, and the ledger of keys
     r = state.load() or {"step": 0, "epoch": 0}  # +lab: the newest good checkpoint
     step = r["step"]  # ~lab

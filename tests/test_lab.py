@@ -3,6 +3,7 @@ with two gloo ranks, with each failure injected; and each part alone."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 import json
 import re
 import math
@@ -21,7 +22,6 @@ from asrlab.doctor import diagnose
 from asrlab.lab.state.checkpoint import list_checkpoints
 from asrlab.train.launch import kill_tree
 from asrlab.lab.stall.heartbeat import Heartbeat
-from asrlab.lab.stall.watch import announced_to
 from asrlab.lab.stall.watchdog import PEER_FAILED_EXIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -287,7 +287,7 @@ class Counting:
         self.fetched = state["fetched"]
 
 
-def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch):
+def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch, tmp_path):
     """When the guard's data check has to wait for another rank (under load: the peer's count not in yet),
     the fetch of the next batch that follows it is in phase ``data`` again: a rank whose data hangs there
     is named as waiting for data, not as blocked in the check."""
@@ -308,19 +308,26 @@ def test_a_fetch_after_a_slow_data_check_is_waiting_for_data(monkeypatch):
             at_fetch.append(hb.phase)
             yield i
 
-    with announced_to(hb.enter):
-        it = iter(lab.UnevenGuard(batches(), group=object()))
-        got = []
-        while True:  # as StallWatch.data drives it
-            hb.enter("data", len(got) + 1)
-            b = next(it, None)
-            if b is None:
-                break
-            hb.enter("compute")
-            got.append(b)
+    watch = SimpleNamespace(announced=hb.enter, hb=hb)  # a loop's own keeper of its heartbeat, handed over
+    it = iter(lab.UnevenGuard(batches(), group=object(), watch=watch))
+    got = []
+    while True:  # as StallWatch.data drives it
+        hb.enter("data", len(got) + 1)
+        b = next(it, None)
+        if b is None:
+            break
+        hb.enter("compute")
+        got.append(b)
     assert got == [0, 1, 2]
     assert "sync" in [phase for _, phase, _ in hb.take_events()]  # the checks did wait
     assert at_fetch == ["data", "data", "data"]
+    # a guard given no watch tells nobody, the heartbeat above included; a StallWatch hands itself to one it wraps
+    list(lab.UnevenGuard(batches(), group=object()))
+    assert hb.take_events() == []
+    watched = lab.StallWatch(tmp_path, timeout_s=30, timeline=True)
+    guard = lab.UnevenGuard(batches(), group=object())
+    assert list(watched.data(guard)) == [0, 1, 2] and guard.watch is watched
+    assert "sync" in [phase for _, phase, _ in watched.hb.take_events()]
 
 
 def test_uneven_guard_stops_all_ranks_together_also_when_agreeing_every_few_batches(tmp_path):

@@ -5,7 +5,7 @@ A plain DDP loop gets them with the lines the README shows (``examples/bare_loop
 
     from asrlab import lab
     watch = lab.StallWatch(exp, timeout_s=20).start()       # a hang anywhere, an error on any rank: verdict + stacks
-    guard = lab.NumericsGuard(model.module, exp, every=25)  # non-finite steps: skipped on every rank, module + utterances
+    guard = lab.NumericsGuard(model.module, exp, every=25, watch=watch)  # non-finite steps: skipped, located
     state = lab.RunState(exp, model, opt, scaler)           # checkpoints with every RNG (fp32: scaler None); a ledger
     r = state.load() or {"step": 0, "epoch": 0}
     ...
@@ -33,7 +33,7 @@ Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab 
 ``MetricsWriter``  one JSON line per step in ``EXP/metrics/rank{R}.jsonl`` (what ``asrlab doctor`` reads)
 
 A loop that keeps its own launcher, heartbeat and watchdog (asrlab's trainer is one) builds them from the
-same face: ``Heartbeat``, ``Watchdog`` and ``watching``, ``announced_to`` (the other parts' phases told to
+same face: ``Heartbeat``, ``Watchdog`` and ``watching``, ``tell`` (the other parts' phases told to
 its heartbeat), ``ProgressClock``, ``write_report``, ``first_rank_error``, the stop requests of
 :mod:`asrlab.lab.stop` and the parent-death helpers, ``choose_precision``; ``dist`` and ``layout`` are its
 process-group and run-folder modules.
@@ -75,8 +75,7 @@ _HOMES.update(
         "ProgressClock": "stall.watchdog",
         "STALL_EXIT": "stall.watchdog",
         "COLLECT_S": "stall.watchdog",
-        "announce": "stall.watch",
-        "announced_to": "stall.watch",
+        "tell": "stall.watch",
         "write_report": "stall.report",
         "first_rank_error": "stall.errors",
         "format_rank_error": "stall.errors",

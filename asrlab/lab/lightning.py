@@ -86,7 +86,9 @@ class AsrlabCallback(pl.Callback):
         if stage != "fit" or self.watch is not None:
             return
         self.watch = StallWatch(self.exp, self.stall_timeout_s, self.first_step_s).start()
-        self.guard = NumericsGuard(pl_module, self.exp, every=self.every, policy=self.policy, keys=self.keys)
+        self.guard = NumericsGuard(
+            pl_module, self.exp, every=self.every, policy=self.policy, keys=self.keys, watch=self.watch
+        )
         if self.keep_ledger:
             self.ledger = LedgerWriter(self.exp, dist.world()[0])
             if self._resumed is not None:

@@ -22,7 +22,7 @@ from . import dist
 from .keys import KeyFinder, KeysSpec
 from .state.position import batches_saved, start_past
 from .state.recorder import recording
-from .stall.watch import announce, reading_ahead
+from .stall.watch import reading_ahead, tell
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,14 @@ class UnevenGuard:
         state=None,
         keys: KeysSpec = None,
         untrained: str = "count",
+        watch=None,
     ):
         if every < 1:
             raise ValueError("every must be >= 1")
         if untrained not in ("count", "keys"):
             raise ValueError(f"untrained: 'count' or 'keys', not {untrained!r}")
         self.run_state, self.untrained = state, untrained
+        self.watch = watch  # the stall watch the loop runs under (``watch.data(guard)`` hands it over)
         self._find_keys = KeyFinder(keys, "UnevenGuard")
         self._skip = 0  # batches to skip at the next epoch's start (a resume without state_of)
         self.left: dict | None = None  # what this rank left untrained when it stopped early
@@ -158,7 +160,7 @@ class UnevenGuard:
         """Send this rank's count without waiting (see :class:`_Agreement`). With ``left`` (the pass's first
         agreement): also the batches this rank's source has left, -1 where not known, so that
         ``len(guard)`` is the fewest where every rank knows."""
-        agreed = _Agreement([n] if left is None else [n, left], self.group)
+        agreed = _Agreement([n] if left is None else [n, left], self.group, self.watch)
         self._sent = agreed.work
         return agreed
 
@@ -198,9 +200,9 @@ class UnevenGuard:
         while True:
             self._ahead = None
             if n == self.every:  # the next group first, so its agreement runs while this one trains
-                reading_ahead(len(self._held))  # a hang here is in the read of a later step's batch
+                reading_ahead(self.watch, len(self._held))  # a hang here is in the read of a later step's batch
                 ahead = self._fetch(it)
-                reading_ahead(0)
+                reading_ahead(self.watch, 0)
                 self._ahead = agreed = self._agree(len(ahead))
                 self._held += ahead
             for j in range(n):
@@ -281,12 +283,12 @@ class _Agreement:
     that held a callable holding itself would be freed only by the cycle collector, after its process
     group maybe, and a gloo work freed after its group aborts the process."""
 
-    __slots__ = ("t", "work", "done")
+    __slots__ = ("t", "work", "done", "watch")
 
-    def __init__(self, values: list[int], group):
+    def __init__(self, values: list[int], group, watch=None):
         self.t = torch.tensor(values, dtype=torch.int64)
         self.work = tdist.all_reduce(self.t, op=tdist.ReduceOp.MIN, group=group, async_op=True)
-        self.done = False
+        self.done, self.watch = False, watch
 
     def fewest(self, back: str = "data") -> int:
         """The fewest batches any rank has; ``back``: the phase to announce after a wait."""
@@ -294,9 +296,9 @@ class _Agreement:
             if self.work.is_completed():
                 self.work.wait()  # also when complete: it hands the result over (and any error)
             else:
-                announce("sync")
+                tell(self.watch, "sync")
                 self.work.wait()
-                announce(back)
+                tell(self.watch, back)
             self.done = True
         return int(self.t[0])
 

@@ -2,7 +2,7 @@
 reads: the phase and since when) and its step timer (what the metrics get: seconds per part).
 
 The other parts (:class:`asrlab.lab.UnevenGuard`'s data check, :class:`asrlab.lab.NumericsGuard`'s optimizer
-step) announce their phases through :func:`asrlab.lab.announce`; :meth:`StepPhases.announced` hears them.
+step) are handed the step phases as their watch and name their phases to :meth:`StepPhases.announced`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class StepPhases:
         self.timer.mark(PART_OF_PHASE.get(phase, phase))
 
     def announced(self, phase: str, step: int | None = None) -> None:
-        """A phase a part announces (:func:`asrlab.lab.announce`); one the trainer is in already (the numerics
+        """A phase a part names (:func:`asrlab.lab.tell`); one the trainer is in already (the numerics
         guard's optimizer step) is not entered twice."""
         if phase != self.hb.phase:
             self.enter(phase, step)

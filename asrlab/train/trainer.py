@@ -37,7 +37,6 @@ from ..lab import (
     UnevenGuard,
     Watchdog,
     after_join,
-    announced_to,
     clear_stop,
     cpu_fp16_kernels,
     record_rank_error,
@@ -215,7 +214,7 @@ class Trainer:
         """Train on ``batches`` until they run out (False) or a limit is reached (True)."""
         if self.uneven != "join":
             if self.uneven == "stop":  # the guard fetches ahead: checkpoints take the position from it
-                batches = self._held_by = UnevenGuard(batches, state_of=self.loader)
+                batches = self._held_by = UnevenGuard(batches, state_of=self.loader, watch=self.phases)
             return self._train_batches(batches, bar)
         from torch.distributed.algorithms.join import Join
 
@@ -272,11 +271,7 @@ class Trainer:
                 device=self.device.type,
             )
         try:
-            with (
-                window as self._prof,
-                cpu_fp16_kernels(self.device, self.precision.dtype),
-                announced_to(self.phases.announced, self.phases.hb),
-            ):
+            with window as self._prof, cpu_fp16_kernels(self.device, self.precision.dtype):
                 return self._fit()
         finally:
             self._prof = None

@@ -56,7 +56,7 @@ def main(exp):
     sampler = torch.utils.data.DistributedSampler(Speech(), shuffle=True, seed=0)
     loader = torch.utils.data.DataLoader(Speech(), batch_size=BATCH, sampler=sampler, collate_fn=collate)
     watch = lab.StallWatch(exp, timeout_s=30).start()
-    guard = lab.NumericsGuard(model.module, exp, keys="id")
+    guard = lab.NumericsGuard(model.module, exp, keys="id", watch=watch)
     state = lab.RunState(exp, model, opt)
     step = 0
     for epoch in range(EPOCHS):

@@ -74,7 +74,7 @@ from .utterances import (
     takes_batch,
     tensors_of,
 )
-from ..stall.watch import announce
+from ..stall.watch import tell
 from .checks import StepCheck, nonfinite_kind, total_norm
 from .policy import POLICIES, Policy
 
@@ -114,12 +114,13 @@ class Taken:
     extra: dict = field(default_factory=dict)
     ids: list = field(default_factory=list)  # the step's utterance ids, every micro-batch's
     micro: list = field(default_factory=list)  # its micro-batches (:class:`.utterances.Micro`)
+    watch: object = None  # the stall watch the guard was handed
 
     def read(self) -> tuple[float, float, float]:
         if self.ready is not None and not self.ready.query():
-            announce("sync", self.step)  # the host waits on the device: a stall here is the device's
+            tell(self.watch, "sync", self.step)  # the host waits on the device: a stall here is the device's
             self.ready.synchronize()
-            announce("optimizer", self.step)
+            tell(self.watch, "optimizer", self.step)
         loss, norm, scale = self.values.tolist()  # one read of all three, never a sync of its own
         return loss, norm, scale
 
@@ -131,7 +132,9 @@ class NumericsGuard:
     all-reduces; each rank then answers its own findings at once).
     ``meta``: extra keys for each bundle's report; a callable value is read when a bundle is saved.
     ``keys``: where a batch carries its utterance ids (a field's name or a function ``batch -> ids``;
-    default: the common names, see :mod:`asrlab.lab.keys`), for the reports and the bundle."""
+    default: the common names, see :mod:`asrlab.lab.keys`), for the reports and the bundle. ``watch``: the stall
+    watch the loop runs under (:class:`~asrlab.lab.StallWatch`), told when the guard waits on the device or on the
+    other ranks."""
 
     def __init__(
         self,
@@ -144,11 +147,12 @@ class NumericsGuard:
         meta: dict | None = None,
         agree: bool = True,
         keys: KeysSpec = None,
+        watch=None,
     ):
-        self.model, self.exp = model, Path(exp)
+        self.model, self.exp, self.watch = model, Path(exp), watch
         self.rank, self.world_size = dist.world()
         group = group if group is not None or self.world_size == 1 else dist.cpu_group()
-        self.policy = Policy(policy, max_rollbacks, group, agree, self.exp)
+        self.policy = Policy(policy, max_rollbacks, group, agree, self.exp, lambda: self.watch)
         self.diag = Diagnostics(model, every=every)
         self.traces = TraceWriter(self.exp, self.rank) if every else None
         self.meta = meta or {}
@@ -161,6 +165,11 @@ class NumericsGuard:
         self._step, self._batch, self._rng, self._sampled, self._dtype = 0, None, None, False, None
         self._device = next(model.parameters()).device
         model.register_forward_pre_hook(self._note_autocast)
+
+    @property
+    def sampling(self) -> bool:
+        """This step records module statistics (hooks on every module): a compiled model runs it eagerly."""
+        return self._sampled
 
     @property
     def rollbacks(self) -> int:
@@ -218,11 +227,14 @@ class NumericsGuard:
     ) -> StepCheck | None:
         """Unscale, clip, step or skip, locate, apply the policy (see the module docstring).
         ``defer``: the previous deferred step's check (None at the first), nothing read from the device."""
-        announce("optimizer", self._step)
+        tell(self.watch, "optimizer", self._step)
         if isinstance(loss, (list, tuple)):  # the micro-batches' losses: the step's is their sum
             loss = torch.stack([x.detach().float().reshape(()) for x in loss]).sum()
         scaled = scaler is not None and scaler.is_enabled()
-        taken = Taken(self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids, micro=self._micro)
+        taken = Taken(
+            self._step, self._batch, self._rng, self._dtype, replay, scaled, ids=self._ids, micro=self._micro,
+            watch=self.watch,
+        )  # fmt: skip
         self._micro = []
         if not defer:
             return self._eager_step(optimizer, loss, scaler, clip, taken)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .. import dist, layout
-from ..stall.watch import announce
+from ..stall.watch import tell
 from .utterances import ids_text
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,13 @@ class Policy:
     """``name``: one of :data:`POLICIES`; after ``max_rollbacks`` rollbacks a rollback becomes a halt.
     ``agree``: answer with every rank, one step late (False where ranks do not step together)."""
 
-    def __init__(self, name: str, max_rollbacks: int, group, agree: bool, exp: Path):
+    def __init__(self, name: str, max_rollbacks: int, group, agree: bool, exp: Path, watch=lambda: None):
         if name not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {name!r}")
         self.name, self.max_rollbacks, self.group, self.agree, self.exp = name, max_rollbacks, group, agree, exp
         self.rank, self.world_size = dist.world()
         self.rollbacks = 0
+        self.watch = watch  # the guard's stall watch, read when told (a guard may be handed one later)
         self._sent = None  # (this rank's finding at the last step, its all-reduce under way)
 
     def act(self, found: bool, step: int) -> str:
@@ -48,10 +49,10 @@ class Policy:
             flag, work = self._sent
             waits = not work.is_completed()
             if waits:
-                announce("sync", step)
+                tell(self.watch(), "sync", step)
             work.wait()  # also when complete: it hands the result over (and any error)
             if waits:
-                announce("optimizer", step)
+                tell(self.watch(), "optimizer", step)
             found_before = bool(flag.item())
         action = self._next() if found_before else "step"
         self._sent = None

@@ -1,18 +1,17 @@
 """The stall watch a training loop holds, and how asrlab's other parts show up in its verdict.
 
 :class:`StallWatch` keeps this rank's heartbeat (the phase of the step it is in) and runs a
-:class:`~.watchdog.Watchdog` over every rank's; :func:`announce` lets the other parts (the uneven
-guard's data check, the numerics guard's optimizer step) name their phase to whichever watch runs.
+:class:`~.watchdog.Watchdog` over every rank's. The other parts (the uneven guard's data check, the numerics
+guard's optimizer step) are handed the watch their loop runs under (``watch=``; ``watch.data(guard)`` hands
+it to the guard it wraps) and name their phase to it with :func:`tell`: a part given none tells nobody.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch.distributed as tdist
 
@@ -24,36 +23,22 @@ from .watchdog import Watchdog
 
 FAILURE_COLLECT_S = 3.0  # how long a rank that raised waits for the others' stack dumps (they poll every second)
 
-_WATCHED: list = []  # what announce() tells: the running StallWatch's heartbeat, or a loop's own (announced_to)
+
+def tell(watch, phase: str, step: int | None = None) -> None:
+    """Tell ``watch`` (what a part was handed: a :class:`StallWatch`, or a loop's own heartbeat keeper with an
+    ``announced(phase, step)`` method, as asrlab's trainer's step phases; None: nobody) that the loop is now in
+    ``phase``."""
+    if watch is not None:
+        watch.announced(phase, step)
 
 
-def announce(phase: str, step: int | None = None) -> None:
-    """Tell this process's stall watch (if one runs) that it is now in ``phase``: how asrlab's other
-    parts (the uneven guard's agreement, the numerics guard's optimizer step) show up in a verdict."""
-    if _WATCHED:
-        _WATCHED[-1].enter(phase, step)
-
-
-def reading_ahead(n: int) -> None:
-    """Tell this process's stall watch that the read under way is ``n`` batches beyond the one the loop
-    awaits (a reader that holds batches fetched ahead, as the uneven guard does), so a hang in it names
-    the step whose batch is being read as well as the loop's own step."""
-    hb = getattr(_WATCHED[-1], "hb", _WATCHED[-1]) if _WATCHED else None
+def reading_ahead(watch, n: int) -> None:
+    """Tell ``watch`` that the read under way is ``n`` batches beyond the one the loop awaits (a reader that
+    holds batches fetched ahead, as the uneven guard does), so a hang in it names the step whose batch is
+    being read as well as the loop's own step."""
+    hb = getattr(watch, "hb", None)
     if hasattr(hb, "ahead"):
         hb.ahead = n
-
-
-@contextlib.contextmanager
-def announced_to(enter, hb=None):
-    """Inside the block, :func:`announce` calls ``enter(phase, step)``: for a loop that keeps its own heartbeat
-    ``hb`` and :class:`Watchdog` instead of a :class:`StallWatch` (asrlab's trainer, which also times each
-    phase); :func:`reading_ahead` sets ``hb.ahead``."""
-    listener = SimpleNamespace(enter=enter, hb=hb)
-    _WATCHED.append(listener)
-    try:
-        yield
-    finally:
-        _WATCHED.remove(listener)
 
 
 class StallWatch:
@@ -130,7 +115,6 @@ class StallWatch:
             rid=self.rid,
         )
         self.watchdog.start()
-        _WATCHED.append(self.hb)
         # a loop that never calls stop() still records its error (for the other ranks) or its end
         self._excepthook, sys.excepthook = sys.excepthook, self._on_uncaught
         atexit.register(self.stop)
@@ -147,6 +131,10 @@ class StallWatch:
         """This rank is now in ``phase`` (any name; asrlab's own are described in the verdict)."""
         self.hb.enter(phase, step, allow_s)
 
+    def announced(self, phase: str, step: int | None = None) -> None:
+        """A phase another part names (:func:`tell`)."""
+        self.hb.enter(phase, step)
+
     def tick(self) -> None:
         """Progress inside a long phase (an evaluation batch): no stall while ticks come."""
         self.hb.tick()
@@ -155,7 +143,10 @@ class StallWatch:
         """Yield from ``batches``, in phase ``data`` while each next batch is awaited and ``compute`` after it
         came (until the loop enters another phase); ``epoch_end`` when it runs out. Each ``accumulate``
         batches are one step (gradient accumulation: the optimizer steps once per ``accumulate``
-        micro-batches; an epoch's last step may have fewer), done when the next batch is asked for."""
+        micro-batches; an epoch's last step may have fewer), done when the next batch is asked for. A part that
+        takes a watch (:class:`~asrlab.lab.UnevenGuard`) and was given none is handed this one."""
+        if getattr(batches, "watch", False) is None:
+            batches.watch = self
         it, micro = iter(batches), 0
         self.hb.per_step = max(1, accumulate)
         while True:
@@ -178,8 +169,6 @@ class StallWatch:
         if self.watchdog is None:
             return
         watchdog, self.watchdog = self.watchdog, None
-        if self.hb in _WATCHED:
-            _WATCHED.remove(self.hb)
         if sys.excepthook == self._on_uncaught:
             sys.excepthook = self._excepthook
         atexit.unregister(self.stop)
@@ -208,4 +197,4 @@ class StallWatch:
         return False
 
 
-__all__ = ["StallWatch", "announce", "announced_to", "reading_ahead"]
+__all__ = ["StallWatch", "reading_ahead", "tell"]
