@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from asrlab.doctor import diagnose, format_diagnosis
@@ -112,7 +113,25 @@ def test_without_the_jobs_output_a_vanished_peer_still_comes_before_the_survivor
     assert "first error:" not in text and "error of a rank whose peer was gone (a consequence" in text, text[:1500]
 
 
-def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
+def _job_process(watch_pid: int, marker: str) -> psutil.Process:
+    """The process of the watched job whose command line holds ``marker`` (torchrun's agent)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        for p in psutil.Process(watch_pid).children(recursive=True):
+            try:
+                line = " ".join(p.cmdline())
+                if marker in line and "keeper" not in line:  # the watch's keeper holds the job's command too
+                    return p
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no process of the job with {marker!r}")
+
+
+@pytest.mark.parametrize("target", ["watch", "launcher"])
+def test_sigterm_to_the_watch_or_the_launcher_is_a_stop(tmp_path, target):
+    """SIGTERM at step 5 to ``asrlab watch`` or to torchrun: the job was stopped, by that signal, at its step,
+    never a rank's crash."""
     exp = tmp_path / "exp"
     proc = watch(exp, steps=100000)
     deadline = time.time() + 90
@@ -121,13 +140,21 @@ def test_sigterm_to_the_watch_is_a_stop_not_a_crash(tmp_path):
             proc.stderr.read()[-2000:] if proc.poll() else "no step 5"
         )
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    if target == "watch":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        _job_process(proc.pid, "torch.distributed.run").terminate()
     proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM
     d = diagnose(exp)
-    assert d["verdict"] == "stopped", d["summary"]
-    assert d["summary"].startswith("ended by SIGTERM to asrlab watch at ") and "step" in d["summary"], d["summary"]
-    assert json.loads((exp / "lab.json").read_text())["status"] == "stopped"
+    if target == "watch":
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert d["verdict"] == "stopped", d["summary"]
+        assert d["summary"].startswith("ended by SIGTERM to asrlab watch at ") and "step" in d["summary"], d["summary"]
+        assert json.loads((exp / "lab.json").read_text())["status"] == "stopped"
+    else:
+        assert proc.returncode != 0
+        assert d["verdict"] == "stopped" and "SIGTERM" in d["summary"] and "step" in d["summary"], d["summary"]
+        assert "vanished" not in d["summary"] and "crash" not in d["summary"], d["summary"]
 
 
 STRANGER = """
