@@ -13,6 +13,7 @@ of a training run in it, the time left.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -148,7 +149,10 @@ def run_notebooks(
             t0 = time.time()
             rec = {"notebook": nb.stem, "output": str(out), "ok": True}
             try:
-                with watching(NotebookProgress(out), progress or StatusLine(), progress_every_s):
+                with (
+                    watching(NotebookProgress(out), progress or StatusLine(), progress_every_s),
+                    tools_logged_to(out.with_suffix(".log")),
+                ):
                     pm.execute_notebook(
                         str(nb),
                         str(out),
@@ -356,6 +360,35 @@ class StatusLine:
             self.stream.write("\r\033[K")
             self.stream.flush()
             self.shown = False
+
+
+TOOLS = (
+    "papermill",
+    "nbclient",
+    "jupyter_client",
+    "traitlets",
+)  # their own log lines: the run's file, not the terminal
+
+
+@contextmanager
+def tools_logged_to(path: Path):
+    """While a notebook runs, papermill's and the kernel client's own log lines (the notebook's paths, the
+    kernel's start, its warnings) go to ``path`` beside the executed copy, not between the progress lines."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    kept = []
+    for name in TOOLS:
+        lg = logging.getLogger(name)
+        kept.append((lg, lg.propagate))
+        lg.addHandler(handler)
+        lg.propagate = False
+    try:
+        yield
+    finally:
+        for lg, propagate in kept:
+            lg.removeHandler(handler)
+            lg.propagate = propagate
+        handler.close()
 
 
 @contextmanager

@@ -36,14 +36,18 @@ def test_parameter_file_merges_global_and_per_notebook_keys(tmp_path):
     assert notebook_params(params, "01_x", declared_parameters(nb)) == {"nproc": 8, "backend": "nccl", "utts": 99}
 
 
-def test_runner_executes_and_names_the_failing_cell(tmp_path):
+def test_runner_executes_and_names_the_failing_cell(tmp_path, caplog):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     write_nb(nbs / "01_ok.ipynb", "x = 1", "y = x + 1")
     write_nb(nbs / "02_broken.ipynb", "x = 1", "raise RuntimeError('boom')")
+    caplog.set_level("INFO")
     records = run_notebooks(nbs, tmp_path / "runs", report=lambda m: None)
     ok, broken = records
     assert ok["ok"] and (tmp_path / "runs" / "01_ok" / "01_ok.ipynb").exists()
+    # papermill's own lines went to the file beside the executed copy, not to the terminal's log
+    assert "Input Notebook" in (tmp_path / "runs" / "01_ok" / "01_ok.log").read_text()
+    assert not [r for r in caplog.records if r.name.split(".")[0] in ("papermill", "nbclient", "traitlets")]
     assert not broken["ok"] and "cell 2" in broken["error"] and "boom" in broken["error"]
     with pytest.raises(ValueError, match="no notebook"):
         run_notebooks(nbs, tmp_path / "runs", only="nothing-matches", report=lambda m: None)
