@@ -114,6 +114,11 @@ class TrainConfig:
     nonfinite: str = "skip"  # a step whose loss or gradients are not finite: skip | rollback | halt
     rollback_lr_factor: float = 0.5  # rollback: reload the last checkpoint and multiply the LR by this
     max_rollbacks: int = 3  # ... at most this many times, then halt
+    # torch.compile of the model (with DDP: of the wrapper); off by default: on CPU compiling takes minutes
+    # (benchmarks/compile_cpu.txt). Sampled steps and a non-finite step's replay run the model eagerly.
+    compile: bool = False
+    compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune
+    compile_backend: str = "inductor"  # inductor | aot_eager (traced, not code-generated: the CPU tests)
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):
@@ -122,6 +127,14 @@ class TrainConfig:
             raise UsageError(f"train.nonfinite must be skip, rollback or halt, not {self.nonfinite!r}")
         if self.resume_mode not in ("exact", "epoch_start", "reshuffle"):
             raise UsageError(f"train.resume_mode must be exact, epoch_start or reshuffle, not {self.resume_mode!r}")
+        if self.compile_mode not in ("default", "reduce-overhead", "max-autotune"):
+            raise UsageError(
+                f"train.compile_mode must be default, reduce-overhead or max-autotune, not {self.compile_mode!r}"
+            )
+        if self.compile_backend not in ("inductor", "aot_eager", "eager"):
+            raise UsageError(
+                f"train.compile_backend must be inductor, aot_eager or eager, not {self.compile_backend!r}"
+            )
         if self.backend not in ("auto", "nccl", "gloo"):
             raise UsageError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")
 

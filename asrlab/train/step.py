@@ -96,10 +96,12 @@ class TrainStep:
         fbank=None,
         grad_clip: float = 0.0,
         heartbeat=None,
+        compiled=None,
     ):
         self.model, self.ddp, self.opt, self.sched, self.scaler = model, ddp, opt, sched, scaler
         self.guard, self.phases, self.precision, self.device = guard, phases, precision, device
         self.fbank, self.grad_clip, self.hb = fbank, grad_clip, heartbeat
+        self.compiled = compiled  # torch.compile of the model (or its DDP wrapper); None: eager
         self.step = 0
         self.unread: deque[StepResult] = deque()
 
@@ -128,9 +130,10 @@ class TrainStep:
     def train_step(self, batches: list[dict], epoch: int = 0) -> StepResult | None:
         """Forward/backward over ``batches`` (gradient accumulation), then the guard's optimizer step, all
         queued without waiting on the device. Returns the step before it, now read (None at the first)."""
-        net = self.ddp or self.model
         losses, unalignable = [], 0
         with self.guard.step(self.step + 1, batches):  # sampled module statistics; the RNG kept for a replay
+            # a sampled step hooks every module: eager, so the compiled graph is not traced again with hooks
+            net = self.compiled if self.compiled is not None and not self.guard.sampling else self.ddp or self.model
             for i, batch in enumerate(batches):
                 unalignable += self._micro_step(net, batch, i, len(batches), losses)
         if self.ddp is not None and self.device.type == "cuda":
@@ -290,6 +293,7 @@ def build_step(
         t.nonfinite,
         t.max_rollbacks,
         agree=t.uneven != "join",
+        watch=phases,
         meta={
             "lr": lambda: opt.param_groups[0]["lr"],
             "precision": precision.name,
@@ -303,7 +307,11 @@ def build_step(
     if info.backend:
         ddp = DDP(model)
         ddp.register_comm_hook(None, phases.ddp_hook())
-    return TrainStep(model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb)
+    compiled = None
+    if t.compile:
+        mode = None if t.compile_mode == "default" or t.compile_backend != "inductor" else t.compile_mode
+        compiled = torch.compile(ddp or model, backend=t.compile_backend, mode=mode)
+    return TrainStep(model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb, compiled)
 
 
 __all__ = ["StepResult", "TrainStep", "build_step"]

@@ -1,0 +1,78 @@
+"""``train.compile``: the compiled step trains as the eager one does, and resumes exactly.
+
+On CPU, inductor's code generation takes minutes for one graph here (benchmarks/compile_cpu.txt), so these
+tests compile with ``train.compile_backend=aot_eager``: the model traced by Dynamo and AOTAutograd (graph
+breaks, guards, the backward graph, the guard's hooks and eager replays) and run without generated kernels.
+Inductor itself runs on a GPU (benchmarks/on_gpu.sh)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from asrlab.lab.metrics import read_metrics
+
+from helpers import make_trainer
+
+COMPILED = ["train.compile=true", "train.compile_backend=aot_eager"]
+# sampled statistics every 7th step (those run eagerly), a checkpoint at step 10, no stall watchdog in-process
+RUN = ["train.diagnostics_every=7", "train.save_every_steps=10", "train.stall_timeout_s=0", "train.preflight=false"]
+LOSS_RTOL = 1e-4  # aot_eager decomposes some ops (a different float summation order), never the model's maths
+
+
+class Killed(Exception):
+    """The run ended right after a checkpoint (as a SIGKILL then would: nothing after it kept)."""
+
+
+def train(corpus, exp, *extra, resume: bool = False, killed_at: int = 0) -> tuple[list[float], dict]:
+    """20 steps (the LR schedule's horizon), or to the checkpoint at ``killed_at``; losses and final weights."""
+    tr = make_trainer(corpus, exp, *RUN, "train.max_steps=20", *extra)
+    save = tr.save
+
+    def save_then_die():
+        save()
+        if killed_at and tr.step >= killed_at:
+            raise Killed()
+
+    tr.save = save_then_die
+    try:
+        if resume:
+            assert tr.resume()
+        try:
+            tr.fit()
+        except Killed:
+            pass
+        weights = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+    finally:
+        tr.close()
+    return [m["loss"] for m in read_metrics(exp)], weights
+
+
+@pytest.fixture(scope="module")
+def compiled_run(corpus, tmp_path_factory):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    run = train(corpus, tmp_path_factory.mktemp("compiled") / "exp", *COMPILED)
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"], dict(counters)  # compiled, whole
+    return run
+
+
+def test_the_compiled_step_gives_the_eager_steps_losses(corpus, tmp_path, compiled_run):
+    eager, _ = train(corpus, tmp_path / "eager")
+    compiled, _ = compiled_run
+    assert len(eager) == len(compiled) == 20
+    assert all(math.isclose(a, b, rel_tol=LOSS_RTOL) for a, b in zip(eager, compiled)), list(zip(eager, compiled))
+
+
+def test_a_compiled_run_stopped_and_resumed_ends_where_the_uninterrupted_one_ends(corpus, tmp_path, compiled_run):
+    exp = tmp_path / "exp"
+    train(corpus, exp, *COMPILED, killed_at=10)  # ends with its checkpoint at step 10
+    losses, weights = train(corpus, exp, *COMPILED, resume=True)  # a new trainer (a new compile) resumes it
+    whole_losses, whole = compiled_run
+    assert losses[10:] == whole_losses[10:]
+    assert all(torch.equal(weights[k], whole[k]) for k in whole), [
+        k for k in whole if not torch.equal(weights[k], whole[k])
+    ]
