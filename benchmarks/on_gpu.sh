@@ -30,6 +30,11 @@
 #   busy48k      busy at 48,000-frame batches (8 workers, 12,000 utterances): the step's time against the batch's size
 #   lab          examples/lab_loop.py (asrlab.lab in a plain DDP loop) on NCCL with one rank per GPU, fp32 then
 #                fp16 with the overflow injected, each read by asrlab doctor; with 2+ GPUs, notebook 05 on them
+#   bare         benchmarks/bare_step.py --compile: the base config in bf16, asrlab's step beside a bare PyTorch
+#                loop, eager then compiled (inductor), interleaved in one process
+#   bound        asrlab watch (stacks and NVML, from outside) on three runs it must tell apart: a loader starved
+#                of workers ("data"), a small batch ("host"), the compiled large-batch step ("device"); each
+#                read by asrlab doctor, whose step times name the bound
 #
 # ASRLAB_PY: the Python that holds asrlab and its dependencies (default python3). 01_stalls needs 2 ranks and
 # nccl refuses two ranks on one GPU, so it is not run here.
@@ -158,6 +163,21 @@ EOF
         [ -f runs/busy12k/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/busy12k/corpus --utts 12000 --quiet
         timeout 300 "$py" benchmarks/busy_gpu.py runs/busy12k/corpus/train/data.list --config base --workers 8 \
             --max-frames 48000 --steps 20 --json runs/busy_gpu48k.json 2>&1 | tee runs/busy_gpu48k.log ;;
+    bare) timeout 560 "$py" benchmarks/bare_step.py --config base --steps 40 --rounds 3 --compile \
+              --set train.precision=bf16 data.max_frames_in_batch=12000 2>&1 | tee runs/bare_step.log ;;
+    bound)
+        [ -f runs/bound/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/bound/corpus --utts 3000 --quiet
+        for run in "starved:data.num_workers=0 data.max_frames_in_batch=12000" \
+                   "small:data.num_workers=4 data.max_frames_in_batch=1500" \
+                   "compiled:data.num_workers=8 data.max_frames_in_batch=48000 train.compile=true"; do
+            name=${run%%:*}; exp=$PWD/runs/bound/$name
+            rm -rf "$exp"
+            timeout 170 "$py" -m asrlab.cli watch --exp "$exp" -- "$py" -m asrlab.cli train --config base \
+                --data runs/bound/corpus/train/data.list --exp "$exp/train" --max-steps 60 --precision bf16 \
+                ${run#*:} > "runs/bound/$name.log" 2>&1
+            "$py" -m asrlab.cli doctor "$exp" | tee "runs/bound/$name.doctor.txt" | grep -A3 "step times"
+        done
+        tar czf "$out/bound.tar.gz" runs/bound/*.log runs/bound/*.doctor.txt 2>/dev/null ;;
     gputests)  # the root conftest (nbval's notebooks) and its addopts left out: the image has no nbval
         timeout 200 "$py" -m pytest -o addopts= --confcutdir tests -q -rs --timeout 150 -p no:cacheprovider -k gpu --tb=short \
             tests/test_sync_free.py tests/test_train.py tests/test_tune.py tests/test_features.py 2>&1 | tail -60 ;;

@@ -171,6 +171,8 @@ def format_diagnosis(d: dict) -> str:
                 f"  rank {r['rank']} (sampled stacks): "
                 + ", ".join(f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items())
             )
+            if r.get("bound") and d["verdict"] not in FAILED:  # a stall's or a crash's time is no bound
+                lines.append(f"    bound: {r['bound']['bound']}: {r['bound']['evidence']}")
             continue
         how = "mean (heartbeat)" if r.get("source") else "median"
         lines.append(
@@ -179,6 +181,8 @@ def format_diagnosis(d: dict) -> str:
         )
         if r.get("split"):
             lines.append(f"    wall clock: {format_split(r['split'])}")
+        if r.get("bound") and d["verdict"] not in FAILED:
+            lines.append(f"    bound: {r['bound']['bound']}: {r['bound']['evidence']}")
     if st["spread"] and "slowest_rank" in st["spread"]:
         s = st["spread"]
         lines.append(

@@ -15,7 +15,7 @@ from ..lab.numerics.events import read_events
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
 from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ranks, read_untrained
-from ..lab.timing import step_split
+from ..lab.timing import bound, split_of_phases, step_split
 from .read import kept_steps, read_json
 
 FIRST = 5  # keys, steps, ... named in the text before "+N more"
@@ -67,6 +67,10 @@ def step_times(exp: str | Path) -> dict:
                 r["split"] = step_split(read_metrics(exp, f"rank{r['rank']}")[1:])
             except KeyError:  # a loop's metrics without the timing keys
                 r["split"] = None
+        elif r.get("shares"):  # sampled stacks (and the GPU's busy share, where the watch read NVML)
+            r["split"] = split_of_phases(r["shares"], r.get("gpu_busy"))
+        if r.get("split"):
+            r["bound"] = bound(r["split"], r.get("gpu_busy"))
     if len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times
         most = max(ranks, key=lambda r: r["data_wait_share"])
         out["spread"] = {"most_data_wait_rank": most["rank"], "data_wait_share": round(most["data_wait_share"], 4)}
@@ -117,6 +121,7 @@ def _heartbeat_times(exp: Path) -> list[dict]:
                         "data_wait_share": spent.get("data", 0.0) / total,
                         "source": "sampled stacks",
                         "shares": {p: round(t / total, 4) for p, t in sorted(spent.items(), key=lambda x: -x[1])},
+                        "gpu_busy": b.get("gpu_busy"),
                     }
                 )
             continue

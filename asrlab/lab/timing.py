@@ -137,6 +137,58 @@ def format_split(split: dict) -> str:
     return f"{shares}: {SPLIT_NAMES[split['largest']]} is the largest"
 
 
+# the bound of a job (docs/guide.md, "What bounds a job"): a GPU this busy is the bound, whatever else the step
+# does; a wait (for data, in collectives) this large a share of the time names that wait
+BOUND_BUSY = 0.9
+BOUND_WAIT = 0.25
+# a rank's phases, as the watch samples them, in the split's terms
+PHASE_PART = {"data": "data_wait", "collective": "comm", "ddp_allreduce": "comm", "allreduce": "comm", "sync": "comm"}
+
+
+def split_of_phases(shares: dict[str, float], gpu_busy: float | None = None) -> dict:
+    """The split of a rank's sampled time (``{phase: share}``, as ``asrlab watch`` samples the stacks): waits
+    for data and in collectives as such; the rest is the step's own work, of which, with ``gpu_busy``, the
+    part the GPU was not busy is host overhead."""
+    out = {k: 0.0 for k in SPLIT}
+    for phase, share in shares.items():
+        out[PHASE_PART.get(phase, "compute")] += share
+    if gpu_busy is not None:
+        work = out["compute"]
+        out["compute"] = min(work, max(0.0, gpu_busy - out["comm"]))
+        out["host_overhead"] = work - out["compute"]
+    out = {k: round(v, 4) for k, v in out.items()}
+    out["largest"] = max(SPLIT, key=lambda k: out[k])
+    return out
+
+
+def bound(split: dict, gpu_busy: float | None = None) -> dict:
+    """``{"bound", "evidence"}``: what holds a rank's steps back, read from its split (:func:`step_split`,
+    :func:`split_of_phases`) and its GPU's busy share: ``device`` (the GPU busy >= 90% of the time),
+    ``data`` or ``communication`` (that wait >= 25% of the time, the larger of the two), ``host`` (the GPU
+    known to idle while the main thread runs the step: Python and kernel launches), else ``compute`` (the
+    step's own work, with no GPU busy share to tell the host from the device)."""
+    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    busy = "" if gpu_busy is None else f"; the GPU busy {pct(gpu_busy)}"
+    if gpu_busy is not None and gpu_busy >= BOUND_BUSY:
+        return {"bound": "device", "evidence": f"the GPU is busy {pct(gpu_busy)} of the time"}
+    wait, share = max((("data", split["data_wait"]), ("communication", split["comm"])), key=lambda x: x[1])
+    if share >= BOUND_WAIT:
+        where = "waiting for data (the loader)" if wait == "data" else "waiting in collectives (the other ranks)"
+        return {"bound": wait, "evidence": f"{pct(share)} of the time {where}{busy}"}
+    if gpu_busy is not None:
+        return {
+            "bound": "host",
+            "evidence": f"the GPU idles {pct(1 - gpu_busy)} of the time while the main thread runs the step "
+            f"(host overhead {pct(split['host_overhead'])}; data wait {pct(split['data_wait'])}, "
+            f"communication {pct(split['comm'])})",
+        }
+    return {
+        "bound": "compute",
+        "evidence": f"{pct(split['compute'] + split['host_overhead'])} of the time in the step's own work (no GPU "
+        "busy share sampled: the host's part and the device's are not told apart)",
+    }
+
+
 class _Sampler(threading.Thread):
     """A background thread calling ``self.sample()`` every ``interval_s``; ``samples`` is the list of rows."""
 
@@ -277,4 +329,15 @@ def trace(out_dir: str | Path, wait: int = 2, warmup: int = 2, active: int = 5, 
         yield prof
 
 
-__all__ = ["PARTS", "SPLIT", "StepTimer", "GpuSampler", "CpuSampler", "format_split", "step_split", "trace"]
+__all__ = [
+    "PARTS",
+    "SPLIT",
+    "StepTimer",
+    "GpuSampler",
+    "CpuSampler",
+    "bound",
+    "format_split",
+    "split_of_phases",
+    "step_split",
+    "trace",
+]

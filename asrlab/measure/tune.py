@@ -30,8 +30,7 @@ from ..errors import UsageError
 from ..lab import dist
 from ..lab.precision import cpu_fp16_kernels
 from ..lab.stall.heartbeat import Heartbeat
-from ..lab.stall.watch import announced_to
-from ..lab.timing import PARTS, CpuSampler, GpuSampler, format_split, step_split
+from ..lab.timing import PARTS, CpuSampler, GpuSampler, bound, format_split, step_split
 from ..train.phases import StepPhases
 from ..train.run_data import start_data
 from ..train.step import build_step
@@ -92,12 +91,7 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
         phases = StepPhases(hb, device)
         stepper = build_step(cfg, len(tok), info, tmp, phases, horizon=skip + steps)
         batches = iter(loader)
-        with (
-            GpuSampler(0.2) as gpu,
-            CpuSampler(0.25) as cpu,
-            cpu_fp16_kernels(device, stepper.precision.dtype),
-            announced_to(phases.announced, phases.hb),
-        ):
+        with GpuSampler(0.2) as gpu, CpuSampler(0.25) as cpu, cpu_fp16_kernels(device, stepper.precision.dtype):
             try:
                 for group in stepper.groups(batches, cfg.optim.accum_steps):
                     per_epoch += 1
@@ -151,16 +145,17 @@ def grid(
     storage=("shards/none",),
     features=("cpu",),
     fbank=("asrlab",),
+    compile=(False,),
 ) -> list[dict]:
     """The points of a grid (``prefetch_factor`` only varies where there are workers; ``fbank`` only where the
     loader makes the features).
 
     ``features``: ``cpu`` (fbank in the loader) and/or ``device`` (fbank batched after the copy); ``fbank``:
-    the loader's, ``asrlab`` and/or ``torchaudio``.
+    the loader's, ``asrlab`` and/or ``torchaudio``; ``compile``: the step eager and/or ``train.compile``.
     """
     points = []
-    for st, ft, fb, nw, pf, mf in itertools.product(
-        storage, features, fbank, num_workers, prefetch_factor, max_frames_in_batch
+    for cp, st, ft, fb, nw, pf, mf in itertools.product(
+        compile, storage, features, fbank, num_workers, prefetch_factor, max_frames_in_batch
     ):
         if (nw == 0 and pf != prefetch_factor[0]) or (ft == "device" and fb != fbank[0]):
             continue
@@ -172,6 +167,7 @@ def grid(
                 "max_frames_in_batch": mf,
                 "features": ft,
                 "fbank": fb if ft == "cpu" else "asrlab",
+                "compile": bool(cp),
             }
         )
     return points
@@ -194,6 +190,7 @@ def sweep(cfg: Config, lists: dict[str, Path], points: list[dict], steps: int = 
             features=p.get("features", "cpu"),
             fbank=p.get("fbank", "asrlab"),
         )
+        c = replace_section(c, "train", compile=bool(p.get("compile")))
         row = {**p, **measure(c, lists[p["storage"]], steps)}
         rows.append(row)
         if progress:
@@ -210,7 +207,8 @@ def describe(p: dict) -> str:
         if p.get("fbank") == "torchaudio"
         else ""
     )
-    return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}"
+    cp = ", compiled" if p.get("compile") else ""
+    return f"{p['storage']}, num_workers={p['num_workers']}{pf}, max_frames={p['max_frames_in_batch']}{ft}{cp}"
 
 
 NEXT = {  # what to try next, by the largest share of the recommended setting's step time
@@ -252,7 +250,23 @@ def recommend(
     if best.get("gpu_util_pct") is not None:
         text += f", GPU utilisation {best['gpu_util_pct']:.0f}% (slowest: {worst['gpu_util_pct']:.0f}%)"
     if best.get("split"):
-        text += f". Its steps: {format_split(best['split'])}; {NEXT[best['split']['largest']]}"
+        gpu = None if best.get("gpu_util_pct") is None else best["gpu_util_pct"] / 100
+        b = bound(best["split"], gpu)
+        text += f". Its steps: {format_split(best['split'])}; {b['bound']}-bound ({b['evidence']}): "
+        text += (
+            NEXT[best["split"]["largest"]]
+            if b["bound"] != "device"
+            else "the GPU itself: a faster step needs less arithmetic"
+        )
+        twin = [r for r in rows if r is not best and r.get("compile") != best.get("compile")
+                and all(r.get(k) == best.get(k) for k in ("storage", "num_workers", "prefetch_factor",
+                                                         "max_frames_in_batch", "features", "fbank"))]  # fmt: skip
+        if twin and best.get("step_s") and twin[0].get("step_s"):
+            eager, compiled = (twin[0], best) if best.get("compile") else (best, twin[0])
+            text += (
+                f". The compiled step: {1000 * compiled['step_s']:.0f} ms against {1000 * eager['step_s']:.0f} ms "
+                "eager at this setting"
+            )
     fed = [r for r in fits if r is not best and r["data_wait"] < FED] if best["data_wait"] < FED else []
     if fed:  # data wait does not rank these: their speeds differ in the step itself, not in waiting for data
         lo, hi = min(r["audio_h_per_h"] for r in fed), max(r["audio_h_per_h"] for r in fed)

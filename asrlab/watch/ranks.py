@@ -39,6 +39,7 @@ class RankView:
         self.phase_s: dict[str, float] = {}  # seconds per phase, each sample's interval to the phase it found
         self.samples = 0
         self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
+        self.gpu_busy: float | None = None  # its GPU's mean busy share so far (NVML), where there is one
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
         """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
@@ -112,6 +113,7 @@ class RankView:
             "run": self.proc.run,
             "watched": True,
             "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()},
+            "gpu_busy": self.gpu_busy,
         }
 
 

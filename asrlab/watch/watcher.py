@@ -35,6 +35,7 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import phase_of
+from .gpus import GpuBusy
 from .keeper import KeptJob
 from .ranks import WAITING, Loops, RankView
 from .output import JobOutput
@@ -80,6 +81,7 @@ class JobWatch:
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
         self.loops = Loops()
+        self.gpus = GpuBusy()  # NVML, where present: each rank's GPU's busy share beside its stacks
         self._cpu0 = 0.0
 
     # -- the job ------------------------------------------------------------------------
@@ -237,6 +239,7 @@ class JobWatch:
             if self.sampler is None:
                 return
         now = time.time()
+        self.gpus.look(procs)
         for rank, proc in sorted(procs.items()):
             view = self.ranks.get(rank)
             if view is None or view.proc.pid != proc.pid:  # new, or restarted by torchrun
@@ -256,6 +259,7 @@ class JobWatch:
                 else {w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             )
             changed = view.update(stacks, workers, time.time())
+            view.gpu_busy = self.gpus.busy(rank)
             self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
         if self.stalled is None:
