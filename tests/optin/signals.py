@@ -100,11 +100,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--venv", type=Path, required=True)
     ap.add_argument("--corpus", type=Path, default=Path("/work/optin/corpus"))
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="the runs whose 'launcher target signal' holds this")
+    ap.add_argument("--keep", type=Path, help="keep each run's folder under this one")
     a = ap.parse_args()
     data = a.corpus / "train" / "raw.list"
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = a.keep or tmp
         for kind in ("torchrun", "accelerate"):
             for target in ("launcher", "watch", "rank"):
                 for sig in (signal.SIGTERM, signal.SIGINT):

@@ -222,6 +222,7 @@ class Events:
         rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
         code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
         code = int(code.group(1)) if code else None
+        pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
         sig = SIGNAL.search(r.get("traceback", ""))
         signame = (
             sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
@@ -257,6 +258,7 @@ class Events:
             root=r["root"],
             host=r.get("host"),
             source="torchrun",
+            pid=int(pid.group(1)) if pid else None,
             **more,
         )
 
@@ -390,6 +392,7 @@ class Events:
                     source="torchrun",
                     signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None,
                     root=False,
+                    pid=int(m.group(3)),
                 )
                 return
         if "closing signal" in text:

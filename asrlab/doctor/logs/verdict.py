@@ -215,10 +215,15 @@ def judge(run: LogRun) -> dict:
     went_on = transient and any(v != "nonfinite" for v, _ in causes)
     events = [{**e, "verdict": v, "transient": went_on and e["kind"] == "nonfinite_step"} for v, e in causes]
     events += [{**t, "verdict": "stalled"} for t in timeouts]
-    if not any(e["kind"] == "agent_stop" for e in run.events):
-        # a rank ended by SIGTERM that its own launcher did not send: from outside, where nothing else failed
-        outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
-        events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
+    # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
+    # closed): from outside, where nothing else failed
+    sent = {e.get("pid") for e in run.events if e["kind"] == "agent_stop"}
+    outside = [
+        e
+        for e in run.events
+        if e["kind"] == "exit" and e.get("signal") in _TERM and (e.get("pid") not in sent if e.get("pid") else not sent)
+    ]
+    events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
     d["history"] = []
     restart = _latest_restart(run)
     if restart is not None and (gone := first_failure([e for e in events if not _since(e, restart)])):
@@ -360,6 +365,9 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: {(d['nonfinite'] or {}).get('text', 'a value not finite')} ({when})"
     elif verdict == "nonfinite" and e["kind"] == "scale_collapse":
         s = f"{who}: the loss scale fell to {e['to']:g} {when}: the gradients overflow at every step, not only while the scale calibrates"
+    elif verdict == "stopped" and e.get("rank") is not None and "death signal" not in e["text"]:
+        # one rank's own interrupt (KeyboardInterrupt in its traceback), its launcher told nothing
+        s = f"{who} was stopped by {e.get('signal') or 'a signal'} sent to it alone {when} ({e['text'][:160]})"
     elif verdict == "stopped":
         s = f"the job was stopped by {e.get('signal') or 'a signal'} to its launcher {when} ({e['text'][:160]})"
     elif verdict == "nonfinite" and e["kind"] == "grad_skip":
