@@ -1,6 +1,6 @@
 """What the numerics diagnostics cost: training with them at their default sampling against without.
 
-Same model, initial weights and in-memory batches as ``trainer_overhead.py`` (tiny config,
+Same model, initial weights and in-memory batches as ``bare_step.py`` (tiny config,
 2,500-frame batches, fp32 on CPU). Each run is a fresh process (a long-lived process slows down
 run after run on this machine, which hid the effect in earlier versions of this script), and the
 two settings alternate: ``off`` (``train.diagnostics_every=0``) and ``every=N`` (the default,
