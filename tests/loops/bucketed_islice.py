@@ -88,18 +88,15 @@ def main(exp):
                 step += 1
                 state.record(step, epoch, names)
                 names = []
-        print(
-            json.dumps(
-                {
-                    "rank": rank,
-                    "epoch": epoch,
-                    "batches": guard.batches,
-                    "steps": step,
-                    "len": len(guard) if epoch else None,
-                }
-            ),
-            flush=True,
-        )
+        line = {
+            "rank": rank,
+            "epoch": epoch,
+            "batches": guard.batches,
+            "steps": step,
+            "len": len(guard) if epoch else None,
+        }
+        sys.stdout.write(json.dumps(line) + "\n")  # one write: the two ranks share the launcher's stdout
+        sys.stdout.flush()
         guard.close()
     state.close()
     dist.destroy_process_group()
