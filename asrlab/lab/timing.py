@@ -230,24 +230,28 @@ class _Sampler(threading.Thread):
         self.stop()
 
 
+def open_nvml() -> tuple[object, list, str]:
+    """``(pynvml, handles, reason)``: NVML initialised with a handle per GPU, and what was found; ``(None, [],
+    why not)`` where it cannot be (not installed, no driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        return pynvml, handles, f"{len(handles)} GPU(s) through NVML" if handles else "NVML found no GPU"
+    except ImportError:
+        return None, [], "nvidia-ml-py is not installed"
+    except Exception as e:  # NVML library absent (no driver): pynvml.NVMLError_LibraryNotFound, ...
+        return None, [], f"no GPU sampling: {type(e).__name__}: {e}".strip()
+
+
 class GpuSampler(_Sampler):
     """NVML per device: ``{"t", "device", "util_pct", "mem_mib", "power_w"}`` rows."""
 
     def __init__(self, interval_s: float = 0.2):
         super().__init__(interval_s)
-        self.available, self.reason, self._handles = False, "", []
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            self.available = bool(self._handles)
-            self.reason = f"{len(self._handles)} GPU(s) through NVML" if self._handles else "NVML found no GPU"
-        except ImportError:
-            self.reason = "nvidia-ml-py is not installed"
-        except Exception as e:  # NVML library absent (no driver): pynvml.NVMLError_LibraryNotFound, ...
-            self.reason = f"no GPU sampling: {type(e).__name__}: {e}".strip()
+        self._nvml, self._handles, self.reason = open_nvml()
+        self.available = bool(self._handles)
 
     def run(self) -> None:
         if self.available:
@@ -337,6 +341,7 @@ __all__ = [
     "CpuSampler",
     "bound",
     "format_split",
+    "open_nvml",
     "split_of_phases",
     "step_split",
     "trace",

@@ -138,6 +138,10 @@ def measure(cfg: Config, data: str | Path, steps: int = 20, skip: int = 2, workd
     return out
 
 
+# what makes a point of the sweep (the keys of :func:`grid`'s points)
+SETTING = ("storage", "num_workers", "prefetch_factor", "max_frames_in_batch", "features", "fbank", "compile")
+
+
 def grid(
     num_workers=(0, 1, 2),
     prefetch_factor=(2,),
@@ -258,9 +262,12 @@ def recommend(
             if b["bound"] != "device"
             else "the GPU itself: a faster step needs less arithmetic"
         )
-        twin = [r for r in rows if r is not best and r.get("compile") != best.get("compile")
-                and all(r.get(k) == best.get(k) for k in ("storage", "num_workers", "prefetch_factor",
-                                                         "max_frames_in_batch", "features", "fbank"))]  # fmt: skip
+        same = [k for k in SETTING if k != "compile"]
+        twin = [
+            r
+            for r in rows
+            if r is not best and r.get("compile") != best.get("compile") and all(r.get(k) == best.get(k) for k in same)
+        ]
         if twin and best.get("step_s") and twin[0].get("step_s"):
             eager, compiled = (twin[0], best) if best.get("compile") else (best, twin[0])
             text += (
@@ -279,4 +286,4 @@ def recommend(
     return best, text
 
 
-__all__ = ["storage_variants", "measure", "grid", "sweep", "recommend", "describe"]
+__all__ = ["SETTING", "storage_variants", "measure", "grid", "sweep", "recommend", "describe"]

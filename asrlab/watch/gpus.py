@@ -9,28 +9,19 @@ from __future__ import annotations
 
 import psutil
 
+from ..lab.timing import open_nvml
 from .procs import Proc
 
 
-def _nvml():
-    """The initialised pynvml module, or None (not installed, no driver, no GPU)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml if pynvml.nvmlDeviceGetCount() > 0 else None
-    except Exception:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
-        return None
-
-
 class GpuBusy:
-    """``look(procs)`` at each of the watch's looks; ``busy(rank)``: the rank's GPU's mean busy share (0-1)."""
+    """``look(procs)`` at each of the watch's looks; ``busy(rank)``: the rank's GPU's mean busy share (0-1).
+    ``nvml``: an NVML to read instead of the machine's (a recording)."""
 
     def __init__(self, nvml=None):
-        self.nv = nvml if nvml is not None else _nvml()
-        self.handles = (
-            [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(self.nv.nvmlDeviceGetCount())] if self.nv else []
-        )
+        if nvml is None:
+            self.nv, self.handles, _ = open_nvml()
+        else:
+            self.nv, self.handles = nvml, [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         self._device: dict[int, int | None] = {}  # pid -> device index
         self._sum: dict[int, list[float]] = {}  # rank -> [sum of busy shares, looks]
 

@@ -39,7 +39,7 @@ from .words import (
     nonfinite_values,
     signame,
 )
-from .toolkits import bar_count, counter_of
+from .toolkits import counter_of
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
     SPAWNED,
@@ -138,10 +138,11 @@ class Events:
         else:
             self._last[e["kind"]] = e
 
-    def feed(self, source: str, rank: int | None, time: float | None, text: str) -> None:
+    def feed(self, source: str, rank: int | None, time: float | None, text: str, bar: int | None = None) -> None:
+        """Read one line of ``source``; ``bar``: the count of a progress bar on it (glued to what follows)."""
         self.source = source
-        if "/" in text and "[" in text and (n := bar_count(text)) is not None:  # a bar glued to what follows
-            self._place[source] = n
+        if bar is not None:
+            self._place[source] = bar
         key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
         if tb is not None:
@@ -405,9 +406,8 @@ class Events:
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
-        if ("Killed" in text or not text.isascii()) and BASH_KILLED.search(
-            text.strip()
-        ):  # the shell's word for a SIGKILLed child
+        # the shell's word for a SIGKILLed child (in its locale: not ASCII)
+        if ("Killed" in text or not text.isascii()) and BASH_KILLED.search(text.strip()):
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
             return
         m = SHELL_SIGNAL.search(text.strip())

@@ -429,14 +429,16 @@ class _File:
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
         self.read_in_full += 1
-        if "/" in text and "[" in text and (n := bar_count(text)) is not None:
-            self.bar = (n, self.read_in_full)
+        bar = bar_count(text) if "/" in text and "[" in text else None
+        if bar is not None:
+            self.bar = (bar, self.read_in_full)
         fed = rec is None or _MESSAGE.search(text)
         if fed:
             if "poch" in text and (m := EPOCH_START.search(text)):  # a bar's lines that follow are of this epoch
                 self.epoch = int(m.group(1) or m.group(2))
             self.events.order = order
-            self.events.feed(self.path, rank if rank is not None else _event_rank(text, self.rank), self.now, text)
+            who = rank if rank is not None else _event_rank(text, self.rank)
+            self.events.feed(self.path, who, self.now, text, bar)
             if rec is None:
                 return False
         if (

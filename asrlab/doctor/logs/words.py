@@ -29,7 +29,6 @@ SHELL_SIGNALS = {
 }
 # a scheduler that ended the job: Slurm's time limit or cancel
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
-# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2"
 # a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2", "Process
 # finished with exit code 139 (interrupted by signal 11: SIGSEGV)", Paddle's "Container rank 6 status failed ... code -6"
 STATUS = re.compile(
