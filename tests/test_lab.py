@@ -1,5 +1,10 @@
 """asrlab.lab in a loop of the user's own: examples/lab_loop.py (bare_loop.py plus ten lines) under torchrun
-with two gloo ranks, with each failure injected; and each part alone."""
+with two gloo ranks, with each failure injected; and each part alone.
+
+The injected failures are notebook 05's story: its runs (a finished run, a hung data worker, a rank that
+raises, uneven data, an fp16 overflow, a SIGKILL and the resume) are made once by running the notebook
+itself with papermill (the ``your_loop`` fixture, the notebook's run in the suite: nbval's is deselected),
+and each test here reads one of them closely."""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,22 +28,9 @@ from asrlab.train.launch import kill_tree
 from asrlab.lab.stall.heartbeat import Heartbeat
 from asrlab.lab.stall.watchdog import PEER_FAILED_EXIT
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def torchrun(exp: Path, fault: str = "", *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "lab_loop.py",
-        str(exp),
-        *args,
-    ]
-    env = {**os.environ, "TOY_FAULT": fault, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=timeout)
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+your_loop_notebook = pytest.mark.executes_notebook("05_your_loop")
 
 
 def report(exp: Path) -> dict:
@@ -62,13 +53,33 @@ def test_the_lab_loop_is_the_bare_loop_plus_at_most_ten_lines():
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    exp = tmp_path_factory.mktemp("lab") / "finished"
-    r = torchrun(exp)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return exp
+def your_loop(tmp_path_factory) -> tuple[Path, dict]:
+    """Notebook 05 run to its end with papermill (every cell ran, none raised): its folder of runs and its
+    results.json (with each run's exit code and seconds)."""
+    from asrlab.runner import run_notebooks
+
+    out = tmp_path_factory.mktemp("nb")
+    [rec] = run_notebooks(
+        ROOT / "notebooks",
+        out,
+        only="05_your_loop",
+        params_file=str(ROOT / "notebooks" / "params" / "small.yaml"),
+        report=lambda line: None,
+        progress=lambda line: None,
+    )
+    assert rec["ok"], f"{rec.get('error')} (log: {Path(rec['output']).with_suffix('.log')})"
+    runs = out / "05_your_loop"
+    return runs, json.loads((runs / "results.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def finished(your_loop):
+    runs, results = your_loop
+    assert results["runs"]["finished"]["exit"] == 0, (runs / "finished.log").read_text()[-3000:]
+    return runs / "finished"
+
+
+@your_loop_notebook
 def test_a_finished_run_trains_every_key_once_per_epoch(finished):
     lab_json = json.loads((finished / "lab.json").read_text())
     assert lab_json["status"] == "finished" and lab_json["world_size"] == 2
@@ -81,12 +92,11 @@ def test_a_finished_run_trains_every_key_once_per_epoch(finished):
     assert [r["steps"] for r in d["steps"]["ranks"]] == [64, 64]
 
 
-def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
-    exp = tmp_path / "hang"
-    t0 = time.monotonic()
-    r = torchrun(exp, "hang_data:1:6")
-    elapsed = time.monotonic() - t0
-    assert r.returncode != 0
+@your_loop_notebook
+def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(your_loop):
+    runs, results = your_loop
+    exp, run = runs / "hang_data", results["runs"]["hang_data"]
+    assert run["exit"] != 0
     rep = report(exp)
     # the uneven guard fetches a batch ahead: step 6's batch is fetched before step 5 is trained (the loop
     # waits at its step 5), and rank 0 waits in step 5's gradient all-reduce (inside backward: its watchdog
@@ -99,16 +109,17 @@ def test_a_rank_hung_in_its_data_is_named_with_its_workers_stacks(tmp_path):
     # the report's stack of rank 1 runs from the loop's own line (below asrlab's and torch's frames) down
     shown = (exp / "stall_report.txt").read_text().split("--- rank 1: Python stacks ---")[1].split("\n---")[0]
     assert "lab_loop.py" in shown.split("[MainThread", 1)[1].split("\n[", 1)[0], shown[:3000]
-    assert elapsed < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
+    assert run["seconds"] < 20 + 60  # the example's 20 s timeout, start-up and the report, with room for a busy machine
     assert json.loads((exp / "lab.json").read_text())["status"] == "stalled"
     d = diagnose(exp)
     assert (d["verdict"], d["ok"]) == ("stalled", False) and d["summary"].startswith("rank 1 has waited")
 
 
-def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
-    exp = tmp_path / "raise"
-    r = torchrun(exp, "raise:1:6")
-    assert r.returncode != 0
+@your_loop_notebook
+def test_a_rank_that_raises_is_named_first_with_its_error(your_loop):
+    runs, results = your_loop
+    exp = runs / "raises"
+    assert results["runs"]["raises"]["exit"] != 0
     rep = report(exp)
     assert rep["verdict"].startswith(
         "rank 1 failed at step 6 (in the step's computation): RuntimeError: shapes do not match"
@@ -123,7 +134,8 @@ def test_a_rank_that_raises_is_named_first_with_its_error(tmp_path):
     d = diagnose(exp)
     assert (d["verdict"], d["error"]["rank"], d["error"]["type"]) == ("crashed", 1, "RuntimeError")
     # torchrun's own summary, the first thing a user reads, blames the same rank, with its exception
-    cause = r.stderr[r.stderr.index("Root Cause") :]
+    output = (runs / "raises.log").read_text()
+    cause = output[output.index("Root Cause") :]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)", cause) and "RuntimeError: shapes do not match" in cause, cause
 
 
@@ -167,18 +179,20 @@ def test_without_torchrun_the_survivor_exits_within_seconds_not_at_the_collectiv
     assert report(exp)["failure"]["rank"] == 1
 
 
-def test_uneven_data_ends_every_rank_at_the_same_step(tmp_path):
-    exp = tmp_path / "uneven"
-    r = torchrun(exp, "uneven:1:0")
-    assert r.returncode == 0, r.stderr[-3000:]
+@your_loop_notebook
+def test_uneven_data_ends_every_rank_at_the_same_step(your_loop):
+    runs, results = your_loop
+    exp = runs / "uneven"
+    assert results["runs"]["uneven"]["exit"] == 0, (runs / "uneven.log").read_text()[-3000:]
     steps = [len(lab.read_ledger(exp, rank)) for rank in (0, 1)]
     assert steps[0] == steps[1] == 2 * (512 // 2 * 4 // 5 // 8)  # rank 1's batches per epoch, two epochs
 
 
-def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path):
-    exp = tmp_path / "overflow"
-    r = torchrun(exp, "overflow:0:6", "1", "fp16")
-    assert r.returncode == 0, r.stderr[-3000:]
+@your_loop_notebook
+def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(your_loop):
+    runs, results = your_loop
+    exp = runs / "fp16_overflow"
+    assert results["runs"]["fp16_overflow"]["exit"] == 0, (runs / "fp16_overflow.log").read_text()[-3000:]
     bundles = sorted(b for b in (exp / "nonfinite").iterdir() if b.is_dir())
     assert [b.name for b in bundles] == ["step00000006-rank0"]  # only the rank whose batch overflowed
     assert [b.name for b in (exp / "nonfinite").iterdir() if not b.is_dir()] == ["rank0.jsonl"]  # its step's line
@@ -198,34 +212,12 @@ def test_an_fp16_overflow_is_located_in_its_module_with_its_utterances(tmp_path)
     assert rows["fp16"]["first_nonfinite"].startswith("proj")
 
 
-def _kill_at(exp: Path, step: int) -> int:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOY_FAULT": ""}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "lab_loop.py", str(exp)],
-        cwd=EXAMPLES,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    ledger = exp / "ledger" / "rank0.jsonl"
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ledger.exists() and len(ledger.read_text().splitlines()) >= step:
-                break
-            time.sleep(0.005)
-    finally:
-        kill_tree(proc.pid)
-        proc.wait()
-    return len(ledger.read_text().splitlines())
-
-
-def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(finished, tmp_path):
-    exp = tmp_path / "killed"
-    killed = _kill_at(exp, 25)
-    assert 25 <= killed < 64
-    r = torchrun(exp)
-    assert r.returncode == 0, r.stderr[-3000:]
+@your_loop_notebook
+def test_sigkill_then_resume_trains_every_key_once_and_ends_bitwise_equal(your_loop, finished):
+    runs, results = your_loop
+    exp, killed = runs / "killed", results["sigkill_resume"]["killed_at"]
+    assert 25 <= killed < 64  # the notebook's kill_at of 0.4 of the finished run's 64 steps
+    assert results["runs"]["killed, resumed"]["exit"] == 0, (runs / "killed.log").read_text()[-3000:]
     resumed = [
         json.loads(line) for line in (exp / "ledger" / "rank0.jsonl").read_text().splitlines() if "resumed_from" in line
     ]

@@ -83,8 +83,9 @@ def kill_at(cmd, exp, step: int) -> int:
     return train_until_killed(cmd[cmd.index("train") + 1 :], exp, step, timeout_s=240)
 
 
+# loader workers are resumed in the bucketing case (its sampler the harder one), plain samplers without
 @pytest.mark.parametrize(
-    "nproc,workers,seed,extra", [(1, 0, 1, ()), (1, 2, 2, ()), (2, 0, 3, ()), (1, 2, 4, ("data.bucketing=true",))]
+    "nproc,workers,seed,extra", [(1, 0, 1, ()), (2, 0, 3, ()), (1, 2, 4, ("data.bucketing=true",))]
 )
 def test_sigkill_then_resume_is_bitwise_identical(corpus, reference, tmp_path, nproc, workers, seed, extra):
     kill_step = random.Random(seed).randint(4, STEPS - 3)  # a step drawn per case, the same every run
@@ -123,9 +124,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_is_bitwise_identical(corp
     assert [r["keys"] for r in read_ledger(exp)] == [r["keys"] for r in read_ledger(ref)]
 
 
-@pytest.mark.parametrize(
-    "first,then,extra", [((2, 1), (1, 2), ()), ((1, 0), (2, 0), ()), ((2, 1), (1, 2), ("data.bucketing=true",))]
-)
+@pytest.mark.parametrize("first,then,extra", [((1, 0), (2, 0), ()), ((2, 1), (1, 2), ("data.bucketing=true",))])
 def test_elastic_resume_covers_the_rest_of_the_epoch_exactly_once(corpus, tmp_path, first, then, extra):
     """A checkpoint from one ranks x workers layout resumes on another: each utterance of the
     interrupted epoch is trained on exactly once (bitwise equality is not expected)."""

@@ -67,12 +67,17 @@ def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signa
 
 
 def test_a_raising_ranks_step_is_read_from_the_jobs_output(tmp_path):
-    """The watch records the rank's exception with no step (it knows none); the loop's own lines place it."""
+    """The watch records the rank's exception with no step (it knows none); the loop's own lines place it.
+    A raising rank is the first failure, not a stall of the rank left waiting for it."""
     exp = tmp_path / "exp"
     proc = watch(exp, "raise:1:8")
     proc.communicate(timeout=150)
+    assert proc.returncode != 0
     d = diagnose(exp)
-    assert d["verdict"] == "crashed" and "ValueError: a batch of shape" in d["summary"], d["summary"]
+    assert d["verdict"] == "crashed" and d["summary"].startswith("rank 1 failed: ValueError: a batch of shape"), d[
+        "summary"
+    ]
+    assert d["error"]["type"] == "ValueError" and not (exp / "stall_report.json").exists()
     assert {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 1, "step": 7}, d["culprit"]
 
 
