@@ -293,10 +293,39 @@ WORDINGS = {
         "logs7/plain/mmdet_mmengine_epoch1_iter_500_of_2931_loss_nan_all_terms.log"
     ),
     "bracketed keys: [Loss] nan | [step] 1574": "logs7/plain/lion_hvae_epochs_104_108_loss_nan_step_1574_to_1634.log",
+    "NCCL's heartbeat monitor: the watchdog got stuck": "logs8/plain/vlm_r1_rank6_watchdog_got_stuck_480s_hard_wrapped.log",
+    "NCCL taking the process down after operations failed or timed out": (
+        "logs8/plain/llamafactory_numbered_lines_rank3_flight_recorder_rank4_taking_process_down.log"
+    ),
+    "rich's boxed traceback, cut before its exception": (
+        "logs5/plain/kohya_ss_train_db_japanese_header_bar_0_of_7000_rich_traceback_box.log"
+    ),
+    "rich's boxed frames alone, under a rank's prefix": (
+        "logs5/nemo_lightning/tpd_rank0_rich_traceback_box_on_train_epoch_end_hook.log"
+    ),
+    "the NCCL watchdog ended by the rank's own CUDA error": (
+        "logs4/deepspeed_apex/qlora_pipe_rank1_pg_watchdog_illegal_memory_access_frames.log"
+    ),
+    "the NCCL watchdog's CUDA error glued to a bar": (
+        "logs5/hf_trainer/axolotl_loss_dicts_epoch_3_7_bar_837_glued_rank7_watchdog_illegal_memory_access.log"
+    ),
+    "a running average gone nan beside a finite value: loss: 5.6569 (nan)": (
+        "logs4/plain/maskrcnn_benchmark_fcos_loss_cls_avg_nan_iter560.log"
+    ),
+    "a batch's size that changed, (batch 32 -> 30), is not its place": (
+        "logs4/espnet/espnet1_chainer_report_iter500_then_loss_inf_not_correct_grad_nan.log"
+    ),
+    "a logger's line with the device's CUDA error and no exception line": (
+        "logs3/plain/illegal_memory_access_trainer_error_line_3_lines.log"
+    ),
+    "a bar redrawn after an out of memory": "logs5/hf_trainer/swift_qwen2_vl_oom_19gib_then_bar_6_of_45_shell_prompt.log",
+    "a bar redrawn after a traceback and the backend's teardown": (
+        "logs5/hf_trainer/swift_grpo_npu_rank0_vllm_server_500_hccl_destructor_bar_8_of_120.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs7")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 
@@ -309,6 +338,15 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_a_month_and_day_are_not_a_bars_count():
+    from asrlab.doctor.logs.toolkits import counter_of
+
+    assert counter_of("06/26 18:54:31 [ERROR] trainer - <class 'RuntimeError'> at trainer.py:101") is None
+    assert counter_of("Epoch 3:  45%|####5     | 450/1000 [00:10<00:12]") == 450
+    d = diagnose_logs([str(FIXTURES / "logs3/plain/illegal_memory_access_trainer_error_line_3_lines.log")])
+    assert d["verdict"] == "crashed" and d["culprit"]["step"] is None, d["summary"]
 
 
 def test_accelerates_save_state_folders_beside_the_log_are_its_checkpoints(tmp_path):

@@ -17,11 +17,14 @@ from .words import (
     ASRLAB,
     BASH_KILLED,
     DEATH,
+    CUDA_ERROR,
     EXC_LINE,
     GLOO,
     HYDRA,
     ITEM,
+    NCCL_HANG,
     NCCL_SEQ,
+    WATCHDOG_EXC,
     NCCL_TIMEOUT,
     CONNECT,
     NONFINITE_LINE,
@@ -49,6 +52,7 @@ from .tracebacks import (
     MONITORED_PEER,
     OOM,
     ORIGINAL,
+    RICH_FRAME,
     WORKER,
     Traceback,
     user_frame,
@@ -170,7 +174,7 @@ class Events:
             self._spawned = None
             self._tb[key] = Traceback(rank, time, self.order, source, place=self._place.get(source))
             return
-        if FRAME.match(text):  # a traceback whose first line the log does not have
+        if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
             self._tb[key] = tb = Traceback(rank, time, self.order, source, place=self._place.get(source))
             tb.feed(text)
             return
@@ -318,6 +322,19 @@ class Events:
                     source="nccl",
                 )
                 return
+        if "watchdog thread terminated" in text and (m := WATCHDOG_EXC.search(text)):
+            said = m.group(1).strip()
+            if not COLLECTIVE_TIMEOUT.search(said):  # a timeout is read from the same line below, as a hang
+                etype, _, message = said.partition(": ")
+                self._add("oom" if OOM.search(said) else "exception", rank, time,
+                          f"{said} (its NCCL watchdog ended the process on it)",
+                          type=etype if message else None, message=(message or said)[:300], where=None,
+                          raised=None, frames=0, source="nccl")  # fmt: skip
+                return
+        if ("stuck" in text or "NCCL operations" in text) and (m := NCCL_HANG.search(text)):
+            # the heartbeat's seconds are not a collective's timeout: none is said
+            self._add("timeout", rank, time, text, seq=None, op=None, timeout_ms=None, source="nccl")
+            return
         if "NCCL work" in text:
             m = NCCL_SEQ.search(text)
             if m:
@@ -461,6 +478,9 @@ class Events:
             kind = "consequence" if CONSEQUENCE.search(text) else "oom" if OOM.search(text) else "exception"
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
             self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
+            return
+        if "CUDA error: " in text and (m := CUDA_ERROR.search(text)):
+            self._add("exception", rank, time, text, type="CUDA error", message=m.group(1)[:300], where=None, bare=True)
             return
         for pattern, who in SCALE:
             m = pattern.search(text)

@@ -10,7 +10,9 @@ from .run import LogRun, position
 
 
 def hang(run: LogRun, timeouts: list[dict]) -> dict:
-    first = timeouts[0]
+    # the first that names its collective: NCCL's generic words ("Some NCCL operations have failed or timed out")
+    # often come a line before the watchdog's own, which says which collective
+    first = next((t for t in timeouts if t.get("op") or t.get("seq") is not None), timeouts[0])
     reported = sorted({t["rank"] for t in timeouts if t.get("rank") is not None})
     ranks = run.ranks()
     world = run.world or (max(ranks) + 1 if ranks else None)

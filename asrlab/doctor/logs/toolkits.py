@@ -265,12 +265,14 @@ _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] n
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
     r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|batch_idx|batch)['"]?"""
-    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)""",
+    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
     re.I,
 )
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(rf"\b((?:\w+[_ ])?[Ll]oss)(?: is|:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
+# a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
+_AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")
 
 
 def kv(line: str) -> dict | None:
@@ -280,6 +282,10 @@ def kv(line: str) -> dict | None:
         return None
     pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
+    # an average gone non-finite took a non-finite value in since the last line, though this one is finite
+    gone = {k.split("/")[-1]: a for k, a in _AVERAGED.findall(line) if a.lower().lstrip("+-") in ("nan", "inf")}
+    if gone:
+        pairs = [(k, gone.get(k, v)) for k, v in pairs]
     losses = _losses(pairs)
     if not any("loss" in k.lower() for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
@@ -318,12 +324,13 @@ GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 _NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
-    r"(?!\.\d)(?!\s*/\s*\d)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch
+    r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
+    # "(batch 32 -> 30)": a size that changed, not a place
     r"|(?<![\w.])(\d+) iter(?:ation)?s?\b(?!/)",  # chainer's "500 iter, 0 epoch"
     re.I,
 )
-# a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date
-_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])")
+# a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
+_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
 
 
 _TQDM = re.compile(r"(?<![\d.])(\d+)/(?:\d+|\?)\s*\[(?:\d+:)?\d+:\d+")  # a tqdm count: "450/1000 [01:23<..."

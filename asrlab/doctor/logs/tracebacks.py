@@ -18,6 +18,8 @@ CHAIN = ("During handling of the above exception", "The above exception was the 
 
 
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+# a frame of rich's boxed traceback (Lightning's, Typer's, kohya's): "│ /path/train.py:481 in <module>   │"
+RICH_FRAME = re.compile(r"^[│┃]\s+(\S.*?\.py):(\d+) in (\S+)")
 
 
 EXC = re.compile(
@@ -132,6 +134,8 @@ class Traceback:
             return False
         if stripped[:1] in ("│", "╭", "╰", "┃", "┏", "┗") and s["exc"] is None:  # rich's boxed traceback
             s["boxed"] = True
+            if m := RICH_FRAME.match(stripped):
+                s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
             return True
         m = FRAME.match(text)
         if m:

@@ -106,6 +106,16 @@ def _next_after(run: LogRun, rank, e: dict) -> dict | None:
     return min(later, key=lambda r: r["order"]) if later else None
 
 
+def _redrawn_after(run: LogRun, rank, e: dict) -> dict | None:
+    """Where no line before a failure placed it, the step line just after it: a progress bar redrawn as the
+    exception unwound (tqdm draws its last state when it closes), whose count is where the job was."""
+    nxt = _next_after(run, rank, e)
+    return nxt if nxt is not None and nxt["order"] - e.get("order", 0) < REDRAWN_WITHIN else None
+
+
+REDRAWN_WITHIN = 64 << 10  # bytes of the file after the failure's first line: its traceback, then the redraw
+
+
 def _causes(run: LogRun) -> list[tuple]:
     """(time, order, verdict, event) for every event that can be a first failure."""
     out = []
@@ -274,7 +284,14 @@ def judge(run: LogRun) -> dict:
             "culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank")
         )
         # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
-        rec = e.get("record") or _named(e, strict=True) or _last_before(run, rank, e) or _named(e) or _placed(e)
+        rec = (
+            e.get("record")
+            or _named(e, strict=True)
+            or _last_before(run, rank, e)
+            or _named(e)
+            or _placed(e)
+            or _redrawn_after(run, rank, e)
+        )
         d.update(
             verdict=verdict,
             culprit=culprit(rank, rec),
