@@ -282,8 +282,13 @@ def kv(line: str) -> dict | None:
         return None
     pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
-    # an average gone non-finite took a non-finite value in since the last line, though this one is finite
-    gone = {k.split("/")[-1]: a for k, a in _AVERAGED.findall(line) if a.lower().lstrip("+-") in ("nan", "inf")}
+    # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite
+    # (not a gradient norm's: fp16's overflowing steps, skipped by the scaler, leave its average inf for good)
+    gone = {
+        k.split("/")[-1]: a
+        for k, a in _AVERAGED.findall(line)
+        if "loss" in k.lower() and a.lower().lstrip("+-") in ("nan", "inf")
+    }
     if gone:
         pairs = [(k, gone.get(k, v)) for k, v in pairs]
     losses = _losses(pairs)
