@@ -22,10 +22,6 @@ from .words import (
     GLOO,
     HYDRA,
     ITEM,
-    NCCL_HANG,
-    NCCL_SEQ,
-    WATCHDOG_EXC,
-    NCCL_TIMEOUT,
     CONNECT,
     NONFINITE_LINE,
     RESUME,
@@ -38,11 +34,11 @@ from .words import (
     STATUS,
     STORE,
     TERMINATE,
-    WATCHDOG,
     nonfinite_values,
     signame,
 )
 from .toolkits import counter_of
+from .nccl import nccl_events
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
     SPAWNED,
@@ -308,42 +304,10 @@ class Events:
             m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
-        if "Watchdog caught" in text:
-            m = WATCHDOG.search(text)
-            if m:
-                self._add(
-                    "timeout",
-                    rank,
-                    time,
-                    text,
-                    seq=int(m.group(1)) if m.group(1) else None,
-                    op=m.group(2),
-                    timeout_ms=int(m.group(3)) if m.group(3) else None,
-                    source="nccl",
-                )
-                return
-        if "watchdog thread terminated" in text and (m := WATCHDOG_EXC.search(text)):
-            said = m.group(1).strip()
-            if not COLLECTIVE_TIMEOUT.search(said):  # a timeout is read from the same line below, as a hang
-                etype, _, message = said.partition(": ")
-                self._add("oom" if OOM.search(said) else "exception", rank, time,
-                          f"{said} (its NCCL watchdog ended the process on it)",
-                          type=etype if message else None, message=(message or said)[:300], where=None,
-                          raised=None, frames=0, source="nccl")  # fmt: skip
-                return
-        if ("stuck" in text or "NCCL operations" in text) and (m := NCCL_HANG.search(text)):
-            # the heartbeat's seconds are not a collective's timeout: none is said
-            self._add("timeout", rank, time, text, seq=None, op=None, timeout_ms=None, source="nccl")
+        if ("atchdog" in text or "NCCL" in text) and (said := nccl_events(text)):
+            for kind, words, more in said:
+                self._add(kind, rank, time, words if words is not None else text, **more)
             return
-        if "NCCL work" in text:
-            m = NCCL_SEQ.search(text)
-            if m:
-                self._add("progress", rank, time, text, enqueued=int(m.group(1)), completed=int(m.group(2)))
-            t = NCCL_TIMEOUT.search(text)
-            if t:
-                self._add("timeout", rank, time, text, seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")
-            if m or t:
-                return
         if "while trying to connect" in text and (m := CONNECT.search(text)):
             self._add("timeout", rank, time, text, op="connect", timeout_ms=int(m.group(1)) * 1000, source="store")
             return

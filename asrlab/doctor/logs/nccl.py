@@ -1,0 +1,40 @@
+"""What NCCL's watchdog says of a rank, line by line: a collective that timed out (its number, operation and
+timeout), how far each rank's collectives got, a hang it names without a collective, and an error of the
+rank's own device that it ended the process on."""
+
+from __future__ import annotations
+
+from .tracebacks import COLLECTIVE_TIMEOUT, OOM
+from .words import NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
+
+
+def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
+    """The events a line of NCCL's says: ``(kind, text, fields)`` each (``text`` None: the line's own), or none."""
+    if "Watchdog caught" in text and (m := WATCHDOG.search(text)):
+        seq, timeout = m.group(1), m.group(3)
+        return [
+            (
+                "timeout",
+                None,
+                dict(seq=int(seq) if seq else None, op=m.group(2), timeout_ms=int(timeout) if timeout else None,
+                     source="nccl"),
+            )
+        ]  # fmt: skip
+    if "watchdog thread terminated" in text and (m := WATCHDOG_EXC.search(text)):
+        said = m.group(1).strip()
+        if not COLLECTIVE_TIMEOUT.search(said):  # a timeout is read from the same line, as a hang
+            etype, _, message = said.partition(": ")
+            kind = "oom" if OOM.search(said) else "exception"
+            more = dict(type=etype if message else None, message=(message or said)[:300], where=None, raised=None,
+                        frames=0, source="nccl")  # fmt: skip
+            return [(kind, f"{said} (its NCCL watchdog ended the process on it)", more)]
+    if ("stuck" in text or "NCCL operations" in text) and NCCL_HANG.search(text):
+        # the heartbeat's seconds are not a collective's timeout: none is said
+        return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl"))]
+    out = []
+    if "NCCL work" in text:
+        if m := NCCL_SEQ.search(text):
+            out.append(("progress", None, dict(enqueued=int(m.group(1)), completed=int(m.group(2)))))
+        if t := NCCL_TIMEOUT.search(text):
+            out.append(("timeout", None, dict(seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")))
+    return out
