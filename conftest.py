@@ -42,11 +42,11 @@ SMALL_PARAMS = NOTEBOOKS / "params" / "small.yaml"
 # pytest-xdist's own order (most tests first). Each file stays on one worker (--dist loadfile).
 LONGEST_FIRST = (
     "tests/test_browser.py",
+    "tests/test_lab.py",
     "tests/test_resume.py",
     "tests/test_watch.py",
     "tests/test_nodes.py",
     "tests/test_stalls.py",
-    "tests/test_lab.py",
     "tests/test_lifecycle.py",
     "tests/test_watch_reading.py",
     "tests/test_resume_loaders.py",

@@ -231,10 +231,10 @@ print(json.dumps(ended))
 """
 
 
-def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_5_times(corpus, tmp_path):
+def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_3_times(corpus, tmp_path):
     """The halt case that once ended in "terminate called without an active exception" (SIGABRT) after
     the ranks were done: gloo's worker threads outlived the process group (DDP and the guards still held
-    it) and freed their last works while the interpreter exited. 5 times two ranks: each ends with the
+    it) and freed their last works while the interpreter exited. 3 times two ranks: each ends with the
     halt's exit code, and says no gloo thread outlived its process group."""
     args = [
         "train",
@@ -253,7 +253,7 @@ def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_5_times(cor
         *SMALL,
     ]
     run = subprocess.run(
-        [sys.executable, "-c", _PAIRS, str(tmp_path), "5", *args], capture_output=True, text=True, timeout=400, env=ENV
+        [sys.executable, "-c", _PAIRS, str(tmp_path), "3", *args], capture_output=True, text=True, timeout=400, env=ENV
     )
     assert run.returncode == 0, run.stderr[-3000:]
     ended = json.loads(run.stdout.splitlines()[-1])
@@ -263,4 +263,4 @@ def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_5_times(cor
             assert code == HALT_EXIT, f"run {i}, rank {r}: exit code {code}\n{out[-3000:]}"
             assert "terminate called" not in out and "outlive the process group" not in out, f"run {i}, rank {r}\n{out}"
             assert "training halted" in out
-    assert len(ended) == 5
+    assert len(ended) == 3
