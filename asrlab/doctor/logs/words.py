@@ -11,11 +11,11 @@ WATCHDOG = re.compile(
     r"(?:.*?Timeout\(ms\)=(\d+))?"
 )
 NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
-# NCCL's word for a hang where no collective's timeout is quoted: its heartbeat monitor finding the watchdog
-# stuck, or the watchdog ending the process after its works failed or timed out
 # the NCCL watchdog ended its process on an error of the rank's own device ("CUDA error: an illegal memory
 # access was encountered"), not on a collective's timeout
 WATCHDOG_EXC = re.compile(r"watchdog thread terminated with exception: (.+)")
+# NCCL's word for a hang where no collective's timeout is quoted: its heartbeat monitor finding the watchdog
+# stuck, or the watchdog ending the process after its works failed or timed out
 NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operations have failed or timed out")
 # the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
 BASH_KILLED = re.compile(
@@ -58,12 +58,9 @@ NONFINITE_LINE = re.compile(
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b",
     re.I,
 )
-# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan";
-# with a running average beside it, as metric loggers print it ("loss: 5.6569 (nan)"): a nan average took a nan in
+# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
 VALUE = re.compile(
-    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b"
-    r"(?:\s\(([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\))?",
-    re.I,
+    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I
 )
 
 
@@ -73,11 +70,11 @@ def nonfinite_values(text: str) -> str | None:
     finite loss)."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
-    vals = [(k.split("/")[-1].lower(), v.lower(), avg.lower()) for k, v, avg in VALUE.findall(text)]
-    bad = [k for k, v, avg in vals if v.lstrip("+-") in ("nan", "inf") or avg.lstrip("+-") in ("nan", "inf")]
+    vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
+    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf")]
     if not bad:
         return None
-    totals = [v for k, v, _ in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
+    totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
     if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
         return bad[0]
     return None if totals else bad[0]
