@@ -343,7 +343,7 @@ def test_a_toolkits_experiment_folder_is_read_as_its_logs(tmp_path, capsys):
     shutil.copy(case / "console.log", exp / "train.log")
     assert main(["doctor", str(exp), "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
-    assert d["source"] == "logs" and d["verdict"] == "nonfinite", d["summary"]
+    assert d["read"] == "logs" and d["verdict"] == "nonfinite", d["summary"]
     assert (
         (d["culprit"]["epoch"], d["culprit"]["batch"])
         == (2, 5)

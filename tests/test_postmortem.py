@@ -322,10 +322,19 @@ WORDINGS = {
     "a bar redrawn after a traceback and the backend's teardown": (
         "logs5/hf_trainer/swift_grpo_npu_rank0_vllm_server_500_hccl_destructor_bar_8_of_120.log"
     ),
+    "a log quoted in a markdown comment: > [rank10]: ...": (
+        "logs9/deepspeed_apex/megatron_swift_quoted_rank10_reduce_scatter_coalesced_nccl_error_2_unhandled_system_error_ibv_reg_mr.log"
+    ),
+    "glog's *** SIGTERM (@0xe) received by PID": (
+        "logs9/plain/paddle_fluid_ssd_glog_sigterm_received_by_pids_134_128_131_from_pid_14_interleaved_stacks.log"
+    ),
+    "Lightning's [rank: 0] Received SIGTERM: 15 after a scheduler's time limit": (
+        "logs7/nemo_lightning/lightning_epoch10_bar_18626_of_20000_slurm_time_limit_received_sigterm_bypassing.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 
@@ -369,3 +378,30 @@ def test_a_failure_before_the_job_started_again_is_the_earlier_attempts(tmp_path
     log.write_text("".join(f"step {s} loss {'nan' if s == 30 else 2.0}\n" for s in [*range(10, 40), *range(20, 60)]))
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "no_failure_seen" and d["history"] and "nonfinite" in d["history"][0], d
+
+
+# lines that look wrong where no rule names a failure: never an all-clear (real excerpts whose failure the readers
+# cannot name: an error-level record of Kaldi's, NCCL's error-level line cut before its words)
+LOOK_WRONG = {
+    "logs4/kaldi/nnet3_train_cudaerror_4_unspecified_launch_failure_stack_trace.log": "cudaError_t 4",
+    "logs6/torchrun/milabench_dinov2_nodes_ranks_11_15_reduce_seq2070_timeout_wrapped.log": "[rank12]:[E909",
+}
+# and the same words where nothing went wrong: a fallback to a default, NeMo's warning level, an error metric
+LOOK_FINE = (
+    "toolkit_runs/espnet/healthy_single/console.log",
+    "logs3/nemo_lightning/healthy_nemo_w_apex_not_found_setup_training_data_warning.log",
+    "logs3/speechbrain/healthy_ecapa_epochs_17_18_colab_bars_ckpt_rotation.log",
+)
+
+
+@pytest.mark.parametrize("path", sorted(LOOK_WRONG))
+def test_lines_that_look_wrong_are_unknown_not_an_all_clear(path):
+    d = diagnose_logs([str(FIXTURES / path)])
+    assert d["verdict"] == "unknown" and not d["ok"], d["summary"]
+    assert LOOK_WRONG[path] in d["summary"]  # the lines are quoted
+
+
+@pytest.mark.parametrize("path", LOOK_FINE)
+def test_words_of_failure_in_healthy_lines_stay_healthy(path):
+    d = diagnose_logs([str(FIXTURES / path)])
+    assert d["verdict"] == "no_failure_seen", d["summary"]

@@ -125,9 +125,9 @@ if __name__ == "__main__":  # python tests/test_readme.py RUN_OUT [RUN_LOG]: a f
 
 
 def test_the_after_the_fact_example_is_what_the_doctor_says():
-    from asrlab.doctor.logs import diagnose_logs, format_log_diagnosis
+    from asrlab.doctor import diagnose, format_diagnosis
 
     log = ROOT / "tests" / "fixtures" / "logs" / "icefall" / "nan_inf_losses_all_ranks_mpirun.log"
-    said = format_log_diagnosis(diagnose_logs([str(log)])).splitlines()[:2]
+    said = format_diagnosis(diagnose([str(log)])).splitlines()[:2]
     text = (ROOT / "README.md").read_text()
     assert log.relative_to(ROOT).as_posix() in text and "\n".join(said) in text, said

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from ..lab import layout
@@ -78,56 +77,15 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         raise UsageError(
             "asrlab doctor EXP [EXP ...], asrlab doctor LOG [LOG ...], or asrlab doctor --pid PID for a job running now"
         )
-    for exp in a.exp:
-        if exp != "-" and not Path(exp).exists():
-            raise UsageError(
-                f"{exp}: not a directory, nothing is there (give a run's folder, what asrlab train "
-                "got as --exp, or the run's log files)"
-            )
-    from ..doctor import is_run
-
-    runs = [is_run(p) for p in a.exp]
-    if not any(runs):
-        from ..doctor.logs.run import log_files
-
-        empty = [p for p in a.exp if Path(p).is_dir() and not log_files([p])]
-        if empty:
-            raise UsageError(
-                f"{empty[0]}: no run there (no config.yaml, lab.json, metrics/, heartbeat/ ... of a "
-                "run folder) and no log files (*.log, *.txt, *.out, log-train-*, rank*)"
-            )
-        return _doctor_logs(a)
-    if not all(runs):
-        raise UsageError(
-            "give run folders or logs, not both: "
-            + ", ".join(p for p, r in zip(a.exp, runs) if not r)
-            + " is not a run folder"
-        )
-    if len(a.exp) == 1:
-        d = diagnose(a.exp[0])
-    else:  # one folder per node (asrlab watch on each): read as one run
-        from ..doctor.merge import merge_runs
-
-        merged = merge_runs(a.exp, tempfile.mkdtemp(prefix="asrlab-doctor-"))
-        d = diagnose(merged)
-        d["nodes"] = [str(e) for e in a.exp]
-        if not a.json:
-            print(f"(the {len(a.exp)} folders {', '.join(map(str, a.exp))} read as one run, merged in {merged})")
+    d = diagnose(a.exp)
     if a.json:
-        print(json.dumps(d, indent=1))
+        print(json.dumps(d, indent=1, default=str))
     else:
         from ..doctor import format_diagnosis
 
+        if d["nodes"]:
+            print(f"(the {len(a.exp)} folders {', '.join(map(str, a.exp))} read as one run)")
         print(format_diagnosis(d).rstrip("\n"))
-    return 0 if d["ok"] else 1
-
-
-def _doctor_logs(a: argparse.Namespace) -> int:
-    """Logs of a job (files, folders of them, ``-``), read after the fact: exit 1 when they show a failure."""
-    from ..doctor.logs import diagnose_logs, format_log_diagnosis
-
-    d = diagnose_logs(a.exp)
-    print(json.dumps(d, indent=1, default=str) if a.json else format_log_diagnosis(d))
     return 0 if d["ok"] else 1
 
 

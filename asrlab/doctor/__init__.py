@@ -1,7 +1,10 @@
-"""``asrlab doctor EXP``: what happened to a run, read from everything it left in its experiment folder.
+"""``asrlab doctor PATH ...``: what happened to a run, read from whatever it left: asrlab's run folder (several,
+one per node), a job's logs, a toolkit's folder (its logs, TensorBoard event files, Hugging Face Trainer's state,
+Lightning's metrics.csv, checkpoints).
 
-:func:`diagnose` returns a plain dict (JSON-ready); :func:`format_diagnosis` turns it into the text a
-person reads. Nothing here writes to EXP or talks to the run: a doctor may look at a live run.
+:func:`diagnose` is the one entry: a plain dict (JSON-ready) with the same keys (:data:`SCHEMA`) whatever was read;
+:func:`format_diagnosis` turns it into the text a person reads. Nothing here writes to what it reads or talks to
+the run: a doctor may look at a live run.
 
 The verdict is one of :data:`VERDICTS`. Files left by an earlier launch into the same EXP (an error
 before a resume, an old halt report) are history, not the verdict: only those written since the latest
@@ -75,7 +78,67 @@ FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of
 LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
 
 
-def diagnose(exp: str | Path, now: float | None = None) -> dict:
+# the keys of every diagnosis, whatever was read (None where the paths held nothing of the kind): what happened,
+# then asrlab's run folder's sections, then a log's and a toolkit folder's
+SCHEMA = (
+    "read", "paths", "verdict", "summary", "ok", "culprit", "first", "history", "world_size", "ranks", "nonfinite",
+    "resumes", "checkpoints", "warnings", "series", "sources",
+    "exp", "time", "launched", "config", "last_step", "stop_requested", "steps", "corpora", "loss_scale", "coverage",
+    "coverage_not_measured", "error", "halt", "stall", "ended_by", "basis", "job_output", "nodes",
+    "files", "lines", "formats", "events", "hang", "step_spread", "read_s",
+)  # fmt: skip
+
+
+def diagnose(paths, now: float | None = None) -> dict:
+    """What ``asrlab doctor PATH ...`` says, as a JSON-ready dict with the keys of :data:`SCHEMA`: run folders
+    (several: one per node, read as one run), else logs and toolkit folders. Raises :class:`UsageError` for
+    nothing there, or for run folders beside other paths."""
+    paths = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+    if not paths:
+        raise UsageError("nothing to read: give a run's folder, its logs, or a toolkit's folder")
+    for p in paths:
+        if p != "-" and not Path(p).exists():
+            raise UsageError(
+                f"{p}: not a directory, nothing is there (give a run's folder, what asrlab train got as --exp, or "
+                "the run's log files)"
+            )
+    from .logs.run import log_files
+    from .sources import found
+
+    empty = [p for p in paths if Path(p).is_dir() and not is_run(p) and not log_files([p]) and not found([p])]
+    if empty:
+        raise UsageError(
+            f"{empty[0]}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}), no log files (*.log, *.txt, "
+            "*.out, log-train-*, rank*) and no TensorBoard event files, trainer_state.json or metrics.csv"
+        )
+    runs = [p != "-" and is_run(p) for p in paths]
+    if not any(runs):
+        from .logs import diagnose_logs
+
+        return conform(diagnose_logs(paths), "logs", paths)
+    if not all(runs):
+        bad = ", ".join(p for p, r in zip(paths, runs) if not r)
+        raise UsageError(f"give run folders or logs, not both: {bad} is not a run folder")
+    if len(paths) == 1:
+        return conform(diagnose_run(paths[0], now), "run folder", paths)
+    import tempfile
+
+    from .merge import merge_runs
+
+    d = diagnose_run(merge_runs(paths, tempfile.mkdtemp(prefix="asrlab-doctor-")), now)
+    d["nodes"] = paths
+    return conform(d, "run folder", paths)
+
+
+def conform(d: dict, read: str, paths: list[str]) -> dict:
+    """``d`` with every key of :data:`SCHEMA` (None where not read), in its order; a key outside it is a bug."""
+    extra = set(d) - set(SCHEMA)
+    assert not extra, f"keys outside the doctor's schema: {sorted(extra)}"
+    d = {**d, "read": read, "paths": paths}
+    return {k: d.get(k) for k in SCHEMA}
+
+
+def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
     """Everything ``asrlab doctor`` says about the run in ``exp``, as a JSON-ready dict.
 
     Keys: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False when the run
@@ -168,7 +231,10 @@ __all__ = [
     "VERDICTS",
     "is_run",
     "checkpoint_integrity",
+    "SCHEMA",
+    "conform",
     "diagnose",
+    "diagnose_run",
     "format_diagnosis",
     "ledger_coverage",
     "loss_scale_history",

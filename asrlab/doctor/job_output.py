@@ -18,7 +18,7 @@ DEATHS = ("killed", "out_of_memory", "crashed")
 def job_failure(exp: Path, logs: dict) -> dict | None:
     """The job output's first failure as an event of the run's timeline (its time from ``job.times``)."""
     first = logs.get("first")
-    if logs["verdict"] == "no_failure_seen" or not first:
+    if logs["verdict"] in ("no_failure_seen", "unknown") or not first:  # lines that only look wrong: not a failure
         return None
     clock = JobClock(job_times(exp))
     c = logs["culprit"]

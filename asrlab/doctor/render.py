@@ -131,7 +131,9 @@ def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
 
 
 def format_diagnosis(d: dict) -> str:
-    """The text of ``asrlab doctor``: the verdict first, then each section."""
+    """The text of ``asrlab doctor``, whatever was read: the verdict first, then each section."""
+    if d.get("exp") is None:
+        return _log_text(d) + "\n"
     lines = [f"{d['verdict'].upper()}: {d['summary']}", f"  experiment: {d['exp']}"]
     hint = _next(d)
     if hint:
@@ -334,3 +336,65 @@ def format_diagnosis(d: dict) -> str:
     if ck["files"]:
         lines.append(f"  newest loadable: {ck['newest_loadable'] or 'NONE (a resume starts from scratch)'}")
     return "\n".join(lines) + "\n"
+
+
+def _log_text(d: dict) -> str:
+    """A log's or a toolkit folder's diagnosis: the verdict, what was read, then each section."""
+    lines = [f"{d['verdict'].upper()}: {d['summary']}"]
+    c = d["culprit"]
+    said = [f"{k} {c[k]}" for k in ("rank", "step") if c[k] is not None]
+    if said:
+        lines.append("  culprit: " + ", ".join(said))
+    fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
+    lines.append(
+        f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
+        f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
+    )
+    for s in d.get("sources") or []:
+        names = sorted((d.get("series") or {}).get(s["source"], {}))
+        lines.append(
+            f"read: {s['source']} ({len(s['files'])} files): {len(names)} series"
+            + (f" ({_few(names)})" if names else "")
+        )
+        lines += [f"  {n}" for n in s["notes"]]
+    if d["events"]:
+        lines.append("recognised: " + ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items())))
+    for w in d.get("warnings") or []:
+        lines.append(f"warning ({w['source']}): {w['text']}")
+    for h in d.get("history") or []:
+        lines.append(f"history: {h}")
+    if d["hang"]:
+        lines.append(f"hang: {d['hang']['text']}")
+    if d["nonfinite"] and d["nonfinite"].get("first"):
+        lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
+    for r in d["resumes"]:
+        lines.append(
+            f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
+        )
+    ck = d.get("checkpoints")
+    if ck:
+        lines.append(
+            f"checkpoints ({len(ck['files'])}): newest {ck['newest'] or 'none intact'}"
+            + (f"; not intact: {', '.join(ck['broken'])}" if ck["broken"] else "")
+        )
+        for r in ck["files"][:8]:
+            held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
+            lines.append(f"  {r['file']}: {held}" + ("" if r["intact"] else f" (NOT INTACT: {r['why']})"))
+    if d["ranks"]:
+        lines.append("ranks (last logged step):")
+        for r in d["ranks"]:
+            rate = (
+                f", {r['s_per_step']:.3g} s/step"
+                if r["s_per_step"]
+                else f", {r['steps_per_s']:.2f} steps/s"
+                if r["steps_per_s"]
+                else ""
+            )
+            who = f"rank {r['rank']}" if r["rank"] is not None else "lines naming no rank"
+            lines.append(f"  {who}: {r['last']}{rate}")
+        sp = d.get("step_spread")
+        if sp and sp["ratio"] >= 1.2:
+            lines.append(
+                f"  rank {sp['slowest']} takes {sp['ratio']:.2f}x the seconds per step of rank {sp['fastest']}"
+            )
+    return "\n".join(lines)

@@ -356,13 +356,14 @@ class LogExplorer(Explorer):
     ranks and the curves. Headless: every rank and every curve in one figure."""
 
     def __init__(self, paths, title: str = ""):
-        from ..doctor.logs import format_log_diagnosis, read_and_diagnose
+        from ..doctor import format_diagnosis
+        from ..doctor.logs import read_and_diagnose
 
         self.paths = _paths(paths)
         # the step records themselves and the doctor's verdict, from one read (raises UsageError: no logs)
         self.run, self.diagnosis = read_and_diagnose(self.paths)
         self.series = log_series(self.run, self.diagnosis)
-        self.text = format_log_diagnosis(self.diagnosis)
+        self.text = format_diagnosis(self.diagnosis)
         self.title = title or ", ".join(Path(p).name for p in self.paths)
         self._figure = None
 

@@ -925,7 +925,19 @@ ESPNET = [
 TOOLKITS = {"accelerate": ACCELERATE, "speechbrain": SPEECHBRAIN, "espnet": ESPNET}
 
 
+def _more_toolkits() -> None:
+    """The toolkits whose cases live in a module of their own (``<toolkit>_cases.py`` beside this file, each
+    defining ``TOOLKIT`` and ``CASES`` with this module's ``Case``, ``Phase`` and ``Action``)."""
+    import importlib
+
+    sys.path.insert(0, str(HERE))
+    for f in sorted(HERE.glob("*_cases.py")):
+        m = importlib.import_module(f.stem)
+        TOOLKITS[m.TOOLKIT] = m.CASES
+
+
 def all_cases() -> list[Case]:
+    _more_toolkits()  # at call time: a cases module imports this one
     return [c for cases in TOOLKITS.values() for c in cases]
 
 

@@ -23,17 +23,24 @@ def diagnose_logs(paths: list[str]) -> dict:
 
 def read_and_diagnose(paths: list[str]) -> tuple:
     """``(LogRun, diagnosis)``: the step records themselves (for plots) and what the doctor says of them."""
-    files = log_files(paths)
+    from ..sources import read_sources
+
+    t0 = time.perf_counter()
+    readings = read_sources(paths)
+    owned = {f for r in readings for f in r.files}
+    files = [f for f in log_files(paths) if f not in owned]  # a metrics.csv is read as a table, not a log
     missing = [p for p in files if p != "-" and not _exists(p)]
     if missing:
         raise UsageError(f"no such file: {missing[0]}")
-    if not files:
-        raise UsageError(f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*)")
-    t0 = time.perf_counter()
+    if not files and not readings:
+        raise UsageError(
+            f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*), and no TensorBoard "
+            "event files, trainer_state.json or metrics.csv"
+        )
     run = read_logs(files)
     d = judge(run)
+    join(d, readings)
     d.update(
-        source="logs",
         files=run.files,
         lines=run.lines,
         formats=dict(run.formats),
@@ -48,62 +55,41 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     return run, d
 
 
+def join(d: dict, readings: list) -> None:
+    """The sources' series beside the log: their first failure is the verdict where it came before the log's own
+    (by wall clock where both have one, else by step), or where the log names none; their warnings are kept."""
+    from ..timeline import culprit as place_of
+
+    d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [v for _, v in p]} for k, p in r.series.items()}
+                   for r in readings}  # fmt: skip
+    d["warnings"] = [w for r in readings for w in r.warnings]
+    d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in readings]
+    found = sorted(
+        (e for r in readings for e in r.events),
+        key=lambda e: (e.get("transient", False), e["at"]["step"] if e["at"]["step"] is not None else float("inf")),
+    )
+    if not found:
+        return
+    e = found[0]
+    log_failed = d["verdict"] not in ("no_failure_seen", "unknown")
+    first, c = d.get("first") or {}, d["culprit"]
+    if log_failed:
+        if e.get("transient"):
+            return
+        if e["time"] is not None and first.get("time") is not None:
+            if e["time"] >= first["time"]:
+                return
+        elif c["step"] is None or e["at"]["step"] is None or e["at"]["step"] >= c["step"]:
+            return
+    said = e["text"] + (f"; then, in the log: {d['summary']}" if log_failed else "")
+    d.update(verdict=e["verdict"], summary=said, culprit={**place_of(e), "rank": c["rank"] if log_failed else None})
+    d["first"] = {k: v for k, v in e.items() if k != "at"}
+
+
 def _exists(p: str) -> bool:
     from pathlib import Path
 
     return Path(p).exists()
 
 
-def format_log_diagnosis(d: dict) -> str:
-    lines = [f"{d['verdict'].upper()}: {d['summary']}"]
-    c = d["culprit"]
-    said = [f"{k} {c[k]}" for k in ("rank", "step") if c[k] is not None]
-    if said:
-        lines.append("  culprit: " + ", ".join(said))
-    fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
-    lines.append(
-        f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
-        f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
-    )
-    if d["events"]:
-        lines.append("recognised: " + ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items())))
-    for h in d.get("history") or []:
-        lines.append(f"history: {h}")
-    if d["hang"]:
-        lines.append(f"hang: {d['hang']['text']}")
-    if d["nonfinite"] and d["nonfinite"].get("first"):
-        lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
-    for r in d["resumes"]:
-        lines.append(
-            f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
-        )
-    ck = d.get("checkpoints")
-    if ck:
-        lines.append(
-            f"checkpoints ({len(ck['files'])}): newest {ck['newest'] or 'none intact'}"
-            + (f"; not intact: {', '.join(ck['broken'])}" if ck["broken"] else "")
-        )
-        for r in ck["files"][:8]:
-            held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
-            lines.append(f"  {r['file']}: {held}" + ("" if r["intact"] else f" (NOT INTACT: {r['why']})"))
-    if d["ranks"]:
-        lines.append("ranks (last logged step):")
-        for r in d["ranks"]:
-            rate = (
-                f", {r['s_per_step']:.3g} s/step"
-                if r["s_per_step"]
-                else f", {r['steps_per_s']:.2f} steps/s"
-                if r["steps_per_s"]
-                else ""
-            )
-            who = f"rank {r['rank']}" if r["rank"] is not None else "lines naming no rank"
-            lines.append(f"  {who}: {r['last']}{rate}")
-        sp = d.get("step_spread")
-        if sp and sp["ratio"] >= 1.2:
-            lines.append(
-                f"  rank {sp['slowest']} takes {sp['ratio']:.2f}x the seconds per step of rank {sp['fastest']}"
-            )
-    return "\n".join(lines)
-
-
-__all__ = ["VERDICTS", "diagnose_logs", "format_log_diagnosis", "read_and_diagnose"]
+__all__ = ["VERDICTS", "diagnose_logs", "join", "read_and_diagnose"]

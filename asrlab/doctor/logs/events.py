@@ -24,6 +24,8 @@ from .words import (
     ITEM,
     CONNECT,
     NONFINITE_LINE,
+    NOT_SUSPECT,
+    RENDEZVOUS,
     RESUME,
     SCALE,
     SCHEDULER_STOP,
@@ -33,6 +35,7 @@ from .words import (
     SIGNALS,
     STATUS,
     STORE,
+    SUSPECT,
     TERMINATE,
     nonfinite_values,
     signame,
@@ -131,7 +134,13 @@ class Events:
             )
         if e["kind"] == "consequence" and DEATH.search(e["text"]):
             m = DEATH.search(e["text"])
-            self._add("stop", e["rank"], e["time"], e["text"], signal=signame(m.group(1) or m.group(2) or "SIGINT"))
+            self._add(
+                "stop",
+                e["rank"],
+                e["time"],
+                e["text"],
+                signal=signame(m.group(1) or m.group(2) or m.group(4) or m.group(5) or "SIGINT"),
+            )
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)
@@ -295,10 +304,12 @@ class Events:
             self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
                       source="torch.multiprocessing")  # fmt: skip
             return
-        if "death signal" in text or "got signal" in text:
+        if "death signal" in text or "got signal" in text or "Received SIG" in text or "received by PID" in text:
             m = DEATH.search(text)
             if m:
-                self._add("stop", rank, time, text, signal=signame(m.group(1) or m.group(2)))
+                self._add(
+                    "stop", rank, time, text, signal=signame(m.group(1) or m.group(2) or m.group(4) or m.group(5))
+                )
                 return
         if "Error happened with" in text:
             m = ITEM.search(text)
@@ -464,6 +475,11 @@ class Events:
         m = RESUME.search(text)
         if m and "Traceback" not in text:
             self._add("resume", rank, time, text, path=m.group(1))
+            return
+        if RENDEZVOUS.search(text) and not NOT_SUSPECT.search(text):
+            self._add("exception", rank, time, text, type="rendezvous", message=text.strip()[:300], where=None)
+        elif SUSPECT.search(text) and not NOT_SUSPECT.search(text):
+            self._add("suspect", rank, time, text)
 
 
 def _float(text):

@@ -53,6 +53,12 @@ KEYS = (
     b"core dumped",
     b"FAILED",
     b"failed",
+    b"ailure",
+    b"FATAL",
+    b"atal",
+    b"CRITICAL",
+    b"erminated",
+    b"ddress already",
 )
 
 # The fast read (_File.fast). A line's fingerprint is what is left of it when digits, spaces, most punctuation

@@ -94,6 +94,8 @@ def clean(raw: bytes) -> list[str]:
         raw = _ANSI.sub(b"", raw)
     if b"\x00" in raw:
         raw = raw.replace(b"\x00", b"")
+    if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."
+        raw = raw[2:]
     parts = raw.split(b"\r") if b"\r" in raw else [raw]
     out = []
     for part in parts:

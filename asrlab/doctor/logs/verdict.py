@@ -16,7 +16,8 @@ from ..timeline import first_failure
 from .run import LogRun, position
 from .toolkits import counter_of
 
-VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "stopped", "no_failure_seen")
+VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "stopped", "unknown", "no_failure_seen")
+QUOTED = 5  # lines that look wrong quoted in an ``unknown`` verdict
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
@@ -242,7 +243,19 @@ def judge(run: LogRun) -> dict:
         d["history"].append(f"an earlier attempt: {gone['verdict']}: {said[:240]}")
         events = [e for e in events if _since(e, restart)]
     first = first_failure(events)
-    if first is None:
+    odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
+    if first is None and odd:  # no rule names a failure, but lines look wrong: never an all-clear
+        ranks = {e["rank"] for e in odd}
+        rec = _last_before(run, odd[0]["rank"], odd[0])
+        d.update(
+            verdict="unknown",
+            culprit=culprit(ranks.pop() if len(ranks) == 1 else None, rec),
+            first=_event_view(odd[0]),
+            summary=f"no rule names a failure, but {run.event_counts.get('suspect', len(odd))} line"
+            f"{'s' if len(odd) > 1 else ''} look wrong ({at(rec)}): "
+            + " | ".join(e["text"][:160] for e in odd[:QUOTED]),
+        )
+    elif first is None:
         d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
     elif first["verdict"] == "stalled":
         h = d["hang"]
@@ -303,7 +316,7 @@ def judge(run: LogRun) -> dict:
             d["nonfinite"]["first"].update(rank=rank, step=step_number(rec), epoch=rec["epoch"], batch=rec["batch"])
         if transient and verdict != "nonfinite":
             d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
-    if d["verdict"] != "no_failure_seen" and d["resumes"]:
+    if d["verdict"] not in ("no_failure_seen", "unknown") and d["resumes"]:
         d["summary"] += "; " + d["resumes"][0]["text"]
     return d
 

@@ -55,12 +55,16 @@ NONFINITE_LINE = re.compile(
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
     r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
     r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
-    r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b",
+    r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
+    r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
+    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b",
     re.I,
 )
 # a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
 VALUE = re.compile(
-    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:]?\s*['\"]?([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b", re.I
+    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b",
+    re.I,
 )
 
 
@@ -83,7 +87,8 @@ def nonfinite_values(text: str) -> str | None:
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
 DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
-    r"^(KeyboardInterrupt)\s*$"
+    r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
+    r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle, C++ jobs)
 )
 EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
@@ -122,6 +127,28 @@ RESUME = re.compile(
     re.I,
 )
 
+# a rendezvous that never started: the store's socket could not listen, bind or be reached
+RENDEZVOUS = re.compile(
+    r"server socket has failed to listen on any local network address|[Aa]ddress already in use|EADDRINUSE|"
+    r"Rendezvous\w*(?:Timeout|Connection|Closed)Error|failed to (?:bind|connect) to the rendezvous|"
+    r"The client socket has timed out after \d+s? while trying to connect"
+)
+# a line that looks wrong that no rule names: an error-level record, or a word of failure; where no failure is
+# found, these make the verdict ``unknown`` (quoted), not an all-clear
+SUSPECT = re.compile(
+    r"(?:^|[\s\[|(:])(?:E\d{4} \d\d:|ERROR\b|CRITICAL\b|FATAL\b|Fatal\b|[Ee]rror\b|[Ee]xception\b|FAILED\b|"
+    r"[Ff]ailed\b|[Ff]ailure\b|Killed\b|[Aa]bort(?:ed|ing)?\b|[Ss]egmentation fault|core dumped|[Tt]erminated\b)"
+)
+# the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
+# error rate or an error metric's value, a count of none, an option's name, a fallback to a default
+NOT_SUSPECT = re.compile(
+    r"[Ww]arn(?:ing)?s?\b|WARN|\[W |^W\d{4} |\bINFO\b|\bDEBUG\b|[Rr]etr(?:y|ying|ied)\b|[Ss]kipp(?:ing|ed)|"
+    r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
+    r"(?:errors?|failures?|failed)\s*[=:]\s*0\b|error_file|ignore|--\w*(?:error|fail)|\w_(?:error|errors|failed)\b|"
+    r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
+    r"\[\w+ [WID] \d|[Ee]rror\s*[:=]\s*[-+\d.]|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
+)
+
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
@@ -145,6 +172,8 @@ __all__ = [
     "NCCL_TIMEOUT",
     "CONNECT",
     "NONFINITE_LINE",
+    "NOT_SUSPECT",
+    "RENDEZVOUS",
     "RESUME",
     "SCALE",
     "SCHEDULER_STOP",
@@ -154,6 +183,7 @@ __all__ = [
     "SIGNALS",
     "STATUS",
     "STORE",
+    "SUSPECT",
     "TERMINATE",
     "VALUE",
     "WATCHDOG",

@@ -1,0 +1,78 @@
+"""TensorBoard's event files (``events.out.tfevents.*``, anywhere under a folder): the exact step series of every
+scalar a run wrote (loss terms, gradient norm, learning rate, loss scale), with the wall-clock second of each point.
+
+Read with tensorboard's own record reader (its CRC-checked framing, a file cut by a killed writer ends cleanly)
+and its ``Event`` protocol buffer; a scalar is a ``simple_value`` (torch's SummaryWriter, older writers) or a
+one-element tensor (TensorFlow 2, newer writers). Several event files of one run (one per launch) are one series
+per tag, in step order; a step written twice (a resume) keeps the later launch's value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import series as judge_series
+from . import Reading
+
+NAME = "tensorboard"
+DTYPES = {1: "float32", 2: "float64", 3: "int32", 9: "int64", 19: "float16", 14: "bfloat16"}
+
+
+def owns(path: Path) -> bool:
+    return "tfevents" in path.name
+
+
+def _tensor_value(t) -> float | None:
+    """A one-element tensor's value, or None (an image, a histogram, text)."""
+    if t.float_val:
+        return float(t.float_val[0])
+    if t.double_val:
+        return float(t.double_val[0])
+    if t.int64_val:
+        return float(t.int64_val[0])
+    if t.int_val and t.dtype != 7:  # 7: a string
+        return float(t.int_val[0])
+    if t.tensor_content and t.dtype in (1, 2) and not [d for d in t.tensor_shape.dim if d.size != 1]:
+        import numpy as np
+
+        return float(np.frombuffer(t.tensor_content, dtype=DTYPES[t.dtype])[0])
+    return None
+
+
+def read(files: list[Path]) -> Reading:
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+        from tensorboard.compat.proto import event_pb2
+    except ImportError:
+        return Reading(NAME, [str(f) for f in files], notes=[
+            f"{len(files)} TensorBoard event files not read: pip install tensorboard (asrlab[tensorboard])"
+        ])  # fmt: skip
+    points: dict[str, dict[int, tuple[float, float]]] = {}  # tag -> step -> (value, wall time)
+    notes = []
+    # the oldest file first: a later launch's value of a step replaces an earlier one's
+    for f in sorted(files, key=lambda p: (p.stat().st_mtime, p.name)):
+        try:
+            for raw in RawEventFileLoader(str(f)).Load():
+                e = event_pb2.Event.FromString(raw)
+                if not e.HasField("summary"):
+                    continue
+                for v in e.summary.value:
+                    kind = v.WhichOneof("value")
+                    x = (
+                        v.simple_value
+                        if kind == "simple_value"
+                        else _tensor_value(v.tensor)
+                        if kind == "tensor"
+                        else None
+                    )
+                    if x is not None:
+                        points.setdefault(v.tag, {})[int(e.step)] = (float(x), e.wall_time)
+        except Exception as err:  # a file cut mid-record, not an event file: said, the rest still read
+            notes.append(f"{f.name}: read up to a damaged record ({type(err).__name__})")
+    series = {tag: [(s, p[s][0]) for s in sorted(p)] for tag, p in points.items()}
+    wall = {tag: [p[s][1] for s in sorted(p)] for tag, p in points.items()}
+    events, warnings = judge_series.judge(NAME, series, wall)
+    return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes)
+
+
+__all__ = ["NAME", "owns", "read"]

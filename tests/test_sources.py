@@ -1,0 +1,108 @@
+"""The doctor's sources beside a log: TensorBoard's event files (written here by torch's own SummaryWriter),
+Hugging Face Trainer's ``trainer_state.json`` and Lightning's ``metrics.csv`` read into exact step series; the
+first non-finite step exactly, a loss that diverges before it as a warning; and a source added as one module."""
+
+import json
+import math
+import sys
+import types
+
+import pytest
+
+from asrlab.cli import main
+from asrlab.doctor import SCHEMA, diagnose, format_diagnosis
+from asrlab.doctor import sources
+from asrlab.doctor.timeline import failure
+
+SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
+
+
+def write_events(folder, losses, norms=None, start=1):
+    w = SummaryWriter(str(folder))
+    for i, v in enumerate(losses, start):
+        w.add_scalar("train/loss", v, i)
+        w.add_scalar("train/lr", 1e-3, i)
+        if norms is not None:
+            w.add_scalar("train/grad_norm", norms[i - start], i)
+    w.close()
+
+
+def test_tensorboard_first_nonfinite_step_exactly_and_the_divergence_before_it(tmp_path, capsys):
+    # a converging loss, then a rise to many times its lowest at step 31, then nan from step 40 on
+    losses = [10.0 / i for i in range(1, 30)] + [0.3 * (i - 28) ** 3 for i in range(30, 40)] + [math.nan] * 9
+    write_events(tmp_path / "runs" / "a", losses)
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 40, d["summary"]
+    assert "train/loss was nan at step 40" in d["summary"]
+    w = d["warnings"]
+    assert [x["kind"] for x in w] == ["diverging"] and w[0]["step"] == 31, w
+    s = d["series"]["tensorboard"]["train/loss"]
+    assert s["steps"] == list(range(1, 49)) and s["values"][:2] == [10.0, 5.0]  # every point, as written
+    assert main(["doctor", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NONFINITE: train/loss was nan at step 40")
+    assert "warning (tensorboard): train/loss rose to" in out and "at step 31" in out
+
+
+def test_a_resumed_run_keeps_the_later_launchs_points_and_a_cut_file_is_said(tmp_path):
+    write_events(tmp_path / "r1", [1.0] * 10)  # steps 1-10, killed at 10
+    write_events(tmp_path / "r2", [0.5] * 10, start=6)  # resumed from step 5: steps 6-15 again
+    cut = sorted((tmp_path / "r2").glob("events*"))[0]
+    cut.write_bytes(cut.read_bytes()[:-7])  # the writer killed mid-record
+    d = diagnose(tmp_path)
+    s = d["series"]["tensorboard"]["train/loss"]
+    assert s["steps"][:5] == [1, 2, 3, 4, 5] and s["values"][5] == 0.5, s
+    assert d["verdict"] == "no_failure_seen", d["summary"]
+    notes = [n for x in d["sources"] for n in x["notes"]]
+    assert not notes or "damaged record" in notes[0]
+
+
+def test_fp16_overflow_skips_leave_a_grad_norm_inf_and_the_run_healthy(tmp_path):
+    norms = [math.inf, math.inf, 3.0, 2.0] + [1.0] * 16  # the scaler calibrating at the start
+    write_events(tmp_path, [5.0 - 0.1 * i for i in range(20)], norms)
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "no_failure_seen" and d["ok"], d["summary"]
+
+
+def test_trainer_state_log_history(tmp_path):
+    # the shape Hugging Face Trainer writes (json.dumps of floats: NaN as NaN), in checkpoint-N/ and the folder
+    hist = [
+        {"epoch": 0.1 * s, "grad_norm": 1.5, "learning_rate": 1e-4, "loss": 4.0 - 0.1 * s, "step": s}
+        for s in range(1, 9)
+    ]
+    hist += [{"epoch": 0.9, "grad_norm": math.nan, "learning_rate": 1e-4, "loss": math.nan, "step": 9}]
+    for n, upto in ((5, 5), (10, 9)):
+        ck = tmp_path / f"checkpoint-{n}"
+        ck.mkdir()
+        (ck / "trainer_state.json").write_text(
+            json.dumps({"global_step": n, "max_steps": 20, "log_history": hist[:upto]})
+        )
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 9, d["summary"]
+    assert d["series"]["trainer_state"]["loss"]["steps"] == list(range(1, 10))
+
+
+def test_lightning_metrics_csv(tmp_path):
+    rows = ["epoch,step,train_loss_step,val_loss"] + [f"0,{s},{3.0 - 0.1 * s}," for s in range(10)]
+    rows += ["0,10,nan,", "0,11,,2.5"]
+    (tmp_path / "version_0").mkdir()
+    (tmp_path / "version_0" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 10, d["summary"]
+    assert d["files"] == []  # read as a table, not as a log
+
+
+def test_a_new_source_is_one_module(tmp_path, monkeypatch):
+    """A source is a module with ``owns`` and ``read``: registered, its events join the one timeline."""
+    toy = types.ModuleType("asrlab.doctor.sources.toy")
+    toy.owns = lambda p: p.suffix == ".toy"
+    toy.read = lambda files: sources.Reading(
+        "toy", [str(f) for f in files],
+        events=[failure("crashed", "toy", None, "the toy said so", source="toy", step=3)],
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "asrlab.doctor.sources.toy", toy)
+    monkeypatch.setattr(sources, "SOURCES", sources.SOURCES + ("toy",))
+    (tmp_path / "run.toy").write_text("x")
+    d = diagnose(tmp_path)
+    assert (d["verdict"], d["culprit"]["step"], d["summary"]) == ("crashed", 3, "the toy said so")
+    assert list(d) == list(SCHEMA) and format_diagnosis(d).startswith("CRASHED: the toy said so")
