@@ -252,7 +252,7 @@ def measure(cmd: list[str]) -> tuple[float, float, float, str]:
 
 DOCTOR = """
 import sys, time
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 t0 = time.perf_counter()
 d = diagnose_logs([sys.argv[1]])
 ev = ", ".join(f"{k} {v}" for k, v in sorted(d["events"].items()))

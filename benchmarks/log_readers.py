@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 

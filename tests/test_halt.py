@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from asrlab.doctor import diagnose
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 
 LOOP = textwrap.dedent("""
     import math, sys

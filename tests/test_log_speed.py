@@ -12,11 +12,19 @@ import pytest
 
 from asrlab.doctor.logs import events, stream
 from asrlab.doctor.logs.reader import read_logs
-from asrlab.doctor.logs.verdict import judge
+from asrlab.doctor.sources import Reading
+from asrlab.doctor.sources.text_log import timeline_of
+from asrlab.doctor.verdict import decide
 
 _spec = importlib.util.spec_from_file_location("log_read", Path(__file__).parent.parent / "benchmarks" / "log_read.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
+
+
+def judge(run) -> dict:
+    """The log's sections and the one rule's verdict over its events."""
+    events, d, history = timeline_of(run)
+    return {**d, **decide([Reading("log", run.files, events=events, history=history)])}
 
 
 def diagnosis(path: Path, fast: bool) -> tuple:

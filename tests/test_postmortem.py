@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # logs/: the excerpts the readers were written from; logs2/: a second set, collected apart and read by the

@@ -40,7 +40,8 @@ def test_the_watchs_clock_places_each_byte_of_the_jobs_output(tmp_path):
 def test_a_launcher_stopped_by_a_signal_is_the_stop_not_a_vanished_rank(tmp_path):
     """The folder saw rank 1's heartbeats end without a word (a guess: vanished); the job's output says torchrun
     was told to stop. One failure seen twice: the stop, by the job's words."""
-    from asrlab.doctor.job_output import read_job_output
+    from asrlab.doctor.sources import Reading, job_output
+    from asrlab.doctor.verdict import decide
 
     (tmp_path / "job.log").write_text(
         "step 11 loss 2.1\nstep 12 loss 2.0\n"
@@ -50,6 +51,6 @@ def test_a_launcher_stopped_by_a_signal_is_the_stop_not_a_vanished_rank(tmp_path
     (tmp_path / "job.times").write_text("0 100.0\n34 120.0\n")
     vanished = failure("crashed", "vanished", 118.0, "rank 1 ended without recording an error", source="heartbeats",
                        rank=1, guess=True)  # fmt: skip
-    d = {"verdict": "crashed", "summary": vanished["text"], "error": None}
-    first = read_job_output(tmp_path, d, vanished)
-    assert d["verdict"] == "stopped" and first["verdict"] == "stopped" and "vanished" not in d["summary"], d
+    folder = Reading("run folder", [str(tmp_path)], events=[vanished])
+    d = decide([folder, job_output.read(tmp_path)])
+    assert d["verdict"] == "stopped" and d["basis"] == "job output" and "vanished" not in d["summary"], d

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 
 RUNS = Path(__file__).parent / "fixtures" / "toolkit_runs"
 CASES = sorted(p.parent for p in RUNS.glob("*/*/truth.yaml"))

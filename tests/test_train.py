@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from asrlab.data.sources import DataError
-from asrlab.doctor.logs import diagnose_logs
+from asrlab.doctor import diagnose_logs
 from asrlab.config import load_config
 from asrlab.lab.state import checkpoint
 from asrlab.lab.dist import DistInfo

@@ -670,7 +670,7 @@ def test_an_espnet_run_draws_its_own_terms_and_one_place_for_its_first_failure()
     """ESPnet's own asr_train (fp32, a NaN at epoch 2, batch 5): the terms as ESPnet names them (not "040loss"
     from its "acc=0.040loss=..." fields), no loss-scale panel for a run without a scaler, and the culprit and
     the first non-finite step marked at one place."""
-    from asrlab.doctor.logs import read_and_diagnose
+    from asrlab.doctor import read_and_diagnose
     from asrlab.widgets.logs import log_series
 
     case = Path(__file__).parent / "fixtures" / "toolkit_runs" / "espnet" / "nan_single_e2b5"

@@ -6,38 +6,20 @@ Lightning's metrics.csv, checkpoints).
 :func:`format_diagnosis` turns it into the text a person reads. Nothing here writes to what it reads or talks to
 the run: a doctor may look at a live run.
 
-The verdict is one of :data:`VERDICTS`. Files left by an earlier launch into the same EXP (an error
-before a resume, an old halt report) are history, not the verdict: only those written since the latest
-launch (``lab.json``'s ``started``, else the time the trainer wrote ``config.yaml``) decide it, and of
-those the earliest (a stall's watchdog kills leave later errors on the other ranks, a rank's error
-leaves the others stalled).
+One pipeline whatever was given: sources (:mod:`.sources`, one module per thing a run leaves) read it into events
+and step series; one rule (:mod:`.verdict`) takes the first failure by time over all of them; the sections come
+from the same reading; one renderer (:mod:`.render`) writes the text.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from ..errors import UsageError
 from ..lab import layout
 from ..lab.layout import is_run
-from ..errors import UsageError
-from ..lab.metrics import metric_files, read_metrics
-from ..lab.stall.heartbeat import rank_state
-from ..lab.stop import STOP_FILE
-from .read import (
-    error_entry,
-    halt_report,
-    history,
-    json_ready,
-    kept_steps,
-    latest_heartbeats,
-    launch_time,
-    read_json,
-    stall_entry,
-    train_config,
-)
-from ..lab.stall.errors import rank_errors
-from .timeline import culprit
+from .read import json_ready
+from .verdict import FAILED, VERDICTS
 
 # render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
 # said at once and ``asrlab doctor`` starts without it
@@ -59,23 +41,6 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-VERDICTS = (
-    "finished",
-    "running",
-    "stopped",
-    "stalled",
-    "nonfinite_halt",
-    "nonfinite",
-    "crashed",
-    "killed",
-    "out_of_memory",
-    "unknown",
-    "no_failure_seen",
-)
-FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
-LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
 
 
 # the keys of every diagnosis, whatever was read (None where the paths held nothing of the kind): what happened,
@@ -113,8 +78,6 @@ def diagnose(paths, now: float | None = None) -> dict:
         )
     runs = [p != "-" and is_run(p) for p in paths]
     if not any(runs):
-        from .logs import diagnose_logs
-
         return conform(diagnose_logs(paths), "logs", paths)
     if not all(runs):
         bad = ", ".join(p for p, r in zip(paths, runs) if not r)
@@ -130,6 +93,48 @@ def diagnose(paths, now: float | None = None) -> dict:
     return conform(d, "run folder", paths)
 
 
+def diagnose_logs(paths: list[str]) -> dict:
+    """What logs and toolkit folders say (``diagnose`` of paths that hold no asrlab run folder)."""
+    return read_and_diagnose(paths)[1]
+
+
+def read_and_diagnose(paths: list[str]) -> tuple:
+    """``(LogRun, diagnosis)``: the logs' step records themselves (for plots) and what the doctor says of
+    everything at ``paths``: the logs, and beside them the tables of the other sources (event files, a trainer's
+    state, a metrics CSV)."""
+    from .logs.run import LogRun
+    from .sources import read_sources, text_log
+    from .verdict import decide
+
+    tables = read_sources(paths)
+    log = text_log.read(paths, skip={f for r in tables for f in r.files})  # a metrics.csv is a table, not a log
+    if log is None and not tables:
+        raise UsageError(
+            f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*), and no TensorBoard "
+            "event files, trainer_state.json or metrics.csv"
+        )
+    v = decide(([log] if log else []) + tables)
+    d = dict(log.sections) if log else dict(EMPTY_LOG)
+    d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
+    d["history"] = v["history"]
+    d["ok"] = d["verdict"] == "no_failure_seen"
+    d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
+                   for r in tables}  # fmt: skip
+    d["warnings"] = [{**w, "source": r.source} for r in tables for w in r.warnings]
+    d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in tables]
+    from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
+
+    d["checkpoints"] = checkpoints(paths)
+    return (log.raw if log else LogRun()), d
+
+
+# a log's sections where no log was read (a folder of event files alone)
+EMPTY_LOG = {
+    "hang": None, "nonfinite": None, "resumes": [], "ranks": [], "step_spread": None, "files": [], "lines": 0,
+    "formats": {}, "world_size": None, "events": {}, "read_s": 0.0,
+}  # fmt: skip
+
+
 def conform(d: dict, read: str, paths: list[str]) -> dict:
     """``d`` with every key of :data:`SCHEMA` (None where not read), in its order; a key outside it is a bug."""
     extra = set(d) - set(SCHEMA)
@@ -139,14 +144,10 @@ def conform(d: dict, read: str, paths: list[str]) -> dict:
 
 
 def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
-    """Everything ``asrlab doctor`` says about the run in ``exp``, as a JSON-ready dict.
-
-    Keys: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False when the run
-    failed or its coverage is broken: ``asrlab doctor`` exits 1), ``world_size``, ``ranks`` (per rank: what
-    it is doing or did last), ``error``, ``stall``, ``halt``, ``steps`` (per-rank timing and the spread),
-    ``nonfinite``, ``loss_scale``, ``resumes``, ``coverage``, ``checkpoints``, ``history`` (failures of
-    earlier launches). Raises :class:`UsageError` when ``exp`` is not a folder with a run in it.
-    """
+    """What ``asrlab doctor EXP`` says of the run in ``exp`` (and of the job ``asrlab watch`` kept the output of
+    there), as a JSON-ready dict: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False
+    when the run failed or its coverage is broken: ``asrlab doctor`` exits 1), ``culprit``, and the run folder's
+    sections. Raises :class:`UsageError` when ``exp`` is not a folder with a run in it."""
     exp = Path(exp)
     if not exp.is_dir():
         raise UsageError(f"{exp}: not a directory")
@@ -155,72 +156,32 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
             f"{exp}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}); a toolkit's folder is read "
             "as its logs: asrlab doctor FOLDER"
         )
-    from .sections import (
-        checkpoint_integrity,
-        corpus_throughput,
-        ledger_coverage,
-        loss_scale_history,
-        nonfinite_events,
-        resume_points,
-        step_times,
-    )
-    from .job_output import read_job_output
-    from .verdict import verdict
+    from .sources import job_output, run_folder
+    from .timeline import first_failure
+    from .verdict import decide
 
-    now = time.time() if now is None else now
-    lab = read_json(layout.lab(exp)) or {}
-    train_cfg = train_config(exp)
-    launched = launch_time(exp, lab)
-    rid, beats = latest_heartbeats(exp)
-    report = read_json(layout.stall_report(exp))
-    world_size = int(
-        lab.get("world_size")
-        or (report or {}).get("world_size")
-        or (max(beats) + 1 if beats else 0)
-        or len(metric_files(exp))
-        or 1
-    )
-
-    rank0 = kept_steps(read_metrics(exp)) if layout.metrics(exp, "rank0").exists() else []
-    ckpts = checkpoint_integrity(exp)
-    d: dict = {
-        "exp": str(exp),
-        "time": now,
-        "world_size": world_size,
-        "launched": launched or None,
-        "config": {
-            k: train_cfg.get(k)
-            for k in ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
-        }
-        if train_cfg
-        else None,
-        "last_step": rank0[-1]["step"] if rank0 else None,
-        "stop_requested": (exp / STOP_FILE).exists(),
-    }
-    d["ranks"] = [rank_state(b, now) for _, b in sorted(beats.items())]
-    d["steps"] = step_times(exp)
-    d["corpora"] = corpus_throughput(exp)
-    d["nonfinite"] = nonfinite_events(exp)
-    d["loss_scale"] = loss_scale_history(rank0)
-    d["resumes"] = resume_points(exp)
-    d["coverage"] = ledger_coverage(exp, lab, ckpts)
-    if lab.get("coverage_not_measured"):  # the loop's batches carry no ids it could find: nothing to judge
-        d["coverage"], d["coverage_not_measured"] = None, lab["coverage_not_measured"]
-    d["checkpoints"] = ckpts
-
-    since = launched - LAUNCH_SLACK_S if launched else 0.0
-    errors = rank_errors(exp, since, rid)
-    halt = halt_report(exp, since)
-    stall = report if report is not None and report.get("time", 0) >= since else None
-    d["error"] = error_entry(errors[0], errors) if errors else None
-    d["halt"] = halt
-    d["stall"] = stall_entry(exp, stall) if stall else None
-    d["history"] = history(exp, since, errors, halt, stall)
-    v = verdict(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts)
-    event = v.pop("event", None)  # the folder's first failure; the job's output joins it on one timeline
-    d.update(v)
-    event = read_job_output(exp, d, event)
-    d["culprit"] = culprit(event)
+    folder = run_folder.read(exp, now)
+    job = job_output.read(exp)
+    v = decide([folder] + ([job] if job else []))
+    d = folder.sections
+    first = v["first"] or {}
+    d.update(
+        verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"],
+        history=v["history"], ended_by=first.get("ended_by") if v["first"] else v.get("ended_by"),
+    )  # fmt: skip
+    if job is not None:
+        d["job_output"] = job.sections
+        if not d["resumes"]["ledger"] and job.sections["resumes"]:
+            # no ledger in the folder: the job's own lines show where a restart went back to
+            d["resumes"]["from_job_output"] = [r["text"] for r in job.sections["resumes"]]
+        last = job.sections["last_steps"]
+        if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
+            d["summary"] += " at " + "; ".join(
+                f"rank {r['rank']}: {r['last']}" if r["rank"] is not None else r["last"] for r in last
+            )
+        own = first_failure(folder.events)
+        if v["basis"] == "job output" and own and not own.get("guess") and own.get("lost_peer") and d["error"]:
+            d["error"]["lost_peer"] = True  # said under the cause, not as the first error
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)
@@ -234,7 +195,9 @@ __all__ = [
     "SCHEMA",
     "conform",
     "diagnose",
+    "diagnose_logs",
     "diagnose_run",
+    "read_and_diagnose",
     "format_diagnosis",
     "ledger_coverage",
     "loss_scale_history",

@@ -357,7 +357,7 @@ class LogExplorer(Explorer):
 
     def __init__(self, paths, title: str = ""):
         from ..doctor import format_diagnosis
-        from ..doctor.logs import read_and_diagnose
+        from ..doctor import read_and_diagnose
 
         self.paths = _paths(paths)
         # the step records themselves and the doctor's verdict, from one read (raises UsageError: no logs)

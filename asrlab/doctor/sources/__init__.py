@@ -23,8 +23,9 @@ MAX_FILES = 10_000  # files looked at under one folder: a folder of a million sh
 class Reading:
     """What one source read: ``series`` (name -> ``[(step, value), ...]`` in step order, exactly as written),
     ``wall`` (name -> the wall-clock second of each point, where the source keeps one), ``events`` (failure
-    events of :func:`..timeline.failure`), ``warnings`` (``{"kind", "name", "step", "text"}``: what is not yet a
-    failure, a loss that diverges), ``notes`` (what it could not read, said)."""
+    events of :func:`..timeline.failure`; one may carry ``say``, a callable that phrases it once it is chosen),
+    ``warnings`` (``{"kind", "name", "step", "text"}``: what is not yet a failure, a loss that diverges),
+    ``notes`` (what it could not read, said)."""
 
     source: str
     files: list[str]
@@ -33,6 +34,14 @@ class Reading:
     events: list[dict] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # lines that look wrong that no rule names (an all-clear is never given over them)
+    suspects: list[dict] = field(default_factory=list)
+    # what the source says where none of its events is a failure: {"verdict", "summary", ...} (a run folder's
+    # finished, running or stopped on request; a log's "no failure seen" and what it did see)
+    outcome: dict | None = None
+    sections: dict = field(default_factory=dict)  # the source's own keys of the diagnosis (its schema's part)
+    history: list[str] = field(default_factory=list)  # failures of an earlier attempt, said, not the verdict
+    raw: object = None  # what was read, for plots (a log's step records)
 
 
 def _module(name: str):

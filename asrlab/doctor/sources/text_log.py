@@ -1,23 +1,29 @@
-"""What the logs of a failed job say happened: the verdict, its culprit (rank, step), and the sections
-(the hang's collective and who is behind, the first non-finite step, resumes, each rank's last step).
+"""Any text log (a toolkit's, a launcher's, a scheduler's; several ranks' or nodes' files, ``-`` for stdin), as a
+source: every line that can be a first failure (read by :mod:`..logs`, the meanings of lines whatever their
+wording) as an event of the one timeline, each phrased with its culprit (rank, step) should the rule choose it;
+the lines that look wrong with no failure named; and the sections (the hang's collective and who is behind, the
+first non-finite step, resumes, each rank's last step).
 
-The first failure is the earliest by time, not the first printed: the agent's SIGTERM to the survivors,
-their timeouts and their lost-peer errors are consequences (:data:`.events.CONSEQUENCE`), never the
-cause while a cause is in the log.
+A survivor's timeout, the agent's SIGTERM to the others, a lost-peer error are marked consequences
+(:data:`..logs.tracebacks.CONSEQUENCE`): never the cause while a cause is in the log.
 """
 
 from __future__ import annotations
 
-import math
+import time
+from pathlib import Path
 
-from .hang import hang
-from .progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
+from ...errors import UsageError
+from ..logs.hang import hang
+from ..logs.nonfinite import nonfinite_section as _nonfinite
+from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
+from ..logs.reader import read_logs
+from ..logs.run import LogRun, log_files, position
+from ..logs.toolkits import counter_of
 from ..timeline import first_failure
-from .run import LogRun, position
-from .toolkits import counter_of
+from . import Reading
 
-VERDICTS = ("crashed", "killed", "out_of_memory", "nonfinite", "stalled", "stopped", "unknown", "no_failure_seen")
-QUOTED = 5  # lines that look wrong quoted in an ``unknown`` verdict
+NAME = "log"
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
@@ -207,8 +213,40 @@ def _persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-def judge(run: LogRun) -> dict:
-    """``{"verdict", "summary", "culprit", "hang", "nonfinite", "resumes", "ranks", "events"}``."""
+def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
+    """The logs among ``paths`` (files, folders of them, ``-``), but ``skip`` (files another source owns); None
+    where there are none."""
+    files = [f for f in log_files(paths) if f not in skip]
+    missing = [p for p in files if p != "-" and not Path(p).exists()]
+    if missing:
+        raise UsageError(f"no such file: {missing[0]}")
+    if not files:
+        return None
+    t0 = time.perf_counter()
+    run = read_logs(files)
+    events, sections, history = timeline_of(run)
+    sections.update(
+        files=run.files,
+        lines=run.lines,
+        formats=dict(run.formats),
+        world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
+        events=dict(run.event_counts),
+        read_s=round(time.perf_counter() - t0, 3),
+    )
+    restart = _latest_restart(run)
+    odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
+    for e in odd:
+        e["culprit"] = culprit(e["rank"], _last_before(run, e["rank"], e))
+    return Reading(
+        NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
+        outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections)},
+    )  # fmt: skip
+
+
+def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
+    """``(events, sections, history)``: every event that can be the log's first failure (each with ``say``,
+    its phrasing should it be chosen), the sections, and an earlier attempt's failures (before the job was
+    started again and went on)."""
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
     d: dict = {
         "hang": hang(run, timeouts) if timeouts else None,
@@ -218,7 +256,6 @@ def judge(run: LogRun) -> dict:
     }
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
-    # every failure the log shows, on one timeline: the first by time is the verdict (timeline.first_failure)
     raised = {x.get("rank") for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")}
     lost = {x.get("rank") for x in run.events if x["kind"] in ("consequence", "timeout")}
     causes = [(v, _as_consequence(e, raised, lost)) for v, e in _causes(run)]
@@ -235,29 +272,32 @@ def judge(run: LogRun) -> dict:
         if e["kind"] == "exit" and e.get("signal") in _TERM and (e.get("pid") not in sent if e.get("pid") else not sent)
     ]
     events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
-    d["history"] = []
+    history = []
     restart = _latest_restart(run)
     if restart is not None and (gone := first_failure([e for e in events if not _since(e, restart)])):
         # a failure before the job was started again and went on: the earlier attempt's, not the run's verdict
         said = gone.get("text") or where(gone.get("record"))  # a non-finite step record has no line of text
-        d["history"].append(f"an earlier attempt: {gone['verdict']}: {said[:240]}")
+        history.append(f"an earlier attempt: {gone['verdict']}: {said[:240]}")
         events = [e for e in events if _since(e, restart)]
-    first = first_failure(events)
-    odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
-    if first is None and odd:  # no rule names a failure, but lines look wrong: never an all-clear
-        ranks = {e["rank"] for e in odd}
-        rec = _last_before(run, odd[0]["rank"], odd[0])
-        d.update(
-            verdict="unknown",
-            culprit=culprit(ranks.pop() if len(ranks) == 1 else None, rec),
-            first=_event_view(odd[0]),
-            summary=f"no rule names a failure, but {run.event_counts.get('suspect', len(odd))} line"
-            f"{'s' if len(odd) > 1 else ''} look wrong ({at(rec)}): "
-            + " | ".join(e["text"][:160] for e in odd[:QUOTED]),
-        )
-    elif first is None:
-        d.update(verdict="no_failure_seen", culprit=culprit(None, None), first=None, summary=_healthy(run, d))
-    elif first["verdict"] == "stalled":
+    for e in events:
+        e["source"] = NAME
+        e["say"] = lambda e=e: _phrased(run, e, d)
+    return events, d, history
+
+
+def _phrased(run: LogRun, first: dict, d: dict) -> dict:
+    """The event as the log says it, once chosen: its verdict refined (an exit code stands for its rank's
+    traceback, a stop long after the last step ended a hang), its culprit, its sentence (``summary``; and where
+    the job went back to, after a resume)."""
+    e = _phrase(run, first, d)
+    if d["resumes"]:
+        e["summary"] += "; " + d["resumes"][0]["text"]
+    return e
+
+
+def _phrase(run: LogRun, first: dict, d: dict) -> dict:
+    view = _event_view(first)
+    if first["verdict"] == "stalled":
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
         last = run.last_steps()
@@ -266,59 +306,50 @@ def judge(run: LogRun) -> dict:
             or max((r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None)
             or _placed(first)
         )
-        d.update(verdict="stalled", culprit=culprit(rank, rec), first=_event_view(first), summary=h["text"])
-    elif first.get("outside"):
+        return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": h["text"]}
+    if first.get("outside"):
         rec = _last_before(run, first["rank"], first)
-        d.update(
-            verdict="killed",
-            culprit=culprit(first["rank"], rec),
-            first=_event_view(first),
-            summary=f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's "
+        return {
+            **view,
+            "verdict": "killed",
+            "culprit": culprit(first["rank"], rec),
+            "summary": f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's "
             f"pre-emption, a time limit, kill) {at(rec)}",
-        )
-    elif (silent := _silence(run, first)) is not None:
+        }
+    if (silent := _silence(run, first)) is not None:
         gap, rec = silent
         last = {r: x for r, x in run.last_steps().items() if r is not None}
         low = min((position(x) for x in last.values()), default=None)
         behind = [r for r, x in last.items() if position(x) == low]
         if len(behind) == 1 and len(last) > 1:  # the rank whose last step is behind the others' hung there
             rec = last[behind[0]]
-        d.update(
-            verdict="stalled",
-            culprit=culprit(behind[0] if len(behind) == 1 and len(last) > 1 else None, rec),
-            first=_event_view(first),
-            summary=f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended "
+        return {
+            **view,
+            "verdict": "stalled",
+            "culprit": culprit(behind[0] if len(behind) == 1 and len(last) > 1 else None, rec),
+            "summary": f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended "
             f"({first['text'][:160]}): it hung there (a rank waiting for data or in a collective; its stacks, "
             "asrlab watch or py-spy dump, say where)",
-        )
-    else:
-        verdict, e = _refine(run, first["verdict"], first)
-        rank = e.get(
-            "culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank")
-        )
-        # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
-        rec = (
-            e.get("record")
-            or _named(e, strict=True)
-            or _last_before(run, rank, e)
-            or _named(e)
-            or _placed(e)
-            or _redrawn_after(run, rank, e)
-        )
-        d.update(
-            verdict=verdict,
-            culprit=culprit(rank, rec),
-            first=_event_view(e),
-            summary=_say(run, verdict, {**e, "rank": rank}, rec, d),
-        )
-        if verdict == "nonfinite" and rec is not None and (d["nonfinite"] or {}).get("first"):
-            # the section's first non-finite step is the verdict's: one event, said once
-            d["nonfinite"]["first"].update(rank=rank, step=step_number(rec), epoch=rec["epoch"], batch=rec["batch"])
-        if transient and verdict != "nonfinite":
-            d["summary"] += f"; earlier, for a while: {d['nonfinite']['text']}"
-    if d["verdict"] not in ("no_failure_seen", "unknown") and d["resumes"]:
-        d["summary"] += "; " + d["resumes"][0]["text"]
-    return d
+        }
+    verdict, e = _refine(run, first["verdict"], first)
+    rank = e.get("culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank"))
+    # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
+    rec = (
+        e.get("record")
+        or _named(e, strict=True)
+        or _last_before(run, rank, e)
+        or _named(e)
+        or _placed(e)
+        or _redrawn_after(run, rank, e)
+    )
+    said = _say(run, verdict, {**e, "rank": rank}, rec, d)
+    nf = d["nonfinite"] or {}
+    if verdict == "nonfinite" and rec is not None and nf.get("first"):
+        # the section's first non-finite step is the verdict's: one event, said once
+        nf["first"].update(rank=rank, step=step_number(rec), epoch=rec["epoch"], batch=rec["batch"])
+    if nf.get("transient") and verdict != "nonfinite":
+        said += f"; earlier, for a while: {nf['text']}"
+    return {**_event_view(e), "verdict": verdict, "culprit": culprit(rank, rec), "summary": said}
 
 
 def _passed(run: LogRun, e: dict) -> bool:
@@ -360,7 +391,7 @@ def culprit(rank, rec: dict | None) -> dict:
 
 
 def _event_view(e: dict) -> dict:
-    return {k: v for k, v in e.items() if k != "record"}
+    return {k: v for k, v in e.items() if k not in ("record", "say")}
 
 
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
@@ -417,65 +448,6 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     return s
 
 
-def _nonfinite(run: LogRun) -> dict | None:
-    if not run.nonfinite:
-        skips = [e for e in run.events if e["kind"] == "scale"]
-        return (
-            {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
-        )
-    r = run.nonfinite[0]
-    bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
-    good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
-    averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
-    terms = list([k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged)
-    if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
-        bad.append("grad_norm")
-        terms.append("grad_norm")
-    later = [
-        x
-        for x in run.series[r["rank"]].all()
-        if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]
-    ]
-    before = [x for x in run.series[r["rank"]].all() if x["order"] < r["order"] and x["file"] == r["file"]]
-    norms = [x["grad_norm"] for x in before if x["grad_norm"] is not None]
-    scales = [x["scale"] for x in before if x["scale"] is not None]
-    led = []
-    if len(norms) >= 2:
-        led.append(f"grad norm {norms[0]:.3g} -> {max(norms):.3g} (max) -> {norms[-1]:.3g}")
-    halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
-    if halvings:
-        led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
-    kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
-    why = ""
-    if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
-        why = (
-            "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
-        )
-    if not bad:  # only the running average: the batch that made it so was not logged
-        why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
-    text = (
-        f"{', '.join(terms)} not finite"
-        + (f" ({', '.join(good)} finite)" if good and bad else "")
-        + why
-        + f"; {kind}"
-        + (f"; before it: {'; '.join(led)}" if led else "")
-    )
-    return {
-        "first": {
-            "rank": r["rank"],
-            "step": step_number(r),
-            "epoch": r["epoch"],
-            "batch": r["batch"],
-            "terms": terms,
-            "finite_terms": good,
-            "time": r["time"],
-        },
-        "transient": bool(later),
-        "count": len(run.nonfinite),
-        "text": text,
-    }
-
-
 def _healthy(run: LogRun, d: dict) -> str:
     if not run.series and not run.events:
         return "no failure seen, and no line of a known format: " + (
@@ -489,4 +461,4 @@ def _healthy(run: LogRun, d: dict) -> str:
     return s
 
 
-__all__ = ["VERDICTS", "judge", "where"]
+__all__ = ["NAME", "read", "timeline_of"]

@@ -1,0 +1,72 @@
+"""A log's non-finite section: its first non-finite step record read closely."""
+
+from __future__ import annotations
+
+import math
+
+from .progress import step_number
+from .run import LogRun
+
+
+def nonfinite_section(run: LogRun) -> dict | None:
+    """The first non-finite step a log shows (rank, step, which terms), whether it was finite again later, and
+    what led to it (the gradient norm, the loss scale's halvings); else the loss-scale messages' count."""
+    if not run.nonfinite:
+        skips = [e for e in run.events if e["kind"] == "scale"]
+        return (
+            {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
+        )
+    r = run.nonfinite[0]
+    bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
+    good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
+    averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
+    terms = list([k for k in bad if k != "loss"] or bad or [k for k in averaged if k != "loss"] or averaged)
+    if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
+        bad.append("grad_norm")
+        terms.append("grad_norm")
+    later = [
+        x
+        for x in run.series[r["rank"]].all()
+        if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]
+    ]
+    before = [x for x in run.series[r["rank"]].all() if x["order"] < r["order"] and x["file"] == r["file"]]
+    norms = [x["grad_norm"] for x in before if x["grad_norm"] is not None]
+    scales = [x["scale"] for x in before if x["scale"] is not None]
+    led = []
+    if len(norms) >= 2:
+        led.append(f"grad norm {norms[0]:.3g} -> {max(norms):.3g} (max) -> {norms[-1]:.3g}")
+    halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
+    if halvings:
+        led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
+    kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
+    why = ""
+    if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
+        why = (
+            "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
+        )
+    if not bad:  # only the running average: the batch that made it so was not logged
+        why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
+    text = (
+        f"{', '.join(terms)} not finite"
+        + (f" ({', '.join(good)} finite)" if good and bad else "")
+        + why
+        + f"; {kind}"
+        + (f"; before it: {'; '.join(led)}" if led else "")
+    )
+    return {
+        "first": {
+            "rank": r["rank"],
+            "step": step_number(r),
+            "epoch": r["epoch"],
+            "batch": r["batch"],
+            "terms": terms,
+            "finite_terms": good,
+            "time": r["time"],
+        },
+        "transient": bool(later),
+        "count": len(run.nonfinite),
+        "text": text,
+    }
+
+
+__all__ = ["nonfinite_section"]

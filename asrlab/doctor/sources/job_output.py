@@ -1,0 +1,59 @@
+"""What a watched job printed (``EXP/job.log``, kept by ``asrlab watch``), as a source beside the run folder: the
+text log's reading of it (the loop's own non-finite losses, torchrun's exit codes and signals, a traceback the job
+printed, the step it was at), each event on the folder's clock (``job.times``, kept by the watch beside the log:
+the time each stretch of output came)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...lab.layout import job_log, job_times
+from ..timeline import JobClock
+from . import Reading, text_log
+
+NAME = "job output"
+OFFSET = (1 << 40) - 1  # a log event's order holds its file's index above this and its byte offset below
+
+
+def read(exp: Path) -> Reading | None:
+    """The job's output as a reading (None where the watch kept none); its section: what it says alone."""
+    from ..verdict import decide
+
+    path = job_log(exp)
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    r = text_log.read([str(path)])
+    alone = decide([r])
+    clock = JobClock(job_times(exp))
+    for e in r.events:
+        e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
+        e["source"] = NAME
+        e["say"] = _owned(e["say"])
+    s = r.sections
+    last = [x for x in s["ranks"] if x["last"]]
+    r.sections = {
+        "file": str(path),
+        "verdict": alone["verdict"],
+        "summary": alone["summary"],
+        "culprit": alone["culprit"],
+        "formats": s["formats"],
+        "lines": s["lines"],
+        "nonfinite": s["nonfinite"],
+        "last_steps": [{"rank": x["rank"], "last": x["last"]} for x in last],
+        "resumes": s["resumes"],
+        "history": r.history,
+    }
+    r.history = [f"in the job's output: {h}" for h in r.history]
+    r.source, r.suspects, r.outcome = NAME, [], None  # the folder says how a run that did not fail ended
+    return r
+
+
+def _owned(say):
+    def said() -> dict:
+        p = say()
+        return {**p, "summary": p["summary"] + " (the job's own output)"}
+
+    return said
+
+
+__all__ = ["NAME", "read"]
