@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,27 @@ def test_a_new_source_is_one_module(tmp_path, monkeypatch):
     d = diagnose(tmp_path)
     assert (d["verdict"], d["culprit"]["step"], d["summary"]) == ("crashed", 3, "the toy said so")
     assert list(d) == list(SCHEMA) and format_diagnosis(d).startswith("CRASHED: the toy said so")
+
+
+def test_a_checkpoint_of_a_toolkits_classes_is_not_called_broken(tmp_path, monkeypatch):
+    """Saved with a class asrlab does not have (NeMo's omegaconf, a recipe's config): not opened, its archive
+    checked whole; the same file cut in half is not intact."""
+    torch = pytest.importorskip("torch")
+    mod = types.ModuleType("toolkit_only_here")
+
+    class Config:
+        pass
+
+    Config.__module__, Config.__qualname__ = "toolkit_only_here", "Config"
+    mod.Config = Config
+    monkeypatch.setitem(sys.modules, "toolkit_only_here", mod)
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "global_step": 7, "cfg": Config()}, tmp_path / "step_7.ckpt")
+    monkeypatch.delitem(sys.modules, "toolkit_only_here")
+    whole = (tmp_path / "step_7.ckpt").read_bytes()
+    (tmp_path / "step_9.ckpt").write_bytes(whole[: len(whole) // 2])
+    from asrlab.doctor.logs.checkpoints import checkpoints
+
+    rows = {Path(r["file"]).name: r for r in checkpoints([str(tmp_path)])["files"]}
+    assert rows["step_7.ckpt"]["intact"] is None and "needs toolkit_only_here" in rows["step_7.ckpt"]["why"]
+    assert "archive is whole" in rows["step_7.ckpt"]["why"] and rows["step_7.ckpt"]["step"] == 7
+    assert rows["step_9.ckpt"]["intact"] is False

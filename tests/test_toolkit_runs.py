@@ -23,9 +23,10 @@ def test_a_real_toolkit_run_gets_the_truth_it_was_given(case):
     )
     d = diagnose_logs(paths)
     said = f"{case.parent.name}/{case.name}: {d['verdict']}: {d['summary'][:400]}"
-    assert d["verdict"] == truth["verdict"], said
-    # where a line names them: the caused culprit, else what the log shows of it (truth.yaml's log_shows)
+    # where a line names them: the caused verdict and culprit, else what the log shows of them (truth.yaml's
+    # log_shows: a hang whose lines carry no clock shows only the signal that ended it)
     want = truth.get("log_shows") or truth.get("culprit") or {}
+    assert d["verdict"] == want.get("verdict", truth["verdict"]), said
     if want.get("rank") is not None:
         assert d["culprit"]["rank"] == want["rank"], f"rank {d['culprit']}; {said}"
     step = want.get("batch", want.get("step"))

@@ -102,24 +102,29 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     """``(LogRun, diagnosis)``: the logs' step records themselves (for plots) and what the doctor says of
     everything at ``paths``: the logs, and beside them the tables of the other sources (event files, a trainer's
     state, a metrics CSV)."""
-    from .logs.run import LogRun
-    from .sources import read_sources, text_log
+    from .logs.run import LogRun, log_files
+    from .sources import job_output, read_sources, run_folder, text_log, walk
     from .verdict import decide
 
+    # asrlab's own folders inside a toolkit's (asrlab watch's beside the toolkit's output): run folders of their own
+    runs = sorted({f.parent for p in paths if Path(p).is_dir() for f in walk(Path(p)) if is_run(f.parent)})
+    folders = [r for d in runs for r in (run_folder.read(d), job_output.read(d)) if r is not None]
     tables = read_sources(paths)
-    log = text_log.read(paths, skip={f for r in tables for f in r.files})  # a metrics.csv is a table, not a log
+    skip = {f for r in tables for f in r.files} | {f for d in runs for f in log_files([str(d)])}
+    log = text_log.read(paths, skip=skip)  # a metrics.csv is a table, not a log; a run folder's files its own
+    tables = folders + tables
     if log is None and not tables:
         raise UsageError(
             f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*), and no TensorBoard "
             "event files, trainer_state.json or metrics.csv"
         )
-    v = decide(([log] if log else []) + tables)
+    v = decide(folders + ([log] if log else []) + tables[len(folders) :])
     d = dict(log.sections) if log else dict(EMPTY_LOG)
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]
     d["ok"] = d["verdict"] == "no_failure_seen"
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
-                   for r in tables}  # fmt: skip
+                   for r in tables if r.series}  # fmt: skip
     d["warnings"] = [{**w, "source": r.source} for r in tables for w in r.warnings]
     d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in tables]
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open

@@ -379,7 +379,8 @@ def _log_text(d: dict) -> str:
         )
         for r in ck["files"][:8]:
             held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
-            lines.append(f"  {r['file']}: {held}" + ("" if r["intact"] else f" (NOT INTACT: {r['why']})"))
+            state = "" if r["intact"] else f" (NOT INTACT: {r['why']})" if r["intact"] is False else f" ({r['why']})"
+            lines.append(f"  {r['file']}: {held}{state}")
     if d["ranks"]:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:

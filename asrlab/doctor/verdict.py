@@ -42,6 +42,8 @@ def decide(readings: list) -> dict:
         out = _said(e)
         if said:
             out["summary"] += said
+        if out["culprit"]["step"] is None:  # a stall report, a rank's error: the step where another source places it
+            out["culprit"] = _placed_by_others(out["culprit"], [x for _, x in firsts if x is not e])
         return {**out, "basis": e.get("source") or r.source, "history": history}
     outcome = next((r.outcome for r in readings if r.outcome), None) or {"verdict": "no_failure_seen"}
     odd = [s for r in readings for s in r.suspects]
@@ -145,6 +147,14 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     if first_failure([folder, {**job, "time": _time(job)}]) is folder:
         return rf, _placed(folder, jv)
     return rj, {**job, "then": None if folder.get("guess") else folder}
+
+
+def _placed_by_others(c: dict, others: list[dict]) -> dict:
+    for e in others:
+        p = _said(e)["culprit"]
+        if p["step"] is not None and p["rank"] in (None, c["rank"]):
+            return {**c, "step": p["step"], "epoch": p["epoch"], "batch": p["batch"]}
+    return c
 
 
 def _placed(folder: dict, jv: dict) -> dict:

@@ -35,7 +35,13 @@ if VENV is None or not (VENV / "bin" / "python").exists():
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import toolkit_runs as tr  # noqa: E402
 
-IMPORTS = {"accelerate": "accelerate", "speechbrain": "speechbrain", "espnet": "espnet2.bin.asr_train"}
+IMPORTS = {
+    "accelerate": "accelerate",
+    "speechbrain": "speechbrain",
+    "espnet": "espnet2.bin.asr_train",
+    "hf_trainer": "transformers",
+    "nemo": "nemo.collections.asr",
+}
 
 
 def _importable(module: str) -> str | None:

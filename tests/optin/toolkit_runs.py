@@ -225,7 +225,9 @@ def collect(exp: Path, dest: Path) -> None:
             continue
         size = p.stat().st_size
         listing.append(f"{size:>10}  {rel}")
-        if size <= MAX_KEPT and p.suffix in TEXT_SUFFIXES and _is_text(p):
+        # text files; TensorBoard's event files and asrlab watch's folder (.jsonl, .times) whatever their suffix
+        kept = p.suffix in TEXT_SUFFIXES and _is_text(p) or "tfevents" in p.name or rel.parts[0] == "watch"
+        if size <= MAX_KEPT and kept and "git-info" not in p.name:  # NeMo's git-info: the diff of whatever repo ran it
             target = dest / "exp" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, target)
@@ -292,7 +294,13 @@ _VERSIONS: dict = {}
 
 def versions(venv: Path, toolkit: str) -> dict:
     if toolkit not in _VERSIONS:
-        mods = {"accelerate": ["accelerate", "transformers"], "speechbrain": ["speechbrain"], "espnet": ["espnet"]}
+        mods = {
+            "accelerate": ["accelerate", "transformers"],
+            "speechbrain": ["speechbrain"],
+            "espnet": ["espnet"],
+            "hf_trainer": ["transformers", "accelerate", "tensorboard"],
+            "nemo": ["nemo_toolkit", "lightning"],
+        }
         code = (
             "import importlib.metadata as m, json, sys, torch; "
             f"print(json.dumps({{'python': sys.version.split()[0], 'torch': torch.__version__, "

@@ -91,8 +91,15 @@ def read(path: Path) -> dict:
 
         try:
             state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        except Exception:  # noqa: BLE001  an older pickle (numbers, argparse.Namespace): read without mmap's zip check
-            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:  # noqa: BLE001  a toolkit's classes in it, or an older pickle, or broken bytes
+            whole = _archive_whole(path)
+            if whole is not None:  # a zip archive whose every member's CRC matches: its bytes are whole
+                out.update(intact=None, why=f"not opened: {_needs(e)}; {whole}")
+                return out
+            state = torch.load(path, map_location="cpu", weights_only=False)  # an older pickle (not a zip)
+    except ModuleNotFoundError as e:  # its classes are a toolkit's, not installed here: not a broken file
+        out.update(intact=None, why=f"not opened: needs {e.name} (the toolkit that wrote it)")
+        return out
     except Exception as e:  # noqa: BLE001  whatever a cut or foreign file raises, it is what to report
         out.update(intact=False, why=f"{type(e).__name__}: {str(e)[:160]}")
         return out
@@ -103,12 +110,36 @@ def read(path: Path) -> dict:
     return out
 
 
+_GLOBAL = re.compile(r"(?:Unsupported global|GLOBAL) :?\s*([\w.]+)")
+
+
+def _needs(e: Exception) -> str:
+    """What a weights-only load refused: the classes of the toolkit that pickled them."""
+    m = _GLOBAL.search(str(e))
+    return f"needs {m.group(1).split('.')[0]} ({m.group(1)}), the toolkit that wrote it" if m else type(e).__name__
+
+
+def _archive_whole(path: Path) -> str | None:
+    """Whether ``path`` is a zip archive (torch.save's format since 1.6) whose members all read back with their
+    CRCs: what can be said of its bytes without unpickling a class; None when it is not one, or is broken."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            if z.testzip() is not None:
+                return None
+            n = len(z.infolist())
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return None
+    return f"its archive is whole ({n} members, every CRC right)"
+
+
 def checkpoints(paths: list[str]) -> dict | None:
     files = find(paths)
     if not files:
         return None
     rows = [read_folder(f) if f.is_dir() else read(f) for f in files]
-    intact = [r for r in rows if r["intact"]]
+    intact = [r for r in rows if r["intact"] is not False]  # None: whole bytes, not opened (a toolkit's classes)
     newest = max(
         intact,
         key=lambda r: (
