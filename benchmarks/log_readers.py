@@ -30,19 +30,24 @@ def runs(folder: Path) -> list[tuple[str, list[str], dict, dict]]:
         paths = [str(p) for p in sorted(case.glob("console*.log"))] + (
             [str(case / "exp")] if (case / "exp").is_dir() else []
         )
-        want = dict(truth.get("log_shows") or truth.get("culprit") or {})
+        shows = truth.get("log_shows")
+        want = dict(shows if isinstance(shows, dict) else truth.get("culprit") or {})
         want["step"] = (
             want.get("batch", want.get("step")) if truth["toolkit"] != "speechbrain" or "log_shows" in truth else None
         )
-        out.append((f"{case.parent.name}/{case.name}", paths, truth["verdict"], want))
+        out.append((f"{case.parent.name}/{case.name}", paths, want.pop("verdict", truth["verdict"]), want))
     return out
 
 
 def score(name: str, cases: list, wrong: bool) -> str:
     v = r = s = rn = sn = 0
     bad = []
+    failing = [c for c in cases if c[2] != "no_failure_seen"]
+    clear = alarm = 0  # a failing log read as all clear; a healthy one read as a failure (unknown included)
     for label, paths, verdict, want in cases:
         d = diagnose_logs(paths)
+        clear += verdict != "no_failure_seen" and d["verdict"] == "no_failure_seen"
+        alarm += verdict == "no_failure_seen" and d["verdict"] != "no_failure_seen"
         ok = d["verdict"] == verdict
         v += ok
         if want.get("rank") is not None:
@@ -55,7 +60,8 @@ def score(name: str, cases: list, wrong: bool) -> str:
             bad.append(f"    {label}: want {verdict} {want.get('rank')}/{want.get('step')}, got {d['verdict']} "
                        f"{d['culprit']['rank']}/{d['culprit']['step']}")  # fmt: skip
     line = (f"{name:<14} {len(cases):>4} cases  verdict {v:>3}/{len(cases):<3} {100 * v / len(cases):5.1f}%  "
-            f"rank {r:>2}/{rn:<2} {100 * r / max(rn, 1):5.1f}%  step {s:>2}/{sn:<2} {100 * s / max(sn, 1):5.1f}%")  # fmt: skip
+            f"rank {r:>2}/{rn:<2} {100 * r / max(rn, 1):5.1f}%  step {s:>2}/{sn:<2} {100 * s / max(sn, 1):5.1f}%  "
+            f"false all-clear {clear}/{len(failing)}  false alarm {alarm}/{len(cases) - len(failing)}")  # fmt: skip
     return "\n".join([line] + (bad if wrong else []))
 
 

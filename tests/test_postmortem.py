@@ -258,7 +258,7 @@ def _score(folder: str) -> tuple[float, float, float]:
     return v / len(cases), r / max(rn, 1), s / max(sn, 1)
 
 
-@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7"])
+@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10"])
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
     (docs/guide.md: how many were right on first reading, and now). A floor under what the readers do."""
@@ -331,10 +331,34 @@ WORDINGS = {
     "Lightning's [rank: 0] Received SIGTERM: 15 after a scheduler's time limit": (
         "logs7/nemo_lightning/lightning_epoch10_bar_18626_of_20000_slurm_time_limit_received_sigterm_bypassing.log"
     ),
+    "the shell's Terminated glued to a bar": "logs10/nemo_lightning/lightning_imagegpt_epoch1_bar_9413_of_32393_glued_terminated.log",
+    "a terminal's ^C glued to the traceback it began": (
+        "logs10/plain/jetson_train_ssd_ctrl_c_glued_traceback_validation_loader_poll_exception_cut.log"
+    ),
+    "an exception line set in markdown bold": (
+        "logs10/plain/detectron2_bold_error_exception_during_training_backward_cuda_oom_1_71_gib_then_hooks.log"
+    ),
+    "fairseq's FloatingPointError: Minimum loss scale": (
+        "logs10/fairseq/wav2vec_pretrain_garbled_paste_fp16_optimizer_clip_grad_norm_floatingpointerror_minimum_loss.log"
+    ),
+    "older torch's Root Cause: and Other Failures:": (
+        "logs10/torchrun/sctnet_dist_train_old_format_root_cause_rank0_other_failures_rank1_exitcode1_curly_quotes.log"
+    ),
+    "run.pl's # Ended (code 1)": "logs10/espnet/pytorch_v2_wip_ended_code_1_file_truncated_then_omp_error_13_assertion_failure.log",
+    "NCCL's watchdog line hard-wrapped before its op type": (
+        "logs10/accelerate/open_r1_grpo_hard_wrapped_rank2_3_6_5_4_watchdog_broadcast_seq4_timeout_1800s.log"
+    ),
+    "the store's client socket timed out after 1800000ms": (
+        "logs10/plain/adaface_interleaved_tcpstore_timeouterror_client_socket_1800s_127_0_0_1_twice.log"
+    ),
+    "fairseq saving crash.pt": "logs10/fairseq/wavprompt_hydra_begin_training_epoch1_then_saving_crash_pt_checkpoint.log",
+    "fp16's loss scale fallen low while finite losses go on (healthy)": (
+        "logs10/fairseq/healthy_scaling_nmt_epoch1_updates_200_500_overflow_scale_down_to_0_0039_loss_finite.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 
@@ -381,11 +405,8 @@ def test_a_failure_before_the_job_started_again_is_the_earlier_attempts(tmp_path
 
 
 # lines that look wrong where no rule names a failure: never an all-clear (real excerpts whose failure the readers
-# cannot name: an error-level record of Kaldi's, NCCL's error-level line cut before its words)
-LOOK_WRONG = {
-    "logs4/kaldi/nnet3_train_cudaerror_4_unspecified_launch_failure_stack_trace.log": "cudaError_t 4",
-    "logs6/torchrun/milabench_dinov2_nodes_ranks_11_15_reduce_seq2070_timeout_wrapped.log": "[rank12]:[E909",
-}
+# cannot name: an error-level record of Kaldi's)
+LOOK_WRONG = {"logs4/kaldi/nnet3_train_cudaerror_4_unspecified_launch_failure_stack_trace.log": "cudaError_t 4"}
 # and the same words where nothing went wrong: a fallback to a default, NeMo's warning level, an error metric
 LOOK_FINE = (
     "toolkit_runs/espnet/healthy_single/console.log",

@@ -31,6 +31,7 @@ from .words import (
     SCHEDULER_STOP,
     SHELL_SIGNAL,
     SHELL_SIGNALS,
+    SHELL_STOP,
     SIGNAL,
     SIGNALS,
     STATUS,
@@ -152,17 +153,16 @@ class Events:
         self.source = source
         if bar is not None:
             self._place[source] = bar
+        if text.startswith("^C") and len(text) > 2:  # the terminal's echo of Ctrl-C, the traceback glued after it
+            self._add("stop", rank, time, text, signal="SIGINT", by="terminal")
+            text = text[2:]
         key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
         if tb is not None:
             if tb.feed(text):
                 return
             self._end_tb(key)
-        if (
-            self._summary_kind is not None
-            or "Root Cause (first observed failure)" in text
-            or text.strip() == "Failures:"
-        ):
+        if self._summary_kind is not None or "Root Cause" in text or text.strip() in ("Failures:", "Other Failures:"):
             if self._torchrun_block(text, time):
                 return
         if text.startswith("Exception ignored in"):  # Python's word for an error it printed and went on from
@@ -195,7 +195,7 @@ class Events:
     # "time : ...", "rank : R (local_rank: L)", "exitcode : C (pid: P)", "traceback : ..."
     def _torchrun_block(self, text: str, time) -> bool:
         s = text.strip()
-        if s.startswith("Root Cause (first observed failure)") or s == "Failures:":
+        if s.startswith("Root Cause") or s in ("Failures:", "Other Failures:"):  # "Root Cause:": older torch
             self._close_summary()
             self._summary_kind = "root" if s.startswith("Root") else "failure"
             return True
@@ -207,7 +207,7 @@ class Events:
             return True
         if s.startswith("<NO_OTHER_FAILURES>"):
             return True
-        m = re.match(r"^(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$", s)
+        m = re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s)
         if m and self._summary is not None and "tb" not in self._summary:
             self._summary[m.group(1)] = m.group(2)
             if m.group(1) == "traceback":
@@ -408,6 +408,13 @@ class Events:
                 "exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(1)], root=False, source="shell"
             )
             return
+        if ("Terminated" in text or "^C" in text) and (m := SHELL_STOP.search(text)):
+            sig = "SIGTERM" if m.group(1) == "Terminated" else "SIGINT"
+            self._add("stop", rank, time, text, signal=sig, by="shell")
+            return
+        if "crash.pt" in text and "heckpoint" in text:  # fairseq saves crash.pt from its handler of an exception
+            self._add("exception", rank, time, text, type=None, message="fairseq saved crash.pt", where=None, bare=True)
+            return
         if "CANCELLED AT" in text:
             m = SCHEDULER_STOP.search(text)
             if m:
@@ -415,7 +422,7 @@ class Events:
                 return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4)
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5)
             code = int(said) if said else 1
             code = code - 256 if code > 128 and code < 256 else code  # a shell's 128+N: signal N
             if code != 0:

@@ -59,6 +59,8 @@ KEYS = (
     b"CRITICAL",
     b"erminated",
     b"ddress already",
+    b"^C",
+    b"Ended (code",
 )
 
 # The fast read (_File.fast). A line's fingerprint is what is left of it when digits, spaces, most punctuation

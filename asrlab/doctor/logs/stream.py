@@ -96,6 +96,10 @@ def clean(raw: bytes) -> list[str]:
         raw = raw.replace(b"\x00", b"")
     if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."
         raw = raw[2:]
+    if (
+        raw[:2] == b"**" and raw[2:3] != b"*"
+    ):  # a line set in bold in a markdown comment: "**RuntimeError: CUDA out of memory.**"
+        raw = raw.replace(b"**", b"")
     parts = raw.split(b"\r") if b"\r" in raw else [raw]
     out = []
     for part in parts:

@@ -38,7 +38,8 @@ CONSEQUENCE = re.compile(
     r"failed to recv|SignalException|got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|"
     r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
     r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
-    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted",
+    r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
+    r"client socket has timed out after \d+m?s while trying to connect",
     re.I,
 )
 
@@ -60,14 +61,16 @@ SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit 
 COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
-    r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients"
+    r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients|"
+    r"client socket has timed out after \d+m?s while trying to connect"
 )
 
 
 NONFINITE_EXC = re.compile(
     r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
-    r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan",
+    r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan|"
+    r"Minimum loss scale reached|[Ll]oss is probably exploding|FloatingPointError",  # fairseq's, numpy's
     re.I,
 )
 

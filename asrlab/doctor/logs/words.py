@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
+# (a line hard-wrapped by a terminal or a paste, "... OpTy" / "pe=BROADCAST ...": the collective's number alone)
 WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: Work\w*\((?:SeqNum=(\d+), )?OpType=(\w+)"
-    r"(?:.*?Timeout\(ms\)=(\d+))?"
+    r"Watchdog caught collective operation timeout(?:: Work\w*\((?:SeqNum=(\d+),?\s*)?(?:OpType=(\w+))?"
+    r"(?:.*?Timeout\(ms\)=(\d+))?)?"
 )
 NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
 # the NCCL watchdog ended its process on an error of the rank's own device ("CUDA error: an illegal memory
@@ -33,6 +34,8 @@ SHELL_SIGNALS = {
     "Illegal instruction": "SIGILL",
     "Floating point exception": "SIGFPE",
 }
+# the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
+SHELL_STOP = re.compile(r"(?:^|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")
 # a scheduler that ended the job: Slurm's time limit or cancel
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
 # a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2", "Process
@@ -41,6 +44,7 @@ STATUS = re.compile(
     r"(?:exited|finished|terminated|exit(?:ed)?)(?: with)? (?:exit )?(?:status|code)\s*:?\s*(-?\d+)"
     r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
     r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
+    r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
@@ -178,6 +182,7 @@ __all__ = [
     "SCALE",
     "SCHEDULER_STOP",
     "SHELL_SIGNAL",
+    "SHELL_STOP",
     "SHELL_SIGNALS",
     "SIGNAL",
     "SIGNALS",

@@ -190,6 +190,16 @@ SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a cal
 SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where fp16 starts to overflow
 
 
+def _finite_after(run: LogRun, e: dict) -> bool:
+    """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
+    run went on training (fp16's overflow-and-skip, over and over) is not a failure."""
+    return any(
+        r["file"] == e.get("file") and r["order"] > e.get("order", 0) and r["losses"] and not r["nonfinite"]
+        for s in run.series.values()
+        for r in s.all()
+    )
+
+
 def _persistent_skips(run: LogRun) -> dict | None:
     """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
     gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
@@ -201,7 +211,7 @@ def _persistent_skips(run: LogRun) -> dict | None:
     for e in run.events:
         if e["kind"] != "scale":
             continue
-        if e.get("to") is not None and e["to"] < SCALE_FLOOR:
+        if e.get("to") is not None and e["to"] < SCALE_FLOOR and not _finite_after(run, e):
             return {**e, "kind": "scale_collapse"}
     for x in marks:
         if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor
