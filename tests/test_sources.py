@@ -131,3 +131,18 @@ def test_a_checkpoint_of_a_toolkits_classes_is_not_called_broken(tmp_path, monke
     assert rows["step_7.ckpt"]["intact"] is None and "needs toolkit_only_here" in rows["step_7.ckpt"]["why"]
     assert "archive is whole" in rows["step_7.ckpt"]["why"] and rows["step_7.ckpt"]["step"] == 7
     assert rows["step_9.ckpt"]["intact"] is False
+
+
+def test_a_toolkit_folder_alone_is_read_whole_and_drawn():
+    """Hugging Face Trainer's output folder of a real run (no console): its trainer_state.json and its event
+    file say the NaN at step 9 (the NaN-filtered loss hides it; the gradient norm does not); notebook 06's
+    explorer draws their series and marks the step."""
+    pytest.importorskip("matplotlib")
+    from asrlab.widgets.logs import LogExplorer
+
+    exp = Path(__file__).parent / "fixtures" / "toolkit_runs" / "hf_trainer" / "nan_rank1_step9" / "exp"
+    e = LogExplorer([str(exp)])
+    assert e.diagnosis["verdict"] == "nonfinite" and e.diagnosis["culprit"]["step"] == 9, e.diagnosis["summary"]
+    labels = [p["label"] for p in e.series["panels"]]
+    assert "grad_norm (trainer_state)" in labels and "train/grad_norm (tensorboard)" in labels, labels
+    assert e.series["marks"]["culprit"]["x"] == 9 and e.figure() is not None

@@ -111,6 +111,35 @@ def _culprit_record(run, d: dict) -> dict | None:
     return None
 
 
+def _table_series(d: dict, max_panels: int = 8) -> dict:
+    """:func:`log_series`'s shape from the doctor's step series of a toolkit folder's tables (TensorBoard, a
+    trainer's state, a metrics CSV): one panel a series (the losses first), x the global step."""
+    from ..doctor.series import watched
+
+    named = [(src, name, p) for src, ss in d["series"].items() for name, p in ss.items()]
+    named.sort(key=lambda t: ({"loss": 0, "grad_norm": 1}.get(watched(t[1]), 2), t[1]))
+    panels = []
+    for src, name, p in named[:max_panels]:
+        xs, ys = p["steps"], p["values"]
+        bad = [{"rank": None, "x": x, "y": y} for x, y in zip(xs, ys) if not math.isfinite(y)]
+        line = {"rank": None, "x": xs, "y": ys}
+        panels.append({"name": name, "label": f"{name} ({src})", "lines": [line], "nonfinite": bad, "derived": False})
+    c = d.get("culprit") or {}
+    at = c.get("step")
+    mark = None if at is None else {"x": at, "rank": c.get("rank"), "step": at, "where": f"step {at}"}
+    first = (d.get("first") or {}).get("series") and mark
+    return {
+        "axis": {"kind": "step", "label": "step"},
+        "ranks": [None],
+        "panels": panels,
+        "marks": {"first_nonfinite": first, "culprit": mark},
+        "verdict": d.get("verdict"),
+        "summary": d.get("summary"),
+        "culprit": d.get("culprit"),
+        "steps": {rank_label(None): max((len(p["x"]) for p in [x["lines"][0] for x in panels]), default=0)},
+    }
+
+
 def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
     """What the logs' step records (a :class:`~asrlab.doctor.logs.run.LogRun`) and the doctor's verdict on
     them (``diagnose_logs``'s dict) draw as. JSON-ready (values not finite stay ``nan``/``inf``):
@@ -174,6 +203,8 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
                 }
             )
 
+    if not panels and d and d.get("series"):  # no step lines: the tables' exact series (event files, a trainer's state)
+        return _table_series(d)
     first = run.nonfinite[0] if run.nonfinite else None
     culprit = _culprit_record(run, d) if d else None
     c = (d or {}).get("culprit") or {"rank": None, "step": None}
