@@ -29,6 +29,7 @@ class Series:
     def __init__(self, keep: int = KEEP):
         self.keep, self.stride, self.seen, self.records = keep, 1, 0, []
         self.last: dict | None = None
+        self.moved: dict | None = None  # the last record that trained a step (not a bar redrawn at 0)
 
     def add(self, r: dict) -> None:
         self.seen += 1
