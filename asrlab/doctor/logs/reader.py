@@ -464,20 +464,16 @@ class _File:
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
-        # a bar at 0 trained nothing (Lightning redraws the last epoch's bar at 0 before it names the next): not
-        # a resume, nor what the next line is compared with; where a job really went back, its next line says so
-        zero = rec["toolkit"] == "lightning" and rec["batch"] == 0 and not rec["losses"]
-        last = series.moved
-        # a counter without an epoch (a bare progress bar) starts again at 0 each epoch: not a resume
+        # a bar at 0 trained nothing (Lightning redraws an epoch's bar at 0 before naming the next): not a resume,
+        # nor what the next line is compared with; a counter without an epoch starts again each epoch: no resume
+        zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0 and not rec["losses"], series.moved
         if (
             not zero
             and last is not None
             and position(rec) < position(last)
             and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
             # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
-            and (
-                last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"])
-            )
+            and (last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"]))
         ):
             run.resumes.append({"rank": rec["rank"], "before": last, "after": rec})
         if not zero:
