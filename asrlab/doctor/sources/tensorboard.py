@@ -1,14 +1,18 @@
 """TensorBoard's event files (``events.out.tfevents.*``, anywhere under a folder): the exact step series of every
 scalar a run wrote (loss terms, gradient norm, learning rate, loss scale), with the wall-clock second of each point.
 
-Read with tensorboard's own record reader (its CRC-checked framing, a file cut by a killed writer ends cleanly)
-and its ``Event`` protocol buffer; a scalar is a ``simple_value`` (torch's SummaryWriter, older writers) or a
-one-element tensor (TensorFlow 2, newer writers). Several event files of one run (one per launch) are one series
-per tag, in step order; a step written twice (a resume) keeps the later launch's value.
+Each record is parsed by tensorboard's own ``Event`` protocol buffer (its schema, with protobuf's compiled
+parser); the records' framing (a length, its CRC, the bytes, their CRC) is walked here without checking the
+CRCs: tensorboard's own loader checks them in pure Python, several times slower than all the rest of the read
+(``benchmarks/tb_read.py``). A file cut by a killed writer ends at its last whole record, said in the notes.
+A scalar is a ``simple_value`` (torch's SummaryWriter, older writers) or a one-element tensor (TensorFlow 2).
+Several event files of one run (one per launch) are one series per tag, in step order; a step written twice (a
+resume) keeps the later launch's value.
 """
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 from .. import series as judge_series
@@ -39,9 +43,21 @@ def _tensor_value(t) -> float | None:
     return None
 
 
+def _records(path: Path, notes: list[str]):
+    """Each record's bytes: an 8-byte little-endian length, 4 bytes of its CRC, the record, 4 bytes of its CRC."""
+    data = path.read_bytes()
+    i, end = 0, len(data)
+    while i + 12 <= end:
+        (n,) = struct.unpack_from("<Q", data, i)
+        if i + 16 + n > end:
+            notes.append(f"{path.name}: cut after its last whole record (a writer killed mid-write)")
+            return
+        yield data[i + 12 : i + 12 + n]
+        i += 16 + n
+
+
 def read(files: list[Path]) -> Reading:
     try:
-        from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
         from tensorboard.compat.proto import event_pb2
     except ImportError:
         return Reading(NAME, [str(f) for f in files], notes=[
@@ -52,7 +68,7 @@ def read(files: list[Path]) -> Reading:
     # the oldest file first: a later launch's value of a step replaces an earlier one's
     for f in sorted(files, key=lambda p: (p.stat().st_mtime, p.name)):
         try:
-            for raw in RawEventFileLoader(str(f)).Load():
+            for raw in _records(f, notes):
                 e = event_pb2.Event.FromString(raw)
                 if not e.HasField("summary"):
                     continue
@@ -67,7 +83,7 @@ def read(files: list[Path]) -> Reading:
                     )
                     if x is not None:
                         points.setdefault(v.tag, {})[int(e.step)] = (float(x), e.wall_time)
-        except Exception as err:  # a file cut mid-record, not an event file: said, the rest still read
+        except Exception as err:  # noqa: BLE001  bytes that are not an event: said, the rest still read
             notes.append(f"{f.name}: read up to a damaged record ({type(err).__name__})")
     series = {tag: [(s, p[s][0]) for s in sorted(p)] for tag, p in points.items()}
     wall = {tag: [p[s][1] for s in sorted(p)] for tag, p in points.items()}
