@@ -426,3 +426,11 @@ def test_lines_that_look_wrong_are_unknown_not_an_all_clear(path):
 def test_words_of_failure_in_healthy_lines_stay_healthy(path):
     d = diagnose_logs([str(FIXTURES / path)])
     assert d["verdict"] == "no_failure_seen", d["summary"]
+
+
+def test_a_bar_redrawn_at_0_at_an_epochs_end_is_not_a_resume():
+    """NeMo's healthy run (Lightning's bar redraws epoch 0's bar at 0/24 before naming epoch 1): no resume, no
+    batches trained twice."""
+    case = FIXTURES / "toolkit_runs" / "nemo" / "healthy_single"
+    d = diagnose_logs([str(case / "console.log")])
+    assert d["verdict"] == "no_failure_seen" and d["resumes"] == [] and "resume" not in d["summary"], d["summary"]

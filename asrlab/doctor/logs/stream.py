@@ -22,9 +22,10 @@ from typing import BinaryIO
 CHUNK = 1 << 22  # bytes read at a time: lines are cut in C, a chunk at a time
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
-# where a second line starts inside one: a timestamp or a rank mark that follows text with no newline
+# where a second line starts inside one: a timestamp or a rank mark (PyTorch's "[rank1]:", Lightning's "[rank: 1] ")
+# that follows text with no newline
 _GLUED = re.compile(
-    rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
+    rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[rank: \d+\] |\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
     rb"(?<=\S)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])"
 )
 # where a date is (its "-MM-DD hh:mm:ss"): a search that starts at a literal byte, for glued's first look

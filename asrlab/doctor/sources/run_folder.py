@@ -255,8 +255,11 @@ def timeline_of(
 
 def _stalled_rank(stall: dict) -> int | None:
     """The rank the stall report names first: the one that holds the others up."""
-    m = re.match(r"ranks? (\d+)", stall.get("verdict") or "")
-    return int(m.group(1)) if m else None
+    said = stall.get("verdict") or ""
+    m = re.match(r"ranks? (\d+)", said)
+    if m is None or re.match(r"ranks? [\d, and]+ (?:is|are) waiting in a collective", said):
+        return None  # the ranks named wait for a peer: the rank that holds them up is not among those seen
+    return int(m.group(1))
 
 
 def _gone(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
