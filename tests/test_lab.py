@@ -254,6 +254,7 @@ def _uneven_rank(rank: int, port: int, out: str) -> None:
     first = [next(it) for _ in range(3)]
     state = guard.state_dict()
     it.close()
+    guard.close()  # the agreement under way settled before the group goes (a gloo work freed after it aborts)
     resumed = lab.UnevenGuard(Counting(10 if rank == 0 else 7), every=2)
     resumed.load_state_dict(state)
     result["resumed"] = [first, state["fetched"], list(resumed)]
