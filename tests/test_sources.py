@@ -146,3 +146,39 @@ def test_a_toolkit_folder_alone_is_read_whole_and_drawn():
     labels = [p["label"] for p in e.series["panels"]]
     assert "grad_norm (trainer_state)" in labels and "train/grad_norm (tensorboard)" in labels, labels
     assert e.series["marks"]["culprit"]["x"] == 9 and e.figure() is not None
+
+
+def test_a_real_lightning_folder_metrics_csv_and_event_files(tmp_path):
+    """Lightning's own loggers (CSVLogger, TensorBoardLogger) on a fit whose loss turns NaN at global step 7: the
+    folder alone names the first step each logger wrote NaN at, as its own file says."""
+    L = pytest.importorskip("lightning")
+    torch = pytest.importorskip("torch")
+    import csv
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, _):
+            loss = self.lin(batch[0]).pow(2).mean()
+            if self.global_step >= 7:
+                loss = loss * float("nan")
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(48, 4)), batch_size=4)
+    loggers = [L.pytorch.loggers.CSVLogger(tmp_path), L.pytorch.loggers.TensorBoardLogger(tmp_path)]
+    trainer = L.Trainer(
+        max_steps=10, logger=loggers, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
+        enable_model_summary=False, accelerator="cpu", devices=1,
+    )  # fmt: skip
+    trainer.fit(Tiny(), data)
+    rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
+    first = min(int(r["step"]) for r in rows if r.get("train_loss") and not math.isfinite(float(r["train_loss"])))
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == first, d["summary"]
+    assert {"csv_metrics", "tensorboard"} <= set(d["series"]), d["series"].keys()
