@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "tests/test_lab.py",
     "tests/test_resume.py",
     "tests/test_watch.py",
+    "tests/test_watch_launchers.py",
     "tests/test_nodes.py",
     "tests/test_stalls.py",
     "tests/test_lifecycle.py",

@@ -1,11 +1,17 @@
-"""The processes of a watched job: its ranks (a ``RANK`` in their environment) and each rank's
-DataLoader workers (a rank's Python children), found anew at every look, so restarts of torchrun's
-workers and workers of each new epoch are seen."""
+"""The processes of a watched job: its ranks, whoever started them, and each rank's DataLoader workers (a rank's
+Python children), found anew at every look, so restarts of torchrun's workers and workers of each new epoch are
+seen. A rank is named by what its launcher leaves: ``RANK`` (torchrun, torchelastic, Accelerate, DeepSpeed's
+launcher), ``SLURM_PROCID`` (``srun``), ``--local_rank=N`` on its command line (older launchers), or Lightning's
+(and NeMo's) own launcher, which starts ranks 1.. as children of the user's process with ``LOCAL_RANK``,
+``NODE_RANK`` and ``WORLD_SIZE`` and no ``RANK``: that process is the node's local rank 0."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -19,6 +25,7 @@ class Proc:
     workers: list[int] = field(default_factory=list)
     by_env: bool = True  # a RANK in its environment (else: the one process of a plain job)
     world: int = 0  # its WORLD_SIZE (every node's ranks), 0 where not given
+    local_world: int = 0  # the ranks of its node (LOCAL_WORLD_SIZE, or Lightning's count), 0 where not known
 
 
 def _is_python(p: psutil.Process) -> bool:
@@ -38,14 +45,43 @@ def _launcher(p: psutil.Process) -> bool:
         return True
 
 
+_LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ](\d+)")
+
+
+def rank_key(env: dict, cmdline: str = "") -> tuple[str, int] | None:
+    """``(how, number)`` a launcher left on a process: ``("RANK", r)``, ``("SLURM_PROCID", r)``, ``("LOCAL_RANK",
+    l)`` (Lightning's children: global rank from NODE_RANK and the node's count), ``("--local_rank", l)``."""
+    for name in ("RANK", "SLURM_PROCID"):
+        v = env.get(name)
+        if v is not None and v.isdigit() and (name == "RANK" or env.get("SLURM_NTASKS", "1") != "1"):
+            return name, int(v)
+    v = env.get("LOCAL_RANK")
+    if v is not None and v.isdigit() and env.get("WORLD_SIZE"):
+        return "LOCAL_RANK", int(v)
+    m = _LOCAL_RANK_ARG.search(cmdline)
+    return ("--local_rank", int(m.group(1))) if m else None
+
+
 class Table:
     """What the watch knows of the processes under a job's root. A look reads the process tree once
     (every parent link, one pass over ``/proc``); what a process started with (its environment, whether it
     runs Python) is read once per process and kept, since it does not change: a watcher that looks a few
     times a second costs the job little."""
 
-    def __init__(self):
-        self._facts: dict[tuple[int, float], tuple[dict, bool, bool]] = {}  # (pid, started): env, python, launcher
+    def __init__(self, records: Path | None = None):
+        # (pid, started): env, python, launcher, command line
+        self._facts: dict[tuple[int, float], tuple[dict, bool, bool, str]] = {}
+        self.records = records  # where a rank no launcher named records its process group's rank (ranks/{pid}.json)
+
+    def recorded(self, pid: int, started: float) -> tuple[int, int] | None:
+        """``(rank, world)`` the process's group gave it, as the watch's sitecustomize recorded it."""
+        if self.records is None:
+            return None
+        try:
+            r = json.loads((self.records / f"{pid}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return (int(r["rank"]), int(r["world"])) if r.get("time", 0) >= started else None  # not a reused pid's
 
     def under(self, root: int) -> list[tuple[int, int, float]]:
         """``(pid, parent, started)`` of ``root`` and every process below it, parents first."""
@@ -67,15 +103,15 @@ class Table:
             todo.extend((c, pid) for c in sorted(kids.get(pid, ())))
         return out
 
-    def facts(self, pid: int, started: float) -> tuple[dict, bool, bool]:
+    def facts(self, pid: int, started: float) -> tuple[dict, bool, bool, str]:
         key = (pid, started)
         if key not in self._facts:
             try:
                 p = psutil.Process(pid)
-                env = p.environ()
+                env, cmd = p.environ(), " ".join(p.cmdline())
             except psutil.Error:
-                return {}, False, False
-            self._facts[key] = (env, _is_python(p), _launcher(p))
+                return {}, False, False, ""
+            self._facts[key] = (env, _is_python(p), _launcher(p), cmd)
         return self._facts[key]
 
     def ranks(self, root: int, single: bool = True) -> tuple[dict[int, Proc], list[tuple[int, float]]]:
@@ -83,16 +119,36 @@ class Table:
         tree = self.under(root)
         alive = {(pid, started) for pid, _, started in tree}
         self._facts = {k: v for k, v in self._facts.items() if k in alive}
-        env = {pid: self.facts(pid, started)[0] for pid, _, started in tree}
-        python = {pid: self.facts(pid, started)[1] for pid, _, started in tree}
+        facts = {pid: self.facts(pid, started) for pid, _, started in tree}
+        env = {pid: f[0] for pid, f in facts.items()}
+        python = {pid: f[1] for pid, f in facts.items()}
+        parents = {pid: parent for pid, parent, _ in tree}
         below: dict[int, list[int]] = {}
         for pid, parent, _ in tree:
             below.setdefault(parent, []).append(pid)
+        keys = {pid: rank_key(env[pid], f[3]) if f[1] else None for pid, f in facts.items()}
+        for pid, _, started in tree:  # no launcher's word: the process group's own (torch.multiprocessing.spawn)
+            if keys[pid] is None and python[pid] and (got := self.recorded(pid, started)):
+                keys[pid] = ("group", got[0])
+                env[pid] = {**env[pid], "WORLD_SIZE": str(got[1])}
+        # a process with its parent's key is a worker of that rank: it inherited the rank's environment
+        named = {pid for pid, k in keys.items() if k is not None and keys.get(parents[pid]) != k}
+        # Lightning's launcher: ranks 1.. with LOCAL_RANK are children of the node's local rank 0, which has none
+        local0 = {
+            parents[pid]: env[pid]
+            for pid in named
+            if keys[pid][0] == "LOCAL_RANK" and keys[pid][1] > 0 and keys.get(parents[pid]) is None
+            and python.get(parents[pid])
+        }  # fmt: skip
+        # rank 0's own workers: spawned after Lightning set LOCAL_RANK=0 in rank 0's environment
+        named -= {pid for pid in named if parents[pid] in local0 and keys[pid] == ("LOCAL_RANK", 0)}
 
         def workers(pid: int) -> list[int]:
             out, todo = [], list(below.get(pid, ()))
             while todo:
                 c = todo.pop(0)
+                if c in named or c in local0:
+                    continue  # another rank (Lightning's children of rank 0), and its workers are its own
                 if python[c]:
                     out.append(c)
                 todo.extend(below.get(c, ()))
@@ -100,22 +156,27 @@ class Table:
 
         ranks: dict[int, Proc] = {}
         for pid, parent, started in tree:
-            rank = env[pid].get("RANK")
-            if rank is None or not rank.isdigit() or not python[pid]:
+            if pid not in named and pid not in local0:
                 continue
-            if env.get(parent, {}).get("RANK") == rank:
-                continue  # a worker of that rank: it inherited the rank's environment
-            e = env[pid]
+            e = env[pid] if pid in named else local0[pid]
+            how, number = keys[pid] if pid in named else ("LOCAL_RANK", 0)
+            local = e.get("LOCAL_WORLD_SIZE", "")
+            local = int(local) if local.isdigit() else 0
+            if how == "LOCAL_RANK":  # global rank: the node's rank times its count of ranks, plus the local one
+                node = int(e.get("NODE_RANK") or e.get("GROUP_RANK") or 0)
+                local = local or 1 + sum(1 for c in below.get(parent if pid in named else pid, ()) if c in named)
+                number += node * local
             rid = e.get("TORCHELASTIC_RUN_ID")
             run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else f"pid{pid}"
-            world = e.get("WORLD_SIZE", "")
-            proc = Proc(pid, int(rank), run, started, workers(pid), world=int(world) if world.isdigit() else 0)
+            world = e.get("WORLD_SIZE", "") or e.get("SLURM_NTASKS", "")
+            proc = Proc(pid, number, run, started, workers(pid), world=int(world) if world.isdigit() else 0,
+                        local_world=local)  # fmt: skip
             old = ranks.get(proc.rank)
             if old is None or old.started < started:  # a restarted rank replaces the one before it
                 ranks[proc.rank] = proc
         if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
             for pid, _, started in tree:
-                _, py, launcher = self.facts(pid, started)
+                _, py, launcher, _ = self.facts(pid, started)
                 if py and not launcher:
                     ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
                     break
@@ -138,17 +199,17 @@ def job_ranks(root: int, single: bool = True) -> dict[int, Proc]:
 
 def job_root(pid: int) -> int:
     """The process a job hangs from, given any of its processes: a rank's or a worker's launcher (the
-    torchrun agent: a parent without ``RANK``), else ``pid`` itself."""
+    torchrun agent, or Lightning's rank 0: a parent no launcher named), else ``pid`` itself."""
     try:
         p = psutil.Process(pid)
-        rank = p.environ().get("RANK")
-        while rank is not None:
+        key = rank_key(p.environ(), " ".join(p.cmdline()))
+        while key is not None:
             parent = p.parent()
             if parent is None or not _is_python(parent):
                 return p.pid
             try:
-                if parent.environ().get("RANK") is None:
-                    return parent.pid
+                if rank_key(parent.environ(), " ".join(parent.cmdline())) is None:
+                    return parent.pid  # the launcher, or Lightning's rank 0 that started this rank
             except psutil.Error:
                 return p.pid
             p = parent
@@ -166,4 +227,4 @@ def family(root: int) -> list[psutil.Process]:
         return []
 
 
-__all__ = ["Proc", "Table", "family", "job_ranks", "job_root", "world_of"]
+__all__ = ["Proc", "Table", "family", "job_ranks", "job_root", "rank_key", "world_of"]

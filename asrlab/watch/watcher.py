@@ -66,7 +66,8 @@ class JobWatch:
             raise ValueError("sample_hz and stall_timeout_s must be positive")
         self.exp = Path(exp)
         self.stall_timeout_s, self.on_stall, self.period_s = stall_timeout_s, on_stall, 1.0 / sample_hz
-        self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 0.0)
+        # before every rank is seen training (imports, a peer still starting, the first batches): 3x by default
+        self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 3 * stall_timeout_s)
         self.choice = sampler
         self.yield_cpu = yield_cpu  # lower this process's priority once the job is started (for a process of its own)
         self.fallback = FaultHandler(layout.watch_dir(self.exp) / "faulthandler")
@@ -77,7 +78,7 @@ class JobWatch:
         self._signal: int | None = None
         self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
-        self.table = Table()
+        self.table = Table(layout.watch_dir(self.exp) / "ranks")
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
         self.loops = Loops()
@@ -278,7 +279,12 @@ class JobWatch:
         views = [v for r, v in self.ranks.items() if r in procs and v.samples]
         if not views:
             return
-        training = any(len(v.phases_seen & {"data", "forward", "backward", "optimizer"}) >= 2 for v in views)
+        # training once every rank of this node is seen training: a rank waiting for a peer still importing (not
+        # yet started, or not yet at its first step) is starting, not stalled
+        node = max((v.proc.local_world for v in self.ranks.values()), default=0)
+        training = len(self.ranks) >= node and all(
+            len(v.phases_seen & {"data", "forward", "backward", "optimizer"}) >= 2 for v in self.ranks.values()
+        )
         allowance = self.stall_timeout_s if training else self.first_step_s
         still = now - max(v.moved for v in views)
         if still < allowance:

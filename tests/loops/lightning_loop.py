@@ -2,7 +2,8 @@
 ``Trainer(strategy="ddp")`` on 2 CPU ranks (gloo), a DataLoader worker per rank, each batch's ids under
 ``uid``. Run as ``python lightning_loop.py EXP`` (Lightning's own launcher starts rank 1) or under torchrun.
 
-Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: every rank), ``trained:R:S`` (rank R
+Environment: ``FAULT=kill:R:S`` (rank R SIGKILLs itself in step S; R ``all``: every rank), ``raise:R:S`` (rank R
+raises in step S), ``trained:R:S`` (rank R
 SIGKILLs itself once step S is trained: in a callback of its own whose ``on_train_batch_end`` runs before the
 others'), ``TRUTH=DIR`` (that callback keeps the loop's own record of each trained step's ids, and of Lightning's
 resumes, in ``DIR/ledger/rank{R}.jsonl``, the ledger's format), ``hang:R:S``
@@ -87,6 +88,8 @@ class Regressor(pl.LightningModule):
         step = self.trainer.global_step + 1
         if FAULT[0] == "kill" and FAULT[1] in ("all", str(self.global_rank)) and step == int(FAULT[2]):
             os.kill(os.getpid(), signal.SIGKILL)
+        if FAULT[0] == "raise" and FAULT[1] == str(self.global_rank) and step == int(FAULT[2]):
+            raise RuntimeError(f"a bad batch on rank {self.global_rank} at step {step}")
         time.sleep(float(os.environ.get("STEP_S", "0")))
         return (self.net(batch["feats"]) - batch["target"]).pow(2).mean()
 

@@ -15,6 +15,7 @@ from .words import (
     AGENT_FAIL,
     AGENT_TERM,
     ASRLAB,
+    ASRLAB_RANK,
     BASH_KILLED,
     DEATH,
     CUDA_ERROR,
@@ -41,7 +42,7 @@ from .words import (
     nonfinite_values,
     signame,
 )
-from .toolkits import counter_of
+from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
     COLLECTIVE_TIMEOUT,
@@ -430,6 +431,9 @@ class Events:
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",
                           signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
                 return
+        if "failed at step" in text and (m := ASRLAB_RANK.search(text)):
+            self._add("exception", int(m.group(1)), time, text, type=m.group(3), message=m.group(4)[:300], where=None)
+            return
         if text.startswith("asrlab: error:"):
             m = ASRLAB.match(text)
             self._add(
@@ -475,7 +479,7 @@ class Events:
                     text,
                     toolkit=who,
                     fatal=fatal,
-                    to=_float(m.groups()[-1]) if who != "espnet" else None,
+                    to=num(m.groups()[-1] or "") if who != "espnet" else None,
                     grad=m.group(1) if who == "espnet" else None,
                 )
                 return
@@ -487,13 +491,6 @@ class Events:
             self._add("exception", rank, time, text, type="rendezvous", message=text.strip()[:300], where=None)
         elif SUSPECT.search(text) and not NOT_SUSPECT.search(text):
             self._add("suspect", rank, time, text)
-
-
-def _float(text):
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None
 
 
 __all__ = ["CONSEQUENCE", "Events", "OOM", "SIGNALS", "user_frame"]

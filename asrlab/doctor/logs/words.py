@@ -48,6 +48,9 @@ STATUS = re.compile(
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
+# asrlab's stall watch in a loop (asrlab.lab, its Lightning callback) on a rank's error: "rank 1 failed at step 3
+# (in the step's computation): RuntimeError: ..."
+ASRLAB_RANK = re.compile(r"\brank (\d+) failed at step (\d+) \([^)]*\): ([\w.]+): (.*)")
 NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
 # a rank that could not reach the rendezvous store: a peer (or the store's host) never came
@@ -165,6 +168,7 @@ __all__ = [
     "AGENT_FAIL",
     "AGENT_TERM",
     "ASRLAB",
+    "ASRLAB_RANK",
     "BASH_KILLED",
     "DEATH",
     "CUDA_ERROR",

@@ -7,6 +7,9 @@ In every Python process of the job (ranks, DataLoader workers, the torchrun agen
 * where the watcher cannot read stacks from outside (ptrace refused), ``faulthandler`` dumps all
   threads' stacks to ``$ASRLAB_WATCH_DIR/{pid}.txt`` on the signal ``ASRLAB_WATCH_SIGNAL``; the file's
   existence tells the watcher that this process may be sent it;
+* in a process no launcher gave a rank (``torch.multiprocessing.spawn``'s), a thread that looks twice a second
+  for its process group and, once it is made, records its rank in ``$ASRLAB_WATCH_EXP/watch/ranks/{pid}.json``
+  (the process group's own word, read by the watch): from then on it is that rank here too;
 * in a rank, a thread that looks twice a second for ``$ASRLAB_WATCH_EXP/flight/request`` and, when the
   watcher writes it (a stall), writes PyTorch's Flight Recorder (the collectives this rank took part in) to
   ``flight/rank{RANK}.json``: a thread, since a rank stuck in a collective never returns to run a handler.
@@ -19,8 +22,20 @@ import sys
 
 
 def _rank():
-    r = os.environ.get("RANK")
-    return int(r) if r and r.isdigit() else None
+    """This process's global rank, as its launcher said it: RANK (torchrun, Accelerate, DeepSpeed), srun's
+    SLURM_PROCID, or Lightning's LOCAL_RANK on a single node (its launcher sets LOCAL_RANK and WORLD_SIZE, no
+    RANK, in rank 0 and in the ranks it starts)."""
+    e = os.environ
+    for r in (e.get("RANK"), e.get("SLURM_PROCID") if e.get("SLURM_NTASKS", "1") != "1" else None):
+        if r and r.isdigit():
+            return int(r)
+    r = e.get("LOCAL_RANK")
+    if r and r.isdigit() and e.get("WORLD_SIZE") and e.get("NODE_RANK", "0") == "0":
+        return int(r)
+    return _GROUP[0]
+
+
+_GROUP = [None]  # the rank this process's group said it is, where no launcher said (see _rank_from_group)
 
 
 _PID = os.getpid()
@@ -32,6 +47,8 @@ def _worker():
     must not become the rank's error in torchrun's report."""
     if os.getpid() != _PID:  # forked after this module ran
         return True
+    if _GROUP[0] is not None:  # a rank its process group named: torch.multiprocessing.spawn starts ranks this way
+        return False
     return any("multiprocessing.spawn" in a or "multiprocessing.forkserver" in a for a in getattr(sys, "orig_argv", ()))
 
 
@@ -133,6 +150,40 @@ def _dumps_on_signal():
         pass
 
 
+def _rank_from_group():
+    """Where no launcher named this process's rank (torch.multiprocessing.spawn): once its process group is made,
+    its rank and world, recorded for the watch; then the flight recorder's thread as in any rank."""
+    exp = os.environ.get("ASRLAB_WATCH_EXP")
+    if not exp or _rank() is not None or os.getpid() != _PID:
+        return  # (a DataLoader worker spawned looks on too, and never finds a group)
+    import threading
+    import time
+
+    def look():
+        while True:
+            time.sleep(0.5)
+            d = sys.modules.get("torch.distributed")
+            try:
+                if d is None or not d.is_available() or not d.is_initialized():
+                    continue
+                rank, world = d.get_rank(), d.get_world_size()
+            except Exception:  # a half-imported torch: look again
+                continue
+            import json
+
+            folder = os.path.join(exp, "watch", "ranks")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{os.getpid()}.json")
+            with open(f"{path}.tmp", "w") as f:
+                json.dump({"rank": rank, "world": world, "time": time.time()}, f)
+            os.replace(f"{path}.tmp", path)
+            _GROUP[0] = rank
+            _flight_on_request()
+            return
+
+    threading.Thread(target=look, name="asrlab-watch-rank", daemon=True).start()
+
+
 def _flight_on_request():
     exp, rank = os.environ.get("ASRLAB_WATCH_EXP"), _rank()
     if not exp or rank is None:
@@ -174,6 +225,7 @@ if os.environ.get("ASRLAB_WATCH_EXP"):
     sys.excepthook = _record
     _dumps_on_signal()
     _flight_on_request()
+    _rank_from_group()
 
 # the job's own sitecustomize, if it had one, shadowed by this one
 _here = os.path.dirname(os.path.abspath(__file__))

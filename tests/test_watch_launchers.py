@@ -1,0 +1,149 @@
+"""``asrlab watch`` finds every rank whoever started it: torchrun's ``RANK``, srun's ``SLURM_PROCID``, DeepSpeed's
+``--local_rank=N``, Lightning's own launcher (NeMo's too), which starts ranks 1.. as children of the user's process
+with ``LOCAL_RANK`` and no ``RANK``, and ``torch.multiprocessing.spawn``'s ranks, which carry nothing (each records
+the rank its process group gives it); a DataLoader worker is never its rank. Real Lightning runs
+(``strategy="ddp"``, 2 CPU ranks, ``tests/loops/lightning_loop.py``) broken three ways are read back by
+``asrlab doctor``; a rank still starting (a peer that takes its time before ``init_process_group``) is not a
+stall."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from asrlab.watch.procs import job_ranks, rank_key
+
+ROOT = Path(__file__).resolve().parent.parent
+ASRLAB = [sys.executable, "-m", "asrlab.cli"]
+
+
+def test_what_each_launcher_leaves_names_the_rank():
+    assert rank_key({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == ("RANK", 3)  # torchrun, Accelerate
+    # DeepSpeed's launcher: RANK and LOCAL_RANK in the environment and --local_rank=N on the command line
+    assert rank_key({"RANK": "5", "LOCAL_RANK": "1"}, "train.py --local_rank=1 --deepspeed") == ("RANK", 5)
+    assert rank_key({}, "python train.py --local_rank=2 --cfg x") == ("--local_rank", 2)  # older launchers
+    assert rank_key({"SLURM_PROCID": "6", "SLURM_NTASKS": "8"}) == ("SLURM_PROCID", 6)  # srun
+    assert rank_key({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task of a batch job: no ranks
+    assert rank_key({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}) == ("LOCAL_RANK", 1)  # Lightning
+    assert rank_key({"PATH": "/bin"}) is None
+
+
+CHILD = "import os, subprocess, sys, time\n" + textwrap.dedent(
+    """
+    role = sys.argv[1]
+    if role == "root":  # Lightning's launcher: it starts rank 1, then sets its own LOCAL_RANK=0 and a worker gets it
+        env = {**os.environ, "LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}
+        rank1 = subprocess.Popen([sys.executable, __file__, "rank1"], env=env)
+        os.environ.update(LOCAL_RANK="0", NODE_RANK="0", WORLD_SIZE="2")
+        worker = subprocess.Popen([sys.executable, __file__, "worker"])
+        time.sleep(60)
+    elif role == "rank1":  # its DataLoader worker inherits its environment
+        worker = subprocess.Popen([sys.executable, __file__, "worker"])
+        time.sleep(60)
+    else:
+        time.sleep(60)
+    """
+)
+
+
+def test_lightnings_own_launcher_rank_0_is_the_parent_and_workers_are_not_ranks(tmp_path):
+    """The process layout Lightning's launcher (and NeMo's) leaves, as the real runs in
+    tests/fixtures/toolkit_runs/nemo/ recorded it: rank 0 the launched process, rank 1 its child with LOCAL_RANK,
+    each with a worker of its own; rank 0's worker inherits the LOCAL_RANK=0 set after rank 1 was started."""
+    script = tmp_path / "layout.py"
+    script.write_text(CHILD)
+    root = subprocess.Popen([sys.executable, str(script), "root"])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(psutil.Process(root.pid).children(recursive=True)) < 3:
+            time.sleep(0.1)
+        ranks = job_ranks(root.pid)
+        kids = {p.pid: p for p in psutil.Process(root.pid).children(recursive=True)}
+        rank1 = next(pid for pid, p in kids.items() if p.ppid() == root.pid and "rank1" in p.cmdline())
+        assert sorted(ranks) == [0, 1] and ranks[0].pid == root.pid and ranks[1].pid == rank1, ranks
+        assert len(ranks[0].workers) == 1 and len(ranks[1].workers) == 1
+        assert rank1 not in ranks[0].workers  # rank 1 is not rank 0's worker, nor are its workers
+        assert ranks[1].local_world == ranks[0].local_world == 2
+    finally:
+        for p in [psutil.Process(root.pid), *psutil.Process(root.pid).children(recursive=True)]:
+            p.kill()
+        root.wait(timeout=30)
+
+
+def watch(tmp_path: Path, cmd: list[str], stall_s: float, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    """``asrlab watch --on-stall kill`` of ``cmd``: the watch's process and ``asrlab doctor``'s JSON of its folder."""
+    out = subprocess.run(
+        [*ASRLAB, "watch", "--exp", str(tmp_path / "watch"), "--stall-timeout", str(stall_s), "--on-stall", "kill",
+         "--", *cmd],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )  # fmt: skip
+    doc = subprocess.run(
+        [*ASRLAB, "doctor", str(tmp_path / "watch"), "--json"], capture_output=True, text=True, timeout=120
+    )
+    return out, json.loads(doc.stdout)
+
+
+LOOPS = Path(__file__).parent / "loops"
+# Lightning's own launcher (strategy="ddp": rank 1 is the user's process's child; the loop's own callback kept out
+# of the way by STALL_S, the watch from outside is what is tested) and torch.multiprocessing.spawn (ranks that
+# carry no launcher's variables: each records the rank its process group gives it)
+LAUNCHERS = {
+    "lightning": (lambda tmp: [sys.executable, str(LOOPS / "lightning_loop.py"), str(tmp / "exp")],
+                  {"MP": "spawn", "STALL_S": "600"}, "hang:1:6"),
+    "mp_spawn": (lambda tmp: [sys.executable, str(LOOPS / "spawn_loop.py")], {}, "hang:1:4"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", ["hang", "raise:1:3", "kill:1:3"], ids=["hung_reader", "raise", "sigkill"])
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_the_watch_names_rank_1_whoever_started_it(tmp_path, launcher, fault):
+    if launcher == "lightning":
+        pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install -e '.[lightning]')")
+    cmd, env, hang = LAUNCHERS[launcher]
+    out, d = watch(tmp_path, cmd(tmp_path), 8, FAULT=hang if fault == "hang" else fault, **env)
+    said = f"{out.returncode}: {d['verdict']}: {d['summary'][:400]}\n{out.stderr[-2000:]}"
+    verdict = {"hang": "stalled", "raise:1:3": "crashed", "kill:1:3": "killed"}[fault]
+    assert d["verdict"] == verdict and d["culprit"]["rank"] == 1, said
+    assert d["world_size"] == 2, said  # both ranks known (Lightning's rank 0: the launched process)
+    if fault == "hang":
+        assert "rank 1 has waited" in d["summary"] and "for data" in d["summary"], said
+    if launcher == "mp_spawn":  # the ranks' own records; a DataLoader worker makes no process group
+        assert len(list((tmp_path / "watch" / "watch" / "ranks").glob("*.json"))) == 2, said
+
+
+SLOW_START = textwrap.dedent(
+    """
+    import os, time
+    import torch, torch.distributed as dist
+    if os.environ["RANK"] == "1":
+        time.sleep(float(os.environ["SLEEP_S"]))  # a rank still importing a toolkit, its peer waiting for it
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(4, 1)
+    for step in range(20):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_rank_still_starting_is_not_a_stall(tmp_path):
+    """Rank 0 waits in init_process_group for 8 s while rank 1 sleeps before it, under --stall-timeout 4: the
+    first-step allowance (3x the timeout, until every rank is seen training) leaves the job alone."""
+    script = tmp_path / "slow_start.py"
+    script.write_text(SLOW_START)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    out, d = watch(tmp_path, cmd, 4, SLEEP_S="8")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "watch" / "stall_report.json").exists() and d["verdict"] == "finished", d["summary"]
