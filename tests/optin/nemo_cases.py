@@ -250,13 +250,13 @@ CASES = [
             "`asrlab watch --stall-timeout 60 --on-stall kill`",
             verdict="stalled",
             culprit={"rank": 1, "step": DATA_STEP},
-            shows={"verdict": "stalled", "rank": None, "step": None},
-            log_shows="the watch names rank 0 only: 'asrlab watch: no rank has moved for 60 s: rank 0 is waiting in "
-            "a collective (torch.distributed) for 60 s (at speech_to_text_ctc.py:92 in main)', then 'ending the "
-            "stalled job (--on-stall kill)'. It took the job for one rank (lab.json world_size 1, heartbeat and "
-            "stall report of rank 0 only): rank 1, Lightning's child process with LOCAL_RANK=1 and no RANK, is not "
-            "seen as a rank, so the rank that waits for its data is never named. Rank 0 waits in DDP's buffer "
-            "broadcast of step 5's forward, its bar at 'Epoch 0: 42% 5/12'",
+            shows={"verdict": "stalled", "rank": 1, "step": None},
+            log_shows="the watch names both ranks (lab.json world_size 2: rank 0 the launched process, rank 1 "
+            "Lightning's child with LOCAL_RANK=1 and no RANK): 'asrlab watch: stalled: rank 1 has waited 180 s for "
+            "data (loop at speech_to_text_ctc.py:92 in main; worker pid N at a read); rank 0 is waiting in a "
+            "collective (torch.distributed)', after the first-step allowance (3x 60 s: the steps before the hang "
+            "took under a second, too short for the watch to see rank 1 train). The step is left unsaid: the "
+            "bar shows 5/12, the watch's own copy of the output ends its last full redraw at 4/12",
             notes="on the watch's signal rank 1 prints '[rank: 1] Received SIGTERM: 15' and raises 'DataLoader "
             "worker (pid N) is killed by signal: Terminated', then rank 0 '[rank: 0] Received SIGTERM: 15' and "
             "'Connection closed by peer'. The exit the watch passes on is 1 or 137 from one try to the next "
