@@ -121,16 +121,19 @@ def test_a_checkpoint_of_a_toolkits_classes_is_not_called_broken(tmp_path, monke
     Config.__module__, Config.__qualname__ = "toolkit_only_here", "Config"
     mod.Config = Config
     monkeypatch.setitem(sys.modules, "toolkit_only_here", mod)
-    torch.save({"state_dict": {"w": torch.zeros(2)}, "global_step": 7, "cfg": Config()}, tmp_path / "step_7.ckpt")
+    # Lightning's name for it, as NeMo's runs leave them
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "cfg": Config()}, tmp_path / "epoch=1-step=7.ckpt")
     monkeypatch.delitem(sys.modules, "toolkit_only_here")
-    whole = (tmp_path / "step_7.ckpt").read_bytes()
+    whole = (tmp_path / "epoch=1-step=7.ckpt").read_bytes()
     (tmp_path / "step_9.ckpt").write_bytes(whole[: len(whole) // 2])
     from asrlab.doctor.logs.checkpoints import checkpoints
 
-    rows = {Path(r["file"]).name: r for r in checkpoints([str(tmp_path)])["files"]}
-    assert rows["step_7.ckpt"]["intact"] is None and "needs toolkit_only_here" in rows["step_7.ckpt"]["why"]
-    assert "archive is whole" in rows["step_7.ckpt"]["why"] and rows["step_7.ckpt"]["step"] == 7
-    assert rows["step_9.ckpt"]["intact"] is False
+    found = checkpoints([str(tmp_path)])
+    rows = {Path(r["file"]).name: r for r in found["files"]}
+    kept = rows["epoch=1-step=7.ckpt"]
+    assert kept["intact"] is None and "needs toolkit_only_here" in kept["why"] and "archive is whole" in kept["why"]
+    assert (kept["epoch"], kept["step"]) == (1, 7)
+    assert rows["step_9.ckpt"]["intact"] is False and [Path(f).name for f in found["broken"]] == ["step_9.ckpt"]
 
 
 def test_a_toolkit_folder_alone_is_read_whole_and_drawn():

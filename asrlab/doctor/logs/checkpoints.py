@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 
 PATTERNS = ("*.pt", "*.pth", "*.ckpt")
-_NAMED = re.compile(r"(?:epoch[_-]?(\d+)|(\d+)\s*epoch|step[_-]?(\d+)|checkpoint-(\d+)|iter[_-]?(\d+))", re.I)
+# WeNet's epoch_3.pt, Lightning's epoch=1-step=24.ckpt, HF's checkpoint-500, step_100.pt, iter_2000.pth
+_NAMED = re.compile(r"(?:epoch[_=-]?(\d+)|(\d+)\s*epoch|step[_=-]?(\d+)|checkpoint-(\d+)|iter[_=-]?(\d+))", re.I)
 # the keys a toolkit keeps its place under, at the top of the checkpoint or in a sub-dict
 _STEP_KEYS = ("global_step", "step", "batch_idx_train", "iteration", "iter", "cur_step", "num_updates")
 _EPOCH_KEYS = ("epoch", "cur_epoch", "epochs")
@@ -73,11 +74,12 @@ def _from(d: dict, keys: tuple[str, ...]) -> int | None:
 def read(path: Path) -> dict:
     """``{"file", "bytes", "epoch", "step", "intact", "why"}``: what one checkpoint file holds."""
     out = {"file": str(path), "bytes": path.stat().st_size, "epoch": None, "step": None, "intact": True, "why": None}
-    m = _NAMED.search(path.stem)
-    if m:
+    for m in _NAMED.finditer(path.stem):  # both, where the name holds both (epoch=1-step=24)
         e, e2, st, ck, it = m.groups()
-        out["epoch"] = int(e or e2) if (e or e2) else None
-        out["step"] = int(st or ck or it) if (st or ck or it) else None
+        if e or e2:
+            out["epoch"] = int(e or e2)
+        if st or ck or it:
+            out["step"] = int(st or ck or it)
     side = path.with_suffix(".yaml")  # WeNet writes the epoch and step it saved beside the weights
     if side.exists():
         try:
@@ -152,7 +154,7 @@ def checkpoints(paths: list[str]) -> dict | None:
     return {
         "files": rows,
         "newest": newest["file"] if newest else None,
-        "broken": [r["file"] for r in rows if not r["intact"]],
+        "broken": [r["file"] for r in rows if r["intact"] is False],
     }
 
 
