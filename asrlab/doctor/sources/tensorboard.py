@@ -12,6 +12,7 @@ resume) keeps the later launch's value.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -44,16 +45,25 @@ def _tensor_value(t) -> float | None:
 
 
 def _records(path: Path, notes: list[str]):
-    """Each record's bytes: an 8-byte little-endian length, 4 bytes of its CRC, the record, 4 bytes of its CRC."""
-    data = path.read_bytes()
-    i, end = 0, len(data)
-    while i + 12 <= end:
-        (n,) = struct.unpack_from("<Q", data, i)
-        if i + 16 + n > end:
-            notes.append(f"{path.name}: cut after its last whole record (a writer killed mid-write)")
+    """Each record's bytes: an 8-byte little-endian length, 4 bytes of its CRC, the record, 4 bytes of its CRC.
+    The file is mapped, not read whole: a folder of large event files costs pages, not their size in memory."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
             return
-        yield data[i + 12 : i + 12 + n]
-        i += 16 + n
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    i, end = 0, len(data)
+    try:
+        while i + 12 <= end:
+            (n,) = struct.unpack_from("<Q", data, i)
+            if i + 16 + n > end:
+                notes.append(f"{path.name}: cut after its last whole record (a writer killed mid-write)")
+                return
+            yield data[i + 12 : i + 12 + n]
+            i += 16 + n
+    finally:
+        data.close()
 
 
 def read(files: list[Path]) -> Reading:
