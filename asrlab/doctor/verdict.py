@@ -134,8 +134,9 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     loss, the watch's stop over what the job printed once told to end; else the earlier."""
     jv = _said(job)
     # the folder's guess (which rank vanished first, as its peers saw it: a launcher that ends itself when its
-    # child dies, Lightning's, is seen to end first) yields to the job's own words for a death
-    if folder.get("guess") and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
+    # child dies, Lightning's, is seen to end first) yields to the job's own words for a death (not a survivor's
+    # lost peer: that is what the guess explains)
+    if folder.get("guess") and not job.get("consequence") and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
         seen = [t for t in (_time(job), folder["time"]) if t is not None]
         return rj, {**job, "joined_time": min(seen) if seen else None}  # the earliest sighting of the one failure
     if folder["verdict"] == "nonfinite_halt" and jv["verdict"] == "nonfinite":

@@ -127,6 +127,9 @@ class Table:
         for pid, parent, _ in tree:
             below.setdefault(parent, []).append(pid)
         keys = {pid: rank_key(env[pid], f[3]) if f[1] else None for pid, f in facts.items()}
+        for pid, f in facts.items():  # a worker multiprocessing started inherits LOCAL_RANK: not a rank of its own
+            if keys[pid] and keys[pid][0] == "LOCAL_RANK" and "multiprocessing" in f[3]:
+                keys[pid] = None
         for pid, _, started in tree:  # no launcher's word: the process group's own (torch.multiprocessing.spawn)
             if keys[pid] is None and python[pid] and (got := self.recorded(pid, started)):
                 keys[pid] = ("group", got[0])
