@@ -67,15 +67,6 @@ def diagnose(paths, now: float | None = None) -> dict:
                 f"{p}: not a directory, nothing is there (give a run's folder, what asrlab train got as --exp, or "
                 "the run's log files)"
             )
-    from .logs.run import log_files
-    from .sources import found
-
-    empty = [p for p in paths if Path(p).is_dir() and not is_run(p) and not log_files([p]) and not found([p])]
-    if empty:
-        raise UsageError(
-            f"{empty[0]}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}), no log files (*.log, *.txt, "
-            "*.out, log-train-*, rank*) and no TensorBoard event files, trainer_state.json or metrics.csv"
-        )
     runs = [p != "-" and is_run(p) for p in paths]
     if not any(runs):
         return conform(diagnose_logs(paths), "logs", paths)
@@ -103,22 +94,22 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     everything at ``paths``: the logs, and beside them the tables of the other sources (event files, a trainer's
     state, a metrics CSV)."""
     from .logs.run import LogRun, log_files
-    from .sources import job_output, read_sources, run_folder, text_log, walk
+    from .sources import files_of, job_output, read_sources, run_folder, text_log
     from .verdict import decide
 
+    files = files_of(paths)  # the folders walked once, for every source
     # asrlab's own folders inside a toolkit's (asrlab watch's beside the toolkit's output): run folders of their own
-    runs = sorted({f.parent for p in paths if Path(p).is_dir() for f in walk(Path(p)) if is_run(f.parent)})
+    runs = sorted({f.parent for f in files if is_run(f.parent)})
     folders = [r for d in runs for r in (run_folder.read(d), job_output.read(d)) if r is not None]
-    tables = read_sources(paths)
+    tables = folders + read_sources(files)
     skip = {f for r in tables for f in r.files} | {f for d in runs for f in log_files([str(d)])}
     log = text_log.read(paths, skip=skip)  # a metrics.csv is a table, not a log; a run folder's files its own
-    tables = folders + tables
     if log is None and not tables:
         raise UsageError(
-            f"no log files in {', '.join(paths)} (names like *.log, *.txt, log-train-*, rank*), and no TensorBoard "
-            "event files, trainer_state.json or metrics.csv"
+            f"{paths[0]}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}), no log files (*.log, "
+            "*.txt, *.out, log-train-*, rank*) and no TensorBoard event files, trainer_state.json or metrics.csv"
         )
-    v = decide(folders + ([log] if log else []) + tables[len(folders) :])
+    v = decide(folders + ([log] if log else []) + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
     d = dict(log.sections) if log else dict(EMPTY_LOG)
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]

@@ -76,14 +76,14 @@ def decide(readings: list) -> dict:
 def _said(e: dict) -> dict:
     """The chosen event as its source phrases it."""
     if "say" in e:
-        p = e["say"]()
+        p = e.get("_phrased") or e.setdefault("_phrased", e["say"]())  # phrased once: several looks may ask
         first = {k: v for k, v in p.items() if k not in ("summary", "culprit")}
         return {"verdict": p["verdict"], "summary": p["summary"], "culprit": p["culprit"], "first": first}
     return {
         "verdict": e["verdict"],
         "summary": e["text"],
         "culprit": culprit(e),
-        "first": {k: v for k, v in e.items() if k not in ("say", "at")},
+        "first": {k: v for k, v in e.items() if k not in ("say", "_phrased", "at")},
     }
 
 

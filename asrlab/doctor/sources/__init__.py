@@ -68,12 +68,17 @@ def walk(folder: Path) -> list[Path]:
     return out
 
 
-def found(paths: list[str]) -> dict[str, list[Path]]:
-    """Each source's files among ``paths`` (files, or folders searched whole)."""
+def files_of(paths: list[str]) -> list[Path]:
+    """The files at ``paths``: each file given, each folder's files (:func:`walk`)."""
     files: list[Path] = []
     for p in paths:
         path = Path(p)
         files += walk(path) if path.is_dir() else [path] if path.is_file() else []
+    return files
+
+
+def found(files: list[Path]) -> dict[str, list[Path]]:
+    """Each source's files among ``files``."""
     out = {}
     for name in SOURCES:
         mine = [f for f in files if _module(name).owns(f)]
@@ -82,9 +87,9 @@ def found(paths: list[str]) -> dict[str, list[Path]]:
     return out
 
 
-def read_sources(paths: list[str]) -> list[Reading]:
-    """Every source's reading of what ``paths`` hold (none where no source owns a file there)."""
-    return [_module(name).read(files) for name, files in found(paths).items()]
+def read_sources(files: list[Path]) -> list[Reading]:
+    """Every source's reading of ``files`` (none where no source owns one of them)."""
+    return [_module(name).read(mine) for name, mine in found(files).items()]
 
 
-__all__ = ["Reading", "SOURCES", "found", "read_sources", "walk"]
+__all__ = ["Reading", "SOURCES", "files_of", "found", "read_sources", "walk"]

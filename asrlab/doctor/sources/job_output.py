@@ -29,6 +29,7 @@ def read(exp: Path) -> Reading | None:
         e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
         e["source"] = NAME
         e["say"] = _owned(e["say"])
+        e.pop("_phrased", None)  # phrased alone above; on the folder's timeline it is said as the job's own output
     s = r.sections
     last = [x for x in s["ranks"] if x["last"]]
     r.sections = {

@@ -245,8 +245,8 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     )
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
-    for e in odd:
-        e["culprit"] = culprit(e["rank"], _last_before(run, e["rank"], e))
+    if odd:  # the place of the first, which the verdict says (only it)
+        odd[0]["culprit"] = culprit(odd[0]["rank"], _last_before(run, odd[0]["rank"], odd[0]))
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
         outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections)},
@@ -403,7 +403,7 @@ def culprit(rank, rec: dict | None) -> dict:
 
 
 def _event_view(e: dict) -> dict:
-    return {k: v for k, v in e.items() if k not in ("record", "say")}
+    return {k: v for k, v in e.items() if k not in ("record", "say", "_phrased")}
 
 
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
