@@ -40,7 +40,7 @@ def test_environment_yml_agrees_with_pyproject():
     names = {re.split(r"[=<>\[ ]", d)[0] for d in project["dependencies"]}
     assert {"torch", "torchaudio", "soundfile", "numpy", "espeakng-loader", "zstandard", "tqdm", "pyyaml"} <= names
     pins = {d.split("==")[0]: d.split("==")[1] for d in project["dependencies"] if "==" in d}
-    assert pins["torch"] == pins["torchaudio"] == "2.11.*"  # torchaudio loads only against its own torch
+    assert pins["torch"] == pins["torchaudio"] == "2.11.0"  # torchaudio loads only against its own torch
 
 
 def test_every_shipped_notebook_is_clean_and_parameterized():
