@@ -106,6 +106,39 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
     assert not left_behind(str(out))
 
 
+class _Unreadable:
+    """A sampler whose every look fails, as py-spy's does when it times out on a loaded machine."""
+
+    def sample(self, pid):
+        return None
+
+
+def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tmp_path):
+    """A look that could not read a live rank's stacks keeps its heartbeat fresh, the phase as last seen: the
+    stall report describes a rank with no dump from its heartbeat, and a stale one read "stopped responding"
+    of a rank that was there all along (py-spy timing out on it on a loaded machine)."""
+    from asrlab.lab.layout import heartbeat_dir
+    from asrlab.watch.watcher import JobWatch
+
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"}
+    )
+    try:
+        w = JobWatch(tmp_path / "exp", stall_timeout_s=600)
+        w.sampler = _Unreadable()
+        t0 = time.time()
+        w._look(rank.pid, t0)
+        beat = heartbeat_dir(tmp_path / "exp") / "rank0.json"
+        first = json.loads(beat.read_text())["time"]
+        time.sleep(0.2)  # any later look: the heartbeat is as fresh as the look
+        w._look(rank.pid, t0)
+        again = json.loads(beat.read_text())
+        assert again["time"] > first and again["pid"] == rank.pid and again["phase"] == "start", again
+    finally:
+        rank.kill()
+        rank.wait(timeout=30)
+
+
 def test_ranks_that_left_the_loop_are_named_with_the_ranks_that_wait_for_them():
     def snap(rank, phase, step, detail=""):
         return {"rank": rank, "phase": phase, "step": step, "since": 90.0, "time": 99.0, "detail": detail}

@@ -250,7 +250,8 @@ class JobWatch:
                 self._beat(view.snapshot(now), now, "start")
             view.proc.workers = proc.workers
             stacks = self.sampler.sample(proc.pid)
-            if stacks is None:
+            if stacks is None:  # not read at this look (a sampler's timeout on a loaded machine): the process is
+                self._beat(view.snapshot(now), now, None)  # there all the same, not frozen; its phase as last seen
                 continue
             # the workers only while the rank waits for them: they are what moves then (and half the cost)
             main = stacks.get("MainThread") or next(iter(stacks.values()), [])
