@@ -78,6 +78,28 @@ def test_lightnings_own_launcher_rank_0_is_the_parent_and_workers_are_not_ranks(
         root.wait(timeout=30)
 
 
+def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
+    """pyenv's and conda's shims, and a run.sh that ends in ``exec python train.py``: the job's process is a shell
+    at the watch's first look and Python, in the same pid, at a later one; the later looks find rank 0 there."""
+    from asrlab.watch.procs import Table
+
+    go = tmp_path / "go"
+    shim = f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec "{sys.executable}" -c "import time; time.sleep(60)"'
+    root = subprocess.Popen(["bash", "-c", shim], env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"})
+    try:
+        table = Table()
+        assert table.ranks(root.pid)[0] == {}  # a shell: no rank yet
+        go.touch()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "python" not in psutil.Process(root.pid).name().lower():
+            time.sleep(0.05)
+        ranks = table.ranks(root.pid)[0]
+        assert list(ranks) == [0] and ranks[0].pid == root.pid, ranks
+    finally:
+        root.kill()
+        root.wait(timeout=30)
+
+
 def watch(tmp_path: Path, cmd: list[str], stall_s: float, **env) -> tuple[subprocess.CompletedProcess, dict]:
     """``asrlab watch --on-stall kill`` of ``cmd``: the watch's process and ``asrlab doctor``'s JSON of its folder."""
     out = subprocess.run(

@@ -64,8 +64,8 @@ def rank_key(env: dict, cmdline: str = "") -> tuple[str, int] | None:
 
 class Table:
     """What the watch knows of the processes under a job's root. A look reads the process tree once
-    (every parent link, one pass over ``/proc``); what a process started with (its environment, whether it
-    runs Python) is read once per process and kept, since it does not change: a watcher that looks a few
+    (every parent link, one pass over ``/proc``); what a Python process started with (its environment, its
+    command line) is read once per process and kept, since it does not change: a watcher that looks a few
     times a second costs the job little."""
 
     def __init__(self, records: Path | None = None):
@@ -111,7 +111,10 @@ class Table:
                 env, cmd = p.environ(), " ".join(p.cmdline())
             except psutil.Error:
                 return {}, False, False, ""
-            self._facts[key] = (env, _is_python(p), _launcher(p), cmd)
+            facts = (env, _is_python(p), _launcher(p), cmd)
+            if not facts[1]:  # a shell that may yet exec Python (pyenv's and conda's shims, run.sh's `exec python`):
+                return facts  # read again at the next look, in the same pid
+            self._facts[key] = facts
         return self._facts[key]
 
     def ranks(self, root: int, single: bool = True) -> tuple[dict[int, Proc], list[tuple[int, float]]]:
