@@ -100,6 +100,40 @@ def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
         root.wait(timeout=30)
 
 
+class _NoStacks:
+    def sample(self, pid):
+        return None
+
+
+def test_python_processes_no_rule_names_are_said_not_taken_for_ranks(tmp_path, caplog):
+    """A job of two Python processes that carry no launcher's word for their rank (a launcher of the user's own):
+    the first is watched as the job's one process and the watch says which other process it does not watch,
+    once; a Python process below the first (its worker) is not named."""
+    from asrlab.watch.watcher import JobWatch
+
+    sleep = f'"{sys.executable}" -c "import time; time.sleep(60)"'
+    job = f"{sleep} & {sleep} & wait"
+    root = subprocess.Popen(["bash", "-c", job])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(psutil.Process(root.pid).children()) < 2:
+            time.sleep(0.05)
+        first, second = sorted(psutil.Process(root.pid).children(), key=lambda p: p.pid)  # the tree's order
+        w = JobWatch(tmp_path / "exp", stall_timeout_s=600)
+        w.sampler = _NoStacks()
+        with caplog.at_level("WARNING", logger="asrlab.watch.watcher"):
+            w._look(root.pid, time.time())
+            w._look(root.pid, time.time())
+        said = [r.getMessage() for r in caplog.records if "no launcher's word" in r.getMessage()]
+        assert len(said) == 1 and f"pid {second.pid}, beside it, is not" in said[0], said
+        assert list(w.ranks) == [0] and w.ranks[0].proc.pid == first.pid
+    finally:
+        for p in psutil.Process(root.pid).children(recursive=True):
+            p.kill()
+        root.kill()
+        root.wait(timeout=30)
+
+
 def watch(tmp_path: Path, cmd: list[str], stall_s: float, **env) -> tuple[subprocess.CompletedProcess, dict]:
     """``asrlab watch --on-stall kill`` of ``cmd``: the watch's process and ``asrlab doctor``'s JSON of its folder."""
     out = subprocess.run(

@@ -72,6 +72,7 @@ class Table:
         # (pid, started): env, python, launcher, command line
         self._facts: dict[tuple[int, float], tuple[dict, bool, bool, str]] = {}
         self.records = records  # where a rank no launcher named records its process group's rank (ranks/{pid}.json)
+        self.unranked: list[int] = []  # at the last look: Python processes beside rank 0 that no rule names
 
     def recorded(self, pid: int, started: float) -> tuple[int, int] | None:
         """``(rank, world)`` the process's group gave it, as the watch's sitecustomize recorded it."""
@@ -180,13 +181,24 @@ class Table:
             old = ranks.get(proc.rank)
             if old is None or old.started < started:  # a restarted rank replaces the one before it
                 ranks[proc.rank] = proc
+        self.unranked = []
         if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
             for pid, _, started in tree:
                 _, py, launcher, _ = self.facts(pid, started)
                 if py and not launcher:
-                    ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
-                    break
+                    if not ranks:
+                        ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
+                    elif not _below(pid, ranks[0].pid, parents):
+                        self.unranked.append(pid)  # another Python process no rule names: a rank of its own?
         return ranks, sorted(alive)
+
+
+def _below(pid: int, top: int, parents: dict[int, int]) -> bool:
+    while pid in parents:
+        pid = parents[pid]
+        if pid == top:
+            return True
+    return False
 
 
 def world_of(procs) -> int:

@@ -78,6 +78,7 @@ class JobWatch:
         self._signal: int | None = None
         self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
+        self._unranked_said: set[int] = set()  # Python processes no rule names a rank of, said once each
         self.table = Table(layout.watch_dir(self.exp) / "ranks")
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
@@ -231,6 +232,15 @@ class JobWatch:
     def _look(self, root: int, t0: float) -> None:
         # once ranks with RANK were seen, a process without it is not one (torchrun's agent after they ended)
         procs, everyone = self.table.ranks(root, single=not any(v.proc.by_env for v in self.ranks.values()))
+        if procs and (new := [p for p in self.table.unranked if p not in self._unranked_said]):
+            self._unranked_said.update(new)
+            log.warning(
+                "asrlab watch: no launcher's word for the ranks of this job's Python processes (no RANK, "
+                "LOCAL_RANK, SLURM_PROCID or --local_rank=N): pid %d is watched as its one process; pid %s, "
+                "beside it, is not (give each process RANK and WORLD_SIZE to have each watched as its rank)",
+                procs[0].pid,
+                ", ".join(map(str, new)),
+            )
         for pid, started in everyone:
             self._family.setdefault(pid, started)
         if not procs:
