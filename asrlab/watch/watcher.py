@@ -47,6 +47,14 @@ log = logging.getLogger(__name__)
 INJECT = Path(__file__).with_name("inject")
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a rank that died and awaits its parent's wait is gone, whatever /proc lists)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class JobWatch:
     def __init__(
         self,
@@ -260,8 +268,9 @@ class JobWatch:
                 self._beat(view.snapshot(now), now, "start")
             view.proc.workers = proc.workers
             stacks = self.sampler.sample(proc.pid)
-            if stacks is None:  # not read at this look (a sampler's timeout on a loaded machine): the process is
-                self._beat(view.snapshot(now), now, None)  # there all the same, not frozen; its phase as last seen
+            if stacks is None:  # not read at this look (a sampler's timeout on a loaded machine): a process still
+                if _running(proc.pid):  # running is there all the same, not frozen; its phase as last seen
+                    self._beat(view.snapshot(now), now, None)
                 continue
             # the workers only while the rank waits for them: they are what moves then (and half the cost)
             main = stacks.get("MainThread") or next(iter(stacks.values()), [])
