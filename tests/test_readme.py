@@ -45,6 +45,21 @@ def test_quickstart_numbers():
     assert got == want
 
 
+def test_quickstart_spread_across_cpus():
+    """The README's range of the quickstart's error rates is that of its runs on other CPUs and kernel settings
+    (``benchmarks/quickstart_cpus.sh``, kept in docs/results/quickstart_cpus.json) and the run it quotes."""
+    runs = [*_results("quickstart_cpus")["runs"].values(), _results("00_quickstart")]
+    dev = [100 * r["dev_cer_lexicon"] for r in runs]
+    test = [100 * r["test_cer_lexicon"] for r in runs]
+    assert _find(r"dev CER ([\d.]+) to ([\d.]+)% and held-out test ([\d.]+) to ([\d.]+)% over the (\d+) runs") == (
+        f"{min(dev):.2f}",
+        f"{max(dev):.2f}",
+        f"{min(test):.2f}",
+        f"{max(test):.2f}",
+        str(len(runs)),
+    )
+
+
 def test_stalls_numbers():
     r = _results("01_stalls")
     assert r["a_none"]["verdict"] in _readme()
