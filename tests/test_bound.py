@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
+
+import psutil
 
 from asrlab.lab.timing import bound, split_of_phases
 from asrlab.watch.gpus import GpuBusy
@@ -63,6 +66,9 @@ def test_the_watch_reads_each_ranks_gpu_by_its_process_or_its_local_rank():
     env = {**os.environ, "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "1,0"}
     rank1 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
+        deadline = time.monotonic() + 60  # until its exec: before it, /proc shows the parent's environment
+        while time.monotonic() < deadline and psutil.Process(rank1.pid).environ().get("LOCAL_RANK") != "1":
+            time.sleep(0.05)
         nvml = RecordedNvml([(90, 20), (96, 30), (93, 10)], listed={12345: 1})
         gpus = GpuBusy(nvml)
         procs = {0: Proc(pid=12345, rank=0, run="r", started=0.0), 1: Proc(pid=rank1.pid, rank=1, run="r", started=0.0)}
