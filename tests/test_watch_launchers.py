@@ -21,6 +21,8 @@ import pytest
 
 from asrlab.watch.procs import job_ranks, rank_key
 
+from helpers import NoStacks
+
 ROOT = Path(__file__).resolve().parent.parent
 ASRLAB = [sys.executable, "-m", "asrlab.cli"]
 
@@ -100,11 +102,6 @@ def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
         root.wait(timeout=30)
 
 
-class _NoStacks:
-    def sample(self, pid):
-        return None
-
-
 def test_python_processes_no_rule_names_are_said_not_taken_for_ranks(tmp_path, caplog):
     """A job of two Python processes that carry no launcher's word for their rank (a launcher of the user's own):
     the first is watched as the job's one process and the watch says which other process it does not watch,
@@ -120,7 +117,7 @@ def test_python_processes_no_rule_names_are_said_not_taken_for_ranks(tmp_path, c
             time.sleep(0.05)
         first, second = sorted(psutil.Process(root.pid).children(), key=lambda p: p.pid)  # the tree's order
         w = JobWatch(tmp_path / "exp", stall_timeout_s=600)
-        w.sampler = _NoStacks()
+        w.sampler = NoStacks()
         with caplog.at_level("WARNING", logger="asrlab.watch.watcher"):
             w._look(root.pid, time.time())
             w._look(root.pid, time.time())

@@ -21,6 +21,8 @@ from asrlab.doctor.sections import slow_reader
 from asrlab.lab.stall.classify import loop_of, step_of
 from asrlab.lab.stall.verdict import verdict
 
+from helpers import NoStacks
+
 LOOPS = Path(__file__).resolve().parent / "loops"
 HF = str(LOOPS / "hf_style_loop.py")
 
@@ -106,13 +108,6 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
     assert not left_behind(str(out))
 
 
-class _Unreadable:
-    """A sampler whose every look fails, as py-spy's does when it times out on a loaded machine."""
-
-    def sample(self, pid):
-        return None
-
-
 def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tmp_path):
     """A look that could not read a live rank's stacks keeps its heartbeat fresh, the phase as last seen: the
     stall report describes a rank with no dump from its heartbeat, and a stale one read "stopped responding"
@@ -125,7 +120,7 @@ def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tm
     )
     try:
         w = JobWatch(tmp_path / "exp", stall_timeout_s=600)
-        w.sampler = _Unreadable()
+        w.sampler = NoStacks()
         t0 = time.time()
         w._look(rank.pid, t0)
         beat = heartbeat_dir(tmp_path / "exp") / "rank0.json"

@@ -184,21 +184,13 @@ class Table:
         self.unranked = []
         if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
             for pid, _, started in tree:
-                _, py, launcher, _ = self.facts(pid, started)
+                _, py, launcher, _ = facts[pid]
                 if py and not launcher:
                     if not ranks:
                         ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
-                    elif not _below(pid, ranks[0].pid, parents):
+                    elif pid not in ranks[0].workers:
                         self.unranked.append(pid)  # another Python process no rule names: a rank of its own?
         return ranks, sorted(alive)
-
-
-def _below(pid: int, top: int, parents: dict[int, int]) -> bool:
-    while pid in parents:
-        pid = parents[pid]
-        if pid == top:
-            return True
-    return False
 
 
 def world_of(procs) -> int:

@@ -28,7 +28,7 @@ import psutil
 
 from ..lab import layout
 from ..files import append_jsonl, atomic_write
-from ..lab.stall.heartbeat import heartbeat_dir
+from ..lab.stall.heartbeat import heartbeat_dir, process_state
 from ..lab.stall.flight import collectives_text, flight_dir, last_collectives
 from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
@@ -45,14 +45,6 @@ from .sample import FaultHandler, PySpy, format_stack
 log = logging.getLogger(__name__)
 
 INJECT = Path(__file__).with_name("inject")
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a rank that died and awaits its parent's wait is gone, whatever /proc lists)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class JobWatch:
@@ -269,8 +261,8 @@ class JobWatch:
             view.proc.workers = proc.workers
             stacks = self.sampler.sample(proc.pid)
             if stacks is None:  # not read at this look (a sampler's timeout on a loaded machine): a process still
-                if _running(proc.pid):  # running is there all the same, not frozen; its phase as last seen
-                    self._beat(view.snapshot(now), now, None)
+                if process_state(proc.pid, socket.gethostname(), now) == "alive":  # running (not a zombie) is
+                    self._beat(view.snapshot(now), now, None)  # there all the same, not frozen; its phase as last seen
                 continue
             # the workers only while the rank waits for them: they are what moves then (and half the cost)
             main = stacks.get("MainThread") or next(iter(stacks.values()), [])

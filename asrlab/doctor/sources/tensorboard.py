@@ -12,6 +12,7 @@ resume) keeps the later launch's value.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -47,8 +48,6 @@ def _tensor_value(t) -> float | None:
 def _records(path: Path, notes: list[str]):
     """Each record's bytes: an 8-byte little-endian length, 4 bytes of its CRC, the record, 4 bytes of its CRC.
     The file is mapped, not read whole: a folder of large event files costs pages, not their size in memory."""
-    import mmap
-
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return
