@@ -355,10 +355,16 @@ WORDINGS = {
     "fp16's loss scale fallen low while finite losses go on (healthy)": (
         "logs10/fairseq/healthy_scaling_nmt_epoch1_updates_200_500_overflow_scale_down_to_0_0039_loss_finite.log"
     ),
+    "a logger's CRITICAL Keyboard Interrupt. Ending early.": (
+        "logs11/plain/safelife_colab_mppo_checkpoint_n960_n1920_then_critical_keyboard_interrupt_ending_early.log"
+    ),
+    "an allocator's out of memory that says it is not a failure (healthy)": (
+        "logs11/plain/healthy_keithito_tacotron_resume_18000_tf_bfc_allocator_ran_out_of_memory_not_a_failure_x4.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10", "logs11")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 

@@ -18,6 +18,7 @@ from .words import (
     ASRLAB_RANK,
     BASH_KILLED,
     DEATH,
+    INTERRUPTED,
     CUDA_ERROR,
     EXC_LINE,
     GLOO,
@@ -283,7 +284,7 @@ class Events:
             if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows
                 self._add("oom", rank, time, text, type=m.group(1))
             return
-        if "Detected KeyboardInterrupt" in text:  # Lightning's graceful shutdown on Ctrl-C
+        if "eyboard" in text and INTERRUPTED.search(text):  # a logger's word on Ctrl-C (Lightning's, a loop's own)
             self._add("stop", rank, time, text, signal="SIGINT")
             return
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too

@@ -45,9 +45,10 @@ CONSEQUENCE = re.compile(
 
 
 # any wording of running out of memory: torch's, older torch's and the driver's ("cuda runtime error (2) : out of
-# memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's
+# memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's;
+# not an allocator's retry that says it is "not a failure" (TensorFlow's BFC allocator)
 OOM = re.compile(
-    r"(?<!avoid )(?<!prevent )(?<!reduce )(?<!avoid CUDA )\bout of memory\b|OutOfMemoryError|OutOfMemory\b|"
+    r"(?<!avoid )(?<!prevent )(?<!reduce )(?<!avoid CUDA )\bout of memory\b(?!.*\bnot a failure)|OutOfMemoryError|OutOfMemory\b|"
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
     r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating|not enough memory|"

@@ -97,6 +97,9 @@ DEATH = re.compile(
     r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
     r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle, C++ jobs)
 )
+# a logger's line on Ctrl-C, not an exception line ("Detected KeyboardInterrupt, attempting graceful shutdown",
+# "CRITICAL Keyboard Interrupt. Ending early.", "Caught KeyboardInterrupt")
+INTERRUPTED = re.compile(r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b", re.I)
 EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
@@ -153,7 +156,7 @@ NOT_SUSPECT = re.compile(
     r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
     r"(?:errors?|failures?|failed)\s*[=:]\s*0\b|error_file|ignore|--\w*(?:error|fail)|\w_(?:error|errors|failed)\b|"
     r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
-    r"\[\w+ [WID] \d|[Ee]rror\s*[:=]\s*[-+\d.]|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
+    r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror\s*[:=]\s*[-+\d.]|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
@@ -171,6 +174,7 @@ __all__ = [
     "ASRLAB_RANK",
     "BASH_KILLED",
     "DEATH",
+    "INTERRUPTED",
     "CUDA_ERROR",
     "EXC_LINE",
     "GLOO",
