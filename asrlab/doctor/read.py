@@ -13,7 +13,7 @@ import yaml
 
 from ..lab import layout
 from ..lab.stall.flight import last_collectives
-from ..lab.stall.errors import ended_from_outside, error_line, rank_errors
+from ..lab.stall.errors import ended_from_outside, error_line
 from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.stall.report import rank_states
 
@@ -128,19 +128,22 @@ def stall_entry(exp: Path, report: dict) -> dict:
     }
 
 
-def history(exp: Path, since: float, errors: list[dict], halt: dict | None, stall: dict | None) -> list[str]:
-    """Failures of earlier launches into this EXP (the run was resumed after them)."""
+def history(
+    lab: dict, recorded: list[dict], errors: list[dict], halt: dict | None, report: dict | None, stall: dict | None
+) -> list[str]:
+    """Failures of earlier launches into this EXP (the run was resumed after them): ``recorded``, every rank
+    error in the folder, of which ``errors`` are this launch's; ``report``, the stall report, ``stall`` when
+    this launch's."""
     out = []
     current = {(e["rank"], e.get("time")) for e in errors}
-    for e in rank_errors(exp):
+    for e in recorded:
         if (e["rank"], e.get("time")) not in current:
             out.append(f"earlier launch: {error_line(e)}")
     if halt is not None and not halt["current"]:
         out.append(f"earlier launch: {halt['message']}")
-    report = read_json(layout.stall_report(exp))
     if report is not None and stall is None:
         out.append(f"earlier launch stalled: {report.get('verdict')}")
-    for x in (read_json(layout.lab(exp)) or {}).get("earlier", []):
+    for x in lab.get("earlier", []):
         out.append(f"earlier launch: {_ended(x)}")
     return out
 

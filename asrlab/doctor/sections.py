@@ -10,9 +10,8 @@ from pathlib import Path
 from ..lab import layout
 from ..data.plan import mix_counts
 from ..files import read_jsonl
-from ..lab.metrics import metric_files, rank_summary, read_metrics
+from ..lab.metrics import summarize
 from ..lab.numerics.events import read_events
-from ..lab.stall.heartbeat import read_heartbeats
 from ..lab.state import checkpoint
 from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ranks, read_untrained
 from ..lab.timing import bound, split_of_phases, step_split
@@ -39,15 +38,16 @@ def slow_reader(shares: dict[int, float]) -> int | None:
     return rank if shares[rank] >= median + SLOW_READ_POINTS and shares[rank] >= SLOW_READ_TIMES * median else None
 
 
-def step_times(exp: str | Path) -> dict:
-    """Per rank: steps, median step time, share of it waiting for data (:func:`rank_summary`, the first step
-    left out), and the spread: the slowest rank and how much slower than the fastest its median step is."""
+def step_times(metrics: dict[str, list[dict]], beats: dict[int, dict]) -> dict:
+    """Per rank: steps, median step time, share of it waiting for data (:func:`summarize`, the first step
+    left out), and the spread: the slowest rank and how much slower than the fastest its median step is.
+    ``metrics``: each rank's metric lines (``{"rank0": [...]}``); ``beats``: the ranks' heartbeats."""
     missing = None
     try:
-        ranks = rank_summary(exp)
+        ranks = summarize(metrics)
     except KeyError as e:  # a loop's metrics without the trainer's timing keys
         ranks, missing = [], f"the metrics lines have no {e}"
-    ranks = ranks or _heartbeat_times(exp)  # a loop without asrlab's metrics: its heartbeat's time per phase
+    ranks = ranks or _heartbeat_times(beats)  # a loop without asrlab's metrics: its heartbeat's time per phase
     if not ranks and missing:
         return {"ranks": [], "spread": None, "missing": missing}
     out: dict = {
@@ -64,7 +64,7 @@ def step_times(exp: str | Path) -> dict:
     for r in out["ranks"]:
         if r.get("source") is None:  # from metrics lines: where the steps' wall clock went
             try:
-                r["split"] = step_split(read_metrics(exp, f"rank{r['rank']}")[1:])
+                r["split"] = step_split(metrics[f"rank{r['rank']}"][1:])
             except KeyError:  # a loop's metrics without the timing keys
                 r["split"] = None
         elif r.get("shares"):  # sampled stacks (and the GPU's busy share, where the watch read NVML)
@@ -89,11 +89,11 @@ def step_times(exp: str | Path) -> dict:
     return out
 
 
-def corpus_throughput(exp: str | Path) -> dict | None:
+def corpus_throughput(metrics: dict[str, list[dict]]) -> dict | None:
     """Per corpus of a mixed run, over every rank's metrics (the steps that count): utterances, audio
     hours, and audio seconds per second of loader work (reading and decoding), the slowest named: a
     corpus far slower than the rest starves the ranks that draw it. None for a run on one list."""
-    total = mix_counts([m for name in metric_files(exp) for m in kept_steps(read_metrics(exp, name))])
+    total = mix_counts([m for lines in metrics.values() for m in kept_steps(lines)])
     if not total:
         return None
     out = {
@@ -104,11 +104,11 @@ def corpus_throughput(exp: str | Path) -> dict | None:
     return {"corpora": out, "slowest": min(rated, key=lambda c: out[c]["audio_per_load_s"]) if len(rated) > 1 else None}
 
 
-def _heartbeat_times(exp: Path) -> list[dict]:
+def _heartbeat_times(beats: dict[int, dict]) -> list[dict]:
     """Per rank, from the time a StallWatch heartbeat kept per phase (a loop without asrlab's metrics):
     steps done, mean seconds per step (``median_step_s`` holds the mean), share of it waiting for data."""
     out = []
-    for rank, b in sorted(read_heartbeats(exp).items()):
+    for rank, b in sorted(beats.items()):
         if b.get("watched"):  # asrlab watch: seconds per phase from sampled stacks, no step count
             spent = {p: s for p, s in (b.get("phase_s") or {}).items() if p not in ("start", "done")}
             total = sum(spent.values())
@@ -141,7 +141,7 @@ def _heartbeat_times(exp: Path) -> list[dict]:
     return out
 
 
-def nonfinite_events(exp: str | Path) -> dict:
+def nonfinite_events(exp: str | Path, metrics: dict[str, list[dict]]) -> dict:
     """The replay bundles of non-finite steps (``EXP/nonfinite/step*-rank*/``: step, kind, module, direction,
     utterance ids), every non-finite step the numerics guard logged (``log``: each with the utterances that
     were not finite where it could tell; ``by_utterance``: their steps) and the steps any rank's metrics marked non-finite (its loss, or gradients; fp16
@@ -179,14 +179,7 @@ def nonfinite_events(exp: str | Path) -> dict:
                 "bundle": str(report.parent),
             }
         )
-    steps = sorted(
-        {
-            m["step"]
-            for name in metric_files(exp)
-            for m in read_metrics(exp, name)
-            if m.get("nonfinite") in ("loss", "grad")
-        }
-    )
+    steps = sorted({m["step"] for lines in metrics.values() for m in lines if m.get("nonfinite") in ("loss", "grad")})
     log, other = read_events(exp)
     by_utt: dict[str, list[int]] = {}
     for e in log:
@@ -224,16 +217,16 @@ def loss_scale_history(rank0: list[dict]) -> dict | None:
     return out
 
 
-def resume_points(exp: str | Path) -> dict:
+def resume_points(exp: str | Path, raw: list[dict]) -> dict:
     """Where the run went back to a checkpoint: the ledger's ``resumed_from`` lines (a resume or a
-    rollback), per rank; and where rank 0's metrics went back (only resumes that lost steps show there)."""
+    rollback), per rank; and where rank 0's metrics (``raw``, as written) went back (only resumes that lost
+    steps show there)."""
     exp = Path(exp)
     per_rank = {
         r: [x["resumed_from"] for x in read_jsonl(ledger_path(exp, r)) if "resumed_from" in x]
         for r in ledger_ranks(exp)
     }
     steps = sorted({s for v in per_rank.values() for s in v})
-    raw = read_metrics(exp) if layout.metrics(exp, "rank0").exists() else []
     redone = [
         {"after_step": a["step"], "back_to_step": b["step"] - 1} for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]
     ]

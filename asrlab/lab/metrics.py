@@ -84,9 +84,14 @@ def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
 
     The first ``skip_first`` steps (start-up, the first batch) are left out.
     """
+    return summarize({name: read_metrics(exp, name) for name in metric_files(exp)}, skip_first)
+
+
+def summarize(metrics: dict[str, list[dict]], skip_first: int = 1) -> list[dict]:
+    """:func:`rank_summary` of metric lines already read (``{"rank0": lines, ...}``)."""
     out = []
-    for name in metric_files(exp):
-        m = read_metrics(exp, name)[skip_first:]
+    for name, lines in metrics.items():
+        m = lines[skip_first:]
         if not m:
             continue
         step_s = sorted(x["step_s"] for x in m)

@@ -66,14 +66,15 @@ def read(exp: Path, now: float | None = None) -> Reading:
     launched = launch_time(exp, lab)
     rid, beats = latest_heartbeats(exp)
     report = read_json(layout.stall_report(exp))
+    metrics = {name: read_metrics(exp, name) for name in metric_files(exp)}  # each rank's lines, read once
     world_size = int(
         lab.get("world_size")
         or (report or {}).get("world_size")
         or (max(beats) + 1 if beats else 0)
-        or len(metric_files(exp))
+        or len(metrics)
         or 1
     )
-    rank0 = kept_steps(read_metrics(exp)) if layout.metrics(exp, "rank0").exists() else []
+    rank0 = kept_steps(metrics.get("rank0", []))
     ckpts = checkpoint_integrity(exp)
     keep = ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
     d: dict = {
@@ -86,24 +87,25 @@ def read(exp: Path, now: float | None = None) -> Reading:
         "stop_requested": (exp / STOP_FILE).exists(),
     }
     d["ranks"] = [rank_state(b, now) for _, b in sorted(beats.items())]
-    d["steps"] = step_times(exp)
-    d["corpora"] = corpus_throughput(exp)
-    d["nonfinite"] = nonfinite_events(exp)
+    d["steps"] = step_times(metrics, beats)
+    d["corpora"] = corpus_throughput(metrics)
+    d["nonfinite"] = nonfinite_events(exp, metrics)
     d["loss_scale"] = loss_scale_history(rank0)
-    d["resumes"] = resume_points(exp)
+    d["resumes"] = resume_points(exp, metrics.get("rank0", []))
     d["coverage"] = ledger_coverage(exp, lab, ckpts)
     if lab.get("coverage_not_measured"):  # the loop's batches carry no ids it could find: nothing to judge
         d["coverage"], d["coverage_not_measured"] = None, lab["coverage_not_measured"]
     d["checkpoints"] = ckpts
     since = launched - LAUNCH_SLACK_S if launched else 0.0
-    errors = rank_errors(exp, since, rid)
+    recorded = rank_errors(exp)  # every launch's
+    errors = [e for e in recorded if e.get("time", 0) >= since and (rid is None or e.get("run") in (None, rid))]
     halt = halt_report(exp, since)
     stall = report if report is not None and report.get("time", 0) >= since else None
     d["error"] = error_entry(errors[0], errors) if errors else None
     d["halt"] = halt
     d["stall"] = stall_entry(exp, stall) if stall else None
-    past = history(exp, since, errors, halt, stall)
-    events, outcome = timeline_of(exp, d, lab, train_cfg, beats, world_size, errors, halt, stall, ckpts)
+    past = history(lab, recorded, errors, halt, report, stall)
+    events, outcome = timeline_of(exp, d, lab, train_cfg, metrics, beats, world_size, errors, halt, stall, ckpts)
     return Reading(NAME, [str(exp)], events=events, outcome=outcome, sections=d, history=past)
 
 
@@ -112,6 +114,7 @@ def timeline_of(
     d: dict,
     lab: dict,
     train_cfg: dict,
+    metrics: dict[str, list[dict]],
     beats: dict[int, dict],
     world_size: int,
     errors: list[dict],
@@ -146,7 +149,7 @@ def timeline_of(
         if vanished and consequence:
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
             # that rank is the cause
-            gone, rank, step = _vanished(exp, vanished, beats, ckpts)
+            gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
             said, consequence, guess = f"{gone}; then {said}", False, True
             d["error"]["lost_peer"] = lost_peer
         failures.append(
@@ -203,7 +206,7 @@ def timeline_of(
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         if gone:  # ranks that ended without a word: one of them vanished first
-            return [_gone(exp, gone, beats, ckpts)], None
+            return [_gone(exp, metrics, gone, beats, ckpts)], None
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
         said = f"the training loop marked the run failed (lab.json){code} and recorded no error"
         return [failure("crashed", "marked_failed", lab.get("ended"), said, source="lab.json", guess=True)], None
@@ -212,11 +215,11 @@ def timeline_of(
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
         return [], {**_finished(exp, d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
     if not ranks:
-        return [], {**_without_heartbeats(exp, d, train_cfg, ckpts), "basis": "metrics"}
+        return [], {**_without_heartbeats(metrics, d, train_cfg, ckpts), "basis": "metrics"}
     out = {"verdict": "running", "ended_by": None, "basis": "heartbeats"}
     gone, frozen, silent, alive = ([r for r in ranks if r["state"] == s] for s in ("gone", "frozen", "silent", "alive"))
     if gone:
-        return [_gone(exp, gone, beats, ckpts)], None
+        return [_gone(exp, metrics, gone, beats, ckpts)], None
     if frozen:
         r = frozen[0]
         return [], {
@@ -262,14 +265,16 @@ def _stalled_rank(stall: dict) -> int | None:
     return int(m.group(1))
 
 
-def _gone(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
+def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
     """Ranks that ended without a word, as the run's failure: a guess the job's own output can say better."""
-    said, rank, step = _vanished(exp, gone, beats, ckpts)
+    said, rank, step = _vanished(exp, metrics, gone, beats, ckpts)
     t = beats.get(rank, {}).get("time") if rank is not None else None
     return failure("crashed", "vanished", t, said, source="heartbeats", rank=rank, step=step, guess=True)
 
 
-def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) -> tuple[str, int | None, int | None]:
+def _vanished(
+    exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict
+) -> tuple[str, int | None, int | None]:
     """Ranks whose processes ended without an error or a finish. The one that vanished is the one the
     others saw end first (their watchdogs watch the processes of the ranks on their host), else the one
     whose heartbeats stopped clearly first; its last step is what its ledger or metrics show."""
@@ -289,7 +294,7 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
     newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
     saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
     if first is None:  # ended together, and nothing says which went first
-        step, said = _last_step(exp, gone[0])
+        step, said = _last_step(exp, metrics, gone[0])
         return (
             f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
             + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
@@ -298,7 +303,7 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
             None,
             step,
         )
-    step, said = _last_step(exp, first)
+    step, said = _last_step(exp, metrics, first)
     text = (
         f"rank {first['rank']} ended without recording an error: it vanished"
         + (f" ({how})" if how else "")
@@ -317,12 +322,12 @@ def _vanished(exp: Path, gone: list[dict], beats: dict[int, dict], ckpts: dict) 
     return text, first["rank"], step
 
 
-def _last_step(exp: Path, r: dict) -> tuple[int | None, str]:
+def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int | None, str]:
     """The last step rank ``r`` trained: its ledger's, else its metrics'."""
     ledger = read_ledger(exp, r["rank"]) if ledger_path(exp, r["rank"]).exists() else []
     if ledger:
         return ledger[-1]["step"], "ledger"
-    m = read_metrics(exp, f"rank{r['rank']}") if layout.metrics(exp, f"rank{r['rank']}").exists() else []
+    m = metrics.get(f"rank{r['rank']}", [])
     if m and m[-1].get("step") is not None:
         return m[-1]["step"], "metrics"
     return None, ""
@@ -366,11 +371,10 @@ def _limit_reached(train_cfg: dict, step: int | None, ckpts: dict) -> str | None
     return None
 
 
-def _without_heartbeats(exp: Path, d: dict, train_cfg: dict, ckpts: dict) -> dict:
+def _without_heartbeats(metrics: dict[str, list[dict]], d: dict, train_cfg: dict, ckpts: dict) -> dict:
     """No heartbeat (the stall watchdog was off: ``train.stall_timeout_s=0``): the metrics' last line."""
     last = None
-    for name in metric_files(exp):
-        m = read_metrics(exp, name)
+    for m in metrics.values():
         if m and m[-1].get("time"):
             last = max(last or 0.0, m[-1]["time"])
     step = d["last_step"]
