@@ -102,18 +102,19 @@ def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
         root.wait(timeout=30)
 
 
-def test_python_processes_no_rule_names_are_said_not_taken_for_ranks(tmp_path, caplog):
+def test_python_processes_no_rule_names_are_each_watched_as_a_process_of_unknown_rank(tmp_path, caplog):
     """A job of two Python processes that carry no launcher's word for their rank (a launcher of the user's own):
-    the first is watched as the job's one process and the watch says which other process it does not watch,
-    once; a Python process below the first (its worker) is not named."""
+    each is watched, numbered by the watch and said to be of unknown rank in its heartbeat, once in the log; a
+    Python process below one of them (its worker) is not watched as a process of its own."""
     from asrlab.watch.watcher import JobWatch
 
     sleep = f'"{sys.executable}" -c "import time; time.sleep(60)"'
-    job = f"{sleep} & {sleep} & wait"
+    worker = f"\"{sys.executable}\" -c \"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])\""
+    job = f"{sleep} & {worker} & wait"
     root = subprocess.Popen(["bash", "-c", job])
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(psutil.Process(root.pid).children()) < 2:
+        while time.monotonic() < deadline and len(psutil.Process(root.pid).children(recursive=True)) < 3:
             time.sleep(0.05)
         first, second = sorted(psutil.Process(root.pid).children(), key=lambda p: p.pid)  # the tree's order
         w = JobWatch(tmp_path / "exp", stall_timeout_s=600)
@@ -122,13 +123,47 @@ def test_python_processes_no_rule_names_are_said_not_taken_for_ranks(tmp_path, c
             w._look(root.pid, time.time())
             w._look(root.pid, time.time())
         said = [r.getMessage() for r in caplog.records if "no launcher's word" in r.getMessage()]
-        assert len(said) == 1 and f"pid {second.pid}, beside it, is not" in said[0], said
-        assert list(w.ranks) == [0] and w.ranks[0].proc.pid == first.pid
+        assert len(said) == 1 and f"pid {first.pid}, {second.pid} watched" in said[0], said
+        assert {r: v.proc.pid for r, v in w.ranks.items()} == {0: first.pid, 1: second.pid}
+        assert w.ranks[1].proc.workers == [p.pid for p in second.children()]  # its child: a worker
+        beats = {
+            json.loads(p.read_text())["pid"]: json.loads(p.read_text())
+            for p in (tmp_path / "exp").glob("**/rank*.json")
+        }
+        assert {pid: b["rank_known"] for pid, b in beats.items()} == {first.pid: False, second.pid: False}
     finally:
         for p in psutil.Process(root.pid).children(recursive=True):
             p.kill()
         root.kill()
         root.wait(timeout=30)
+
+
+OWN_PROCESSES = textwrap.dedent(
+    """
+    import sys, time
+    for i in range(int(sys.argv[1])):
+        if i == int(sys.argv[2]):
+            while True:
+                time.sleep(1)  # a read that never returns
+        sum(j * j for j in range(20000))
+        time.sleep(0.01)
+    """
+)
+
+
+def test_a_process_no_launcher_named_that_hangs_is_named_by_its_pid_not_a_rank(tmp_path):
+    """A script that starts two Python processes itself, with no rank in their environment: one ends, the other
+    hangs. The watch names the one that hangs by its pid, its rank unknown, and the one that ended as ended
+    (not frozen); the doctor says the same and claims no culprit rank."""
+    (tmp_path / "own.py").write_text(OWN_PROCESSES)
+    job = f'"{sys.executable}" own.py 150 -1 & "{sys.executable}" own.py 1000 40 & wait'
+    out, d = watch(tmp_path, ["bash", "-c", job], 3)
+    said = f"{out.returncode}: {d['verdict']}: {d['summary']}\n{out.stderr[-2000:]}"
+    hung = next(e["pid"] for e in d["stall"]["ranks"] if e["phase"] != "exited")
+    assert d["verdict"] == "stalled" and d["culprit"]["rank"] is None, said
+    assert d["summary"].startswith(f"process {hung} (rank unknown) is in the loop's own code"), said
+    assert "ended before" in d["summary"] and "stopped responding" not in d["summary"], said
+    assert "watched, each as a process of unknown rank" in out.stderr, said
 
 
 def watch(tmp_path: Path, cmd: list[str], stall_s: float, **env) -> tuple[subprocess.CompletedProcess, dict]:

@@ -122,7 +122,10 @@ def stall_entry(exp: Path, report: dict) -> dict:
         "report": str(layout.stall_text(exp)),
         "collectives": last_collectives(exp),
         "ranks": [
-            {k: r.get(k) for k in ("rank", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")}
+            {
+                k: r.get(k)
+                for k in ("rank", "rank_known", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")
+            }
             for r in ranks
         ],
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..lab.stall.flight import collectives_text
-from ..lab.stall.verdict import rank_line, ranks_text
+from ..lab.stall.verdict import rank_line, ranks_named, ranks_text
 from ..lab.timing import format_split
 from . import FAILED
 from .sections import FIRST
@@ -170,7 +170,7 @@ def format_diagnosis(d: dict) -> str:
     for r in st["ranks"]:
         if r["median_step_s"] is None:  # asrlab watch: shares of sampled time, no steps
             lines.append(
-                f"  rank {r['rank']} (sampled stacks): "
+                f"  {ranks_named([r])} (sampled stacks): "
                 + ", ".join(f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items())
             )
             if r.get("bound") and d["verdict"] not in FAILED:  # a stall's or a crash's time is no bound

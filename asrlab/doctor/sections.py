@@ -71,7 +71,9 @@ def step_times(metrics: dict[str, list[dict]], beats: dict[int, dict]) -> dict:
             r["split"] = split_of_phases(r["shares"], r.get("gpu_busy"))
         if r.get("split"):
             r["bound"] = bound(r["split"], r.get("gpu_busy"))
-    if len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times
+    if not all(r.get("rank_known", True) for r in ranks):  # processes no launcher named: not one job's ranks to compare
+        pass
+    elif len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times
         most = max(ranks, key=lambda r: r["data_wait_share"])
         out["spread"] = {"most_data_wait_rank": most["rank"], "data_wait_share": round(most["data_wait_share"], 4)}
     elif len(ranks) > 1:
@@ -116,6 +118,8 @@ def _heartbeat_times(beats: dict[int, dict]) -> list[dict]:
                 out.append(
                     {
                         "rank": rank,
+                        "rank_known": b.get("rank_known", True),
+                        "pid": b.get("pid"),
                         "steps": None,
                         "median_step_s": None,
                         "data_wait_share": spent.get("data", 0.0) / total,

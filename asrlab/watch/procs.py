@@ -26,6 +26,7 @@ class Proc:
     by_env: bool = True  # a RANK in its environment (else: the one process of a plain job)
     world: int = 0  # its WORLD_SIZE (every node's ranks), 0 where not given
     local_world: int = 0  # the ranks of its node (LOCAL_WORLD_SIZE, or Lightning's count), 0 where not known
+    known: bool = True  # False: one of several Python processes no launcher named; ``rank`` is the watch's count
 
 
 def _is_python(p: psutil.Process) -> bool:
@@ -72,7 +73,9 @@ class Table:
         # (pid, started): env, python, launcher, command line
         self._facts: dict[tuple[int, float], tuple[dict, bool, bool, str]] = {}
         self.records = records  # where a rank no launcher named records its process group's rank (ranks/{pid}.json)
-        self.unranked: list[int] = []  # at the last look: Python processes beside rank 0 that no rule names
+        self.unranked: list[int] = []  # at the last look: Python processes no rule names, when there are several
+        self._slots: dict[tuple[int, float], int] = {}  # each such process's number, kept while it lives
+        self._several = False  # several were seen: the last one left is still one of them, not rank 0
 
     def recorded(self, pid: int, started: float) -> tuple[int, int] | None:
         """``(rank, world)`` the process's group gave it, as the watch's sitecustomize recorded it."""
@@ -182,14 +185,25 @@ class Table:
             if old is None or old.started < started:  # a restarted rank replaces the one before it
                 ranks[proc.rank] = proc
         self.unranked = []
-        if not ranks and single:  # one process, no launcher (``python train.py``): the first Python one is rank 0
+        if not ranks and single:
+            # no launcher's word: the Python processes not below another are the job's own (their Python children
+            # are their workers). One (``python train.py``) is rank 0; several (a script that starts each itself)
+            # are each watched, numbered by the watch, their ranks said to be unknown
+            tops: list[tuple[int, float, list[int]]] = []
             for pid, _, started in tree:
                 _, py, launcher, _ = facts[pid]
-                if py and not launcher:
-                    if not ranks:
-                        ranks[0] = Proc(pid, 0, f"pid{pid}", started, workers(pid), by_env=False)
-                    elif pid not in ranks[0].workers:
-                        self.unranked.append(pid)  # another Python process no rule names: a rank of its own?
+                if py and not launcher and not any(pid in w for _, _, w in tops):
+                    tops.append((pid, started, workers(pid)))
+            self._several = self._several or len(tops) > 1
+            if len(tops) == 1 and not self._several:
+                pid, started, below_it = tops[0]
+                ranks[0] = Proc(pid, 0, f"pid{pid}", started, below_it, by_env=False)
+            elif tops:
+                self._slots = {k: n for k, n in self._slots.items() if k in alive}
+                for pid, started, below_it in tops:
+                    n = self._slots.setdefault((pid, started), max(self._slots.values(), default=-1) + 1)
+                    ranks[n] = Proc(pid, n, f"pid{pid}", started, below_it, by_env=False, known=False)
+                self.unranked = [pid for pid, _, _ in tops] if len(tops) > 1 else []
         return ranks, sorted(alive)
 
 

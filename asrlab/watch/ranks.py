@@ -99,6 +99,7 @@ class RankView:
     def snapshot(self, now: float, phase: str | None = None) -> dict:
         return {
             "rank": self.proc.rank,
+            "rank_known": self.proc.known,  # False: the watch's count for a process no launcher named
             "phase": phase or self.phase,
             "step": None,
             "since": self.since,

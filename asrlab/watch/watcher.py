@@ -79,6 +79,7 @@ class JobWatch:
         self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
         self._unranked_said: set[int] = set()  # Python processes no rule names a rank of, said once each
+        self._exited: set[int] = set()  # their pids seen ended (a job's processes of its own may end apart)
         self.table = Table(layout.watch_dir(self.exp) / "ranks")
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
@@ -236,9 +237,8 @@ class JobWatch:
             self._unranked_said.update(new)
             log.warning(
                 "asrlab watch: no launcher's word for the ranks of this job's Python processes (no RANK, "
-                "LOCAL_RANK, SLURM_PROCID or --local_rank=N): pid %d is watched as its one process; pid %s, "
-                "beside it, is not (give each process RANK and WORLD_SIZE to have each watched as its rank)",
-                procs[0].pid,
+                "LOCAL_RANK, SLURM_PROCID or --local_rank=N): pid %s watched, each as a process of unknown rank "
+                "(give each process RANK and WORLD_SIZE to have each named by its rank)",
                 ", ".join(map(str, new)),
             )
         for pid, started in everyone:
@@ -275,6 +275,10 @@ class JobWatch:
             view.gpu_busy = self.gpus.busy(rank)
             self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
+        for rank, view in self.ranks.items():
+            if not view.proc.known and rank not in procs and view.proc.pid not in self._exited:
+                self._exited.add(view.proc.pid)  # not a stall's cause: said as ended, not as frozen
+                self._beat(view.snapshot(now, "exited"), now, "exited")
         if self.stalled is None:
             self._check_stall(procs, now, t0)
 

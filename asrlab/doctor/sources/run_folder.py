@@ -19,7 +19,7 @@ from ...lab.metrics import metric_files, read_metrics
 from ...lab.stall.errors import ended_from_outside, error_line, rank_errors
 from ...lab.stall.heartbeat import STALE_S, rank_state
 from ...lab.stall.peers import read_peer_exits
-from ...lab.stall.verdict import phase_text, ranks_text
+from ...lab.stall.verdict import phase_text, ranks_named, ranks_text
 from ...lab.state.ledger import ledger_path, read_ledger
 from ...lab.stop import STOP_FILE
 from ..read import (
@@ -226,7 +226,7 @@ def timeline_of(
             **out,
             "verdict": "stalled",
             "summary": (
-                f"{ranks_text([x['rank'] for x in frozen])} frozen: process alive (pid {r['pid']}) but no heartbeat "
+                f"{ranks_named(frozen)} frozen: process alive (pid {r['pid']}) but no heartbeat "
                 f"for {r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, "
                 "or a C call holding the GIL); no stall report was written"
             ),
@@ -246,7 +246,7 @@ def timeline_of(
     ]
     if silent:
         said.append(
-            f"{ranks_text([x['rank'] for x in silent])}: no heartbeat for "
+            f"{ranks_named(silent)}: no heartbeat for "
             f"{max(x['heartbeat_age_s'] for x in silent):.0f} s (another host: frozen or gone)"
         )
     if missing:
@@ -296,7 +296,7 @@ def _vanished(
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, metrics, gone[0])
         return (
-            f"{ranks_text(sorted(ranks))} ended without recording an error within a second of each other"
+            f"{ranks_named(sorted(gone, key=lambda r: r['rank']))} ended without recording an error within a second of each other"
             + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
             + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
             "the launcher's own log (torchrun's \"Root Cause\") names which",
@@ -305,7 +305,7 @@ def _vanished(
         )
     step, said = _last_step(exp, metrics, first)
     text = (
-        f"rank {first['rank']} ended without recording an error: it vanished"
+        f"{ranks_named([first])} ended without recording an error: it vanished"
         + (f" ({how})" if how else "")
         + f" (pid {first['pid']} on {first['host']}"
         + (
@@ -316,10 +316,8 @@ def _vanished(
         + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
     )
     if after:
-        text += (
-            f"; {ranks_text([r['rank'] for r in after])} ended after it (stopped by the launcher or by the lost peer)"
-        )
-    return text, first["rank"], step
+        text += f"; {ranks_named(after)} ended after it (stopped by the launcher or by the lost peer)"
+    return text, first["rank"] if first.get("rank_known", True) else None, step
 
 
 def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int | None, str]:

@@ -51,6 +51,7 @@ PHASES = {
     # seed broadcast as an epoch begins) while another rank is inside a step
     "next_epoch": "back at the head of the training loop (its data ran out)",
     "done": "finished",
+    "exited": "ended (a process the watch numbered: how, it cannot see from outside)",
 }
 
 
@@ -228,6 +229,7 @@ def rank_state(b: dict, now: float) -> dict:
         state = "frozen" if proc == "alive" else "silent"
     return {
         "rank": b["rank"],
+        "rank_known": b.get("rank_known", True),
         "phase": b.get("phase"),
         "step": b.get("step"),
         "in_phase_s": round(max(0.0, (now if state == "alive" else b.get("time", now)) - b.get("since", now)), 1),

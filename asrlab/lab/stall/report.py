@@ -22,7 +22,7 @@ from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
 from .flight import mismatch_text
-from .verdict import ENDED, failure_verdict, rank_line, verdict
+from .verdict import ENDED, failure_verdict, rank_line, ranks_named, verdict
 
 
 def thread_stacks() -> dict[str, list[str]]:
@@ -94,7 +94,7 @@ def write_report(
         if s is None:
             report["ranks"].append({"rank": r, "phase": None, "note": "no heartbeat"})
             continue
-        entry = {k: s.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid")}
+        entry = {k: s.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid", "rank_known")}
         entry["in_phase_s"] = round(now - s["since"], 1)
         entry["stacks"] = s.get("stacks")
         fh = stall_dir(exp) / f"rank{r}.faulthandler.txt"
@@ -120,14 +120,14 @@ def format_report(report: dict) -> str:
     lines += [rank_line(e) for e in report["ranks"]]
     for e in report["ranks"]:
         if e.get("stacks"):
-            lines += ["", f"--- rank {e['rank']}: Python stacks ---"]
+            lines += ["", f"--- {ranks_named([e])}: Python stacks ---"]
             for name, frames in sorted(e["stacks"].items(), key=lambda kv: "MainThread" not in kv[0]):
                 lines.append(f"[{name}]")
                 lines += own_tail(frames)  # from the loop's own line down to the blocking call
         elif e.get("faulthandler"):
             lines += ["", f"--- rank {e['rank']}: faulthandler dump ---", e["faulthandler"]]
         if e.get("workers"):
-            lines += ["", f"--- rank {e['rank']}: its data-loader workers' stacks ---", e["workers"].rstrip()]
+            lines += ["", f"--- {ranks_named([e])}: its data-loader workers' stacks ---", e["workers"].rstrip()]
     if failure:
         lines += ["", f"--- rank {failure['rank']}: the error ---", failure["traceback"].rstrip()]
     return "\n".join(lines) + "\n"
@@ -146,7 +146,7 @@ def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
     now = max(b.get("time", 0.0) for b in beats.values()) or time.time()
     ranks = [
         {
-            **{k: b.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid")},
+            **{k: b.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid", "rank_known")},
             "in_phase_s": round(now - b.get("since", now), 1),
             "stacks": None,
         }

@@ -23,9 +23,16 @@ def ranks_text(ranks: list[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
+def ranks_named(group: list[dict]) -> str:
+    """``"ranks 1-3"``; a process no launcher named by its pid: ``"process 4242 (rank unknown)"``."""
+    known = [s["rank"] for s in group if s.get("rank_known", True)]
+    unknown = [f"process {s.get('pid')} (rank unknown)" for s in group if not s.get("rank_known", True)]
+    return " and ".join(([ranks_text(known)] if known else []) + unknown)
+
+
 def _who(group: list[dict], nodes: bool) -> str:
     """The ranks of ``group``, and (``nodes``: the job spans several) the node and host of each."""
-    text = ranks_text([s["rank"] for s in group])
+    text = ranks_named(group)
     if not nodes:
         return text
     where = sorted({(s.get("node", 0), s.get("host")) for s in group})
@@ -49,7 +56,7 @@ def _is(group: list) -> str:
 def _elsewhere(snaps: list[dict]) -> list[str]:
     """``["rank 0 is in the gradient all-reduce of step 7", ...]``: where the ranks not named first are."""
     return [
-        f"{ranks_text([s['rank'] for s in g])} {_is(g)} {phase_text(phase, step)}"
+        f"{ranks_named(g)} {_is(g)} {phase_text(phase, step)}"
         for phase, step, g in sorted(_groups(snaps), key=lambda x: min(s["rank"] for s in x[2]))
     ]
 
@@ -109,11 +116,17 @@ def rank_line(e: dict) -> str:
         return f"rank {e['rank']}: {e.get('note') or 'no heartbeat'}"
     took = "" if e["phase"] == "done" else f" for {e.get('in_phase_s') or 0:g} s"
     detail = f"; {e['detail']}" if e.get("detail") else ""
-    return f"rank {e['rank']} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
+    name = f"rank {e['rank']}" if e.get("rank_known", True) else "a process of unknown rank"
+    return f"{name} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
 
 
 def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     """One sentence a person can act on, from every rank's last heartbeat."""
+    exited = [snaps[r] for r in sorted(snaps) if snaps[r]["phase"] == "exited"]
+    if exited:  # processes of unknown rank that ended while others went on: said last, not as the cause
+        rest = {r: s for r, s in snaps.items() if s["phase"] != "exited"}
+        said = verdict(rest, 0, now) if rest else "no process left running"
+        return f"{said}; {ranks_named(exited)} ended before"
     present = [snaps[r] for r in sorted(snaps)]
     missing = [r for r in range(world_size) if r not in snaps]
     waited = {s["rank"]: int(now - s["since"]) for s in present}
@@ -175,4 +188,4 @@ def failure_verdict(failure: dict, snaps: dict[int, dict]) -> str:
     return "; ".join([error_line(failure)] + _elsewhere([s for r, s in sorted(snaps.items()) if r != failure["rank"]]))
 
 
-__all__ = ["ENDED", "failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict"]
+__all__ = ["ENDED", "failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict", "ranks_named"]
