@@ -258,7 +258,7 @@ def _score(folder: str) -> tuple[float, float, float]:
     return v / len(cases), r / max(rn, 1), s / max(sn, 1)
 
 
-@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10"])
+@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12"])
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
     (docs/guide.md: how many were right on first reading, and now). A floor under what the readers do."""
@@ -361,10 +361,20 @@ WORDINGS = {
     "an allocator's out of memory that says it is not a failure (healthy)": (
         "logs11/plain/healthy_keithito_tacotron_resume_18000_tf_bfc_allocator_ran_out_of_memory_not_a_failure_x4.log"
     ),
+    "a log that ends at a rank's traceback header": (
+        "logs12/nemo/nemo2_llm_global_step_199_val_loss_not_in_top10_then_rank0_traceback_cut.log"
+    ),
+    "DeepSpeed's launcher: a child exits with return code = -11": (
+        "logs12/deepspeed_apex/nepaligpt_clm_ds_info_then_killing_subprocess_x2_local_rank1_exits_return_code_minus11.log"
+    ),
+    "Windows' exit code 0xC0000409 is no signal": (
+        "logs12/plain/asrt_speech_tf_allocation_exceeds_10pct_system_memory_x5_then_exit_code_0xc0000409.log"
+    ),
+    "a shell's exit code 139 is signal 11": "logs5/plain/keras_3dunet_tf_device_lines_epoch_1_of_500_exit_code_139_sigsegv.log",
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10", "logs11")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10", "logs11", "logs12")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 

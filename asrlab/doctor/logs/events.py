@@ -424,13 +424,14 @@ class Events:
                 return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5)
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(6)
             code = int(said) if said else 1
-            code = code - 256 if code > 128 and code < 256 else code  # a shell's 128+N: signal N
+            code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:
                 who = int(m.group(3)) if m.group(3) else rank
+                # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",
-                          signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None)  # fmt: skip
+                          signal=SIGNALS.get(-code, f"signal {-code}") if -64 <= code < 0 else None)  # fmt: skip
                 return
         if "failed at step" in text and (m := ASRLAB_RANK.search(text)):
             self._add("exception", int(m.group(1)), time, text, type=m.group(3), message=m.group(4)[:300], where=None)

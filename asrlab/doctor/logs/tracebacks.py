@@ -171,12 +171,13 @@ class Traceback:
     def event(self) -> dict | None:
         done = [s for s in self.sections if s["exc"]]
         if not done:
+            # cut before its exception line, its frames too where the log ends at its header: an exception all the
+            # same (the header is printed only for one), the failure where nothing else is (a notebook's frames
+            # after a worker's death are not read as frames)
             frames = [f for sec in self.sections for f in sec["frames"]]
-            if not frames:
-                return None
             where = user_frame(frames)
             return {
-                "kind": "exception",
+                "kind": "exception" if frames else "consequence",
                 "rank": self.rank,
                 "time": self.time,
                 "order": self.order,

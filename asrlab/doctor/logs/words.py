@@ -45,6 +45,7 @@ STATUS = re.compile(
     r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
     r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
+    r"|exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run

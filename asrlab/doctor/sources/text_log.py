@@ -146,7 +146,9 @@ def _causes(run: LogRun) -> list[tuple]:
             )
         elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
             out.append(("killed", e))
-        elif k == "exit" and ((e.get("exitcode") or 0) > 0 or (e.get("root") and e.get("exitcode") is None)):
+        elif k == "exit" and (
+            not -64 <= (e.get("exitcode") or 0) <= 0 or (e.get("root") and e.get("exitcode") is None)
+        ):
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":
             out.append(("stopped", e))
