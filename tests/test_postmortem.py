@@ -389,6 +389,20 @@ def test_each_wording_once_missed_reads_right(what):
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
 
 
+OWN_LOOPS = yaml.safe_load((FIXTURES / "own_loops" / "index.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", OWN_LOOPS, ids=[c["file"] for c in OWN_LOOPS])
+def test_loops_of_their_own_formats_under_the_watch_read_right(case):
+    """Loops written apart from asrlab's examples, broken on purpose under asrlab watch: a loss of any name
+    printed nan ("ctc nan", "xent=nan", a bar's "mse=nan") is non-finite at its step, and the watch's own
+    lines in the console (the stall it found, a signal to it) are the failure, not what its ending of the job
+    caused (a launcher's SIGTERM, a survivor's gloo error)."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / case["file"])])
+    got = (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"] or d["culprit"]["batch"])
+    assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
+
+
 def test_a_month_and_day_are_not_a_bars_count():
     from asrlab.doctor.logs.toolkits import counter_of
 

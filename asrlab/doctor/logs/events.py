@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ...lab.stall.verdict import culprit_of
 from .marks import Clock
 from .words import (
     AGENT_FAIL,
@@ -18,6 +19,7 @@ from .words import (
     ASRLAB_RANK,
     BASH_KILLED,
     DEATH,
+    WATCH_SAID,
     INTERRUPTED,
     CUDA_ERROR,
     EXC_LINE,
@@ -283,6 +285,13 @@ class Events:
             self._terminate = (rank, time, m.group(1) if m else None)
             if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows
                 self._add("oom", rank, time, text, type=m.group(1))
+            return
+        if "asrlab watch: " in text and (m := WATCH_SAID.search(text)):
+            if m.group(3):  # a signal to the watch, which ended the job
+                self._add("stop", rank, time, text, signal=m.group(3), by="asrlab watch")
+            else:  # the stall the watch found from the ranks' stacks: its verdict names the rank
+                said = m.group(1) or m.group(2)
+                self._add("watch_stall", culprit_of(said), time, text, said=said)
             return
         if "eyboard" in text and INTERRUPTED.search(text):  # a logger's word on Ctrl-C (Lightning's, a loop's own)
             self._add("stop", rank, time, text, signal="SIGINT")

@@ -16,7 +16,13 @@ NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|$)")
-LOSS_NAMES = re.compile(r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl)|.*ce$)", re.I)
+LOSS_NAMES = re.compile(
+    r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl|xent|mse|nll|objf)|.*ce$)", re.I
+)
+# a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
+# module's file that ends in one ("ctc.py:12")
+_OWN_LOSS = re.compile(r"^(?:.*loss.*|ctc|att|xent|mse|nll|objf|rnnt|transducer|kl|ce|\w+_(?:ctc|att|ce))$", re.I)
+_LOSSY = re.compile(r"loss|ctc|xent|mse|nll|objf|rnnt|transducer", re.I)
 
 
 def num(text: str) -> float | None:
@@ -276,12 +282,13 @@ _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM
 
 
 def kv(line: str) -> dict | None:
-    if "loss" not in line.lower():
+    if not _LOSSY.search(line):
         return None
     if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
         return None
     pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
+    pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k)]  # "it 4 ctc nan lr 1e-3"
     # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite
     # (not a gradient norm's: fp16's overflowing steps, skipped by the scaler, leave its average inf for good)
     gone = {
@@ -292,7 +299,7 @@ def kv(line: str) -> dict | None:
     if gone:
         pairs = [(k, gone.get(k, v)) for k, v in pairs]
     losses = _losses(pairs)
-    if not any("loss" in k.lower() for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
+    if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
     train = pairs
     d = {k.lower(): v for k, v in train}

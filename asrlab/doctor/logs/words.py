@@ -47,6 +47,11 @@ STATUS = re.compile(
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
     r"|exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
 )
+# asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it
+WATCH_SAID = re.compile(
+    r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
+    r"(SIG[A-Z]+): ending the job)"
+)
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 # asrlab's stall watch in a loop (asrlab.lab, its Lightning callback) on a rank's error: "rank 1 failed at step 3
@@ -175,6 +180,7 @@ __all__ = [
     "ASRLAB_RANK",
     "BASH_KILLED",
     "DEATH",
+    "WATCH_SAID",
     "INTERRUPTED",
     "CUDA_ERROR",
     "EXC_LINE",

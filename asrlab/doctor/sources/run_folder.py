@@ -19,7 +19,7 @@ from ...lab.metrics import metric_files, read_metrics
 from ...lab.stall.errors import ended_from_outside, error_line, rank_errors
 from ...lab.stall.heartbeat import STALE_S, rank_state
 from ...lab.stall.peers import read_peer_exits
-from ...lab.stall.verdict import phase_text, ranks_named, ranks_text
+from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
 from ...lab.state.ledger import ledger_path, read_ledger
 from ...lab.stop import STOP_FILE
 from ..read import (
@@ -179,7 +179,7 @@ def timeline_of(
             if d["error"] is None:
                 d["error"] = error_entry(failed, [failed])
         else:
-            rank = _stalled_rank(stall)
+            rank = culprit_of(stall.get("verdict") or "")
             step = next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)
             failures.append(
                 failure(
@@ -254,15 +254,6 @@ def timeline_of(
     if d["stop_requested"]:
         said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
     return [], {**out, "summary": "; ".join(said)}
-
-
-def _stalled_rank(stall: dict) -> int | None:
-    """The rank the stall report names first: the one that holds the others up."""
-    said = stall.get("verdict") or ""
-    m = re.match(r"ranks? (\d+)", said)
-    if m is None or re.match(r"ranks? [\d, and]+ (?:is|are) waiting in a collective", said):
-        return None  # the ranks named wait for a peer: the rank that holds them up is not among those seen
-    return int(m.group(1))
 
 
 def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:

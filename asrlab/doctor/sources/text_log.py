@@ -152,6 +152,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":
             out.append(("stopped", e))
+        elif k == "watch_stall":
+            out.append(("stalled", e))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     if run.nonfinite:
@@ -309,6 +311,11 @@ def _phrased(run: LogRun, first: dict, d: dict) -> dict:
 
 def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     view = _event_view(first)
+    if first["kind"] == "watch_stall":  # asrlab watch's own word, from the ranks' stacks
+        rank = first["rank"]
+        rec = (run.last_steps().get(rank) if rank is not None else None) or _last_before(run, rank, first)
+        said = f"asrlab watch found the job stalled: {first['said']}"
+        return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": said}
     if first["verdict"] == "stalled":
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
@@ -444,7 +451,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         # one rank's own interrupt (KeyboardInterrupt in its traceback), its launcher told nothing
         s = f"{who} was stopped by {e.get('signal') or 'a signal'} sent to it alone {when} ({e['text'][:160]})"
     elif verdict == "stopped":
-        s = f"the job was stopped by {e.get('signal') or 'a signal'} to its launcher {when} ({e['text'][:160]})"
+        to = "asrlab watch" if e.get("by") == "asrlab watch" else "its launcher"  # the job ran under the watch
+        s = f"the job was stopped by {e.get('signal') or 'a signal'} to {to} {when} ({e['text'][:160]})"
     elif verdict == "nonfinite" and e["kind"] == "grad_skip":
         s = (
             f"{who}: the gradient norm was not finite ({e.get('grad')}) {when}, in a run without a dynamic loss "

@@ -9,6 +9,8 @@ doctor and the stall explorer say it.
 
 from __future__ import annotations
 
+import re
+
 from .errors import error_line
 from .heartbeat import PHASES, STALE_S
 
@@ -183,9 +185,19 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     return "; ".join(parts)
 
 
+def culprit_of(said: str) -> int | None:
+    """The rank a verdict (:func:`verdict`) names first, the one that holds the others up; None where the
+    ranks it names wait for a peer (the one they wait for is not among those seen), or it names a process of
+    unknown rank."""
+    m = re.match(r"ranks? (\d+)", said or "")
+    if m is None or re.match(r"ranks? [\d, and]+ (?:is|are) waiting in a collective", said):
+        return None
+    return int(m.group(1))
+
+
 def failure_verdict(failure: dict, snaps: dict[int, dict]) -> str:
     """The rank that raised first (``failure``: its recorded error), then where it left the others."""
     return "; ".join([error_line(failure)] + _elsewhere([s for r, s in sorted(snaps.items()) if r != failure["rank"]]))
 
 
-__all__ = ["ENDED", "failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict", "ranks_named"]
+__all__ = ["ENDED", "culprit_of", "failure_verdict", "phase_text", "rank_line", "ranks_text", "verdict", "ranks_named"]
