@@ -111,7 +111,7 @@ def test_python_processes_no_rule_names_are_each_watched_as_a_process_of_unknown
     sleep = f'"{sys.executable}" -c "import time; time.sleep(60)"'
     worker = f"\"{sys.executable}\" -c \"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])\""
     job = f"{sleep} & {worker} & wait"
-    root = subprocess.Popen(["bash", "-c", job])
+    root = subprocess.Popen(["bash", "-c", job], env={**os.environ, "ASRLAB_WATCH_RUN": "watch.1"})
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(psutil.Process(root.pid).children(recursive=True)) < 3:
@@ -126,6 +126,7 @@ def test_python_processes_no_rule_names_are_each_watched_as_a_process_of_unknown
         assert len(said) == 1 and f"pid {first.pid}, {second.pid} watched" in said[0], said
         assert {r: v.proc.pid for r, v in w.ranks.items()} == {0: first.pid, 1: second.pid}
         assert w.ranks[1].proc.workers == [p.pid for p in second.children()]  # its child: a worker
+        assert {v.proc.run for v in w.ranks.values()} == {"watch.1"}  # one launch: the watch's
         beats = {
             json.loads(p.read_text())["pid"]: json.loads(p.read_text())
             for p in (tmp_path / "exp").glob("**/rank*.json")

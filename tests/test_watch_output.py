@@ -101,6 +101,27 @@ def test_a_survivors_lost_peer_error_recorded_first_is_not_the_cause(tmp_path):
     assert "first error:" not in text and "error of a rank whose peer was gone (a consequence" in text, text[:1500]
 
 
+def test_ranks_a_script_started_are_one_launch_and_the_pid_bash_names_is_their_rank(tmp_path):
+    """Two ranks a script started itself (RANK set, no torch elastic): both ranks' heartbeats and rank 0's error
+    are this launch's (the watch's run id, not each process's own), and bash's "line 11: PID Killed" names rank 1
+    by the pid its heartbeat holds."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "script_ranks_rank1_sigkill", exp)
+    d = diagnose(exp)
+    assert d["verdict"] == "killed" and d["summary"].startswith("rank 1 was killed by SIGKILL at batch 5"), d["summary"]
+    assert [r["rank"] for r in d["ranks"]] == [0, 1] and not d["history"], (d["ranks"], d["history"])
+
+
+def test_one_process_a_signal_ended_is_killed_by_that_signal(tmp_path):
+    """A job of one process SIGKILLed (nothing printed): the watch's exit code is the process's own, so it was
+    killed by SIGKILL, not a guess that it vanished "as the other ranks saw it" (there are none)."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "one_process_sigkill", exp)
+    d = diagnose(exp)
+    assert d["verdict"] == "killed" and "ended by SIGKILL (exit code 137)" in d["summary"], d["summary"]
+    assert "other ranks" not in d["summary"] and d["culprit"]["rank"] == 0, d["summary"]
+
+
 def test_without_the_jobs_output_a_vanished_peer_still_comes_before_the_survivors_error(tmp_path):
     """The same run read from the folder alone (no job output kept), with the killed rank's last heartbeat,
     written a second before the survivor's error, by a process that is gone: the vanished rank is the cause."""

@@ -177,7 +177,8 @@ class Table:
                 local = local or 1 + sum(1 for c in below.get(parent if pid in named else pid, ()) if c in named)
                 number += node * local
             rid = e.get("TORCHELASTIC_RUN_ID")
-            run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else f"pid{pid}"
+            # no torch elastic: the watch's launch, which every process under it shares (ranks a script started)
+            run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else _launch(e, pid)
             world = e.get("WORLD_SIZE", "") or e.get("SLURM_NTASKS", "")
             proc = Proc(pid, number, run, started, workers(pid), world=int(world) if world.isdigit() else 0,
                         local_world=local)  # fmt: skip
@@ -197,14 +198,20 @@ class Table:
             self._several = self._several or len(tops) > 1
             if len(tops) == 1 and not self._several:
                 pid, started, below_it = tops[0]
-                ranks[0] = Proc(pid, 0, f"pid{pid}", started, below_it, by_env=False)
+                ranks[0] = Proc(pid, 0, _launch(env[pid], pid), started, below_it, by_env=False)
             elif tops:
                 self._slots = {k: n for k, n in self._slots.items() if k in alive}
                 for pid, started, below_it in tops:
                     n = self._slots.setdefault((pid, started), max(self._slots.values(), default=-1) + 1)
-                    ranks[n] = Proc(pid, n, f"pid{pid}", started, below_it, by_env=False, known=False)
+                    ranks[n] = Proc(pid, n, _launch(env[pid], pid), started, below_it, by_env=False, known=False)
                 self.unranked = [pid for pid, _, _ in tops] if len(tops) > 1 else []
         return ranks, sorted(alive)
+
+
+def _launch(env: dict, pid: int) -> str:
+    """The launch a process without torch elastic's run id belongs to: the watch's (``ASRLAB_WATCH_RUN``, in
+    every process it started), else its own."""
+    return env.get("ASRLAB_WATCH_RUN") or f"pid{pid}"
 
 
 def world_of(procs) -> int:

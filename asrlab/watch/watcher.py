@@ -65,6 +65,7 @@ class JobWatch:
         if sample_hz <= 0 or stall_timeout_s <= 0:
             raise ValueError("sample_hz and stall_timeout_s must be positive")
         self.exp = Path(exp)
+        self.run_id = f"watch.{socket.gethostname()}.{os.getpid()}.{int(time.time())}"
         self.stall_timeout_s, self.on_stall, self.period_s = stall_timeout_s, on_stall, 1.0 / sample_hz
         # before every rank is seen training (imports, a peer still starting, the first batches): 3x by default
         self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 3 * stall_timeout_s)
@@ -93,6 +94,7 @@ class JobWatch:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT)] + [p for p in [env.get("PYTHONPATH")] if p])
         env["ASRLAB_WATCH_EXP"] = str(self.exp)
+        env["ASRLAB_WATCH_RUN"] = self.run_id  # one launch: ranks no torch elastic numbered share it
         env.update(self.fallback.env())
         flight = layout.flight_dir(self.exp)
         defaults = {

@@ -41,6 +41,7 @@ from .words import (
     STATUS,
     STORE,
     SUSPECT,
+    shell_pid,
     TERMINATE,
     nonfinite_values,
     signame,
@@ -139,13 +140,8 @@ class Events:
             )
         if e["kind"] == "consequence" and DEATH.search(e["text"]):
             m = DEATH.search(e["text"])
-            self._add(
-                "stop",
-                e["rank"],
-                e["time"],
-                e["text"],
-                signal=signame(m.group(1) or m.group(2) or m.group(4) or m.group(5) or "SIGINT"),
-            )
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or "SIGINT"
+            self._add("stop", e["rank"], e["time"], e["text"], signal=signame(said))
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)
@@ -410,14 +406,15 @@ class Events:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
         # the shell's word for a SIGKILLed child (in its locale: not ASCII)
+        # bash names the child's pid: its rank, where the watch's heartbeats know the pid
         if ("Killed" in text or not text.isascii()) and BASH_KILLED.search(text.strip()):
-            self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell")
+            self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell",
+                      pid=shell_pid(text))  # fmt: skip
             return
         m = SHELL_SIGNAL.search(text.strip())
         if m:
-            self._add(
-                "exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(1)], root=False, source="shell"
-            )
+            self._add("exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(1)], root=False,
+                      source="shell", pid=shell_pid(text))  # fmt: skip
             return
         if ("Terminated" in text or "^C" in text) and (m := SHELL_STOP.search(text)):
             sig = "SIGTERM" if m.group(1) == "Terminated" else "SIGINT"
@@ -447,15 +444,8 @@ class Events:
             return
         if text.startswith("asrlab: error:"):
             m = ASRLAB.match(text)
-            self._add(
-                "exception",
-                int(m.group(1)) if m.group(1) else rank,
-                time,
-                text,
-                type=None,
-                message=m.group(2)[:300],
-                where=None,
-            )
+            self._add("exception", int(m.group(1)) if m.group(1) else rank, time, text, type=None,
+                      message=m.group(2)[:300], where=None)  # fmt: skip
             return
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)
@@ -483,16 +473,8 @@ class Events:
             m = pattern.search(text)
             if m:
                 fatal = who == "icefall" and "too small" in text.lower()
-                self._add(
-                    "scale",
-                    rank,
-                    time,
-                    text,
-                    toolkit=who,
-                    fatal=fatal,
-                    to=num(m.groups()[-1] or "") if who != "espnet" else None,
-                    grad=m.group(1) if who == "espnet" else None,
-                )
+                to, grad = (None, m.group(1)) if who == "espnet" else (num(m.groups()[-1] or ""), None)
+                self._add("scale", rank, time, text, toolkit=who, fatal=fatal, to=to, grad=grad)
                 return
         m = RESUME.search(text)
         if m and "Traceback" not in text:

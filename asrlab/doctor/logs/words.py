@@ -168,6 +168,12 @@ NOT_SUSPECT = re.compile(
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
+def shell_pid(text: str) -> int | None:
+    """The pid bash names a child by ("run.sh: line 11: 16020 Killed  python train.py")."""
+    m = re.search(r"line \d+:\s+(\d+) ", text)
+    return int(m.group(1)) if m else None
+
+
 def signame(said: str) -> str:
     """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
     return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
@@ -208,5 +214,6 @@ __all__ = [
     "VALUE",
     "WATCHDOG",
     "nonfinite_values",
+    "shell_pid",
     "signame",
 ]

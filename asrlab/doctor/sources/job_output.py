@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...lab.layout import job_log, job_times
+from ...lab.stall.heartbeat import read_heartbeats
 from ..timeline import JobClock
 from . import Reading, text_log
 
@@ -25,7 +26,10 @@ def read(exp: Path) -> Reading | None:
     r = text_log.read([str(path)])
     alone = decide([r])
     clock = JobClock(job_times(exp))
+    ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known", True)}
     for e in r.events:
+        if e.get("rank") is None and e.get("pid") in ranks:  # a process the shell named by its pid: a rank watched
+            e["rank"] = ranks[e["pid"]]
         e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
         e["source"] = NAME
         e["say"] = _owned(e["say"])

@@ -205,6 +205,13 @@ def timeline_of(
         return [e], None
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
+        if gone and world_size == 1 and (ended := _signalled(lab.get("exit_code"))):
+            # the one process, ended by a signal: the watch's exit code is the process's own (no launcher between)
+            sig, verdict = ended
+            step, said = _last_step(exp, metrics, gone[0])
+            at = f" after step {step}, the last its {said} shows" if step is not None else ""
+            text = f"the job's one process (pid {gone[0]['pid']}) was ended by {sig} (exit code {lab['exit_code']}){at}"
+            return [failure(verdict, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
         if gone:  # ranks that ended without a word: one of them vanished first
             return [_gone(exp, metrics, gone, beats, ckpts)], None
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
@@ -254,6 +261,13 @@ def timeline_of(
     if d["stop_requested"]:
         said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
     return [], {**out, "summary": "; ".join(said)}
+
+
+def _signalled(code: int | None) -> tuple[str, str] | None:
+    """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
+    n = code - 128 if code is not None and 128 < code <= 192 else -code if code is not None and code < 0 else 0
+    name = {9: "SIGKILL", 6: "SIGABRT", 7: "SIGBUS", 11: "SIGSEGV", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}.get(n)
+    return (name, "stopped" if n in (15, 2, 1) else "killed") if name else None
 
 
 def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:

@@ -65,7 +65,7 @@ def _record(exc_type, exc, tb, _previous=sys.excepthook):
             rid = (
                 f"{rid}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
                 if rid
-                else f"{socket.gethostname()}.{os.getpid()}"
+                else os.environ.get("ASRLAB_WATCH_RUN") or f"{socket.gethostname()}.{os.getpid()}"
             )
             folder = os.path.join(exp, "errors")
             os.makedirs(folder, exist_ok=True)
