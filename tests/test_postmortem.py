@@ -258,7 +258,7 @@ def _score(folder: str) -> tuple[float, float, float]:
     return v / len(cases), r / max(rn, 1), s / max(sn, 1)
 
 
-@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12"])
+@pytest.mark.parametrize("folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13"])
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
     (docs/guide.md: how many were right on first reading, and now). A floor under what the readers do."""
@@ -371,10 +371,22 @@ WORDINGS = {
         "logs12/plain/asrt_speech_tf_allocation_exceeds_10pct_system_memory_x5_then_exit_code_0xc0000409.log"
     ),
     "a shell's exit code 139 is signal 11": "logs5/plain/keras_3dunet_tf_device_lines_epoch_1_of_500_exit_code_139_sigsegv.log",
+    "OpenNMT's 'xent:  nan;' between semicolons": (
+        "logs13/plain/opennmt_steps_5350_to_5750_ppl_nan_xent_nan_from_step_5650_acc_0_19.log"
+    ),
+    "a row of numbers without its header, nan among them": (
+        "logs13/plain/yolov3_epoch_0_of_272_batches_18_to_25_of_7328_all_losses_nan.log"
+    ),
+    "mpirun: process rank 7 exited on signal 9": (
+        "logs13/plain/horovod_keras_mpirun_primary_job_terminated_normally_then_process_rank_7_exited_on_signal_9_killed.log"
+    ),
+    "mpirun: Primary job terminated normally, but 1 process returned": (
+        "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
-    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10", "logs11", "logs12")
+    for folder in ("logs3", "logs4", "logs5", "logs7", "logs8", "logs9", "logs10", "logs11", "logs12", "logs13")
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
 

@@ -20,6 +20,7 @@ from .words import (
     BASH_KILLED,
     DEATH,
     WATCH_SAID,
+    MPIRUN,
     INTERRUPTED,
     CUDA_ERROR,
     EXC_LINE,
@@ -41,6 +42,7 @@ from .words import (
     STATUS,
     STORE,
     SUSPECT,
+    nonfinite_row,
     shell_pid,
     TERMINATE,
     nonfinite_values,
@@ -289,6 +291,13 @@ class Events:
                 said = m.group(1) or m.group(2)
                 self._add("watch_stall", culprit_of(said), time, text, said=said)
             return
+        if ("rank" in text or "Primary job" in text or "uncaught" in text) and (m := MPIRUN.search(text)):
+            if m.group(1):  # mpirun's word on a rank a signal ended
+                sig = SIGNALS.get(int(m.group(2)), f"signal {m.group(2)}")
+                self._add("exit", int(m.group(1)), time, text, exitcode=-int(m.group(2)), signal=sig, root=True)
+            else:  # that something failed, not what: the failure where nothing else says
+                self._add("consequence", rank, time, text, type=None, message=(m.group(3) or text.strip())[:300])
+            return
         if "eyboard" in text and INTERRUPTED.search(text):  # a logger's word on Ctrl-C (Lightning's, a loop's own)
             self._add("stop", rank, time, text, signal="SIGINT")
             return
@@ -299,10 +308,8 @@ class Events:
             # the C++ exception's own words: out of memory, or a collective that gave up waiting, is what it was
             if not COLLECTIVE_TIMEOUT.search(said):  # a watchdog's timeout is read from this line below, in full
                 what = "oom" if OOM.search(f"{kind} {said}") else "abort"
-                self._add(
-                    what, r if r is not None else rank, t if t is not None else time, text, type=kind,
-                    message=said[:300],
-                )  # fmt: skip
+                r, t = (r if r is not None else rank), (t if t is not None else time)
+                self._add(what, r, t, text, type=kind, message=said[:300])
         if "terminated with" in text and (m := SPAWNED.search(text)):
             # torch.multiprocessing's word on a spawned rank, on a line of its own (a paste that starts there)
             if m.group(0).endswith("following error"):
@@ -314,9 +321,8 @@ class Events:
         if "death signal" in text or "got signal" in text or "Received SIG" in text or "received by PID" in text:
             m = DEATH.search(text)
             if m:
-                self._add(
-                    "stop", rank, time, text, signal=signame(m.group(1) or m.group(2) or m.group(4) or m.group(5))
-                )
+                said = m.group(1) or m.group(2) or m.group(4) or m.group(5)
+                self._add("stop", rank, time, text, signal=signame(said))
                 return
         if "Error happened with" in text:
             m = ITEM.search(text)
@@ -457,6 +463,10 @@ class Events:
         said = m.group(0) if m else nonfinite_values(text)
         if said:
             self._add("nonfinite_line", rank, time, text, said=said)
+            return
+        if row := nonfinite_row(text):
+            place = None if row[1] is None else {"step": row[1], "epoch": None, "batch": None}
+            self._add("nonfinite_line", rank, time, text, said=row[0], record=place)
             return
         if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
             m := EXC_LINE.match(text.strip())

@@ -52,6 +52,12 @@ WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
     r"(SIG[A-Z]+): ending the job)"
 )
+# mpirun (Horovod, MPI jobs): a rank a signal ended, by its rank; that some process failed, by none; a background
+# loop's uncaught exception (Horovod's, a peer gone)
+MPIRUN = re.compile(
+    r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)|"
+    r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)"
+)
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 # asrlab's stall watch in a loop (asrlab.lab, its Lightning callback) on a rank's error: "rank 1 failed at step 3
@@ -168,6 +174,27 @@ NOT_SUSPECT = re.compile(
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
+# a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273", a date and
+# time before it at most): no names, but nan among numbers is a value gone non-finite
+_CELL = r"(?:[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+/\d+|nan|inf|-{2,})"
+_ROW = re.compile(rf"^(?:\d{{4}}-\d\d-\d\d[ T][\d:,.]+\s+)?\s*({_CELL}(?:\s+{_CELL}){{3,}})\s*$", re.I)
+
+
+def nonfinite_row(text: str) -> tuple[str, int | None] | None:
+    """``(what, step)`` of a headerless row of numbers with a nan or inf among them: its step is its last
+    ``N/M`` (epoch 0/272, batch 18/7328: the batch), else its first whole number; None for any other line."""
+    if "nan" not in text.lower() and "inf" not in text.lower():
+        return None
+    m = _ROW.match(text)
+    cells = m.group(1).split() if m else []
+    if not any(c.lower() in ("nan", "inf", "-inf", "+inf") for c in cells):
+        return None
+    fractions = [c for c in cells if "/" in c]
+    whole = [c for c in cells if c.isdigit()]
+    step = int(fractions[-1].split("/")[0]) if fractions else int(whole[0]) if whole else None
+    return "a row of numbers with nan among them", step
+
+
 def shell_pid(text: str) -> int | None:
     """The pid bash names a child by ("run.sh: line 11: 16020 Killed  python train.py")."""
     m = re.search(r"line \d+:\s+(\d+) ", text)
@@ -187,6 +214,7 @@ __all__ = [
     "BASH_KILLED",
     "DEATH",
     "WATCH_SAID",
+    "MPIRUN",
     "INTERRUPTED",
     "CUDA_ERROR",
     "EXC_LINE",
@@ -214,6 +242,7 @@ __all__ = [
     "VALUE",
     "WATCHDOG",
     "nonfinite_values",
+    "nonfinite_row",
     "shell_pid",
     "signame",
 ]
