@@ -415,6 +415,14 @@ def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
 
 
+def test_a_stop_read_from_a_log_is_no_failure_as_from_a_run_folder():
+    """One exit rule whatever was read: a job stopped by a signal to its watch exits 0 (a run folder's stop did),
+    a failure 1."""
+    stopped = diagnose_logs([str(FIXTURES / "own_loops" / "s_term.log")])
+    hung = diagnose_logs([str(FIXTURES / "own_loops" / "s_hang.log")])
+    assert (stopped["verdict"], stopped["ok"], hung["ok"]) == ("stopped", True, False), stopped["summary"]
+
+
 def test_a_month_and_day_are_not_a_bars_count():
     from asrlab.doctor.logs.toolkits import counter_of
 

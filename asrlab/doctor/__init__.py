@@ -113,7 +113,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     d = dict(log.sections) if log else dict(EMPTY_LOG)
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]
-    d["ok"] = d["verdict"] == "no_failure_seen"
+    d["ok"] = d["verdict"] not in FAILED  # one rule for any path: a stop on request is no failure
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
                    for r in tables if r.series}  # fmt: skip
     d["warnings"] = [{**w, "source": r.source} for r in tables for w in r.warnings]
