@@ -46,16 +46,50 @@ def test_tensorboard_first_nonfinite_step_exactly_and_the_divergence_before_it(t
 
 
 def test_a_resumed_run_keeps_the_later_launchs_points_and_a_cut_file_is_said(tmp_path):
+    """A resume in a folder of its own (Hugging Face Trainer's runs/DATE_HOST per launch) goes on from the run's
+    steps: one series, the later launch's points. A cut file is said; where the run's last file is cut (its
+    writer killed mid-record) no all-clear is given, where a resume went on after it, it is only a note."""
     write_events(tmp_path / "r1", [1.0] * 10)  # steps 1-10, killed at 10
     write_events(tmp_path / "r2", [0.5] * 10, start=6)  # resumed from step 5: steps 6-15 again
-    cut = sorted((tmp_path / "r2").glob("events*"))[0]
-    cut.write_bytes(cut.read_bytes()[:-7])  # the writer killed mid-record
+    first, last = (sorted((tmp_path / r).glob("events*"))[0] for r in ("r1", "r2"))
+    first.write_bytes(first.read_bytes()[:-7])  # the first launch's writer killed mid-record
     d = diagnose(tmp_path)
     s = d["series"]["tensorboard"]["train/loss"]
     assert s["steps"][:5] == [1, 2, 3, 4, 5] and s["values"][5] == 0.5, s
     assert d["verdict"] == "no_failure_seen", d["summary"]
     notes = [n for x in d["sources"] for n in x["notes"]]
     assert len(notes) == 1 and "cut after its last whole record" in notes[0], notes
+    last.write_bytes(last.read_bytes()[:-7])  # and the resumed launch's: how the run ended is not known
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "unknown" and "cut after its last whole record" in d["summary"], d["summary"]
+
+
+def test_runs_side_by_side_stay_apart_and_a_healthy_one_hides_no_failure(tmp_path):
+    """Two runs in folders side by side, both from step 1: the older one's loss goes nan at step 6, the newer is
+    healthy. Each keeps its own series (named by its folder); the failure is the verdict, never finite again."""
+    write_events(tmp_path / "a", [1.0] * 5 + [math.nan] * 5)
+    write_events(tmp_path / "b", [0.9] * 10)
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 6, d["summary"]
+    assert d["summary"].startswith("a/train/loss was nan at step 6") and "never finite again" in d["summary"]
+    assert {"a/train/loss", "b/train/loss"} <= set(d["series"]["tensorboard"]), d["series"]["tensorboard"].keys()
+
+
+def test_an_events_file_with_nothing_in_it_is_no_all_clear(tmp_path):
+    (tmp_path / "events.out.tfevents.1.host.1.0").write_bytes(bytes(range(256)) * 4)  # not an event file
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "unknown" and "no record read" in d["summary"] and not d["ok"], d["summary"]
+
+
+@pytest.mark.parametrize("tag", ["grad/norm", "Gradients/norm", "train/gnorm", "grad/total_norm"])
+def test_a_gradient_norm_under_any_usual_tag(tmp_path, tag):
+    w = SummaryWriter(str(tmp_path))
+    for i in range(1, 41):
+        w.add_scalar("loss", 1.0, i)
+        w.add_scalar(tag, 1000.0 if i == 30 else 1.0, i)  # a spike that recovers: a warning
+    w.close()
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "no_failure_seen" and [(x["name"], x["step"]) for x in d["warnings"]] == [(tag, 30)]
 
 
 def test_fp16_overflow_skips_leave_a_grad_norm_inf_and_the_run_healthy(tmp_path):

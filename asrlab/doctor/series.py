@@ -10,7 +10,7 @@ import re
 from .timeline import failure
 
 LOSS = re.compile(r"loss|ctc|(?:^|[/_])(?:att|rnnt|transducer|kl)(?:$|[/_])", re.I)
-GRAD = re.compile(r"grad(?:ient)?[_ ]?norm", re.I)
+GRAD = re.compile(r"grad(?:ient)?s?[_ /.]?(?:total[_ ]?)?norm|gnorm|total_norm", re.I)  # grad/norm, Gradients/norm
 # a loss scale, a rate or a count, even with "loss" in its name ("train_loss_step" is a loss: Lightning's suffix)
 NOT_A_LOSS = re.compile(
     r"scale|(?:^|[/_])(?:lr|learning[_ ]?rate|epoch|runtime|per_second|samples|flos|tokens)(?:$|[/_])", re.I

@@ -54,7 +54,7 @@ def decide(readings: list) -> dict:
         place = ", ".join(f"{k} {c[k]}" for k in ("epoch", "batch", "step") if c.get(k) is not None)
         return {
             "verdict": "unknown",
-            "summary": f"no rule names a failure, but {n} line{'s' if n > 1 else ''} look wrong"
+            "summary": f"no rule names a failure, but {n} line{'s look' if n > 1 else ' looks'} wrong"
             + (f" (after {place})" if place else "")
             + ": "
             + " | ".join(s["text"][:160] for s in odd[:QUOTED]),

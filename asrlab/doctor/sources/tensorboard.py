@@ -6,8 +6,10 @@ parser); the records' framing (a length, its CRC, the bytes, their CRC) is walke
 CRCs: tensorboard's own loader checks them in pure Python, several times slower than all the rest of the read
 (``benchmarks/tb_read.py``). A file cut by a killed writer ends at its last whole record, said in the notes.
 A scalar is a ``simple_value`` (torch's SummaryWriter, older writers) or a one-element tensor (TensorFlow 2).
-Several event files of one run (one per launch) are one series per tag, in step order; a step written twice (a
-resume) keeps the later launch's value.
+Several event files of one run (one per launch, in one folder) are one series per tag, in step order; a step
+written twice (a resume) keeps the later launch's value. Runs side by side (each its own folder: ``runs/a/``,
+``runs/b/``) stay apart, each tag named by its folder (``a/Loss/train``): a healthy run never hides a failed one.
+A file that yields no record (empty, not an event file) or ends in a cut record is a suspect: no all-clear over it.
 """
 
 from __future__ import annotations
@@ -65,6 +67,26 @@ def _records(path: Path, notes: list[str]):
         data.close()
 
 
+def _scalars(f: Path, event_pb2, notes: list[str]) -> tuple[dict[str, dict[int, tuple[float, float]]], int]:
+    """One file's scalars (tag -> step -> (value, wall time)) and how many records it held."""
+    points: dict[str, dict[int, tuple[float, float]]] = {}
+    records = 0
+    try:
+        for raw in _records(f, notes):
+            records += 1
+            e = event_pb2.Event.FromString(raw)
+            if not e.HasField("summary"):
+                continue
+            for v in e.summary.value:
+                kind = v.WhichOneof("value")
+                x = v.simple_value if kind == "simple_value" else _tensor_value(v.tensor) if kind == "tensor" else None
+                if x is not None:
+                    points.setdefault(v.tag, {})[int(e.step)] = (float(x), e.wall_time)
+    except Exception as err:  # noqa: BLE001  bytes that are not an event: said, the rest still read
+        notes.append(f"{f.name}: read up to a damaged record ({type(err).__name__})")
+    return points, records
+
+
 def read(files: list[Path]) -> Reading:
     try:
         from tensorboard.compat.proto import event_pb2
@@ -72,32 +94,43 @@ def read(files: list[Path]) -> Reading:
         return Reading(NAME, [str(f) for f in files], notes=[
             f"{len(files)} TensorBoard event files not read: pip install tensorboard (asrlab[tensorboard])"
         ])  # fmt: skip
-    points: dict[str, dict[int, tuple[float, float]]] = {}  # tag -> step -> (value, wall time)
-    notes = []
-    # the oldest file first: a later launch's value of a step replaces an earlier one's
-    for f in sorted(files, key=lambda p: (p.stat().st_mtime, p.name)):
-        try:
-            for raw in _records(f, notes):
-                e = event_pb2.Event.FromString(raw)
-                if not e.HasField("summary"):
-                    continue
-                for v in e.summary.value:
-                    kind = v.WhichOneof("value")
-                    x = (
-                        v.simple_value
-                        if kind == "simple_value"
-                        else _tensor_value(v.tensor)
-                        if kind == "tensor"
-                        else None
-                    )
-                    if x is not None:
-                        points.setdefault(v.tag, {})[int(e.step)] = (float(x), e.wall_time)
-        except Exception as err:  # noqa: BLE001  bytes that are not an event: said, the rest still read
-            notes.append(f"{f.name}: read up to a damaged record ({type(err).__name__})")
-    series = {tag: [(s, p[s][0]) for s in sorted(p)] for tag, p in points.items()}
-    wall = {tag: [p[s][1] for s in sorted(p)] for tag, p in points.items()}
+    notes: list[str] = []
+    read = []
+    for f in files:
+        said = len(notes)
+        points, records = _scalars(f, event_pb2, notes)
+        wrong = (notes[-1] if len(notes) > said else None) if records else f"{f}: no record read (empty, or not events)"
+        began = min((t for p in points.values() for _, t in p.values()), default=f.stat().st_mtime)
+        read.append((began, f.name, f, points, wrong))
+    # runs: [folder it began in, its points, its first step, what is wrong with its last file]; the file begun
+    # first first (by its own clock, not its mtime), a later launch's value of a step replacing an earlier one's
+    runs: list[list] = []
+    for _, _, f, points, wrong in sorted(read, key=lambda x: x[:2]):
+        first = min((s for p in points.values() for s in p), default=None)
+        run = next((r for r in reversed(runs) if r[0] == f.parent), None)
+        if run is None and runs and first is not None and runs[-1][2] is not None and first > runs[-1][2]:
+            run = runs[-1]  # another folder that goes on from the last run's steps: a resume (a new folder per launch)
+        if run is None:  # a run of its own (side by side: both begin at the start), never merged into another
+            run = [f.parent, {}, first, None]
+            runs.append(run)
+        for tag, p in points.items():
+            run[1].setdefault(tag, {}).update(p)
+        run[2] = first if run[2] is None else run[2] if first is None else min(run[2], first)
+        run[3] = wrong
+    top = Path(os.path.commonpath([r[0] for r in runs])) if len(runs) > 1 else None
+    series: dict[str, list[tuple[int, float]]] = {}
+    wall: dict[str, list[float]] = {}
+    for folder, points, _, _ in runs:
+        label = f"{folder.relative_to(top).as_posix()}/" if top is not None and folder != top else ""
+        for tag, p in points.items():
+            series[label + tag] = [(s, p[s][0]) for s in sorted(p)]
+            wall[label + tag] = [p[s][1] for s in sorted(p)]
+    # a run whose last file was cut, or a file with nothing in it: no all-clear over it (an earlier launch's cut
+    # file that a resume went on from is only a note)
+    suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r[3]}
+                for r in runs if r[3]]  # fmt: skip
     events, warnings = judge_series.judge(NAME, series, wall)
-    return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes)
+    return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes, suspects)
 
 
 __all__ = ["NAME", "owns", "read"]
