@@ -346,15 +346,18 @@ def _log_text(d: dict) -> str:
     if said:
         lines.append("  culprit: " + ", ".join(said))
     fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
-    lines.append(
-        f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
-        f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
-    )
-    for s in d.get("sources") or []:
-        names = sorted((d.get("series") or {}).get(s["source"], {}))
+    if d["files"] or not d.get("sources"):  # a toolkit's folder of tables alone: no log lines to count
         lines.append(
-            f"read: {s['source']} ({len(s['files'])} files): {len(names)} series"
-            + (f" ({_few(names)})" if names else "")
+            f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
+            f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
+        )
+    for s in d.get("sources") or []:
+        series = (d.get("series") or {}).get(s["source"], {})
+        steps = [x for v in series.values() for x in v["steps"]]
+        lines.append(
+            f"read: {s['source']} ({len(s['files'])} files): {len(series)} series"
+            + (f" ({_few(sorted(series))})" if series else "")
+            + (f", steps {min(steps)} to {max(steps)}" if steps else "")  # where a killed run's points end
         )
         lines += [f"  {n}" for n in s["notes"]]
     if d["events"]:
