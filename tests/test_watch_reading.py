@@ -403,3 +403,16 @@ def test_a_rank_back_at_the_loops_head_in_a_collective_ran_out_of_data():
     )
     assert said.startswith("rank 0 ran out of data after step 9 and is back at the loop's head"), said
     assert "rank 1 still trains (step 10) and waits for it in DDP's gradient all-reduce" in said, said
+
+
+def test_a_report_of_ranks_whose_heartbeats_say_nothing_of_rank_known_names_them_by_rank():
+    """asrlab's own watchdog (in the ranks) writes no rank_known: its report names rank 1 as rank 1; only a
+    process the watch numbered (rank_known false) is named by its pid."""
+    from asrlab.lab.stall.report import format_report
+
+    entry = {"rank": 1, "phase": "data", "step": 5, "in_phase_s": 3, "detail": "", "host": "h", "pid": 42,
+             "rank_known": None, "stacks": {"MainThread": ['  File "loop.py", line 9, in main']}}  # fmt: skip
+    text = format_report({"verdict": "rank 1 has waited 3 s for data", "timeout_s": 3, "failure": None,
+                          "ranks": [entry, {**entry, "rank": 2, "pid": 43, "rank_known": False}]})  # fmt: skip
+    assert "--- rank 1: Python stacks ---" in text and "rank 1 (h, pid 42)" in text, text
+    assert "--- process 43 (rank unknown): Python stacks ---" in text, text

@@ -71,7 +71,7 @@ def step_times(metrics: dict[str, list[dict]], beats: dict[int, dict]) -> dict:
             r["split"] = split_of_phases(r["shares"], r.get("gpu_busy"))
         if r.get("split"):
             r["bound"] = bound(r["split"], r.get("gpu_busy"))
-    if not all(r.get("rank_known", True) for r in ranks):  # processes no launcher named: not one job's ranks to compare
+    if any(r.get("rank_known") is False for r in ranks):  # processes no launcher named: no ranks to compare
         pass
     elif len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times
         most = max(ranks, key=lambda r: r["data_wait_share"])
@@ -118,7 +118,7 @@ def _heartbeat_times(beats: dict[int, dict]) -> list[dict]:
                 out.append(
                     {
                         "rank": rank,
-                        "rank_known": b.get("rank_known", True),
+                        "rank_known": b.get("rank_known") is not False,
                         "pid": b.get("pid"),
                         "steps": None,
                         "median_step_s": None,

@@ -26,7 +26,7 @@ def read(exp: Path) -> Reading | None:
     r = text_log.read([str(path)])
     alone = decide([r])
     clock = JobClock(job_times(exp))
-    ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known", True)}
+    ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known") is not False}
     for e in r.events:
         if e.get("rank") is None and e.get("pid") in ranks:  # a process the shell named by its pid: a rank watched
             e["rank"] = ranks[e["pid"]]

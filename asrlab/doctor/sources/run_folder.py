@@ -322,7 +322,7 @@ def _vanished(
     )
     if after:
         text += f"; {ranks_named(after)} ended after it (stopped by the launcher or by the lost peer)"
-    return text, first["rank"] if first.get("rank_known", True) else None, step
+    return text, first["rank"] if first.get("rank_known") is not False else None, step
 
 
 def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int | None, str]:

@@ -229,7 +229,7 @@ def rank_state(b: dict, now: float) -> dict:
         state = "frozen" if proc == "alive" else "silent"
     return {
         "rank": b["rank"],
-        "rank_known": b.get("rank_known", True),
+        "rank_known": b.get("rank_known") is not False,
         "phase": b.get("phase"),
         "step": b.get("step"),
         "in_phase_s": round(max(0.0, (now if state == "alive" else b.get("time", now)) - b.get("since", now)), 1),

@@ -27,8 +27,8 @@ def ranks_text(ranks: list[int]) -> str:
 
 def ranks_named(group: list[dict]) -> str:
     """``"ranks 1-3"``; a process no launcher named by its pid: ``"process 4242 (rank unknown)"``."""
-    known = [s["rank"] for s in group if s.get("rank_known", True)]
-    unknown = [f"process {s.get('pid')} (rank unknown)" for s in group if not s.get("rank_known", True)]
+    known = [s["rank"] for s in group if s.get("rank_known") is not False]
+    unknown = [f"process {s.get('pid')} (rank unknown)" for s in group if s.get("rank_known") is False]
     return " and ".join(([ranks_text(known)] if known else []) + unknown)
 
 
@@ -118,7 +118,7 @@ def rank_line(e: dict) -> str:
         return f"rank {e['rank']}: {e.get('note') or 'no heartbeat'}"
     took = "" if e["phase"] == "done" else f" for {e.get('in_phase_s') or 0:g} s"
     detail = f"; {e['detail']}" if e.get("detail") else ""
-    name = f"rank {e['rank']}" if e.get("rank_known", True) else "a process of unknown rank"
+    name = f"rank {e['rank']}" if e.get("rank_known") is not False else "a process of unknown rank"
     return f"{name} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
 
 
