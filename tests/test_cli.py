@@ -144,3 +144,13 @@ def test_decode_on_a_folder_that_is_no_run_says_so(tmp_path):
     assert r.stderr.strip() == (
         f"asrlab: error: {tmp_path} is not a run folder: it has no config.yaml (asrlab train writes one)"
     )
+
+
+def test_a_bad_path_under_json_is_answered_in_json(tmp_path, capsys):
+    """``asrlab doctor PATH --json`` on nothing there: exit 2, the error on stderr and, for a reader of the JSON,
+    as ``{"error": ...}`` on stdout."""
+    from asrlab.cli import main
+
+    assert main(["doctor", str(tmp_path / "none"), "--json"]) == 2
+    out = capsys.readouterr()
+    assert "not a directory" in json.loads(out.out)["error"] and "asrlab: error:" in out.err

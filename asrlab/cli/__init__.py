@@ -8,6 +8,7 @@ pays at start-up only for its own imports (``asrlab shards inspect`` or ``asrlab
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (UsageError, FileNotFoundError) as e:  # what a person can fix; anything else is a bug: its traceback
         print(f"asrlab: error: {e}", file=sys.stderr)
+        if getattr(args, "json", False):  # a reader of --json gets its answer where it reads
+            print(json.dumps({"error": str(e)}))
         return 2
     except BrokenPipeError:  # the reader went away (``asrlab doctor EXP | head``): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail
