@@ -219,3 +219,19 @@ def test_a_real_lightning_folder_metrics_csv_and_event_files(tmp_path):
     d = diagnose(tmp_path)
     assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == first, d["summary"]
     assert {"csv_metrics", "tensorboard"} <= set(d["series"]), d["series"].keys()
+
+
+def test_a_checkpoint_saved_after_the_first_nonfinite_step_is_said(tmp_path, capsys):
+    """A loss nan from step 6, checkpoints of steps 4 and 8 beside it: the one of step 8 was saved after the
+    failure (a resume from it may start from non-finite weights), the one of step 4 before it."""
+    import torch
+
+    write_events(tmp_path, [1.0] * 5 + [math.nan] * 5)
+    for step in (4, 8):
+        torch.save({"step": step, "model": {"w": torch.zeros(2)}}, tmp_path / f"step_{step}.pt")
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 6, d["summary"]
+    after = {Path(r["file"]).name: r["after_failure"] for r in d["checkpoints"]["files"]}
+    assert after == {"step_4.pt": False, "step_8.pt": True}, after
+    main(["doctor", str(tmp_path)])
+    assert "step_8.pt: step 8 (saved at or after step 6, the first not finite" in capsys.readouterr().out
