@@ -174,25 +174,29 @@ NOT_SUSPECT = re.compile(
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
-# a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273", a date and
-# time before it at most): no names, but nan among numbers is a value gone non-finite
-_CELL = r"(?:[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+/\d+|nan|inf|-{2,})"
-_ROW = re.compile(rf"^(?:\d{{4}}-\d\d-\d\d[ T][\d:,.]+\s+)?\s*({_CELL}(?:\s+{_CELL}){{3,}})\s*$", re.I)
+# a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273"; a logger's
+# table "[ INFO : ... ] - |  3|  900|  0.65|  nan|"), a date and time or a logger's bracket before it at most: no
+# names, but nan among numbers is a value gone non-finite
+_CELL = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+/\d+|nan|inf|-{2,}", re.I)
+_ROW_PREFIX = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+|\[[^\]]{0,80}\]\s*-?)\s*")
 
 
 def nonfinite_row(text: str) -> tuple[str, int | None] | None:
     """``(what, step)`` of a headerless row of numbers with a nan or inf among them: its step is its last
-    ``N/M`` (epoch 0/272, batch 18/7328: the batch), else its first whole number; None for any other line."""
+    ``N/M`` (epoch 0/272, batch 18/7328: the batch), else a first whole number the next cell is not (a count
+    beside its values; two, an epoch and a batch, say no step); None for any other line."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
-    m = _ROW.match(text)
-    cells = m.group(1).split() if m else []
+    cells = [c for c in re.split(r"[\s|]+", _ROW_PREFIX.sub("", text, count=1)) if c]
+    if len(cells) < 4 or not all(_CELL.fullmatch(c) for c in cells):
+        return None
     if not any(c.lower() in ("nan", "inf", "-inf", "+inf") for c in cells):
         return None
     fractions = [c for c in cells if "/" in c]
-    whole = [c for c in cells if c.isdigit()]
-    step = int(fractions[-1].split("/")[0]) if fractions else int(whole[0]) if whole else None
-    return "a row of numbers with nan among them", step
+    if fractions:
+        return "a row of numbers with nan among them", int(fractions[-1].split("/")[0])
+    lone = cells[0].isdigit() and not cells[1].isdigit()
+    return "a row of numbers with nan among them", int(cells[0]) if lone else None
 
 
 def shell_pid(text: str) -> int | None:
