@@ -122,9 +122,10 @@ def read_and_diagnose(paths: list[str]) -> tuple:
 
     d["checkpoints"] = checkpoints(paths)
     bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" else None
-    for r in (d["checkpoints"] or {}).get("files", []) if bad is not None else []:
-        # saved at or after the first non-finite step: a resume from it may start from what went non-finite
-        r["after_failure"] = r["step"] is not None and r["step"] >= bad
+    if bad is not None and d["checkpoints"]:
+        for r in d["checkpoints"]["files"]:
+            # saved at or after the first non-finite step: a resume from it may start from what went non-finite
+            r["after_failure"] = r["step"] is not None and r["step"] >= bad
     return (log.raw if log else LogRun()), d
 
 

@@ -293,7 +293,7 @@ class Events:
             return
         if ("rank" in text or "Primary job" in text or "uncaught" in text) and (m := MPIRUN.search(text)):
             if m.group(1):  # mpirun's word on a rank a signal ended
-                sig = SIGNALS.get(int(m.group(2)), f"signal {m.group(2)}")
+                sig = signame(m.group(2))
                 self._add("exit", int(m.group(1)), time, text, exitcode=-int(m.group(2)), signal=sig, root=True)
             else:  # that something failed, not what: the failure where nothing else says
                 self._add("consequence", rank, time, text, type=None, message=(m.group(3) or text.strip())[:300])

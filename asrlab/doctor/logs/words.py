@@ -190,7 +190,7 @@ def nonfinite_row(text: str) -> tuple[str, int | None] | None:
     cells = [c for c in re.split(r"[\s|]+", _ROW_PREFIX.sub("", text, count=1)) if c]
     if len(cells) < 4 or not all(_CELL.fullmatch(c) for c in cells):
         return None
-    if not any(c.lower() in ("nan", "inf", "-inf", "+inf") for c in cells):
+    if not any(c.lower() in ("nan", "inf") for c in cells):
         return None
     fractions = [c for c in cells if "/" in c]
     if fractions:

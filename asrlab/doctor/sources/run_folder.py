@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...lab import layout
 from ...lab.metrics import metric_files, read_metrics
-from ...lab.stall.errors import ended_from_outside, error_line, rank_errors
+from ...lab.stall.errors import ended_from_outside, error_line, of_launch, rank_errors
 from ...lab.stall.heartbeat import STALE_S, rank_state
 from ...lab.stall.peers import read_peer_exits
 from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
@@ -33,6 +33,7 @@ from ..read import (
     stall_entry,
     train_config,
 )
+from ..logs.words import SIGNALS
 from ..timeline import failure
 from . import Reading
 
@@ -98,7 +99,7 @@ def read(exp: Path, now: float | None = None) -> Reading:
     d["checkpoints"] = ckpts
     since = launched - LAUNCH_SLACK_S if launched else 0.0
     recorded = rank_errors(exp)  # every launch's
-    errors = [e for e in recorded if e.get("time", 0) >= since and (rid is None or e.get("run") in (None, rid))]
+    errors = of_launch(recorded, since, rid)
     halt = halt_report(exp, since)
     stall = report if report is not None and report.get("time", 0) >= since else None
     d["error"] = error_entry(errors[0], errors) if errors else None
@@ -266,8 +267,8 @@ def timeline_of(
 def _signalled(code: int | None) -> tuple[str, str] | None:
     """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
     n = code - 128 if code is not None and 128 < code <= 192 else -code if code is not None and code < 0 else 0
-    name = {9: "SIGKILL", 6: "SIGABRT", 7: "SIGBUS", 11: "SIGSEGV", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}.get(n)
-    return (name, "stopped" if n in (15, 2, 1) else "killed") if name else None
+    name = SIGNALS.get(n)
+    return (name, "stopped" if name in ("SIGTERM", "SIGINT", "SIGHUP") else "killed") if name else None
 
 
 def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:

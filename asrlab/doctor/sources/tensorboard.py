@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import series as judge_series
@@ -87,6 +88,17 @@ def _scalars(f: Path, event_pb2, notes: list[str]) -> tuple[dict[str, dict[int, 
     return points, records
 
 
+@dataclass
+class _Run:
+    """One run's event files: the folder it began in, its points (tag -> step -> (value, wall time)), its first
+    step, and what is wrong with its last file."""
+
+    folder: Path
+    points: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
+    first: int | None = None
+    wrong: str | None = None
+
+
 def read(files: list[Path]) -> Reading:
     try:
         from tensorboard.compat.proto import event_pb2
@@ -95,40 +107,40 @@ def read(files: list[Path]) -> Reading:
             f"{len(files)} TensorBoard event files not read: pip install tensorboard (asrlab[tensorboard])"
         ])  # fmt: skip
     notes: list[str] = []
-    read = []
+    scanned = []
     for f in files:
         said = len(notes)
         points, records = _scalars(f, event_pb2, notes)
         wrong = (notes[-1] if len(notes) > said else None) if records else f"{f}: no record read (empty, or not events)"
         began = min((t for p in points.values() for _, t in p.values()), default=f.stat().st_mtime)
-        read.append((began, f.name, f, points, wrong))
-    # runs: [folder it began in, its points, its first step, what is wrong with its last file]; the file begun
-    # first first (by its own clock, not its mtime), a later launch's value of a step replacing an earlier one's
-    runs: list[list] = []
-    for _, _, f, points, wrong in sorted(read, key=lambda x: x[:2]):
+        scanned.append((began, f.name, f, points, wrong))
+    # the file begun first first (by its own clock, not its mtime), a later launch's value of a step replacing an
+    # earlier one's
+    runs: list[_Run] = []
+    for _, _, f, points, wrong in sorted(scanned, key=lambda x: x[:2]):
         first = min((s for p in points.values() for s in p), default=None)
-        run = next((r for r in reversed(runs) if r[0] == f.parent), None)
-        if run is None and runs and first is not None and runs[-1][2] is not None and first > runs[-1][2]:
+        run = next((r for r in reversed(runs) if r.folder == f.parent), None)
+        if run is None and runs and first is not None and runs[-1].first is not None and first > runs[-1].first:
             run = runs[-1]  # another folder that goes on from the last run's steps: a resume (a new folder per launch)
         if run is None:  # a run of its own (side by side: both begin at the start), never merged into another
-            run = [f.parent, {}, first, None]
+            run = _Run(f.parent)
             runs.append(run)
         for tag, p in points.items():
-            run[1].setdefault(tag, {}).update(p)
-        run[2] = first if run[2] is None else run[2] if first is None else min(run[2], first)
-        run[3] = wrong
-    top = Path(os.path.commonpath([r[0] for r in runs])) if len(runs) > 1 else None
+            run.points.setdefault(tag, {}).update(p)
+        run.first = first if run.first is None else run.first if first is None else min(run.first, first)
+        run.wrong = wrong
+    top = Path(os.path.commonpath([r.folder for r in runs])) if len(runs) > 1 else None
     series: dict[str, list[tuple[int, float]]] = {}
     wall: dict[str, list[float]] = {}
-    for folder, points, _, _ in runs:
-        label = f"{folder.relative_to(top).as_posix()}/" if top is not None and folder != top else ""
-        for tag, p in points.items():
+    for r in runs:
+        label = f"{r.folder.relative_to(top).as_posix()}/" if top is not None and r.folder != top else ""
+        for tag, p in r.points.items():
             series[label + tag] = [(s, p[s][0]) for s in sorted(p)]
             wall[label + tag] = [p[s][1] for s in sorted(p)]
     # a run whose last file was cut, or a file with nothing in it: no all-clear over it (an earlier launch's cut
     # file that a resume went on from is only a note)
-    suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r[3]}
-                for r in runs if r[3]]  # fmt: skip
+    suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r.wrong}
+                for r in runs if r.wrong]  # fmt: skip
     events, warnings = judge_series.judge(NAME, series, wall)
     return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes, suspects)
 

@@ -106,12 +106,15 @@ def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> 
     errors = []
     for path in errors_dir(exp).glob("rank*.json"):
         try:
-            e = json.loads(path.read_text())
+            errors.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-        if e.get("time", 0) >= since and (run is None or e.get("run") in (None, run)):
-            errors.append(e)
-    return sorted(errors, key=lambda e: (ended_from_outside(e), e["time"]))
+    return of_launch(sorted(errors, key=lambda e: (ended_from_outside(e), e["time"])), since, run)
+
+
+def of_launch(errors: list[dict], since: float, run: str | None = None) -> list[dict]:
+    """Those of ``errors`` recorded since ``since`` (wall clock; of run ``run`` when given), in their order."""
+    return [e for e in errors if e.get("time", 0) >= since and (run is None or e.get("run") in (None, run))]
 
 
 def first_rank_error(exp: str | Path, since: float = 0.0, run: str | None = None) -> tuple[dict | None, list[int]]:
@@ -172,6 +175,7 @@ __all__ = [
     "error_line",
     "errors_dir",
     "first_rank_error",
+    "of_launch",
     "format_rank_error",
     "rank_errors",
     "record_rank_error",
