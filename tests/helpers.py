@@ -12,6 +12,7 @@ import torch
 
 from asrlab.config import load_config
 from asrlab.lab.dist import DistInfo
+from asrlab.train.launch import JOB_ENV
 from asrlab.train.trainer import Trainer
 
 from conftest import SMALL
@@ -23,6 +24,21 @@ def make_trainer(corpus, exp, *extra):
     """A one-rank CPU trainer of the small model on ``corpus``."""
     cfg = load_config("tiny", SMALL + list(extra))
     return Trainer(cfg, str(corpus / "data.list"), None, exp, CPU)
+
+
+def job_processes(exp) -> list[psutil.Process]:
+    """The live processes of the job writing ``exp``: its command line names it (the launcher, torchrun's agent, a
+    rank started as a program), or its environment does (the ranks the launcher forks, and their workers)."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if (
+                str(exp) in " ".join(p.info["cmdline"] or []) or (p.info["environ"] or {}).get(JOB_ENV) == str(exp)
+            ) and (p.status() != psutil.STATUS_ZOMBIE):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def train2(data, exp, *args, timeout=150):
@@ -47,7 +63,7 @@ def train2(data, exp, *args, timeout=150):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     leftover = []
     for _ in range(20):  # give torchrun's SIGTERM a moment to land
-        leftover = [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
+        leftover = job_processes(exp)
         if not leftover:
             break
         time.sleep(0.5)

@@ -24,6 +24,7 @@ from asrlab.lab.stall.heartbeat import read_heartbeats
 from asrlab.lab.state import checkpoint
 
 from conftest import SMALL
+from helpers import job_processes
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -65,15 +66,15 @@ def _log(exp: Path) -> str:
 
 
 def _left(exp: Path) -> list[psutil.Process]:
-    """Processes of the job (launcher, agent, ranks, workers): their command line names ``exp``."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if str(exp) in (p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
+    """Processes of the job (launcher, agent, ranks, workers)."""
+    return job_processes(exp)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _none_left(exp: Path, within_s: float) -> list[psutil.Process]:
@@ -113,7 +114,7 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_leaves_nothing_running(c
             proc.kill()
     assert code == 128 + signal.SIGTERM, _log(exp)
     assert took < 30, took
-    assert not left, [p.cmdline() for p in left]
+    assert not left, [p.info["cmdline"] for p in left]
     _stopped_cleanly(exp, "SIGTERM")
 
 
@@ -129,7 +130,7 @@ def test_sigkill_of_asrlab_train_ends_its_agent_and_ranks(corpus, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not left, [p.cmdline() for p in left]
+    assert not left, [p.info["cmdline"] for p in left]
     _stopped_cleanly(exp, "SIGHUP")
 
 
@@ -141,8 +142,8 @@ def test_ranks_end_when_their_agent_is_killed_too(corpus, tmp_path):
     try:
         _mid_run(proc, exp)
         agent = psutil.Process(proc.pid).children()[0]
-        ranks = agent.children()
-        assert len(ranks) == 2
+        ranks = [psutil.Process(b["pid"]) for b in read_heartbeats(exp).values()]
+        assert len(ranks) == 2 and all(agent in r.parents() for r in ranks)
         agent.kill()
         proc.kill()
         proc.wait(timeout=10)
@@ -150,7 +151,8 @@ def test_ranks_end_when_their_agent_is_killed_too(corpus, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not left, [p.cmdline() for p in left]
+    assert not left, [p.info["cmdline"] for p in left]
+    assert not [r for r in ranks if _alive(r)]
 
 
 def test_a_signal_asks_for_a_clean_stop_and_a_second_takes_its_usual_course():

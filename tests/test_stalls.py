@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from asrlab.cli import main
@@ -25,7 +24,7 @@ from asrlab.lab.stall.verdict import ranks_text, verdict
 from asrlab.lab.stall.watchdog import STALL_EXIT, Watchdog
 
 from conftest import SMALL
-from helpers import train2
+from helpers import job_processes, train2
 
 
 def snap(rank, phase, step, since, detail=""):
@@ -254,13 +253,10 @@ def test_frozen_rank_0_is_reported_by_the_launcher(corpus, tmp_path):
     # rank 1 waits for rank 0 wherever the freeze caught them: all-reduce, data check, a checkpoint's gather
     assert v.startswith("rank 0 stopped responding") and "; rank 1 is " in v, v
 
-    def left():
-        return [p for p in psutil.process_iter(["cmdline"]) if str(exp) in " ".join(p.info["cmdline"] or [])]
-
     deadline = time.time() + 1  # a moment for the last kill to land
-    while left() and time.time() < deadline:
+    while job_processes(exp) and time.time() < deadline:
         time.sleep(0.1)
-    assert not left()
+    assert not job_processes(exp)
 
 
 def test_a_hang_while_indexing_at_start_up_is_a_stall(corpus, tmp_path):

@@ -63,7 +63,7 @@ def cmd_train(a: argparse.Namespace) -> int:
             max_restarts=a.max_restarts,
         )
     if launch.under_torchrun():
-        launch.end_with_agent()
+        launch.settle_rank()
     try:
         return _train_here(a, cfg)
     except Exception as e:

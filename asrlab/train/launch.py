@@ -49,6 +49,8 @@ def under_torchrun() -> bool:
 
 
 QUIET_ENV = "ASRLAB_LAUNCHER"  # set for ranks the asrlab launcher started: it reports their errors
+# in every process of the job: its run folder (a forked rank's command line is its forkserver's, not asrlab's)
+JOB_ENV = "ASRLAB_JOB"
 AGENT_ENV = "ASRLAB_AGENT_PID"  # set by the launcher's torchrun agent for its ranks: who they end with
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the launcher passes on to the job
 
@@ -78,6 +80,13 @@ class Nodes:
         return args + ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}"]
 
 
+# The ranks are forked from a process that imported these once (torch elastic's forkserver, the ranks' script run
+# in the forked process), not each started as a new Python that imports them again: a rank's start-up is most of
+# a short job's CPU. Importing them touches no GPU (each rank's CUDA is its own, made after the fork).
+WARM = ("torch", "torch._dynamo", "asrlab.cli.train", "asrlab.train.trainer")
+RANK_SCRIPT = Path(__file__).resolve().parent.parent / "cli" / "rank.py"  # (a path: no import of the cli)
+
+
 def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = None, max_restarts: int = 0) -> list[str]:
     """torchrun on this node; ``max_restarts``: torch elastic restarts every rank after a failure (each
     resumes from the last checkpoint)."""
@@ -89,8 +98,9 @@ def torchrun_command(nproc: int, train_args: list[str], nodes: Nodes | None = No
         *where,
         f"--nproc-per-node={nproc}",
         f"--max-restarts={max_restarts}",
-        "-m",
-        "asrlab.cli",
+        "--start-method=forkserver",
+        "--run-path",
+        str(RANK_SCRIPT),
         "train",
         *train_args,
     ]
@@ -104,6 +114,7 @@ def quiet_torchrun(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_without_traceback)
     try:
         torchrun_main(argv)
     except SignalException as e:  # passed on to the ranks, which have ended (or were killed after a grace)
@@ -117,12 +128,29 @@ def quiet_torchrun(argv: list[str]) -> int:
     return 0
 
 
-def end_with_agent() -> None:
-    """In a rank started by the launcher's agent: ``PARENT_GONE`` (a clean stop) when the agent ends, so
-    that no rank outlives it. Nothing under another torchrun."""
-    agent = os.environ.get(AGENT_ENV, "")
-    if agent.isdigit() and int(agent) == os.getppid():
-        end_with_parent(int(agent))
+def _without_traceback(record: logging.LogRecord) -> bool:
+    """torch elastic's line for a forked rank that failed, without the traceback of how it learnt it."""
+    record.exc_info = record.exc_text = None
+    return True
+
+
+def settle_rank() -> None:
+    """In a rank the launcher's agent forked: as a rank started as a program of its own would be. Its own session
+    (a signal to the agent's group is the agent's to pass on); ``PARENT_GONE`` (a clean stop) when the process
+    that forked it ends, which it does with the agent, so that no rank outlives it; multiprocessing's default
+    start method, not the forkserver that started it (the rank's DataLoader workers and pools fork from it).
+    Nothing under another torchrun."""
+    agent, parent = os.environ.get(AGENT_ENV, ""), psutil.Process(os.getppid())
+    if not agent.isdigit() or int(agent) not in (parent.pid, parent.ppid()):
+        return
+    try:
+        os.setsid()
+    except OSError:  # already a session's leader
+        pass
+    end_with_parent(parent.pid)
+    import multiprocessing
+
+    multiprocessing.set_start_method(None, force=True)
 
 
 class _PassOn:
@@ -156,7 +184,7 @@ class _PassOn:
             flush=True,
         )
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the agent's group: the ranks have sessions of their own
+            os.kill(self.proc.pid, signal.SIGTERM)  # the agent alone: the forkserver ends with it
         except ProcessLookupError:
             pass
 
@@ -213,7 +241,9 @@ def launch(
 ) -> int:
     """Run ``asrlab train`` on ``nproc`` local ranks (of ``nodes``, when the job spans several); returns
     torchrun's exit code (``STALL_EXIT`` on a stall; 128 + the signal when one asked it to stop)."""
-    env = dict(os.environ, **{QUIET_ENV: "1"})
+    env = dict(os.environ, **{QUIET_ENV: "1", "PYTHONUNBUFFERED": "1"})  # as `python -u`: a killed rank's lines kept
+    if exp is not None:
+        env[JOB_ENV] = str(exp)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     world = nproc * (nodes.nnodes if nodes is not None else 1)  # every rank's heartbeat reaches EXP (relay)
     t_launch = time.time()
@@ -270,5 +300,9 @@ def launch(
 
 
 if __name__ == "__main__":  # the ranks' torchrun (see torchrun_command)
-    os.environ[AGENT_ENV] = str(os.getpid())  # its ranks end with it (end_with_agent)
+    os.environ[AGENT_ENV] = str(os.getpid())  # its ranks end with it (settle_rank)
+    import multiprocessing.forkserver
+
+    multiprocessing.set_forkserver_preload(list(WARM))
+    multiprocessing.forkserver.ensure_running()  # its imports beside the agent's own (rendezvous included)
     sys.exit(quiet_torchrun(sys.argv[1:]))

@@ -154,8 +154,10 @@ def _rank_from_group():
     """Where no launcher named this process's rank (torch.multiprocessing.spawn): once its process group is made,
     its rank and world, recorded for the watch; then the flight recorder's thread as in any rank."""
     exp = os.environ.get("ASRLAB_WATCH_EXP")
-    if not exp or _rank() is not None or os.getpid() != _PID:
+    if not exp or _rank() is not None:
         return  # (a DataLoader worker spawned looks on too, and never finds a group)
+    if os.getpid() == _PID:
+        os.register_at_fork(after_in_child=_forked)
     import threading
     import time
 
@@ -178,10 +180,24 @@ def _rank_from_group():
                 json.dump({"rank": rank, "world": world, "time": time.time()}, f)
             os.replace(f"{path}.tmp", path)
             _GROUP[0] = rank
-            _flight_on_request()
-            return
+            # this thread serves the flight recorder from now on: a thread a forked process started in its
+            # fork hook, once ended, has Python's threading complain of it
+            _serve_flight(exp, rank)
 
     threading.Thread(target=look, name="asrlab-watch-rank", daemon=True).start()
+
+
+def _forked():
+    """A process forked before its parent made a process group may make one of its own (the ranks a forkserver or
+    the fork start method starts: their launcher's RANK is set after the fork, where the watch cannot read it);
+    one forked after is a worker of its parent's rank."""
+    d = sys.modules.get("torch.distributed")
+    try:
+        if d is not None and d.is_available() and d.is_initialized():
+            return
+    except Exception:  # a half-imported torch: the child looks on
+        pass
+    _rank_from_group()
 
 
 def _flight_on_request():
@@ -189,36 +205,37 @@ def _flight_on_request():
     if not exp or rank is None:
         return
     import threading
+
+    threading.Thread(target=_serve_flight, args=(exp, rank), name="asrlab-watch-flight", daemon=True).start()
+
+
+def _serve_flight(exp, rank):
+    """Forever: the flight recorder's record of this rank's collectives, each time the watch asks for it."""
     import time
 
-    request = os.path.join(exp, "flight", "request")
-
-    def serve():
-        done = 0.0
-        while True:
-            time.sleep(0.5)
-            try:
-                asked = os.stat(request).st_mtime
-            except OSError:
+    request, done = os.path.join(exp, "flight", "request"), 0.0
+    while True:
+        time.sleep(0.5)
+        try:
+            asked = os.stat(request).st_mtime
+        except OSError:
+            continue
+        if asked <= done:
+            continue
+        done = asked
+        torch = sys.modules.get("torch")
+        try:
+            if torch is None or not torch.distributed.is_initialized():
                 continue
-            if asked <= done:
-                continue
-            done = asked
-            torch = sys.modules.get("torch")
-            try:
-                if torch is None or not torch.distributed.is_initialized():
-                    continue
-                from torch._C._distributed_c10d import _dump_fr_trace_json
+            from torch._C._distributed_c10d import _dump_fr_trace_json
 
-                data = _dump_fr_trace_json(True, True)
-                path = os.path.join(exp, "flight", f"rank{rank}.json")
-                with open(f"{path}.{os.getpid()}.tmp", "wb") as f:
-                    f.write(data if isinstance(data, bytes) else data.encode())
-                os.replace(f"{path}.{os.getpid()}.tmp", path)
-            except Exception:  # a report's extra: never the job's problem
-                pass
-
-    threading.Thread(target=serve, name="asrlab-watch-flight", daemon=True).start()
+            data = _dump_fr_trace_json(True, True)
+            path = os.path.join(exp, "flight", f"rank{rank}.json")
+            with open(f"{path}.{os.getpid()}.tmp", "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode())
+            os.replace(f"{path}.{os.getpid()}.tmp", path)
+        except Exception:  # a report's extra: never the job's problem
+            pass
 
 
 if os.environ.get("ASRLAB_WATCH_EXP"):
