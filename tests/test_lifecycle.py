@@ -144,6 +144,8 @@ def test_ranks_end_when_their_agent_is_killed_too(corpus, tmp_path):
         agent = psutil.Process(proc.pid).children()[0]
         ranks = [psutil.Process(b["pid"]) for b in read_heartbeats(exp).values()]
         assert len(ranks) == 2 and all(agent in r.parents() for r in ranks)
+        # forked from the agent's forkserver, which imported torch and the trainer once for both
+        assert all("multiprocessing.forkserver" in " ".join(r.parent().cmdline()) for r in ranks)
         agent.kill()
         proc.kill()
         proc.wait(timeout=10)

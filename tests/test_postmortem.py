@@ -259,7 +259,7 @@ def _score(folder: str) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(
-    "folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14"]
+    "folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14", "logs15"]
 )
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
@@ -385,6 +385,19 @@ WORDINGS = {
     "a logger's table row without its header, | 3| 900| ... | nan|": (
         "logs14/wenet/wespeaker_sphereface2_table_epoch_3_batches_900_1000_loss_column_nan_acc_finite.log"
     ),
+    "a tutorial's print, 35000 35% (1m 4s) nan Nam / Russian": (
+        "logs15/plain/pytorch_tutorial_char_rnn_classification_iters_5000_to_30000_finite_then_35000_loss_nan_all_russian.log"
+    ),
+    "a table's bracketed cells, 2000 [nan] [nan]": (
+        "logs15/plain/deepxde_steps_0_1000_finite_then_2000_3000_train_test_loss_nan_best_model_step_0.log"
+    ),
+    "Horovod's stall inspector: [missing ranks: 0]": (
+        "logs15/plain/horovod_tf_mnist_stall_inspector_warning_stalled_ops_broadcast_missing_ranks_0.log"
+    ),
+    "a child's error code -9": "logs15/plain/digits_detectnet_error_code_minus9_then_caffe_iteration_0_test_net_outputs.log",
+    "the agent's traceback cut after its death signal 1": (
+        "logs15/torchrun/ms_swift_sft_eval_at_480_of_672_then_482_received_1_death_signal_sighup_traceback.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -403,6 +416,7 @@ INDEX = {
         "logs12",
         "logs13",
         "logs14",
+        "logs15",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

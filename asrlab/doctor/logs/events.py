@@ -328,7 +328,7 @@ class Events:
             m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
-        if ("atchdog" in text or "NCCL" in text) and (said := nccl_events(text)):
+        if ("atchdog" in text or "NCCL" in text or "missing ranks" in text) and (said := nccl_events(text)):
             for kind, words, more in said:
                 self._add(kind, rank, time, words if words is not None else text, **more)
             return
@@ -436,7 +436,7 @@ class Events:
                 return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(6)
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(6) or m.group(7)
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:

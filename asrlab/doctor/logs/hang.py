@@ -24,7 +24,8 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
     if monitored:
         # the barrier's root names the rank that did not come; the others can only name the root
         named = [t for t in monitored if "failed to pass" in t["text"]] or monitored
-        behind, basis = sorted({t["behind"] for t in named}), "did not reach the monitored barrier"
+        behind = sorted({t["behind"] for t in named})
+        basis = named[0].get("basis", "did not reach the monitored barrier")
     elif out_of_step(timeouts):
         # the ranks timed out in different collectives: the one (or few) whose number differs from the rest is
         # out of step (behind, or ahead in a collective the others never call); a tie: the lowest number

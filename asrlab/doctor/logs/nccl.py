@@ -1,11 +1,11 @@
 """What NCCL's watchdog says of a rank, line by line: a collective that timed out (its number, operation and
 timeout), how far each rank's collectives got, a hang it names without a collective, and an error of the
-rank's own device that it ended the process on."""
+rank's own device that it ended the process on; and Horovod's stall inspector, the ranks a collective waits for."""
 
 from __future__ import annotations
 
 from .tracebacks import COLLECTIVE_TIMEOUT, OOM
-from .words import NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
+from .words import HOROVOD_MISSING, NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
 
 
 def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
@@ -31,6 +31,10 @@ def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
     if ("stuck" in text or "NCCL operations" in text) and NCCL_HANG.search(text):
         # the heartbeat's seconds are not a collective's timeout: none is said
         return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl"))]
+    if "missing ranks" in text and (m := HOROVOD_MISSING.search(text)):
+        missing = [int(r) for r in m.group(2).split(",")]
+        more = dict(seq=None, op=m.group(1), timeout_ms=None, source="horovod", basis="never submitted the tensor")
+        return [("timeout", None, {**more, "behind": missing[0]} if len(missing) == 1 else more)]
     out = []
     if "NCCL work" in text:
         if m := NCCL_SEQ.search(text):

@@ -46,7 +46,10 @@ STATUS = re.compile(
     r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
     r"|exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
+    r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
 )
+# Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
+HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[missing ranks: (\d+(?:, ?\d+)*)\]")
 # asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it
 WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
@@ -177,22 +180,24 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11
 # a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273"; a logger's
 # table "[ INFO : ... ] - |  3|  900|  0.65|  nan|"), a date and time or a logger's bracket before it at most: no
 # names, but nan among numbers is a value gone non-finite
-_CELL = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+/\d+|nan|inf|-{2,}", re.I)
+_CELL = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?%?|\d+/\d+|\(?\d+[hms]\)?|nan|inf|-{2,}", re.I)
 _ROW_PREFIX = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+|\[[^\]]{0,80}\]\s*-?)\s*")
 
 
 def nonfinite_row(text: str) -> tuple[str, int | None] | None:
-    """``(what, step)`` of a headerless row of numbers with a nan or inf among them: its step is its last
-    ``N/M`` (epoch 0/272, batch 18/7328: the batch), else a first whole number the next cell is not (a count
-    beside its values; two, an epoch and a batch, say no step); None for any other line."""
+    """``(what, step)`` of a headerless row of numbers with a nan or inf among them (bracketed too, ``[nan]``; words
+    may follow it where a counter leads the row: a tutorial's ``35000 35% (1m 4s) nan Nam / Russian``): its step is
+    its last ``N/M`` (epoch 0/272, batch 18/7328: the batch), else a first whole number the next cell is not (a
+    count beside its values; two, an epoch and a batch, say no step); None for any other line."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
-    cells = [c for c in re.split(r"[\s|]+", _ROW_PREFIX.sub("", text, count=1)) if c]
-    if len(cells) < 4 or not all(_CELL.fullmatch(c) for c in cells):
+    cells = [c for c in re.split(r"[\s|\[\]]+", _ROW_PREFIX.sub("", text, count=1)) if c]
+    bad = next((i for i, c in enumerate(cells) if c.lower() in ("nan", "inf")), None)
+    if bad is None or len(cells) < 4 or not all(_CELL.fullmatch(c) for c in cells[: bad + 1]):
         return None
-    if not any(c.lower() in ("nan", "inf") for c in cells):
+    if not all(_CELL.fullmatch(c) for c in cells) and (bad < 2 or not cells[0].isdigit()):
         return None
-    fractions = [c for c in cells if "/" in c]
+    fractions = [c for c in cells if "/" in c and _CELL.fullmatch(c)]
     if fractions:
         return "a row of numbers with nan among them", int(fractions[-1].split("/")[0])
     lone = cells[0].isdigit() and not cells[1].isdigit()
@@ -223,6 +228,7 @@ __all__ = [
     "CUDA_ERROR",
     "EXC_LINE",
     "GLOO",
+    "HOROVOD_MISSING",
     "HYDRA",
     "ITEM",
     "NCCL_SEQ",

@@ -125,11 +125,13 @@ REDRAWN_WITHIN = 64 << 10  # bytes of the file after the failure's first line: i
 
 def _causes(run: LogRun) -> list[tuple]:
     """(time, order, verdict, event) for every event that can be a first failure."""
-    out = []
+    out, stops = [], [e.get("order", 0) for e in run.events if e["kind"] == "stop"]
     for i, e in enumerate(run.events):
         k = e["kind"]
         if k == "exception":
-            out.append(("crashed", e))
+            # a traceback cut before its exception line after the launcher was told to end: its own (SignalException)
+            after_stop = e.get("cut") and any(o < e.get("order", 0) for o in stops)
+            out.append(("crashed", {**e, "consequence": True} if after_stop else e))
         elif k == "oom":
             out.append(("out_of_memory", e))
         elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
