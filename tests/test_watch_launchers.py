@@ -240,3 +240,19 @@ def test_a_rank_still_starting_is_not_a_stall(tmp_path):
     out, d = watch(tmp_path, cmd, 4, SLEEP_S="8")
     assert out.returncode == 0, out.stderr[-3000:]
     assert not (tmp_path / "watch" / "stall_report.json").exists() and d["verdict"] == "finished", d["summary"]
+
+
+def test_the_watch_names_a_rank_asrlab_train_forked(corpus, tmp_path):
+    """``asrlab train --nproc 2`` forks its ranks from a warm forkserver: their command line and environment are the
+    forkserver's, so each records the rank its process group gives it. Rank 1's data hangs from its 4th batch (the
+    trainer's own watchdog off): the watch names rank 1 waiting for data, rank 0 in the all-reduce."""
+    from conftest import SMALL
+
+    cmd = [*ASRLAB, "train", "--nproc", "2", "--data", str(corpus / "data.list"), "--exp", str(tmp_path / "exp"),
+           "--resume", "none", "train.max_epochs=1000", "train.stall_timeout_s=0", "data.inject_delay_s=600",
+           "data.inject_delay_ranks=[1]", "data.inject_delay_from_batch=3", *SMALL]  # fmt: skip
+    out, d = watch(tmp_path, cmd, 4)
+    said = f"{out.returncode}: {d['verdict']}: {d['summary'][:400]}\n{out.stderr[-2000:]}"
+    assert d["verdict"] == "stalled" and d["culprit"]["rank"] == 1 and d["world_size"] == 2, said
+    assert "rank 1 has waited" in d["summary"] and "for data" in d["summary"], said
+    assert len(list((tmp_path / "watch" / "watch" / "ranks").glob("*.json"))) == 2, said
