@@ -157,6 +157,25 @@ def test_ranks_end_when_their_agent_is_killed_too(corpus, tmp_path):
     assert not [r for r in ranks if _alive(r)]
 
 
+def test_a_rank_killed_outright_is_the_launchers_first_failure(corpus, tmp_path):
+    """Rank 1 SIGKILLed (as the OOM killer would): rank 0 fails at once on the lost peer. The launcher names both,
+    and its exit code is rank 1's (137), not its peer's, whichever of the two torch elastic saw end first."""
+    exp = tmp_path / "exp"
+    proc = _start(corpus, exp)
+    try:
+        _mid_run(proc, exp)
+        rank1 = read_heartbeats(exp)[1]["pid"]
+        os.kill(rank1, signal.SIGKILL)
+        code = proc.wait(timeout=60)
+        left = _none_left(exp, within_s=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 128 + signal.SIGKILL, _log(exp)
+    assert f"torchrun: rank 1 (pid {rank1}) ended with signal SIGKILL" in _log(exp), _log(exp)
+    assert not left, [p.info["cmdline"] for p in left]
+
+
 def test_a_signal_asks_for_a_clean_stop_and_a_second_takes_its_usual_course():
     seen = []
     before = signal.signal(signal.SIGTERM, lambda sig, frame: seen.append(sig))

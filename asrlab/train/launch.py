@@ -110,22 +110,46 @@ def quiet_torchrun(argv: list[str]) -> int:
     """torchrun, without its report of failed ranks (a traceback and a table per failure, some forty lines
     that bury the rank's own error): one line per failed rank instead; the launcher then prints the first
     rank's own error. Returns the first failed rank's exit code (128 + the signal when one killed it)."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_without_traceback)
+    logging.getLogger(api.__name__).addFilter(_without_traceback)
+    # the agent has no error file of its own to copy a rank's into, and need not say so: the launcher prints it
+    logging.getLogger(f"{ChildFailedError.__module__}.error_handler").addFilter(
+        lambda r: not r.getMessage().startswith("no error file defined for parent")
+    )
+    api.MultiprocessContext._poll = _every_failure(api.MultiprocessContext._poll, api.ProcessFailure)
     try:
         torchrun_main(argv)
-    except SignalException as e:  # passed on to the ranks, which have ended (or were killed after a grace)
+    except api.SignalException as e:  # passed on to the ranks, which have ended (or were killed after a grace)
         return 128 + int(e.sigval)
     except ChildFailedError as e:
         for rank, f in sorted(e.failures.items()):
             how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
             print(f"torchrun: rank {rank} (pid {f.pid}) ended with {how}", file=sys.stderr, flush=True)
-        code = e.get_first_failure()[1].exitcode
+        # a rank a signal killed (the OOM killer's SIGKILL, a segfault) did not fail for its peers: the others'
+        # errors in the same moment are of the peer they lost; else the first by time, as torch elastic says
+        killed = [f for f in e.failures.values() if -64 <= f.exitcode < 0 and -f.exitcode not in PASSED_ON]
+        code = (killed[0] if killed else e.get_first_failure()[1]).exitcode
         return code if code > 0 else 128 - code
     return 0
+
+
+def _every_failure(poll, failure):
+    """torch elastic's poll of forked ranks names only the first failed rank it happens to look at: the others
+    that failed by then are named too (the rank a signal killed, beside the peer that lost it), as its poll of
+    ranks started as programs does."""
+
+    def every(self):
+        result = poll(self)
+        if result is not None and result.failures and self._pc is not None:
+            for i, p in enumerate(self._pc.processes):
+                if i not in result.failures and p.exitcode not in (None, 0):
+                    result.failures[i] = failure(i, p.pid, p.exitcode, self.error_files[i])
+        return result
+
+    return every
 
 
 def _without_traceback(record: logging.LogRecord) -> bool:
