@@ -65,11 +65,6 @@ def _log(exp: Path) -> str:
     return Path(f"{exp}.log").read_text()[-3000:]
 
 
-def _left(exp: Path) -> list[psutil.Process]:
-    """Processes of the job (launcher, agent, ranks, workers)."""
-    return job_processes(exp)
-
-
 def _alive(p: psutil.Process) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
@@ -79,7 +74,7 @@ def _alive(p: psutil.Process) -> bool:
 
 def _none_left(exp: Path, within_s: float) -> list[psutil.Process]:
     deadline = time.time() + within_s
-    while (left := _left(exp)) and time.time() < deadline:
+    while (left := job_processes(exp)) and time.time() < deadline:
         time.sleep(0.1)
     for p in left:  # not to leave them to the next tests
         p.kill()

@@ -151,8 +151,8 @@ def _dumps_on_signal():
 
 
 def _rank_from_group():
-    """Where no launcher named this process's rank (torch.multiprocessing.spawn): once its process group is made,
-    its rank and world, recorded for the watch; then the flight recorder's thread as in any rank."""
+    """Where no launcher named this process's rank (torch.multiprocessing.spawn, a forked rank): once its process
+    group is made, its rank and world, recorded for the watch; then the same thread serves the flight recorder."""
     exp = os.environ.get("ASRLAB_WATCH_EXP")
     if not exp or _rank() is not None:
         return  # (a DataLoader worker spawned looks on too, and never finds a group)
