@@ -36,12 +36,20 @@
 #                of workers ("data"), a small batch ("host"), the compiled large-batch step ("device"); each
 #                read by asrlab doctor, whose step times name the bound
 #
-# ASRLAB_PY: the Python that holds asrlab and its dependencies (default python3). 01_stalls needs 2 ranks and
+#   forked       asrlab train --nproc 1 --max-restarts 1 (torchrun's path: the rank forked from the warm forkserver) on
+#                NCCL, 40 steps of tiny, read by asrlab doctor
+#
+# Packages the GPU machine's image lacks travel as wheels in .whl/ (git-ignored, carried): they are unpacked into
+# /tmp/site, which goes on PYTHONPATH. ASRLAB_PY: the Python that holds asrlab and its dependencies (default python3). 01_stalls needs 2 ranks and
 # nccl refuses two ranks on one GPU, so it is not run here.
 set -uo pipefail
 py=${ASRLAB_PY:-python3}
 out=${OUT:-gpu_out}
 mkdir -p "$out" runs
+if [ -d .whl ] && [ ! -d /tmp/site ]; then
+    "$py" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH  # py-spy
 params=notebooks/params/gpu1.yaml
 pack() { tar czf "$out/gpu_runs.tar.gz" runs/*/results.json runs/*/*.ipynb runs/*.log runs/tune_*.json runs/busy_gpu.json runs/busy_gpu48k.json runs/busy_features.json figures runs/precision 2>/dev/null; }
 notebook() { timeout "$2" "$py" -m asrlab.cli notebooks --only "$1" --params "$params" 2>&1 | tee "runs/$1.log"; }
@@ -120,6 +128,14 @@ print(f"{sys.argv[1]}: {len(m)} steps, median step {1000 * statistics.median(r['
 EOF
         done
         ;;
+    forked)
+        c=runs/forked/corpus
+        [ -f $c/train/data.list ] || "$py" -m asrlab.cli synth $c --utts 400 --quiet
+        rm -rf runs/forked/ok
+        NCCL_DEBUG=VERSION timeout 200 "$py" -m asrlab.cli train --nproc 1 --max-restarts 1 --config tiny \
+            --data $c/train/data.list --exp runs/forked/ok --max-steps 40 > runs/forked/ok.log 2>&1
+        echo "healthy: exit $?"; grep -h "NCCL version\|rank 0/1\|Error\|error" runs/forked/ok.log | head -5
+        "$py" -m asrlab.cli doctor runs/forked/ok | head -12 ;;
     tests) timeout 420 "$py" -m pytest tests -q -x --timeout 180 -p no:cacheprovider 2>&1 | tail -40 ;;
     lab)
         n=$(nvidia-smi -L | wc -l)
@@ -163,7 +179,7 @@ EOF
         [ -f runs/busy12k/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/busy12k/corpus --utts 12000 --quiet
         timeout 300 "$py" benchmarks/busy_gpu.py runs/busy12k/corpus/train/data.list --config base --workers 8 \
             --max-frames 48000 --steps 20 --json runs/busy_gpu48k.json 2>&1 | tee runs/busy_gpu48k.log ;;
-    bare) timeout 560 "$py" benchmarks/bare_step.py --config base --steps 40 --rounds 3 --compile \
+    bare) timeout 560 "$py" benchmarks/bare_step.py --config base --steps 40 --rounds ${BARE_ROUNDS:-3} --compile \
               --set train.precision=bf16 data.max_frames_in_batch=12000 2>&1 | tee runs/bare_step.log ;;
     bound)
         [ -f runs/bound/corpus/train/data.list ] || "$py" -m asrlab.cli synth runs/bound/corpus --utts 3000 --quiet
