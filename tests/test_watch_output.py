@@ -237,3 +237,29 @@ def test_a_stranger_loop_killed_then_resumed_shows_the_resume_and_the_earlier_la
     assert any(h.startswith("earlier launch: ended ") and "exit code 137 (SIGKILL)" in h for h in d["history"])
     text = format_diagnosis(d)
     assert "resumes: read from the job's output: resumed at step 10 after step 11" in text, text
+
+
+def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
+    """``asrlab watch -- asrlab train --exp X``: the trainer's own watchdog ended the job and wrote its stall report
+    in X, not in the watch's folder. The doctor of the watch's folder reads X too, inside it or where the command's
+    ``--exp`` names it: a stall, not a rank that vanished; the trainer's step times beside the sampled ones."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "train_inside_stalled", exp)
+    inside = diagnose(exp)
+    elsewhere = tmp_path / "runs" / "train"
+    elsewhere.parent.mkdir()
+    shutil.move(exp / "train", elsewhere)
+    lab = json.loads((exp / "lab.json").read_text())
+    lab["watched"][lab["watched"].index("--exp") + 1], lab["cwd"] = "runs/train", str(tmp_path)
+    (exp / "lab.json").write_text(json.dumps(lab))
+    named = diagnose(exp)
+    lab["watched"][lab["watched"].index("--exp") + 1] = str(tmp_path / "gone")  # without it: the watch's guess
+    (exp / "lab.json").write_text(json.dumps(lab))
+    alone = diagnose(exp)
+    for d, folder in ((inside, exp / "train"), (named, elsewhere)):
+        assert d["verdict"] == "stalled" and d["summary"].startswith("rank 0 has waited 10 s for data at step 4"), d
+        assert d["culprit"]["rank"] == 0 and d["stall"]["report"] == str(folder / "stall_report.txt")
+        assert [s["files"] for s in d["sources"]] == [[str(folder)]]
+        assert [r.get("median_step_s") is not None for r in d["steps"]["ranks"]] == [True, False]  # then sampled
+        assert f"also read: {folder}" in format_diagnosis(d)
+    assert alone["verdict"] == "crashed" and "vanished" in alone["summary"] and alone["sources"] is None

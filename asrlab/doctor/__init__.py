@@ -162,9 +162,16 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
     from .verdict import decide
 
     folder = run_folder.read(exp, now)
+    inner = [run_folder.read(p, now) for p in run_folder.inner_runs(exp)]
     job = job_output.read(exp)
-    v = decide([folder] + ([job] if job else []))
+    v = decide([folder, *inner] + ([job] if job else []))
     d = folder.sections
+    for r in inner:
+        _fill(d, r.sections)
+    if inner:
+        d["sources"] = [
+            {"source": r.source, "files": r.files, "notes": ["the watched job's own run folder"]} for r in inner
+        ]
     first = v["first"] or {}
     d.update(
         verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"],
@@ -186,6 +193,23 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)
+
+
+def _fill(d: dict, inner: dict) -> None:
+    """The sections of the watch's folder ``d`` that it did not record, from the watched job's own run folder
+    (asrlab train's metrics, checkpoints, stall report); its step times beside the watch's sampled ones."""
+    for k in ("config", "last_step", "corpora", "loss_scale", "coverage", "error", "halt", "stall"):
+        if d.get(k) is None:
+            d[k] = inner.get(k)
+    if not d["nonfinite"]["count"] and not d["nonfinite"]["events"]:
+        d["nonfinite"] = inner["nonfinite"]
+    if not d["resumes"]["ledger"] and not d["resumes"]["resumed_from"]:
+        d["resumes"] = inner["resumes"]
+    if not d["checkpoints"]["files"]:
+        d["checkpoints"] = inner["checkpoints"]
+    timed = [r for r in inner["steps"]["ranks"] if r.get("median_step_s") is not None]
+    d["steps"] = {**d["steps"], "ranks": timed + d["steps"]["ranks"]}
+    d["world_size"] = max(d["world_size"], inner["world_size"])
 
 
 __all__ = [

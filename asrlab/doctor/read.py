@@ -33,14 +33,19 @@ def train_config(exp: Path) -> dict:
         return {}
 
 
-def launch_time(exp: Path, lab: dict) -> float:
-    """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``."""
+def launch_time(exp: Path, lab: dict, beats: dict[int, dict]) -> float:
+    """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``; in a
+    copied folder (its files' times newer than its newest heartbeat's), when its ranks started (``beats``: the
+    latest heartbeats)."""
     if lab.get("started"):
         return float(lab["started"])
     try:
-        return layout.config(exp).stat().st_mtime
+        written = layout.config(exp).stat().st_mtime
     except OSError:
-        return 0.0
+        written = 0.0
+    if beats and written > max(b.get("time", 0.0) for b in beats.values()):
+        return min(b.get("started") or b.get("since", written) for b in beats.values())
+    return written
 
 
 def latest_heartbeats(exp: Path) -> tuple[str | None, dict[int, dict]]:

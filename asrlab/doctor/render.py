@@ -135,6 +135,7 @@ def format_diagnosis(d: dict) -> str:
     if d.get("exp") is None:
         return _log_text(d) + "\n"
     lines = [f"{d['verdict'].upper()}: {d['summary']}", f"  experiment: {d['exp']}"]
+    lines += [f"  also read: {f} ({n})" for s in d.get("sources") or [] for f in s["files"] for n in s["notes"]]
     hint = _next(d)
     if hint:
         lines.append(f"  next: {hint}")

@@ -11,6 +11,7 @@ it watched, a log before the tables beside it).
 
 from __future__ import annotations
 
+from ..lab.stall.heartbeat import STALE_S
 from .timeline import culprit, first_failure
 
 VERDICTS = (
@@ -100,9 +101,12 @@ def _step(e: dict) -> int | None:
 
 
 def _before(a: dict, b: dict) -> bool:
-    """Whether ``a`` (of a later-listed source) came before ``b``: by their clocks, else by their steps."""
-    if _time(a) is not None and _time(b) is not None:
-        return _time(a) < _time(b)
+    """Whether ``a`` (of a later-listed source) came before ``b``: by their clocks, else by their steps. A rank
+    that vanished is dated by its last heartbeat: it ended up to a heartbeat's staleness later (what its own
+    folder recorded just before it ended, a stall report, came first)."""
+    ta, tb = _time(a), _time(b)
+    if ta is not None and tb is not None:
+        return ta + STALE_S * bool(a.get("guess")) < tb + STALE_S * bool(b.get("guess"))
     sa, sb = _step(a), _step(b)
     return sa is not None and sb is not None and sa < sb
 

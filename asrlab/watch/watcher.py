@@ -117,7 +117,8 @@ class JobWatch:
         for d in (layout.errors_dir(self.exp), layout.flight_dir(self.exp), self.fallback.folder):
             d.mkdir(parents=True, exist_ok=True)
         t0, self._cpu0 = time.time(), _own_cpu()
-        write_lab_status(self.exp, {"started": t0, "watched": cmd, "host": socket.gethostname()})
+        # cwd: where the command's relative paths (its --exp) are, for the doctor
+        write_lab_status(self.exp, {"started": t0, "watched": cmd, "cwd": os.getcwd(), "host": socket.gethostname()})
         if self.peers is not None:
             self.peers.start()
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

@@ -49,6 +49,19 @@ LOST_PEER = re.compile(
 )
 
 
+def inner_runs(exp: Path) -> list[Path]:
+    """asrlab's own run folders of the job ``asrlab watch`` kept in ``exp``: those directly inside ``exp``, else the
+    one its command's ``--exp`` names (``asrlab train --exp X``, a loop of the parts given one)."""
+    inside = sorted(p for p in exp.iterdir() if p.is_dir() and layout.is_run(p))
+    if inside:
+        return inside
+    lab = read_json(layout.lab(exp)) or {}
+    cmd = [str(a) for a in lab.get("watched") or []]
+    named = [b for a, b in zip(cmd, cmd[1:]) if a == "--exp"] + [a[6:] for a in cmd if a.startswith("--exp=")]
+    base = Path(lab.get("cwd") or ".")
+    return [base / n for n in named if (base / n).resolve() != exp.resolve() and layout.is_run(base / n)]
+
+
 def read(exp: Path, now: float | None = None) -> Reading:
     """The run in ``exp``: its events, its outcome, and its sections (the diagnosis's run-folder keys)."""
     from ..sections import (
@@ -64,8 +77,8 @@ def read(exp: Path, now: float | None = None) -> Reading:
     now = time.time() if now is None else now
     lab = read_json(layout.lab(exp)) or {}
     train_cfg = train_config(exp)
-    launched = launch_time(exp, lab)
     rid, beats = latest_heartbeats(exp)
+    launched = launch_time(exp, lab, beats)
     report = read_json(layout.stall_report(exp))
     metrics = {name: read_metrics(exp, name) for name in metric_files(exp)}  # each rank's lines, read once
     world_size = int(

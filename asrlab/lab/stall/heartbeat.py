@@ -69,6 +69,7 @@ class Heartbeat:
     def __init__(self, rank: int, timeline: bool = False):
         self.rank = rank
         self.phase, self.step, self.since = "start", 0, time.time()
+        self.started = self.since  # the launch's time in the heartbeat itself: a copied folder's mtimes are not it
         self.beats = 0  # grows with every phase change or tick: progress of any kind
         self.completed = 0  # steps finished by this process (the first one has its own allowance)
         self.describe = None  # optional callable -> str, asked only when reporting (e.g. which shard)
@@ -114,6 +115,7 @@ class Heartbeat:
             "host": socket.gethostname(),
             "node": node_rank(),
             "time": time.time(),
+            "started": self.started,
         }
 
     def take_events(self) -> list:
