@@ -8,6 +8,7 @@ Inductor itself runs on a GPU (benchmarks/on_gpu.sh)."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -76,3 +77,29 @@ def test_a_compiled_run_stopped_and_resumed_ends_where_the_uninterrupted_one_end
     assert all(torch.equal(weights[k], whole[k]) for k in whole), [
         k for k in whole if not torch.equal(weights[k], whole[k])
     ]
+
+
+def test_a_compilation_is_its_own_phase_with_a_long_allowance_not_a_stall():
+    """torch.compile compiles at the first step and again at a new shape (minutes for inductor): the heartbeat says
+    ``compile`` with its long allowance meanwhile, so the stall watchdog waits, and the interrupted phase after."""
+    from asrlab.lab import Heartbeat
+    from asrlab.lab.stall.heartbeat import COMPILE_ALLOW_S, say_compiles
+    from asrlab.lab.stall.watchdog import ProgressClock
+    from torch._dynamo.callback import callback_handler
+
+    hb, seen = Heartbeat(0), []
+    hb.enter("forward", 3)
+    say_compiles(hb)
+    look = callback_handler.register_start_callback(lambda args: seen.append((hb.phase, hb.allow_s, hb.snapshot())))
+    try:
+        torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
+    finally:
+        callback_handler.remove_start_callback(look)
+        say_compiles(None)
+    (phase, allow, snap), *_ = seen
+    assert (phase, allow) == ("compile", COMPILE_ALLOW_S) and (hb.phase, hb.allow_s) == ("forward", 0.0)
+    clock = ProgressClock(world_size=1, timeout_s=0.01, first_step_s=0.01)
+    clock.overdue({0: snap})
+    time.sleep(0.05)  # no progress for five times the allowance of a step, but a compile: within its own
+    assert clock.overdue({0: snap}) is None
+    assert clock.overdue({0: {**snap, "allow_s": 0.0}}) is not None

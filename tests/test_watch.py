@@ -284,6 +284,14 @@ def test_stacks_are_classified_by_their_frames():
         )
         == "forward"
     )
+    # torch.compile tracing a module's forward on fake tensors is compiling, not in the forward pass
+    compiling = [
+        (torch_file + "nn/modules/module.py", 1779, "_wrapped_call_impl"),
+        (torch_file + "_dynamo/convert_frame.py", 1500, "_compile"),
+        (torch_file + "_dynamo/symbolic_convert.py", 1200, "run"),
+        (torch_file + "nn/modules/module.py", 1790, "_call_impl"),
+    ]
+    assert phase_of(loop + compiling) == "compile"
     assert phase_of(loop) == "other"
 
 

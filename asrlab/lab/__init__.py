@@ -33,7 +33,8 @@ Then ``asrlab doctor EXP`` reads what they wrote, as it reads a run of ``asrlab 
 ``MetricsWriter``  one JSON line per step in ``EXP/metrics/rank{R}.jsonl`` (what ``asrlab doctor`` reads)
 
 A loop that keeps its own launcher, heartbeat and watchdog (asrlab's trainer is one) builds them from the
-same face: ``Heartbeat``, ``Watchdog`` and ``watching``, ``tell`` (the other parts' phases told to
+same face: ``Heartbeat`` (``say_compiles``: torch.compile's compilations as its phase), ``Watchdog`` and
+``watching``, ``tell`` (the other parts' phases told to
 its heartbeat), ``ProgressClock``, ``write_report``, ``first_rank_error``, the stop requests of
 :mod:`asrlab.lab.stop` and the parent-death helpers, ``choose_precision``; ``dist`` and ``layout`` are its
 process-group and run-folder modules.
@@ -70,6 +71,7 @@ _HOMES.update(
     {
         "Heartbeat": "stall.heartbeat",
         "read_heartbeats": "stall.heartbeat",
+        "say_compiles": "stall.heartbeat",
         "Watchdog": "stall.watchdog",
         "watching": "stall.watchdog",
         "ProgressClock": "stall.watchdog",

@@ -20,6 +20,7 @@ PHASE_COLOURS = {
     "copy": "#17becf",
     "features": "#aec7e8",
     "forward": "#1f77b4",
+    "compile": "#ffbb78",
     "backward": "#9467bd",
     "allreduce": "#7f7f7f",
     "optimizer": "#2ca02c",

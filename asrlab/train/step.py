@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..config import Config
 from ..data.features import BatchFbank, batch_features
 from ..data.plan import mix_counts
-from ..lab import PARTS, NonFiniteHalt, NumericsGuard, StepCheck, choose_precision
+from ..lab import PARTS, NonFiniteHalt, NumericsGuard, StepCheck, choose_precision, say_compiles
 from ..model import ConformerCTC, mean_ctc_loss
 from .schedule import lr_lambda
 
@@ -311,6 +311,7 @@ def build_step(
     if t.compile:
         mode = None if t.compile_mode == "default" or t.compile_backend != "inductor" else t.compile_mode
         compiled = torch.compile(ddp or model, backend=t.compile_backend, mode=mode)
+        say_compiles(hb or getattr(phases, "hb", None))
     return TrainStep(model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb, compiled)
 
 

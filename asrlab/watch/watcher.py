@@ -28,7 +28,7 @@ import psutil
 
 from ..lab import layout
 from ..files import append_jsonl, atomic_write
-from ..lab.stall.heartbeat import heartbeat_dir, process_state
+from ..lab.stall.heartbeat import COMPILE_ALLOW_S, heartbeat_dir, process_state
 from ..lab.stall.flight import collectives_text, flight_dir, last_collectives
 from ..lab.stall.peers import PeerExits
 from ..lab.stall.report import stall_dir, write_lab_status, write_report
@@ -305,6 +305,8 @@ class JobWatch:
             len(v.phases_seen & {"data", "forward", "backward", "optimizer"}) >= 2 for v in self.ranks.values()
         )
         allowance = self.stall_timeout_s if training else self.first_step_s
+        if any(v.phase == "compile" for v in views):  # torch.compile's workers at a new shape: not a stall yet
+            allowance = max(allowance, COMPILE_ALLOW_S)
         still = now - max(v.moved for v in views)
         if still < allowance:
             return

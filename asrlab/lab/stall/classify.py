@@ -1,7 +1,8 @@
 """What a sampled stack says a process is doing: a phase of the training step, and the line of the
 job's own code it is at.
 
-The rules read the frames from the innermost out, and the first that matches names the phase:
+A stack anywhere inside torch.compile's compilation is ``compile``. Else the rules read the frames from the
+innermost out, and the first that matches names the phase:
 torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data), the optimizer (and the
 grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
 group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
@@ -79,6 +80,8 @@ def own_code(file: str) -> bool:
 
 def phase_of(frames: list[Frame]) -> str:
     """The phase of a rank's main-thread stack (outermost first)."""
+    if any(_is(f, "torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py") for f, _, _ in frames):
+        return "compile"  # torch.compile at work (its tracing runs modules' forwards on fake tensors too)
     for file, _, fn in reversed(frames):
         if _is(file, "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py") and (
             fn in COLLECTIVES or fn in START

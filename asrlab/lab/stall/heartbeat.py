@@ -27,6 +27,10 @@ from .relay import node_rank
 # second; a copy relayed from another node is up to about 2 s old)
 STALE_S = 4.0
 
+# torch.compile's compilation (the first step's, a new shape's): not a stall until this long. Inductor's code
+# generation takes minutes for a large model on a few CPU cores
+COMPILE_ALLOW_S = 1800.0
+
 # phase -> how a verdict says it ("rank 1 {text} of step 17")
 PHASES = {
     "start": "starting up",
@@ -37,6 +41,7 @@ PHASES = {
     "compute": "in the step's computation",
     "features": "computing fbank on the device",
     "forward": "in the forward pass",
+    "compile": "compiling the model (torch.compile)",
     "backward": "in the backward pass",
     "allreduce": "blocked in the gradient all-reduce",
     "ddp_allreduce": "waiting in DDP's gradient all-reduce (backward)",  # read from a stack that stays in backward
@@ -125,6 +130,34 @@ class Heartbeat:
         n = len(self.events)
         out, self.events[:n] = self.events[:n], []
         return out
+
+
+_compiling: dict = {}  # the heartbeat torch.compile's compilations are said to, and the phase they interrupted
+
+
+def _compile_started(args) -> None:
+    hb = _compiling.get("hb")
+    if hb is not None:
+        _compiling["was"] = (hb.phase, hb.allow_s)
+        hb.enter("compile", allow_s=COMPILE_ALLOW_S)
+
+
+def _compile_ended(args) -> None:
+    hb, was = _compiling.get("hb"), _compiling.pop("was", None)
+    if hb is not None and was is not None and hb.phase == "compile":
+        hb.enter(was[0], allow_s=was[1])
+
+
+def say_compiles(hb: Heartbeat | None) -> None:
+    """torch.compile's compilations (the first step's, and again for each new shape: minutes, not a stall) as the
+    phase ``compile`` of ``hb``, with its long allowance; ``None``: no more. One heartbeat at a time: dynamo's
+    callbacks are the process's."""
+    from torch._dynamo.callback import callback_handler
+
+    if "hb" not in _compiling:
+        callback_handler.register_start_callback(_compile_started)
+        callback_handler.register_end_callback(_compile_ended)
+    _compiling["hb"] = hb
 
 
 def write_heartbeat(exp: Path, snap: dict, rid: str) -> None:
