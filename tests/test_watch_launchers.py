@@ -256,3 +256,32 @@ def test_the_watch_names_a_rank_asrlab_train_forked(corpus, tmp_path):
     assert d["verdict"] == "stalled" and d["culprit"]["rank"] == 1 and d["world_size"] == 2, said
     assert "rank 1 has waited" in d["summary"] and "for data" in d["summary"], said
     assert len(list((tmp_path / "watch" / "watch" / "ranks").glob("*.json"))) == 2, said
+
+
+def test_a_forked_rank_whose_launcher_sets_its_rank_after_the_fork_records_it(tmp_path):
+    """A rank forked from a warm process (``asrlab train --nproc 1 --max-restarts 1``: one rank, no process group)
+    has its launcher's RANK set in it after the fork, where the watch cannot read it: it records its own rank;
+    the process it was forked from records none (else the watch took the launcher for rank 0)."""
+    from asrlab.watch.watcher import INJECT
+
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        pid = os.fork()
+        if pid == 0:
+            os.environ.update(RANK="0", WORLD_SIZE="1")  # as torch elastic sets them in a forked rank
+            time.sleep(3)
+            os._exit(0)
+        print(pid, flush=True)
+        os.waitpid(pid, 0)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(INJECT), "ASRLAB_WATCH_EXP": str(tmp_path)}
+    env.pop("RANK", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    child = int(out.stdout.split()[0])
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "watch" / "ranks").glob("*.json")}
+    assert list(records) == [str(child)] and {k: records[str(child)][k] for k in ("rank", "world")} == {
+        "rank": 0,
+        "world": 1,
+    }, (records, out.stderr[-2000:])

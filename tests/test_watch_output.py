@@ -263,3 +263,13 @@ def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
         assert [r.get("median_step_s") is not None for r in d["steps"]["ranks"]] == [True, False]  # then sampled
         assert f"also read: {folder}" in format_diagnosis(d)
     assert alone["verdict"] == "crashed" and "vanished" in alone["summary"] and alone["sources"] is None
+
+
+def test_a_ranks_own_stall_watchdog_in_a_log_is_a_stall_at_its_step(tmp_path):
+    """The job's console alone (a torchrun restart's log, say): the trainer's own watchdog said "STALL: rank 0 has
+    waited 10 s for data at step 4"; that is the stall, at its step, said as the rank's watchdog's, not the watch's."""
+    log = tmp_path / "console.log"
+    shutil.copy(Path(__file__).parent / "fixtures" / "watched" / "train_inside_stalled" / "job.log", log)
+    d = diagnose(log)
+    assert d["verdict"] == "stalled" and {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 0, "step": 4}
+    assert d["summary"].startswith("the ranks' own stall watchdog found the job stalled: rank 0 has waited"), d

@@ -284,11 +284,11 @@ class Events:
             if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows
                 self._add("oom", rank, time, text, type=m.group(1))
             return
-        if "asrlab watch: " in text and (m := WATCH_SAID.search(text)):
+        if ("asrlab watch: " in text or "STALL: " in text) and (m := WATCH_SAID.search(text)):
             if m.group(3):  # a signal to the watch, which ended the job
                 self._add("stop", rank, time, text, signal=m.group(3), by="asrlab watch")
             else:  # the stall the watch found from the ranks' stacks: its verdict names the rank
-                said = m.group(1) or m.group(2)
+                said = m.group(1) or m.group(2) or m.group(4)
                 self._add("watch_stall", culprit_of(said), time, text, said=said)
             return
         if ("rank" in text or "Primary job" in text or "uncaught" in text) and (m := MPIRUN.search(text)):

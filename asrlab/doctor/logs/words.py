@@ -50,10 +50,11 @@ STATUS = re.compile(
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[missing ranks: (\d+(?:, ?\d+)*)\]")
-# asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it
+# asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
+# the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
 WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
-    r"(SIG[A-Z]+): ending the job)"
+    r"(SIG[A-Z]+): ending the job)|(?:^|asrlab\.lab\.stall\.watchdog: )STALL: (.*?)(?: \(report: [^)]*\))?\s*$"
 )
 # mpirun (Horovod, MPI jobs): a rank a signal ended, by its rank; that some process failed, by none; a background
 # loop's uncaught exception (Horovod's, a peer gone)

@@ -10,6 +10,7 @@ A survivor's timeout, the agent's SIGTERM to the others, a lost-peer error are m
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -313,11 +314,13 @@ def _phrased(run: LogRun, first: dict, d: dict) -> dict:
 
 def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     view = _event_view(first)
-    if first["kind"] == "watch_stall":  # asrlab watch's own word, from the ranks' stacks
+    if first["kind"] == "watch_stall":  # asrlab watch's own word, from the ranks' stacks, or a rank's own watchdog's
         rank = first["rank"]
         rec = (run.last_steps().get(rank) if rank is not None else None) or _last_before(run, rank, first)
-        said = f"asrlab watch found the job stalled: {first['said']}"
-        return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": said}
+        who = "asrlab watch" if "asrlab watch: " in first["text"] else "the ranks' own stall watchdog"
+        c, at = culprit(rank, rec), re.search(r"\b(?:at|of) step (\d+)", first["said"])
+        c = {**c, "step": int(at.group(1))} if c["step"] is None and at else c
+        return {**view, "verdict": "stalled", "culprit": c, "summary": f"{who} found the job stalled: {first['said']}"}
     if first["verdict"] == "stalled":
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None

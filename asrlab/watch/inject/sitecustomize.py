@@ -151,8 +151,9 @@ def _dumps_on_signal():
 
 
 def _rank_from_group():
-    """Where no launcher named this process's rank (torch.multiprocessing.spawn, a forked rank): once its process
-    group is made, its rank and world, recorded for the watch; then the same thread serves the flight recorder."""
+    """Where no launcher named this process's rank (torch.multiprocessing.spawn, a forked rank): once its launcher
+    sets RANK in it or its process group is made, its rank and world, recorded for the watch; then the same thread
+    serves the flight recorder."""
     exp = os.environ.get("ASRLAB_WATCH_EXP")
     if not exp or _rank() is not None:
         return  # (a DataLoader worker spawned looks on too, and never finds a group)
@@ -165,10 +166,14 @@ def _rank_from_group():
         while True:
             time.sleep(0.5)
             d = sys.modules.get("torch.distributed")
+            said = _rank()  # a forked rank's launcher sets RANK in it after the fork
             try:
-                if d is None or not d.is_available() or not d.is_initialized():
+                if said is not None:
+                    rank, world = said, int(os.environ.get("WORLD_SIZE") or 1)  # a job of one rank makes no group
+                elif d is not None and d.is_available() and d.is_initialized():
+                    rank, world = d.get_rank(), d.get_world_size()
+                else:
                     continue
-                rank, world = d.get_rank(), d.get_world_size()
             except Exception:  # a half-imported torch: look again
                 continue
             import json
