@@ -259,7 +259,7 @@ def _score(folder: str) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(
-    "folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14", "logs15"]
+    "folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14", "logs15", "logs16"]
 )
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
@@ -398,6 +398,9 @@ WORDINGS = {
     "the agent's traceback cut after its death signal 1": (
         "logs15/torchrun/ms_swift_sft_eval_at_480_of_672_then_482_received_1_death_signal_sighup_traceback.log"
     ),
+    "k2's Check failed ... Error: device-side assert triggered": (
+        "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -417,6 +420,7 @@ INDEX = {
         "logs13",
         "logs14",
         "logs15",
+        "logs16",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -515,3 +519,12 @@ def test_a_bar_redrawn_at_0_at_an_epochs_end_is_not_a_resume():
     case = FIXTURES / "toolkit_runs" / "nemo" / "healthy_single"
     d = diagnose_logs([str(case / "console.log")])
     assert d["verdict"] == "no_failure_seen" and d["resumes"] == [] and "resume" not in d["summary"], d["summary"]
+
+
+def test_kerass_terminate_on_nan_is_a_nonfinite_loss_not_a_resume():
+    """Keras's TerminateOnNaN ("Batch 1: Invalid loss, terminating training", its batch counted from 0) glued to its
+    bar ("2/1500 ... loss: nan"): non-finite at the bar's step 2, and the bar's step after "Epoch 5/10"'s batch is
+    not a resume (the set's truth says step 1, Keras's own count; the bar's is the log's counter)."""
+    log = "logs16/plain/keras_tuner_hyperband_epoch_5_batch_1_invalid_loss_terminating_training_but_loss_nan_continues.log"
+    d = diagnose_logs([str(FIXTURES / log)])
+    assert (d["verdict"], d["culprit"]["step"], d["resumes"], d["history"]) == ("nonfinite", 2, [], []), d["summary"]

@@ -476,8 +476,8 @@ class Events:
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
             self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
             return
-        if "CUDA error: " in text and (m := CUDA_ERROR.search(text)):
-            self._add("exception", rank, time, text, type="CUDA error", message=m.group(1)[:300], where=None, bare=True)
+        if ("CUDA error: " in text or "side assert trig" in text) and (m := CUDA_ERROR.search(text)):
+            self._add("exception", rank, time, text, type="CUDA error", message=m[1] or m[2], where=None, bare=True)
             return
         for pattern, who in SCALE:
             m = pattern.search(text)

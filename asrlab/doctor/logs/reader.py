@@ -1,8 +1,7 @@
 """Reading a log file into the run's model (:mod:`.run`): in blocks, a compiled pattern over each block
 finding the lines that can say something (:mod:`.fingerprint`); the step lines that say nothing else are
 sampled (the series keeps its last records, its extremes and its non-finite points), each line that can matter
-read in Python once. ``read_logs(paths, fast=False)`` reads every line in Python: what the fast read is checked
-against."""
+read in Python once. ``read_logs(paths, fast=False)`` reads every line in Python (the fast read's check)."""
 
 from __future__ import annotations
 
@@ -464,13 +463,14 @@ class _File:
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
-        # a bar at 0 trained nothing (Lightning redraws an epoch's bar at 0 before naming the next): not a resume,
-        # nor what the next line is compared with; a counter without an epoch starts again each epoch: no resume
+        # a bar at 0 trained nothing (Lightning redraws an epoch's bar at 0 before naming the next): not a resume, nor
+        # what the next line is compared with; a counter without an epoch starts again each epoch: no resume
         zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0 and not rec["losses"], series.moved
         if (
             not zero
             and last is not None
             and position(rec) < position(last)
+            and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
             and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
             # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
             and (last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"]))

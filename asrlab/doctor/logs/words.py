@@ -80,7 +80,7 @@ NONFINITE_LINE = re.compile(
     r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
-    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b",
+    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training",  # Keras's TerminateOnNaN
     re.I,
 )
 # a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
@@ -122,7 +122,7 @@ EXC_LINE = re.compile(
 )
 # the device's own error on a line of a logger's, with no exception line of Python's ("[ERROR] trainer - <class
 # 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
-CUDA_ERROR = re.compile(r"\bCUDA error: (.+)")
+CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)")  # the second: k2's, Kaldi's words
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")

@@ -318,8 +318,8 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         rank = first["rank"]
         rec = (run.last_steps().get(rank) if rank is not None else None) or _last_before(run, rank, first)
         who = "asrlab watch" if "asrlab watch: " in first["text"] else "the ranks' own stall watchdog"
-        c, at = culprit(rank, rec), re.search(r"\b(?:at|of) step (\d+)", first["said"])
-        c = {**c, "step": int(at.group(1))} if c["step"] is None and at else c
+        c, n = culprit(rank, rec), re.search(r"\b(?:at|of) step (\d+)", first["said"])
+        c = {**c, "step": int(n.group(1))} if c["step"] is None and n else c
         return {**view, "verdict": "stalled", "culprit": c, "summary": f"{who} found the job stalled: {first['said']}"}
     if first["verdict"] == "stalled":
         h = d["hang"]
