@@ -103,3 +103,23 @@ def test_a_compilation_is_its_own_phase_with_a_long_allowance_not_a_stall():
     time.sleep(0.05)  # no progress for five times the allowance of a step, but a compile: within its own
     assert clock.overdue({0: snap}) is None
     assert clock.overdue({0: {**snap, "allow_s": 0.0}}) is not None
+
+
+def test_a_loop_of_the_parts_has_its_compilations_said_by_its_stall_watch(tmp_path):
+    """A loop of asrlab.lab's parts with torch.compile: its StallWatch says the compilations (a stranger's loop, a
+    transformer recompiled at a new length for 7.9 s, stalled at step 2 under a 2-s timeout without it), and says
+    nothing more once stopped."""
+    from asrlab import lab
+    from torch._dynamo.callback import callback_handler
+
+    seen = []
+    w = lab.StallWatch(tmp_path / "exp", timeout_s=60).start()
+    look = callback_handler.register_start_callback(lambda args: seen.append(w.hb.phase))
+    try:
+        torch.compile(lambda x: x - 1, backend="eager")(torch.ones(2))
+        w.stop()
+        torch.compile(lambda x: x + 3, backend="eager")(torch.ones(2))
+    finally:
+        callback_handler.remove_start_callback(look)
+        w.stop()
+    assert seen == ["compile", "done"], seen  # stopped: its heartbeat is done, and hears no more

@@ -17,7 +17,7 @@ import torch.distributed as tdist
 
 from .. import dist
 from .errors import rank_errors, record_rank_error
-from .heartbeat import Heartbeat, run_id
+from .heartbeat import Heartbeat, run_id, say_compiles
 from .report import write_lab_status, write_report
 from .watchdog import Watchdog
 
@@ -115,6 +115,7 @@ class StallWatch:
             rid=self.rid,
         )
         self.watchdog.start()
+        say_compiles(self.hb)  # torch.compile's compilations are not stalls (an optimizer has imported dynamo)
         # a loop that never calls stop() still records its error (for the other ranks) or its end
         self._excepthook, sys.excepthook = sys.excepthook, self._on_uncaught
         atexit.register(self.stop)
@@ -169,6 +170,7 @@ class StallWatch:
         if self.watchdog is None:
             return
         watchdog, self.watchdog = self.watchdog, None
+        say_compiles(None)
         if sys.excepthook == self._on_uncaught:
             sys.excepthook = self._excepthook
         atexit.unregister(self.stop)
