@@ -263,6 +263,10 @@ def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
         assert [r.get("median_step_s") is not None for r in d["steps"]["ranks"]] == [True, False]  # then sampled
         assert f"also read: {folder}" in format_diagnosis(d)
     assert alone["verdict"] == "crashed" and "vanished" in alone["summary"] and alone["sources"] is None
+    outer = tmp_path / "outer"  # a run folder of asrlab train's, not a watch's: another run inside it is its own
+    shutil.copytree(elsewhere, outer)
+    shutil.copytree(elsewhere, outer / "old")
+    assert diagnose(outer)["sources"] is None
 
 
 def test_a_ranks_own_stall_watchdog_in_a_log_is_a_stall_at_its_step(tmp_path):

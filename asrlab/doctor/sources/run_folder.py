@@ -52,11 +52,13 @@ LOST_PEER = re.compile(
 def inner_runs(exp: Path) -> list[Path]:
     """asrlab's own run folders of the job ``asrlab watch`` kept in ``exp``: those directly inside ``exp``, else the
     one its command's ``--exp`` names (``asrlab train --exp X``, a loop of the parts given one)."""
+    lab = read_json(layout.lab(exp)) or {}
+    cmd = [str(a) for a in lab.get("watched") or []]
+    if not cmd:  # not a watch's folder: a run folder inside another run's is a run of its own
+        return []
     inside = sorted(p for p in exp.iterdir() if p.is_dir() and layout.is_run(p))
     if inside:
         return inside
-    lab = read_json(layout.lab(exp)) or {}
-    cmd = [str(a) for a in lab.get("watched") or []]
     named = [b for a, b in zip(cmd, cmd[1:]) if a == "--exp"] + [a[6:] for a in cmd if a.startswith("--exp=")]
     base = Path(lab.get("cwd") or ".")
     return [base / n for n in named if (base / n).resolve() != exp.resolve() and layout.is_run(base / n)]
