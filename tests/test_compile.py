@@ -123,3 +123,24 @@ def test_a_loop_of_the_parts_has_its_compilations_said_by_its_stall_watch(tmp_pa
         callback_handler.remove_start_callback(look)
         w.stop()
     assert seen == ["compile", "done"], seen  # stopped: its heartbeat is done, and hears no more
+
+
+def test_a_backend_that_fails_to_compile_leaves_the_run_training_eagerly(corpus, tmp_path, caplog):
+    """inductor failed on an H200 at a new batch shape (CantSplit, docs/gpu.md): the run says so once and trains on
+    eagerly, every step, rather than ending."""
+    calls = []
+
+    def failing(gm, example_inputs):
+        calls.append(len(example_inputs))
+        raise RuntimeError("CantSplit: a backend that cannot compile this graph")
+
+    tr = make_trainer(corpus, tmp_path / "exp", *RUN, "train.max_steps=3", *COMPILED)
+    tr.stepper.compiled = torch.compile(tr.stepper.model, backend=failing)
+    try:
+        with caplog.at_level("WARNING", logger="asrlab.train.step"):
+            tr.fit()
+    finally:
+        tr.close()
+    said = [r.getMessage() for r in caplog.records if "torch.compile failed" in r.getMessage()]
+    assert calls and len(said) == 1 and "CantSplit" in said[0], said
+    assert tr.stepper.compiled is None and [m["step"] for m in read_metrics(tmp_path / "exp")] == [1, 2, 3]

@@ -14,6 +14,7 @@ A part the trainer holds, not a base class: it sees only what it is given.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
@@ -28,6 +29,8 @@ from ..data.plan import mix_counts
 from ..lab import PARTS, NonFiniteHalt, NumericsGuard, StepCheck, choose_precision, say_compiles
 from ..model import ConformerCTC, mean_ctc_loss
 from .schedule import lr_lambda
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -220,7 +223,7 @@ class TrainStep:
         self.phases.enter("forward")
         with contextlib.nullcontext() if sync else self.ddp.no_sync():
             with self.autocast():
-                log_probs, _ = net(feats, feat_lens)
+                log_probs = self._forward(net, feats, feat_lens)
             # the lengths from the batch, on the host: nothing in the loss waits for the device
             loss, n_bad = mean_ctc_loss(
                 log_probs,
@@ -236,6 +239,22 @@ class TrainStep:
             self.phases.backward_done()
         losses.append(loss.detach())
         return n_bad
+
+    def _forward(self, net, feats: torch.Tensor, feat_lens: torch.Tensor) -> torch.Tensor:
+        """The model's log-probabilities; where torch.compile's backend fails to compile (inductor on a new shape,
+        say), said once and the run goes on eagerly: a compiler's failure is no reason to lose the run."""
+        try:
+            return net(feats, feat_lens)[0]
+        except Exception as e:
+            from torch._dynamo.exc import BackendCompilerFailed  # inductor's InductorError is one
+
+            if net is not self.compiled or not isinstance(e, BackendCompilerFailed):
+                raise
+            why = getattr(e, "inner_exception", None) or e
+            said = f"{type(why).__name__}: {(str(why).strip().splitlines() or [''])[0][:300]}"
+            log.warning("step %d: torch.compile failed (%s); training on eagerly", self.step + 1, said)
+            self.compiled = None
+            return (self.ddp or self.model)(feats, feat_lens)[0]
 
     def _replay(self, batch: dict, n: int):
         """Micro-batch ``batch`` of ``n`` for the guard's replay of a non-finite step, with the inputs a
