@@ -14,23 +14,25 @@ import json
 import os
 import time
 
+import pytest
+
 TIMELINE = os.environ.get("SUITE_TIMELINE", "/tmp/suite_timeline.jsonl")
 
 
 def _record(nodeid: str, event: str) -> None:
-    if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get("PYTEST_XDIST_TESTRUNUID"):
-        return  # xdist's controller reports its workers' tests too
     with open(TIMELINE, "a") as f:
         f.write(json.dumps({"w": os.environ.get("PYTEST_XDIST_WORKER", "main"), "id": nodeid, "ev": event,
                             "t": time.time()}) + "\n")  # fmt: skip
 
 
-def pytest_runtest_logstart(nodeid, location):
-    _record(nodeid, "start")
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    _record(nodeid, "end")
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Where the test runs (a worker, or the one process): xdist's controller also reports its workers' tests."""
+    _record(item.nodeid, "start")
+    try:
+        return (yield)
+    finally:
+        _record(item.nodeid, "end")
 
 
 def main() -> None:
