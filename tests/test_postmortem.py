@@ -398,6 +398,9 @@ WORDINGS = {
     "the agent's traceback cut after its death signal 1": (
         "logs15/torchrun/ms_swift_sft_eval_at_480_of_672_then_482_received_1_death_signal_sighup_traceback.log"
     ),
+    "a clock's seconds before nanoGPT's iter: 09:30:39 iter 2920: loss nan": (
+        "logs17/plain/nanogpt_gpt2_fp16_v100_checkpoint_at_3000_then_iter_3010_to_3060_loss_nan_quoted.log"
+    ),
     "k2's Check failed ... Error: device-side assert triggered": (
         "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
     ),
@@ -421,6 +424,7 @@ INDEX = {
         "logs14",
         "logs15",
         "logs16",
+        "logs17",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -338,7 +338,7 @@ _NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.])(\d+) iter(?:ation)?s?\b(?!/)",  # chainer's "500 iter, 0 epoch"
+    r"|(?<![\w.:])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)",  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
