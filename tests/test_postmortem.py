@@ -401,6 +401,9 @@ WORDINGS = {
     "a clock's seconds before nanoGPT's iter: 09:30:39 iter 2920: loss nan": (
         "logs17/plain/nanogpt_gpt2_fp16_v100_checkpoint_at_3000_then_iter_3010_to_3060_loss_nan_quoted.log"
     ),
+    "a gradient norm nan once, losses finite before and after: a skipped step, healthy": (
+        "logs18/plain/healthy_yolo_world_pretrain_epoch_100_iters_3200_to_3400_one_grad_norm_nan_then_finite.log"
+    ),
     "k2's Check failed ... Error: device-side assert triggered": (
         "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
     ),
@@ -425,6 +428,7 @@ INDEX = {
         "logs15",
         "logs16",
         "logs17",
+        "logs18",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -532,3 +536,17 @@ def test_kerass_terminate_on_nan_is_a_nonfinite_loss_not_a_resume():
     log = "logs16/plain/keras_tuner_hyperband_epoch_5_batch_1_invalid_loss_terminating_training_but_loss_nan_continues.log"
     d = diagnose_logs([str(FIXTURES / log)])
     assert (d["verdict"], d["culprit"]["step"], d["resumes"], d["history"]) == ("nonfinite", 2, [], []), d["summary"]
+
+
+def test_a_gradient_norm_nan_between_finite_losses_is_a_skipped_step_and_said():
+    """A non-finite gradient norm with finite losses before and after (fp16's overflow-and-skip: had the gradients
+    been applied, every later loss would be non-finite) is healthy, and the summary says the skip; a gradient norm
+    non-finite at every step to the end stays a failure."""
+    for log in (
+        "logs18/plain/healthy_yolo_world_pretrain_epoch_100_iters_3200_to_3400_one_grad_norm_nan_then_finite.log",
+        "logs3/hf_trainer/intermittent_grad_norm_nan_finite_loss.log",
+    ):
+        d = diagnose_logs([str(FIXTURES / log)])
+        assert d["verdict"] == "no_failure_seen" and "a skipped step" in d["summary"], (log, d["summary"])
+    d = diagnose_logs([str(FIXTURES / "logs4/espnet/espnet2_tse_grad_norm_nan_every_step_node7_rank0_of_6.log")])
+    assert d["verdict"] == "nonfinite", d["summary"]

@@ -5,7 +5,20 @@ from __future__ import annotations
 import math
 
 from .progress import step_number
-from .run import LogRun
+from .run import LogRun, finite
+
+
+def skipped_overflow(run: LogRun, r: dict) -> bool:
+    """A step whose gradient norm alone was not finite (its losses finite) with a step of finite losses and norm
+    logged after it on its rank: the step was skipped (fp16's overflow-and-skip); had non-finite gradients been
+    applied, every loss after would be non-finite."""
+    vals = [*r["losses"].values(), *r["averages"].values()]
+    if not vals or not all(v is None or math.isfinite(v) for v in vals):
+        return False
+    return any(
+        x["file"] == r["file"] and x["order"] > r["order"] and x["losses"] and finite(x) and x["grad_norm"] is not None
+        for x in run.series[r["rank"]].all()
+    )
 
 
 def nonfinite_section(run: LogRun) -> dict | None:
@@ -39,6 +52,8 @@ def nonfinite_section(run: LogRun) -> dict | None:
     if halvings:
         led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
     kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
+    if later and bad == ["grad_norm"]:  # the losses finite, before and after: the step was skipped, not applied
+        kind += ": a skipped step, as a loss scaler skips one on an fp16 overflow"
     why = ""
     if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
         why = (
@@ -69,4 +84,4 @@ def nonfinite_section(run: LogRun) -> dict | None:
     }
 
 
-__all__ = ["nonfinite_section"]
+__all__ = ["nonfinite_section", "skipped_overflow"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import nonfinite_section as _nonfinite
+from ..logs.nonfinite import skipped_overflow
 from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -159,8 +160,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("stalled", e))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
-    if run.nonfinite:
-        r = run.nonfinite[0]
+    r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
+    if r is not None:
         out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
     skips = _persistent_skips(run)
     if skips:
