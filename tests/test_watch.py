@@ -293,6 +293,9 @@ def test_stacks_are_classified_by_their_frames():
     ]
     assert phase_of(loop + compiling) == "compile"
     assert phase_of(loop) == "other"
+    # the module imported (DeepSpeed's engine imports torch._dynamo at the rank's start) is not a compilation
+    importing = [("<frozen importlib._bootstrap>", 1360, "_find_and_load"), (compiling[1][0], 1, "<module>")]
+    assert phase_of(loop + importing) == "start"  # importing: the rank is starting
 
 
 def test_a_faulthandler_dump_is_read_innermost_last():

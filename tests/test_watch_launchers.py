@@ -213,6 +213,26 @@ def test_the_watch_names_rank_1_whoever_started_it(tmp_path, launcher, fault):
         assert len(list((tmp_path / "watch" / "watch" / "ranks").glob("*.json"))) == 2, said
 
 
+DEEPSPEED = ROOT / "tests" / "fixtures" / "watched"
+
+
+@pytest.mark.parametrize(
+    "case, verdict",
+    [("deepspeed_hang_rank1", "stalled"), ("deepspeed_raise_rank1", "crashed"), ("deepspeed_kill_rank1", "killed")],
+)
+def test_deepspeeds_own_launcher_watched_names_rank_1(case, verdict):
+    """Real runs of DeepSpeed's launcher on 2 CPU ranks under ``asrlab watch`` (``tests/optin/ds_loop.py``, re-made by
+    ``tests/optin/test_deepspeed.py``): rank 1 named for a hung reader, a raise and a SIGKILL; the raise said once
+    (the job's traceback and the watch's record of the same error are one failure); the ranks' start, when
+    DeepSpeed's engine imports torch._dynamo, is not read as compiling."""
+    from asrlab.doctor import diagnose, format_diagnosis
+
+    d = diagnose(DEEPSPEED / case)
+    assert (d["verdict"], d["culprit"]["rank"], d["world_size"]) == (verdict, 1, 2), d["summary"]
+    assert d["summary"].count("a bad batch") <= 1, d["summary"]
+    assert "compile" not in format_diagnosis(d).split("step times", 1)[1].split("\n\n", 1)[0]
+
+
 SLOW_START = textwrap.dedent(
     """
     import os, time

@@ -151,7 +151,13 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
         return rf, folder
     if first_failure([folder, {**job, "time": _time(job)}]) is folder:
         return rf, _placed(folder, jv)
-    return rj, {**job, "then": None if folder.get("guess") else folder}
+    # the rank's error the watch recorded after its traceback was printed: the same failure, not a second one
+    same = (
+        folder.get("rank") is not None
+        and folder["rank"] == jv["culprit"]["rank"]
+        and folder["verdict"] == jv["verdict"]
+    )
+    return rj, {**job, "then": None if folder.get("guess") or same else folder}
 
 
 def _placed_by_others(c: dict, others: list[dict]) -> dict:

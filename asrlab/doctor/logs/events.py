@@ -436,11 +436,12 @@ class Events:
                 return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(6) or m.group(7)
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8)
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:
-                who = int(m.group(3)) if m.group(3) else rank
+                named = m.group(3) or m.group(6)  # Paddle's rank; the --local_rank DeepSpeed's launcher gave
+                who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",
                           signal=SIGNALS.get(-code, f"signal {-code}") if -64 <= code < 0 else None)  # fmt: skip

@@ -45,7 +45,7 @@ STATUS = re.compile(
     r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
     r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
-    r"|exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
+    r"|(?:'--local_rank=(\d+)'.*?)?exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for

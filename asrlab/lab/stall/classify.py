@@ -80,7 +80,10 @@ def own_code(file: str) -> bool:
 
 def phase_of(frames: list[Frame]) -> str:
     """The phase of a rank's main-thread stack (outermost first)."""
-    if any(_is(f, "torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py") for f, _, _ in frames):
+    if any(
+        _is(f, "torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py") and fn != "<module>"
+        for f, _, fn in frames
+    ):  # the module's own code runs at its import (DDP's, DeepSpeed's), which is not a compilation
         return "compile"  # torch.compile at work (its tracing runs modules' forwards on fake tensors too)
     for file, _, fn in reversed(frames):
         if _is(file, "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py") and (
