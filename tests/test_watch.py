@@ -40,8 +40,10 @@ def watched(
     timeout: float = 150,
     epochs: int = 1,
     cwd: Path = EXAMPLES,
+    loop: str = "bare_loop.py",
 ):
-    """``asrlab watch`` around torchrun and the bare loop; (exit code, stderr, seconds, pids seen)."""
+    """``asrlab watch`` around torchrun and the bare loop (or ``loop``, which takes the same arguments: its
+    output folder ``exp.parent / "out"``, the epochs); (exit code, stderr, seconds)."""
     cmd = [
         sys.executable,
         "-m",
@@ -56,7 +58,7 @@ def watched(
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
-        "bare_loop.py",
+        loop,
         str(exp.parent / "out"),
         str(epochs),
     ]
@@ -180,10 +182,12 @@ def test_ranks_in_different_collectives_are_named_as_a_mismatch(tmp_path):
 
 
 def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_most(tmp_path):
-    """Sampled from outside with no line changed: the step split of notebook 02 per rank (rank 1's reads
-    are slow, so it waits for data and rank 0 waits for it in the all-reduce); the run finished, exit 0."""
+    """Sampled from outside: the step split of notebook 02 per rank (rank 1's reads are slow, so it waits for data
+    and rank 0 waits for it in the all-reduce); the run finished, exit 0. The loop is examples/lab_loop.py (the
+    bare loop plus asrlab's parts: the stall watch's phase clock inside each rank), so the same run is measured
+    twice: the shares sampled from outside agree with the ranks' own clocks, rank by rank."""
     exp = tmp_path / "exp"
-    rc, err, _ = watched(exp, "slow_data:1:0", "--stall-timeout", "30", epochs=2)
+    rc, err, _ = watched(exp, "slow_data:1:0", "--stall-timeout", "30", epochs=2, loop="lab_loop.py")
     assert rc == 0, err[-3000:]
     assert not (exp / "stall_report.json").exists()
     d = diagnose(exp)
@@ -193,50 +197,11 @@ def test_a_finished_run_passes_its_exit_code_and_the_slow_reading_rank_waits_mos
     assert d["steps"]["spread"]["most_data_wait_rank"] == 1
     cost = json.loads((exp / "lab.json").read_text())["watch_cost"]  # what watching took, for a person to weigh
     assert cost["dumps"] >= 4 and 0 < cost["sampler_cpu_s"] < 0.5 * cost["dumps"] and cost["watcher_cpu_s"] > 0, cost
-    # the same loop with asrlab's parts added (examples/lab_loop.py: the stall watch's phase clock inside
-    # each rank): the shares sampled from outside agree within 15 points, rank by rank (two runs, not one: on
-    # a busy 2-core machine rank 0's own workers lag now and then, 0% to 10% of its step seen between runs)
-    inside = tmp_path / "inside"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            "lab_loop.py",
-            str(inside),
-            "2",
-        ],
-        cwd=EXAMPLES,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env={**os.environ, "TOY_FAULT": "slow_data:1:0", "OMP_NUM_THREADS": "1"},
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    measured = {r["rank"]: r["data_wait_share"] for r in diagnose(inside)["steps"]["ranks"]}
+    measured = {r["rank"]: r["data_wait_share"] for r in diagnose(tmp_path / "out")["steps"]["ranks"]}
     # the same order, and within 30 points: on a loaded 2-core machine the dumps from outside come late and
-    # read the starved rank's wait 0.66-0.76 where its own clock says 0.93 (two clean-clone runs of the suite)
+    # read the starved rank's wait lower than its own clock does
     assert measured[1] > measured[0] + 0.3, (shares, measured)
     assert all(abs(shares[r] - measured[r]) <= 0.3 for r in (0, 1)), (shares, measured)
-    rc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "asrlab.cli",
-            "watch",
-            "--exp",
-            str(tmp_path / "e2"),
-            "--",
-            sys.executable,
-            "-c",
-            "import sys; sys.exit(7)",
-        ],
-        capture_output=True,
-        timeout=60,
-    ).returncode
-    assert rc == 7
 
 
 def test_stacks_are_classified_by_their_frames():
