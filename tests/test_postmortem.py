@@ -550,3 +550,14 @@ def test_a_gradient_norm_nan_between_finite_losses_is_a_skipped_step_and_said():
         assert d["verdict"] == "no_failure_seen" and "a skipped step" in d["summary"], (log, d["summary"])
     d = diagnose_logs([str(FIXTURES / "logs4/espnet/espnet2_tse_grad_norm_nan_every_step_node7_rank0_of_6.log")])
     assert d["verdict"] == "nonfinite", d["summary"]
+
+
+def test_a_strangers_rank_marks_are_each_ranks_own_step_lines():
+    """Each rank's steps from the marks a loop of one's own prints ("[r1][ep 1 | it 7]", a logger's "INFO [rank0]
+    trainer:", a JSON line's "rank": 1), not one series of lines naming no rank; a CTC loss printed nan is not
+    explained as CTC's infinite loss on an utterance too short for its labels (that is inf)."""
+    for log in ("x_bracket_r1_ep_it_nan", "x_logger_rank_barrier_gloo_timeout", "x_json_lines_rank1_sigkill"):
+        d = diagnose_logs([str(FIXTURES / "own_loops" / f"{log}.log")])
+        assert [r["rank"] for r in d["ranks"]] == [0, 1], (log, d["ranks"])
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "x_bracket_r1_ep_it_nan.log")])
+    assert d["culprit"]["epoch"] == 1 and "fewer frames" not in d["summary"], d["summary"]

@@ -28,7 +28,6 @@ from .words import (
     HYDRA,
     ITEM,
     CONNECT,
-    NONFINITE_LINE,
     NOT_SUSPECT,
     RENDEZVOUS,
     RESUME,
@@ -45,7 +44,7 @@ from .words import (
     nonfinite_row,
     shell_pid,
     TERMINATE,
-    nonfinite_values,
+    nonfinite_said,
     signame,
 )
 from .toolkits import counter_of, num
@@ -460,8 +459,7 @@ class Events:
         if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
             return
-        m = NONFINITE_LINE.search(text)
-        said = m.group(0) if m else nonfinite_values(text)
+        said = nonfinite_said(text)
         if said:
             self._add("nonfinite_line", rank, time, text, said=said)
             return

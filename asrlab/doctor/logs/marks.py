@@ -24,6 +24,8 @@ PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 # that must be read from its first character (a traceback, torchrun's summary)
 _STRONG = (
     (re.compile(r"^\[(?:rank|default)(\d+)\]:\s?"), 1),  # PyTorch's and torchrun's
+    # a loop's own "[r1][ep 0 ...", a logger's "INFO [rank0] trainer: ..." (an error's level word is kept)
+    (re.compile(r"^(?:(?:INFO|DEBUG)\s+)?\[(?:rank|r)(\d{1,5})\](?=\[| \S)"), 1),
     (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # mpirun --tag-output: [job,rank]
     (re.compile(r"^(?:stdout|stderr) [FP] "), None),  # a CRI container log, after its timestamp
     (re.compile(r"^[\w.-]+(?:[-_]\d+)?\s+\| "), None),  # docker compose: "trainer-1  | "

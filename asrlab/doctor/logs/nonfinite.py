@@ -55,7 +55,9 @@ def nonfinite_section(run: LogRun) -> dict | None:
     if later and bad == ["grad_norm"]:  # the losses finite, before and after: the step was skipped, not applied
         kind += ": a skipped step, as a loss scaler skips one on an fp16 overflow"
     why = ""
-    if any("ctc" in t.lower() for t in terms) and any("att" in g.lower() for g in good):
+    if any("ctc" in t.lower() and math.isinf(r["losses"].get(t) or 0.0) for t in terms) and any(
+        "att" in g.lower() for g in good
+    ):  # inf, not nan: what CTC gives an utterance it cannot align
         why = (
             "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
         )

@@ -274,6 +274,7 @@ _COUNTER = re.compile(
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
     re.I,
 )
+_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)\s*(?:\||,|/|$)", re.I)  # "[ep 1 | it 00007/00030] ctc=..."
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(rf"\b((?:\w+[_ ])?[Ll]oss)(?: is|:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
@@ -305,7 +306,7 @@ def kv(line: str) -> dict | None:
     d = {k.lower(): v for k, v in train}
     counter = _NAMED.search(line) or _COUNTER.search(line)
     bar = _BAR_COUNT.search(line) if counter is None else None
-    epoch = num(d.get("epoch"))
+    epoch = num(d.get("epoch") or ((m := _EPOCH_WORD.search(line)) and m.group(1)))
     if counter is None and bar is None and epoch is None:
         return None  # a loss with no place in training: a summary or a sentence, not a step line
     return _record(
@@ -317,6 +318,7 @@ def kv(line: str) -> dict | None:
         lr=num(d.get("lr") or d.get("learning_rate")),
         grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),
         scale=num(d.get("loss_scale") or d.get("scale")),
+        rank=int(d["rank"]) if (d.get("rank") or "").isdigit() else None,  # a JSON line's own "rank": 1
     )
 
 

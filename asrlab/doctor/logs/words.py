@@ -91,6 +91,15 @@ VALUE = re.compile(
 )
 
 
+def nonfinite_said(text: str) -> str | None:
+    """What in a line says the numbers went non-finite; None for a line of fp16's overflow-and-skip, which says
+    "inf" of gradients a loss scaler then skips ("overflow detected (inf grads), skipping step")."""
+    if "verflow" in text and SCALE[-1][0].search(text):
+        return None
+    m = NONFINITE_LINE.search(text)
+    return m.group(0) if m else nonfinite_values(text)
+
+
 def nonfinite_values(text: str) -> str | None:
     """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only
     where no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, beside a
@@ -144,6 +153,8 @@ SCALE = (
         ),
         "any",
     ),
+    # a loop's own word for the skip, no scale said: "overflow detected (inf grads), skipping step"
+    (re.compile(r"[Oo]verflow\b.{0,60}?\b[Ss]kip(?:ping|ped|s)?\b()"), "any"),
 )
 RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
@@ -252,6 +263,7 @@ __all__ = [
     "TERMINATE",
     "VALUE",
     "WATCHDOG",
+    "nonfinite_said",
     "nonfinite_values",
     "nonfinite_row",
     "shell_pid",

@@ -253,11 +253,13 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     )
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
+    # an error-level line after which training went on (steps of finite losses logged): said, not a failure
+    went_on, odd = [e for e in odd if _finite_after(run, e)], [e for e in odd if not _finite_after(run, e)]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], _last_before(run, odd[0]["rank"], odd[0]))
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
-        outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections)},
+        outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections, went_on)},
     )  # fmt: skip
 
 
@@ -476,7 +478,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     return s
 
 
-def _healthy(run: LogRun, d: dict) -> str:
+def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
     if not run.series and not run.events:
         return "no failure seen, and no line of a known format: " + (
             "the log is empty" if not run.lines else f"{run.lines} lines, none a training step or a failure"
@@ -486,6 +488,8 @@ def _healthy(run: LogRun, d: dict) -> str:
         s += "; " + d["resumes"][0]["text"]
     if d["nonfinite"] and d["nonfinite"].get("first"):
         s += "; non-finite values " + d["nonfinite"]["text"]
+    if went_on:
+        s += f"; training went on after {len(went_on)} error-level line(s): {went_on[0]['text'][:160]}"
     return s
 
 
