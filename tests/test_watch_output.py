@@ -277,3 +277,13 @@ def test_a_ranks_own_stall_watchdog_in_a_log_is_a_stall_at_its_step(tmp_path):
     d = diagnose(log)
     assert d["verdict"] == "stalled" and {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 0, "step": 4}
     assert d["summary"].startswith("the ranks' own stall watchdog found the job stalled: rank 0 has waited"), d
+
+
+def test_a_collective_timed_out_in_a_watched_job_is_a_stall_caused_by_the_peer_that_never_came():
+    """A stranger's loop under the watch (``tests/fixtures/watched/loop_gloo_timeout_rank1_held``): rank 1 holds
+    still in its own code, and gloo's own timeout ends rank 0 before the watch's allowance does. The error the
+    watch recorded, rank 0's "Timed out waiting 20000ms for recv", is the stall's consequence: the verdict is a
+    stall, its culprit rank 1 (its heartbeat held longest, outside any collective), at the step the job printed."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "loop_gloo_timeout_rank1_held")
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 19), d["summary"]
+    assert d["summary"].startswith("rank 1 held the others up") and "rank 0 timed out" in d["summary"], d["summary"]

@@ -33,6 +33,7 @@ from ..read import (
     stall_entry,
     train_config,
 )
+from ..logs.tracebacks import COLLECTIVE_TIMEOUT
 from ..logs.words import SIGNALS
 from ..timeline import failure
 from . import Reading
@@ -168,12 +169,21 @@ def timeline_of(
             gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
             said, consequence, guess = f"{gone}; then {said}", False, True
             d["error"]["lost_peer"] = lost_peer
-        failures.append(
-            failure(
-                "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
-                consequence=consequence, guess=guess, lost_peer=lost_peer,
-            )
-        )  # fmt: skip
+        held = None if vanished else _held_up(e0, beats)
+        if held is not None:  # a collective that timed out: a stall, caused by the peer that never came
+            b = beats[held]
+            failures.append(failure(
+                "stalled", "timeout", e0["time"], f"rank {held} held the others up ({phase_text(b.get('phase'), b.get('step'))} "
+                f"for {e0['time'] - b['since']:.0f} s{'; ' + b['detail'] if b.get('detail') else ''}): rank {rank} "
+                f"timed out: {e0.get('message', '')[:200]}", source="errors", rank=held, step=b.get("step"),
+            ))  # fmt: skip
+        else:
+            failures.append(
+                failure(
+                    "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
+                    consequence=consequence, guess=guess, lost_peer=lost_peer,
+                )
+            )  # fmt: skip
     if halt is not None and halt["current"]:
         failures.append(
             failure(
@@ -277,6 +287,19 @@ def timeline_of(
     if d["stop_requested"]:
         said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
     return [], {**out, "summary": "; ".join(said)}
+
+
+def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
+    """The rank a collective timed out waiting for (gloo's "Timed out waiting 20000ms for recv", NCCL's watchdog):
+    of the others, the one whose heartbeat held its phase longest by then, outside a collective and not starting."""
+    if not COLLECTIVE_TIMEOUT.search(e0.get("message") or ""):
+        return None
+    held = [
+        (b["since"], r)
+        for r, b in beats.items()
+        if r != e0["rank"] and b.get("since") is not None and b.get("phase") not in ("collective", "start")
+    ]
+    return min(held)[1] if held else None
 
 
 def _signalled(code: int | None) -> tuple[str, str] | None:
