@@ -73,6 +73,10 @@ def test_verdict_picks_the_odd_one_out_and_missing_ranks():
     v = verdict(snaps, 4, 925.0)  # a rank that never reported is the first suspect
     assert v.startswith("rank 3 never wrote a heartbeat") and "rank 1 is in the forward pass of step 9" in v
     assert verdict({}, 2, 0.0).startswith("ranks 0, 1 never wrote a heartbeat")
+    # two ranks, one in each phase: the one waiting for its peer in the all-reduce is not named first, though it
+    # entered its phase a moment earlier (a stranger's loop under the watch: rank 1 asleep in its own code)
+    two = {0: snap(0, "ddp_allreduce", None, 900.0), 1: snap(1, "other", None, 900.1)}
+    assert verdict(two, 2, 930.0).startswith("rank 1 is in the loop's own code for 29 s"), verdict(two, 2, 930.0)
 
 
 def test_verdict_names_a_frozen_rank_first():

@@ -118,3 +118,34 @@ def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
                 pass
         watch.kill()
         watch.wait()
+
+
+def test_a_signal_to_the_keeper_is_passed_on_to_the_job(tmp_path):
+    """The keeper's command line holds the job's (``pkill -f torchrun`` finds it before torchrun): SIGTERM sent to
+    it reaches the job, which ends as it would unwatched; the watch passes its exit code on."""
+    ready = tmp_path / "ready"
+    job = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print('job: got SIGTERM', flush=True), sys.exit(7)))\n"
+        f"pathlib.Path({str(ready)!r}).write_text('ok')\n"
+        "time.sleep(120)\n"
+    )
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "exp"), "--", sys.executable, "-c", job],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while not ready.exists():
+            assert time.time() < deadline and watch.poll() is None, "the job did not start"
+            time.sleep(0.2)
+        [keeper] = [p for p in psutil.Process(watch.pid).children() if "keeper.py" in " ".join(p.cmdline())]
+        keeper.send_signal(signal.SIGTERM)
+        out, _ = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert watch.returncode == 7 and "job: got SIGTERM" in out, (watch.returncode, out[-2000:])

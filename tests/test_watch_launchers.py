@@ -305,3 +305,18 @@ def test_a_forked_rank_whose_launcher_sets_its_rank_after_the_fork_records_it(tm
         "rank": 0,
         "world": 1,
     }, (records, out.stderr[-2000:])
+
+
+def test_a_rank_seen_once_in_a_steps_computation_is_training():
+    """The first-step allowance ends once every rank has been seen training: in a step's computation once (its
+    first batch came), or in two phases of a step; a rank seen only starting, waiting for data or in a collective
+    (a peer still importing, DDP's constructor) keeps it."""
+    from types import SimpleNamespace as Seen
+
+    from asrlab.watch.ranks import all_training
+
+    backward, starting = Seen(phases_seen={"start", "backward", "other"}), Seen(phases_seen={"start", "other"})
+    assert all_training([backward, Seen(phases_seen={"data", "optimizer"})], 2)
+    assert not all_training([backward, starting], 2)
+    assert not all_training([backward, Seen(phases_seen={"start", "data", "collective"})], 2)
+    assert not all_training([backward], 2)  # a rank of the node not seen yet

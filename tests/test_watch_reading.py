@@ -416,3 +416,24 @@ def test_a_report_of_ranks_whose_heartbeats_say_nothing_of_rank_known_names_them
                           "ranks": [entry, {**entry, "rank": 2, "pid": 43, "rank_known": False}]})  # fmt: skip
     assert "--- rank 1: Python stacks ---" in text and "rank 1 (h, pid 42)" in text, text
     assert "--- process 43 (rank unknown): Python stacks ---" in text, text
+
+
+PRINTS = """
+import sys, time
+for i in range(6000):
+    print(f"[r{sys.argv[1]}] step {i} loss=1.2345 " + "x" * 60)
+"""
+
+
+def test_lines_printed_at_once_by_two_processes_come_through_the_watch_whole(tmp_path):
+    """The watch makes the job's output unbuffered (for it to come through its pipe as printed): each line is
+    still written whole, not its text and its newline apart, so two ranks printing at once never glue their
+    lines together in the job's log (unbuffered: about 1 line in 30 glued to another, three processes here)."""
+    (tmp_path / "prints.py").write_text(PRINTS)
+    job = f"{sys.executable} prints.py 0 & {sys.executable} prints.py 1 & {sys.executable} prints.py 2 & wait"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "exp"), "--", "bash", "-c", job]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("[r")]
+    assert len(lines) == 18000 and not [line for line in lines if line.count("[r") > 1], lines[:3]

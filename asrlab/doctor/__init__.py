@@ -182,6 +182,8 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
         if not d["resumes"]["ledger"] and job.sections["resumes"]:
             # no ledger in the folder: the job's own lines show where a restart went back to
             d["resumes"]["from_job_output"] = [r["text"] for r in job.sections["resumes"]]
+            if d["verdict"] in ("finished", "running"):  # a restart that went back to batch 0 is said first
+                d["summary"] += "; " + d["resumes"]["from_job_output"][0]
         last = job.sections["last_steps"]
         if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
             d["summary"] += " at " + "; ".join(

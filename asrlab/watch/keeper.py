@@ -8,8 +8,8 @@ job is orphaned (torchrun after its shell died, a stage's background process) is
 not to PID 1, so every process of the job stays below it. It waits on a pipe whose writing end only the
 watch holds; when the pipe closes (the watch asked for it, or the kernel closed it because the watch died),
 the keeper sends SIGTERM to every process below it, SIGKILL after a grace period to what is left, and exits.
-It lives in a session of its own and ignores the usual signals, so that a signal to the watch's process
-group (Ctrl-C, ``kill -- -PGID``) does not take it with the watch.
+It lives in a session of its own, so that a signal to the watch's process group (Ctrl-C, ``kill -- -PGID``)
+does not take it with the watch; SIGTERM or SIGINT sent to the keeper itself is passed on to the job.
 
 Run as ``python -I -S keeper.py CONTROL_FD REPORT_FD STATUS CMD...``: standard library only (it must start
 fast and load neither asrlab nor the ``sitecustomize`` put on the job's path). The watch writes ``end`` before
@@ -129,6 +129,10 @@ class _Keeper:
                 finally:
                     os._exit(127)
         self.job = pid
+        # a signal sent to the keeper itself (its command line holds the job's: ``pkill -f torchrun`` finds it
+        # first) is meant for the job: passed on to it, as to the command run without a watch
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, self._pass_on)
         os.close(failed_w)
         failed = b""
         while chunk := os.read(failed_r, 4096):
@@ -139,6 +143,13 @@ class _Keeper:
             return False
         self.say(f"pid {pid}")
         return True
+
+    def _pass_on(self, sig: int, _frame) -> None:
+        if self.code is None:
+            try:
+                os.kill(self.job, sig)
+            except OSError:
+                pass
 
     def keep(self) -> None:
         """Until the control pipe closes; then end everything below."""

@@ -26,6 +26,16 @@ WAITING = ("collective", "ddp_allreduce")
 TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
 
 
+def all_training(views: list, expected: int) -> bool:
+    """Whether every rank (``expected`` of them on the node, at least) has been seen training: in a step's
+    computation once (it has had its first batch), or in two phases of a step. A rank waiting for a peer still
+    importing, or for its first batch, is starting, not stalled."""
+    steps = {"forward", "backward", "optimizer"}
+    return len(views) >= expected and all(
+        v.phases_seen & steps or len(v.phases_seen & (steps | {"data"})) >= 2 for v in views
+    )
+
+
 class RankView:
     """One rank as the samples show it: its phase and since when, when its stacks last moved."""
 

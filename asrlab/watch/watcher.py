@@ -37,7 +37,7 @@ from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import phase_of
 from .gpus import GpuBusy
 from .keeper import KeptJob
-from .ranks import WAITING, Loops, RankView
+from .ranks import WAITING, Loops, RankView, all_training
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -106,6 +106,8 @@ class JobWatch:
             # its output goes through a pipe now, not a terminal: lines as they are printed
             "PYTHONUNBUFFERED": "1",
         }
+        if "PYTHONUNBUFFERED" not in env:  # made unbuffered by the watch: its lines written whole (sitecustomize)
+            env["ASRLAB_WATCH_LINES"] = "1"
         for k, v in defaults.items():
             env.setdefault(k, v)  # the job's own settings stay
         return env
@@ -261,7 +263,8 @@ class JobWatch:
                 if self.peers is not None:
                     self.peers.watch(rank, proc.pid)  # which rank ends first, the moment it does
                 self._beat(view.snapshot(now), now, "start")
-            view.proc.workers = proc.workers
+            # a process first seen alone (rank 0) is of unknown rank once another of the job's own appears
+            view.proc.workers, view.proc.known = proc.workers, proc.known
             stacks = self.sampler.sample(proc.pid)
             if stacks is None:  # not read at this look (a sampler's timeout on a loaded machine): a process still
                 if process_state(proc.pid, socket.gethostname(), now) == "alive":  # running (not a zombie) is
@@ -301,9 +304,7 @@ class JobWatch:
         # training once every rank of this node is seen training: a rank waiting for a peer still importing (not
         # yet started, or not yet at its first step) is starting, not stalled
         node = max((v.proc.local_world for v in self.ranks.values()), default=0)
-        training = len(self.ranks) >= node and all(
-            len(v.phases_seen & {"data", "forward", "backward", "optimizer"}) >= 2 for v in self.ranks.values()
-        )
+        training = all_training(list(self.ranks.values()), node)
         allowance = self.stall_timeout_s if training else self.first_step_s
         if any(v.phase == "compile" for v in views):  # torch.compile's workers at a new shape: not a stall yet
             allowance = max(allowance, COMPILE_ALLOW_S)

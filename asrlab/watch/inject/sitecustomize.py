@@ -10,6 +10,7 @@ In every Python process of the job (ranks, DataLoader workers, the torchrun agen
 * in a process no launcher gave a rank (``torch.multiprocessing.spawn``'s), a thread that looks twice a second
   for its process group and, once it is made, records its rank in ``$ASRLAB_WATCH_EXP/watch/ranks/{pid}.json``
   (the process group's own word, read by the watch): from then on it is that rank here too;
+* the output written a whole line at a time, where the watch made it unbuffered (not the job itself);
 * in a rank, a thread that looks twice a second for ``$ASRLAB_WATCH_EXP/flight/request`` and, when the
   watcher writes it (a stall), writes PyTorch's Flight Recorder (the collectives this rank took part in) to
   ``flight/rank{RANK}.json``: a thread, since a rank stuck in a collective never returns to run a handler.
@@ -243,6 +244,19 @@ def _serve_flight(exp, rank):
             pass
 
 
+def _whole_lines():
+    """Each line written whole: unbuffered (PYTHONUNBUFFERED, which the watch sets for the job's output to come
+    through its pipe as it is printed), ``print`` writes its text and its newline apart, and two ranks' lines
+    printed at once glue together, which no reader of the log can take apart."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except Exception:  # not a text stream of its own kind: left as it is
+            pass
+
+
+if os.environ.get("ASRLAB_WATCH_LINES"):
+    _whole_lines()
 if os.environ.get("ASRLAB_WATCH_EXP"):
     sys.excepthook = _record
     _dumps_on_signal()
