@@ -404,6 +404,9 @@ WORDINGS = {
     "a gradient norm nan once, losses finite before and after: a skipped step, healthy": (
         "logs18/plain/healthy_yolo_world_pretrain_epoch_100_iters_3200_to_3400_one_grad_norm_nan_then_finite.log"
     ),
+    "a bar after the traceback, 0/299 ... 63% 34/54 [00:42<00:25: the tqdm count, not the epoch's": (
+        "logs19/plain/yolov3_colab_compute_loss_bce_cuda_oom_2_mib_gpu_0_15_90_gib_then_bar_epoch_0_34_of_54.log"
+    ),
     "k2's Check failed ... Error: device-side assert triggered": (
         "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
     ),
@@ -429,6 +432,7 @@ INDEX = {
         "logs16",
         "logs17",
         "logs18",
+        "logs19",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -360,7 +360,8 @@ def counter_of(line: str, named: bool = False) -> int | None:
     """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
     ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
     it names none."""
-    m = _NAMED.search(line) or (None if named else _OF.search(line))
+    # a tqdm count before any other N/M: a bar's "0/299 ... 34/54 [00:42<00:25" counts batches, its 0/299 epochs
+    m = _NAMED.search(line) or (None if named else _TQDM.search(line) or _OF.search(line))
     return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
