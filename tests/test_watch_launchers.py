@@ -320,3 +320,13 @@ def test_a_rank_seen_once_in_a_steps_computation_is_training():
     assert not all_training([backward, starting], 2)
     assert not all_training([backward, Seen(phases_seen={"start", "data", "collective"})], 2)
     assert not all_training([backward], 2)  # a rank of the node not seen yet
+
+
+def test_asrlab_trains_own_torchrun_agent_is_a_launcher_not_a_rank():
+    """``asrlab train --nproc N``'s agent (``python -m asrlab.train.launch``, torchrun's own main) is a launcher: the
+    process that started it is not taken for rank 0 while the forked ranks are still starting (under load, the
+    watch had ended such a job at start-up as "rank 0 is in the loop's own code")."""
+    from asrlab.train.launch import torchrun_command
+    from asrlab.watch.procs import LAUNCHERS
+
+    assert any(x in " ".join(torchrun_command(2, ["--data", "d"])) for x in LAUNCHERS)

@@ -36,7 +36,13 @@ def _is_python(p: psutil.Process) -> bool:
         return False
 
 
-LAUNCHERS = ("torchrun", "torch.distributed.run", "torch/distributed/run.py", "torch.distributed.launch")
+LAUNCHERS = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch/distributed/run.py",
+    "torch.distributed.launch",
+    "asrlab.train.launch",
+)
 
 
 def _launcher(p: psutil.Process) -> bool:
@@ -191,10 +197,17 @@ class Table:
             # are their workers). One (``python train.py``) is rank 0; several (a script that starts each itself)
             # are each watched, numbered by the watch, their ranks said to be unknown
             tops: list[tuple[int, float, list[int]]] = []
+            # (nor one with a launcher below it, ``asrlab train``'s torchrun, nor what is below that: its ranks, still
+            # starting, are named by the launcher's variables or their own records, not taken for their starter)
+            launched: set[int] = set()
             for pid, _, started in tree:
                 _, py, launcher, _ = facts[pid]
-                if py and not launcher and not any(pid in w for _, _, w in tops):
-                    tops.append((pid, started, workers(pid)))
+                if py and not launcher and pid not in launched and not any(pid in w for _, _, w in tops):
+                    below_it = workers(pid)
+                    if any(facts[w][2] for w in below_it):
+                        launched.update(below_it)
+                    else:
+                        tops.append((pid, started, below_it))
             self._several = self._several or len(tops) > 1
             if len(tops) == 1 and not self._several:
                 pid, started, below_it = tops[0]
