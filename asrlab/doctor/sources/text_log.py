@@ -254,7 +254,8 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
     # an error-level line after which training went on (steps of finite losses logged): said, not a failure
-    went_on, odd = [e for e in odd if _finite_after(run, e)], [e for e in odd if not _finite_after(run, e)]
+    after = [_finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
+    went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], _last_before(run, odd[0]["rank"], odd[0]))
     return Reading(
