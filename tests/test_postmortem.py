@@ -70,7 +70,7 @@ def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp
     )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "no_failure_seen"
-    r = d["resumes"][0]
+    r = d["resumes"]["from_output"][0]
     assert r["restarted_epoch"] and r["trained_twice"] == 1500 and r["checkpoint"] == "exp/epoch_2.pt", r
     assert "started again at batch 0" in d["summary"], d["summary"]
 
@@ -530,7 +530,9 @@ def test_a_bar_redrawn_at_0_at_an_epochs_end_is_not_a_resume():
     batches trained twice."""
     case = FIXTURES / "toolkit_runs" / "nemo" / "healthy_single"
     d = diagnose_logs([str(case / "console.log")])
-    assert d["verdict"] == "no_failure_seen" and d["resumes"] == [] and "resume" not in d["summary"], d["summary"]
+    assert d["verdict"] == "no_failure_seen" and d["resumes"]["from_output"] == [] and "resume" not in d["summary"], d[
+        "summary"
+    ]
 
 
 def test_kerass_terminate_on_nan_is_a_nonfinite_loss_not_a_resume():
@@ -539,7 +541,7 @@ def test_kerass_terminate_on_nan_is_a_nonfinite_loss_not_a_resume():
     not a resume (the set's truth says step 1, Keras's own count; the bar's is the log's counter)."""
     log = "logs16/plain/keras_tuner_hyperband_epoch_5_batch_1_invalid_loss_terminating_training_but_loss_nan_continues.log"
     d = diagnose_logs([str(FIXTURES / log)])
-    assert (d["verdict"], d["culprit"]["step"], d["resumes"], d["history"]) == ("nonfinite", 2, [], []), d["summary"]
+    assert (d["verdict"], d["culprit"]["step"], d["resumes"]["from_output"], d["history"]) == ("nonfinite", 2, [], [])
 
 
 def test_a_gradient_norm_nan_between_finite_losses_is_a_skipped_step_and_said():

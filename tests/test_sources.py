@@ -235,3 +235,21 @@ def test_a_checkpoint_saved_after_the_first_nonfinite_step_is_said(tmp_path, cap
     assert after == {"step_4.pt": False, "step_8.pt": True}, after
     main(["doctor", str(tmp_path)])
     assert "step_8.pt: step 8 (saved at or after step 6, the first not finite" in capsys.readouterr().out
+
+
+def test_one_json_shape_for_a_run_folder_a_log_and_a_toolkit_folder():
+    """The same keys, and the same shape under each key that was read, whatever the doctor was given: a watched
+    run folder, a log, a toolkit's experiment folder (event files, checkpoints)."""
+    fixtures = Path(__file__).parent / "fixtures"
+    nemo = fixtures / "toolkit_runs" / "nemo" / "nan_rank1"
+    ds = [
+        diagnose(str(p))
+        for p in (fixtures / "watched" / "loop_gloo_timeout_rank1_held", nemo / "console.log", nemo / "exp")
+    ]
+    assert [d["read"] for d in ds] == ["run folder", "logs", "logs"]
+    for d in ds:
+        assert list(d) == list(SCHEMA)
+        assert list(d["culprit"]) == list(ds[0]["culprit"]) and list(d["resumes"]) == list(ds[0]["resumes"]), d["paths"]
+    for k in SCHEMA:
+        shapes = {type(d[k]).__name__ for d in ds if d[k] is not None}
+        assert len(shapes) <= 1, (k, shapes)

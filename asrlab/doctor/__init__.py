@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..lab import layout
 from ..lab.layout import is_run
 from .read import json_ready
+from .timeline import resumes
 from .verdict import FAILED, VERDICTS
 
 # render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
@@ -131,7 +132,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
 
 # a log's sections where no log was read (a folder of event files alone)
 EMPTY_LOG = {
-    "hang": None, "nonfinite": None, "resumes": [], "ranks": [], "step_spread": None, "files": [], "lines": 0,
+    "hang": None, "nonfinite": None, "resumes": resumes(), "ranks": [], "step_spread": None, "files": [], "lines": 0,
     "formats": {}, "world_size": None, "events": {}, "read_s": 0.0,
 }  # fmt: skip
 
@@ -179,11 +180,11 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
     )  # fmt: skip
     if job is not None:
         d["job_output"] = job.sections
-        if not d["resumes"]["ledger"] and job.sections["resumes"]:
+        if not d["resumes"]["ledger"] and job.sections["resumes"]["from_output"]:
             # no ledger in the folder: the job's own lines show where a restart went back to
-            d["resumes"]["from_job_output"] = [r["text"] for r in job.sections["resumes"]]
+            d["resumes"]["from_output"] = job.sections["resumes"]["from_output"]
             if d["verdict"] in ("finished", "running"):  # a restart that went back to batch 0 is said first
-                d["summary"] += "; " + d["resumes"]["from_job_output"][0]
+                d["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
         last = job.sections["last_steps"]
         if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
             d["summary"] += " at " + "; ".join(

@@ -267,8 +267,8 @@ def format_diagnosis(d: dict) -> str:
         + (
             ", ".join(f"from step {s}" for s in rs["resumed_from"])
             if rs["resumed_from"]
-            else "read from the job's output: " + "; ".join(rs["from_job_output"])
-            if rs.get("from_job_output")
+            else "read from the job's output: " + "; ".join(r["text"] for r in rs["from_output"])
+            if rs["from_output"]
             else "none"
             if rs["ledger"]
             else "no ledger (train.ledger=false)"
@@ -371,7 +371,7 @@ def _log_text(d: dict) -> str:
         lines.append(f"hang: {d['hang']['text']}")
     if d["nonfinite"] and d["nonfinite"].get("first"):
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
-    for r in d["resumes"]:
+    for r in d["resumes"]["from_output"]:
         lines.append(
             f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
         )

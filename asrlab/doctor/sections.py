@@ -16,6 +16,7 @@ from ..lab.state import checkpoint
 from ..lab.state.ledger import coverage, coverage_report, ledger_path, ledger_ranks, read_untrained
 from ..lab.timing import bound, split_of_phases, step_split
 from .read import kept_steps, read_json
+from .timeline import resumes
 
 FIRST = 5  # keys, steps, ... named in the text before "+N more"
 # a rank's reads hold the others up when its data-wait share is this far above the others' median, and this
@@ -234,12 +235,12 @@ def resume_points(exp: str | Path, raw: list[dict]) -> dict:
     redone = [
         {"after_step": a["step"], "back_to_step": b["step"] - 1} for a, b in zip(raw, raw[1:]) if b["step"] <= a["step"]
     ]
-    return {
-        "ledger": bool(per_rank),
-        "resumed_from": steps,
-        "per_rank": {str(r): v for r, v in per_rank.items()},
-        "steps_trained_again": redone,
-    }
+    return resumes(
+        ledger=bool(per_rank),
+        resumed_from=steps,
+        per_rank={str(r): v for r, v in per_rank.items()},
+        trained_again=redone,
+    )
 
 
 def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:

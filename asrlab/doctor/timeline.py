@@ -19,6 +19,20 @@ from pathlib import Path
 NO_STEP = {"step": None, "epoch": None, "batch": None}
 
 
+def resumes(*, ledger=False, resumed_from=(), per_rank=None, trained_again=(), from_output=()) -> dict:
+    """The ``resumes`` section, one shape whatever was read: ``ledger`` (asrlab's resume ledger was there),
+    ``resumed_from`` (the steps the ledger says the run resumed from) and ``per_rank``, ``steps_trained_again``
+    (where rank 0's metrics went back), ``from_output`` (where a log's or a job's output shows the steps went
+    back: ``rank``, ``before``, ``after``, ``restarted_epoch``, ``trained_twice``, ``time``, ``text``)."""
+    return {
+        "ledger": ledger,
+        "resumed_from": list(resumed_from),
+        "per_rank": per_rank or {},
+        "steps_trained_again": list(trained_again),
+        "from_output": list(from_output),
+    }
+
+
 def failure(verdict: str, kind: str, time: float | None, text: str, *, source: str, rank=None, step=None, **more):
     """A failure event (see the module docstring); ``step`` is a step record or a plain step number."""
     if isinstance(step, dict):

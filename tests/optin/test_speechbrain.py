@@ -162,7 +162,7 @@ def test_train_log_alone_is_read_as_speechbrain(run):
 def test_no_resume_claimed(run, fault):
     _, d, log = run(fault, False)
     assert "resum" not in d["summary"] and "resum" not in log["summary"], (d["summary"], log["summary"])
-    assert not log["resumes"], log["resumes"]
+    assert not log["resumes"]["from_output"], log["resumes"]
 
 
 def test_nonfinite_single_not_called_killed(run):

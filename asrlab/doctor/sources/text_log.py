@@ -22,7 +22,7 @@ from ..logs.progress import at, clock, rank_progress, resume_records, step_numbe
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.toolkits import counter_of
-from ..timeline import first_failure
+from ..timeline import first_failure, resumes
 from . import Reading
 
 NAME = "log"
@@ -272,7 +272,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     d: dict = {
         "hang": hang(run, timeouts) if timeouts else None,
         "nonfinite": _nonfinite(run),
-        "resumes": resume_records(run),
+        "resumes": resumes(from_output=resume_records(run)),
         "ranks": rank_progress(run),
     }
     d["step_spread"] = step_spread(d["ranks"])
@@ -311,8 +311,8 @@ def _phrased(run: LogRun, first: dict, d: dict) -> dict:
     traceback, a stop long after the last step ended a hang), its culprit, its sentence (``summary``; and where
     the job went back to, after a resume)."""
     e = _phrase(run, first, d)
-    if d["resumes"]:
-        e["summary"] += "; " + d["resumes"][0]["text"]
+    if d["resumes"]["from_output"]:
+        e["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
     return e
 
 
@@ -485,8 +485,8 @@ def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
             "the log is empty" if not run.lines else f"{run.lines} lines, none a training step or a failure"
         )
     s = "no failure seen"
-    if d["resumes"]:
-        s += "; " + d["resumes"][0]["text"]
+    if d["resumes"]["from_output"]:
+        s += "; " + d["resumes"]["from_output"][0]["text"]
     if d["nonfinite"] and d["nonfinite"].get("first"):
         s += "; non-finite values " + d["nonfinite"]["text"]
     if went_on:
