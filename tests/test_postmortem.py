@@ -407,6 +407,15 @@ WORDINGS = {
     "a bar after the traceback, 0/299 ... 63% 34/54 [00:42<00:25: the tqdm count, not the epoch's": (
         "logs19/plain/yolov3_colab_compute_loss_bce_cuda_oom_2_mib_gpu_0_15_90_gib_then_bar_epoch_0_34_of_54.log"
     ),
+    "a bar's end glued to the shell's word: 3787/62565 [04:47<1:10:53, 13.82it/s]Killed": (
+        "logs20/plain/simsg_vg_t_15500_of_300000_gan_losses_then_bar_3787_of_62565_killed.log"
+    ),
+    "a bar with no total, loss=nan at 600it [11:53, 1.19s/it": (
+        "logs20/lightning/ldcast_autoenc_epoch_12_600it_loss_nan_then_val_rec_loss_nan_not_finite_signaling_trainer_to_stop.log"
+    ),
+    "an OOM's traceback of no rank, then torch elastic's failed (exitcode: 1) local_rank: 0": (
+        "logs20/torchrun/mmediting_basicvsr_charbonnier_loss_cuda_oom_46_mib_then_elastic_restart_worker_group_3_of_3_attempts.log"
+    ),
     "k2's Check failed ... Error: device-side assert triggered": (
         "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
     ),
@@ -433,6 +442,7 @@ INDEX = {
         "logs17",
         "logs18",
         "logs19",
+        "logs20",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -347,13 +347,14 @@ _NAMED = re.compile(
 _OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
 
 
-_TQDM = re.compile(r"(?<![\d.])(\d+)/(?:\d+|\?)\s*\[(?:\d+:)?\d+:\d+")  # a tqdm count: "450/1000 [01:23<..."
+# a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"
+_TQDM = re.compile(r"(?<![\d.])(?:(\d+)/(?:\d+|\?)\s*|(\d+)it )\[(?:\d+:)?\d+:\d+")
 
 
 def bar_count(line: str) -> int | None:
     """The count of a tqdm bar anywhere in a line (glued to other output, its glyphs stripped by a notebook)."""
     m = _TQDM.search(line)
-    return int(m.group(1)) if m else None
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def counter_of(line: str, named: bool = False) -> int | None:

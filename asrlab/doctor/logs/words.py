@@ -20,7 +20,8 @@ WATCHDOG_EXC = re.compile(r"watchdog thread terminated with exception: (.+)")
 NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operations have failed or timed out")
 # the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
 BASH_KILLED = re.compile(
-    r"(?:^\W{0,3}|line \d+:\s+\d+ )(?:Killed\b(?!\s+process)|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
+    r"(?:^\W{0,3}|line \d+:\s+\d+ |(?:it/s|s/it)(?:,[^\]]*)?\])"  # ... or glued to a progress bar's end
+    r"(?:Killed\b(?!\s+process)|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
 )
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(

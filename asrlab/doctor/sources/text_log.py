@@ -404,8 +404,11 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
             return {"oom": "out_of_memory", "nonfinite_error": "nonfinite"}.get(tb[0]["kind"], "crashed"), tb[0]
     if e["kind"] in ("exception", "oom", "nonfinite_error") and e.get("rank") is None:
         roots = [x for x in run.events if x["kind"] == "exit" and x.get("root")]
-        if roots:
-            e = {**e, "rank": roots[0]["rank"]}
+        # else the one rank its launcher then said failed (torch elastic's "failed (exitcode: 1) local_rank: 0")
+        said = {x["rank"] for x in run.events if x["kind"] == "exit" and x.get("exitcode") and not x.get("signal")
+                and x.get("rank") is not None and x.get("file") == e.get("file") and x["order"] >= e["order"]}  # fmt: skip
+        if roots or len(said) == 1:
+            e = {**e, "rank": roots[0]["rank"] if roots else said.pop()}
     return verdict, e
 
 
