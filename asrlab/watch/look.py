@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from ..lab.stall.verdict import phase_text
+from ..lab.stall.verdict import WAITING, phase_text
 from .procs import job_ranks, job_root, world_of
 from .sample import PySpy, format_stack
-from .ranks import WAITING, Loops, RankView
+from .ranks import Loops, RankView
 
 
 def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:

@@ -21,8 +21,6 @@ from ..lab.stall.classify import (
 from .procs import Proc
 from .sample import PySpy
 
-
-WAITING = ("collective", "ddp_allreduce")
 TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
 
 

@@ -37,7 +37,8 @@ from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import phase_of
 from .gpus import GpuBusy
 from .keeper import KeptJob
-from .ranks import WAITING, Loops, RankView, all_training
+from ..lab.stall.verdict import WAITING
+from .ranks import Loops, RankView, all_training
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
