@@ -472,6 +472,24 @@ def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
 
 
+def test_a_strangers_loops_claim_no_recovery_and_no_resume_the_lines_do_not_show(tmp_path):
+    """A loss nan from step 18 to the end, another rank's finite line of the same step between: fatal, not
+    "finite again"; "ep 0 it 19" then "ep 1 it 0": the next epoch, not a resume; "epoch=0 iter=19": step 19;
+    a loop's own "rank=1" and "[rank 1]" beside its step: that rank."""
+    nan = diagnose_logs([str(FIXTURES / "own_loops" / "x_tqdm_train_r1_nan_stays.log")])
+    assert "fatal (never finite again)" in nan["summary"] and not nan["nonfinite"]["transient"], nan["summary"]
+    epochs = diagnose_logs([str(FIXTURES / "own_loops" / "x_ep_it_two_epochs_healthy_error_word.log")])
+    assert epochs["resumes"]["from_output"] == [] and epochs["summary"] == "no failure seen", epochs["summary"]
+    for i, text in enumerate(
+        ("epoch=0 iter=18 loss=1.0\nepoch=0 iter=19 loss=nan\n", "rank=0 step=19 loss=1.0\nrank=1 step=19 loss=nan\n",
+         "[rank 0] step 19 | loss 1.0\n[rank 1] step 19 | loss nan\n")
+    ):  # fmt: skip
+        (tmp_path / f"{i}.log").write_text(text)
+        d = diagnose_logs([str(tmp_path / f"{i}.log")])
+        assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 19), d["summary"]
+        assert d["culprit"]["rank"] == (None if i == 0 else 1), d["summary"]
+
+
 def test_a_stop_read_from_a_log_is_no_failure_as_from_a_run_folder():
     """One exit rule whatever was read: a job stopped by a signal to its watch exits 0 (a run folder's stop did),
     a failure 1."""

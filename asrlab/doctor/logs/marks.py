@@ -93,10 +93,14 @@ def rank_of(line: str) -> int | None:
     return None
 
 
+# a loop's own mark beside its step: "[rank 1] step 15", "rank=1 step=1" (first, or after a bracket or bar)
+_LOOP_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|(?:^|[\[({|,]\s*)rank\s*=\s*(\d+)\b")
+
+
 def marked_rank(line: str) -> int | None:
-    """The rank a line's explicit mark names (``[RANK 1]``, ``[Rank 1]``): what a loop of one's own prints
-    beside its step, where a bare "rank 3" may be anything."""
-    m = _RANKS[0].search(line)
+    """The rank a line's explicit mark names (``[RANK 1]``, ``[Rank 1]``, ``[rank 1]``, ``rank=1`` first): what a
+    loop of one's own prints beside its step, where a bare "rank 3" may be anything."""
+    m = _RANKS[0].search(line) or _LOOP_RANK.search(line)
     return int(next(g for g in m.groups() if g is not None)) if m else None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .progress import step_number
-from .run import LogRun, finite
+from .run import LogRun, finite, position
 
 
 def skipped_overflow(run: LogRun, r: dict) -> bool:
@@ -37,11 +37,10 @@ def nonfinite_section(run: LogRun) -> dict | None:
     if r["grad_norm"] is not None and not math.isfinite(r["grad_norm"]):
         bad.append("grad_norm")
         terms.append("grad_norm")
-    later = [
-        x
-        for x in run.series[r["rank"]].all()
-        if x["order"] > r["order"] and x["file"] == r["file"] and not x["nonfinite"]
-    ]
+    # finite again: at a later step (not another unmarked rank's line of the same step), and still at the end
+    after = [x for x in run.series[r["rank"]].all() if x["order"] > r["order"] and x["file"] == r["file"]]
+    ends_finite = bool(after) and not after[-1]["nonfinite"]
+    later = [x for x in after if not x["nonfinite"] and position(x) > position(r)] if ends_finite else []
     before = [x for x in run.series[r["rank"]].all() if x["order"] < r["order"] and x["file"] == r["file"]]
     norms = [x["grad_norm"] for x in before if x["grad_norm"] is not None]
     scales = [x["scale"] for x in before if x["scale"] is not None]

@@ -463,14 +463,14 @@ class _File:
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
-        # a bar at 0 trained nothing (Lightning redraws an epoch's bar at 0 before naming the next): not a resume, nor
-        # what the next line is compared with; a counter without an epoch starts again each epoch: no resume
+        # not resumes: a bar at 0 (Lightning's redraw before the next epoch: nor compared with), a per-epoch count
         zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0 and not rec["losses"], series.moved
         if (
             not zero
             and last is not None
             and position(rec) < position(last)
             and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
+            and not (None not in (rec["epoch"], last["epoch"]) and rec["epoch"] > last["epoch"])  # counted per epoch
             and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
             # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
             and (last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"]))

@@ -274,7 +274,8 @@ _COUNTER = re.compile(
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
     re.I,
 )
-_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)\s*(?:\||,|/|$)", re.I)  # "[ep 1 | it 00007/00030] ctc=..."
+# "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
+_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(rf"\b((?:\w+[_ ])?[Ll]oss)(?: is|:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
@@ -340,7 +341,7 @@ _NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)",  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
+    r"|(?<![\w.:=])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)",  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
