@@ -20,7 +20,7 @@ from asrlab.doctor import diagnose, format_diagnosis
 LOOP = Path(__file__).parent / "loops" / "printing_loop.py"
 
 
-def watch(exp: Path, fault: str = "", steps: int = 40, **popen) -> subprocess.Popen:
+def watch(exp: Path, fault: str = "", steps: int = 40, timeout: str = "60", *flags, **popen) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -29,7 +29,8 @@ def watch(exp: Path, fault: str = "", steps: int = 40, **popen) -> subprocess.Po
         "--exp",
         str(exp),
         "--stall-timeout",
-        "60",
+        timeout,
+        *flags,
         "--",
         sys.executable,
         "-m",
@@ -40,6 +41,35 @@ def watch(exp: Path, fault: str = "", steps: int = 40, **popen) -> subprocess.Po
     ]
     env = {**os.environ, "FAULT": fault, "STEPS": str(steps), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_steps_printed_in_the_jobs_output_end_the_first_step_allowance(tmp_path):
+    """A loop whose steps are too short to be sampled computing (most of its time asleep in its own code) is seen
+    training from its own step lines: when rank 1 then sleeps for good, the stall is found after --stall-timeout,
+    not after the first-step allowance (3x) that holds while ranks may still be starting."""
+    exp = tmp_path / "exp"
+    proc = watch(exp, "hang:1:30", 200, "5", "--on-stall", "kill")
+    out, err = proc.communicate(timeout=150)
+    report = json.loads((exp / "stall_report.json").read_text())
+    assert report["timeout_s"] == 5 and report["verdict"].startswith("rank 1 "), (report["verdict"], err[-2000:])
+    assert "rank 0 is waiting in DDP's gradient all-reduce" in report["verdict"], report["verdict"]
+
+
+def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_moments(tmp_path, monkeypatch):
+    """What counts as the job's steps: a loss's value beside a counter, at two moments a second apart."""
+    from asrlab.watch import output
+
+    clock = [1000.0]
+    monkeypatch.setattr(output.time, "time", lambda: clock[0])
+    job = output.JobOutput(tmp_path)
+    job._keep(b"model:\n  loss_weight: 0.3\n  ctc_loss: 1\nepoch 0 step 1 loss=2.5\nepoch 0 step 2 loss=2.4\n")
+    clock[0] += 0.5
+    job._keep(b"loss_weight: 0.3 (rank 1's config)\n")
+    assert not job.training()
+    clock[0] += 0.6
+    job._keep(b"  3%|3         | 12/400 [00:05<02:40,  2.42it/s, loss=1.91]\n")
+    assert job.training()
+    job.close()
 
 
 def test_the_loops_own_nan_losses_are_read_from_its_output(tmp_path):

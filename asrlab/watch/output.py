@@ -10,6 +10,7 @@ places what the job printed on the same clock as the run folder's heartbeats, er
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,10 @@ from ..lab.layout import JOB_LOG, JOB_TIMES, job_log, job_times
 
 MAX_BYTES = 64 << 20
 CLOCK_S = 0.2  # the job.times resolution: a line's time is when the stretch it came in was kept, within this
+# a line that reports a training step: a loss's value and a counter ("step 15 | loss 0.52", "it 7 ctc=0.3",
+# tqdm's "12/40 [...] loss=0.5"); not a config's "loss_weight: 0.3"
+_LOSS = re.compile(rb"(?i)loss\w*['\"]?\s*[=:]?\s*['\"]?[-+]?(?:\d|nan|inf)")
+_COUNTER = re.compile(rb"(?i)\b(?:step|iter|iteration|it|epoch|ep|batch)\b\W{0,3}\d|\d+/\d+|it/s|s/it")
 
 
 class JobOutput:
@@ -32,6 +37,7 @@ class JobOutput:
         self._stamped = 0.0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._steps_at: list[float] = []  # when step lines came, a second apart at least (the first two kept)
 
     def pump(self, pipe: BinaryIO, out: BinaryIO) -> None:
         t = threading.Thread(target=self._run, args=(pipe, out), daemon=True, name="asrlab-job-output")
@@ -77,6 +83,14 @@ class JobOutput:
                 self._stamped = now
             self._file.write(data)
             self._file.flush()
+            if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
+                if any(_LOSS.search(line) and _COUNTER.search(line) for line in data.splitlines()):
+                    self._steps_at.append(now)
+
+    def training(self) -> bool:
+        """Whether the job has printed step lines (a loss and a counter) at two moments a second apart: its ranks
+        are past their start-up, whatever their stacks were sampled doing."""
+        return len(self._steps_at) >= 2
 
     def close(self, timeout_s: float = 5.0) -> None:
         for t in self._threads:

@@ -76,6 +76,7 @@ class JobWatch:
         self.sampler = None
         self.sampler_note = ""
         self.ranks: dict[int, RankView] = {}
+        self.output: JobOutput | None = None
         self.stalled: dict | None = None
         self._signal: int | None = None
         self._stopped: float | None = None  # when a signal to the watch ended the job
@@ -125,7 +126,7 @@ class JobWatch:
         if self.peers is not None:
             self.peers.start()
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        output = JobOutput(self.exp)
+        output = self.output = JobOutput(self.exp)
         try:
             proc = _start(cmd, self.env(), layout.lab(self.exp))
         except OSError as e:
@@ -305,7 +306,10 @@ class JobWatch:
         # training once every rank of this node is seen training: a rank waiting for a peer still importing (not
         # yet started, or not yet at its first step) is starting, not stalled
         node = max((v.proc.local_world for v in self.ranks.values()), default=0)
-        training = all_training(list(self.ranks.values()), node)
+        # or seen in the job's own output: steps printed apart in time (a loop whose steps are too short to be
+        # sampled computing, the rest of its time asleep or in its own code)
+        seen = list(self.ranks.values())
+        training = all_training(seen, node) or (len(seen) >= node and self.output.training())
         allowance = self.stall_timeout_s if training else self.first_step_s
         if any(v.phase == "compile" for v in views):  # torch.compile's workers at a new shape: not a stall yet
             allowance = max(allowance, COMPILE_ALLOW_S)

@@ -1,7 +1,8 @@
 """A stranger's DDP loop for the watched-run tests: a linear model on random frames, its own progress line
 each step ("epoch E step S loss=X"), nothing of asrlab. FAULT breaks it: ``nan:S`` (the loss is NaN from step
 S on, printed as such, training goes on), ``kill:R:S`` / ``abort:R:S`` (rank R ends itself with SIGKILL /
-SIGABRT at step S), ``raise:R:S`` (rank R raises a ValueError at step S). Runs STEPS steps (default 40), SLEEP seconds each (default 0.05)."""
+SIGABRT at step S), ``raise:R:S`` (rank R raises a ValueError at step S), ``hang:R:S`` (rank R sleeps for good at
+step S, in its own code: its peer waits in DDP's all-reduce). Runs STEPS steps (default 40), SLEEP seconds each (default 0.05)."""
 
 import os
 import signal
@@ -27,6 +28,8 @@ def main() -> None:
             loss = loss * float("nan")
         if fault[0] in ("kill", "abort") and rank == int(fault[1]) and step == int(fault[2]):
             os.kill(os.getpid(), signal.SIGKILL if fault[0] == "kill" else signal.SIGABRT)
+        if fault[0] == "hang" and rank == int(fault[1]) and step == int(fault[2]):
+            time.sleep(3600)
         if fault[0] == "raise" and rank == int(fault[1]) and step == int(fault[2]):
             raise ValueError(f"a batch of shape {tuple(x.shape)} has no labels")
         opt.zero_grad()
