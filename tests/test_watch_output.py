@@ -80,6 +80,8 @@ def test_the_loops_own_nan_losses_are_read_from_its_output(tmp_path):
     d = diagnose(exp)
     assert d["verdict"] == "nonfinite", d["summary"]
     assert d["culprit"]["step"] == 10 and "loss not finite" in d["summary"], d["summary"]
+    # the job exited 0: the watch says what its output showed, and where to read more
+    assert f"asrlab watch: nonfinite: {d['summary']}\n  asrlab doctor {exp}" in err, err[-2000:]
 
 
 @pytest.mark.parametrize("how,signame", [("kill", "SIGKILL"), ("abort", "SIGABRT")])
@@ -88,10 +90,11 @@ def test_a_rank_ended_by_a_signal_is_named_with_that_signal(tmp_path, how, signa
     guess."""
     exp = tmp_path / "exp"
     proc = watch(exp, f"{how}:1:8")
-    proc.communicate(timeout=150)
+    _, err = proc.communicate(timeout=150)
     assert proc.returncode != 0
     d = diagnose(exp)
     assert d["verdict"] == "killed", d["summary"]
+    assert err.rstrip().endswith(f"asrlab watch: killed: {d['summary']}\n  asrlab doctor {exp}"), err[-2000:]
     assert d["summary"].startswith(f"rank 1 was killed by {signame} at step 7"), d["summary"]
     assert {k: d["culprit"][k] for k in ("rank", "step")} == {"rank": 1, "step": 7}
 

@@ -27,7 +27,21 @@ def cmd_watch(a: argparse.Namespace) -> int:
             f"asrlab doctor {a.exp}",
             file=sys.stderr,
         )
+    elif (said := _what_went_wrong(a.exp)) is not None:
+        print(f"asrlab watch: {said}\n  asrlab doctor {a.exp}", file=sys.stderr)
     return rc
+
+
+def _what_went_wrong(exp: str) -> str | None:
+    """The doctor's verdict on the watched run, where something went wrong (a crash, a killed rank, a loss that
+    went non-finite though the job exited 0); None for a run that finished well, or one the doctor cannot read."""
+    from ..doctor import diagnose
+
+    try:
+        d = diagnose(exp)
+    except Exception:  # the job's exit code is what the watch owes; its reading of the run is a courtesy
+        return None
+    return None if d["verdict"] in ("finished", "stopped") and d["ok"] else f"{d['verdict']}: {d['summary']}"
 
 
 def add_commands(sub) -> None:
