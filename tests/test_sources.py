@@ -253,3 +253,12 @@ def test_one_json_shape_for_a_run_folder_a_log_and_a_toolkit_folder():
     for k in SCHEMA:
         shapes = {type(d[k]).__name__ for d in ds if d[k] is not None}
         assert len(shapes) <= 1, (k, shapes)
+
+
+def test_a_watched_stall_takes_its_step_from_the_jobs_own_output_and_says_its_culprit_first():
+    """The watch samples stacks, not steps: a stranger's spinning rank 1 (its samples hold no step) gets the last
+    step its own lines printed (9), in the JSON and in the text's culprit line, as a log's reading has it."""
+    exp = Path(__file__).parent / "fixtures" / "watched" / "spawn_busy_rank1_own_code"
+    d = diagnose(str(exp))
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 9), d["summary"]
+    assert format_diagnosis(d).splitlines()[1] == "  culprit: rank 1, step 9"

@@ -186,6 +186,9 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
             if d["verdict"] in ("finished", "running"):  # a restart that went back to batch 0 is said first
                 d["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
         last = job.sections["last_steps"]
+        c = d["culprit"]
+        if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
+            c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))
         if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
             d["summary"] += " at " + "; ".join(
                 f"rank {r['rank']}: {r['last']}" if r["rank"] is not None else r["last"] for r in last

@@ -134,7 +134,7 @@ def format_diagnosis(d: dict) -> str:
     """The text of ``asrlab doctor``, whatever was read: the verdict first, then each section."""
     if d.get("exp") is None:
         return _log_text(d) + "\n"
-    lines = [f"{d['verdict'].upper()}: {d['summary']}", f"  experiment: {d['exp']}"]
+    lines = [*_head(d), f"  experiment: {d['exp']}"]
     lines += [f"  also read: {f} ({n})" for s in d.get("sources") or [] for f in s["files"] for n in s["notes"]]
     hint = _next(d)
     if hint:
@@ -339,13 +339,16 @@ def format_diagnosis(d: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_text(d: dict) -> str:
-    """A log's or a toolkit folder's diagnosis: the verdict, what was read, then each section."""
-    lines = [f"{d['verdict'].upper()}: {d['summary']}"]
+def _head(d: dict) -> list[str]:
+    """The verdict and its culprit, first whatever was read."""
     c = d["culprit"]
     said = [f"{k} {c[k]}" for k in ("rank", "step") if c[k] is not None]
-    if said:
-        lines.append("  culprit: " + ", ".join(said))
+    return [f"{d['verdict'].upper()}: {d['summary']}"] + (["  culprit: " + ", ".join(said)] if said else [])
+
+
+def _log_text(d: dict) -> str:
+    """A log's or a toolkit folder's diagnosis: the verdict, what was read, then each section."""
+    lines = _head(d)
     fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
     if d["files"] or not d.get("sources"):  # a toolkit's folder of tables alone: no log lines to count
         lines.append(

@@ -44,7 +44,10 @@ def read(exp: Path) -> Reading | None:
         "formats": s["formats"],
         "lines": s["lines"],
         "nonfinite": s["nonfinite"],
-        "last_steps": [{"rank": x["rank"], "last": x["last"]} for x in last],
+        "last_steps": [
+            {"rank": x["rank"], "last": x["last"], "culprit": text_log.culprit(x["rank"], r.raw.series[x["rank"]].last)}
+            for x in last
+        ],
         "resumes": s["resumes"],
         "history": r.history,
     }
