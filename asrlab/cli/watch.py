@@ -32,14 +32,24 @@ def cmd_watch(a: argparse.Namespace) -> int:
     return rc
 
 
-def _what_went_wrong(exp: str) -> str | None:
+def _what_went_wrong(exp: str, timeout_s: float = 30.0) -> str | None:
     """The doctor's verdict on the watched run, where something went wrong (a crash, a killed rank, a loss that
-    went non-finite though the job exited 0); None for a run that finished well, or one the doctor cannot read."""
-    from ..doctor import diagnose
+    went non-finite though the job exited 0); None for a run that finished well, or one the doctor cannot read
+    within ``timeout_s`` (a process of its own, ended then: a run's large checkpoints are hashed when read)."""
+    import json
+    import subprocess
 
     try:
-        d = diagnose(exp)
-    except Exception:  # the job's exit code is what the watch owes; its reading of the run is a courtesy
+        out = subprocess.run(
+            [sys.executable, "-m", "asrlab.cli", "doctor", str(exp), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        d = json.loads(out.stdout)
+    except (subprocess.TimeoutExpired, OSError, ValueError):  # the job's exit code is what the watch owes
+        return None
+    if not isinstance(d, dict) or "verdict" not in d:  # the doctor's usage error: nothing there to read
         return None
     return None if d["verdict"] in ("finished", "stopped") and d["ok"] else f"{d['verdict']}: {d['summary']}"
 
