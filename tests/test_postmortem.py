@@ -443,6 +443,7 @@ INDEX = {
         "logs18",
         "logs19",
         "logs20",
+        "logs21",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
