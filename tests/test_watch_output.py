@@ -62,12 +62,12 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
     clock = [1000.0]
     monkeypatch.setattr(output.time, "time", lambda: clock[0])
     job = output.JobOutput(tmp_path)
-    job._keep(b"model:\n  loss_weight: 0.3\n  ctc_loss: 1\nepoch 0 step 1 loss=2.5\nepoch 0 step 2 loss=2.4\n")
+    job._saw(b"model:\n  loss_weight: 0.3\n  ctc_loss: 1\nepoch 0 step 1 loss=2.5\nepoch 0 step 2 loss=2.4\n")
     clock[0] += 0.5
-    job._keep(b"loss_weight: 0.3 (rank 1's config)\n")
+    job._saw(b"loss_weight: 0.3 (rank 1's config)\n")
     assert not job.training()
     clock[0] += 0.6
-    job._keep(b"  3%|3         | 12/400 [00:05<02:40,  2.42it/s, loss=1.91]\n")
+    job._saw(b"\r  3%|3         | 12/400 [00:05<02:40,  2.42it/s, loss=1.91]")  # a bar's redraw, no newline yet
     assert job.training()
     job.close()
 

@@ -58,6 +58,7 @@ class JobOutput:
                 out.flush()
             except (OSError, ValueError):  # our own terminal went away: the log still gets it
                 pass
+            self._saw(data)
             data = partial + data
             cut = data.rfind(b"\n") + 1
             partial = data[cut:]
@@ -83,8 +84,13 @@ class JobOutput:
                 self._stamped = now
             self._file.write(data)
             self._file.flush()
-            if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
-                if any(_LOSS.search(line) and _COUNTER.search(line) for line in data.splitlines()):
+
+    def _saw(self, data: bytes) -> None:
+        """Note when the job printed a step line (a bar's redraw after a ``\\r`` too, kept only at its newline)."""
+        now = time.time()
+        if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
+            if any(_LOSS.search(line) and _COUNTER.search(line) for line in re.split(rb"[\r\n]", data)):
+                with self._lock:
                     self._steps_at.append(now)
 
     def training(self) -> bool:
