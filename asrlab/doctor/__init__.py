@@ -111,7 +111,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
             "*.txt, *.out, log-train-*, rank*) and no TensorBoard event files, trainer_state.json or metrics.csv"
         )
     v = decide(folders + ([log] if log else []) + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
-    d = dict(log.sections) if log else dict(EMPTY_LOG)
+    d = dict(log.sections) if log else dict(EMPTY_LOG, resumes=resumes())  # a section of its own, not shared
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]
     d["ok"] = d["verdict"] not in FAILED  # one rule for any path: a stop on request is no failure

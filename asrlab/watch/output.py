@@ -87,10 +87,12 @@ class JobOutput:
 
     def _saw(self, data: bytes) -> None:
         """Note when the job printed a step line (a bar's redraw after a ``\\r`` too, kept only at its newline)."""
-        now = time.time()
-        if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
-            if any(_LOSS.search(line) and _COUNTER.search(line) for line in re.split(rb"[\r\n]", data)):
-                with self._lock:
+        if len(self._steps_at) >= 2:
+            return
+        if any(_LOSS.search(line) and _COUNTER.search(line) for line in re.split(rb"[\r\n]", data)):
+            now = time.time()
+            with self._lock:  # stdout's and stderr's pumps: the second moment a second after the first
+                if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
                     self._steps_at.append(now)
 
     def training(self) -> bool:

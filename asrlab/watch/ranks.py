@@ -24,13 +24,14 @@ from .sample import PySpy
 TRAINING = ("data", "backward", "optimizer")  # phases whose stack is inside the training loop
 
 
-def all_training(views: list, expected: int) -> bool:
+def all_training(views: list, expected: int, printed: bool = False) -> bool:
     """Whether every rank (``expected`` of them on the node, at least) has been seen training: in a step's
-    computation once (it has had its first batch), or in two phases of a step. A rank waiting for a peer still
-    importing, or for its first batch, is starting, not stalled."""
+    computation once (it has had its first batch), or in two phases of a step, or (``printed``) the job's own
+    output has shown its steps. A rank waiting for a peer still importing, or for its first batch, is starting,
+    not stalled."""
     steps = {"forward", "backward", "optimizer"}
-    return len(views) >= expected and all(
-        v.phases_seen & steps or len(v.phases_seen & (steps | {"data"})) >= 2 for v in views
+    return len(views) >= expected and (
+        printed or all(v.phases_seen & steps or len(v.phases_seen & (steps | {"data"})) >= 2 for v in views)
     )
 
 

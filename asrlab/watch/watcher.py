@@ -35,9 +35,9 @@ from ..lab.stall.report import stall_dir, write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import phase_of
+from ..lab.stall.verdict import WAITING
 from .gpus import GpuBusy
 from .keeper import KeptJob
-from ..lab.stall.verdict import WAITING
 from .ranks import Loops, RankView, all_training
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
@@ -308,8 +308,7 @@ class JobWatch:
         node = max((v.proc.local_world for v in self.ranks.values()), default=0)
         # or seen in the job's own output: steps printed apart in time (a loop whose steps are too short to be
         # sampled computing, the rest of its time asleep or in its own code)
-        seen = list(self.ranks.values())
-        training = all_training(seen, node) or (len(seen) >= node and self.output.training())
+        training = all_training(list(self.ranks.values()), node, printed=self.output.training())
         allowance = self.stall_timeout_s if training else self.first_step_s
         if any(v.phase == "compile" for v in views):  # torch.compile's workers at a new shape: not a stall yet
             allowance = max(allowance, COMPILE_ALLOW_S)

@@ -470,7 +470,7 @@ class _File:
             and last is not None
             and position(rec) < position(last)
             and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
-            and not (None not in (rec["epoch"], last["epoch"]) and rec["epoch"] > last["epoch"])  # counted per epoch
+            and (rec["epoch"] is None or last["epoch"] is None or rec["epoch"] <= last["epoch"])  # counted per epoch
             and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
             # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
             and (last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"]))
