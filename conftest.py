@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import os
 
-# One intra-op thread in every process of the suite (a value the caller sets wins): three workers, each test
+# One intra-op thread in every process of the suite (a value the caller sets wins): four workers, each test
 # often with two ranks, already fill the two cores, and torch's default of a thread per core in each
 # process spent minutes of CPU contending (docs/benchmarks.md). Set before torch loads, here and in every
 # process a test starts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The suite starts some five hundred Pythons (ranks, launchers, kernels, the doctor): with bytecode writing
+# off (PYTHONDONTWRITEBYTECODE, set on some machines) each compiled asrlab's and the tests' modules again.
+# The caches go to the gitignored __pycache__ folders.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from collections import Counter
 from pathlib import Path

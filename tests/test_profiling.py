@@ -65,10 +65,12 @@ def test_gpu_sampler_reports_plainly_without_a_gpu():
 
 
 def test_cpu_sampler_sees_the_process_and_its_children():
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    spin = "import time\nprint('spinning', flush=True)\nt = time.time()\nwhile time.time() - t < 10: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "spinning\n"  # sampled once it spins, not while a busy machine starts it
         with CpuSampler(interval_s=0.1) as s:
-            time.sleep(0.8)
+            time.sleep(1.5)
     finally:
         child.kill()
     roles = {r["role"] for r in s.samples}
