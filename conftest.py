@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-# One intra-op thread in every process of the suite (a value the caller sets wins): four workers, each test
+# One intra-op thread in every process of the suite (a value the caller sets wins): three workers, each test
 # often with two ranks, already fill the two cores, and torch's default of a thread per core in each
 # process spent minutes of CPU contending (docs/benchmarks.md). Set before torch loads, here and in every
 # process a test starts.

@@ -419,6 +419,15 @@ WORDINGS = {
     "k2's Check failed ... Error: device-side assert triggered": (
         "logs16/icefall/k2_mmi_bigram_batch_2180_intersect_dense_check_failed_tot_score_then_device_side_assert.log"
     ),
+    "torchrun's root cause copied from a page: labels on lines of their own, fields glued, `signal 9`": (
+        "logs22/torchrun/amvur_launch_root_cause_retyped_rank2_local_rank_2_exitcode_minus_9_signal_9_sigkill.log"
+    ),
+    "mpirun: process rank 1 with PID xxxxxx (redacted) exited on signal 9": (
+        "logs22/plain/lanegcn_lba_mpirun_primary_job_terminated_normally_then_process_rank_1_exited_on_signal_9_killed.log"
+    ),
+    "mpirun's first process to fail (Process name: [[J,1],0]) over Horovod's shutdown on another rank": (
+        "logs22/plain/uniter_horovod_rank1_horovod_has_been_shut_down_then_mpirun_first_process_rank_0_exit_code_1.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -444,6 +453,7 @@ INDEX = {
         "logs19",
         "logs20",
         "logs21",
+        "logs22",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

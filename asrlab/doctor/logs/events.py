@@ -20,6 +20,7 @@ from .words import (
     BASH_KILLED,
     DEATH,
     WATCH_SAID,
+    summary_fields,
     MPIRUN,
     INTERRUPTED,
     CUDA_ERROR,
@@ -208,11 +209,9 @@ class Events:
             return True
         if s.startswith("<NO_OTHER_FAILURES>"):
             return True
-        m = re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s)
-        if m and self._summary is not None and "tb" not in self._summary:
-            self._summary[m.group(1)] = m.group(2)
-            if m.group(1) == "traceback":
-                self._summary["tb"] = [m.group(2)]
+        fields = summary_fields(s) if self._summary is not None and "tb" not in self._summary else None
+        if fields is not None:
+            self._summary.update(fields)
             return True
         if s.startswith(("---", "===")) or not s:
             self._close_summary()
@@ -290,10 +289,14 @@ class Events:
                 said = m.group(1) or m.group(2) or m.group(4)
                 self._add("watch_stall", culprit_of(said), time, text, said=said)
             return
-        if ("rank" in text or "Primary job" in text or "uncaught" in text) and (m := MPIRUN.search(text)):
+        if ("rank" in text or "Primary job" in text or "uncaught" in text or "Process name" in text) and (
+            m := MPIRUN.search(text)
+        ):
             if m.group(1):  # mpirun's word on a rank a signal ended
                 sig = signame(m.group(2))
                 self._add("exit", int(m.group(1)), time, text, exitcode=-int(m.group(2)), signal=sig, root=True)
+            elif m.group(4):  # mpirun's first process to fail (its exit code on the next line)
+                self._add("exit", int(m.group(4)), time, text, exitcode=None, root=True, source="mpirun")
             else:  # that something failed, not what: the failure where nothing else says
                 self._add("consequence", rank, time, text, type=None, message=(m.group(3) or text.strip())[:300])
             return
@@ -410,8 +413,7 @@ class Events:
             if m:
                 self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
                 return
-        # the shell's word for a SIGKILLed child (in its locale: not ASCII)
-        # bash names the child's pid: its rank, where the watch's heartbeats know the pid
+        # the shell's word for a SIGKILLed child (in its locale: not ASCII), by its pid: a rank, where heartbeats know it
         if ("Killed" in text or not text.isascii()) and BASH_KILLED.search(text.strip()):
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell",
                       pid=shell_pid(text))  # fmt: skip

@@ -39,7 +39,7 @@ CONSEQUENCE = re.compile(
     r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
     r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
-    r"client socket has timed out after \d+m?s while trying to connect",
+    r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down",
     re.I,
 )
 

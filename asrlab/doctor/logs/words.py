@@ -60,8 +60,9 @@ WATCH_SAID = re.compile(
 # mpirun (Horovod, MPI jobs): a rank a signal ended, by its rank; that some process failed, by none; a background
 # loop's uncaught exception (Horovod's, a peer gone)
 MPIRUN = re.compile(
-    r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)|"
-    r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)"
+    r"process rank (\d+) with PID \S+ on node \S+ exited on signal (\d+)|"
+    r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)|"
+    r"^\s*Process name:\s+\[\[\d+,\d+\],(\d+)\]"  # the first process to exit non-zero, by its rank
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
@@ -137,7 +138,30 @@ CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)") 
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
-SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)", re.I)
+# torchrun's summary record, also as a rendered page copies it: labels and values on lines of their own ("time",
+# then "2023-09-14 01:45:50"), fields glued ("rank2 (local rank: 2)exitcode: -9 (pid: 1)error file: <N/A>")
+SUMMARY_LOOSE = re.compile(r"^(?:\d{4}-\d\d-\d\d[ _]\d\d:\d\d:\d\d|[\w.-]+)$")
+SUMMARY_GLUED = re.compile(r"(?<!local )(?<!local_)\b(rank|exitcode|error[_ ]file|traceback)(?=\s*:|\d)\s*:?\s*")
+
+
+def summary_fields(s: str) -> dict | None:
+    """One line of torchrun's summary record as its fields (a traceback's also as the first line of ``tb``); {}
+    for a label or a value of a copied table on a line of its own; None for a line that is not the record's."""
+    m = re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s)
+    if m:
+        pairs = [(m.group(1), m.group(2))]
+    elif SUMMARY_LOOSE.match(s):
+        return {}
+    elif (starts := list(SUMMARY_GLUED.finditer(s))) and starts[0].start() == 0:
+        ends = [n.start() for n in starts[1:]] + [len(s)]
+        pairs = [(m.group(1).replace(" ", "_"), s[m.end() : e]) for m, e in zip(starts, ends)]
+    else:
+        return None
+    fields = dict(pairs)
+    return {**fields, "tb": [fields["traceback"]]} if "traceback" in fields else fields
+
+
 TERMINATE = re.compile(r"instance of '([^']+)'")
 SCALE = (
     (
@@ -257,6 +281,7 @@ __all__ = [
     "SHELL_STOP",
     "SHELL_SIGNALS",
     "SIGNAL",
+    "summary_fields",
     "SIGNALS",
     "STATUS",
     "STORE",
