@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from asrlab.doctor import diagnose_logs
+from asrlab.doctor.logs.words import summary_fields
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # logs/: the excerpts the readers were written from; logs2/: a second set, collected apart and read by the
@@ -606,3 +607,15 @@ def test_a_strangers_rank_marks_are_each_ranks_own_step_lines():
         assert [r["rank"] for r in d["ranks"]] == [0, 1], (log, d["ranks"])
     d = diagnose_logs([str(FIXTURES / "own_loops" / "x_bracket_r1_ep_it_nan.log")])
     assert d["culprit"]["epoch"] == 1 and "fewer frames" not in d["summary"], d["summary"]
+
+
+def test_a_root_cause_copied_from_a_page_is_read_and_a_cut_record_swallows_no_line_after_its_rank():
+    """torchrun's summary as a rendered page copies it: a label and its value on lines of their own, the fields
+    glued; once the record has its rank, a one-word line (the shell's ``Killed``) is not taken for a value."""
+    glued = summary_fields("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>")
+    assert glued == {"rank": "2 (local rank: 2)", "exitcode": "-9 (pid: 36071)", "error_file": "<N/A>"}
+    assert summary_fields("ding-X10DRG") == {} and summary_fields("2023-09-14 01:45:50") == {}
+    assert summary_fields("Killed", loose=False) is None
+    assert summary_fields("traceback : signal 9 (SIGKILL) received by PID 1")["tb"] == [
+        "signal 9 (SIGKILL) received by PID 1"
+    ]

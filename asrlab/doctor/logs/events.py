@@ -209,7 +209,7 @@ class Events:
             return True
         if s.startswith("<NO_OTHER_FAILURES>"):
             return True
-        fields = summary_fields(s) if self._summary is not None and "tb" not in self._summary else None
+        fields = summary_fields(s, "rank" not in self._summary) if self._summary and "tb" not in self._summary else None
         if fields is not None:
             self._summary.update(fields)
             return True

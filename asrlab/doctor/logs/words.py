@@ -145,13 +145,14 @@ SUMMARY_LOOSE = re.compile(r"^(?:\d{4}-\d\d-\d\d[ _]\d\d:\d\d:\d\d|[\w.-]+)$")
 SUMMARY_GLUED = re.compile(r"(?<!local )(?<!local_)\b(rank|exitcode|error[_ ]file|traceback)(?=\s*:|\d)\s*:?\s*")
 
 
-def summary_fields(s: str) -> dict | None:
+def summary_fields(s: str, loose: bool = True) -> dict | None:
     """One line of torchrun's summary record as its fields (a traceback's also as the first line of ``tb``); {}
-    for a label or a value of a copied table on a line of its own; None for a line that is not the record's."""
+    for a label or a value of a copied table on a line of its own (with ``loose``: before the record's rank);
+    None for a line that is not the record's."""
     m = re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s)
     if m:
         pairs = [(m.group(1), m.group(2))]
-    elif SUMMARY_LOOSE.match(s):
+    elif loose and SUMMARY_LOOSE.match(s):
         return {}
     elif (starts := list(SUMMARY_GLUED.finditer(s))) and starts[0].start() == 0:
         ends = [n.start() for n in starts[1:]] + [len(s)]
