@@ -222,7 +222,9 @@ def test_a_finished_run_names_its_slow_reader_in_the_text(tmp_path):
         HF,
         str(tmp_path / "out"),
         watch_args=("--stall-timeout", "30"),
-        env={"SLOW": "1:2", "BATCHES": "30", "PYTHONWARNINGS": "always::ResourceWarning"},
+        # 60 batches: each rank's wait for its first batch (its workers starting, seconds on a busy machine)
+        # stays a small part of its sampled data wait
+        env={"SLOW": "1:2", "BATCHES": "60", "PYTHONWARNINGS": "always::ResourceWarning"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ResourceWarning" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
