@@ -429,6 +429,9 @@ WORDINGS = {
     "mpirun's first process to fail (Process name: [[J,1],0]) over Horovod's shutdown on another rank": (
         "logs22/plain/uniter_horovod_rank1_horovod_has_been_shut_down_then_mpirun_first_process_rank_0_exit_code_1.log"
     ),
+    "srun ending the step of a task that failed (STEP CANCELLED after task 1: Exited with exit code 1)": (
+        "logs23/mmengine/mmdet3d_pointrcnn_srun_oom_gpu1_task1_exit_code_1_step_cancelled_tasks_terminated.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -455,6 +458,7 @@ INDEX = {
         "logs20",
         "logs21",
         "logs22",
+        "logs23",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

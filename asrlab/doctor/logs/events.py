@@ -34,6 +34,7 @@ from .words import (
     RESUME,
     SCALE,
     SCHEDULER_STOP,
+    SRUN_TASK,
     SHELL_SIGNAL,
     SHELL_SIGNALS,
     SHELL_STOP,
@@ -193,8 +194,7 @@ class Events:
         self._close_summary()
         self.events.extend(self._last.values())
 
-    # torchrun's summary: "Failures:" / "Root Cause (first observed failure):", then "[i]:" records of
-    # "time : ...", "rank : R (local_rank: L)", "exitcode : C (pid: P)", "traceback : ..."
+    # torchrun's summary: "Failures:" / "Root Cause (first observed failure):", then "[i]:" records (words.summary_fields)
     def _torchrun_block(self, text: str, time) -> bool:
         s = text.strip()
         if s.startswith("Root Cause") or s in ("Failures:", "Other Failures:"):  # "Root Cause:": older torch
@@ -430,18 +430,18 @@ class Events:
         if "crash.pt" in text and "heckpoint" in text:  # fairseq saves crash.pt from its handler of an exception
             self._add("exception", rank, time, text, type=None, message="fairseq saved crash.pt", where=None, bare=True)
             return
-        if "CANCELLED AT" in text:
-            m = SCHEDULER_STOP.search(text)
-            if m:
-                self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower())
-                return
+        if "CANCELLED AT" in text and (m := SCHEDULER_STOP.search(text)):
+            ended = not m.group(1) and "STEP" in text and any(e["kind"] == "exit" for e in self.events)  # srun's
+            by = (m.group(1) or "cancel").lower()  # end of the step of a task that failed: not where it began
+            self._add("stop", rank, time, text, signal="SIGTERM", by=by, consequence=ended or None)
+            return
         m = STATUS.search(text)
         if m:
             said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8)
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:
-                named = m.group(3) or m.group(6)  # Paddle's rank; the --local_rank DeepSpeed's launcher gave
+                named = m.group(3) or m.group(6) or ((t := SRUN_TASK.search(text)) and t.group(1))  # whose, if said
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",

@@ -37,7 +37,8 @@ SHELL_SIGNALS = {
 }
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
 SHELL_STOP = re.compile(r"(?:^|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")
-# a scheduler that ended the job: Slurm's time limit or cancel
+# a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
+SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
 # a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2", "Process
 # finished with exit code 139 (interrupted by signal 11: SIGSEGV)", Paddle's "Container rank 6 status failed ... code -6"
@@ -282,6 +283,7 @@ __all__ = [
     "SHELL_STOP",
     "SHELL_SIGNALS",
     "SIGNAL",
+    "SRUN_TASK",
     "summary_fields",
     "SIGNALS",
     "STATUS",
