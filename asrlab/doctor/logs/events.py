@@ -430,18 +430,18 @@ class Events:
         if "crash.pt" in text and "heckpoint" in text:  # fairseq saves crash.pt from its handler of an exception
             self._add("exception", rank, time, text, type=None, message="fairseq saved crash.pt", where=None, bare=True)
             return
-        if "CANCELLED AT" in text and (m := SCHEDULER_STOP.search(text)):
-            ended = not m.group(1) and "STEP" in text and any(e["kind"] == "exit" for e in self.events)  # srun's
-            by = (m.group(1) or "cancel").lower()  # end of the step of a task that failed: not where it began
-            self._add("stop", rank, time, text, signal="SIGTERM", by=by, consequence=ended or None)
+        if "CANCELLED AT" in text and (m := SCHEDULER_STOP.search(text)):  # srun's, after a failed task: a consequence
+            ended = not m.group(1) and "STEP" in text and any(e["kind"] == "exit" for e in self.events)
+            self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower(),
+                      consequence=ended or None)  # fmt: skip
             return
         m = STATUS.search(text)
         if m:
             said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8)
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
-            if code != 0:
-                named = m.group(3) or m.group(6) or ((t := SRUN_TASK.search(text)) and t.group(1))  # whose, if said
+            if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
+                named = m.group(3) or m.group(6) or ((t := SRUN_TASK.search(text)) and t.group(1))
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",
