@@ -13,26 +13,33 @@ from conftest import SMALL_MODEL
 
 
 def test_step_timer_parts_match_known_sleeps_and_add_up():
+    # each part also measured beside the timer: a busy machine oversleeps, and what is tested is the timer's split
     timer = StepTimer("cpu")
     plan = {"data": 0.06, "copy": 0.01, "forward": 0.04, "backward": 0.05, "optimizer": 0.02}
-    t0 = time.perf_counter()
+    seen = {}
+    t0 = last = time.perf_counter()
     timer.start("data")
     time.sleep(plan["data"])
-    for part in ("copy", "forward", "backward"):
+    for before, part in (("data", "copy"), ("copy", "forward"), ("forward", "backward")):
+        now = time.perf_counter()
+        seen[before], last = now - last, now
         timer.mark(part)
         time.sleep(plan[part])
     comm_at = time.perf_counter() - 0.02  # the last 20 ms of backward were the exposed all-reduce
+    seen["backward"] = comm_at - last
     timer.mark("comm", at=comm_at)
+    last = time.perf_counter()
     timer.mark("optimizer")
     time.sleep(plan["optimizer"])
     parts = timer.stop()
     wall = time.perf_counter() - t0
+    seen["optimizer"] = wall - (last - t0)
     assert set(PARTS) <= set(parts)
     assert sum(parts[p] for p in PARTS) == pytest.approx(parts["total"], abs=1e-9)  # they telescope
     assert parts["total"] == pytest.approx(wall, abs=0.005)
     for part, s in plan.items():
-        expect = s - 0.02 if part == "backward" else s
-        assert parts[part] == pytest.approx(expect, abs=0.015), part
+        assert seen[part] >= (s - 0.02 if part == "backward" else s) - 0.001, (part, seen)  # it slept at least that
+        assert parts[part] == pytest.approx(seen[part], abs=0.015), part
     assert parts["comm"] == pytest.approx(0.02, abs=0.01)
 
 
