@@ -15,6 +15,9 @@ import json
 from pathlib import Path
 
 from ..layout import flight_dir  # noqa: F401  (here too: where its files are written)
+from .heartbeat import PHASES
+
+IN_COLLECTIVE = ("collective", "allreduce", "ddp_allreduce", "sync")  # phases whose stack is in the call itself
 
 
 def last_collectives(exp: str | Path) -> dict | None:
@@ -64,8 +67,16 @@ def mismatch_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
         return None
 
     def one(r: str, op: str) -> str:
-        where = (snaps.get(int(r)) or {}).get("detail")
-        return f"rank {r} called {str(op).split(':')[-1]}" + (f" ({where})" if where else "")
+        snap = snaps.get(int(r)) or {}
+        where, phase = snap.get("detail"), snap.get("phase")
+        said = f"rank {r} called {str(op).split(':')[-1]}"
+        if not where:
+            return said
+        if phase in (None, *IN_COLLECTIVE):
+            return f"{said} ({where})"
+        # its collective was answered (gloo may pair mismatched calls) and it went on: where it is now is not
+        # where it made that call
+        return f"{said} (now {PHASES.get(phase, phase)}: {where})"
 
     calls = ", ".join(one(r, op) for r, op in m["ops"].items())
     return (
