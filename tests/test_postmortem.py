@@ -260,7 +260,8 @@ def _score(folder: str) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(
-    "folder", ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14", "logs15", "logs16"]
+    "folder",
+    ["logs3", "logs4", "logs5", "logs6", "logs7", "logs10", "logs12", "logs13", "logs14", "logs15", "logs16", "logs24"],
 )
 def test_the_held_out_excerpts_read_right(folder):
     """logs3/ to logs7/: 119, 107, 98, 15 and 58 excerpts of threads the readers were not written from, collected apart
@@ -432,6 +433,24 @@ WORDINGS = {
     "srun ending the step of a task that failed (STEP CANCELLED after task 1: Exited with exit code 1)": (
         "logs23/mmengine/mmdet3d_pointrcnn_srun_oom_gpu1_task1_exit_code_1_step_cancelled_tasks_terminated.log"
     ),
+    "Horovod's stall inspector listing the ranks that were ready (the one missing below the highest held it up)": (
+        "logs24/plain/horovod_keras_mpirun_np32_batch_228_of_625_then_stall_inspector_ready_ranks_missing_16.log"
+    ),
+    "NeMo's preemption callback: Received signal 12, initiating graceful stop": (
+        "logs24/nemo_lightning/bionemo_esm2_iteration_1_of_9_then_received_signal_12_preemption_graceful_stop.log"
+    ),
+    "zsh's segmentation fault (core dumped), lower case": (
+        "logs24/plain/pytorch_unet_epoch1_bar_10_of_90_img_then_segmentation_fault_core_dumped.log"
+    ),
+    "glog's FATAL line of a failed CHECK": (
+        "logs24/plain/caffe_segnet_iteration_150000_then_glog_check_failed_illegal_memory_access_stack.log"
+    ),
+    "Paddle's launcher: the trainer process with rank=[2] was aborted": (
+        "logs24/plain/paddledet_yolov3_save_checkpoint_then_abort_4_trainers_rank_2_aborted.log"
+    ),
+    "torchrun's prefix with a host as its role ([gpu187:2]:)": (
+        "logs24/accelerate/medsam_multinode_gpu187_2_oom_gpu2_then_peer_bar_7_of_127_and_traceback.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -459,9 +478,25 @@ INDEX = {
         "logs21",
         "logs22",
         "logs23",
+        "logs24",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
+
+
+def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(tmp_path):
+    """A traceback with no clock of its own, then the launcher's stamped stop: the traceback happened no later
+    than the first clock below it, so the rank's crash is the first failure, not the stop that followed."""
+    log = tmp_path / "console.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 9, in <module>\n'
+        "RuntimeError: the batch had no frames\n"
+        "W1126 14:13:45.797000 25738 torch/distributed/elastic/agent/server/api.py:739] Received 15 death signal, "
+        "shutting down workers\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "crashed", d["summary"]
 
 
 @pytest.mark.parametrize("what", sorted(WORDINGS))

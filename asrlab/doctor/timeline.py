@@ -53,9 +53,11 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
 
 
 def key(e: dict) -> tuple:
-    """Which of two events came first: by time where both have one (an event without a time after every
-    timed one), a root cause before the failures its launcher saw in the same instant, else by their order."""
-    return (e["time"] if e.get("time") is not None else float("inf"), not e.get("root", False), e.get("order", 0))
+    """Which of two events came first: by time where both have one (an event without a time at the clock it
+    happened no later than, its file's first; without that, after every timed one), a root cause before the
+    failures its launcher saw in the same instant, else by their order."""
+    t = e["time"] if e.get("time") is not None else e.get("no_later")
+    return (t if t is not None else float("inf"), not e.get("root", False), e.get("order", 0))
 
 
 def first_failure(events: list[dict]) -> dict | None:

@@ -12,43 +12,10 @@ import re
 
 from ...lab.stall.verdict import culprit_of
 from .marks import Clock
-from .words import (
-    AGENT_FAIL,
-    AGENT_TERM,
-    ASRLAB,
-    ASRLAB_RANK,
-    BASH_KILLED,
-    DEATH,
-    WATCH_SAID,
-    summary_fields,
-    MPIRUN,
-    INTERRUPTED,
-    CUDA_ERROR,
-    EXC_LINE,
-    GLOO,
-    HYDRA,
-    ITEM,
-    CONNECT,
-    NOT_SUSPECT,
-    RENDEZVOUS,
-    RESUME,
-    SCALE,
-    SCHEDULER_STOP,
-    SRUN_TASK,
-    SHELL_SIGNAL,
-    SHELL_SIGNALS,
-    SHELL_STOP,
-    SIGNAL,
-    SIGNALS,
-    STATUS,
-    STORE,
-    SUSPECT,
-    nonfinite_row,
-    shell_pid,
-    TERMINATE,
-    nonfinite_said,
-    signame,
-)
+from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, summary_fields, MPIRUN
+from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
+from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
+from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
@@ -128,7 +95,7 @@ class Events:
         if item and e["kind"] in ("exception", "consequence") and (not e["message"] or "str() failed" in e["message"]):
             # the exception could not say itself; the line before it named the item being read
             e.update(message=item["text"][:300], text=f"{e['type']}: {item['text']}"[:500], item=item["id"])
-        self.order = e["order"]
+        line, self.order = self.order, e["order"]  # what it says is said where it began; then the line that ended it
         if e["kind"] == "consequence" and COLLECTIVE_TIMEOUT.search(e["text"]):
             # a collective that gave up waiting, raised in the rank's own traceback: the hang's evidence
             g = GLOO.search(e["text"])
@@ -141,15 +108,14 @@ class Events:
                 timeout_ms=int(g.group(1)) if g else None,
                 source="gloo" if g else "traceback",
             )
-        if e["kind"] == "consequence" and DEATH.search(e["text"]):
-            m = DEATH.search(e["text"])
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or "SIGINT"
-            self._add("stop", e["rank"], e["time"], e["text"], signal=signame(said))
+        if e["kind"] == "consequence" and (sig := death_signal(e["text"])):
+            self._add("stop", e["rank"], e["time"], e["text"], signal=sig)
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)
         else:
             self._last[e["kind"]] = e
+        self.order = line
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str, bar: int | None = None) -> None:
         """Read one line of ``source``; ``bar``: the count of a progress bar on it (glued to what follows)."""
@@ -320,17 +286,14 @@ class Events:
             self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
                       source="torch.multiprocessing")  # fmt: skip
             return
-        if "death signal" in text or "got signal" in text or "Received SIG" in text or "received by PID" in text:
-            m = DEATH.search(text)
-            if m:
-                said = m.group(1) or m.group(2) or m.group(4) or m.group(5)
-                self._add("stop", rank, time, text, signal=signame(said))
-                return
+        if ("death signal" in text or "got signal" in text or "eceived" in text) and (sig := death_signal(text)):
+            self._add("stop", rank, time, text, signal=sig)
+            return
         if "Error happened with" in text:
             m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
-        if ("atchdog" in text or "NCCL" in text or "missing ranks" in text) and (said := nccl_events(text)):
+        if ("atchdog" in text or "NCCL" in text or " ranks: " in text) and (said := nccl_events(text)):
             for kind, words, more in said:
                 self._add(kind, rank, time, words if words is not None else text, **more)
             return
@@ -420,7 +383,7 @@ class Events:
             return
         m = SHELL_SIGNAL.search(text.strip())
         if m:
-            self._add("exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(1)], root=False,
+            self._add("exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
                       source="shell", pid=shell_pid(text))  # fmt: skip
             return
         if ("Terminated" in text or "^C" in text) and (m := SHELL_STOP.search(text)):
@@ -468,6 +431,11 @@ class Events:
         if row := nonfinite_row(text):
             place = None if row[1] is None else {"step": row[1], "epoch": None, "batch": None}
             self._add("nonfinite_line", rank, time, text, said=row[0], record=place)
+            return
+        if ("] " in text or "ABORT" in text) and (m := FATAL.search(text.strip())):
+            who = rank if m[2] is None else int(m[2]) if m[2].isdigit() else None  # Paddle's: one rank, or several
+            self._add("exception", who, time, text, type=None if m[2] else "FATAL (glog)",
+                      message=(m[1] or text.strip())[:300], where=None, bare=True)  # fmt: skip
             return
         if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
             m := EXC_LINE.match(text.strip())

@@ -18,12 +18,12 @@ _US = re.compile(r"(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))
 _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
-PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
+PREFIX = re.compile(r"^\[(?:rank|default|[\w.-]+:)(\d+)\]:\s?")  # torchrun's: its role (default, a host's "gpu3:")
 # what a collector puts before a line: strong marks (a rank's, mpirun's, srun's, a container's, a CRI log's)
 # are always taken off; a bare timestamp or host name only where what follows it is a rank mark or a line
 # that must be read from its first character (a traceback, torchrun's summary)
 _STRONG = (
-    (re.compile(r"^\[(?:rank|default)(\d+)\]:\s?"), 1),  # PyTorch's and torchrun's
+    (PREFIX, 1),  # PyTorch's and torchrun's
     # a loop's own "[r1][ep 0 ...", a logger's "INFO [rank0] trainer: ..." (an error's level word is kept)
     (re.compile(r"^(?:(?:INFO|DEBUG)\s+)?\[(?:rank|r)(\d{1,5})\](?=\[| \S)"), 1),
     (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # mpirun --tag-output: [job,rank]
@@ -42,7 +42,7 @@ _HOST = re.compile(r"^[a-zA-Z][\w.-]*[\w]:\s(?=\S)")  # pdsh / a collector's "no
 STRUCTURAL = re.compile(
     r"^(?:Traceback \(most|\s*File \"|\s+\S|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b|"
     r"\[\d+\]:\s*$|(?:rank|exitcode|time|host|error_file|traceback)\s*:|Root Cause|Failures:|={8}|-{8}|"
-    r"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|\[(?:rank|default)\d+\]:|"
+    r"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|\[(?:rank|default|[\w.-]+:)\d+\]:|"
     r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
 )
 _RANKS = (

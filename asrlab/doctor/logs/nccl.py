@@ -31,8 +31,11 @@ def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
     if ("stuck" in text or "NCCL operations" in text) and NCCL_HANG.search(text):
         # the heartbeat's seconds are not a collective's timeout: none is said
         return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl"))]
-    if "missing ranks" in text and (m := HOROVOD_MISSING.search(text)):
-        missing = [int(r) for r in m.group(2).split(",")]
+    if ("missing ranks" in text or "ready ranks" in text) and (m := HOROVOD_MISSING.search(text)):
+        said = [int(r) for r in m.group(3).split(",")]
+        # of the ranks that were ready, the world's size is not said: a rank below the highest one that is not
+        # among them is missing whatever the size
+        missing = said if m.group(2) == "missing" else sorted(set(range(max(said) + 1)) - set(said))
         more = dict(seq=None, op=m.group(1), timeout_ms=None, source="horovod", basis="never submitted the tensor")
         return [("timeout", None, {**more, "behind": missing[0]} if len(missing) == 1 else more)]
     out = []

@@ -12,28 +12,8 @@ from itertools import repeat
 
 from . import stream
 from .events import Events
-from .fingerprint import (
-    CODES,
-    CODE_FORMAT,
-    DROP,
-    EDGE,
-    FEW,
-    FORMAT_CODE,
-    LONG,
-    LONG_RUN,
-    LOOK,
-    NOT_STEP,
-    PRINT_CODES,
-    RUN,
-    SAMPLE,
-    SIGS,
-    STATE,
-    STEP,
-    Sig,
-    TINY,
-    UNKNOWN,
-    rank_marks,
-)
+from .fingerprint import CODES, CODE_FORMAT, DROP, EDGE, FEW, FORMAT_CODE, LONG, LONG_RUN, LOOK, NOT_STEP, PRINT_CODES
+from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, rank_marks
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
 from .toolkits import READERS, bar_count, step_of
@@ -51,10 +31,14 @@ def read_logs(paths: list[str], fast: bool = True) -> LogRun:
     """The files' model. ``fast=False`` reads every line in Python (what the fast read is checked against)."""
     run = LogRun()
     events = Events()
+    first = {}  # each file's first clock: a line above it happened no later than that
     for i, path in enumerate(log_files(paths)):
         run.files.append(path)
-        _File(run, events, path, i, fast).read()
+        (f := _File(run, events, path, i, fast)).read()
+        first[path] = f.first
     events.finish()
+    for e in events.events:
+        e["no_later"] = first.get(e["file"]) if e["time"] is None else None
     run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
     run.event_counts = events.counts
     return run
@@ -70,6 +54,7 @@ class _File:
     def __init__(self, run: LogRun, events: Events, path: str, index: int, fast: bool = True):
         self.run, self.events, self.path, self.index, self.quick = run, events, path, index, fast
         self.clock, self.now, self.reader, self.toolkit = Clock(), None, None, None
+        self.first = None  # the file's first clock
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
         self.read_in_full = 0  # lines read by text(), to tell how near a bar was
@@ -398,7 +383,7 @@ class _File:
             for text in reversed(stream.clean(block[q : p - 1])):
                 t = self.clock.of(split_prefix(text)[1])
                 if t is not None:
-                    self.now, self.stamped = t, self.base + offset + q
+                    self.now, self.stamped, self.first = t, self.base + offset + q, self.first or t
                     return
             p = q
 
@@ -423,7 +408,7 @@ class _File:
         rank, text = split_prefix(line)
         t = self.clock.of(text)
         if t is not None:
-            self.now, self.stamped = t, order
+            self.now, self.stamped, self.first = t, order, self.first or t
             run.first_time = t if run.first_time is None else min(run.first_time, t)
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)

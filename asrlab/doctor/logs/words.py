@@ -26,7 +26,8 @@ BASH_KILLED = re.compile(
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
-    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b"
+    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
+    r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b"
 )
 SHELL_SIGNALS = {
     "Aborted": "SIGABRT",
@@ -34,6 +35,12 @@ SHELL_SIGNALS = {
     "Bus error": "SIGBUS",
     "Illegal instruction": "SIGILL",
     "Floating point exception": "SIGFPE",
+    # zsh's words
+    "abort": "SIGABRT",
+    "segmentation fault": "SIGSEGV",
+    "bus error": "SIGBUS",
+    "illegal hardware instruction": "SIGILL",
+    "floating point exception": "SIGFPE",
 }
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
 SHELL_STOP = re.compile(r"(?:^|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")
@@ -51,7 +58,8 @@ STATUS = re.compile(
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
-HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[missing ranks: (\d+(?:, ?\d+)*)\]")
+# (older versions: the ranks that did submit it)
+HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")
 # asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
 # the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
 WATCH_SAID = re.compile(
@@ -64,6 +72,11 @@ MPIRUN = re.compile(
     r"process rank (\d+) with PID \S+ on node \S+ exited on signal (\d+)|"
     r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)|"
     r"^\s*Process name:\s+\[\[\d+,\d+\],(\d+)\]"  # the first process to exit non-zero, by its rank
+)
+# a process that ends itself: glog's FATAL line (a failed CHECK; the process aborts after its stack), and Paddle's
+# launcher on the trainer that did
+FATAL = re.compile(
+    r"^F\d{4} [\d:.]+\s+\d+ \S+:\d+\] (.*)|the trainer process with rank=\[(\d+(?:, ?\d+)*)\] was aborted"
 )
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
@@ -123,8 +136,18 @@ def nonfinite_values(text: str) -> str | None:
 DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
     r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
-    r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle, C++ jobs)
+    r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID|"  # glog's failure handler (Paddle, C++ jobs)
+    r"\bReceived signal (\d+), initiating graceful stop"  # NeMo's preemption callback (a scheduler's notice)
 )
+
+
+def death_signal(text: str) -> str | None:
+    """The signal a line of :data:`DEATH` says (``SIGTERM``), or None."""
+    m = DEATH.search(text)
+    said = next((g for g in m.groups() if g), None) if m else None
+    return None if said is None else "SIGINT" if said == "KeyboardInterrupt" else signame(said)
+
+
 # a logger's line on Ctrl-C, not an exception line ("Detected KeyboardInterrupt, attempting graceful shutdown",
 # "CRITICAL Keyboard Interrupt. Ending early.", "Caught KeyboardInterrupt")
 INTERRUPTED = re.compile(r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b", re.I)
@@ -213,7 +236,8 @@ NOT_SUSPECT = re.compile(
     r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror\s*[:=]\s*[-+\d.]|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
 
-SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+           15: "SIGTERM"}  # fmt: skip
 
 
 # a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273"; a logger's
@@ -256,11 +280,13 @@ def signame(said: str) -> str:
 
 __all__ = [
     "AGENT_FAIL",
+    "FATAL",
     "AGENT_TERM",
     "ASRLAB",
     "ASRLAB_RANK",
     "BASH_KILLED",
     "DEATH",
+    "death_signal",
     "WATCH_SAID",
     "MPIRUN",
     "INTERRUPTED",

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import nonfinite_section as _nonfinite
-from ..logs.nonfinite import skipped_overflow
+from ..logs.nonfinite import nonfinite_section as _nonfinite, skipped_overflow
 from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -50,23 +49,23 @@ def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     return before[-1] if before else None
 
 
-SILENT_S = 30.0  # a stop this long after the last step line, and SILENT_LINES times its pace, ended a hang
-SILENT_LINES = 10
+SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
 
 
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     """``(seconds, last step)`` where the job was stopped (a signal to its launcher or from outside) long after
     its last step line, by its own pace: it was not training when it was ended, it hung."""
-    if not (e["verdict"] == "stopped" or e.get("outside")) or e.get("time") is None:
+    t = e["time"] if e.get("time") is not None else e.get("no_later")  # a line above its file's first clock
+    if not (e["verdict"] == "stopped" or e.get("outside")) or t is None:
         return None
-    recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= e["time"]]
+    recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= t]
     if not recs:
         return None
     last = max(recs, key=lambda r: r["time"])
     times = sorted({r["time"] for r in recs})
     gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
     pace = gaps[len(gaps) // 2] if gaps else 0.0  # the median time between two step lines
-    gap = e["time"] - last["time"]
+    gap = t - last["time"]
     # the step it hung at: the last line before the stop, stamped or not (a bar between stamped lines)
     return (gap, _last_before(run, None, e) or last) if gap > max(SILENT_S, SILENT_LINES * pace) else None
 
@@ -85,9 +84,8 @@ def _since(e: dict, rec: dict) -> bool:
 
 
 def _as_consequence(e: dict, raised: set, lost: set) -> dict:
-    """A rank's exit code whose only error in the log is a consequence (its collective timed out, its peer went
-    away; ``lost``: the ranks with one, ``raised``: the ranks with an error of their own): that consequence, not a
-    failure of its own."""
+    """A rank's exit code whose only error in the log is a consequence (its collective timed out, its peer went away;
+    ``lost``: the ranks with one, ``raised``: those with an error of their own): a consequence, not a failure."""
     if e["kind"] != "exit" or e.get("signal") or e.get("rank") is None:
         return e
     return {**e, "consequence": True} if e["rank"] in lost and e["rank"] not in raised else e
@@ -463,8 +461,10 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         # one rank's own interrupt (KeyboardInterrupt in its traceback), its launcher told nothing
         s = f"{who} was stopped by {e.get('signal') or 'a signal'} sent to it alone {when} ({e['text'][:160]})"
     elif verdict == "stopped":
-        to = "asrlab watch" if e.get("by") == "asrlab watch" else "its launcher"  # the job ran under the watch
-        s = f"the job was stopped by {e.get('signal') or 'a signal'} to {to} {when} ({e['text'][:160]})"
+        # torchrun's agent says it was signalled; a trainer's own handler (Lightning's, NeMo's preemption) is not it
+        to = " to its launcher" if re.search("death signal|got signal", e["text"]) else ""
+        to = " to asrlab watch" if e.get("by") == "asrlab watch" else to
+        s = f"the job was stopped by {e.get('signal') or 'a signal'}{to} {when} ({e['text'][:160]})"
     elif verdict == "nonfinite" and e["kind"] == "grad_skip":
         s = (
             f"{who}: the gradient norm was not finite ({e.get('grad')}) {when}, in a run without a dynamic loss "
