@@ -451,6 +451,9 @@ WORDINGS = {
     "torchrun's prefix with a host as its role ([gpu187:2]:)": (
         "logs24/accelerate/medsam_multinode_gpu187_2_oom_gpu2_then_peer_bar_7_of_127_and_traceback.log"
     ),
+    "torchrun's failure records with their header cut off above the excerpt (rank : 10 (local_rank: 2))": (
+        "logs25/torchrun/colossalai_auto_parallel_gpt_elastic_failures_ranks_10_to_15_sigkill_root_cause_cut.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -479,6 +482,7 @@ INDEX = {
         "logs22",
         "logs23",
         "logs24",
+        "logs25",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

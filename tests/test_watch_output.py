@@ -70,6 +70,18 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
     job._saw(b"\r  3%|3         | 12/400 [00:05<02:40,  2.42it/s, loss=1.91]")  # a bar's redraw, no newline yet
     assert job.training()
     job.close()
+    # a loss by its own name beside a loop's own counter: the logging module's "it=00080 | xent=1.3070", a JSON
+    # line's "upd": 55 with "ctc": 2.47
+    for first, second in (
+        (b"09:00:15.086 w1 I it=00070 | xent=1.3212 | lr=3.0e-03\n", b"09:00:16.101 w1 I it=00080 | xent=1.3070\n"),
+        (b'{"upd": 50, "rank": 1, "ctc": 2.45}\n', b'{"upd": 55, "rank": 1, "ctc": 2.47}\n'),
+    ):
+        job = output.JobOutput(tmp_path)
+        job._saw(first + b"  ctc_weight: 0.3\n")
+        clock[0] += 1.1
+        job._saw(second)
+        assert job.training(), second
+        job.close()
 
 
 def test_the_loops_own_nan_losses_are_read_from_its_output(tmp_path):

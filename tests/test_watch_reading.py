@@ -319,6 +319,33 @@ def test_the_training_loop_and_its_step_are_read_from_the_loops_own_source():
     assert step_of(loop, barrier, {"step": "9"}, after=True) == 9
 
 
+def test_a_step_of_micro_batches_is_inside_the_loop_of_steps_around_it(tmp_path):
+    """Gradient accumulation: ``for micro in range(ACCUM)`` fetching the data inside ``while upd < N``; a rank
+    after the micro-batches, in the step's all-reduce, is still in the training loop (not past it: uneven data),
+    and the step is the outer loop's own count. An epoch loop around ``for batch in loader`` stays the epoch's."""
+    loop_file = tmp_path / "accum.py"
+    loop_file.write_text(
+        "def main(stream, model, sync, epochs, loader):\n"  # 1
+        "    upd = 0\n"
+        "    while upd < 100:\n"  # 3
+        "        for micro in range(3):\n"
+        "            x = next(stream)\n"  # 5
+        "            model(x).backward()\n"
+        "        sync(model)\n"  # 7
+        "        upd += 1\n"
+        "    for epoch in range(epochs):\n"  # 9
+        "        for batch in loader:\n"
+        "            model(batch).backward()\n"  # 11
+        "        sync(model)\n"
+    )
+    f = str(loop_file)
+    loop = loop_of([(f, 5, "main")])
+    assert loop == (f, "main", 3, 8), loop
+    assert step_of(loop, 7, {"upd": "57"}, after=False) == 58  # in the step that will make it 58
+    assert loop_of([(f, 11, "main")]) == (f, "main", 10, 11)  # the batches of an epoch, not the epochs
+    assert loop_of([(f, 12, "main")]) == (f, "main", 9, 12)  # after them: in the epoch loop only
+
+
 def test_a_data_workers_error_is_not_recorded_as_its_ranks(tmp_path):
     """A spawned worker starting while its rank dies fails reading from the rank (here: a pipe with no writer)
     outside multiprocessing's own handler: with the rank's RANK and error file inherited, the watch's hook must

@@ -131,7 +131,12 @@ class Events:
             if tb.feed(text):
                 return
             self._end_tb(key)
-        if self._summary_kind is not None or "Root Cause" in text or text.strip() in ("Failures:", "Other Failures:"):
+        if (
+            self._summary_kind is not None
+            or "Root Cause" in text
+            or "(local_rank:" in text
+            or text.strip() in ("Failures:", "Other Failures:")
+        ):
             if self._torchrun_block(text, time):
                 return
         if text.startswith("Exception ignored in"):  # Python's word for an error it printed and went on from
@@ -167,6 +172,8 @@ class Events:
             self._close_summary()
             self._summary_kind = "root" if s.startswith("Root") else "failure"
             return True
+        if self._summary_kind is None and s.startswith("rank") and re.match(r"^rank\s*:\s*\d+ \(local_rank: \d+\)$", s):
+            self._summary_kind, self._summary = "failure", {"root": False}  # a record whose header was cut off above
         if self._summary_kind is None:
             return False
         if re.match(r"^\[\d+\]:$", s):

@@ -16,7 +16,7 @@ def clock(t: float | None) -> str:
 def where(rec: dict | None) -> str:
     """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
     if rec is None or all(rec.get(k) is None for k in ("step", "batch", "epoch")):
-        return "before any logged step"
+        return "before any step line it could read"  # a step of a format no reader knows may have been printed
     if rec["step"] is not None:
         return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
     if rec["batch"] is not None:
@@ -25,7 +25,7 @@ def where(rec: dict | None) -> str:
 
 
 def at(rec: dict | None) -> str:
-    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any logged step``."""
+    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any step line it could read``."""
     return where(rec) if rec is None else "at " + where(rec)
 
 

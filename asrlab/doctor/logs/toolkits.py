@@ -270,7 +270,7 @@ _KV = re.compile(
 _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
-    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|batch_idx|batch)['"]?"""
+    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|upd|batch_idx|batch)['"]?"""
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
     re.I,
 )
@@ -341,7 +341,8 @@ _NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:=])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)",  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
+    r"|(?<![\w.:=])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
+    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)",  # a loop's own "it=00083", "upd=57"
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")

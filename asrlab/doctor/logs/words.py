@@ -96,12 +96,14 @@ NONFINITE_LINE = re.compile(
     r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
-    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training",  # Keras's TerminateOnNaN
+    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\b(?:\w*loss\w*|ctc|xent|nll|mse|rnnt|objf|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
-# a loss or a gradient norm printed as a value: "loss=nan", "'loss': nan", "train_loss : inf", "grad_norm nan"
+# a loss (by its own name too: a loop's "ctc", "xent") or a gradient norm printed as a value: "loss=nan", "'loss': nan",
+# "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
-    r"(?<![\w.])([\w/]*loss\w*|grad_?norm)['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    r"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:ctc|xent|nll|mse|rnnt|objf)(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
     r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b",
     re.I,
 )

@@ -104,12 +104,8 @@ def _named(e: dict, strict: bool = False) -> dict | None:
 
 def _next_after(run: LogRun, rank, e: dict) -> dict | None:
     """The first step record of the same file after the event ``e``, of its rank (any rank when unknown)."""
-    later = [
-        r
-        for s in ([run.series[rank]] if rank in run.series else run.series.values())
-        for r in s.all()
-        if r["file"] == e.get("file") and r["order"] > e.get("order", 0)
-    ]
+    series = [run.series[rank]] if rank in run.series else list(run.series.values())
+    later = [r for s in series for r in s.all() if r["file"] == e.get("file") and r["order"] > e.get("order", 0)]
     return min(later, key=lambda r: r["order"]) if later else None
 
 
@@ -160,7 +156,10 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
-        out.append(("nonfinite", {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}))
+        # ranks non-finite at the same step: which went first, that step's lines do not say (an all-reduce spreads it)
+        many = len({x["rank"] for x in run.nonfinite if step_number(x) == step_number(r)}) > 1
+        e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}
+        out.append(("nonfinite", {**e, "rank": None, "culprit_rank": None} if many else e))
     skips = _persistent_skips(run)
     if skips:
         out.append(("nonfinite", skips))
@@ -428,6 +427,7 @@ def _event_view(e: dict) -> dict:
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     # a log with no rank marks anywhere is one process's: "the job", not "a rank"
     who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank" if run.ranks() else "the job"
+    who = "every rank that printed the step" if "culprit_rank" in e and e.get("kind") == "nonfinite_step" else who
     when = at(rec)
     line = ""
     if e.get("where"):

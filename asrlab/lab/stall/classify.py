@@ -216,7 +216,7 @@ Loop = tuple[str, str, int, int]  # (file, function, first line, last line) of a
 @functools.lru_cache(maxsize=256)
 def _functions(file: str) -> tuple:
     """The functions of a source file: ``(name, first line, last line, is a generator, loops)``, each loop
-    ``(first line, last line, counter)``; empty when the file cannot be read."""
+    ``(first line, last line, counter, a for over range())``; empty when the file cannot be read."""
     try:
         with open(file, encoding="utf-8", errors="replace") as f:
             tree = ast.parse(f.read())
@@ -228,7 +228,9 @@ def _functions(file: str) -> tuple:
             continue
         own = list(_own_nodes(fn))
         loops = tuple(
-            (n.lineno, n.end_lineno, _counter(n)) for n in own if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+            (n.lineno, n.end_lineno, _counter(n), _over_range(n))
+            for n in own
+            if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
         )
         name = "<module>" if isinstance(fn, ast.Module) else fn.name
         first, last = (1, 10**9) if isinstance(fn, ast.Module) else (fn.lineno, fn.end_lineno)
@@ -245,6 +247,12 @@ def _own_nodes(fn: ast.AST):
             continue
         yield n
         todo.extend(ast.iter_child_nodes(n))
+
+
+def _over_range(loop: ast.AST) -> bool:
+    """``for i in range(...)``: a fixed count (micro-batches of an accumulation, steps of an epoch)."""
+    it = getattr(loop, "iter", None)
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
 
 
 def _counter(loop: ast.AST) -> tuple | None:
@@ -285,7 +293,8 @@ def _function(frame: Frame) -> tuple | None:
 
 def loop_of(frames: list[Frame]) -> Loop | None:
     """The loop a stack is in, in the job's own code: the innermost own frame (not a generator's, which
-    only relays the batches) whose line lies inside a ``for``/``while`` of its function, and that loop."""
+    only relays the batches) whose line lies inside a ``for``/``while`` of its function, and that loop; a
+    ``for`` over ``range()`` inside another loop is a step's micro-batches, and the loop around it the steps'."""
     for frame in reversed(frames):
         if not own_code(frame[0]):
             continue
@@ -294,8 +303,10 @@ def loop_of(frames: list[Frame]) -> Loop | None:
             continue
         inside = [lp for lp in fn[4] if lp[0] <= frame[1] <= lp[1]]
         if inside:
-            first, last, _ = max(inside, key=lambda lp: lp[0])
-            return (frame[0], frame[2], first, last)
+            inner = max(inside, key=lambda lp: lp[0])
+            if inner[3] and (around := [lp for lp in inside if not lp[3] and lp is not inner]):
+                inner = max(around, key=lambda lp: lp[0])
+            return (frame[0], frame[2], inner[0], inner[1])
     return None
 
 

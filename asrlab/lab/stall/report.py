@@ -114,7 +114,8 @@ def format_report(report: dict) -> str:
     why = (
         f"{error_line(failure)}. The other ranks were left waiting for it (their state and stacks below)."
         if failure
-        else f"No rank made progress for {report['timeout_s']:g} s; the watchdog stopped the job."
+        # what was done about it (reported, the job ended) is the watcher's to say: this is written first
+        else f"No rank made progress for {report['timeout_s']:g} s."
     )
     lines = [report["verdict"], "", why, ""]
     lines += [rank_line(e) for e in report["ranks"]]
