@@ -255,6 +255,19 @@ def test_one_json_shape_for_a_run_folder_a_log_and_a_toolkit_folder():
         assert len(shapes) <= 1, (k, shapes)
 
 
+def test_a_survivors_collective_timeout_after_a_reported_stall_is_its_consequence():
+    """A stranger's accumulation loop: the watch reported rank 1 hung (and did not end the job), then gloo's
+    timeout ended rank 0. The verdict is the stall on rank 1; rank 0's timeout is said as its consequence, not
+    as the first error, and the report does not say the watch stopped the job."""
+    exp = Path(__file__).parent / "fixtures" / "watched" / "accumulation_rank1_hung_report_only"
+    d = diagnose(str(exp))
+    assert (d["verdict"], d["culprit"]["rank"]) == ("stalled", 1), d["summary"]
+    text = format_diagnosis(d)
+    assert "error of a rank that gave up waiting in a collective (the stall's consequence): rank 0" in text, text
+    assert "first error:" not in text and d["error"]["waited"] is True
+    assert "stopped the job" not in (exp / "stall_report.txt").read_text()
+
+
 def test_a_watched_stall_takes_its_step_from_the_jobs_own_output_and_says_its_culprit_first():
     """The watch samples stacks, not steps: a stranger's spinning rank 1 (its samples hold no step) gets the last
     step its own lines printed (9), in the JSON and in the text's culprit line, as a log's reading has it."""

@@ -114,6 +114,7 @@ def error_entry(e: dict, errors: list[dict]) -> dict:
         "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
         "ended_from_outside": ended_from_outside(e),
         "lost_peer": False,  # set where the verdict names the killed or vanished rank it followed
+        "waited": False,  # set where it is a collective's timeout in a run the stall report says hung
     }
 
 

@@ -148,6 +148,8 @@ def format_diagnosis(d: dict) -> str:
                 if e.get("ended_from_outside")
                 else f"error of a rank whose peer was gone (a consequence, not the cause): {e['line']}"
                 if e.get("lost_peer")
+                else f"error of a rank that gave up waiting in a collective (the stall's consequence): {e['line']}"
+                if e.get("waited")
                 else f"first error: {e['line']}"
             ),
         ]

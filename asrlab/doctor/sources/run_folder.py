@@ -169,6 +169,8 @@ def timeline_of(
             gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
             said, consequence, guess = f"{gone}; then {said}", False, True
             d["error"]["lost_peer"] = lost_peer
+        # a collective that gave up waiting for a peer the stall report names: the hang's consequence
+        d["error"]["waited"] = stall is not None and COLLECTIVE_TIMEOUT.search(e0.get("message") or "") is not None
         held = None if vanished else _held_up(e0, beats)
         if held is not None:  # a collective that timed out: a stall, caused by the peer that never came
             b = beats[held]
