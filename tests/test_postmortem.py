@@ -454,6 +454,12 @@ WORDINGS = {
     "torchrun's failure records with their header cut off above the excerpt (rank : 10 (local_rank: 2))": (
         "logs25/torchrun/colossalai_auto_parallel_gpt_elastic_failures_ranks_10_to_15_sigkill_root_cause_cut.log"
     ),
+    "Lightning's 'Detected KeyboardInterrupt, attempting graceful shutdown' glued to its bar's redraw": (
+        "logs26/lightning/pl_dp_epoch1_27_of_35_detected_keyboardinterrupt_graceful_shutdown_see_you_again.log"
+    ),
+    "StyleGAN's tick counter (tick 6     kimg 24.0) before a traceback cut short": (
+        "logs26/plain/stylegan2_ada_fox256_ticks_0_to_6_fid_then_traceback_train_py_538.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -483,6 +489,7 @@ INDEX = {
         "logs23",
         "logs24",
         "logs25",
+        "logs26",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
