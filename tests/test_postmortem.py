@@ -460,6 +460,9 @@ WORDINGS = {
     "StyleGAN's tick counter (tick 6     kimg 24.0) before a traceback cut short": (
         "logs26/plain/stylegan2_ada_fox256_ticks_0_to_6_fid_then_traceback_train_py_538.log"
     ),
+    "ParallelWaveGAN's trainer: (Steps: 1000) train/generator_loss = nan.": (
+        "logs27/plain/multi_singer_steps_1000_embed_spk_stft_generator_losses_all_nan.log"
+    ),
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
@@ -490,6 +493,7 @@ INDEX = {
         "logs24",
         "logs25",
         "logs26",
+        "logs27",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -508,6 +512,17 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed", d["summary"]
+
+
+def test_a_connect_timeout_then_the_spawned_process_traceback_cut_short_is_the_stall():
+    """GPT-SoVITS under torch.multiprocessing: the client socket timed out connecting to its store, then the
+    spawn's traceback of that process, cut before its exception line. The timeout is what the process raised: the
+    verdict is the stall (the excerpt's label names process 0; a rank that gave up waiting is not named the
+    culprit, as for NCCL's watchdogs), not a crash of unknown cause."""
+    d = diagnose_logs(
+        [str(FIXTURES / "logs27/plain/gpt_sovits_s2_client_socket_timed_out_1800s_process_0_spawn_traceback.log")]
+    )
+    assert d["verdict"] == "stalled" and "timed out in connect (timeout 1800 s)" in d["summary"], d["summary"]
 
 
 @pytest.mark.parametrize("what", sorted(WORDINGS))

@@ -1,4 +1,4 @@
-"""A log's non-finite section: its first non-finite step record read closely."""
+"""A log's non-finite section: its first non-finite step record read closely; fp16's skips that never stop."""
 
 from __future__ import annotations
 
@@ -85,4 +85,41 @@ def nonfinite_section(run: LogRun) -> dict | None:
     }
 
 
-__all__ = ["nonfinite_section", "skipped_overflow"]
+SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
+SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where fp16 starts to overflow
+
+
+def finite_after(run: LogRun, e: dict) -> bool:
+    """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
+    run went on training (fp16's overflow-and-skip, over and over) is not a failure."""
+    return any(
+        r["file"] == e.get("file") and r["order"] > e.get("order", 0) and r["losses"] and not r["nonfinite"]
+        for s in run.series.values()
+        for r in s.all()
+    )
+
+
+def persistent_skips(run: LogRun) -> dict | None:
+    """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
+    gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
+    row: list[dict] = []
+    marks = sorted(
+        [e for e in run.events if e["kind"] == "scale"] + [r for s in run.series.values() for r in s.all()],
+        key=lambda x: x.get("order", 0),
+    )
+    for e in run.events:
+        if e["kind"] != "scale":
+            continue
+        if e.get("to") is not None and e["to"] < SCALE_FLOOR and not finite_after(run, e):
+            return {**e, "kind": "scale_collapse"}
+    for x in marks:
+        if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor
+            row = []
+            continue
+        row.append(x)
+        if len(row) >= SKIPS_IN_A_ROW:
+            return {**row[0], "kind": "skips", "count": len(row)}
+    return None
+
+
+__all__ = ["finite_after", "nonfinite_section", "persistent_skips", "skipped_overflow"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import nonfinite_section as _nonfinite, skipped_overflow
+from ..logs.nonfinite import finite_after, nonfinite_section as _nonfinite, persistent_skips, skipped_overflow
 from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -156,11 +156,12 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
-        # ranks non-finite at the same step: which went first, that step's lines do not say (an all-reduce spreads it)
-        many = len({x["rank"] for x in run.nonfinite if step_number(x) == step_number(r)}) > 1
+        # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it)
+        same = {x["rank"] for x in run.nonfinite if step_number(x) == step_number(r)}
         e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}
-        out.append(("nonfinite", {**e, "rank": None, "culprit_rank": None} if many else e))
-    skips = _persistent_skips(run)
+        many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
+        out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
+    skips = persistent_skips(run)
     if skips:
         out.append(("nonfinite", skips))
     unscaled = _unscaled_skip(run)
@@ -191,43 +192,6 @@ def _unscaled_skip(run: LogRun) -> dict | None:
     return None
 
 
-SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
-SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where fp16 starts to overflow
-
-
-def _finite_after(run: LogRun, e: dict) -> bool:
-    """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
-    run went on training (fp16's overflow-and-skip, over and over) is not a failure."""
-    return any(
-        r["file"] == e.get("file") and r["order"] > e.get("order", 0) and r["losses"] and not r["nonfinite"]
-        for s in run.series.values()
-        for r in s.all()
-    )
-
-
-def _persistent_skips(run: LogRun) -> dict | None:
-    """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
-    gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
-    row: list[dict] = []
-    marks = sorted(
-        [e for e in run.events if e["kind"] == "scale"] + [r for s in run.series.values() for r in s.all()],
-        key=lambda x: x.get("order", 0),
-    )
-    for e in run.events:
-        if e["kind"] != "scale":
-            continue
-        if e.get("to") is not None and e["to"] < SCALE_FLOOR and not _finite_after(run, e):
-            return {**e, "kind": "scale_collapse"}
-    for x in marks:
-        if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor
-            row = []
-            continue
-        row.append(x)
-        if len(row) >= SKIPS_IN_A_ROW:
-            return {**row[0], "kind": "skips", "count": len(row)}
-    return None
-
-
 def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     """The logs among ``paths`` (files, folders of them, ``-``), but ``skip`` (files another source owns); None
     where there are none."""
@@ -251,7 +215,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
     # an error-level line after which training went on (steps of finite losses logged): said, not a failure
-    after = [_finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
+    after = [finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
     went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], _last_before(run, odd[0]["rank"], odd[0]))
@@ -280,6 +244,12 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     # non-finite for a step and finite again: the run went on; what ended it, if anything did, is the failure
     went_on = transient and any(v != "nonfinite" for v, _ in causes)
     events = [{**e, "verdict": v, "transient": went_on and e["kind"] == "nonfinite_step"} for v, e in causes]
+    # a traceback cut before its exception line (and torch.multiprocessing's word on its process) after a timeout
+    # in its file: the timeout is what it raised (a store never reached, a collective that gave up)
+    for e in events:
+        if (e.get("cut") or e.get("source") == "torch.multiprocessing") and not e.get("type"):
+            if any(t.get("file") == e.get("file") and t.get("order", 0) < e.get("order", 0) for t in timeouts):
+                e["consequence"] = True
     events += [{**t, "verdict": "stalled"} for t in timeouts]
     # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
     # closed): from outside, where nothing else failed
@@ -427,7 +397,13 @@ def _event_view(e: dict) -> dict:
 def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     # a log with no rank marks anywhere is one process's: "the job", not "a rank"
     who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank" if run.ranks() else "the job"
-    who = "every rank that printed the step" if "culprit_rank" in e and e.get("kind") == "nonfinite_step" else who
+    if e.get("kind") == "nonfinite_step" and e.get("ranks"):  # several at the same step: none named the culprit
+        who = f"ranks {', '.join(map(str, e['ranks']))} at the same step"
+        who = (
+            "ranks " + ", ".join(map(str, sorted(e["ranks"]))) + " at the same step"
+            if None not in e["ranks"]
+            else "ranks"
+        )
     when = at(rec)
     line = ""
     if e.get("where"):
