@@ -494,6 +494,7 @@ INDEX = {
         "logs25",
         "logs26",
         "logs27",
+        "logs28",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
