@@ -526,6 +526,14 @@ def test_a_connect_timeout_then_the_spawned_process_traceback_cut_short_is_the_s
     assert d["verdict"] == "stalled" and "timed out in connect (timeout 1800 s)" in d["summary"], d["summary"]
 
 
+def test_the_watchs_closing_lines_after_a_traceback_are_not_its_exceptions_message():
+    """A spawned rank's traceback, a blank line, then the watch's own closing lines in the console: the exception's
+    message is its own line, not the watch's lines glued onto it."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "z_spawn_logging_raise_on_second_rank_watch_lines_after.log")])
+    assert d["summary"].startswith("rank 1 failed first at step 12: ValueError: shape mismatch in target at batch 12 (")
+    assert "asrlab watch" not in d["summary"] and "asrlab doctor" not in d["summary"], d["summary"]
+
+
 @pytest.mark.parametrize("what", sorted(WORDINGS))
 def test_each_wording_once_missed_reads_right(what):
     case = INDEX[WORDINGS[what]]

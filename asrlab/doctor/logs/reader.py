@@ -19,6 +19,7 @@ from .run import LogRun, Series, file_rank, finite, log_files, position
 from .toolkits import READERS, bar_count, step_of
 
 _READER = dict(READERS)
+_BAR_END = re.compile(r"(?:it/s|s/it)[^\]]*\]")  # a tqdm bar's end: "7.66it/s, objf=2.606]"
 BAR_NEAR = 3  # lines: a bar redrawn just before a line of numbers is that line's place (not an earlier bar's)
 # what in a step line is a message of its own besides the step (a progress bar with a message glued on)
 _MESSAGE = re.compile(
@@ -40,6 +41,8 @@ def read_logs(paths: list[str], fast: bool = True) -> LogRun:
     for e in events.events:
         e["no_later"] = first.get(e["file"]) if e["time"] is None else None
     run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
+    if len({r["file"] for r in run.nonfinite}) > 1:  # per-rank files: the first by their clocks, not by file order
+        run.nonfinite.sort(key=lambda r: (r["time"] is None, r["time"] or 0, r["order"]))
     run.event_counts = events.counts
     return run
 
@@ -437,9 +440,10 @@ class _File:
         if rec["toolkit"] != self.toolkit:
             self.reader, self.toolkit = _READER[rec["toolkit"]], rec["toolkit"]
         run.formats[rec["toolkit"]] += 0 if counted else 1
-        if rec["rank"] is None:
+        if rec["rank"] is None:  # a bar's rank is said before its end, not by a line glued after it
+            said = text[: m.end()] if rec["toolkit"] == "lightning" and (m := _BAR_END.search(text)) else text
             rec["rank"] = (
-                rank if rank is not None else rank_of(text) if rec["toolkit"] != "plain" else marked_rank(text)
+                rank if rank is not None else rank_of(said) if rec["toolkit"] != "plain" else marked_rank(said)
             )
         if rec["rank"] is None:
             rec["rank"] = self.rank

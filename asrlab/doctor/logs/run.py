@@ -16,7 +16,9 @@ from pathlib import Path
 from . import stream
 
 KEEP = 4096  # step records kept per rank: beyond, every other one goes (the stride doubles), never a non-finite one
-_FILE_RANK = re.compile(r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$")
+_FILE_RANK = re.compile(
+    r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$|^(?:w|worker)[_-]?(\d+)\.(?:log|txt)$"
+)
 _LOGGISH = re.compile(
     r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|^log-|^train|^rank|^stdout|^stderr", re.I
 )

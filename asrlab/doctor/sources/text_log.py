@@ -157,7 +157,7 @@ def _causes(run: LogRun) -> list[tuple]:
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it)
-        same = {x["rank"] for x in run.nonfinite if step_number(x) == step_number(r)}
+        same = {x["rank"] for x in run.nonfinite if position(x) == position(r)}
         e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}
         many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
         out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
