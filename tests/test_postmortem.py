@@ -495,6 +495,7 @@ INDEX = {
         "logs26",
         "logs27",
         "logs28",
+        "logs29",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -5,11 +5,13 @@ ledger shows, and advises what applies to a loop of the parts."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from asrlab.doctor import diagnose, format_diagnosis
+from asrlab.lab.stall.peers import read_peer_exits
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -31,8 +33,12 @@ def test_a_vanished_rank_is_named_with_its_last_step(tmp_path):
         "1",
     ]
     env = {**os.environ, "TOY_FAULT": "vanish:1:13", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=180)
-    assert out.returncode != 0
+    for attempt in range(2):  # once more where the race was lost even so (no rank wrote a note): seen once in CI
+        shutil.rmtree(exp, ignore_errors=True)
+        out = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=180)
+        assert out.returncode != 0
+        if read_peer_exits(exp):
+            break
     d = diagnose(exp)
     assert d["verdict"] == "crashed" and not d["ok"], d["summary"]
     said = d["summary"]
