@@ -85,13 +85,15 @@ def _steps(exp: Path, rank: int) -> list[int]:
     return [json.loads(x)["step"] for x in (exp / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()]
 
 
-def _stopped_cleanly(exp: Path, how: str) -> None:
-    """Both ranks ended at the same step, and the newest checkpoint is of that step, with both ranks' state."""
+def _stopped_cleanly(exp: Path, *how: str) -> None:
+    """Both ranks ended at the same step, and the newest checkpoint is of that step, with both ranks' state, stopped
+    on one of the signals ``how``."""
     last = [_steps(exp, r)[-1] for r in (0, 1)]
     state, marker = checkpoint.load_latest(exp / "checkpoints")
     assert last[0] == last[1] == marker["step"] == state["step"], (last, marker["step"])
     assert len(state["ranks"]) == 2
-    assert f"stopped on {how}; checkpoint in {exp}" in _log(exp)
+    log = _log(exp)
+    assert any(f"stopped on {h}; checkpoint in {exp}" in log for h in how), log
 
 
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_leaves_nothing_running(corpus, tmp_path):
@@ -126,7 +128,10 @@ def test_sigkill_of_asrlab_train_ends_its_agent_and_ranks(corpus, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not left, [p.info["cmdline"] for p in left]
-    _stopped_cleanly(exp, "SIGHUP")
+    # torch's agent passes the SIGHUP on; where the signal lands inside its metrics wrapper (before that wrapper's
+    # `start` is set: an UnboundLocalError replaces the SignalException, seen once in a clean-clone run), it closes
+    # the ranks with its default SIGTERM instead. The ranks stop cleanly on either
+    _stopped_cleanly(exp, "SIGHUP", "SIGTERM")
 
 
 def test_ranks_end_when_their_agent_is_killed_too(corpus, tmp_path):
