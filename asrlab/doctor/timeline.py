@@ -52,11 +52,16 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
     }
 
 
+def when(e: dict) -> float | None:
+    """An event's time; for a line with no clock above its file's first one, that clock (it happened no later)."""
+    return e["time"] if e.get("time") is not None else e.get("no_later")
+
+
 def key(e: dict) -> tuple:
     """Which of two events came first: by time where both have one (an event without a time at the clock it
     happened no later than, its file's first; without that, after every timed one), a root cause before the
     failures its launcher saw in the same instant, else by their order."""
-    t = e["time"] if e.get("time") is not None else e.get("no_later")
+    t = when(e)
     return (t if t is not None else float("inf"), not e.get("root", False), e.get("order", 0))
 
 
@@ -119,4 +124,4 @@ class JobClock:
         return self.times[max(i, 0)]
 
 
-__all__ = ["JobClock", "culprit", "failure", "first_failure", "key"]
+__all__ = ["JobClock", "culprit", "failure", "first_failure", "key", "when"]

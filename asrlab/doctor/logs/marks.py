@@ -18,7 +18,8 @@ _US = re.compile(r"(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))
 _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
-PREFIX = re.compile(r"^\[(?:rank|default|[\w.-]+:)(\d+)\]:\s?")  # torchrun's: its role (default, a host's "gpu3:")
+_MARK = r"\[(?:rank|default|[\w.-]+:)(\d+)\]:"  # PyTorch's; torchrun's, its role first (default, a host's "gpu3:")
+PREFIX = re.compile(rf"^{_MARK}\s?")
 # what a collector puts before a line: strong marks (a rank's, mpirun's, srun's, a container's, a CRI log's)
 # are always taken off; a bare timestamp or host name only where what follows it is a rank mark or a line
 # that must be read from its first character (a traceback, torchrun's summary)
@@ -42,7 +43,7 @@ _HOST = re.compile(r"^[a-zA-Z][\w.-]*[\w]:\s(?=\S)")  # pdsh / a collector's "no
 STRUCTURAL = re.compile(
     r"^(?:Traceback \(most|\s*File \"|\s+\S|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b|"
     r"\[\d+\]:\s*$|(?:rank|exitcode|time|host|error_file|traceback)\s*:|Root Cause|Failures:|={8}|-{8}|"
-    r"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|\[(?:rank|default|[\w.-]+:)\d+\]:|"
+    rf"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|{_MARK}|"
     r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
 )
 _RANKS = (

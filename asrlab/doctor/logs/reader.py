@@ -17,9 +17,10 @@ from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, ran
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
 from .toolkits import READERS, bar_count, step_of
+from .words import BAR_END
 
 _READER = dict(READERS)
-_BAR_END = re.compile(r"(?:it/s|s/it)[^\]]*\]")  # a tqdm bar's end: "7.66it/s, objf=2.606]"
+_BAR_END = re.compile(BAR_END)
 BAR_NEAR = 3  # lines: a bar redrawn just before a line of numbers is that line's place (not an earlier bar's)
 # what in a step line is a message of its own besides the step (a progress bar with a message glued on)
 _MESSAGE = re.compile(

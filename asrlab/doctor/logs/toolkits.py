@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .words import OWN_LOSSES
+
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
@@ -21,8 +23,8 @@ LOSS_NAMES = re.compile(
 )
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
-_OWN_LOSS = re.compile(r"^(?:.*loss.*|ctc|att|xent|mse|nll|objf|rnnt|transducer|kl|ce|\w+_(?:ctc|att|ce))$", re.I)
-_LOSSY = re.compile(r"loss|ctc|xent|mse|nll|objf|rnnt|transducer", re.I)
+_OWN_LOSS = re.compile(rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:ctc|att|ce))$", re.I)
+_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer", re.I)
 
 
 def num(text: str) -> float | None:

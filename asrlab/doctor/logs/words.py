@@ -19,8 +19,12 @@ WATCHDOG_EXC = re.compile(r"watchdog thread terminated with exception: (.+)")
 # stuck, or the watchdog ending the process after its works failed or timed out
 NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operations have failed or timed out")
 # the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
+# a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
+BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
+# the names a loop of its own gives its loss, besides any "...loss..."
+OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf"
 BASH_KILLED = re.compile(
-    r"(?:^\W{0,3}|line \d+:\s+\d+ |(?:it/s|s/it)(?:,[^\]]*)?\])"  # ... or glued to a progress bar's end
+    rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END})"  # ... or glued to a progress bar's end
     r"(?:Killed\b(?!\s+process)|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
 )
 # a shell's, srun's or the C library's word for a child that a signal ended
@@ -97,13 +101,13 @@ NONFINITE_LINE = re.compile(
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
     r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training|"  # Keras's TerminateOnNaN
-    r"\b(?:\w*loss\w*|ctc|xent|nll|mse|rnnt|objf|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
+    rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
 # a loss (by its own name too: a loop's "ctc", "xent") or a gradient norm printed as a value: "loss=nan", "'loss': nan",
 # "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
-    r"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:ctc|xent|nll|mse|rnnt|objf)(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
     r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b",
     re.I,
 )
@@ -282,6 +286,8 @@ def signame(said: str) -> str:
 
 __all__ = [
     "AGENT_FAIL",
+    "BAR_END",
+    "OWN_LOSSES",
     "FATAL",
     "AGENT_TERM",
     "ASRLAB",

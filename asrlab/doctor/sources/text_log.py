@@ -21,7 +21,7 @@ from ..logs.progress import at, clock, rank_progress, resume_records, step_numbe
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.toolkits import counter_of
-from ..timeline import first_failure, resumes
+from ..timeline import first_failure, resumes, when
 from . import Reading
 
 NAME = "log"
@@ -55,7 +55,7 @@ SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line a
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     """``(seconds, last step)`` where the job was stopped (a signal to its launcher or from outside) long after
     its last step line, by its own pace: it was not training when it was ended, it hung."""
-    t = e["time"] if e.get("time") is not None else e.get("no_later")  # a line above its file's first clock
+    t = when(e)
     if not (e["verdict"] == "stopped" or e.get("outside")) or t is None:
         return None
     recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= t]
