@@ -466,6 +466,21 @@ WORDINGS = {
     "mpirun: Primary job terminated normally, but 1 process returned": (
         "logs13/plain/horovod_tf_primary_job_terminated_then_op_requires_failed_aborted_horovod_has_been_shut_down_x2.log"
     ),
+    "UCX's handler: [host:pid :0:tid] Caught signal 11 (Segmentation fault: ...)": (
+        "logs30/plain/eole_nmt_resume_steps_2100_to_2250_ucx_caught_signal_11_segfault_backtrace.log"
+    ),
+    "Python's 'Exception ignored in' twice between step lines (Step   40236 [0.984 sec/step, loss=...])": (
+        "logs30/plain/healthy_zhrtvc_synthesizer_steps_40226_to_40237_tkinter_exception_ignored_runtimeerror_main_loop.log"
+    ),
+    "HiFi-GAN's Steps : 40, Gen Loss Total :  nan": (
+        "logs30/plain/hifigan_ljspeech_steps_0_to_35_spike_64922832_at_30_then_gen_loss_nan_from_step_40.log"
+    ),
+    "RETURNN's bare RuntimeError: Socket Timeout from TCPStore's doWait": (
+        "logs30/plain/returnn_ep1_dev_eval_steps_97_to_99_unhandled_runtimeerror_three_procs_socket_timeout.log"
+    ),
+    "RETURNN's ep 272 train, step 341, ce 0.372, ctc_4 0.876 and Unhandled exception <class 'RuntimeError'>": (
+        "logs30/plain/returnn_ep272_steps_339_to_341_cuda1_missing_at_341_then_unhandled_runtimeerror_proc_2834.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -496,6 +511,7 @@ INDEX = {
         "logs27",
         "logs28",
         "logs29",
+        "logs30",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

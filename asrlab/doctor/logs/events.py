@@ -16,6 +16,7 @@ from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WAT
 from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
+from .words import UNHANDLED
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
@@ -55,6 +56,9 @@ class Events:
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
+        self._unhandled: dict[
+            str, tuple
+        ] = {}  # file -> (order, rank, time, line, type): an exception named, its line to come
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -86,6 +90,7 @@ class Events:
         if e is None or tb.ignored:
             return
         self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
+        self._unhandled.pop(tb.source, None)
         e["place"] = tb.place  # the last step a line named before it began
         if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
@@ -96,26 +101,24 @@ class Events:
             # the exception could not say itself; the line before it named the item being read
             e.update(message=item["text"][:300], text=f"{e['type']}: {item['text']}"[:500], item=item["id"])
         line, self.order = self.order, e["order"]  # what it says is said where it began; then the line that ended it
-        if e["kind"] == "consequence" and COLLECTIVE_TIMEOUT.search(e["text"]):
-            # a collective that gave up waiting, raised in the rank's own traceback: the hang's evidence
-            g = GLOO.search(e["text"])
-            self._add(
-                "timeout",
-                e["rank"],
-                e["time"],
-                e["text"],
-                op=g.group(2) if g else None,
-                timeout_ms=int(g.group(1)) if g else None,
-                source="gloo" if g else "traceback",
-            )
-        if e["kind"] == "consequence" and (sig := death_signal(e["text"])):
-            self._add("stop", e["rank"], e["time"], e["text"], signal=sig)
+        if e["kind"] == "consequence":
+            self._consequence(e["rank"], e["time"], e["text"])
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)
         else:
             self._last[e["kind"]] = e
         self.order = line
+
+    def _consequence(self, rank, time, text: str) -> None:
+        """What an exception another failure caused says besides: a wait that gave up (a collective's, a store's: the
+        hang's evidence), a signal that ended the process."""
+        if COLLECTIVE_TIMEOUT.search(text):
+            g = GLOO.search(text)
+            self._add("timeout", rank, time, text, op=g.group(2) if g else None,
+                      timeout_ms=int(g.group(1)) if g else None, source="gloo" if g else "traceback")  # fmt: skip
+        if sig := death_signal(text):
+            self._add("stop", rank, time, text, signal=sig)
 
     def feed(self, source: str, rank: int | None, time: float | None, text: str, bar: int | None = None) -> None:
         """Read one line of ``source``; ``bar``: the count of a progress bar on it (glued to what follows)."""
@@ -162,6 +165,8 @@ class Events:
     def finish(self) -> None:
         for key in list(self._tb):
             self._end_tb(key)
+        for self.source, (self.order, rank, time, text, typ) in self._unhandled.items():  # its own line never came
+            self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
         self._close_summary()
         self.events.extend(self._last.values())
 
@@ -425,6 +430,9 @@ class Events:
             self._add("exception", int(m.group(1)) if m.group(1) else rank, time, text, type=None,
                       message=m.group(2)[:300], where=None)  # fmt: skip
             return
+        if text.startswith("Unhandled exc") and (m := UNHANDLED.match(text)):
+            self._unhandled.setdefault(self.source, (self.order, rank, time, text, m[1]))
+            return
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)
             return
@@ -448,9 +456,12 @@ class Events:
             m := EXC_LINE.match(text.strip())
         ):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
+            self._unhandled.pop(self.source, None)
             kind = "consequence" if CONSEQUENCE.search(text) else "oom" if OOM.search(text) else "exception"
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
             self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
+            if kind == "consequence":
+                self._consequence(rank, time, text)
             return
         if ("CUDA error: " in text or "side assert trig" in text) and (m := CUDA_ERROR.search(text)):
             self._add("exception", rank, time, text, type="CUDA error", message=m[1] or m[2], where=None, bare=True)

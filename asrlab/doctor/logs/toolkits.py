@@ -17,13 +17,13 @@ from .words import OWN_LOSSES
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
-_SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|$)")
+_SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETURNN's "step 341, ce 0.372, ctc_4 0.876"
 LOSS_NAMES = re.compile(
     r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl|xent|mse|nll|objf)|.*ce$)", re.I
 )
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
-_OWN_LOSS = re.compile(rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:ctc|att|ce))$", re.I)
+_OWN_LOSS = re.compile(rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:ctc|att|ce)|(?:ctc|ce)_\d+)$", re.I)
 _LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer", re.I)
 
 
@@ -279,7 +279,9 @@ _COUNTER = re.compile(
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
 _EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
-_LOSS_WORD = re.compile(rf"\b((?:\w+[_ ])?[Ll]oss)(?: is|:)?\s+({NUM})\b")
+_LOSS_WORD = re.compile(
+    rf"\b((?:\w+[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
+)  # HiFi-GAN's "Gen Loss Total :  nan"
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
 _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")

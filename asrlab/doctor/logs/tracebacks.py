@@ -109,7 +109,8 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
 _NOT_MESSAGE = re.compile(
     r"^(?:\[|#|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
-    r"WARNING|ERROR|INFO|DEBUG|Traceback|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
+    r"WARNING|ERROR|INFO|DEBUG|Traceback|Exception ignored in|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
+    r"(?:[Ss]teps?|[Ii]ter(?:ation)?) ?:? *\d|"  # the loop's next step line, printed after an exception it went on from
     r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
 )
 

@@ -31,7 +31,8 @@ BASH_KILLED = re.compile(
 SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
-    r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b"
+    r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
+    r"\] Caught signal \d+ \((Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"  # UCX
 )
 SHELL_SIGNALS = {
     "Aborted": "SIGABRT",
@@ -161,6 +162,9 @@ EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
 )
+# RETURNN's hook names an uncaught exception before it prints its traceback: "Unhandled exception <class
+# 'RuntimeError'> in thread <_MainThread(...)>, proc 2834."
+UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 # the device's own error on a line of a logger's, with no exception line of Python's ("[ERROR] trainer - <class
 # 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
 CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)")  # the second: k2's, Kaldi's words
@@ -321,6 +325,7 @@ __all__ = [
     "summary_fields",
     "SIGNALS",
     "STATUS",
+    "UNHANDLED",
     "STORE",
     "SUSPECT",
     "TERMINATE",
