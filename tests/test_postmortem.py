@@ -481,6 +481,18 @@ WORDINGS = {
     "RETURNN's ep 272 train, step 341, ce 0.372, ctc_4 0.876 and Unhandled exception <class 'RuntimeError'>": (
         "logs30/plain/returnn_ep272_steps_339_to_341_cuda1_missing_at_341_then_unhandled_runtimeerror_proc_2834.log"
     ),
+    "Python's faulthandler: Fatal Python error: Segmentation fault, glued to a bar's 4540/?": (
+        "logs31/lightning/threestudio_fantasia3d_epoch0_bar_4540_fatal_python_segfault_faulthandler_thread_dump.log"
+    ),
+    "Tacotron-2's 'Loss exploded to nan at step 67501' after a checkpoint's loading, then its own exception": (
+        "logs31/plain/rayhane_tacotron2_resume_ckpt_67500_loss_exploded_to_nan_at_step_67501_then_background_thread_traceback.log"
+    ),
+    "older torch's 'RuntimeError: Operation timed out!' from all_reduce's work.wait(), then Process SpawnProcess-2:": (
+        "logs31/espnet/espnet2_train_one_epoch_all_reduce_iterator_stop_operation_timed_out_spawnprocess_4_and_2.log"
+    ),
+    "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
+        "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -512,6 +524,7 @@ INDEX = {
         "logs28",
         "logs29",
         "logs30",
+        "logs31",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -530,6 +543,14 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed", d["summary"]
+
+
+def test_a_training_steps_nan_comes_before_a_validation_passs_nan_printed_above_it():
+    """WeTTS: epoch 0's [CV] lines print loss nan, then epoch 1's [TRAIN] lines go nan at progress 20. The
+    training step is the failure; the validation pass's nan above it is the first failure only where no training
+    step went non-finite."""
+    d = diagnose_logs([str(FIXTURES / "logs2/wenet/wetts_prosody_loss_nan_progress.log")])
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 20, d["summary"]
 
 
 def test_a_connect_timeout_then_the_spawned_process_traceback_cut_short_is_the_stall():

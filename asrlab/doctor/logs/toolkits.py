@@ -365,6 +365,11 @@ def bar_count(line: str) -> int | None:
     return int(m.group(1) or m.group(2)) if m else None
 
 
+def validation(line: str) -> bool:
+    """Whether a line is of a validation or test pass ("[CV]", "valid", "eval", "dev"), not a training step."""
+    return bool(_NOT_TRAIN.search(line))
+
+
 def counter_of(line: str, named: bool = False) -> int | None:
     """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
     ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
@@ -388,4 +393,4 @@ def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dic
     return None
 
 
-__all__ = ["READERS", "bar_count", "counter_of", "num", "step_of"]
+__all__ = ["READERS", "bar_count", "counter_of", "num", "step_of", "validation"]

@@ -39,7 +39,8 @@ CONSEQUENCE = re.compile(
     r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
     r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
-    r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down",
+    r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
+    r"\bOperation timed out!",  # older torch's c10d, a collective's work.wait() that gave up
     re.I,
 )
 
@@ -63,7 +64,7 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
     r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients|"
-    r"client socket has timed out after \d+m?s while trying to connect"
+    r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!"
 )
 
 
@@ -109,7 +110,7 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
 _NOT_MESSAGE = re.compile(
     r"^(?:\[|#|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
-    r"WARNING|ERROR|INFO|DEBUG|Traceback|Exception ignored in|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
+    r"WARNING|ERROR|INFO|DEBUG|Traceback|Exception (?:ignored in|in thread)|Process \w+-\d+:$|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
     r"(?:[Ss]teps?|[Ii]ter(?:ation)?) ?:? *\d|"  # the loop's next step line, printed after an exception it went on from
     r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
 )

@@ -32,7 +32,8 @@ SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
-    r"\] Caught signal \d+ \((Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"  # UCX
+    r"(?:\] Caught signal \d+ \(|Fatal Python error: )"  # UCX's handler; Python's faulthandler, glued to a bar too
+    r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"
 )
 SHELL_SIGNALS = {
     "Aborted": "SIGABRT",
@@ -102,6 +103,7 @@ NONFINITE_LINE = re.compile(
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
     r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\bloss (?:exploded|diverged|went|became|blew up) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's "Loss exploded to nan"
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
@@ -157,7 +159,11 @@ def death_signal(text: str) -> str | None:
 
 # a logger's line on Ctrl-C, not an exception line ("Detected KeyboardInterrupt, attempting graceful shutdown",
 # "CRITICAL Keyboard Interrupt. Ending early.", "Caught KeyboardInterrupt")
-INTERRUPTED = re.compile(r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b", re.I)
+INTERRUPTED = re.compile(
+    r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b"
+    r"|forrtl: error \(200\): program aborting due to control-C event",  # Intel's Fortran runtime (MKL on Windows)
+    re.I,
+)
 EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."

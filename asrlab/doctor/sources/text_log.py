@@ -20,7 +20,7 @@ from ..logs.nonfinite import finite_after, nonfinite_section as _nonfinite, pers
 from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
-from ..logs.toolkits import counter_of
+from ..logs.toolkits import counter_of, validation
 from ..timeline import first_failure, resumes, when
 from . import Reading
 
@@ -158,9 +158,19 @@ def _causes(run: LogRun) -> list[tuple]:
     if r is not None:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it)
         same = {x["rank"] for x in run.nonfinite if position(x) == position(r)}
-        e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "record": r}
+        e = {
+            "kind": "nonfinite_step",
+            "rank": r["rank"],
+            "time": r["time"],
+            "record": r,
+            "order": r["order"],
+            "file": r["file"],
+        }
         many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
         out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
+        # a validation pass's non-finite line beside a training step's: the first failure only where nothing else is
+        out = [(v, {**x, "consequence": True} if x["kind"] == "nonfinite_line" and validation(x["text"]) else x)
+               for v, x in out]  # fmt: skip
     skips = persistent_skips(run)
     if skips:
         out.append(("nonfinite", skips))
