@@ -490,6 +490,9 @@ WORDINGS = {
     "older torch's 'RuntimeError: Operation timed out!' from all_reduce's work.wait(), then Process SpawnProcess-2:": (
         "logs31/espnet/espnet2_train_one_epoch_all_reduce_iterator_stop_operation_timed_out_spawnprocess_4_and_2.log"
     ),
+    "the shell's Killed over a redrawn line's start (Killedg in train batch: 127687 / 263115)": (
+        "logs32/plain/dlrm_kaggle_data_loading_then_counter_overwritten_killedg_in_train_batch_127687_of_263115.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -525,6 +528,7 @@ INDEX = {
         "logs29",
         "logs30",
         "logs31",
+        "logs32",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -583,6 +587,14 @@ def test_each_wording_once_missed_reads_right(what):
 
 
 OWN_LOOPS = yaml.safe_load((FIXTURES / "own_loops" / "index.yaml").read_text())
+
+
+def test_a_zero_padded_counter_before_the_loss_is_not_part_of_the_losss_name():
+    """ "r0 upd 00039 loss nan gn nan": the term not finite is the loss, not "00039_loss"."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/v_torchrun_upd_padded_loss_nan_gn_nan.log")])
+    assert d["nonfinite"]["first"]["terms"] == ["loss", "grad_norm"] or d["nonfinite"]["first"]["terms"] == ["loss"], d[
+        "nonfinite"
+    ]
 
 
 @pytest.mark.parametrize("case", OWN_LOOPS, ids=[c["file"] for c in OWN_LOOPS])

@@ -20,7 +20,9 @@ from asrlab.doctor import diagnose, format_diagnosis
 LOOP = Path(__file__).parent / "loops" / "printing_loop.py"
 
 
-def watch(exp: Path, fault: str = "", steps: int = 40, timeout: str = "60", *flags, **popen) -> subprocess.Popen:
+def watch(
+    exp: Path, fault: str = "", steps: int = 40, timeout: str = "60", *flags, sleep: str = "0.05", **popen
+) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -39,16 +41,18 @@ def watch(exp: Path, fault: str = "", steps: int = 40, timeout: str = "60", *fla
         "--nproc-per-node=2",
         str(LOOP),
     ]
-    env = {**os.environ, "FAULT": fault, "STEPS": str(steps), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "FAULT": fault, "STEPS": str(steps), "SLEEP": sleep, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def test_steps_printed_in_the_jobs_output_end_the_first_step_allowance(tmp_path):
-    """A loop whose steps are too short to be sampled computing (most of its time asleep in its own code) is seen
-    training from its own step lines: when rank 1 then sleeps for good, the stall is found after --stall-timeout,
-    not after the first-step allowance (3x) that holds while ranks may still be starting."""
+    """A loop whose steps are too short to be sampled computing (most of its time asleep in its own code, 0.3 s
+    a step) is seen training from its own step lines, and moving while it prints new ones (its stacks sampled at
+    one line for longer than --stall-timeout): when rank 1 then sleeps for good, the stall is found after
+    --stall-timeout, not after the first-step allowance (3x) that holds while ranks may still be starting, and
+    not before, while both ranks were asleep between steps."""
     exp = tmp_path / "exp"
-    proc = watch(exp, "hang:1:30", 200, "5", "--on-stall", "kill")
+    proc = watch(exp, "hang:1:30", 200, "5", "--on-stall", "kill", sleep="0.3")
     out, err = proc.communicate(timeout=150)
     report = json.loads((exp / "stall_report.json").read_text())
     assert report["timeout_s"] == 5 and report["verdict"].startswith("rank 1 "), (report["verdict"], err[-2000:])

@@ -22,8 +22,12 @@ MAX_BYTES = 64 << 20
 CLOCK_S = 0.2  # the job.times resolution: a line's time is when the stretch it came in was kept, within this
 # a line that reports a training step: a loss's value and a counter ("step 15 | loss 0.52", "it 7 ctc=0.3",
 # tqdm's "12/40 [...] loss=0.5"); not a config's "loss_weight: 0.3"
-_LOSS = re.compile(rb"(?i)(?:loss\w*|\b(?:ctc|xent|nll|mse|rnnt|objf))['\"]?\s*[=:]?\s*['\"]?[-+]?(?:\d|nan|inf)")
-_COUNTER = re.compile(rb"(?i)\b(?:step|iter|iteration|it|upd|updates?|epoch|ep|batch)\b\W{0,3}\d|\d+/\d+|it/s|s/it")
+_LOSS = re.compile(
+    rb"(?i)(?:loss\w*|\b(?:[a-z]+_)?(?:ctc|xent|nll|mse|rnnt|objf))['\"]?\s*[=:]?\s*['\"]?[-+]?(?:\d|nan|inf)"
+)
+_COUNTER = re.compile(
+    rb"(?i)\b(?:step|iter|iteration|it|upd|updates?|epoch|ep|batch|tick)\b\W{0,3}\d|\d+/\d+|it/s|s/it"
+)
 
 
 class JobOutput:
@@ -38,6 +42,8 @@ class JobOutput:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._steps_at: list[float] = []  # when step lines came, a second apart at least (the first two kept)
+        self._last_step = b""
+        self.stepped = 0.0  # when the job last printed a step line unlike the one before (a bar's redraw is alike)
 
     def pump(self, pipe: BinaryIO, out: BinaryIO) -> None:
         t = threading.Thread(target=self._run, args=(pipe, out), daemon=True, name="asrlab-job-output")
@@ -86,14 +92,19 @@ class JobOutput:
             self._file.flush()
 
     def _saw(self, data: bytes) -> None:
-        """Note when the job printed a step line (a bar's redraw after a ``\\r`` too, kept only at its newline)."""
-        if len(self._steps_at) >= 2:
+        """Note when the job printed a step line (a bar's redraw after a ``\\r`` too, kept only at its newline);
+        looked for at most once a second, the job's output costing the watch no more than that."""
+        now = time.time()
+        if now - self.stepped < 1.0:
             return
-        if any(_LOSS.search(line) and _COUNTER.search(line) for line in re.split(rb"[\r\n]", data)):
-            now = time.time()
-            with self._lock:  # stdout's and stderr's pumps: the second moment a second after the first
-                if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
-                    self._steps_at.append(now)
+        steps = [line for line in re.split(rb"[\r\n]", data) if _LOSS.search(line) and _COUNTER.search(line)]
+        if not steps:
+            return
+        with self._lock:  # stdout's and stderr's pumps: the second moment a second after the first
+            if steps[-1] != self._last_step:  # a new step printed: the job moves, whatever its stacks were sampled at
+                self._last_step, self.stepped = steps[-1], now
+            if len(self._steps_at) < 2 and (not self._steps_at or now - self._steps_at[0] >= 1.0):
+                self._steps_at.append(now)
 
     def training(self) -> bool:
         """Whether the job has printed step lines (a loss and a counter) at two moments a second apart: its ranks

@@ -312,7 +312,9 @@ class JobWatch:
         allowance = self.stall_timeout_s if training else self.first_step_s
         if any(v.phase == "compile" for v in views):  # torch.compile's workers at a new shape: not a stall yet
             allowance = max(allowance, COMPILE_ALLOW_S)
-        still = now - max(v.moved for v in views)
+        # moved: any rank's stacks, or a new step line in the job's output (a loop that sleeps or waits on its own
+        # between steps is sampled at one line, and moves all the same)
+        still = now - max(max(v.moved for v in views), self.output.stepped)
         if still < allowance:
             return
         world = self.world()

@@ -23,7 +23,9 @@ LOSS_NAMES = re.compile(
 )
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
-_OWN_LOSS = re.compile(rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:ctc|att|ce)|(?:ctc|ce)_\d+)$", re.I)
+_OWN_LOSS = re.compile(
+    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+)$", re.I
+)
 _LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer", re.I)
 
 
@@ -272,7 +274,7 @@ _KV = re.compile(
 _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
-    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|upd|batch_idx|batch)['"]?"""
+    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|upd|batch_idx|batch|tick)['"]?"""
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
     re.I,
 )
@@ -280,7 +282,7 @@ _COUNTER = re.compile(
 _EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(
-    rf"\b((?:\w+[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
+    rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
 )  # HiFi-GAN's "Gen Loss Total :  nan"
 _BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
@@ -342,7 +344,7 @@ GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 _NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch)\b['\"]?\W{0,3}(\d+)\b"
+    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
     r"|(?<![\w.:=])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"

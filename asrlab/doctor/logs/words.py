@@ -25,8 +25,8 @@ BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END})"  # ... or glued to a progress bar's end
-    r"(?:Killed\b(?!\s+process)|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
-)
+    r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
+)  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
@@ -110,7 +110,7 @@ NONFINITE_LINE = re.compile(
 # a loss (by its own name too: a loop's "ctc", "xent") or a gradient norm printed as a value: "loss=nan", "'loss': nan",
 # "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
-    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
     r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b",
     re.I,
 )
@@ -146,7 +146,8 @@ DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
     r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
     r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID|"  # glog's failure handler (Paddle, C++ jobs)
-    r"\bReceived signal (\d+), initiating graceful stop"  # NeMo's preemption callback (a scheduler's notice)
+    r"\bReceived signal (\d+), initiating graceful stop|"  # NeMo's preemption callback (a scheduler's notice)
+    r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) (SIG(?:TERM|INT|HUP|USR1|USR2))\b(?!:? \d)|\b(SIG(?:TERM|INT|HUP)) (?:caught|received)\b"
 )
 
 
