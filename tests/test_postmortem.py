@@ -493,6 +493,12 @@ WORDINGS = {
     "the shell's Killed over a redrawn line's start (Killedg in train batch: 127687 / 263115)": (
         "logs32/plain/dlrm_kaggle_data_loading_then_counter_overwritten_killedg_in_train_batch_127687_of_263115.log"
     ),
+    "PaddleOCR's values padded with x: loss: nanxxx, ctc_loss: nanxxx": (
+        "logs33/paddle/paddleocr_e2e_ccpd_train_from_scratch_iter_10_loss_nanxxx_score_loss_finite.log"
+    ),
+    "a notebook cell's ^C after its output's dash (-^C)": (
+        "logs33/darknet/darknet_yolov3_tiny_colab_loaded_15_layers_resizing_608_then_caret_c_before_first_iteration.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -529,6 +535,7 @@ INDEX = {
         "logs30",
         "logs31",
         "logs32",
+        "logs33",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -547,6 +554,20 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed", d["summary"]
+
+
+def test_a_csv_row_with_a_nan_and_no_header_is_unknown_with_its_lines_not_an_all_clear():
+    """T2T-ViT's summary.csv pasted without its header: "209,nan,4.16,7.72,24.02". No rule can say which column
+    is a loss, so no verdict names one; the lines are quoted as looking wrong, never an all-clear."""
+    d = diagnose_logs(
+        [
+            str(
+                FIXTURES
+                / "logs33/timm/t2t_vit_14_summary_csv_epochs_200_to_213_train_loss_nan_from_209_eval_nan_from_210.log"
+            )
+        ]
+    )
+    assert d["verdict"] == "unknown" and "209,nan,4.160795520019532" in d["summary"], d["summary"]
 
 
 def test_a_training_steps_nan_comes_before_a_validation_passs_nan_printed_above_it():

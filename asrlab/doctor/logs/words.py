@@ -49,7 +49,7 @@ SHELL_SIGNALS = {
     "floating point exception": "SIGFPE",
 }
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
-SHELL_STOP = re.compile(r"(?:^|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")
+SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")  # "-^C": a notebook's cell output
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
 SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
@@ -111,7 +111,7 @@ NONFINITE_LINE = re.compile(
 # "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
     rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
-    r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))\b",
+    r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
 )
 
@@ -242,6 +242,7 @@ RENDEZVOUS = re.compile(
 SUSPECT = re.compile(
     r"(?:^|[\s\[|(:])(?:E\d{4} \d\d:|ERROR\b|CRITICAL\b|FATAL\b|Fatal\b|[Ee]rror\b|[Ee]xception\b|FAILED\b|"
     r"[Ff]ailed\b|[Ff]ailure\b|Killed\b|[Aa]bort(?:ed|ing)?\b|[Ss]egmentation fault|core dumped|[Tt]erminated\b)"
+    r"|^\d+(?:,[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*,[-+]?(?:nan|inf)(?:,|$)"  # a CSV row with a nan, its header cut
 )
 # the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
 # error rate or an error metric's value, a count of none, an option's name, a fallback to a default
