@@ -610,6 +610,22 @@ def test_each_wording_once_missed_reads_right(what):
 OWN_LOOPS = yaml.safe_load((FIXTURES / "own_loops" / "index.yaml").read_text())
 
 
+def test_the_watchs_own_verdict_line_is_the_failure_where_the_console_names_none(tmp_path):
+    """asrlab watch's last line on a failed job ("asrlab watch: killed: rank 1 was killed by SIGKILL ...") read
+    from a console whose other lines say nothing of it; beside the job's own words it gives way to them."""
+    log = tmp_path / "console.log"
+    steps = "".join(f'{{"it": {i}, "rank": 0, "loss": 0.5}}\n' for i in range(1, 6))
+    said = "asrlab watch: killed: rank 1 was killed by SIGKILL at step 5 (SIGKILL: the kernel's OOM killer)\n"
+    log.write_text(steps + said + "  asrlab doctor /tmp/exp\n")
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "killed" and d["culprit"]["rank"] == 1, d["summary"]
+    log.write_text(
+        steps + 'Traceback (most recent call last):\n  File "w.py", line 3, in <module>\nValueError: no frames\n' + said
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "crashed" and "ValueError: no frames" in d["summary"], d["summary"]
+
+
 def test_a_zero_padded_counter_before_the_loss_is_not_part_of_the_losss_name():
     """ "r0 upd 00039 loss nan gn nan": the term not finite is the loss, not "00039_loss"."""
     d = diagnose_logs([str(FIXTURES / "own_loops/v_torchrun_upd_padded_loss_nan_gn_nan.log")])

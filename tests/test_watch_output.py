@@ -171,6 +171,17 @@ def test_one_process_a_signal_ended_is_killed_by_that_signal(tmp_path):
     assert "other ranks" not in d["summary"] and d["culprit"]["rank"] == 0, d["summary"]
 
 
+def test_a_launcher_that_a_sigterm_ended_stopped_the_job_not_a_rank_that_vanished(tmp_path):
+    """Lightning Fabric's own launcher (rank 0, which started rank 1) ended by SIGTERM from outside: the watch's
+    exit code is its own (143), so the job was stopped, not killed (SIGKILL, the OOM killer) in a rank that
+    vanished first."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "fabric_launcher_sigterm", exp)
+    d = diagnose(exp)
+    assert d["verdict"] == "stopped" and "ended by SIGTERM (exit code 143)" in d["summary"], d["summary"]
+    assert "vanished" not in d["summary"] and "OOM" not in d["summary"], d["summary"]
+
+
 def test_without_the_jobs_output_a_vanished_peer_still_comes_before_the_survivors_error(tmp_path):
     """The same run read from the folder alone (no job output kept), with the killed rank's last heartbeat,
     written a second before the survivor's error, by a process that is gone: the vanished rank is the cause."""

@@ -16,7 +16,7 @@ from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WAT
 from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import UNHANDLED
+from .words import UNHANDLED, WATCH_VERDICT
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
@@ -267,6 +267,9 @@ class Events:
                 said = m.group(1) or m.group(2) or m.group(4)
                 self._add("watch_stall", culprit_of(said), time, text, said=said)
             return
+        if text.startswith("asrlab watch: ") and (m := WATCH_VERDICT.match(text)):
+            self._add("watch_verdict", culprit_of(m[2]), time, text, said=m[2], said_verdict=m[1])
+            return
         if ("rank" in text or "Primary job" in text or "uncaught" in text or "Process name" in text) and (
             m := MPIRUN.search(text)
         ):
@@ -414,11 +417,11 @@ class Events:
             return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8)
+            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8) or m.group(10)
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
-                named = m.group(3) or m.group(6) or ((t := SRUN_TASK.search(text)) and t.group(1))
+                named = m.group(3) or m.group(6) or m.group(9) or ((t := SRUN_TASK.search(text)) and t.group(1))
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",

@@ -280,7 +280,7 @@ _COUNTER = re.compile(
     re.I,
 )
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
-_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s+(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
+_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(
     rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"

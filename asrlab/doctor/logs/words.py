@@ -62,12 +62,15 @@ STATUS = re.compile(
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
     r"|(?:'--local_rank=(\d+)'.*?)?exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
+    r"|\b(?:rank|worker|process) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 # (older versions: the ranks that did submit it)
 HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")
 # asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
 # the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
+# asrlab watch's last line on a job that failed, from its run folder: the failure where the console names none
+WATCH_VERDICT = re.compile(r"^asrlab watch: (crashed|killed|stopped|nonfinite|out_of_memory): (.*?)\s*$")
 WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
     r"(SIG[A-Z]+): ending the job)|(?:^|asrlab\.lab\.stall\.watchdog: )STALL: (.*?)(?: \(report: [^)]*\))?\s*$"
@@ -147,7 +150,8 @@ DEATH = re.compile(
     r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
     r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID|"  # glog's failure handler (Paddle, C++ jobs)
     r"\bReceived signal (\d+), initiating graceful stop|"  # NeMo's preemption callback (a scheduler's notice)
-    r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) (SIG(?:TERM|INT|HUP|USR1|USR2))\b(?!:? \d)|\b(SIG(?:TERM|INT|HUP)) (?:caught|received)\b"
+    r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) (SIG(?:TERM|INT|HUP|USR1|USR2))\b(?!:? \d)|\b(SIG(?:TERM|INT|HUP)) (?:caught|received)\b|"
+    r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) signal:? (1|2|15)\b(?!\.\d)"
 )
 
 
@@ -308,6 +312,7 @@ __all__ = [
     "DEATH",
     "death_signal",
     "WATCH_SAID",
+    "WATCH_VERDICT",
     "MPIRUN",
     "INTERRUPTED",
     "CUDA_ERROR",

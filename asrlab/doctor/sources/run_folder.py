@@ -240,6 +240,15 @@ def timeline_of(
             at = f" after step {step}, the last its {said} shows" if step is not None else ""
             text = f"the job's one process (pid {gone[0]['pid']}) was ended by {sig} (exit code {lab['exit_code']}){at}"
             return [failure(verdict, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
+        if gone and (ended := _signalled(lab.get("exit_code"))) and ended[1] == "stopped":
+            # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal: its
+            # ranks ended with it, not one of them first
+            steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
+            at = f" at step {max(steps)}" if steps else ""
+            text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: a signal from "
+                    f"outside to the launcher; {ranks_named(gone)} ended with it")  # fmt: skip
+            step = max(steps) if steps else None
+            return [failure("stopped", "stop", lab.get("ended"), text, source="lab.json", step=step)], None
         if gone:  # ranks that ended without a word: one of them vanished first
             return [_gone(exp, metrics, gone, beats, ckpts)], None
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""

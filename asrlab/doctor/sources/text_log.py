@@ -152,6 +152,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("stopped", e))
         elif k == "watch_stall":
             out.append(("stalled", e))
+        elif k == "watch_verdict":  # the watch's word from its run folder: the failure where the lines say none
+            out.append((e["said_verdict"], {**e, "consequence": True}))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
@@ -295,6 +297,9 @@ def _phrased(run: LogRun, first: dict, d: dict) -> dict:
 
 def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     view = _event_view(first)
+    if first["kind"] == "watch_verdict":
+        c = {**culprit(first["rank"], _last_before(run, first["rank"], first)), "rank": first["rank"]}
+        return {**view, "verdict": first["said_verdict"], "culprit": c, "summary": f"asrlab watch: {first['said']}"}
     if first["kind"] == "watch_stall":  # asrlab watch's own word, from the ranks' stacks, or a rank's own watchdog's
         rank = first["rank"]
         rec = (run.last_steps().get(rank) if rank is not None else None) or _last_before(run, rank, first)
