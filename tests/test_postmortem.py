@@ -499,6 +499,18 @@ WORDINGS = {
     "a notebook cell's ^C after its output's dash (-^C)": (
         "logs33/darknet/darknet_yolov3_tiny_colab_loaded_15_layers_resizing_608_then_caret_c_before_first_iteration.log"
     ),
+    "VITS's bare list of losses, step and lr ([nan, nan, nan, 83.04, 0.99, inf, 28400, 0.000199])": (
+        "logs34/plain/vits_chinese_ljs_epoch_37_steps_28400_to_29000_loss_disc_gen_fm_nan_loss_kl_inf_mel_finite.log"
+    ),
+    "FreeVC's worker segfault line, then VITS's Train Epoch: 1516 [5%]: training went on": (
+        "logs26/plain/healthy_freevc_epoch_1515_error_unexpected_segfault_in_worker_then_epoch_1516.log"
+    ),
+    "the shell's Segmentation fault (core dumped) after a step line padded with spaces": (
+        "logs34/plain/coqui_stt_tf_starting_optimization_epoch_0_steps_0_loss_0_bar_glued_segmentation_fault_core_dumped.log"
+    ),
+    "detectron2's 'Exception during training:', its traceback cut": (
+        "logs34/plain/transfiner_detectron2_iters_319_to_379_max_mem_8584m_then_exception_during_training_traceback_cut.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -536,6 +548,7 @@ INDEX = {
         "logs31",
         "logs32",
         "logs33",
+        "logs34",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

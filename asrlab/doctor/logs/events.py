@@ -56,9 +56,8 @@ class Events:
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
-        self._unhandled: dict[
-            str, tuple
-        ] = {}  # file -> (order, rank, time, line, type): an exception named, its line to come
+        # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
+        self._unhandled: dict[str, tuple] = {}
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -434,6 +433,9 @@ class Events:
             m = ASRLAB.match(text)
             self._add("exception", int(m.group(1)) if m.group(1) else rank, time, text, type=None,
                       message=m.group(2)[:300], where=None)  # fmt: skip
+            return
+        if text.rstrip().endswith("Exception during training:"):  # detectron2's train loop, its traceback to come
+            self._unhandled.setdefault(self.source, (self.order, rank, time, text, None))
             return
         if text.startswith("Unhandled exc") and (m := UNHANDLED.match(text)):
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, m[1]))

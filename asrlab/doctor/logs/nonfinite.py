@@ -93,7 +93,10 @@ def finite_after(run: LogRun, e: dict) -> bool:
     """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
     run went on training (fp16's overflow-and-skip, over and over) is not a failure."""
     return any(
-        r["file"] == e.get("file") and r["order"] > e.get("order", 0) and r["losses"] and not r["nonfinite"]
+        r["file"] == e.get("file")
+        and r["order"] > e.get("order", 0)
+        and (r["losses"] or r["toolkit"] == "vits")  # VITS's "Train Epoch: N [P%]": training went on, no losses
+        and not r["nonfinite"]
         for s in run.series.values()
         for r in s.all()
     )

@@ -25,7 +25,8 @@ BAR_NEAR = 3  # lines: a bar redrawn just before a line of numbers is that line'
 # what in a step line is a message of its own besides the step (a progress bar with a message glued on)
 _MESSAGE = re.compile(
     r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
-    r"out of memory|[Pp]atience|not finite|Terminated\s*$|\^C|Received SIG|KeyboardInterrupt"
+    r"out of memory|[Pp]atience|not finite|Terminated\s*$|\^C|Received SIG|KeyboardInterrupt|"
+    r"Segmentation fault|Aborted|Bus error|core dumped"  # the shell's word on the job, glued after a step line
 )
 
 

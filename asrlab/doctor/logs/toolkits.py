@@ -178,6 +178,26 @@ def lightning(line: str) -> dict | None:
     )
 
 
+# VITS's trainer (and its forks: so-vits-svc, Bert-VITS2): "Train Epoch: 37 [22%]", then its losses, the global
+# step and the learning rate as a bare list: "[2.41, 2.87, 0.53, 23.04, 1.99, 1.52, 28400, 0.000199]"
+_VITS = re.compile(rf"(?:^|:)\[((?:{NUM}, ){{3,}})(\d+), ({NUM})\]$")
+_VITS_LOSSES = ("loss_disc", "loss_gen", "loss_fm", "loss_mel", "loss_dur", "loss_kl")
+
+
+_VITS_EPOCH = re.compile(r"(?:^|:)Train Epoch: (\d+) \[\d+%\]$")
+
+
+def vits(line: str) -> dict | None:
+    if "Train Epoch: " in line and (e := _VITS_EPOCH.search(line.rstrip())):  # where the epoch's steps have come to
+        return _record("vits", epoch=int(e[1]))
+    m = _VITS.search(line.rstrip()) if line.rstrip().endswith("]") else None
+    if m is None or not 0 <= (num(m[3]) or 0) < 1:  # the last is a learning rate
+        return None
+    values = [num(v) for v in m[1].rstrip(", ").split(", ")]
+    names = _VITS_LOSSES if len(values) == len(_VITS_LOSSES) else [f"loss_{i}" for i in range(len(values))]
+    return _record("vits", step=int(m[2]), losses=dict(zip(names, values)), lr=num(m[3]))
+
+
 # SpeechBrain's train_logger: "epoch: 3, lr: 1.00e+00 - train loss: 2.34 - valid loss: 1.23, valid CER: 12.3"
 _SB = re.compile(rf"epoch: (\d+), lr: ({NUM}).*?- train loss: ({NUM})")
 
@@ -336,6 +356,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("espnet", espnet),
     ("lightning", lightning),
     ("speechbrain", speechbrain),
+    ("vits", vits),
     ("megatron", megatron),
     ("epoch_batch", epoch_batch),
     ("plain", plain),

@@ -29,7 +29,7 @@ BASH_KILLED = re.compile(
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
-    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: )"
+    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,})"  # ... or after a bar padded with spaces
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"(?:\] Caught signal \d+ \(|Fatal Python error: )"  # UCX's handler; Python's faulthandler, glued to a bar too
