@@ -511,6 +511,12 @@ WORDINGS = {
     "detectron2's 'Exception during training:', its traceback cut": (
         "logs34/plain/transfiner_detectron2_iters_319_to_379_max_mem_8584m_then_exception_during_training_traceback_cut.log"
     ),
+    "a loop's own check raising 'ValueError:  [x] nan loss'": (
+        "logs35/plain/ddsp_svc_windows_train_solver_raises_value_error_x_nan_loss_no_step_printed.log"
+    ),
+    "zsh's job line: [1]    88835 segmentation fault  python train.py": (
+        "logs35/plain/deepspeech_pytorch_ted_two_runs_epoch_1_batches_621_to_623_of_1422_then_zsh_job_segmentation_fault.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -549,6 +555,7 @@ INDEX = {
         "logs32",
         "logs33",
         "logs34",
+        "logs35",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

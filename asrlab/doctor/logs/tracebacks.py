@@ -72,7 +72,8 @@ NONFINITE_EXC = re.compile(
     r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
     r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan|"
-    r"Minimum loss scale reached|[Ll]oss is probably exploding|FloatingPointError",  # fairseq's, numpy's
+    r"Minimum loss scale reached|[Ll]oss is probably exploding|FloatingPointError|"  # fairseq's, numpy's
+    r"\b(?:nan|inf) loss\b",  # a loop's own check: DDSP-SVC's "ValueError:  [x] nan loss"
     re.I,
 )
 

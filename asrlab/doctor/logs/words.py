@@ -32,6 +32,7 @@ SHELL_SIGNAL = re.compile(
     r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,})"  # ... or after a bar padded with spaces
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
+    r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
     r"(?:\] Caught signal \d+ \(|Fatal Python error: )"  # UCX's handler; Python's faulthandler, glued to a bar too
     r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"
 )
@@ -47,6 +48,7 @@ SHELL_SIGNALS = {
     "bus error": "SIGBUS",
     "illegal hardware instruction": "SIGILL",
     "floating point exception": "SIGFPE",
+    "killed": "SIGKILL",
 }
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
 SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")  # "-^C": a notebook's cell output
