@@ -349,3 +349,15 @@ def test_a_toolkits_experiment_folder_is_read_as_its_logs(tmp_path, capsys):
         == (2, 5)
         == (d["nonfinite"]["first"]["epoch"], d["nonfinite"]["first"]["batch"])
     )
+
+
+def test_every_ranks_error_of_being_ended_from_outside_is_a_stop_not_a_crash(tmp_path):
+    """SIGTERM to torchrun over a loop of the parts: both ranks' DataLoader workers die of it first, and each rank
+    records "DataLoader worker ... is killed by signal: Terminated." (tests/fixtures/parts_runs/). No rank went
+    first and nothing else failed: the job was stopped by SIGTERM, not a crash of rank 1."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "parts_runs" / "sigterm_to_torchrun", exp)
+    d = diagnose(exp)
+    assert d["verdict"] == "stopped" and d["summary"].startswith("the job was stopped by SIGTERM from outside"), d[
+        "summary"
+    ]

@@ -477,7 +477,7 @@ class Events:
             m = pattern.search(text)
             if m:
                 fatal = who == "icefall" and "too small" in text.lower()
-                to, grad = (None, m.group(1)) if who == "espnet" else (num(m.groups()[-1] or ""), None)
+                to, grad = (None, m.group(1)) if who in ("espnet", "asrlab") else (num(m.groups()[-1] or ""), None)
                 self._add("scale", rank, time, text, toolkit=who, fatal=fatal, to=to, grad=grad)
                 return
         m = RESUME.search(text)

@@ -405,6 +405,8 @@ def counter_of(line: str, named: bool = False) -> int | None:
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
     """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
+    if "skipped so far)" in line:  # asrlab's numerics guard on a step it skipped: a report, not a step line
+        return None
     if first is not None and first is not GENERIC:
         r = first(line)
         if r is not None:

@@ -179,6 +179,13 @@ def timeline_of(
                 f"for {e0['time'] - b['since']:.0f} s{'; ' + b['detail'] if b.get('detail') else ''}): rank {rank} "
                 f"timed out: {e0.get('message', '')[:200]}", source="errors", rank=held, step=b.get("step"),
             ))  # fmt: skip
+        elif consequence and not lost_peer and all(ended_from_outside(e) for e in errors):
+            # every rank's error is of its being ended by a signal (its DataLoader workers "killed by signal:
+            # Terminated"), and no rank went first: a signal to the job from outside stopped it
+            sig = {"Terminated": "SIGTERM", "Hangup": "SIGHUP", "Interrupt": "SIGINT"}
+            name = next((v for k, v in sig.items() if f"signal: {k}" in (e0.get("message") or "")), "a signal")
+            text = f"the job was stopped by {name} from outside: {ranks_text(sorted(erred))} ended by it ({said})"
+            failures.append(failure("stopped", "stop", e0["time"], text, source="errors", step=step, consequence=True))
         else:
             failures.append(
                 failure(

@@ -22,6 +22,7 @@ from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.toolkits import counter_of, validation
 from ..timeline import first_failure, resumes, when
+from ...lab.stall.watchdog import STALL_EXIT
 from . import Reading
 
 NAME = "log"
@@ -122,6 +123,7 @@ REDRAWN_WITHIN = 64 << 10  # bytes of the file after the failure's first line: i
 def _causes(run: LogRun) -> list[tuple]:
     """(time, order, verdict, event) for every event that can be a first failure."""
     out, stops = [], [e.get("order", 0) for e in run.events if e["kind"] == "stop"]
+    stalled = any(e["kind"] == "watch_stall" for e in run.events)
     for i, e in enumerate(run.events):
         k = e["kind"]
         if k == "exception":
@@ -144,6 +146,8 @@ def _causes(run: LogRun) -> list[tuple]:
             )
         elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
             out.append(("killed", e))
+        elif k == "exit" and e.get("exitcode") == STALL_EXIT and stalled:  # a rank the stall watchdog ended
+            out.append(("crashed", {**e, "consequence": True}))
         elif k == "exit" and (
             not -64 <= (e.get("exitcode") or 0) <= 0 or (e.get("root") and e.get("exitcode") is None)
         ):
