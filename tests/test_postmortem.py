@@ -517,6 +517,9 @@ WORDINGS = {
     "zsh's job line: [1]    88835 segmentation fault  python train.py": (
         "logs35/plain/deepspeech_pytorch_ted_two_runs_epoch_1_batches_621_to_623_of_1422_then_zsh_job_segmentation_fault.log"
     ),
+    "the shell's Killed glued to a Keras bar's last value (loss: 2.1371Killed)": (
+        "logs36/tensorflow/keras1_inline_backticks_epoch_1_of_1_twice_samples_165376_of_296960_then_killed_glued_to_loss.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -556,6 +559,7 @@ INDEX = {
         "logs33",
         "logs34",
         "logs35",
+        "logs36",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

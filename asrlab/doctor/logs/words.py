@@ -24,7 +24,7 @@ BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
 OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf"
 BASH_KILLED = re.compile(
-    rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END})"  # ... or glued to a progress bar's end
+    rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
