@@ -188,6 +188,9 @@ def test_a_signal_asks_for_a_clean_stop_and_a_second_takes_its_usual_course():
             os.kill(os.getpid(), signal.SIGTERM)  # the handler there before gets it
             assert seen == [signal.SIGTERM]
         assert stop.stop_signal() is None and not stop.stop_requested("nowhere")
+        assert stop.stopped_by() == signal.SIGTERM  # how the body ended, for the run's record at exit
+        with stop.stop_on_signals():
+            assert stop.stopped_by() is None  # a new body: not asked yet
     finally:
         signal.signal(signal.SIGTERM, before)
 
@@ -288,3 +291,55 @@ def test_two_ranks_halted_on_a_non_finite_step_exit_without_an_abort_3_times(cor
             assert "terminate called" not in out and "outlive the process group" not in out, f"run {i}, rank {r}\n{out}"
             assert "training halted" in out
     assert len(ended) == 3
+
+
+_WORKER_LOOP = """
+import os, sys, time
+import torch
+from asrlab.lab import stop
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return torch.tensor([float(os.getpid())])
+init = stop.workers_ignore_stop_signals() if sys.argv[1] == "ignore" else None
+with stop.stop_on_signals():
+    loader = torch.utils.data.DataLoader(Items(), batch_size=2, num_workers=1, worker_init_fn=init)
+    for step, batch in enumerate(loader):
+        if step == 0:
+            print(int(batch[0, 0]), flush=True)  # the worker's pid
+        if stop.stop_requested(sys.argv[2]):
+            print(f"stopped cleanly after step {step}", flush=True)
+            break
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("workers", ["ignore", "as_torch_leaves_them"])
+def test_a_sigterm_to_the_ranks_process_group_stops_the_loop_cleanly_when_its_workers_ignore_it(tmp_path, workers):
+    """torchrun signals each rank's whole process group. torch's DataLoader workers die of a SIGTERM their own
+    rank did not send (a handler torch sets in C as each worker starts), and the rank then fails on
+    "DataLoader worker ... killed by signal: Terminated" instead of stopping cleanly. Here the signal comes to the
+    worker and to the loop from this test's process, as from a launcher; with
+    ``stop.workers_ignore_stop_signals()`` as the loader's ``worker_init_fn`` the loop stops cleanly."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WORKER_LOOP, workers, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        worker = int(child.stdout.readline())
+        os.kill(worker, signal.SIGTERM)
+        time.sleep(0.5)  # the worker's end, where it ends, is seen by its rank at its next batch
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    if workers == "ignore":
+        assert child.returncode == 0 and "stopped cleanly" in out, err[-2000:]
+    else:  # what the helper is for: without it the worker dies and takes the loop with it
+        assert child.returncode != 0 and "killed by signal: Terminated" in err, (child.returncode, err[-2000:])

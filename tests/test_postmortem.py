@@ -520,6 +520,9 @@ WORDINGS = {
     "the shell's Killed glued to a Keras bar's last value (loss: 2.1371Killed)": (
         "logs36/tensorflow/keras1_inline_backticks_epoch_1_of_1_twice_samples_165376_of_296960_then_killed_glued_to_loss.log"
     ),
+    "YOLOv5's validation bar (Class Images Labels ... mAP@.5: 100% 91/91) after its training bar's 420/420": (
+        "logs37/plain/yolov5_colab_epoch_0_of_99_batches_420_of_420_val_91_of_91_then_caret_c_interrupt.log"
+    ),
     "Intel Fortran's forrtl: error (200): program aborting due to control-C event": (
         "logs31/plain/mlagents_dronebrain_step_12300000_mean_reward_then_forrtl_error_200_control_c_event.log"
     ),
@@ -560,6 +563,7 @@ INDEX = {
         "logs34",
         "logs35",
         "logs36",
+        "logs37",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

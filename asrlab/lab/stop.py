@@ -34,6 +34,7 @@ PARENT_GONE = signal.SIGHUP  # the parent-death signal: may come several times, 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
 
 _SIGNALLED: list[signal.Signals] = []  # the signal that asked this process to stop, once one did
+_ASKED: list[signal.Signals] = []  # the same, kept after the body ends (how the run ended, said at exit)
 
 
 def request_stop(exp: str | Path, reason: str = "requested") -> Path:
@@ -59,6 +60,11 @@ def stop_signal() -> signal.Signals | None:
     return _SIGNALLED[0] if _SIGNALLED else None
 
 
+def stopped_by() -> signal.Signals | None:
+    """The signal that asked the last :func:`stop_on_signals` body to stop, after the body too; else None."""
+    return _ASKED[0] if _ASKED else None
+
+
 @contextlib.contextmanager
 def stop_on_signals(signals: tuple = STOP_SIGNALS):
     """While the body runs, the first of ``signals`` asks for a clean stop (see the module docstring);
@@ -75,6 +81,7 @@ def stop_on_signals(signals: tuple = STOP_SIGNALS):
             return
         if not _SIGNALLED:
             _SIGNALLED.append(signal.Signals(sig))
+            _ASKED[:] = _SIGNALLED
             return
         if sig == PARENT_GONE:
             return
@@ -82,6 +89,7 @@ def stop_on_signals(signals: tuple = STOP_SIGNALS):
         os.kill(owner, sig)  # delivered as soon as this handler returns, to the handler it had before
 
     _SIGNALLED.clear()
+    _ASKED.clear()
     for sig in signals:
         before[sig] = signal.signal(sig, handler)
     try:
@@ -114,6 +122,22 @@ def end_with_parent(parent: int, sig: int = PARENT_GONE) -> bool:
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
     return True
+
+
+def workers_ignore_stop_signals(then: Callable[[int], None] | None = None) -> Callable[[int], None]:
+    """A DataLoader's ``worker_init_fn`` for a loop inside :func:`stop_on_signals` under a launcher that signals
+    each rank's whole process group (torchrun does): torch's workers die of a SIGTERM that their own rank did not
+    send, so the rank fails ("DataLoader worker ... killed by signal: Terminated") before it can stop cleanly.
+    With this the workers ignore the stop signals; their rank stops them as it ends. ``then``: the loader's own
+    ``worker_init_fn``, called after."""
+
+    def init(worker_id: int) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)  # over the handler torch's worker loop set in C at its start
+        if then is not None:
+            then(worker_id)
+
+    return init
 
 
 def own_session_ending_with_parent() -> Callable[[], None]:

@@ -16,7 +16,7 @@ from .fingerprint import CODES, CODE_FORMAT, DROP, EDGE, FEW, FORMAT_CODE, LONG,
 from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, rank_marks
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
-from .toolkits import READERS, bar_count, step_of
+from .toolkits import READERS, bar_count, step_of, validation
 from .words import BAR_END
 
 _READER = dict(READERS)
@@ -418,7 +418,7 @@ class _File:
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
         self.read_in_full += 1
-        bar = bar_count(text) if "/" in text and "[" in text else None
+        bar = bar_count(text) if "/" in text and "[" in text and not validation(text) else None
         if bar is not None:
             self.bar = (bar, self.read_in_full)
         fed = rec is None or _MESSAGE.search(text)

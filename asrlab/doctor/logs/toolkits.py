@@ -240,7 +240,7 @@ def megatron(line: str) -> dict | None:
 _EPOCH_BATCH = re.compile(
     rf"\bEpoch\b(?:\(\w+\))?\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
 )
-_NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b")
+_NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b|\bmAP@")  # YOLO's validation bar
 
 
 def epoch_batch(line: str) -> dict | None:

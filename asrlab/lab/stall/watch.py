@@ -16,6 +16,7 @@ from pathlib import Path
 import torch.distributed as tdist
 
 from .. import dist
+from ..stop import stopped_by
 from .errors import rank_errors, record_rank_error
 from .heartbeat import Heartbeat, run_id, say_compiles
 from .report import write_lab_status, write_report
@@ -192,7 +193,14 @@ class StallWatch:
             self.hb.enter("done")
         watchdog.stop()
         if error is not None or self.rank == 0:  # the rank that failed says so (rank 0 may be killed before it could)
-            write_lab_status(self.exp, {"status": "failed" if error is not None else "finished", "ended": time.time()})
+            asked = stopped_by() if error is None else None  # a clean stop a signal asked for (stop_on_signals)
+            update = {
+                "status": "failed" if error is not None else "stopped" if asked else "finished",
+                "ended": time.time(),
+            }
+            if asked is not None:
+                update.update(stopped_by=f"{asked.name} (a clean stop)", stop_time=update["ended"])
+            write_lab_status(self.exp, update)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.stop(exc if isinstance(exc, Exception) else None)
