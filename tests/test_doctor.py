@@ -361,3 +361,16 @@ def test_every_ranks_error_of_being_ended_from_outside_is_a_stop_not_a_crash(tmp
     assert d["verdict"] == "stopped" and d["summary"].startswith("the job was stopped by SIGTERM from outside"), d[
         "summary"
     ]
+
+
+def test_an_earlier_launchs_error_of_a_rank_being_ended_is_said_as_a_consequence():
+    """A run resumed after a rank was SIGKILLed: the survivor's recorded error ("DataLoader worker ... killed by
+    signal: Terminated", its launcher ending it) is history, said as what followed that launch's failure."""
+    from asrlab.doctor.read import history
+
+    ended = {"rank": 0, "time": 1.0, "type": "RuntimeError", "step": 25, "phase": "compute",
+             "message": "DataLoader worker (pid 7) is killed by signal: Terminated. "}  # fmt: skip
+    own = {"rank": 1, "time": 2.0, "type": "ValueError", "step": 3, "phase": "compute", "message": "no frames"}
+    said = history({}, [ended, own], [], None, None, None)
+    assert said[0].startswith("earlier launch: rank 0") and "not its cause" in said[0], said
+    assert "not its cause" not in said[1], said

@@ -147,7 +147,12 @@ def history(
     current = {(e["rank"], e.get("time")) for e in errors}
     for e in recorded:
         if (e["rank"], e.get("time")) not in current:
-            out.append(f"earlier launch: {error_line(e)}")
+            ended = (
+                " (a rank being ended: what followed the launch's failure, not its cause)"
+                if ended_from_outside(e)
+                else ""
+            )
+            out.append(f"earlier launch: {error_line(e)}{ended}")
     if halt is not None and not halt["current"]:
         out.append(f"earlier launch: {halt['message']}")
     if report is not None and stall is None:

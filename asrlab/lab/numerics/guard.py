@@ -446,7 +446,12 @@ class NumericsGuard:
             "grad_norm": grad_norm,
             "loss_scale": scale,
             "where": describe(first)
-            or ("nowhere in the replay (not reproduced)" if replay is not None else "not located (no replay= given)"),
+            # said after "first non-finite value in"
+            or (
+                "none of its modules: its own replay was finite (not reproduced)"
+                if replay is not None
+                else "a module not located (no replay= given)"
+            ),  # fmt: skip
             "module": first["module"] if first else None,
             "direction": first["direction"] if first else None,
             "keys": keys,
