@@ -445,13 +445,8 @@ class NumericsGuard:
             "loss": loss,
             "grad_norm": grad_norm,
             "loss_scale": scale,
-            "where": describe(first)
-            # said after "first non-finite value in"
-            or (
-                "none of its modules: its own replay was finite (not reproduced)"
-                if replay is not None
-                else "a module not located (no replay= given)"
-            ),  # fmt: skip
+            "where": describe(first)  # said after "first non-finite value in"
+            or ("none of its modules: its replay was finite" if replay is not None else "a module (no replay= given)"),
             "module": first["module"] if first else None,
             "direction": first["direction"] if first else None,
             "keys": keys,
