@@ -564,6 +564,7 @@ INDEX = {
         "logs35",
         "logs36",
         "logs37",
+        "logs38",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
