@@ -124,7 +124,7 @@ VALUE = re.compile(
 def nonfinite_said(text: str) -> str | None:
     """What in a line says the numbers went non-finite; None for a line of fp16's overflow-and-skip, which says
     "inf" of gradients a loss scaler then skips ("overflow detected (inf grads), skipping step")."""
-    if ("verflow" in text and SCALE[-2][0].search(text)) or ("skipped so far" in text and SCALE[-1][0].search(text)):
+    if ("verflow" in text and OVERFLOW_SKIP.search(text)) or ("skipped so far" in text and GUARD_SKIP.search(text)):
         return None
     m = NONFINITE_LINE.search(text)
     return m.group(0) if m else nonfinite_values(text)
@@ -211,6 +211,13 @@ def summary_fields(s: str, loose: bool = True) -> dict | None:
 
 
 TERMINATE = re.compile(r"instance of '([^']+)'")
+# a loop's own word for the skip, no scale said: "overflow detected (inf grads), skipping step"
+OVERFLOW_SKIP = re.compile(r"[Oo]verflow\b.{0,60}?\b[Ss]kip(?:ping|ped|s)?\b()")
+# asrlab.lab's numerics guard on a step it skipped: "step 13: loss nan, grad norm nan: not finite (loss); step skipped
+# (1 skipped so far)"
+GUARD_SKIP = re.compile(
+    r"^step \d+: loss \S+, grad norm (\S+): not finite \([^)]*\); step skipped \(\d+ skipped so far\)"
+)
 SCALE = (
     (
         re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"),
@@ -226,14 +233,8 @@ SCALE = (
         ),
         "any",
     ),
-    # a loop's own word for the skip, no scale said: "overflow detected (inf grads), skipping step"
-    (re.compile(r"[Oo]verflow\b.{0,60}?\b[Ss]kip(?:ping|ped|s)?\b()"), "any"),
-    # asrlab.lab's numerics guard on a step it skipped: "step 13: loss nan, grad norm nan: not finite (loss); step
-    # skipped (1 skipped so far)"
-    (
-        re.compile(r"^step \d+: loss \S+, grad norm (\S+): not finite \([^)]*\); step skipped \(\d+ skipped so far\)"),
-        "asrlab",
-    ),
+    (OVERFLOW_SKIP, "any"),
+    (GUARD_SKIP, "asrlab"),
 )
 RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"

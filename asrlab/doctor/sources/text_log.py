@@ -417,12 +417,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     # a log with no rank marks anywhere is one process's: "the job", not "a rank"
     who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank" if run.ranks() else "the job"
     if e.get("kind") == "nonfinite_step" and e.get("ranks"):  # several at the same step: none named the culprit
-        who = f"ranks {', '.join(map(str, e['ranks']))} at the same step"
-        who = (
-            "ranks " + ", ".join(map(str, sorted(e["ranks"]))) + " at the same step"
-            if None not in e["ranks"]
-            else "ranks"
-        )
+        who = f"ranks {', '.join(map(str, e['ranks']))} at the same step"  # sorted, every rank known (_causes)
     when = at(rec)
     line = ""
     if e.get("where"):
