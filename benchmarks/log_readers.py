@@ -8,7 +8,9 @@ what each set gets wrong, one line each, with ``--wrong``.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -16,11 +18,21 @@ import yaml
 from asrlab.doctor import diagnose_logs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+NEUTRAL = Path(tempfile.mkdtemp(prefix="asrlab-excerpts-"))  # removed at the end of main
 
 
 def excerpts(folder: Path) -> list[tuple[str, list[str], dict, dict]]:
+    """Each excerpt copied under a neutral name: a fixture's name describes its truth ("..._rank_3_...") and the
+    doctor takes a rank from a log's name (``rank3.log``): it would read the label, not the lines."""
     cases = yaml.safe_load((folder / "index.yaml").read_text())
-    return [(c["file"], [str(folder / c["file"])], c["verdict"], c.get("culprit") or {}) for c in cases]
+    out = []
+    for i, c in enumerate(cases):
+        path = folder / c["file"]
+        neutral = NEUTRAL / folder.name / str(i)
+        neutral.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, neutral / f"excerpt{path.suffix}")
+        out.append((c["file"], [str(neutral / f"excerpt{path.suffix}")], c["verdict"], c.get("culprit") or {}))
+    return out
 
 
 def runs(folder: Path) -> list[tuple[str, list[str], dict, dict]]:
@@ -71,6 +83,7 @@ def main() -> None:
     for folder in sets:
         print(score(folder.name, excerpts(folder), wrong))
     print(score("toolkit_runs", runs(FIXTURES / "toolkit_runs"), wrong))
+    shutil.rmtree(NEUTRAL, ignore_errors=True)
 
 
 if __name__ == "__main__":

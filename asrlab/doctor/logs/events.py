@@ -20,6 +20,7 @@ from .words import UNHANDLED, WATCH_VERDICT
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
+    CHILD_RANK,
     COLLECTIVE_TIMEOUT,
     SPAWNED,
     CONSEQUENCE,
@@ -75,6 +76,8 @@ class Events:
             **more,
         }
         self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind in ("exception", "oom") and not more.get("cut"):  # the pending exception's own line, however read
+            self._unhandled.pop(self.source, None)
         if self.counts[kind] <= KEEP:  # memory bounded whatever the log: the first ones, then only the last
             self.events.append(e)
         else:
@@ -129,6 +132,11 @@ class Events:
             text = text[2:]
         key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
+        if (
+            tb is None
+            and len(waiting := [k for k, t in self._tb.items() if k[0] == source and t.awaits(text, rank is None)]) == 1
+        ):
+            key, tb = waiting[0], self._tb[waiting[0]]  # the exception line of the one traceback waiting for it
         if tb is not None:
             if tb.feed(text):
                 return
@@ -323,28 +331,13 @@ class Events:
         if "monitoredBarrier" in text:
             m = MONITORED.search(text)
             if m:
-                self._add(
-                    "timeout",
-                    rank,
-                    time,
-                    text,
-                    op="monitored_barrier",
-                    timeout_ms=int(m.group(2)),
-                    behind=int(m.group(1)),
-                    source="monitored barrier",
-                )
+                self._add("timeout", rank, time, text, op="monitored_barrier", timeout_ms=int(m.group(2)),
+                          behind=int(m.group(1)), source="monitored barrier")  # fmt: skip
                 return
             m = MONITORED_PEER.search(text)
             if m:
-                self._add(
-                    "timeout",
-                    int(m.group(1)),
-                    time,
-                    text,
-                    op="monitored_barrier",
-                    behind=int(m.group(2)),
-                    source="monitored barrier",
-                )
+                self._add("timeout", int(m.group(1)), time, text, op="monitored_barrier", behind=int(m.group(2)),
+                          source="monitored barrier")  # fmt: skip
                 return
         if "ompleted store-based barrier" in text:  # every rank joined: the waits before it were passed
             self._add("barrier_done", rank, time, text)
@@ -419,7 +412,12 @@ class Events:
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
-                named = m.group(3) or m.group(6) or m.group(9) or ((t := SRUN_TASK.search(text)) and t.group(1))
+                named = (
+                    m.group(3)
+                    or m.group(6)
+                    or m.group(9)
+                    or ((t := SRUN_TASK.search(text) or CHILD_RANK.search(text)) and t[1])
+                )
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status",
@@ -443,7 +441,7 @@ class Events:
             self._add("oom", rank, time, text)
             return
         if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
-            self._add("exception", rank, time, text, type=None, message=text.strip()[:300], where=None)
+            self._unhandled.setdefault(self.source, (self.order, rank, time, text, None))
             return
         said = nonfinite_said(text)
         if said:

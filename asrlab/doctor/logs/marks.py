@@ -19,7 +19,7 @@ _GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 _MARK = r"\[(?:rank|default|[\w.-]+:)(\d+)\]:"  # PyTorch's; torchrun's, its role first (default, a host's "gpu3:")
-PREFIX = re.compile(rf"^{_MARK}\s?")
+PREFIX = re.compile(rf"^\s*{_MARK}\s?")  # indented where a thread quotes it
 # what a collector puts before a line: strong marks (a rank's, mpirun's, srun's, a container's, a CRI log's)
 # are always taken off; a bare timestamp or host name only where what follows it is a rank mark or a line
 # that must be read from its first character (a traceback, torchrun's summary)

@@ -26,7 +26,7 @@ _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
 # that follows text with no newline, or a second JSON object
 _GLUED = re.compile(
     rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[rank: \d+\] |\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
-    rb"(?<=\S)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])|"
+    rb"(?<=\S)(?<!\]:)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])|"  # not after "[rank0]:"
     rb"(?<=\})(?=\{\")"  # two ranks' JSON lines, printed at once: '{"step": 5, "rank": 1}{"step": 5, "rank": 0}'
 )
 # where a date is (its "-MM-DD hh:mm:ss"): a search that starts at a literal byte, for glued's first look

@@ -81,6 +81,8 @@ NONFINITE_EXC = re.compile(
 MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
 
 
+# the rank a launcher gave the child whose command it quotes ("Command '['python', 'train.py', '--local_rank=3']'")
+CHILD_RANK = re.compile(r"--local[_-]rank(?:=|',\s*')(\d+)")
 MONITORED_PEER = re.compile(
     r"[Rr]ank (\d+) successfully reached monitoredBarrier, but received errors while waiting "
     r"for send/recv from rank (\d+)"
@@ -123,6 +125,17 @@ class Traceback:
         self.place = place
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
+
+    def awaits(self, text: str, unmarked: bool) -> bool:
+        """Whether ``text`` is what this traceback waits for: the exception line after its frames (its message may
+        name a rank: "RuntimeError: Rank 1 successfully reached monitoredBarrier ..."), or, on a line without a
+        rank's mark, its next frame (a logger marks a traceback's first line only: "rank:  3 | ... Traceback")."""
+        s = self.sections[-1]
+        if s["exc"] is not None:
+            return False
+        if unmarked and (FRAME.match(text) or (s["frames"] and text[:1].isspace())):
+            return True
+        return bool(s["frames"]) and EXC.match(text.strip()) is not None
 
     def feed(self, text: str) -> bool:
         """Take a line; False when the line is not part of this traceback (and it has ended)."""
@@ -242,6 +255,8 @@ class Traceback:
         peer = MONITORED_PEER.search(whole) or MONITORED.search(whole)
         if peer:  # this rank raised because another did not come: that one is the culprit
             more["culprit_rank"] = int(peer.group(2) if peer.re is MONITORED_PEER else peer.group(1))
+        elif self.rank is None and "CalledProcessError" in whole and (child := CHILD_RANK.search(whole)):
+            more["culprit_rank"] = int(child.group(1))  # a launcher's word on the child it started: that rank's
         return {
             **more,
             "kind": kind,
