@@ -851,3 +851,14 @@ def test_the_child_a_launchers_traceback_quotes_is_the_culprit():
     rank 7 (its exit status cut off: the verdict is the crash it reports)."""
     d = read_excerpt(FIXTURES / "logs39/plain/easycv_pai_launch_local_rank_7_died_with_sigkill_via_sigkill_handler.log")
     assert d["verdict"] == "crashed" and d["culprit"]["rank"] == 7, d["summary"]
+
+
+def test_one_ranks_collective_count_alone_names_no_rank_behind():
+    """NCCL's "Timeout at NCCL work: 93201, last enqueued NCCL work: 93201, last completed NCCL work: 93200" from
+    the only rank that printed: no other rank's count to be behind, so none is named (the set's label names rank 5,
+    the rank that printed: the doctor names the rank that kept the others waiting, which these lines do not show)."""
+    d = read_excerpt(
+        FIXTURES / "logs39/torchrun/motip_rank_5_broadcast_seqnum_93201_watchdog_600s_timeout_taking_process_down.log"
+    )
+    assert d["verdict"] == "stalled" and d["culprit"]["rank"] is None, d["summary"]
+    assert "does not say which rank is behind" in d["summary"], d["summary"]

@@ -38,7 +38,7 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
             f"timed out in collective #{odd[0]}, the others in #"
             + "/#".join(str(q) for q in sorted(groups) if q != odd[0]),
         )
-    elif progress:
+    elif len({p["rank"] for p in progress}) > 1:  # one rank's count alone is behind no one
         low = min(p["completed"] for p in progress)
         behind, basis = (
             sorted({p["rank"] for p in progress if p["completed"] == low}),
