@@ -374,3 +374,20 @@ def test_an_earlier_launchs_error_of_a_rank_being_ended_is_said_as_a_consequence
     said = history({}, [ended, own], [], None, None, None)
     assert said[0].startswith("earlier launch: rank 0") and "not its cause" in said[0], said
     assert "not its cause" not in said[1], said
+
+
+def test_a_live_jobs_look_has_the_doctors_one_json_shape():
+    """``asrlab doctor --pid PID --json``: the keys of every diagnosis (what was read: ``pid``), stalled where no
+    rank's stacks moved, the one rank not waiting for the others its culprit."""
+    from asrlab.cli.runs import pid_diagnosis
+    from asrlab.doctor import SCHEMA
+
+    rank = {"rank": 0, "pid": 11, "phase": "allreduce", "step": 7, "detail": "", "stacks": {}, "workers": {}}
+    look = {"verdict": "rank 1 is waiting for data; rank 0 is waiting in ...", "moved": False, "root": 10,
+            "world_size": 2, "ranks": [rank, {**rank, "rank": 1, "pid": 12, "phase": "data"}]}  # fmt: skip
+    d = pid_diagnosis(look, 10)
+    assert tuple(d) == SCHEMA and d["read"] == "pid" and d["paths"] == ["10"]
+    assert d["verdict"] == "stalled" and not d["ok"] and d["culprit"]["rank"] == 1 and d["culprit"]["step"] == 7
+    d = pid_diagnosis({**look, "moved": True}, 10)
+    assert d["verdict"] == "running" and d["ok"] and d["culprit"]["rank"] is None
+    json.dumps(d)

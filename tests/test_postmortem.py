@@ -541,6 +541,12 @@ WORDINGS = {
     "a launcher's CalledProcessError quoting its child's --local_rank=N": (
         "logs10/torchrun/pick_launch_calledprocesserror_local_rank_3_local_world_size_4_exit_status_1.log"
     ),
+    "a group of loss terms under its label ([Losses: x nan, ..., total nan])": (
+        "logs40/plain/pytorch_yolov3_epoch_0_batches_323_to_326_of_1313_xywh_cls_total_nan_conf_finite.log"
+    ),
+    "a count of batches done (0 completed epochs, 100 batches)": (
+        "logs40/tensorflow/multiffn_nli_snli_0_epochs_batches_100_to_400_average_training_batch_loss_nan_validation_loss_nan.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -587,6 +593,7 @@ INDEX = {
         "logs37",
         "logs38",
         "logs39",
+        "logs40",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -862,3 +869,10 @@ def test_one_ranks_collective_count_alone_names_no_rank_behind():
     )
     assert d["verdict"] == "stalled" and d["culprit"]["rank"] is None, d["summary"]
     assert "does not say which rank is behind" in d["summary"], d["summary"]
+
+
+def test_a_rank_tag_with_the_world_is_no_batch_count():
+    """ "INFO  rank0/2 | done: 60 its in 10.0s, mean loss 0.5818": the rank's tag "rank0/2" is not a count of
+    batches (a summary line with no counter is no step line): each rank's last logged step is 60."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w_spawn_logging_rank_tag_healthy_done_lines.log")])
+    assert [(r["rank"], r["last"]) for r in d["ranks"]] == [(0, "step 60"), (1, "step 60")], d["ranks"]

@@ -89,6 +89,27 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return 0 if d["ok"] else 1
 
 
+def pid_diagnosis(d: dict, pid: int) -> dict:
+    """What ``asrlab doctor --pid`` saw (:func:`asrlab.watch.look.look`) in the doctor's one JSON shape: stalled
+    where no rank's stacks moved, else running; the culprit where, of several ranks, one alone is not waiting for
+    the others (one process alone is no one's culprit: its rank may be a launcher's, mp.spawn's parent)."""
+    from ..doctor import conform
+    from ..lab.stall.verdict import WAITING
+
+    lead = [r for r in d["ranks"] if r["phase"] not in WAITING]
+    c = lead[0] if len(lead) == 1 and len(d["ranks"]) > 1 and not d["moved"] else {}
+    said = {
+        "verdict": "running" if d["moved"] else "stalled",
+        "summary": d["verdict"],
+        "ok": d["moved"],
+        "culprit": {"rank": c.get("rank"), "step": c.get("step"), "epoch": None, "batch": None},
+        "world_size": d["world_size"],
+        "ranks": d["ranks"],
+        "stall": {"verdict": d["verdict"], "root": d["root"], "moved": d["moved"]},
+    }
+    return conform(said, "pid", [str(pid)])
+
+
 def _doctor_pid(a: argparse.Namespace) -> int:
     """A live job looked at from outside: exit 1 when no rank moved (stuck), 0 when it runs."""
     from ..watch.look import look
@@ -98,7 +119,7 @@ def _doctor_pid(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if a.json:
-        print(json.dumps(d, indent=1))
+        print(json.dumps(pid_diagnosis(d, a.pid), indent=1))
         return 0 if d["moved"] else 1
     print(("RUNNING: " if d["moved"] else "STUCK: ") + d["verdict"])
     for r in d["ranks"]:

@@ -309,7 +309,9 @@ class Events:
             self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
                       source="torch.multiprocessing")  # fmt: skip
             return
-        if ("death signal" in text or "got signal" in text or "eceived" in text) and (sig := death_signal(text)):
+        if ("death signal" in text or "ot signal" in text or "eceived" in text or "SIG" in text) and (
+            sig := death_signal(text)
+        ):
             self._add("stop", rank, time, text, signal=sig)
             return
         if "Error happened with" in text:

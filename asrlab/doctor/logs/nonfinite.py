@@ -21,6 +21,15 @@ def skipped_overflow(run: LogRun, r: dict) -> bool:
     )
 
 
+def first_of_step(run: LogRun, r: dict) -> dict:
+    """Of the ranks' records not finite at ``r``'s step, the one rank's whose loss itself is not finite where the
+    others' losses are (their gradient norm alone not: the gradients' all-reduce brought it to them); else ``r``."""
+    same = [x for x in run.nonfinite if position(x) == position(r)]
+    lossy = [x for x in same if any(v is not None and not math.isfinite(v) for v in x["losses"].values())]
+    alone = len({x["rank"] for x in lossy}) == 1 and lossy[0]["rank"] is not None
+    return lossy[0] if alone and len({x["rank"] for x in same}) > 1 else r
+
+
 def nonfinite_section(run: LogRun) -> dict | None:
     """The first non-finite step a log shows (rank, step, which terms), whether it was finite again later, and
     what led to it (the gradient norm, the loss scale's halvings); else the loss-scale messages' count."""
@@ -29,7 +38,7 @@ def nonfinite_section(run: LogRun) -> dict | None:
         return (
             {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
         )
-    r = run.nonfinite[0]
+    r = first_of_step(run, run.nonfinite[0])
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
     averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
@@ -125,4 +134,4 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-__all__ = ["finite_after", "nonfinite_section", "persistent_skips", "skipped_overflow"]
+__all__ = ["finite_after", "first_of_step", "nonfinite_section", "persistent_skips", "skipped_overflow"]

@@ -243,6 +243,17 @@ _EPOCH_BATCH = re.compile(
 _NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b|\bmAP@")  # YOLO's validation bar
 
 
+# terms under a label of their own: "[Losses: x 0.05, y nan, conf 0.75, cls 0.04, total 6.88]" (its total is the loss)
+_LOSS_GROUP = re.compile(rf"\b[Ll]oss(?:es)?:\s*((?:[A-Za-z_]\w*\s+{NUM},?\s*)+)")
+_TERM = re.compile(rf"([A-Za-z_]\w*)\s+({NUM})")
+
+
+def _grouped(line: str) -> dict[str, float]:
+    m = _LOSS_GROUP.search(line) if "oss" in line else None
+    terms = ((("loss" if k.lower() == "total" else k), num(v)) for k, v in _TERM.findall(m.group(1))) if m else ()
+    return {k: v for k, v in terms if v is not None}
+
+
 def epoch_batch(line: str) -> dict | None:
     if "poch" not in line or "/" not in line or line.lstrip().startswith("{"):  # a dict line: the kv reader's
         return None
@@ -255,7 +266,7 @@ def epoch_batch(line: str) -> dict | None:
         int(m.group(1)),
         int(m.group(2)),
         counter_of(line, named=True),  # a global step printed beside the epoch's own counter
-        losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs)},
+        losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)},
         lr=num(dict(pairs).get("lr")),
         grad_norm=num(dict(pairs).get("grad_norm")),
     )
@@ -305,7 +316,7 @@ _EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|
 _LOSS_WORD = re.compile(
     rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
 )  # HiFi-GAN's "Gen Loss Total :  nan"
-_BAR_COUNT = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
+_BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
 _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")
 
@@ -369,7 +380,8 @@ _NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:=])(\d+) iter(?:ation)?s?\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch"; not "09:30:39 iter 2920"
+    r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
+    # 100 batches"; not "09:30:39 iter 2920"
     r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)"  # a loop's own "it=00083", "upd=57"
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)",  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."

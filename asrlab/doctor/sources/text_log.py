@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import finite_after, nonfinite_section as _nonfinite, persistent_skips, skipped_overflow
+from ..logs.nonfinite import finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
+from ..logs.nonfinite import skipped_overflow
 from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -162,8 +163,11 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
-        # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it)
-        same = {x["rank"] for x in run.nonfinite if position(x) == position(r)}
+        # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it),
+        # but where one rank's loss is not finite and the others' gradient norms alone, it is that rank
+        lead = first_of_step(run, r)
+        same = {lead["rank"]} if lead is not r else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
+        r = lead
         e = {
             "kind": "nonfinite_step",
             "rank": r["rank"],
