@@ -547,6 +547,9 @@ WORDINGS = {
     "a count of batches done (0 completed epochs, 100 batches)": (
         "logs40/tensorflow/multiffn_nli_snli_0_epochs_batches_100_to_400_average_training_batch_loss_nan_validation_loss_nan.log"
     ),
+    "NCCL's watchdog frames (WorkNCCL::checkTimeout), then a C++ terminate whose what() the log cuts": (
+        "logs41/megatron/megatron_nccl_watchdog_checktimeout_frames_then_terminate_c10_distbackenderror.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -594,6 +597,7 @@ INDEX = {
         "logs38",
         "logs39",
         "logs40",
+        "logs41",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -876,3 +880,16 @@ def test_a_rank_tag_with_the_world_is_no_batch_count():
     batches (a summary line with no counter is no step line): each rank's last logged step is 60."""
     d = diagnose_logs([str(FIXTURES / "own_loops/w_spawn_logging_rank_tag_healthy_done_lines.log")])
     assert [(r["rank"], r["last"]) for r in d["ranks"]] == [(0, "step 60"), (1, "step 60")], d["ranks"]
+
+
+def test_a_cpp_terminate_cut_before_its_what_is_a_crash(tmp_path):
+    """ "terminate called after throwing an instance of 'std::runtime_error'" as a log's last line: an uncaught C++
+    exception ended the process, though its what() never came: crashed, not unknown."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "step 10 loss 0.52\nstep 11 loss 0.50\nterminate called after throwing an instance of 'std::runtime_error'\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "crashed" and "std::runtime_error" in d["summary"] and d["culprit"]["step"] == 11, d[
+        "summary"
+    ]

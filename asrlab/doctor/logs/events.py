@@ -266,6 +266,11 @@ class Events:
             self._terminate = (rank, time, m.group(1) if m else None)
             if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows
                 self._add("oom", rank, time, text, type=m.group(1))
+            else:  # an uncaught C++ exception, its what() yet to come (where the log is cut, the failure)
+                self._unhandled.setdefault(self.source, (self.order, rank, time, text, m.group(1) if m else None))
+            return
+        if "checkTimeout" in text and text.startswith("frame #") and not self.counts.get("timeout"):
+            self._add("timeout", rank, time, text, seq=None, op=None, timeout_ms=None, source="nccl")  # its watchdog's
             return
         if ("asrlab watch: " in text or "STALL: " in text) and (m := WATCH_SAID.search(text)):
             if m.group(3):  # a signal to the watch, which ended the job
@@ -295,6 +300,7 @@ class Events:
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
             r, t, kind = self._terminate
             self._terminate = None
+            self._unhandled.pop(self.source, None)
             said = text.split("what():", 1)[1].strip()
             # the C++ exception's own words: out of memory, or a collective that gave up waiting, is what it was
             if not COLLECTIVE_TIMEOUT.search(said):  # a watchdog's timeout is read from this line below, in full
