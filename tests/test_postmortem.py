@@ -550,6 +550,12 @@ WORDINGS = {
     "NCCL's watchdog frames (WorkNCCL::checkTimeout), then a C++ terminate whose what() the log cuts": (
         "logs41/megatron/megatron_nccl_watchdog_checktimeout_frames_then_terminate_c10_distbackenderror.log"
     ),
+    "darknet's step line (1014: -nan, -nan avg, 0.001000 rate), its step not taken for srun's rank mark": (
+        "logs42/darknet/darknet_yolov3_iters_1012_1013_loss_explodes_1e21_then_1014_nan_avg_loss.log"
+    ),
+    "torchrun's agent passing on the SIGHUP it got (Sending process N closing signal SIGHUP)": (
+        "logs42/torchrun/firefly_torchrun_four_workers_closing_signal_sighup_then_launcher_traceback.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -598,6 +604,7 @@ INDEX = {
         "logs39",
         "logs40",
         "logs41",
+        "logs42",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

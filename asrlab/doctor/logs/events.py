@@ -386,6 +386,8 @@ class Events:
             m = AGENT_TERM.search(text)
             if m:
                 self._add("agent_stop", rank, time, text, pid=int(m.group(1)), signal=m.group(2))
+                if m[2] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
+                    self._add("stop", rank, time, text, signal=m[2], by="launcher")  # passed on (a failure's: SIGTERM)
                 return
         if "DataLoader worker" in text:
             m = WORKER.search(text)

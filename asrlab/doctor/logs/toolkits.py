@@ -361,6 +361,17 @@ def kv(line: str) -> dict | None:
     )
 
 
+# darknet's "1013: 6.6e21, 6.6e20 avg, 0.001000 rate, 1.95 seconds, 6078 images" (later: "avg loss")
+_DARKNET = re.compile(rf"^\s*(\d+): ({NUM}), ({NUM}) avg(?: loss)?, ({NUM}) rate\b")
+
+
+def darknet(line: str) -> dict | None:
+    m = _DARKNET.match(line) if " avg" in line else None
+    if m is None:
+        return None
+    return _record("darknet", step=int(m[1]), losses={"loss": num(m[2])}, averages={"loss": num(m[3])}, lr=num(m[4]))
+
+
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("wenet", wenet),
     ("icefall", icefall),
@@ -369,6 +380,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("speechbrain", speechbrain),
     ("vits", vits),
     ("megatron", megatron),
+    ("darknet", darknet),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),
