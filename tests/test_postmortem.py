@@ -900,3 +900,23 @@ def test_a_cpp_terminate_cut_before_its_what_is_a_crash(tmp_path):
     assert d["verdict"] == "crashed" and "std::runtime_error" in d["summary"] and d["culprit"]["step"] == 11, d[
         "summary"
     ]
+
+
+def test_a_resume_back_to_the_epochs_first_batch_is_said_and_the_turn_of_an_epoch_is_none():
+    """ "[train r1] ep=1 it=130/200": the epoch and the place in it. A kill at epoch 1, iteration 130, and a
+    relaunch that restored ep1_it0120.pt but read the epoch's data from its first batch: said, with what was
+    trained twice; the same loop's healthy run over two epochs (it=200/200, then ep=1 it=10/200) and Lightning's
+    bar redrawn at 0/100 with the last epoch's loss are no resume."""
+    loops = FIXTURES / "own_loops"
+    d = diagnose_logs([str(loops / "w9_torchrun_ep_it_killed_then_resumed_back_to_batch_0.log")])
+    assert (
+        "the resume went back to batch 10 of epoch 1 after batch 130: the epoch started again at batch 0"
+        in (d["summary"])
+    ), d["summary"]
+    assert any("killed" in h for h in d["history"]), d["history"]
+    for healthy in (
+        "w9_torchrun_ep_it_of_two_epochs_healthy.log",
+        "w9_lightning_two_epochs_healthy_bar_redrawn_at_0.log",
+    ):
+        d = diagnose_logs([str(loops / healthy)])
+        assert d["summary"] == "no failure seen" and not d["resumes"]["from_output"], (healthy, d["summary"])

@@ -88,6 +88,33 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
         job.close()
 
 
+def test_a_bars_redraws_are_kept_in_their_place_among_the_other_pipes_lines(tmp_path):
+    """tqdm redraws its bar on stderr with ``\\r`` and no newline for a whole epoch; a line on stdout meanwhile (a
+    signal's notice) is kept after the redraws that came before it, not before the whole epoch's bar."""
+    from asrlab.watch import output
+
+    job = output.JobOutput(tmp_path)
+    err_r, err_w = os.pipe()
+    out_r, out_w = os.pipe()
+    sink = open(os.devnull, "wb")
+    job.pump(os.fdopen(err_r, "rb", buffering=0), sink)
+    job.pump(os.fdopen(out_r, "rb", buffering=0), sink)
+    os.write(err_w, b"\rEpoch 0:  59%| 59/100 [loss=2.9]\rEpoch 0:  60%| 60/100 [loss=2.9]\r")
+    deadline = time.time() + 30
+    while b"60/100" not in (tmp_path / "job.log").read_bytes() and time.time() < deadline:
+        time.sleep(0.05)
+    os.write(out_w, b"[rank: 0] Received SIGTERM: 15\n")
+    os.close(out_w)
+    while b"SIGTERM" not in (tmp_path / "job.log").read_bytes() and time.time() < deadline:
+        time.sleep(0.05)
+    os.write(err_w, b"Epoch 0:  61%| 61/100 [loss=2.7]\n")
+    os.close(err_w)
+    job.close()
+    sink.close()
+    kept = (tmp_path / "job.log").read_bytes()
+    assert kept.index(b"60/100") < kept.index(b"Received SIGTERM") < kept.index(b"61/100"), kept
+
+
 def test_the_loops_own_nan_losses_are_read_from_its_output(tmp_path):
     exp = tmp_path / "exp"
     out, err = watch(exp, "nan:10", steps=16).communicate(timeout=150)
@@ -349,3 +376,12 @@ def test_a_collective_timed_out_in_a_watched_job_is_a_stall_caused_by_the_peer_t
     d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "loop_gloo_timeout_rank1_held")
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 19), d["summary"]
     assert d["summary"].startswith("rank 1 held the others up") and "rank 0 timed out" in d["summary"], d["summary"]
+
+
+def test_a_launch_that_finished_after_an_earlier_ones_kill_is_finished():
+    """Two launches into one EXP (``tests/fixtures/watched/torchrun_killed_then_resumed_from_its_checkpoint``):
+    rank 1 killed in the first, the second restored its checkpoint and finished. What the job printed before
+    this launch began is the earlier launch's: the verdict is finished, the kill is history."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "torchrun_killed_then_resumed_from_its_checkpoint")
+    assert d["verdict"] == "finished" and d["ok"], d["summary"]
+    assert any("earlier" in h and "SIGKILL" in h for h in d["history"]), d["history"]

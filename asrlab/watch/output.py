@@ -66,7 +66,9 @@ class JobOutput:
                 pass
             self._saw(data)
             data = partial + data
-            cut = data.rfind(b"\n") + 1
+            # whole lines only, so that the job's two pipes never glue half lines; a bar's redraws (``\r``) are lines
+            # too: held to its newline, a bar's hour of output would land after what the other pipe said meanwhile
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
             partial = data[cut:]
             if cut:
                 self._keep(data[:cut])

@@ -52,6 +52,7 @@ _RANKS = (
     re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),  # ESPnet: [host:3/8]
     re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),  # WeNet's step line ends with it
     re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),  # torchelastic's failure summary
+    re.compile(r"^\[(?:[A-Za-z]+ )?r(\d{1,4})\] "),  # a loop's own "[train r1] ep=0 it=10/200 loss 3.65"
     re.compile(r"\b[Rr]ank(?:[ _]?|:\s*)(\d+)\b"),  # any other "rank 3" / "Rank 3" / "RANK_3" / "rank: 3"
 )
 

@@ -455,7 +455,7 @@ class _File:
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         # not resumes: a bar at 0 (Lightning's redraw before the next epoch: nor compared with), a per-epoch count
-        zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0 and not rec["losses"], series.moved
+        zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0, series.moved  # its postfix the last epoch's
         if (
             not zero
             and last is not None

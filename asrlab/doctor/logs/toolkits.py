@@ -311,7 +311,7 @@ _COUNTER = re.compile(
     re.I,
 )
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
-_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
+_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*=?\s*(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(
     rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
@@ -394,7 +394,7 @@ _NAMED = re.compile(
     # "(batch 32 -> 30)": a size that changed, not a place
     r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
     # 100 batches"; not "09:30:39 iter 2920"
-    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)"  # a loop's own "it=00083", "upd=57"
+    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)",  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
     re.I,

@@ -239,7 +239,8 @@ SCALE = (
 RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
     r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
-    r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from)"
+    r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from|"
+    r"\brestored(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own "[ckpt] restored X.pt"
     r"\s*:?\s*(\S+)?",
     re.I,
 )

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...lab.layout import job_log, job_times
+from ...lab.layout import job_log, job_times, lab
 from ...lab.stall.heartbeat import read_heartbeats
-from ..timeline import JobClock
+from ..read import read_json
+from ..timeline import JobClock, first_failure
 from . import Reading, text_log
+from .run_folder import LAUNCH_SLACK_S
 
 NAME = "job output"
 OFFSET = (1 << 40) - 1  # a log event's order holds its file's index above this and its byte offset below
@@ -24,13 +26,20 @@ def read(exp: Path) -> Reading | None:
     if not path.exists() or path.stat().st_size == 0:
         return None
     r = text_log.read([str(path)])
-    alone = decide([r])
     clock = JobClock(job_times(exp))
     ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known") is not False}
     for e in r.events:
         if e.get("rank") is None and e.get("pid") in ranks:  # a process the shell named by its pid: a rank watched
             e["rank"] = ranks[e["pid"]]
         e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
+    started = (read_json(lab(exp)) or {}).get("started")
+    gone = [e for e in r.events if started and (e["joined_time"] or 1e18) < float(started) - LAUNCH_SLACK_S]
+    if gone:  # printed before this launch began (the watch keeps every launch's output in one file): history
+        r.events = [e for e in r.events if not any(e is g for g in gone)]
+        if (e := first_failure(gone)) is not None:
+            r.history.append(f"an earlier launch: {e['say']()['summary'][:240]}")
+    alone = decide([r])
+    for e in r.events:
         e["source"] = NAME
         e["say"] = _owned(e["say"])
         e.pop("_phrased", None)  # phrased alone above; on the folder's timeline it is said as the job's own output

@@ -161,6 +161,8 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append((e["said_verdict"], {**e, "consequence": True}))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
+    if all(x.get("consequence") for _, x in out):  # only what followed a cause (a lost peer): the watch's word is it
+        out = [(v, {**x, "consequence": False} if x["kind"] == "watch_verdict" else x) for v, x in out]
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it),
