@@ -556,6 +556,9 @@ WORDINGS = {
     "torchrun's agent passing on the SIGHUP it got (Sending process N closing signal SIGHUP)": (
         "logs42/torchrun/firefly_torchrun_four_workers_closing_signal_sighup_then_launcher_traceback.log"
     ),
+    "a step of the run's total (step 683/3710) before a cut traceback": (
+        "logs43/plain/nemo_rl_gpt_oss_20b_megatron_sft_step_683_of_3710_then_traceback_into_ray_get.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -605,6 +608,7 @@ INDEX = {
         "logs40",
         "logs41",
         "logs42",
+        "logs43",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -920,3 +924,13 @@ def test_a_resume_back_to_the_epochs_first_batch_is_said_and_the_turn_of_an_epoc
     ):
         d = diagnose_logs([str(loops / healthy)])
         assert d["summary"] == "no failure seen" and not d["resumes"]["from_output"], (healthy, d["summary"])
+
+
+def test_rows_of_bare_numbers_with_a_nan_are_no_all_clear():
+    """ "76970 2.6265104" then "76980 nan": a counter and a value with no name (no rule says the value is a loss),
+    then nan: `unknown` with the rows quoted, never no_failure_seen."""
+    d = read_excerpt(
+        FIXTURES
+        / "logs43/plain/yanmtt_bart_pretraining_steps_76930_to_76970_finite_then_76980_nan_saving_and_loading_checkpoint.log"
+    )
+    assert d["verdict"] == "unknown" and "76980 nan" in d["summary"], d["summary"]

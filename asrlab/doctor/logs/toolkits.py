@@ -418,12 +418,16 @@ def validation(line: str) -> bool:
     return bool(_NOT_TRAIN.search(line))
 
 
+# "step 683/3710": a step of the run's total, where no other counter is named beside it
+_STEP_OF = re.compile(r"(?<![A-Za-z0-9])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\s*/\s*\d+", re.I)
+
+
 def counter_of(line: str, named: bool = False) -> int | None:
     """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
     ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
     it names none."""
     # a tqdm count before any other N/M: a bar's "0/299 ... 34/54 [00:42<00:25" counts batches, its 0/299 epochs
-    m = _NAMED.search(line) or (None if named else _TQDM.search(line) or _OF.search(line))
+    m = _NAMED.search(line) or (_STEP_OF.search(line) if named else _TQDM.search(line) or _OF.search(line))
     return int(next(g for g in m.groups() if g is not None)) if m else None
 
 

@@ -257,6 +257,7 @@ SUSPECT = re.compile(
     r"(?:^|[\s\[|(:])(?:E\d{4} \d\d:|ERROR\b|CRITICAL\b|FATAL\b|Fatal\b|[Ee]rror\b|[Ee]xception\b|FAILED\b|"
     r"[Ff]ailed\b|[Ff]ailure\b|Killed\b|[Aa]bort(?:ed|ing)?\b|[Ss]egmentation fault|core dumped|[Tt]erminated\b)"
     r"|^\d+(?:,[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*,[-+]?(?:nan|inf)(?:,|$)"  # a CSV row with a nan, its header cut
+    r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
 # the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
 # error rate or an error metric's value, a count of none, an option's name, a fallback to a default
