@@ -161,6 +161,11 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
     torch.save({"state_dict": {}, "epoch": 4, "global_step": 2000}, tmp_path / "checkpoints" / "last.ckpt")  # Lightning
     (tmp_path / "cut.pt").write_bytes((tmp_path / "epoch-3.pt").read_bytes()[:100])
     (tmp_path / "train.log").write_text(_wenet([(4, 10, 0, "9.0", "9.0")]))
+    # a logger's version folder (Lightning's lightning_logs/version_0/checkpoints/), a loop's own names
+    (deep := tmp_path / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {}}, deep / "epoch=0-step=40.ckpt")
+    torch.save({"w": torch.zeros(3)}, tmp_path / "ckpt_40.pt")
+    torch.save({"w": torch.zeros(3)}, tmp_path / "ep1_it0120.pt")
     ck = diagnose_logs([str(tmp_path)])["checkpoints"]
     got = {Path(r["file"]).name: (r["epoch"], r["step"], r["intact"]) for r in ck["files"]}
     assert got == {
@@ -168,6 +173,9 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
         "epoch_2.pt": (2, 1200, True),
         "last.ckpt": (4, 2000, True),
         "cut.pt": (None, None, False),
+        "epoch=0-step=40.ckpt": (0, 40, True),
+        "ckpt_40.pt": (None, 40, True),
+        "ep1_it0120.pt": (1, 120, True),
     }, got
     assert Path(ck["newest"]).name == "last.ckpt" and [Path(b).name for b in ck["broken"]] == ["cut.pt"]
 
@@ -559,6 +567,18 @@ WORDINGS = {
     "a step of the run's total (step 683/3710) before a cut traceback": (
         "logs43/plain/nemo_rl_gpt_oss_20b_megatron_sft_step_683_of_3710_then_traceback_into_ray_get.log"
     ),
+    "a data loader's worker that never gave its batch (Worker timed out after 120 seconds)": (
+        "logs44/mxnet/gluonts_epoch_58_eval_metric_then_worker_timed_out_after_120_seconds_traceback.log"
+    ),
+    "Horovod's stall inspector's warning that no step followed, its line wrapped mid-word": (
+        "logs44/horovod/gluonnlp_bert_six_step_20999_lines_then_stall_inspector_stalled_ranks_warning.log"
+    ),
+    "the same warning that steps followed: passed": (
+        "logs44/horovod/healthy_deeplab_v3_tf_estimator_stall_inspector_warning_rank_1_then_step_0_losses_on_both_ranks.log"
+    ),
+    "Windows' access violation (exit code -1073741819 (0xC0000005)), its SIGSEGV": (
+        "logs44/plain/classification_pytorch_epoch_51_of_100_start_train_then_windows_exit_code_0xc0000005_access_violation.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -609,6 +629,7 @@ INDEX = {
         "logs41",
         "logs42",
         "logs43",
+        "logs44",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -934,3 +955,14 @@ def test_rows_of_bare_numbers_with_a_nan_are_no_all_clear():
         / "logs43/plain/yanmtt_bart_pretraining_steps_76930_to_76970_finite_then_76980_nan_saving_and_loading_checkpoint.log"
     )
     assert d["verdict"] == "unknown" and "76980 nan" in d["summary"], d["summary"]
+
+
+def test_a_survivors_lost_peer_alone_is_said_as_what_followed_another_ranks_failure():
+    """A tenth stranger's Lightning DDP run whose rank 1 was SIGKILLed: its own text log holds only rank 0's
+    "Connection reset by peer". Crashed, as the lines show, but said as the consequence it is: the rank that
+    failed first is not in these lines."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w10_lightning_ddp_other_rank_killed_survivor_reset_by_peer.log")])
+    assert d["verdict"] == "crashed" and "Connection reset by peer" in d["summary"], d["summary"]
+    assert d["summary"].endswith("the rank that failed first is not in these lines") or (
+        "the rank that failed first is not in these lines (" in d["summary"]
+    ), d["summary"]

@@ -98,6 +98,17 @@ def test_mode_follows_the_environment(monkeypatch):
         widgets.interactive()
 
 
+def test_a_live_views_fallback_holds_every_part_of_the_static_view():
+    """What a saved notebook shows where widgets are not drawn (one papermill ran, a page on the web): the static
+    view's words (the doctor's verdict) and its figures, in order, not the first figure alone."""
+    from asrlab.widgets.base import fallback
+
+    b = fallback(["<p>NONFINITE: at step 40</p>", b"\x89PNG one", "<p>warnings</p>", b"\x89PNG two"])
+    assert b["text/html"].startswith('<p>NONFINITE: at step 40</p><img src="data:image/png;base64,')
+    assert b["text/html"].count("<img") == 2 and b["text/html"].index("warnings") < b["text/html"].rindex("<img")
+    assert b["image/png"] and fallback([]) == {}
+
+
 def test_static_mode_shows_the_static_view_and_creates_no_widget(run, monkeypatch, capsys):
     exp, _ = run
     monkeypatch.setenv(widgets.MODE_ENV, "static")

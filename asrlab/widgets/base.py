@@ -65,19 +65,23 @@ class Explorer:
         if interactive():
             box = self.widget()
             bundle = box._repr_mimebundle_()
-            # what a viewer without widgets (a saved notebook on a web page) shows instead
-            parts = self.static()
-            figures, pages = [p for p in parts if isinstance(p, bytes)], [p for p in parts if isinstance(p, str)]
-            if figures:
-                bundle["image/png"] = base64.b64encode(figures[0]).decode()
-            elif pages:
-                bundle["text/html"] = pages[0]
+            # what a viewer without widgets shows instead (a saved notebook on a web page, one papermill ran):
+            # every part of the static view, its words too, not the first figure alone
+            bundle.update(fallback(self.static()))
             display(bundle, raw=True)
         else:
             display_static(self.static())
 
     def _ipython_display_(self) -> None:
         self.show()
+
+
+def fallback(parts: list) -> dict:
+    """The static view's parts as one bundle: its pages and figures in order as HTML, the first figure as PNG."""
+    figures = [base64.b64encode(p).decode() for p in parts if isinstance(p, bytes)]
+    page = "".join(p if isinstance(p, str) else f'<img src="data:image/png;base64,{base64.b64encode(p).decode()}"/>'
+                   for p in parts)  # fmt: skip
+    return {**({"text/html": page} if page else {}), **({"image/png": figures[0]} if figures else {})}
 
 
 def display_static(parts: list) -> None:

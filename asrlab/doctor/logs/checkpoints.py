@@ -13,8 +13,13 @@ from pathlib import Path
 import yaml
 
 PATTERNS = ("*.pt", "*.pth", "*.ckpt")
-# WeNet's epoch_3.pt, Lightning's epoch=1-step=24.ckpt, HF's checkpoint-500, step_100.pt, iter_2000.pth
-_NAMED = re.compile(r"(?:epoch[_=-]?(\d+)|(\d+)\s*epoch|step[_=-]?(\d+)|checkpoint-(\d+)|iter[_=-]?(\d+))", re.I)
+# WeNet's epoch_3.pt, Lightning's epoch=1-step=24.ckpt, HF's checkpoint-500, step_100.pt, iter_2000.pth; a loop's
+# own ckpt_40.pt, ep1_it0120.pt
+_NAMED = re.compile(
+    r"(?:(?<![a-z])(?:epoch|ep)[_=-]?(\d+)|(\d+)\s*epoch|step[_=-]?(\d+)|(?:checkpoint|ckpt)[-_](\d+)|"
+    r"(?<![a-z])(?:iter|it)[_=-]?(\d+))",
+    re.I,
+)
 # the keys a toolkit keeps its place under, at the top of the checkpoint or in a sub-dict
 _STEP_KEYS = ("global_step", "step", "batch_idx_train", "iteration", "iter", "cur_step", "num_updates")
 _EPOCH_KEYS = ("epoch", "cur_epoch", "epochs")
@@ -28,8 +33,14 @@ STATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "optim
 
 def find(paths: list[str]) -> list[Path]:
     """The checkpoints in the folders given and one level below them (a recipe's ``exp/`` and its
-    ``checkpoints/``), and beside the files given, newest first: files, and folders that are one checkpoint."""
-    globs = [(Path(p), ("", "*/")) if Path(p).is_dir() else (Path(p).parent, ("",)) for p in paths if p != "-"]
+    ``checkpoints/``), a logger's ``*/*/checkpoints/``, and beside the files given, newest first: files, and
+    folders that are one checkpoint."""
+    # and Lightning's lightning_logs/version_N/checkpoints/, NeMo's NAME/DATE/checkpoints/
+    globs = [
+        (Path(p), ("", "*/", "*/*/checkpoints/")) if Path(p).is_dir() else (Path(p).parent, ("",))
+        for p in paths
+        if p != "-"
+    ]
     found = {f for d, levels in globs for lv in levels for pat in PATTERNS for f in d.glob(lv + pat) if f.is_file()}
     found |= {
         f for d, levels in globs for f in d.glob("*/") if f.is_dir() and any((f / n).exists() for n in STATE_FILES)

@@ -16,7 +16,7 @@ from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WAT
 from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import UNHANDLED, WATCH_VERDICT
+from .words import LOADER_TIMEOUT, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
@@ -243,19 +243,8 @@ class Events:
                 if code is not None
                 else "torchrun's root cause (the log ends before its exit code)"
             )
-        self._add(
-            "exit",
-            rank,
-            Clock().of(r.get("time", "")),
-            said,
-            exitcode=code,
-            signal=signame,
-            root=r["root"],
-            host=r.get("host"),
-            source="torchrun",
-            pid=int(pid.group(1)) if pid else None,
-            **more,
-        )
+        self._add("exit", rank, Clock().of(r.get("time", "")), said, exitcode=code, signal=signame, root=r["root"],
+                  host=r.get("host"), source="torchrun", pid=int(pid.group(1)) if pid else None, **more)  # fmt: skip
 
     def _line(self, rank, time, text: str) -> None:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
@@ -324,9 +313,12 @@ class Events:
             m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
-        if ("atchdog" in text or "NCCL" in text or " ranks: " in text) and (said := nccl_events(text)):
+        if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text)):
             for kind, words, more in said:
                 self._add(kind, rank, time, words if words is not None else text, **more)
+            return
+        if "timed out after" in text and (m := LOADER_TIMEOUT.search(text)):  # a data worker never gave its batch
+            self._add("timeout", rank, time, text, op="data loading", timeout_ms=int(m[1]) * 1000, source="data loader")
             return
         if "while trying to connect" in text and (m := CONNECT.search(text)):
             self._add("timeout", rank, time, text, op="connect", timeout_ms=int(m.group(1)) * 1000, source="store")
@@ -353,34 +345,15 @@ class Events:
         if "store based barrier" in text:
             m = STORE.search(text)
             if m:  # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
-                self._add(
-                    "timeout",
-                    int(m.group(1)),
-                    time,
-                    text,
-                    op="store_barrier",
-                    source="store",
-                    world=int(m.group(2)),
-                    joined=int(m.group(3)),
-                    waiting="Waiting" in text,
-                )
+                self._add("timeout", int(m.group(1)), time, text, op="store_barrier", source="store",
+                          world=int(m.group(2)), joined=int(m.group(3)), waiting="Waiting" in text)  # fmt: skip
                 return
         if "exitcode" in text:
             m = AGENT_FAIL.search(text)
             if m:
                 code = int(m.group(1))
-                self._add(
-                    "exit",
-                    int(m.group(2)),
-                    time,
-                    text,
-                    exitcode=code,
-                    local=True,
-                    source="torchrun",
-                    signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None,
-                    root=False,
-                    pid=int(m.group(3)),
-                )
+                self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun", root=False,
+                          signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None, pid=int(m.group(3)))  # fmt: skip
                 return
         if "closing signal" in text:
             m = AGENT_TERM.search(text)
@@ -429,9 +402,9 @@ class Events:
                     or ((t := SRUN_TASK.search(text) or CHILD_RANK.search(text)) and t[1])
                 )
                 who = int(named) if named else rank
-                # below -64: Windows' status (0xC0000409 a stack overrun, 0xC0000005 an access violation), no signal
-                self._add("exit", who, time, text, exitcode=code, root=False, source="status",
-                          signal=SIGNALS.get(-code, f"signal {-code}") if -64 <= code < 0 else None)  # fmt: skip
+                # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)
+                sig = SIGNALS.get(-code, f"signal {-code}") if -64 <= code < 0 else WINDOWS_SEGV.get(code)
+                self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=sig)
                 return
         if "failed at step" in text and (m := ASRLAB_RANK.search(text)):
             self._add("exception", int(m.group(1)), time, text, type=m.group(3), message=m.group(4)[:300], where=None)

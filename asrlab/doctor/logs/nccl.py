@@ -5,7 +5,7 @@ rank's own device that it ended the process on; and Horovod's stall inspector, t
 from __future__ import annotations
 
 from .tracebacks import COLLECTIVE_TIMEOUT, OOM
-from .words import HOROVOD_MISSING, NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
+from .words import HOROVOD_MISSING, HOROVOD_STALL, NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
 
 
 def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
@@ -38,6 +38,8 @@ def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
         missing = said if m.group(2) == "missing" else sorted(set(range(max(said) + 1)) - set(said))
         more = dict(seq=None, op=m.group(1), timeout_ms=None, source="horovod", basis="never submitted the tensor")
         return [("timeout", None, {**more, "behind": missing[0]} if len(missing) == 1 else more)]
+    if "subset of ranks" in text and HOROVOD_STALL.search(text):  # a wait the steps after it may end
+        return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="horovod", waiting=True))]
     out = []
     if "NCCL work" in text:
         if m := NCCL_SEQ.search(text):

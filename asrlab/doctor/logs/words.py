@@ -68,6 +68,7 @@ STATUS = re.compile(
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 # (older versions: the ranks that did submit it)
+HOROVOD_STALL = re.compile(r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for")
 HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")
 # asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
 # the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
@@ -269,6 +270,10 @@ NOT_SUSPECT = re.compile(
     r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror\s*[:=]\s*[-+\d.]|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
 
+# Windows' status for an access violation (0xC0000005), its SIGSEGV, as a signed and an unsigned exit code
+WINDOWS_SEGV = {-1073741819: "an access violation (0xC0000005)", 3221225477: "an access violation (0xC0000005)"}
+# a data loader's worker that never gave its batch (MXNet Gluon's, PyTorch's "DataLoader timed out after N seconds")
+LOADER_TIMEOUT = re.compile(r"(?:Worker|DataLoader) timed out after (\d+) seconds")
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
            15: "SIGTERM"}  # fmt: skip
 
@@ -330,7 +335,9 @@ __all__ = [
     "EXC_LINE",
     "GLOO",
     "HOROVOD_MISSING",
+    "HOROVOD_STALL",
     "HYDRA",
+    "LOADER_TIMEOUT",
     "ITEM",
     "NCCL_SEQ",
     "NCCL_TIMEOUT",
@@ -352,6 +359,7 @@ __all__ = [
     "UNHANDLED",
     "STORE",
     "SUSPECT",
+    "WINDOWS_SEGV",
     "TERMINATE",
     "VALUE",
     "WATCHDOG",

@@ -375,13 +375,15 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
 
 
 def _passed(run: LogRun, e: dict) -> bool:
-    """A wait at a start-up barrier that training steps followed, or that the store said it completed: passed."""
+    """A wait (a start-up barrier's, Horovod's stall inspector's) that steps followed or the store completed: passed."""
     done = [x for x in run.events if x["kind"] == "barrier_done" and x.get("order", 0) > e.get("order", 0)]
     if e.get("waiting") and done:
         return True
-    if not e.get("waiting") or e.get("time") is None:
+    if not e.get("waiting"):
         return False
-    return any(r["time"] is not None and r["time"] > e["time"] for s in run.series.values() for r in s.all()[-1:])
+    later = [r for s in run.series.values() for r in s.all()[-1:]]  # each rank's last step: after it, by line or clock
+    return any(r["file"] == e.get("file") and r["order"] > e.get("order", 0) or (r["time"] or 0) > (e.get("time") or 1e18)
+               for r in later)  # fmt: skip
 
 
 def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
@@ -470,6 +472,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: {e['count']} steps in a row skipped for non-finite gradients {when} ({e['text'][:120]})"
     elif verdict == "nonfinite":
         s = f"{who}: non-finite values {when}: {e['text'][:200]}{line}"
+    elif e.get("consequence") and e["kind"] == "consequence":  # all the lines show is a survivor's word
+        s = f"{who} failed {when} on what another rank did: {e['text'][:300]}{line}; the rank that failed first is not in these lines"
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
     s += f" ({clock(e.get('time'))})" if e.get("time") else ""
