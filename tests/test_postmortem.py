@@ -579,6 +579,12 @@ WORDINGS = {
     "Windows' access violation (exit code -1073741819 (0xC0000005)), its SIGSEGV": (
         "logs44/plain/classification_pytorch_epoch_51_of_100_start_train_then_windows_exit_code_0xc0000005_access_violation.log"
     ),
+    "Open MPI's handler: [host:pid] Signal: Segmentation fault (11)": (
+        "logs45/stable_baselines/rltrader_ppo2_optuna_best_reward_then_initialize_then_segmentation_fault_11_tcmalloc_getenv.log"
+    ),
+    "a detector's 'detected nan/inf/spiky gradient (norm=2.19)': a finite spike, skipped": (
+        "logs45/plain/healthy_minfm_dit_steps_1557_to_1560_nan_inf_spiky_gradient_warning_norm_2_2_skipping_optimizer_step.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -630,6 +636,7 @@ INDEX = {
         "logs42",
         "logs43",
         "logs44",
+        "logs45",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -33,7 +33,7 @@ SHELL_SIGNAL = re.compile(
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
-    r"(?:\] Caught signal \d+ \(|Fatal Python error: )"  # UCX's handler; Python's faulthandler, glued to a bar too
+    r"(?:\] Caught signal \d+ \(|\] Signal: |Fatal Python error: )"  # UCX's, Open MPI's handler; Python's faulthandler
     r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"
 )
 SHELL_SIGNALS = {
@@ -104,11 +104,12 @@ STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:w
 NONFINITE_LINE = re.compile(
     r"loss \(=[^)]*\) is not correct|Parameter is not finite|NaN or Inf found in input tensor|"
     r"gradients at all steps are invalid|[Gg]rad(?:_| )scale is (?:too )?small|[Ll]oss is not finite|"
-    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)|"
+    r"[Nn]onfinite loss|non-finite loss|[Ll]oss is (?:nan|inf)\b|nan loss detected|Detected (?:NaN|inf)(?![\w/]*spik)|"
     r"gradients are (?:NaN/inf|nan|inf)|Patience not yet exhausted|Non-finite norm encountered|"
     r"\b(?:nan|inf(?:inite)?|non-?finite)\s+(?:grad(?:ient)?s?(?:_norm| norm)?|loss(?:es)?)\b|"
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
-    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b|Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b(?![\w/]*spik)|"  # not a detector's "nan/inf/spiky" (a spike too)
+    r"Invalid loss, terminating training|"  # Keras's TerminateOnNaN
     r"\bloss (?:exploded|diverged|went|became|blew up) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's "Loss exploded to nan"
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
