@@ -585,6 +585,12 @@ WORDINGS = {
     "a detector's 'detected nan/inf/spiky gradient (norm=2.19)': a finite spike, skipped": (
         "logs45/plain/healthy_minfm_dit_steps_1557_to_1560_nan_inf_spiky_gradient_warning_norm_2_2_skipping_optimizer_step.log"
     ),
+    "the shell's Segmentation fault glued after a bar's ]": (
+        "logs46/plain/tnt_trajectory_prediction_train_ep_11_bar_11_of_56_then_segmentation_fault_core_dumped.log"
+    ),
+    "LuaJIT's error (Torch7) after fairseq-lua's '0003000 updates'": (
+        "logs46/torch7/fairseq_lua_blstm_updates_1000_to_3000_then_luajit_thread_callback_nngraph_split_cannot_split_0_outputs.log"
+    ),
     "a logger's mark on a traceback's first line only (rank:  3 | ... Traceback), its frames unmarked": (
         "logs13/plain/parlai_t5_11b_rank_3_critical_traceback_fake_forward_backward_cuda_oom_21_06_gib_gpu_3.log"
     ),
@@ -637,6 +643,7 @@ INDEX = {
         "logs43",
         "logs44",
         "logs45",
+        "logs46",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -973,3 +980,12 @@ def test_a_survivors_lost_peer_alone_is_said_as_what_followed_another_ranks_fail
     assert d["summary"].endswith("the rank that failed first is not in these lines") or (
         "the rank that failed first is not in these lines (" in d["summary"]
     ), d["summary"]
+
+
+def test_a_fractional_epoch_is_no_step():
+    """Hugging Face Trainer's first dict "{'loss': 1.7018, 'grad_norm': nan, ..., 'epoch': 0.01}" with no bar
+    before it: the culprit has no step (0.01 is a share of an epoch), not step 0.01."""
+    d = read_excerpt(
+        FIXTURES / "logs46/hf_trainer/vg_llm_qwen2_5_vl_7b_first_log_grad_norm_nan_at_step_10_then_20_loss_finite.log"
+    )
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] is None, d["culprit"]

@@ -16,7 +16,7 @@ from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WAT
 from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import LOADER_TIMEOUT, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
+from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .tracebacks import (
@@ -422,6 +422,9 @@ class Events:
             return
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)
+            return
+        if ".lua:" in text and (m := LUA_ERROR.search(text)):
+            self._add("exception", rank, time, text, type="Lua error", message=m[1][:300], where=None, bare=True)
             return
         if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, None))

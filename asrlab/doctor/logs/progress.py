@@ -32,7 +32,8 @@ def at(rec: dict | None) -> str:
 def step_number(rec: dict | None) -> int | None:
     if rec is None:
         return None
-    return rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
+    n = rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
+    return None if isinstance(n, float) and not n.is_integer() else n  # a fractional epoch (0.01) is no step
 
 
 def resume_records(run: LogRun) -> list[dict]:

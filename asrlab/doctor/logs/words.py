@@ -29,7 +29,7 @@ BASH_KILLED = re.compile(
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
-    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,})"  # ... or after a bar padded with spaces
+    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"  # ... or after a bar (padded, or its "]")
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
@@ -90,6 +90,7 @@ MPIRUN = re.compile(
 FATAL = re.compile(
     r"^F\d{4} [\d:.]+\s+\d+ \S+:\d+\] (.*)|the trainer process with rank=\[(\d+(?:, ?\d+)*)\] was aborted"
 )
+LUA_ERROR = re.compile(r"\blua(?:jit)?: (.+?\.lua:\d+:.*)")  # Lua's (Torch7's) error, its "stack traceback:" below
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
 # asrlab's stall watch in a loop (asrlab.lab, its Lightning callback) on a rank's error: "rank 1 failed at step 3
@@ -339,6 +340,7 @@ __all__ = [
     "HOROVOD_STALL",
     "HYDRA",
     "LOADER_TIMEOUT",
+    "LUA_ERROR",
     "ITEM",
     "NCCL_SEQ",
     "NCCL_TIMEOUT",
