@@ -34,6 +34,20 @@ def test_the_bound_of_each_kind_of_run_from_its_sampled_phases_and_its_gpu():
     assert bound(cpu)["bound"] == "compute" and "not told apart" in bound(cpu)["evidence"]
 
 
+def test_what_sampled_stacks_cannot_tell_from_a_wait_is_not_called_compute():
+    """A rank mostly in the loop's own code (a 45-s start of its own, a generator that sleeps for data, a
+    validation pass) is bound by what the stacks cannot name; backward on several ranks holds DDP's all-reduce,
+    so a wait for a slower rank counted in it is said beside the compute it is called."""
+    own = split_of_phases({"other": 0.69, "backward": 0.21, "forward": 0.1})
+    assert bound(own)["bound"] == "unknown" and "69% of the time in the loop's own code" in bound(own)["evidence"]
+    held = split_of_phases({"backward": 0.89, "forward": 0.09, "data": 0.01, "other": 0.01})
+    assert (
+        bound(held, ranks=2)["bound"] == "compute"
+        and "89% in backward, which holds DDP's" in bound(held, ranks=2)["evidence"]
+    )
+    assert "DDP" not in bound(held)["evidence"]  # one rank alone: no all-reduce in its backward
+
+
 def test_a_wait_below_a_quarter_of_the_time_is_not_the_bound():
     split = split_of_phases({"data": 0.24, "collective": 0.2, "backward": 0.56}, gpu_busy=0.5)
     assert bound(split, 0.5)["bound"] == "host"

@@ -989,3 +989,11 @@ def test_a_fractional_epoch_is_no_step():
         FIXTURES / "logs46/hf_trainer/vg_llm_qwen2_5_vl_7b_first_log_grad_norm_nan_at_step_10_then_20_loss_finite.log"
     )
     assert d["verdict"] == "nonfinite" and d["culprit"]["step"] is None, d["culprit"]
+
+
+def test_seconds_per_step_from_lines_stamped_to_the_second():
+    """ "2026-11-29T15:09:07 | r0 | step 2 | loss=1.4336": twenty steps in one second, the stamps to the second;
+    each rank's seconds per step over stretches of seconds, not 1 s (one second between consecutive lines)."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w11_torchrun_pipes_slow_start_healthy_stamped_to_the_second.log")])
+    per = {r["rank"]: r["s_per_step"] for r in d["ranks"]}
+    assert set(per) == {0, 1} and all(0.04 < v < 0.06 for v in per.values()), per

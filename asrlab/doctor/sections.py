@@ -71,7 +71,7 @@ def step_times(metrics: dict[str, list[dict]], beats: dict[int, dict]) -> dict:
         elif r.get("shares"):  # sampled stacks (and the GPU's busy share, where the watch read NVML)
             r["split"] = split_of_phases(r["shares"], r.get("gpu_busy"))
         if r.get("split"):
-            r["bound"] = bound(r["split"], r.get("gpu_busy"))
+            r["bound"] = bound(r["split"], r.get("gpu_busy"), ranks=len(ranks))
     if any(r.get("rank_known") is False for r in ranks):  # processes no launcher named: no ranks to compare
         pass
     elif len(ranks) > 1 and any(r["median_step_s"] is None for r in ranks):  # sampled from outside: no step times

@@ -145,6 +145,9 @@ BOUND_WAIT = 0.25
 PHASE_PART = {"data": "data_wait", "collective": "comm", "ddp_allreduce": "comm", "allreduce": "comm", "sync": "comm"}
 
 
+OWN_CODE = 0.5  # of a rank's sampled time in the loop's own code: what holds it back cannot be said
+
+
 def split_of_phases(shares: dict[str, float], gpu_busy: float | None = None) -> dict:
     """The split of a rank's sampled time (``{phase: share}``, as ``asrlab watch`` samples the stacks): waits
     for data and in collectives as such; the rest is the step's own work, of which, with ``gpu_busy``, the
@@ -158,15 +161,19 @@ def split_of_phases(shares: dict[str, float], gpu_busy: float | None = None) -> 
         out["host_overhead"] = work - out["compute"]
     out = {k: round(v, 4) for k, v in out.items()}
     out["largest"] = max(SPLIT, key=lambda k: out[k])
+    # of the step's own work, what the stacks cannot tell apart from waiting: the loop's own code (a reader or
+    # a wait of its own, a validation pass) and backward (which holds DDP's gradient all-reduce)
+    out["own_code"], out["in_backward"] = round(shares.get("other", 0.0), 4), round(shares.get("backward", 0.0), 4)
     return out
 
 
-def bound(split: dict, gpu_busy: float | None = None) -> dict:
+def bound(split: dict, gpu_busy: float | None = None, ranks: int = 1) -> dict:
     """``{"bound", "evidence"}``: what holds a rank's steps back, read from its split (:func:`step_split`,
     :func:`split_of_phases`) and its GPU's busy share: ``device`` (the GPU busy >= 90% of the time),
     ``data`` or ``communication`` (that wait >= 25% of the time, the larger of the two), ``host`` (the GPU
-    known to idle while the main thread runs the step: Python and kernel launches), else ``compute`` (the
-    step's own work, with no GPU busy share to tell the host from the device)."""
+    known to idle while the main thread runs the step: Python and kernel launches), ``unknown`` (sampled stacks
+    mostly in the loop's own code), else ``compute`` (the step's own work, with no GPU busy share to tell the
+    host from the device)."""
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     busy = "" if gpu_busy is None else f"; the GPU busy {pct(gpu_busy)}"
     if gpu_busy is not None and gpu_busy >= BOUND_BUSY:
@@ -182,11 +189,20 @@ def bound(split: dict, gpu_busy: float | None = None) -> dict:
             f"(host overhead {pct(split['host_overhead'])}; data wait {pct(split['data_wait'])}, "
             f"communication {pct(split['comm'])})",
         }
+    if split.get("own_code", 0.0) >= OWN_CODE:
+        return {
+            "bound": "unknown",
+            "evidence": f"{pct(split['own_code'])} of the time in the loop's own code, outside forward, backward and "
+            "the loader (a reader or a wait of its own, a validation pass: the stacks do not tell which)",
+        }
+    held = split.get("in_backward", 0.0) if ranks > 1 else 0.0  # one rank alone waits for no other in backward
     return {
         "bound": "compute",
         "evidence": f"{pct(split['compute'] + split['host_overhead'])} of the time in the step's own work (no GPU "
-        "busy share sampled: the host's part and the device's are not told apart)",
-    }
+        "busy share sampled: the host's part and the device's are not told apart"
+        + (f"; {pct(held)} in backward, which holds DDP's gradient all-reduce: a wait for a slower rank is counted "
+           "there" if held >= BOUND_WAIT else "") + ")",
+    }  # fmt: skip
 
 
 class _Sampler(threading.Thread):

@@ -79,15 +79,23 @@ def resume_records(run: LogRun) -> list[dict]:
     return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
 
 
+SPAN_S = 10.0  # seconds a gap between step lines covers at least: stamps to the second, 20 steps in one
+
+
 def _seconds_per_step(recs: list[dict]) -> float | None:
-    """The median seconds a step took between consecutive stamped step lines of one rank (the toolkit logs
-    every N steps: the gap is divided by the steps it covers)."""
-    gaps = []
-    for a, b in zip(recs, recs[1:]):
-        da, db = position(a), position(b)
-        steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
-        if steps and steps > 0 and a["stamped"] and b["stamped"] and b["time"] > a["time"]:
-            gaps.append((b["time"] - a["time"]) / steps)
+    """The median seconds a step took over stretches of one rank's stamped step lines, each at least
+    :data:`SPAN_S` long (the toolkit logs every N steps: a stretch's time is divided by the steps it covers; a
+    log stamped to the second puts many steps in one second, which consecutive lines alone would read as 1 s)."""
+    gaps, a = [], None
+    for b in (r for r in recs if r["stamped"]):
+        if a is not None:
+            da, db = position(a), position(b)
+            steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
+            if steps is not None and steps > 0 and b["time"] >= a["time"]:
+                if b["time"] - a["time"] < SPAN_S:
+                    continue  # the stretch goes on from the same first line
+                gaps.append((b["time"] - a["time"]) / steps)
+        a = b  # the next stretch starts here (or a new epoch's, a resume's)
     return statistics.median(gaps) if gaps else None
 
 

@@ -136,15 +136,8 @@ def _causes(run: LogRun) -> list[tuple]:
         elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
             out.append(("nonfinite", e))
         elif k == "worker_killed":
-            out.append(
-                (
-                    "killed",
-                    {
-                        **e,
-                        "signal": "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal"),
-                    },
-                )
-            )
+            sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
+            out.append(("killed", {**e, "signal": sig}))
         elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
             out.append(("killed", e))
         elif k == "exit" and e.get("exitcode") == STALL_EXIT and stalled:  # a rank the stall watchdog ended
@@ -153,8 +146,9 @@ def _causes(run: LogRun) -> list[tuple]:
             not -64 <= (e.get("exitcode") or 0) <= 0 or (e.get("root") and e.get("exitcode") is None)
         ):
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
-        elif k == "stop":
-            out.append(("stopped", e))
+        elif k == "stop":  # after the watch's word on a stall in this file: its ending of the job
+            found = stalled and any(x["kind"] == "watch_stall" and x["order"] < e.get("order", 0) for x in run.events)
+            out.append(("stopped", {**e, "consequence": True} if found and e.get("file") else e))
         elif k == "watch_stall":
             out.append(("stalled", e))
         elif k == "watch_verdict":  # the watch's word from its run folder: the failure where the lines say none

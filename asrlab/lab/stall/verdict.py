@@ -192,9 +192,10 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
 
 def culprit_of(said: str) -> int | None:
     """The rank a verdict (:func:`verdict`) names first, the one that holds the others up; None where the
-    ranks it names wait for a peer (the one they wait for is not among those seen), or it names a process of
+    ranks it names wait for a peer (the one they wait for is not among those seen), where it names several
+    together ("ranks 0, 1 are in the loop's own code": none of them alone holds the others), or a process of
     unknown rank."""
-    m = re.match(r"ranks? (\d+)", said or "")
+    m = re.match(r"rank (\d+)", said or "")
     if m is None or re.match(r"ranks? [\d, and]+ (?:is|are) waiting in a collective", said):
         return None
     return int(m.group(1))
