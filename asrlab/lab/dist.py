@@ -150,9 +150,6 @@ def gloo_threads() -> int:
     return count
 
 
-THREADS_END_S = 10.0  # how long teardown waits for gloo's threads to end once nothing holds their group
-
-
 def teardown() -> None:
     """Leave the process group; its threads have ended when this returns.
 
@@ -168,9 +165,6 @@ def teardown() -> None:
         dist.destroy_process_group()
     if gloo_threads():
         gc.collect()
-    deadline = time.monotonic() + THREADS_END_S  # a loaded machine: threads told to end take a while to
-    while gloo_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
     left = gloo_threads()
     if left:
         log.warning(
