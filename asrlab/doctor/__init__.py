@@ -101,7 +101,10 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     files = files_of(paths)  # the folders walked once, for every source
     # asrlab's own folders inside a toolkit's (asrlab watch's beside the toolkit's output): run folders of their own
     runs = sorted({f.parent for f in files if is_run(f.parent)})
-    folders = [r for d in runs for r in (run_folder.read(d), job_output.read(d)) if r is not None]
+    folders = []
+    for d in runs:
+        folder = run_folder.read(d)
+        folders += [r for r in (folder, job_output.read(d, folder.sections["launched"])) if r is not None]
     tables = folders + read_sources(files)
     skip = {f for r in tables for f in r.files} | {f for d in runs for f in log_files([str(d)])}
     log = text_log.read(paths, skip=skip)  # a metrics.csv is a table, not a log; a run folder's files its own
@@ -164,7 +167,7 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
 
     folder = run_folder.read(exp, now)
     inner = [run_folder.read(p, now) for p in run_folder.inner_runs(exp)]
-    job = job_output.read(exp)
+    job = job_output.read(exp, folder.sections["launched"])
     v = decide([folder, *inner] + ([job] if job else []))
     d = folder.sections
     for r in inner:

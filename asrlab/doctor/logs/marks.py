@@ -46,15 +46,15 @@ STRUCTURAL = re.compile(
     rf"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|{_MARK}|"
     r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
 )
+# a loop's own short mark: "[train r1] ...", "... | r1 | step 2 |"
+_OWN_R = r"^\[(?:[A-Za-z]+ )?r(\d{1,4})\] |\| r(\d{1,4}) \|"
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
     re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
     re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),  # ESPnet: [host:3/8]
     re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),  # WeNet's step line ends with it
     re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),  # torchelastic's failure summary
-    re.compile(
-        r"^\[(?:[A-Za-z]+ )?r(\d{1,4})\] |\| r(\d{1,4}) \|"
-    ),  # a loop's own "[train r1] ep=0", "... | r1 | step 2 |"
+    re.compile(_OWN_R),  # a loop's own "[train r1] ep=0", "... | r1 | step 2 |"
     re.compile(r"\b[Rr]ank(?:[ _]?|:\s*)(\d+)\b"),  # any other "rank 3" / "Rank 3" / "RANK_3" / "rank: 3"
 )
 
@@ -98,9 +98,7 @@ def rank_of(line: str) -> int | None:
 
 
 # a loop's own mark beside its step: "[rank 1] step 15", "rank=1 step=1" (first, or after a bracket or bar)
-_LOOP_RANK = re.compile(
-    r"\[[Rr]ank ?(\d+)\]|(?:^|[\[({|,]\s*)rank\s*=\s*(\d+)\b|\| r(\d{1,4}) \||^\[(?:[A-Za-z]+ )?r(\d{1,4})\] "
-)
+_LOOP_RANK = re.compile(rf"\[[Rr]ank ?(\d+)\]|(?:^|[\[({{|,]\s*)rank\s*=\s*(\d+)\b|{_OWN_R}")
 
 
 def marked_rank(line: str) -> int | None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...lab.layout import job_log, job_times, lab
+from ...lab.layout import job_log, job_times
 from ...lab.stall.heartbeat import read_heartbeats
-from ..read import read_json
 from ..timeline import JobClock, first_failure
 from . import Reading, text_log
 from .run_folder import LAUNCH_SLACK_S
@@ -18,8 +17,9 @@ NAME = "job output"
 OFFSET = (1 << 40) - 1  # a log event's order holds its file's index above this and its byte offset below
 
 
-def read(exp: Path) -> Reading | None:
-    """The job's output as a reading (None where the watch kept none); its section: what it says alone."""
+def read(exp: Path, launched: float | None = None) -> Reading | None:
+    """The job's output as a reading (None where the watch kept none); its section: what it says alone.
+    ``launched``: when the latest launch began (the run folder's reading of it): what came before is history."""
     from ..verdict import decide
 
     path = job_log(exp)
@@ -32,8 +32,7 @@ def read(exp: Path) -> Reading | None:
         if e.get("rank") is None and e.get("pid") in ranks:  # a process the shell named by its pid: a rank watched
             e["rank"] = ranks[e["pid"]]
         e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
-    started = (read_json(lab(exp)) or {}).get("started")
-    gone = [e for e in r.events if started and (e["joined_time"] or 1e18) < float(started) - LAUNCH_SLACK_S]
+    gone = [e for e in r.events if launched and (e["joined_time"] or 1e18) < launched - LAUNCH_SLACK_S]
     if gone:  # printed before this launch began (the watch keeps every launch's output in one file): history
         r.events = [e for e in r.events if not any(e is g for g in gone)]
         if (e := first_failure(gone)) is not None:

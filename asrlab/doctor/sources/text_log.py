@@ -147,8 +147,10 @@ def _causes(run: LogRun) -> list[tuple]:
         ):
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":  # after the watch's word on a stall in this file: its ending of the job
-            found = stalled and any(x["kind"] == "watch_stall" and x["order"] < e.get("order", 0) for x in run.events)
-            out.append(("stopped", {**e, "consequence": True} if found and e.get("file") else e))
+            found = stalled and any(
+                x["kind"] == "watch_stall" and x["file"] == e["file"] and x["order"] < e["order"] for x in run.events
+            )
+            out.append(("stopped", {**e, "consequence": True} if found else e))
         elif k == "watch_stall":
             out.append(("stalled", e))
         elif k == "watch_verdict":  # the watch's word from its run folder: the failure where the lines say none
