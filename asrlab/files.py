@@ -91,3 +91,11 @@ def read_jsonl(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             log.debug("%s:%d: not a whole JSON line (a writer killed mid-line?), skipped", path, n)
     return out
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object at ``path``, None where it is absent or does not parse."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):  # absent, or being replaced right now
+        return None

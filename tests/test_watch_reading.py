@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from asrlab.doctor import diagnose, format_diagnosis
-from asrlab.doctor.sections import slow_reader
+from asrlab.lab.metrics import slow_reader
 from asrlab.lab.stall.classify import loop_of, step_of
 from asrlab.lab.stall.verdict import verdict
 

@@ -143,3 +143,19 @@ def draw_corpus(live: list[int], weights: list[float], u: float) -> int:
         if u < acc:
             return k
     return live[-1]
+
+
+def corpus_throughput(lines: list[dict]) -> dict | None:
+    """Per corpus of a mixed run, over every rank's metrics (the steps that count): utterances, audio
+    hours, and audio seconds per second of loader work (reading and decoding), the slowest named: a
+    corpus far slower than the rest starves the ranks that draw it. ``lines``: every rank's metrics lines of the
+    steps that count. None for a run on one list."""
+    total = mix_counts(lines)
+    if not total:
+        return None
+    out = {
+        c: {"utts": n, "hours": round(a / 3600, 4), "audio_per_load_s": round(a / w, 1) if w > 0 else None}
+        for c, (n, a, w) in sorted(total.items())
+    }
+    rated = [c for c in out if out[c]["audio_per_load_s"]]
+    return {"corpora": out, "slowest": min(rated, key=lambda c: out[c]["audio_per_load_s"]) if len(rated) > 1 else None}

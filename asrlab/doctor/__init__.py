@@ -13,27 +13,18 @@ from the same reading; one renderer (:mod:`.render`) writes the text.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..errors import UsageError
 from ..lab import layout
 from ..lab.layout import is_run
-from .read import json_ready
 from .timeline import resumes
 from .verdict import FAILED, VERDICTS
 
-# render and sections import torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is
-# said at once and ``asrlab doctor`` starts without it
-_LAZY = {
-    "format_diagnosis": "render",
-    "checkpoint_integrity": "sections",
-    "corpus_throughput": "sections",
-    "ledger_coverage": "sections",
-    "loss_scale_history": "sections",
-    "nonfinite_events": "sections",
-    "resume_points": "sections",
-    "step_times": "sections",
-}
+# the renderer imports torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is said at
+# once and ``asrlab doctor`` starts without it
+_LAZY = {"format_diagnosis": "render"}
 
 
 def __getattr__(name: str):
@@ -221,21 +212,27 @@ def _fill(d: dict, inner: dict) -> None:
     d["world_size"] = max(d["world_size"], inner["world_size"])
 
 
+def json_ready(x: object) -> object:
+    """JSON-ready: inf and nan as strings (strict JSON has neither)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {str(k): json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    return x
+
+
 __all__ = [
     "FAILED",
     "VERDICTS",
     "is_run",
-    "checkpoint_integrity",
     "SCHEMA",
     "conform",
     "diagnose",
     "diagnose_logs",
     "diagnose_run",
+    "json_ready",
     "read_and_diagnose",
     "format_diagnosis",
-    "ledger_coverage",
-    "loss_scale_history",
-    "nonfinite_events",
-    "resume_points",
-    "step_times",
 ]

@@ -6,7 +6,8 @@ from ..lab.stall.flight import collectives_text
 from ..lab.stall.verdict import rank_line, ranks_named, ranks_text
 from ..lab.timing import format_split
 from . import FAILED
-from .sections import FIRST
+
+FIRST = 5  # keys, steps, ... named in the text before "+N more" (as many as the parts name)
 
 
 def _untrained(x: dict) -> str:

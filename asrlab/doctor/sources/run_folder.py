@@ -1,7 +1,7 @@
 """asrlab's run folder (what ``asrlab train``, a loop of asrlab's parts or ``asrlab watch`` left), as a source:
-the failures this launch recorded (a rank's error, the non-finite halt, the stall report, a stop, ranks that
-ended without a word) as events of the one timeline, and, where none is a failure, what the loop said
-(``lab.json``), else the ranks' heartbeats, else the metrics; the folder's sections (:mod:`..sections`).
+each part's own reading of its files (heartbeats, metrics, checkpoints, ledger, non-finite log, rank errors,
+halt and stall reports) gathered into the folder's sections, and from them the failure events of the one
+timeline (:mod:`.run_events`).
 
 Files left by an earlier launch into the same folder (an error before a resume, an old halt report) are history,
 not the verdict: only those written since the latest launch (``lab.json``'s ``started``, else the time the trainer
@@ -10,44 +10,29 @@ wrote ``config.yaml``) decide it.
 
 from __future__ import annotations
 
-import re
+import signal
 import time
 from pathlib import Path
 
+import yaml
+
+from ...data.plan import corpus_throughput
+from ...files import read_json
 from ...lab import layout
-from ...lab.metrics import metric_files, read_metrics
-from ...lab.stall.errors import ended_from_outside, error_line, of_launch, rank_errors
-from ...lab.stall.heartbeat import STALE_S, rank_state
-from ...lab.stall.peers import read_peer_exits
-from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
-from ...lab.state.ledger import ledger_path, read_ledger
+from ...lab.metrics import kept_steps, loss_scale_history, metric_files, read_metrics, step_times, went_back
+from ...lab.numerics.events import nonfinite_summary, read_halt
+from ...lab.stall.errors import ended_from_outside, error_line, error_summary, of_launch, rank_errors
+from ...lab.stall.heartbeat import latest_heartbeats, rank_state
+from ...lab.stall.report import stall_summary
+from ...lab.state.checkpoint import integrity
+from ...lab.state.ledger import epoch_coverage_report, resumed_from
 from ...lab.stop import STOP_FILE
-from ..read import (
-    error_entry,
-    halt_report,
-    history,
-    kept_steps,
-    latest_heartbeats,
-    launch_time,
-    read_json,
-    stall_entry,
-    train_config,
-)
-from ..logs.tracebacks import COLLECTIVE_TIMEOUT
-from ..logs.words import SIGNALS
-from ..timeline import failure
+from ..timeline import resumes
 from . import Reading
+from .run_events import timeline_of
 
 NAME = "run folder"
 LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
-
-# what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
-LOST_PEER = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|"
-    r"ProcessGroupNCCL.*(abort|watchdog)|NCCL communicator was aborted|"
-    r"Socket Timeout|failed to recv|Connection refused",
-    re.I,
-)
 
 
 def inner_runs(exp: Path) -> list[Path]:
@@ -67,23 +52,21 @@ def inner_runs(exp: Path) -> list[Path]:
 
 def read(exp: Path, now: float | None = None) -> Reading:
     """The run in ``exp``: its events, its outcome, and its sections (the diagnosis's run-folder keys)."""
-    from ..sections import (
-        checkpoint_integrity,
-        corpus_throughput,
-        ledger_coverage,
-        loss_scale_history,
-        nonfinite_events,
-        resume_points,
-        step_times,
-    )
-
     now = time.time() if now is None else now
     lab = read_json(layout.lab(exp)) or {}
     train_cfg = train_config(exp)
     rid, beats = latest_heartbeats(exp)
     launched = launch_time(exp, lab, beats)
+    since = launched - LAUNCH_SLACK_S if launched else 0.0
     report = read_json(layout.stall_report(exp))
+    stall = report if report is not None and report.get("time", 0) >= since else None
     metrics = {name: read_metrics(exp, name) for name in metric_files(exp)}  # each rank's lines, read once
+    rank0 = kept_steps(metrics.get("rank0", []))
+    ckpts = integrity(exp, clock_of=_elapsed)
+    per_rank = resumed_from(exp)
+    recorded = rank_errors(exp)  # every launch's
+    errors = of_launch(recorded, since, rid)
+    halt = read_halt(exp, since)
     world_size = int(
         lab.get("world_size")
         or (report or {}).get("world_size")
@@ -91,9 +74,8 @@ def read(exp: Path, now: float | None = None) -> Reading:
         or len(metrics)
         or 1
     )
-    rank0 = kept_steps(metrics.get("rank0", []))
-    ckpts = checkpoint_integrity(exp)
     keep = ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
+    closed = {c["epoch"] for c in ckpts["files"] if c.get("epoch_done")}
     d: dict = {
         "exp": str(exp),
         "time": now,
@@ -102,372 +84,99 @@ def read(exp: Path, now: float | None = None) -> Reading:
         "config": {k: train_cfg.get(k) for k in keep} if train_cfg else None,
         "last_step": rank0[-1]["step"] if rank0 else None,
         "stop_requested": (exp / STOP_FILE).exists(),
+        "ranks": [rank_state(b, now) for _, b in sorted(beats.items())],
+        "steps": step_times(metrics, beats),
+        "corpora": corpus_throughput([m for lines in metrics.values() for m in kept_steps(lines)]),
+        "nonfinite": nonfinite_summary(exp, metrics),
+        "loss_scale": loss_scale_history(rank0),
+        "resumes": resumes(
+            ledger=bool(per_rank),
+            resumed_from=sorted({s for v in per_rank.values() for s in v}),
+            per_rank={str(r): v for r, v in per_rank.items()},
+            trained_again=went_back(metrics.get("rank0", [])),
+        ),
+        # None where the loop's batches carry no ids it could find: nothing to judge
+        "coverage": None if lab.get("coverage_not_measured") else epoch_coverage_report(exp, lab, closed),
+        "coverage_not_measured": lab.get("coverage_not_measured"),
+        "checkpoints": ckpts,
+        "error": error_summary(errors[0], errors) if errors else None,
+        "halt": halt,
+        "stall": stall_summary(exp, stall) if stall else None,
     }
-    d["ranks"] = [rank_state(b, now) for _, b in sorted(beats.items())]
-    d["steps"] = step_times(metrics, beats)
-    d["corpora"] = corpus_throughput(metrics)
-    d["nonfinite"] = nonfinite_events(exp, metrics)
-    d["loss_scale"] = loss_scale_history(rank0)
-    d["resumes"] = resume_points(exp, metrics.get("rank0", []))
-    d["coverage"] = ledger_coverage(exp, lab, ckpts)
-    if lab.get("coverage_not_measured"):  # the loop's batches carry no ids it could find: nothing to judge
-        d["coverage"], d["coverage_not_measured"] = None, lab["coverage_not_measured"]
-    d["checkpoints"] = ckpts
-    since = launched - LAUNCH_SLACK_S if launched else 0.0
-    recorded = rank_errors(exp)  # every launch's
-    errors = of_launch(recorded, since, rid)
-    halt = halt_report(exp, since)
-    stall = report if report is not None and report.get("time", 0) >= since else None
-    d["error"] = error_entry(errors[0], errors) if errors else None
-    d["halt"] = halt
-    d["stall"] = stall_entry(exp, stall) if stall else None
     past = history(lab, recorded, errors, halt, report, stall)
     events, outcome = timeline_of(exp, d, lab, train_cfg, metrics, beats, world_size, errors, halt, stall, ckpts)
     return Reading(NAME, [str(exp)], events=events, outcome=outcome, sections=d, history=past)
 
 
-def timeline_of(
-    exp: Path,
-    d: dict,
-    lab: dict,
-    train_cfg: dict,
-    metrics: dict[str, list[dict]],
-    beats: dict[int, dict],
-    world_size: int,
-    errors: list[dict],
-    halt: dict | None,
-    stall: dict | None,
-    ckpts: dict,
-) -> tuple[list[dict], dict | None]:
-    """``(events, outcome)``: the failures this launch recorded; where none, a stop, a failure the loop marked, a
-    rank gone; else what ``lab.json``'s status, the heartbeats or the metrics say. A run a signal to ``asrlab
-    watch`` ended is stopped: what the ranks recorded once they were told to end is not a failure."""
-    stop_time = lab.get("stop_time") if lab.get("status") == "stopped" else None
-    if stop_time is not None:
-        errors = [e for e in errors if e["time"] < stop_time]
-        halt = halt if halt is not None and halt.get("time", 0) < stop_time else None
-        stall = stall if stall is not None and stall.get("time", 0) < stop_time else None
-        d["error"] = error_entry(errors[0], errors) if errors else None
-    failures = []  # this launch's failures, as events on the run's timeline
-    if errors:
-        said = d["error"]["line"]
-        e0 = errors[0]
-        rank, step, guess = e0["rank"], e0.get("step"), False
-        erred = {e["rank"] for e in errors}
-        vanished = [
-            r
-            for r in d["ranks"]
-            if r["state"] == "gone"
-            and r["rank"] not in erred
-            and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]
-        ]
-        lost_peer = LOST_PEER.search(e0.get("message") or "") is not None
-        consequence = lost_peer or ended_from_outside(e0)  # a survivor's error, or a rank being ended
-        if vanished and consequence:
-            # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
-            # that rank is the cause
-            gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
-            said, consequence, guess = f"{gone}; then {said}", False, True
-            d["error"]["lost_peer"] = lost_peer
-        # a collective that gave up waiting for a peer the stall report names: the hang's consequence
-        d["error"]["waited"] = stall is not None and COLLECTIVE_TIMEOUT.search(e0.get("message") or "") is not None
-        held = None if vanished else _held_up(e0, beats)
-        if held is not None:  # a collective that timed out: a stall, caused by the peer that never came
-            b = beats[held]
-            failures.append(failure(
-                "stalled", "timeout", e0["time"], f"rank {held} held the others up ({phase_text(b.get('phase'), b.get('step'))} "
-                f"for {e0['time'] - b['since']:.0f} s{'; ' + b['detail'] if b.get('detail') else ''}): rank {rank} "
-                f"timed out: {e0.get('message', '')[:200]}", source="errors", rank=held, step=b.get("step"),
-            ))  # fmt: skip
-        elif consequence and not lost_peer and all(ended_from_outside(e) for e in errors):
-            # every rank's error is of its being ended by a signal (its DataLoader workers "killed by signal:
-            # Terminated"), and no rank went first: a signal to the job from outside stopped it
-            sig = {"Terminated": "SIGTERM", "Hangup": "SIGHUP", "Interrupt": "SIGINT"}
-            name = next((v for k, v in sig.items() if f"signal: {k}" in (e0.get("message") or "")), "a signal")
-            text = f"the job was stopped by {name} from outside: {ranks_text(sorted(erred))} ended by it ({said})"
-            failures.append(failure("stopped", "stop", e0["time"], text, source="errors", step=step, consequence=True))
-        else:
-            failures.append(
-                failure(
-                    "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
-                    consequence=consequence, guess=guess, lost_peer=lost_peer,
-                )
-            )  # fmt: skip
-    if halt is not None and halt["current"]:
-        failures.append(
-            failure(
-                "nonfinite_halt", "halt", halt["time"], halt["message"], source="halt report",
-                rank=halt.get("rank"), step=halt.get("step"),
+def _elapsed(state: dict, file: str) -> float | None:
+    from ...lab.state.run_state import elapsed_s  # torch, loaded by now to read the checkpoint
+
+    return elapsed_s(state, file)
+
+
+def train_config(exp: Path) -> dict:
+    """The ``train`` section of the run's ``config.yaml`` (asrlab's trainer writes it; a user loop may not)."""
+    try:
+        return (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+def launch_time(exp: Path, lab: dict, beats: dict[int, dict]) -> float:
+    """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``; in a
+    copied folder (its files' times newer than its newest heartbeat's), when its ranks started (``beats``: the
+    latest heartbeats)."""
+    if lab.get("started"):
+        return float(lab["started"])
+    try:
+        written = layout.config(exp).stat().st_mtime
+    except OSError:
+        written = 0.0
+    if beats and written > max(b.get("time", 0.0) for b in beats.values()):
+        return min(b.get("started") or b.get("since", written) for b in beats.values())
+    return written
+
+
+def history(
+    lab: dict, recorded: list[dict], errors: list[dict], halt: dict | None, report: dict | None, stall: dict | None
+) -> list[str]:
+    """Failures of earlier launches into this EXP (the run was resumed after them): ``recorded``, every rank
+    error in the folder, of which ``errors`` are this launch's; ``report``, the stall report, ``stall`` when
+    this launch's."""
+    out = []
+    current = {(e["rank"], e.get("time")) for e in errors}
+    for e in recorded:
+        if (e["rank"], e.get("time")) not in current:
+            ended = (
+                " (a rank being ended: what followed the launch's failure, not its cause)"
+                if ended_from_outside(e)
+                else ""
             )
-        )  # fmt: skip
-    if stall is not None:
-        failed = stall.get("failure")
-        if failed and errors and ended_from_outside(failed):
-            pass  # a rank being ended from outside: said with the errors above
-        elif failed:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
-            failures.append(
-                failure(
-                    "crashed", "error", failed.get("time", stall["time"]), error_line(failed),
-                    source="stall report", rank=failed.get("rank"), step=failed.get("step"),
-                )
-            )  # fmt: skip
-            if d["error"] is None:
-                d["error"] = error_entry(failed, [failed])
-        else:
-            rank = culprit_of(stall.get("verdict") or "")
-            step = next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)
-            failures.append(
-                failure(
-                    "stalled", "stall", stall["time"], stall["verdict"], source="stall report", rank=rank, step=step
-                )
-            )
-    if failures:
-        if stall is not None and not stall.get("failure"):  # an error the watchdog then saw the others wait on
-            for e in failures:
-                if e["verdict"] == "crashed":
-                    e["text"] += f"; then the watchdog found: {stall['verdict']}"
-        return failures, None
-
-    status = lab.get("status")
-    if stop_time is not None:
-        steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
-        at = f" at step {max(steps)}" if steps else ""
-        said = f"ended by {lab.get('stopped_by') or 'a signal'}{at}"
-        e = failure(
-            "stopped", "stop", stop_time, said, source="lab.json", step=max(steps) if steps else None,
-            ended_by=lab.get("stopped_by"),
-        )  # fmt: skip
-        return [e], None
-    if status == "failed":
-        gone = [r for r in d["ranks"] if r["state"] == "gone"]
-        if gone and world_size == 1 and (ended := _signalled(lab.get("exit_code"))):
-            # the one process, ended by a signal: the watch's exit code is the process's own (no launcher between)
-            sig, verdict = ended
-            step, said = _last_step(exp, metrics, gone[0])
-            at = f" after step {step}, the last its {said} shows" if step is not None else ""
-            text = f"the job's one process (pid {gone[0]['pid']}) was ended by {sig} (exit code {lab['exit_code']}){at}"
-            return [failure(verdict, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
-        if gone and (ended := _signalled(lab.get("exit_code"))) and ended[1] == "stopped":
-            # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal: its
-            # ranks ended with it, not one of them first
-            steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
-            at = f" at step {max(steps)}" if steps else ""
-            text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: a signal from "
-                    f"outside to the launcher; {ranks_named(gone)} ended with it")  # fmt: skip
-            step = max(steps) if steps else None
-            return [failure("stopped", "stop", lab.get("ended"), text, source="lab.json", step=step)], None
-        if gone:  # ranks that ended without a word: one of them vanished first
-            return [_gone(exp, metrics, gone, beats, ckpts)], None
-        code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
-        said = f"the training loop marked the run failed (lab.json){code} and recorded no error"
-        return [failure("crashed", "marked_failed", lab.get("ended"), said, source="lab.json", guess=True)], None
-    ranks = d["ranks"]
-    missing = [r for r in range(world_size) if r not in beats]
-    if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
-        return [], {**_finished(exp, d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
-    if not ranks:
-        return [], {**_without_heartbeats(metrics, d, train_cfg, ckpts), "basis": "metrics"}
-    out = {"verdict": "running", "ended_by": None, "basis": "heartbeats"}
-    gone, frozen, silent, alive = ([r for r in ranks if r["state"] == s] for s in ("gone", "frozen", "silent", "alive"))
-    if gone:
-        return [_gone(exp, metrics, gone, beats, ckpts)], None
-    if frozen:
-        r = frozen[0]
-        return [], {
-            **out,
-            "verdict": "stalled",
-            "summary": (
-                f"{ranks_named(frozen)} frozen: process alive (pid {r['pid']}) but no heartbeat "
-                f"for {r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, "
-                "or a C call holding the GIL); no stall report was written"
-            ),
-        }
-    if not alive:
-        return [], {
-            **out,
-            "verdict": "unknown",
-            "summary": (
-                f"no heartbeat for {min(x['heartbeat_age_s'] for x in silent):.0f} s from any rank, written on "
-                f"{silent[0]['host']} (not this host: its processes cannot be checked from here): the run ended "
-                "without a report, or its machines are unreachable"
-            ),
-        }
-    said = [
-        f"running, step {d['last_step'] or 0}" + (f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps") else "")
-    ]
-    if silent:
-        said.append(
-            f"{ranks_named(silent)}: no heartbeat for "
-            f"{max(x['heartbeat_age_s'] for x in silent):.0f} s (another host: frozen or gone)"
-        )
-    if missing:
-        said.append(f"{ranks_text(missing)}: no heartbeat")
-    if d["stop_requested"]:
-        said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
-    return [], {**out, "summary": "; ".join(said)}
+            out.append(f"earlier launch: {error_line(e)}{ended}")
+    if halt is not None and not halt["current"]:
+        out.append(f"earlier launch: {halt['message']}")
+    if report is not None and stall is None:
+        out.append(f"earlier launch stalled: {report.get('verdict')}")
+    for x in lab.get("earlier", []):
+        out.append(f"earlier launch: {_ended(x)}")
+    return out
 
 
-def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
-    """The rank a collective timed out waiting for (gloo's "Timed out waiting 20000ms for recv", NCCL's watchdog):
-    of the others, the one whose heartbeat held its phase longest by then, outside a collective and not starting."""
-    if not COLLECTIVE_TIMEOUT.search(e0.get("message") or ""):
-        return None
-    held = [
-        (b["since"], r)
-        for r, b in beats.items()
-        if r != e0["rank"] and b.get("since") is not None and b.get("phase") not in ("collective", "start")
-    ]
-    return min(held)[1] if held else None
-
-
-def _signalled(code: int | None) -> tuple[str, str] | None:
-    """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
-    n = code - 128 if code is not None and 128 < code <= 192 else -code if code is not None and code < 0 else 0
-    name = SIGNALS.get(n)
-    return (name, "stopped" if name in ("SIGTERM", "SIGINT", "SIGHUP") else "killed") if name else None
-
-
-def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
-    """Ranks that ended without a word, as the run's failure: a guess the job's own output can say better."""
-    said, rank, step = _vanished(exp, metrics, gone, beats, ckpts)
-    t = beats.get(rank, {}).get("time") if rank is not None else None
-    return failure("crashed", "vanished", t, said, source="heartbeats", rank=rank, step=step, guess=True)
-
-
-def _vanished(
-    exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict
-) -> tuple[str, int | None, int | None]:
-    """Ranks whose processes ended without an error or a finish. The one that vanished is the one the
-    others saw end first (their watchdogs watch the processes of the ranks on their host), else the one
-    whose heartbeats stopped clearly first; its last step is what its ledger or metrics show."""
-    seen = read_peer_exits(exp)
-    beat = {r["rank"]: beats.get(r["rank"], {}).get("time", 0.0) for r in gone}
-    by_peers = sorted((seen[r["rank"]], r["rank"]) for r in gone if r["rank"] in seen)
-    ranks = {r["rank"]: r for r in gone}
-    if by_peers:
-        first, how = ranks[by_peers[0][1]], "the first to end, as the other ranks saw it"
-    else:
-        order = sorted(gone, key=lambda r: beat[r["rank"]])
-        clear = len(order) == 1 or beat[order[1]["rank"]] - beat[order[0]["rank"]] > 2 * STALE_S
-        first, how = order[0], ("its heartbeat stopped first" if len(order) > 1 else "")
-        if not clear:
-            first, how = None, ""
-    after = [r for r in gone if first is None or r["rank"] != first["rank"]]
-    newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
-    saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
-    if first is None:  # ended together, and nothing says which went first
-        step, said = _last_step(exp, metrics, gone[0])
+def _ended(x: dict) -> str:
+    """``ended 12:04:31, failed, exit code 137 (SIGKILL)``: how an earlier launch into the EXP ended."""
+    if "ended" not in x:
         return (
-            f"{ranks_named(sorted(gone, key=lambda r: r['rank']))} ended without recording an error within a second of each other"
-            + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
-            + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
-            "the launcher's own log (torchrun's \"Root Cause\") names which",
-            None,
-            step,
+            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, never finished (its watch ended first)"
         )
-    step, said = _last_step(exp, metrics, first)
-    text = (
-        f"{ranks_named([first])} ended without recording an error: it vanished"
-        + (f" ({how})" if how else "")
-        + f" (pid {first['pid']} on {first['host']}"
-        + (
-            f", step {step} the last it trained, by its {said}"
-            if step is not None
-            else f", last seen {phase_text(first['phase'], first['step'])}"
-        )
-        + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
-    )
-    if after:
-        text += f"; {ranks_named(after)} ended after it (stopped by the launcher or by the lost peer)"
-    return text, first["rank"] if first.get("rank_known") is not False else None, step
-
-
-def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int | None, str]:
-    """The last step rank ``r`` trained: its ledger's, else its metrics'."""
-    ledger = read_ledger(exp, r["rank"]) if ledger_path(exp, r["rank"]).exists() else []
-    if ledger:
-        return ledger[-1]["step"], "ledger"
-    m = metrics.get(f"rank{r['rank']}", [])
-    if m and m[-1].get("step") is not None:
-        return m[-1]["step"], "metrics"
-    return None, ""
-
-
-def _finished(exp: Path, d: dict, lab: dict, train_cfg: dict, ckpts: dict) -> dict:
-    """Every rank done: finished by a limit of its config (or in its loop's word), else stopped on request."""
-    step = d["last_step"]
-    if lab.get("status") == "finished" or (not train_cfg and not d["stop_requested"]):
-        return {
-            "verdict": "finished",
-            "ended_by": "the training loop",  # a user's loop: its own word for it
-            "summary": "finished" + (f" at step {step}" if step is not None else ""),
-        }
-    ended_by = _limit_reached(train_cfg, step, ckpts) if train_cfg else None
-    if ended_by is None:
-        limits = ", ".join(
-            f"{k}={train_cfg[k]}" for k in ("max_steps", "max_epochs", "max_minutes") if train_cfg.get(k)
-        )
-        return {
-            "verdict": "stopped",
-            "ended_by": "a stop request",
-            "summary": f"stopped on request at step {step}, before its limits ({limits or 'none'}); "
-            "it resumes from its last checkpoint",
-        }
-    return {"verdict": "finished", "ended_by": ended_by, "summary": f"finished at step {step} ({ended_by} reached)"}
-
-
-def _limit_reached(train_cfg: dict, step: int | None, ckpts: dict) -> str | None:
-    """Which of the config's limits ended the run: ``max_steps``, ``max_epochs`` (a checkpoint marker
-    closes the last epoch), ``max_minutes`` (the training clock the newest checkpoint holds), or None."""
-    max_steps, max_epochs = int(train_cfg.get("max_steps") or 0), int(train_cfg.get("max_epochs") or 0)
-    if max_steps and step is not None and step >= max_steps:
-        return f"max_steps={max_steps}"
-    if max_epochs and any(c.get("epoch") == max_epochs - 1 and c.get("epoch_done") for c in ckpts["files"]):
-        return f"max_epochs={max_epochs}"
-    minutes = float(train_cfg.get("max_minutes") or 0)
-    elapsed = ckpts.get("clock_s")
-    if minutes and elapsed is not None and elapsed >= 60 * minutes:
-        return f"max_minutes={minutes:g}"
-    return None
-
-
-def _without_heartbeats(metrics: dict[str, list[dict]], d: dict, train_cfg: dict, ckpts: dict) -> dict:
-    """No heartbeat (the stall watchdog was off: ``train.stall_timeout_s=0``): the metrics' last line."""
-    last = None
-    for m in metrics.values():
-        if m and m[-1].get("time"):
-            last = max(last or 0.0, m[-1]["time"])
-    step = d["last_step"]
-    ended_by = _limit_reached(train_cfg, step, ckpts) if train_cfg else None
-    if ended_by:
-        return {"verdict": "finished", "ended_by": ended_by, "summary": f"finished at step {step} ({ended_by} reached)"}
-    age = d["time"] - last if last is not None else None
-    watched = float(train_cfg.get("stall_timeout_s") or 0) > 0
-    if watched and age is not None and age > STALE_S and last >= (d["launched"] or 0):
-        # the watchdog writes a heartbeat within a second of training's start: none at all, with steps
-        # logged, is a process that ended in that second
-        return {
-            "verdict": "crashed",
-            "ended_by": None,
-            "summary": (
-                f"the run ended without recording an error {age:.0f} s ago at step {step}, before its limits and "
-                "before its stall watchdog wrote a heartbeat: killed (SIGKILL, the OOM killer), or it printed its "
-                "traceback to its own output"
-            ),
-        }
-    median = max((r["median_step_s"] for r in d["steps"]["ranks"]), default=0.0)
-    if age is not None and age < max(60.0, 20 * median):
-        return {
-            "verdict": "running",
-            "ended_by": None,
-            "summary": f"running, step {step} (no heartbeats: the last metrics line is {age:.0f} s old)",
-        }
-    said = f"last metrics line {age:.0f} s ago, at step {step}" if age is not None else "no metrics"
-    return {
-        "verdict": "unknown",
-        "ended_by": None,
-        "summary": (
-            f"no heartbeats (stall watchdog off?) and {said}, before its limits: stopped, killed or crashed; "
-            "the run's own output says which"
-        ),
-    }
+    said = f"ended {time.strftime('%H:%M:%S', time.localtime(x['ended']))}, {x.get('status', 'status not recorded')}"
+    rc = x.get("exit_code")
+    if rc is not None:
+        said += f", exit code {rc}"
+        if 128 < rc < 128 + 65:
+            try:
+                said += f" ({signal.Signals(rc - 128).name})"
+            except ValueError:
+                pass
+    if x.get("stopped_by"):
+        said += f", by {x['stopped_by']}"
+    return said

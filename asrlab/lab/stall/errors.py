@@ -169,6 +169,26 @@ def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
     return f"{said}\nLOST: {error_line(first)}" if first.get("lost") else said  # the cause, last
 
 
+def error_summary(e: dict, errors: list[dict]) -> dict:
+    """Rank error ``e`` as the doctor says it, with the other ranks of ``errors`` that failed too."""
+    tb = (e.get("traceback") or "").rstrip().splitlines()
+    return {
+        "rank": e["rank"],
+        "type": e.get("type"),
+        "message": e.get("message"),
+        "time": e.get("time"),
+        "phase": e.get("phase"),
+        "step": e.get("step"),
+        "usage": e.get("usage"),
+        "line": error_line(e),
+        "traceback_tail": tb[-8:],
+        "also_failed": sorted({x["rank"] for x in errors} - {e["rank"]}),
+        "ended_from_outside": ended_from_outside(e),
+        "lost_peer": False,  # set where the verdict names the killed or vanished rank it followed
+        "waited": False,  # set where it is a collective's timeout in a run the stall report says hung
+    }
+
+
 __all__ = [
     "ENDED",
     "ended_from_outside",
@@ -180,4 +200,5 @@ __all__ = [
     "rank_errors",
     "record_rank_error",
     "write_torchelastic_error",
+    "error_summary",
 ]

@@ -275,3 +275,13 @@ def rank_state(b: dict, now: float) -> dict:
         "host": b.get("host"),
         "completed": b.get("completed"),
     }
+
+
+def latest_heartbeats(exp: Path) -> tuple[str | None, dict[int, dict]]:
+    """The heartbeats of the newest launch (the run id of the newest file): ranks an earlier, wider launch
+    left behind are not this run's."""
+    beats = read_heartbeats(exp)
+    if not beats:
+        return None, {}
+    rid = max(beats.values(), key=lambda b: b.get("time", 0)).get("run")
+    return rid, {r: b for r, b in beats.items() if b.get("run") == rid}

@@ -21,7 +21,7 @@ from ...files import atomic_write
 from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
-from .flight import mismatch_text
+from .flight import last_collectives, mismatch_text
 from .verdict import ENDED, failure_verdict, rank_line, ranks_named, verdict
 
 
@@ -180,6 +180,26 @@ def write_lab_status(exp: Path, update: dict) -> None:
     atomic_write(path, json.dumps(state, indent=1))
 
 
+def stall_summary(exp: str | Path, report: dict) -> dict:
+    """The stall ``report`` as the doctor says it: its verdict, each rank's state and the last collectives."""
+    _, ranks = rank_states(exp)  # the report's ranks, as the notebook's stall view reads them
+    return {
+        "verdict": report.get("verdict"),
+        "time": report.get("time"),
+        "timeout_s": report.get("timeout_s"),
+        "failure": report.get("failure"),
+        "report": str(layout.stall_text(exp)),
+        "collectives": last_collectives(exp),
+        "ranks": [
+            {
+                k: r.get(k)
+                for k in ("rank", "rank_known", "phase", "step", "in_phase_s", "detail", "host", "pid", "note")
+            }
+            for r in ranks
+        ],
+    }
+
+
 __all__ = [
     "format_report",
     "rank_states",
@@ -188,4 +208,5 @@ __all__ = [
     "write_dump",
     "write_lab_status",
     "write_report",
+    "stall_summary",
 ]

@@ -14,7 +14,8 @@ import json
 import logging
 from pathlib import Path
 
-from ...files import atomic_write
+from .. import layout
+from ...files import atomic_write, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +121,84 @@ def state_digest(state: dict) -> str:
     walk("model", state["model"])
     walk("optimizer", state["optimizer"])
     return h.hexdigest()
+
+
+def integrity(exp: str | Path, clock_of=None) -> dict:
+    """Each checkpoint: its marker, its bytes against the marker's SHA-256; the newest a resume would
+    load (:func:`load_latest`), and the training clock it holds: ``clock_of(state, file)``, seconds or None
+    (the run state's schema knows where it is kept); not read without it."""
+    d = layout.checkpoints_dir(exp)
+    files = []
+    for m in list_checkpoints(d):
+        path = d / m["file"]
+        entry = {
+            "step": m["step"],
+            "epoch": m.get("epoch"),
+            "epoch_done": m.get("epoch_done"),
+            "file": m["file"],
+            "marker": m["complete"],
+            "sha256_ok": None,
+        }
+        try:
+            entry["bytes"] = path.stat().st_size
+            if m["complete"]:
+                entry["sha256_ok"] = sha256(path) == m.get("sha256")
+        except FileNotFoundError:  # a live run's keep_last removed it just now
+            continue
+        entry["state"] = (
+            "ok"
+            if entry["sha256_ok"]
+            else "no marker (write interrupted: never loaded)"
+            if not m["complete"]
+            else "SHA-256 mismatch (truncated or corrupt: never loaded)"
+        )
+        files.append(entry)
+    files += _lightning_checkpoints(exp)
+    partial = sorted(p.name for p in d.glob("*.tmp")) if d.is_dir() else []
+    newest = clock = None
+    if any(f["sha256_ok"] for f in files):
+        found = load_latest(d)
+        if found is not None:
+            state, marker = found
+            newest = marker["file"]
+            clock = clock_of(state, newest) if clock_of is not None else None
+    if newest is None:  # Lightning's, by step: what fit(ckpt_path=...) would restore
+        newest = next(
+            (
+                f["file"]
+                for f in sorted(files, key=lambda f: f["step"], reverse=True)
+                if f.get("lightning") and f["state"].startswith("ok")
+            ),
+            None,
+        )
+    return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}
+
+
+def _lightning_checkpoints(exp: str | Path) -> list[dict]:
+    """The checkpoint files Lightning saved (as ``AsrlabCallback`` recorded them), the newest record of each,
+    with its state now: ok (its size and time as saved), missing, or changed since (another run wrote it)."""
+    newest: dict[str, dict] = {}
+    path = layout.lightning_checkpoints(exp)
+    for r in read_jsonl(path) if path.exists() else []:
+        newest[r["file"]] = r
+    out = []
+    for r in sorted(newest.values(), key=lambda r: r["step"]):
+        try:
+            st = Path(r["file"]).stat()
+            state = "ok" if (st.st_mtime, st.st_size) == (r["mtime"], r["bytes"]) else "changed since it was saved"
+        except OSError:
+            state = "missing"
+        out.append(
+            {
+                "step": r["step"],
+                "epoch": r["epoch"],
+                "epoch_done": None,
+                "file": r["file"],
+                "marker": None,
+                "sha256_ok": None,
+                "bytes": r["bytes"],
+                "state": f"{state} (Lightning's)",
+                "lightning": True,
+            }
+        )
+    return out

@@ -11,6 +11,7 @@ model was trained on. :func:`coverage` counts each utterance per epoch over all 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -208,4 +209,97 @@ def coverage_report(
         "repeated": [(k, c[k]) for k in repeated[:show]],
         "unknown": unknown[:show],
         "exactly_once": not skipped and not repeated and not unknown and bool(keys),
+    }
+
+
+def _expected_keys(exp: Path, lab: dict) -> tuple[set[str] | None, str]:
+    """The keys each epoch should train on once: ``lab.json``'s ``epoch_keys`` (a file of keys, one a line,
+    or a JSON list), else None (judged against the keys seen in any epoch)."""
+    ref = lab.get("epoch_keys")
+    if not ref or not isinstance(ref, str):
+        return None, "every key seen in any epoch; the run does not record the keys it expects"
+    path = Path(ref) if Path(ref).is_absolute() else exp / ref
+    try:
+        text = path.read_text(encoding="utf-8")
+        keys = json.loads(text) if path.suffix == ".json" else [ln.split()[0] for ln in text.splitlines() if ln.strip()]
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError("not a list of keys")
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not UTF-8, not JSON, not a list of strings
+        return None, f"every key seen in any epoch; lab.json's epoch_keys {path} cannot be read ({type(e).__name__})"
+    return set(keys), f"the {len(keys)} keys of {path}"
+
+
+def epoch_coverage_report(
+    exp: str | Path, lab: dict | None = None, closed: set[int] = frozenset(), show: int = 5
+) -> dict | None:
+    """Per epoch of the ledger: trained exactly once, else the keys repeated and skipped.
+
+    An epoch is over when the ledger goes on into a later one, a checkpoint marker closes it, or a rank
+    stopped it with data left (``status`` "cut short", never "complete"). A complete epoch must hold every
+    expected key exactly once; one in progress no key twice. ``status``, ``skipped`` and ``exactly_once``
+    are the one reading the text renders. The
+    expected keys are ``lab.json``'s ``epoch_keys`` when the run names them; otherwise (asrlab's trainer
+    does not record its data list) every key seen in any epoch of the run, so a key left out of every
+    epoch, or of the only epoch, cannot be seen: an epoch over is then "ended", never "complete"
+    (``exactly_once``: every key seen, once; whether all were seen is not known). ``closed``: the epochs a
+    checkpoint marker closed; ``show``: keys named per list. Returns None without a ledger.
+    """
+    exp = Path(exp)
+    if not ledger_ranks(exp):
+        return None
+    cov = coverage(exp)
+    expected, against = _expected_keys(exp, lab or {})
+    known = expected is not None  # else judged against the keys seen: whether all were seen is not known
+    if expected is None:
+        expected = set().union(*cov.values()) if cov else set()
+    left = read_untrained(exp)
+    epochs = []
+    for e in sorted(cov):
+        cut = {
+            str(r): {
+                "utterances": x["utterances"],
+                "batches": x["batches"],
+                "exact": x["exact"],
+                "after_step": x["after_step"],
+                "after_batch": x.get("after_batch"),
+                "keys": x["untrained"][:show],
+                "known": len(x["untrained"]),
+            }
+            for r, x in sorted(left.get(e, {}).items())
+        }
+        # over when closed by a checkpoint marker (asrlab's trainer), followed by a later epoch, the last epoch
+        # of a loop that says it finished (lab.json) holding every expected key, or cut short: a rank stopped
+        # with data left
+        ended = (lab or {}).get("status") == "finished" and e == max(cov)
+        over = bool(cut) or e in closed or any(later > e for later in cov) or (ended and expected <= set(cov[e]))
+        r = coverage_report(exp, e, expected, show, cov)
+        # the one reading of the epoch, for the text and the JSON alike; an epoch still going has not
+        # reached its skipped keys yet
+        status = "cut short" if cut else ("complete" if known else "ended") if over else "in progress"
+        epochs.append(
+            {
+                "epoch": e,
+                "status": status,
+                "complete": status == "complete",
+                "keys": len(cov[e]),
+                "once": r["once"],
+                "cut_short": cut,
+                "repeated": r["repeated_count"],
+                "repeated_keys": dict(r["repeated"]),
+                "skipped": r["skipped_count"] if over else 0,
+                "skipped_keys": r["skipped"] if over else [],
+                "unexpected": r["unknown_count"],
+                "unexpected_keys": r["unknown"],
+                "exactly_once": (r["exactly_once"] and not cut) if over else None,
+            }
+        )
+    broken = any(x["repeated"] or x["cut_short"] or x["exactly_once"] is False for x in epochs)
+    return {"expected": len(expected), "expected_known": known, "against": against, "epochs": epochs, "broken": broken}
+
+
+def resumed_from(exp: str | Path) -> dict[int, list[int]]:
+    """Per rank, the steps its ledger says the run went back to (a resume or a rollback)."""
+    return {
+        r: [x["resumed_from"] for x in read_jsonl(ledger_path(exp, r)) if "resumed_from" in x]
+        for r in ledger_ranks(exp)
     }

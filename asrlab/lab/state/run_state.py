@@ -327,4 +327,13 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-__all__ = ["VERSION", "RunState", "all_rng_state", "recording", "set_all_rng_state", "upgrade"]
+def elapsed_s(state: dict, file: str) -> float | None:
+    """The training clock a loaded checkpoint's ``state`` holds (seconds), None for a checkpoint of another
+    schema."""
+    try:
+        return (upgrade(state, file)["extra"].get("clock") or {}).get("elapsed_s")
+    except ValueError:
+        return None
+
+
+__all__ = ["VERSION", "RunState", "all_rng_state", "recording", "set_all_rng_state", "upgrade", "elapsed_s"]
