@@ -597,6 +597,15 @@ WORDINGS = {
     "an indented [rank1]: NCCL line after Hydra's word on the job, which waits for the exception it announces": (
         "logs36/torchrun/isaaclab_rsl_rl_g1_rough_indented_watchdog_frames_then_hydra_error_rank_1_cuda_illegal_memory_access.log"
     ),
+    "Marian's 'Error: CUDA error 999 'unknown error'' after its 'Ep. 1 : Up. 51000 : ... Cost' line": (
+        "logs47/marian/mozilla_translations_backward_model_valid_up_50000_then_up_51000_then_cuda_error_999_unknown_error_stream_synchronize.log"
+    ),
+    "Marian's ABORT ('Error: Aborted from marian::gpu::Backend::setDevice in ...')": (
+        "logs47/marian/marian_windows_end_of_training_cuda_error_3_initialization_error_cudasetdevice_then_aborted_from_backend_setdevice.log"
+    ),
+    "a bar drawn without tqdm's brackets ('━━━━ 588/588 3.6it/s 2:45'), then a SIGKILL": (
+        "logs48/torchrun/ultralytics_yolo_ddp_epoch_1_of_100_bar_588_of_588_then_local_rank_0_failed_exitcode_minus_9.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -644,6 +653,8 @@ INDEX = {
         "logs44",
         "logs45",
         "logs46",
+        "logs47",
+        "logs48",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -997,3 +1008,14 @@ def test_seconds_per_step_from_lines_stamped_to_the_second():
     d = diagnose_logs([str(FIXTURES / "own_loops/w11_torchrun_pipes_slow_start_healthy_stamped_to_the_second.log")])
     per = {r["rank"]: r["s_per_step"] for r in d["ranks"]}
     assert set(per) == {0, 1} and all(0.04 < v < 0.06 for v in per.values()), per
+
+
+def test_marians_abort_line_alone_is_a_crash(tmp_path):
+    """Marian's ABORT ("Error: Aborted from FUNCTION in FILE:LINE") ends the process after the error it says; alone
+    in a log (the error line above it cut) it is still the crash, not an unknown."""
+    fixture = FIXTURES / WORDINGS["Marian's ABORT ('Error: Aborted from marian::gpu::Backend::setDevice in ...')"]
+    aborted = [ln for ln in fixture.read_text().splitlines() if "Aborted from" in ln]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(aborted) + "\n")
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "crashed" and "Aborted from marian::gpu::Backend::setDevice" in d["summary"], d["summary"]

@@ -13,7 +13,19 @@ import re
 from ...lab.stall.verdict import culprit_of
 from .marks import Clock
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, summary_fields, MPIRUN
-from .words import INTERRUPTED, CUDA_ERROR, EXC_LINE, FATAL, GLOO, HYDRA, ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
+from .words import (
+    ABORTED_FROM,
+    INTERRUPTED,
+    CUDA_ERROR,
+    EXC_LINE,
+    FATAL,
+    GLOO,
+    HYDRA,
+    ITEM,
+    CONNECT,
+    NOT_SUSPECT,
+    RENDEZVOUS,
+)
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
 from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
@@ -453,8 +465,13 @@ class Events:
             if kind == "consequence":
                 self._consequence(rank, time, text)
             return
-        if ("CUDA error: " in text or "side assert trig" in text) and (m := CUDA_ERROR.search(text)):
-            self._add("exception", rank, time, text, type="CUDA error", message=m[1] or m[2], where=None, bare=True)
+        if ("CUDA error" in text or "side assert trig" in text) and (m := CUDA_ERROR.search(text)):
+            self._add(
+                "exception", rank, time, text, type="CUDA error", message=m[1] or m[2] or m[3], where=None, bare=True
+            )
+            return
+        if "Aborted from " in text and ABORTED_FROM.search(text):
+            self._add("exception", rank, time, text, type="Aborted", message=text.strip()[:300], where=None, bare=True)
             return
         for pattern, who in SCALE:
             m = pattern.search(text)

@@ -418,7 +418,8 @@ class _File:
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
         self.read_in_full += 1
-        bar = bar_count(text) if "/" in text and "[" in text and not validation(text) else None
+        barred = "[" in text or "it/s " in text or "s/it " in text  # tqdm's, or a bar without brackets
+        bar = bar_count(text) if "/" in text and barred and not validation(text) else None
         if bar is not None:
             self.bar = (bar, self.read_in_full)
         fed = rec is None or _MESSAGE.search(text)

@@ -372,6 +372,19 @@ def darknet(line: str) -> dict | None:
     return _record("darknet", step=int(m[1]), losses={"loss": num(m[2])}, averages={"loss": num(m[3])}, lr=num(m[4]))
 
 
+# Marian's "Ep. 1 : Up. 51000 : Sen. 77,303,338 : Cost 1.41794586 : Time 370.55s : 97447.45 words/s : gNorm 0.5275"
+_MARIAN = re.compile(rf"\bEp\. (\d+) : Up\. (\d+) : Sen\. [\d,]+ : Cost ({NUM})")
+_MARIAN_GNORM = re.compile(rf"gNorm ({NUM})")
+
+
+def marian(line: str) -> dict | None:
+    m = _MARIAN.search(line) if "Up. " in line else None
+    if m is None:
+        return None
+    g = _MARIAN_GNORM.search(line)
+    return _record("marian", int(m[1]), step=int(m[2]), losses={"cost": num(m[3])}, grad_norm=num(g[1]) if g else None)
+
+
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("wenet", wenet),
     ("icefall", icefall),
@@ -381,6 +394,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("vits", vits),
     ("megatron", megatron),
     ("darknet", darknet),
+    ("marian", marian),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),
@@ -403,14 +417,17 @@ _NAMED = re.compile(
 _OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
 
 
-# a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"
-_TQDM = re.compile(r"(?<![\d.])(?:(\d+)/(?:\d+|\?)\s*|(\d+)it )\[(?:\d+:)?\d+:\d+")
+# a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"; a bar drawn without
+# tqdm's brackets: "━━━━━━ 588/588 3.6it/s 2:45" (Ultralytics')
+_TQDM = re.compile(
+    r"(?<![\d.])(?:(\d+)/(?:\d+|\?)\s*|(\d+)it )\[(?:\d+:)?\d+:\d+|(?<![\d.])(\d+)/\d+ [\d.]+(?:it/s|s/it) \d"
+)
 
 
 def bar_count(line: str) -> int | None:
     """The count of a tqdm bar anywhere in a line (glued to other output, its glyphs stripped by a notebook)."""
     m = _TQDM.search(line)
-    return int(m.group(1) or m.group(2)) if m else None
+    return int(m.group(1) or m.group(2) or m.group(3)) if m else None
 
 
 def validation(line: str) -> bool:

@@ -183,7 +183,9 @@ EXC_LINE = re.compile(
 UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 # the device's own error on a line of a logger's, with no exception line of Python's ("[ERROR] trainer - <class
 # 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
-CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)")  # the second: k2's, Kaldi's words
+CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)")  # k2's,
+# Kaldi's words; Marian's "CUDA error 999 'unknown error' - file:54: cudaStreamSynchronize(0)"
+ABORTED_FROM = re.compile(r"\bError: Aborted from \S+ in \S")  # Marian's ABORT, below the error line it says
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -334,6 +336,7 @@ __all__ = [
     "MPIRUN",
     "INTERRUPTED",
     "CUDA_ERROR",
+    "ABORTED_FROM",
     "EXC_LINE",
     "GLOO",
     "HOROVOD_MISSING",
