@@ -170,6 +170,29 @@ def test_a_checkpoint_of_a_toolkits_classes_is_not_called_broken(tmp_path, monke
     assert rows["step_9.ckpt"]["intact"] is False and [Path(f).name for f in found["broken"]] == ["step_9.ckpt"]
 
 
+def test_a_legacy_pickle_checkpoint_never_runs_its_code(tmp_path):
+    """torch.save's format before zip archives, holding an object whose unpickling would run code: the doctor
+    reads such a file weights only (its step from its name), never runs what it pickled."""
+    torch = pytest.importorskip("torch")
+    ran = tmp_path / "code_ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (ran,))
+
+    path = tmp_path / "step_12.pt"
+    torch.save({"step": 12, "payload": Payload()}, path, _use_new_zipfile_serialization=False)
+    plain = tmp_path / "step_3.pt"
+    torch.save({"step": 3, "w": torch.zeros(2)}, plain, _use_new_zipfile_serialization=False)
+    from asrlab.doctor.logs.checkpoints import checkpoints
+
+    rows = {Path(r["file"]).name: r for r in checkpoints([str(tmp_path)])["files"]}
+    assert not ran.exists(), "the checkpoint's pickled code ran"
+    assert rows["step_12.pt"]["intact"] is None and rows["step_12.pt"]["why"].startswith("not opened"), rows
+    assert rows["step_12.pt"]["step"] == 12
+    assert rows["step_3.pt"]["intact"] is True and rows["step_3.pt"]["step"] == 3, rows
+
+
 def test_a_toolkit_folder_alone_is_read_whole_and_drawn():
     """Hugging Face Trainer's output folder of a real run (no console): its trainer_state.json and its event
     file say the NaN at step 9 (the NaN-filtered loss hides it; the gradient norm does not); notebook 06's

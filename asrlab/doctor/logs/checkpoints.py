@@ -109,7 +109,14 @@ def read(path: Path) -> dict:
             if whole is not None:  # a zip archive whose every member's CRC matches: its bytes are whole
                 out.update(intact=None, why=f"not opened: {_needs(e)}; {whole}")
                 return out
-            state = torch.load(path, map_location="cpu", weights_only=False)  # an older pickle (not a zip)
+            try:  # torch.save's legacy format (not a zip) cannot be mapped: read, weights only all the same
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as e2:  # noqa: BLE001
+                if "Weights only load failed" not in str(e2):
+                    raise
+                # a file's pickled code is never run: a run folder may come from anyone
+                out.update(intact=None, why=f"not opened: {_needs(e2)}")
+                return out
     except ModuleNotFoundError as e:  # its classes are a toolkit's, not installed here: not a broken file
         out.update(intact=None, why=f"not opened: needs {e.name} (the toolkit that wrote it)")
         return out
