@@ -74,7 +74,8 @@ def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "no_failure_seen"
     r = d["resumes"]["from_output"][0]
-    assert r["restarted_epoch"] and r["trained_twice"] == 1500 and r["checkpoint"] == "exp/epoch_2.pt", r
+    # batches 0 to 1500 (the lines count from 0): 1501 trained before the restart, and again after it
+    assert r["restarted_epoch"] and r["trained_twice"] == 1501 and r["checkpoint"] == "exp/epoch_2.pt", r
     assert "started again at batch 0" in d["summary"], d["summary"]
 
 
@@ -606,6 +607,19 @@ WORDINGS = {
     "a bar drawn without tqdm's brackets ('━━━━ 588/588 3.6it/s 2:45'), then a SIGKILL": (
         "logs48/torchrun/ultralytics_yolo_ddp_epoch_1_of_100_bar_588_of_588_then_local_rank_0_failed_exitcode_minus_9.log"
     ),
+    "a TPU runtime's '!!!! FATAL ERROR !!!!' (JAX on Ray)": (
+        "logs49/jax/marin_levanter_ray_multislice_v4_tpu_fatal_error_accel0_accel2_error_interrupt_unknown_error_pending_programs_fail.log"
+    ),
+    "Ray's 'A worker died or was killed while executing a task by an unexpected system error'": (
+        "logs49/openrlhf/ppo_ray_multinode_raylet_worker_died_system_error_then_mlx5_completion_error_and_nccl_broadcast_remote_process_exited.log"
+    ),
+    "an exception whose message opens with its rank and says NaN ('Rank 3: found NaN in local grad norm')": (
+        "logs49/megatron/pai_megatron_patch_baichuan2_13b_tp4_pp2_assertion_rank_3_found_nan_in_local_grad_norm_interleaved_traceback.log"
+    ),
+    "a loss summary's 'train = nan(1581.14s/2500)'": "logs50/upit/upit_speech_separation_epoch_1_train_nan_dev_nan.log",
+    "a subshell's '156 Segmentation fault (core dumped) ( cmd )' after a bar": (
+        "logs50/everyvoice/everyvoice_fastspeech2_lightning_epoch_0_step_23_of_1023_loss_51_then_segmentation_fault_core_dumped.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -655,6 +669,8 @@ INDEX = {
         "logs46",
         "logs47",
         "logs48",
+        "logs49",
+        "logs50",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -1019,3 +1035,17 @@ def test_marians_abort_line_alone_is_a_crash(tmp_path):
     log.write_text("\n".join(aborted) + "\n")
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed" and "Aborted from marian::gpu::Backend::setDevice" in d["summary"], d["summary"]
+
+
+def test_a_twelfth_strangers_own_words_for_a_nan_and_for_a_resume_are_read():
+    """torchrun with --max-restarts 1 and a loop's own words: "objective=nan gnorm=nan" (a loss by another name,
+    a gradient norm's short name) is non-finite, not an all-clear; after a restart that picked up its snapshot at
+    batch 20 (the crash at 25 the earlier attempt's), batches 20 to 24 are said trained twice, and 0 to 24 where
+    the resume went back to the epoch's first batch."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_own_format_objective_gnorm_nan_second_rank.log")])
+    assert d["verdict"] == "nonfinite" and "objective=nan" in d["summary"], d["summary"]
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_after_a_raise_resumed_from_batch_20.log")])
+    assert d["verdict"] == "no_failure_seen" and any("tripped on purpose" in h for h in d["history"]), d
+    assert "after batch 24; 5 batches of epoch 0 trained twice" in d["summary"], d["summary"]
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_resume_back_to_batch_0.log")])
+    assert "the epoch started again at batch 0; 25 batches of epoch 0 trained twice" in d["summary"], d["summary"]

@@ -385,3 +385,14 @@ def test_a_launch_that_finished_after_an_earlier_ones_kill_is_finished():
     d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "torchrun_killed_then_resumed_from_its_checkpoint")
     assert d["verdict"] == "finished" and d["ok"], d["summary"]
     assert any("earlier" in h and "SIGKILL" in h for h in d["history"]), d["history"]
+
+
+def test_a_launchers_restart_of_its_ranks_within_one_launch_that_finished_is_finished():
+    """torchrun --max-restarts 1 under one watch (``tests/fixtures/watched/torchrun_restarted_its_ranks_after_a_raise_
+    then_finished``): rank 1 raised on the first attempt, torchrun started both ranks again and they finished. What
+    the first attempt's ranks recorded and printed is history; the verdict is finished."""
+    d = diagnose(
+        Path(__file__).parent / "fixtures" / "watched" / "torchrun_restarted_its_ranks_after_a_raise_then_finished"
+    )
+    assert d["verdict"] == "finished" and d["ok"], d["summary"]
+    assert any("tripped on purpose" in h for h in d["history"]), d["history"]

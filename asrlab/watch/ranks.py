@@ -40,6 +40,7 @@ class RankView:
 
     def __init__(self, proc: Proc, now: float):
         self.proc, self.phase, self.since, self.moved = proc, "start", now, now
+        self.started = now  # when the watch found the process: a launcher's restart starts its ranks again
         self.first_seen: float | None = None  # the time of the first sample
         self.signature: tuple | None = None
         self.stacks: dict = {}
@@ -121,6 +122,7 @@ class RankView:
             "node": 0,
             "time": now,
             "run": self.proc.run,
+            "started": self.started,
             "watched": True,
             "phase_s": {p: round(t, 3) for p, t in self.phase_s.items()},
             "gpu_busy": self.gpu_busy,

@@ -14,7 +14,7 @@ from ...lab.stall.verdict import culprit_of
 from .marks import Clock
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, summary_fields, MPIRUN
 from .words import (
-    ABORTED_FROM,
+    ENDED_ITSELF,
     INTERRUPTED,
     CUDA_ERROR,
     EXC_LINE,
@@ -470,8 +470,9 @@ class Events:
                 "exception", rank, time, text, type="CUDA error", message=m[1] or m[2] or m[3], where=None, bare=True
             )
             return
-        if "Aborted from " in text and ABORTED_FROM.search(text):
-            self._add("exception", rank, time, text, type="Aborted", message=text.strip()[:300], where=None, bare=True)
+        if ("Aborted from" in text or "!!!!" in text or "worker died" in text) and (m := ENDED_ITSELF.search(text)):
+            typ = next(g for g in m.groups() if g)
+            self._add("exception", rank, time, text, type=typ, message=text.strip()[:300], where=None, bare=True)
             return
         for pattern, who in SCALE:
             m = pattern.search(text)

@@ -16,7 +16,7 @@ def clock(t: float | None) -> str:
 def where(rec: dict | None) -> str:
     """A step record's place as its toolkit counts: ``step 1200`` or ``epoch 3, batch 1500``."""
     if rec is None or all(rec.get(k) is None for k in ("step", "batch", "epoch")):
-        return "before any step line it could read"  # a step of a format no reader knows may have been printed
+        return "no step line of a format it knows"  # training may have gone on in lines of another format
     if rec["step"] is not None:
         return f"step {rec['step']}" + (f" (epoch {rec['epoch']})" if rec["epoch"] is not None else "")
     if rec["batch"] is not None:
@@ -25,8 +25,8 @@ def where(rec: dict | None) -> str:
 
 
 def at(rec: dict | None) -> str:
-    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``before any step line it could read``."""
-    return where(rec) if rec is None else "at " + where(rec)
+    """``at step 1200`` / ``at epoch 3, batch 1500`` / ``with no step line of a format it knows before it``."""
+    return f"with {where(rec)} before it" if rec is None else "at " + where(rec)
 
 
 def step_number(rec: dict | None) -> int | None:
@@ -53,7 +53,9 @@ def resume_records(run: LogRun) -> list[dict]:
             start = run.epoch_start.get((x["rank"], a["epoch"]))
             zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start
             if a["epoch"] == b["epoch"] and b["batch"] is not None and a["batch"] is not None:
-                twice = b["batch"] - a["batch"] + (start or 0) if zero else b["batch"] - a["batch"]
+                # every batch from the one it went back to through b; where the epoch started again, all of it:
+                # b + 1 batches where it counts from 0 (a line at batch 0), b where it counts the batches done
+                twice = b["batch"] + (start == 0) if zero else b["batch"] - a["batch"] + 1
                 text = (
                     f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
                     + (": the epoch started again at batch 0" if zero else "")

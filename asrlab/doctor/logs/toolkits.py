@@ -403,7 +403,7 @@ GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 _NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]step|total[_ ]step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
+    r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
     r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,

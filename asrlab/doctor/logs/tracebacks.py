@@ -71,7 +71,7 @@ COLLECTIVE_TIMEOUT = re.compile(
 NONFINITE_EXC = re.compile(
     r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
-    r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|Function '\w+' returned nan|"
+    r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|\b(?:found|detected) (?:a )?(?:nan|inf)\b|Function '\w+' returned nan|"
     r"Minimum loss scale reached|[Ll]oss is probably exploding|FloatingPointError|"  # fairseq's, numpy's
     r"\b(?:nan|inf) loss\b",  # a loop's own check: DDSP-SVC's "ValueError:  [x] nan loss"
     re.I,
@@ -117,6 +117,10 @@ _NOT_MESSAGE = re.compile(
     r"(?:[Ss]teps?|[Ii]ter(?:ation)?) ?:? *\d|"  # the loop's next step line, printed after an exception it went on from
     r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
 )
+
+
+# an exception's message that opens with the rank that raised it (Megatron's "Rank 3: found NaN in local grad norm")
+OWN_RANK = re.compile(r"\[?[Rr]ank (\d+)\]?: ")
 
 
 class Traceback:
@@ -257,6 +261,8 @@ class Traceback:
             more["culprit_rank"] = int(peer.group(2) if peer.re is MONITORED_PEER else peer.group(1))
         elif self.rank is None and "CalledProcessError" in whole and (child := CHILD_RANK.search(whole)):
             more["culprit_rank"] = int(child.group(1))  # a launcher's word on the child it started: that rank's
+        elif self.rank is None and (own := OWN_RANK.match(message)):
+            more["culprit_rank"] = int(own.group(1))  # "Rank 3: found NaN in local grad norm": the rank says itself
         return {
             **more,
             "kind": kind,

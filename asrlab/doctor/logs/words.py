@@ -22,14 +22,15 @@ NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operatio
 # a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
-OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf"
+OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf|objective"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
-    r"(?:^|line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"  # ... or after a bar (padded, or its "]")
+    r"(?:^|^\d+ |line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"  # ... or after a bar (padded, or its
+    # "]"); "156 Segmentation fault      (core dumped) ( cmd )": a subshell's report, by its pid
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
@@ -111,6 +112,7 @@ NONFINITE_LINE = re.compile(
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
     r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b(?![\w/]*spik)|"  # not a detector's "nan/inf/spiky" (a spike too)
     r"Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\bloss\b.{0,80}?\btrain(?:ing)?\s*[=:]\s*[-+]?(?:nan|inf)\b|"  # uPIT's "Loss(...) - Epoch 1: train = nan(...)"
     r"\bloss (?:exploded|diverged|went|became|blew up) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's "Loss exploded to nan"
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
@@ -118,7 +120,7 @@ NONFINITE_LINE = re.compile(
 # a loss (by its own name too: a loop's "ctc", "xent") or a gradient norm printed as a value: "loss=nan", "'loss': nan",
 # "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
-    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
     r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
 )
@@ -185,7 +187,11 @@ UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 # 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
 CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)")  # k2's,
 # Kaldi's words; Marian's "CUDA error 999 'unknown error' - file:54: cudaStreamSynchronize(0)"
-ABORTED_FROM = re.compile(r"\bError: Aborted from \S+ in \S")  # Marian's ABORT, below the error line it says
+# a process's own word that it ended: Marian's ABORT (below the error line it says), a TPU runtime's fatal error,
+# Ray's on a worker process that died under a task
+ENDED_ITSELF = re.compile(
+    r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task"
+)
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -245,7 +251,8 @@ RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
     r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from|"
-    r"\brestored(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own "[ckpt] restored X.pt"
+    r"\b(?:restored|picked up|loaded)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own
+    # "[ckpt] restored X.pt", "picked up snap-e0-b19.bin"
     r"\s*:?\s*(\S+)?",
     re.I,
 )
@@ -336,7 +343,7 @@ __all__ = [
     "MPIRUN",
     "INTERRUPTED",
     "CUDA_ERROR",
-    "ABORTED_FROM",
+    "ENDED_ITSELF",
     "EXC_LINE",
     "GLOO",
     "HOROVOD_MISSING",

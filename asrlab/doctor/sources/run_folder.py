@@ -56,7 +56,8 @@ def read(exp: Path, now: float | None = None) -> Reading:
     lab = read_json(layout.lab(exp)) or {}
     train_cfg = train_config(exp)
     rid, beats = latest_heartbeats(exp)
-    launched = launch_time(exp, lab, beats)
+    recorded = rank_errors(exp)  # every launch's
+    launched = launch_time(exp, lab, beats, recorded)
     since = launched - LAUNCH_SLACK_S if launched else 0.0
     report = read_json(layout.stall_report(exp))
     stall = report if report is not None and report.get("time", 0) >= since else None
@@ -64,7 +65,6 @@ def read(exp: Path, now: float | None = None) -> Reading:
     rank0 = kept_steps(metrics.get("rank0", []))
     ckpts = integrity(exp, clock_of=_elapsed)
     per_rank = resumed_from(exp)
-    recorded = rank_errors(exp)  # every launch's
     errors = of_launch(recorded, since, rid)
     halt = read_halt(exp, since)
     world_size = int(
@@ -122,11 +122,16 @@ def train_config(exp: Path) -> dict:
         return {}
 
 
-def launch_time(exp: Path, lab: dict, beats: dict[int, dict]) -> float:
+def launch_time(exp: Path, lab: dict, beats: dict[int, dict], recorded: list[dict] = ()) -> float:
     """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``; in a
     copied folder (its files' times newer than its newest heartbeat's), when its ranks started (``beats``: the
-    latest heartbeats)."""
+    latest heartbeats). Where the launcher started its ranks again since (torchrun's ``--max-restarts``: rank
+    errors of another run id recorded since), when the latest attempt's ranks started."""
     if lab.get("started"):
+        rid = next(iter(beats.values())).get("run") if beats else None
+        again = [b["started"] for b in beats.values() if b.get("started")]
+        if again and any(e.get("run") not in (None, rid) and e.get("time", 0) >= lab["started"] for e in recorded):
+            return max(float(lab["started"]), min(again))
         return float(lab["started"])
     try:
         written = layout.config(exp).stat().st_mtime
