@@ -620,6 +620,15 @@ WORDINGS = {
     "a subshell's '156 Segmentation fault (core dumped) ( cmd )' after a bar": (
         "logs50/everyvoice/everyvoice_fastspeech2_lightning_epoch_0_step_23_of_1023_loss_51_then_segmentation_fault_core_dumped.log"
     ),
+    "glog's failure handler: '*** SIGSEGV (@0x0) received by PID 24044'": (
+        "logs51/paddle/launch_four_trainers_glog_stack_of_pid_24043_then_pid_24044_sigsegv_received_aborted.log"
+    ),
+    "JAX's coordination service: '/task:37 has been set to ERROR', after 'Training: step 198'": (
+        "logs51/t5x/multi_host_t5_pretrain_step_198_then_coordination_service_task_37_heartbeat_timeout_set_to_error.log"
+    ),
+    "pytracking's '[train: 1, 81 / 125] ... Loss/total: 7.42986' before a cut traceback": (
+        "logs52/artrack/v2_stage2_train_epoch_1_iter_81_of_125_grad_norm_2409_then_training_crashed_at_epoch_1_traceback.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -671,6 +680,8 @@ INDEX = {
         "logs48",
         "logs49",
         "logs50",
+        "logs51",
+        "logs52",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

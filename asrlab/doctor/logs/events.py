@@ -470,9 +470,11 @@ class Events:
                 "exception", rank, time, text, type="CUDA error", message=m[1] or m[2] or m[3], where=None, bare=True
             )
             return
-        if ("Aborted from" in text or "!!!!" in text or "worker died" in text) and (m := ENDED_ITSELF.search(text)):
-            typ = next(g for g in m.groups() if g)
-            self._add("exception", rank, time, text, type=typ, message=text.strip()[:300], where=None, bare=True)
+        if ("Aborted from" in text or "!!!!" in text or " died " in text or "ERROR in" in text) and (
+            m := ENDED_ITSELF.search(text)
+        ):
+            typ, who = next(g for g in m.groups() if g and not g.isdigit()), int(m[4]) if m[4] else rank
+            self._add("exception", who, time, text, type=typ, message=text.strip()[:300], where=None, bare=True)
             return
         for pattern, who in SCALE:
             m = pattern.search(text)

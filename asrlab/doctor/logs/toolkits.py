@@ -321,12 +321,18 @@ _BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
 _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")
 
 
+def _key(k: str) -> str:
+    """A logger's name for a value: its last part ("train/loss"), a loss's terms by their whole name ("Loss/giou")."""
+    head, _, last = k.rpartition("/")
+    return k.replace("/", "_") if head and not _OWN_LOSS.match(last) and _OWN_LOSS.match(head) else last
+
+
 def kv(line: str) -> dict | None:
     if not _LOSSY.search(line):
         return None
     if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
         return None
-    pairs = [(k.split("/")[-1], v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
+    pairs = [(_key(k), v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
     pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k)]  # "it 4 ctc nan lr 1e-3"
     # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite

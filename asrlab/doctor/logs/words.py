@@ -35,7 +35,8 @@ SHELL_SIGNAL = re.compile(
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
     r"(?:\] Caught signal \d+ \(|\] Signal: |Fatal Python error: )"  # UCX's, Open MPI's handler; Python's faulthandler
-    r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b"
+    r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b|"
+    r"\*\*\* (SIG(?:SEGV|BUS|ILL|FPE|ABRT)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle's)
 )
 SHELL_SIGNALS = {
     "Aborted": "SIGABRT",
@@ -50,6 +51,7 @@ SHELL_SIGNALS = {
     "illegal hardware instruction": "SIGILL",
     "floating point exception": "SIGFPE",
     "killed": "SIGKILL",
+    **{s: s for s in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")},
 }
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
 SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")  # "-^C": a notebook's cell output
@@ -188,9 +190,11 @@ UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)")  # k2's,
 # Kaldi's words; Marian's "CUDA error 999 'unknown error' - file:54: cudaStreamSynchronize(0)"
 # a process's own word that it ended: Marian's ABORT (below the error line it says), a TPU runtime's fatal error,
-# Ray's on a worker process that died under a task
+# Ray's on a worker process that died under a task; JAX's coordination service on a host's process (its task: the
+# rank) that stopped answering
 ENDED_ITSELF = re.compile(
-    r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task"
+    r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task|"
+    r"/task:(\d+) (has been set to ERROR) in coordination service"
 )
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
