@@ -629,6 +629,21 @@ WORDINGS = {
     "pytracking's '[train: 1, 81 / 125] ... Loss/total: 7.42986' before a cut traceback": (
         "logs52/artrack/v2_stage2_train_epoch_1_iter_81_of_125_grad_norm_2409_then_training_crashed_at_epoch_1_traceback.log"
     ),
+    "OpenAI baselines' table row '| KL        | nan      |' after 'Iteration 3027'": (
+        "logs53/openai_baselines/acktr_iterations_3025_3027_kl_just_right_but_kl_nan_at_3027.log"
+    ),
+    "IPython's traceback headed 'KeyboardInterrupt      Traceback (most recent call last)', cut": (
+        "logs53/evalml/notebook_automl_clf_fit_keyboardinterrupt_traceback_in_objective_score.log"
+    ),
+    "Horovod's stall warning of an op of any name, '[ready ranks: ...]' all but rank 3": (
+        "logs53/horovod/sixteen_ranks_stalled_ops_warning_ready_ranks_all_but_rank_3.log"
+    ),
+    "Kubernetes' eviction: 'The node was low on resource: memory.'": (
+        "logs53/kubeflow/tfjob_ppo_master_pods_evicted_status_failed_node_low_on_resource_memory.log"
+    ),
+    "a notebook's '[error] Disposing session as kernel process died'": (
+        "logs53/pyannote/macos_notebook_kernel_process_died_exitcode_undefined_mps_multiply_broadcast_error.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -682,6 +697,7 @@ INDEX = {
         "logs50",
         "logs51",
         "logs52",
+        "logs53",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -173,7 +173,7 @@ class Events:
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
-            self._tb[key] = Traceback(rank, time, self.order, source, place=self._place.get(source))
+            self._tb[key] = Traceback(rank, time, self.order, source, place=self._place.get(source), head=text)
             return
         if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
             self._tb[key] = tb = Traceback(rank, time, self.order, source, place=self._place.get(source))

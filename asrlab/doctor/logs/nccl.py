@@ -37,6 +37,8 @@ def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
         # among them is missing whatever the size
         missing = said if m.group(2) == "missing" else sorted(set(range(max(said) + 1)) - set(said))
         more = dict(seq=None, op=m.group(1), timeout_ms=None, source="horovod", basis="never submitted the tensor")
+        if HOROVOD_STALL.search(text):  # the stall inspector's warning: a wait the steps after it may end
+            more["waiting"] = True
         return [("timeout", None, {**more, "behind": missing[0]} if len(missing) == 1 else more)]
     if "subset of ranks" in text and HOROVOD_STALL.search(text):  # a wait the steps after it may end
         return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="horovod", waiting=True))]

@@ -24,7 +24,7 @@ LOSS_NAMES = re.compile(
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
 _OWN_LOSS = re.compile(
-    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|kl|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+)$", re.I
+    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+)$", re.I
 )
 _LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer", re.I)
 

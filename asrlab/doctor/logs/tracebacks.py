@@ -53,7 +53,7 @@ OOM = re.compile(
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
     r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating|not enough memory|"
-    r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate",
+    r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate|low on resource: memory",  # Kubernetes' eviction
     re.I,
 )
 # torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with
@@ -123,10 +123,15 @@ _NOT_MESSAGE = re.compile(
 OWN_RANK = re.compile(r"\[?[Rr]ank (\d+)\]?: ")
 
 
+IPYTHON_HEAD = re.compile(r"^(\w+)\s{2,}Traceback \(most recent call last\)")
+
+
 class Traceback:
-    def __init__(self, rank, time, order=0, source="", ignored=False, place=None):
+    def __init__(self, rank, time, order=0, source="", ignored=False, place=None, head=""):
         self.rank, self.time, self.order, self.source, self.ignored = rank, time, order, source, ignored
         self.place = place
+        named = IPYTHON_HEAD.match(head.strip())  # IPython's traceback names its exception at its head
+        self.named = named.group(1) if named else None
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
 
@@ -203,9 +208,9 @@ class Traceback:
                 "time": self.time,
                 "order": self.order,
                 "file": self.source,
-                "type": None,
+                "type": self.named,
                 "message": "",
-                "text": "a traceback that the log cuts off before its exception line",
+                "text": f"{self.named or 'a traceback'} that the log cuts off before its exception line",
                 "where": list(where) if where else None,
                 "raised": None,
                 "frames": len(frames),

@@ -22,7 +22,7 @@ NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operatio
 # a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
-OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf|objective"
+OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf|objective|kl"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
@@ -72,7 +72,7 @@ STATUS = re.compile(
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 # (older versions: the ranks that did submit it)
 HOROVOD_STALL = re.compile(r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for")
-HOROVOD_MISSING = re.compile(r"(Horovod[A-Z][a-z]+)\w* \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")
+HOROVOD_MISSING = re.compile(r"([\w./-]+) \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")  # an op's name, its ranks
 # asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
 # the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
 # asrlab watch's last line on a job that failed, from its run folder: the failure where the console names none
@@ -194,7 +194,7 @@ CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)|\b
 # rank) that stopped answering
 ENDED_ITSELF = re.compile(
     r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task|"
-    r"/task:(\d+) (has been set to ERROR) in coordination service"
+    r"/task:(\d+) (has been set to ERROR) in coordination service|\b(kernel process died)\b"  # ... and a notebook's kernel
 )
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
