@@ -140,3 +140,41 @@ def test_a_node_whose_rank_errored_after_the_other_nodes_kill_is_read_as_it_was_
     d = json.loads(out.stdout)
     assert d["summary"].startswith("rank 1 has waited 6 s for data"), d["summary"]
     assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in d["summary"], d["summary"]
+
+
+WATCHED = Path(__file__).resolve().parent / "fixtures" / "watched"
+
+
+def test_two_nodes_folders_read_together_say_what_either_nodes_job_printed(tmp_path, monkeypatch):
+    """Two real nodes' folders (a stranger's loop, a rank on each): the SIGKILL of node 1's rank, which only node 1's
+    job output says, and the hang of node 0's rank in its own code, each with its rank and last iteration; the
+    folder the nodes' files were read in together is gone after, and no path of it is said."""
+    from asrlab.doctor import diagnose
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    for name, want in (
+        ("two_nodes_rank1_sigkilled", ("killed", 1, 63)),
+        ("two_nodes_rank0_hangs_in_own_code", ("stalled", 0, 49)),
+    ):
+        nodes = [str(WATCHED / name / "node0"), str(WATCHED / name / "node1")]
+        d = diagnose(nodes)
+        assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == want, d["summary"]
+        assert str(tmp_path) not in json.dumps(d), "a path of the merged folder is said"
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+
+
+def test_one_nodes_folder_blames_no_rank_it_cannot_see():
+    """Node 0's own watch sees only its rank: the stall names rank 0 (asleep in its own code) and says rank 1 is on
+    another node, not a rank that never wrote a heartbeat; node 1's folder alone names its rank by the pid torchrun
+    gives beside its local rank (``local_rank: 0 (pid: N)``: rank 1)."""
+    from asrlab.doctor import diagnose
+    from asrlab.lab.stall.verdict import verdict
+
+    d = diagnose(WATCHED / "two_nodes_rank0_hangs_in_own_code" / "node0")
+    assert d["verdict"] == "stalled" and d["culprit"]["rank"] == 0, d["summary"]
+    assert "rank 1 on other nodes, not watched here" in d["summary"], d["summary"]
+    d = diagnose(WATCHED / "two_nodes_rank0_hangs_in_own_code" / "node1")
+    assert d["culprit"]["rank"] == 1, d["summary"]
+    waiting = {"rank": 0, "phase": "collective", "step": 5, "since": 0.0, "time": 30.0, "host": "h", "pid": 1}
+    said = verdict({0: waiting}, 2, 30.0, elsewhere=(1,))
+    assert "never wrote a heartbeat" not in said and "rank 1 on other nodes" in said, said

@@ -71,8 +71,11 @@ def diagnose(paths, now: float | None = None) -> dict:
 
     from .merge import merge_runs
 
-    d = diagnose_run(merge_runs(paths, tempfile.mkdtemp(prefix="asrlab-doctor-")), now)
-    d["nodes"] = paths
+    with tempfile.TemporaryDirectory(prefix="asrlab-doctor-") as tmp:  # the nodes' files side by side, read, gone
+        d = diagnose_run(merge_runs(paths, tmp), now, nodes=paths)
+    d["exp"], d["nodes"] = ", ".join(paths), paths
+    if d["stall"]:  # the report a node's watch wrote, not the merged one's
+        d["stall"]["report"] = next((str(layout.stall_text(p)) for p in paths if layout.stall_text(p).exists()), None)
     return conform(d, "run folder", paths)
 
 
@@ -139,11 +142,12 @@ def conform(d: dict, read: str, paths: list[str]) -> dict:
     return {k: d.get(k) for k in SCHEMA}
 
 
-def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
+def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | None = None) -> dict:
     """What ``asrlab doctor EXP`` says of the run in ``exp`` (and of the job ``asrlab watch`` kept the output of
     there), as a JSON-ready dict: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False
     when the run failed or its coverage is broken: ``asrlab doctor`` exits 1), ``culprit``, and the run folder's
-    sections. Raises :class:`UsageError` when ``exp`` is not a folder with a run in it."""
+    sections. ``nodes``: the folders ``exp`` merges (several nodes'), whose watched jobs' output is read from
+    each. Raises :class:`UsageError` when ``exp`` is not a folder with a run in it."""
     exp = Path(exp)
     if not exp.is_dir():
         raise UsageError(f"{exp}: not a directory")
@@ -158,8 +162,9 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
 
     folder = run_folder.read(exp, now)
     inner = [run_folder.read(p, now) for p in run_folder.inner_runs(exp)]
-    job = job_output.read(exp, folder.sections["launched"])
-    v = decide([folder, *inner] + ([job] if job else []))
+    jobs = [j for p in nodes or [exp] if (j := job_output.read(Path(p), folder.sections["launched"])) is not None]
+    job = jobs[0] if jobs else None
+    v = decide([folder, *inner, *jobs])
     d = folder.sections
     for r in inner:
         _fill(d, r.sections)
@@ -179,7 +184,7 @@ def diagnose_run(exp: str | Path, now: float | None = None) -> dict:
             d["resumes"]["from_output"] = job.sections["resumes"]["from_output"]
             if d["verdict"] in ("finished", "running"):  # a restart that went back to batch 0 is said first
                 d["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
-        last = job.sections["last_steps"]
+        last = [x for j in jobs for x in j.sections["last_steps"]]
         c = d["culprit"]
         if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
             c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))

@@ -183,6 +183,16 @@ class JobWatch:
             "dumps": spy.dumps if spy else 0,
         }
 
+    def _elsewhere(self, world: int) -> tuple:
+        """The ranks of other nodes: of the job's world, those outside this node's (its ranks' LOCAL_WORLD_SIZE
+        from the first of them); none where the node's size is not known."""
+        local = max((v.proc.local_world for v in self.ranks.values()), default=0)
+        mine = [v.proc.rank for v in self.ranks.values() if v.proc.rank is not None and v.proc.known]
+        if not local or not mine or local >= world:
+            return ()
+        base = min(mine) // local * local
+        return tuple(r for r in range(world) if not base <= r < base + local)
+
     def world(self) -> int:
         """The job's ranks: their WORLD_SIZE (with other nodes' ranks), else those seen here."""
         return world_of(v.proc for v in self.ranks.values())
@@ -334,7 +344,9 @@ class JobWatch:
             atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
         self._flight(list(self.ranks))
         collectives = last_collectives(self.exp)
-        report = write_report(self.exp, world, allowance, since=t0, now=now, collectives=collectives)
+        report = write_report(
+            self.exp, world, allowance, since=t0, now=now, collectives=collectives, elsewhere=self._elsewhere(world)
+        )
         flight = collectives_text(collectives)
         if flight:  # which rank never entered the collective the others wait in
             with open(layout.stall_text(self.exp), "a") as f:

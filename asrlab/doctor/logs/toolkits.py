@@ -14,13 +14,11 @@ from collections.abc import Callable
 
 from .words import OWN_LOSSES
 
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Inf|INF|NAN)"
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|nan|inf|NaN|Inf|INF|NAN)"  # Infinity: JSON's, as Python writes it
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETURNN's "step 341, ce 0.372, ctc_4 0.876"
-LOSS_NAMES = re.compile(
-    r"^(?!.*scale)(?:.*(?:loss|ctc|att|transducer|rnnt|pruned|simple|kl|xent|mse|nll|objf)|.*ce$)", re.I
-)
+LOSS_NAMES = re.compile(rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$)", re.I)
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
 _OWN_LOSS = re.compile(

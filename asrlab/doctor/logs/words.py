@@ -123,7 +123,7 @@ NONFINITE_LINE = re.compile(
 # "train_loss : inf", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
     rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
-    r"([-+]?(?:nan|inf|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
+    r"([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
 )
 
@@ -144,7 +144,7 @@ def nonfinite_values(text: str) -> str | None:
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
     vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
-    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf")]
+    bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
     if not bad:
         return None
     totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]

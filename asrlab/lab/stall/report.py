@@ -48,6 +48,7 @@ def write_report(
     now: float | None = None,
     failure: dict | None = None,
     collectives: dict | None = None,
+    elsewhere: tuple = (),
 ) -> dict:
     """Gather the ranks' dumps (waiting up to ``wait_s`` for all of them) into the report files.
 
@@ -56,6 +57,7 @@ def write_report(
     ``EXP/stall/rank{R}.faulthandler.txt``. ``failure``: a rank's recorded error (:mod:`.errors`),
     which the others were left waiting for: the verdict names it first. ``collectives``: the Flight
     Recorder's summary (:func:`.flight.last_collectives`): ranks that called different collectives are named first.
+    ``elsewhere``: the ranks of other nodes, which this node's watch cannot see.
     """
     exp = Path(exp)
     deadline = time.time() + wait_s
@@ -68,14 +70,14 @@ def write_report(
                 continue
             if (rid is None or d.get("run") == rid) and d.get("time", 0) >= since:
                 dumps[int(d["rank"])] = d
-        if len(dumps) >= world_size - (failure is not None) or time.time() >= deadline:
+        if len(dumps) >= world_size - len(elsewhere) - (failure is not None) or time.time() >= deadline:
             break
         time.sleep(0.2)
     beats = {r: b for r, b in read_heartbeats(exp, rid).items() if b.get("time", 0) >= since}
     snaps = {**beats, **dumps}
     if now is None:  # when the stall was seen: the first dump, else now
         now = min([s.get("time", 0.0) for s in dumps.values()] or [time.time()])
-    said = verdict(snaps, world_size, now) if failure is None else failure_verdict(failure, snaps)
+    said = verdict(snaps, world_size, now, elsewhere) if failure is None else failure_verdict(failure, snaps)
     # a rank whose data ran out calls what follows the loop while the others still train: the same collective
     # number with two calls, read as uneven data (the verdict above), not as a branch on the rank
     uneven = 0 < sum(s.get("phase") in ENDED for s in snaps.values()) < len(snaps)

@@ -127,15 +127,16 @@ def rank_line(e: dict) -> str:
     return f"{name} ({e.get('host')}, pid {e.get('pid')}): {phase_text(e['phase'], e['step'])}{took}{detail}"
 
 
-def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
-    """One sentence a person can act on, from every rank's last heartbeat."""
+def verdict(snaps: dict[int, dict], world_size: int, now: float, elsewhere: tuple = ()) -> str:
+    """One sentence a person can act on, from every rank's last heartbeat; ``elsewhere``: the ranks of other
+    nodes, which a node's own watch cannot see (their node's watch reports them), named last, never as missing."""
     exited = [snaps[r] for r in sorted(snaps) if snaps[r]["phase"] == "exited"]
     if exited:  # processes of unknown rank that ended while others went on: said last, not as the cause
         rest = {r: s for r, s in snaps.items() if s["phase"] != "exited"}
         said = verdict(rest, 0, now) if rest else "no process left running"
         return f"{said}; {ranks_named(exited)} ended before"
     present = [snaps[r] for r in sorted(snaps)]
-    missing = [r for r in range(world_size) if r not in snaps]
+    missing = [r for r in range(world_size) if r not in snaps and r not in elsewhere]
     waited = {s["rank"]: int(now - s["since"]) for s in present}
     frozen = [s for s in present if now - s.get("time", now) > STALE_S]
     data = [s for s in present if s["phase"] == "data"]
@@ -187,6 +188,8 @@ def verdict(snaps: dict[int, dict], world_size: int, now: float) -> str:
     parts = [first] + _elsewhere([s for s in present if s["rank"] not in lead_ranks])
     if missing and lead:
         parts.append(f"{ranks_text(missing)} never wrote a heartbeat")
+    if elsewhere:
+        parts.append(f"{ranks_text(sorted(elsewhere))} on other nodes, not watched here")
     return "; ".join(parts)
 
 
