@@ -644,6 +644,9 @@ WORDINGS = {
     "a notebook's '[error] Disposing session as kernel process died'": (
         "logs53/pyannote/macos_notebook_kernel_process_died_exitcode_undefined_mps_multiply_broadcast_error.log"
     ),
+    "BasicSR's '[epoch:  0, iter:   3,700, ...] l_pix: 1.8931e-02', then a terminal's '^CTraceback', cut": (
+        "logs54/basicsr/epoch_0_iter_3700_then_ctrl_c_traceback_in_prefetcher_next.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -698,6 +701,7 @@ INDEX = {
         "logs51",
         "logs52",
         "logs53",
+        "logs54",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

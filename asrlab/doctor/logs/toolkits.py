@@ -18,13 +18,16 @@ NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|nan|inf|NaN|Inf|INF|NA
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETURNN's "step 341, ce 0.372, ctc_4 0.876"
-LOSS_NAMES = re.compile(rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$)", re.I)
+LOSS_NAMES = re.compile(
+    rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$|l_[a-z]\w*$)", re.I
+)
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
 # module's file that ends in one ("ctc.py:12")
 _OWN_LOSS = re.compile(
-    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+)$", re.I
+    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*)$",
+    re.I,  # BasicSR's l_pix
 )
-_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer", re.I)
+_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]", re.I)
 
 
 def num(text: str) -> float | None:
@@ -305,7 +308,7 @@ _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] n
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
     r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|upd|batch_idx|batch|tick)['"]?"""
-    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",
+    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # BasicSR's "iter:   3,200"
     re.I,
 )
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
@@ -356,7 +359,7 @@ def kv(line: str) -> dict | None:
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
         int(bar.group(1)) if bar else None,
-        int(counter.group(counter.lastindex)) if counter else None,
+        int(counter.group(counter.lastindex).replace(",", "")) if counter else None,
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),
         grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),

@@ -131,7 +131,8 @@ class Traceback:
         self.rank, self.time, self.order, self.source, self.ignored = rank, time, order, source, ignored
         self.place = place
         named = IPYTHON_HEAD.match(head.strip())  # IPython's traceback names its exception at its head
-        self.named = named.group(1) if named else None
+        # a terminal's echo of Ctrl-C glued before it ("^CTraceback ..."): the traceback of that interrupt
+        self.named = named.group(1) if named else "KeyboardInterrupt" if "^CTraceback" in head else None
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
 
@@ -203,7 +204,9 @@ class Traceback:
             frames = [f for sec in self.sections for f in sec["frames"]]
             where = user_frame(frames)
             return {
-                "kind": "exception" if frames else "consequence",
+                "kind": "exception"
+                if frames and not (self.named and CONSEQUENCE.search(self.named))
+                else "consequence",
                 "rank": self.rank,
                 "time": self.time,
                 "order": self.order,
