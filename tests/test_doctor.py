@@ -113,6 +113,8 @@ def test_broken_coverage_names_the_keys(finished, tmp_path, capsys):
     assert e0["exactly_once"] and not e1["exactly_once"]
     assert e1["repeated_keys"] == {twice: 2} and e1["skipped_keys"] == [never]
     assert f"epoch 1: ended, 119 keys, 1 repeated ({twice} x2), 1 skipped ({never})" in out and "BROKEN" in out
+    # said on the verdict's own line too, not only in the coverage section below it
+    assert d["summary"].endswith("; but epoch 1: 1 key trained twice, 1 key skipped"), d["summary"]
 
 
 def test_expected_keys_from_lab_json(finished, tmp_path, capsys):

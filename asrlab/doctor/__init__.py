@@ -196,6 +196,14 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         if v["basis"] == "job output" and own and not own.get("guess") and own.get("lost_peer") and d["error"]:
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error
     broken = d["coverage"] is not None and d["coverage"]["broken"]
+    if broken:  # said on the first line too: a run that finished but trained keys twice or left some out is not ok
+        d["summary"] += "; but " + "; ".join(
+            f"epoch {e['epoch']}: " + ", ".join(
+                w for w in (f"{e['repeated']} key{'s' * (e['repeated'] > 1)} trained twice" if e["repeated"] else "",
+                            f"{e['skipped']} key{'s' * (e['skipped'] > 1)} skipped" if e["skipped"] else "",
+                            "cut short" if e["cut_short"] else "") if w
+            ) for e in d["coverage"]["epochs"] if e["repeated"] or e["cut_short"] or e["exactly_once"] is False
+        )  # fmt: skip
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)
 

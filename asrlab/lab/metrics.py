@@ -297,7 +297,7 @@ def loss_scale_history(rank0: list[dict]) -> dict | None:
     scales = [m["loss_scale"] for m in rank0 if m.get("loss_scale") is not None]
     kinds = Counter(m.get("nonfinite") for m in rank0 if m.get("nonfinite"))
     out = {
-        "skipped": rank0[-1].get("skipped", 0),
+        "skipped": rank0[-1].get("skipped", sum(kinds.values())),  # a loop's lines without the count: those marked
         "skipped_by_kind": dict(kinds),
         "rollbacks": rank0[-1].get("rollbacks", 0),
     }

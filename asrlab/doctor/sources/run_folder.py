@@ -171,7 +171,8 @@ def _ended(x: dict) -> str:
     """``ended 12:04:31, failed, exit code 137 (SIGKILL)``: how an earlier launch into the EXP ended."""
     if "ended" not in x:
         return (
-            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, never finished (its watch ended first)"
+            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, its end not recorded (killed, or its "
+            "machine lost)"
         )
     said = f"ended {time.strftime('%H:%M:%S', time.localtime(x['ended']))}, {x.get('status', 'status not recorded')}"
     rc = x.get("exit_code")
