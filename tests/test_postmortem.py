@@ -647,6 +647,12 @@ WORDINGS = {
     "BasicSR's '[epoch:  0, iter:   3,700, ...] l_pix: 1.8931e-02', then a terminal's '^CTraceback', cut": (
         "logs54/basicsr/epoch_0_iter_3700_then_ctrl_c_traceback_in_prefetcher_next.log"
     ),
+    "a DataLoader worker killed by SIGKILL, then the cgroup's 'out of memory: Killed process 629'": (
+        "logs54/opennmt/colab_dataloader_worker_pid_629_killed_then_dmesg_memory_cgroup_out_of_memory.log"
+    ),
+    "glog's FATAL CHECK on the loss: 'F0104 ... Train.cpp:472] Loss has NaN values'": (
+        "logs55/wav2letter/conv_glu_recipe_loss_has_nan_values_after_silent_day_aborted.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -702,6 +708,7 @@ INDEX = {
         "logs52",
         "logs53",
         "logs54",
+        "logs55",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -38,6 +38,7 @@ from .tracebacks import (
     CONSEQUENCE,
     FRAME,
     MONITORED,
+    NONFINITE_EXC,
     MONITORED_PEER,
     OOM,
     ORIGINAL,
@@ -451,7 +452,8 @@ class Events:
             return
         if ("] " in text or "ABORT" in text) and (m := FATAL.search(text.strip())):
             who = rank if m[2] is None else int(m[2]) if m[2].isdigit() else None  # Paddle's: one rank, or several
-            self._add("exception", who, time, text, type=None if m[2] else "FATAL (glog)",
+            kind = "nonfinite_error" if NONFINITE_EXC.search(m[1] or "") else "exception"  # a CHECK on the loss
+            self._add(kind, who, time, text, type=None if m[2] else "FATAL (glog)",
                       message=(m[1] or text.strip())[:300], where=None, bare=True)  # fmt: skip
             return
         if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (

@@ -30,6 +30,9 @@ NAME = "log"
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
+_OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
+
+
 def _last_before(run: LogRun, rank, e: dict) -> dict | None:
     """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
     the lines in the same file, else by time."""
@@ -135,11 +138,11 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("out_of_memory", e))
         elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
             out.append(("nonfinite", e))
-        elif k == "worker_killed":
+        elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in _TERM):
             sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
-            out.append(("killed", {**e, "signal": sig}))
-        elif k == "exit" and e.get("signal") and e["signal"] not in _TERM:
-            out.append(("killed", e))
+            # the kernel's OOM killer says, after, whom it killed: that SIGKILL was for memory
+            oom = next((x for x in run.events if x["kind"] == "oom" and _OOM_KILLER.search(x["text"])), None)
+            out.append(("out_of_memory", oom) if sig == "SIGKILL" and oom else ("killed", {**e, "signal": sig}))
         elif k == "exit" and e.get("exitcode") == STALL_EXIT and stalled:  # a rank the stall watchdog ended
             out.append(("crashed", {**e, "consequence": True}))
         elif k == "exit" and (
