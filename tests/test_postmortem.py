@@ -653,6 +653,9 @@ WORDINGS = {
     "glog's FATAL CHECK on the loss: 'F0104 ... Train.cpp:472] Loss has NaN values'": (
         "logs55/wav2letter/conv_glu_recipe_loss_has_nan_values_after_silent_day_aborted.log"
     ),
+    "DeepSpeed's launcher alone: '[launch.py:428:sigkill_handler] Killing subprocess 31621'": (
+        "logs56/visualglm/finetune_rank0_loading_checkpoint_then_launcher_killing_eight_subprocesses.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -709,6 +712,7 @@ INDEX = {
         "logs53",
         "logs54",
         "logs55",
+        "logs56",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

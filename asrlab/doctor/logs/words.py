@@ -26,6 +26,7 @@ OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf|objective|kl"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
+    r"|sigkill_handler\] Killing subprocess \d"  # DeepSpeed's launcher SIGKILLing its ranks (its line on why: cut)
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
 SHELL_SIGNAL = re.compile(
