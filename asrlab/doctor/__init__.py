@@ -72,11 +72,22 @@ def diagnose(paths, now: float | None = None) -> dict:
     from .merge import merge_runs
 
     with tempfile.TemporaryDirectory(prefix="asrlab-doctor-") as tmp:  # the nodes' files side by side, read, gone
-        d = diagnose_run(merge_runs(paths, tmp), now, nodes=paths)
+        d = _rehomed(diagnose_run(merge_runs(paths, tmp), now, nodes=paths), tmp, paths)
     d["exp"], d["nodes"] = ", ".join(paths), paths
-    if d["stall"]:  # the report a node's watch wrote, not the merged one's
-        d["stall"]["report"] = next((str(layout.stall_text(p)) for p in paths if layout.stall_text(p).exists()), None)
     return conform(d, "run folder", paths)
+
+
+def _rehomed(x, tmp: str, nodes: list[str]):
+    """``x`` with every path into the merged folder ``tmp`` (a stall report, a step's bundle) made the path of the
+    node folder that holds the same file, or None where none does: the merged folder is gone once read."""
+    if isinstance(x, dict):
+        return {k: _rehomed(v, tmp, nodes) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rehomed(v, tmp, nodes) for v in x]
+    if isinstance(x, str) and x.startswith(tmp):
+        rel = Path(x).relative_to(tmp)
+        return next((str(Path(n) / rel) for n in nodes if (Path(n) / rel).exists()), None)
+    return x
 
 
 def diagnose_logs(paths: list[str]) -> dict:
@@ -197,15 +208,20 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     if broken:  # said on the first line too: a run that finished but trained keys twice or left some out is not ok
-        d["summary"] += "; but " + "; ".join(
-            f"epoch {e['epoch']}: " + ", ".join(
-                w for w in (f"{e['repeated']} key{'s' * (e['repeated'] > 1)} trained twice" if e["repeated"] else "",
-                            f"{e['skipped']} key{'s' * (e['skipped'] > 1)} skipped" if e["skipped"] else "",
-                            "cut short" if e["cut_short"] else "") if w
-            ) for e in d["coverage"]["epochs"] if e["repeated"] or e["cut_short"] or e["exactly_once"] is False
-        )  # fmt: skip
+        d["summary"] += "; but " + _broken(d["coverage"])
     d["ok"] = d["verdict"] not in FAILED and not broken
     return json_ready(d)
+
+
+def _broken(coverage: dict) -> str:
+    """``epoch 0: 80 keys trained twice`` for each epoch whose coverage is broken."""
+    said = []
+    for e in coverage["epochs"]:
+        counts = ((e["repeated"], "trained twice"), (e["skipped"], "skipped"), (e["unexpected"], "not expected"))
+        what = [f"{n} key{'s' * (n > 1)} {how}" for n, how in counts if n] + (["cut short"] if e["cut_short"] else [])
+        if what:
+            said.append(f"epoch {e['epoch']}: {', '.join(what)}")
+    return "; ".join(said)
 
 
 def _fill(d: dict, inner: dict) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from ...lab.state.checkpoint import open_mapped
+
 PATTERNS = ("*.pt", "*.pth", "*.ckpt")
 # WeNet's epoch_3.pt, Lightning's epoch=1-step=24.ckpt, HF's checkpoint-500, step_100.pt, iter_2000.pth; a loop's
 # own ckpt_40.pt, ep1_it0120.pt
@@ -103,7 +105,7 @@ def read(path: Path) -> dict:
         import torch
 
         try:
-            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            state = open_mapped(path)
         except Exception as e:  # noqa: BLE001  a toolkit's classes in it, or an older pickle, or broken bytes
             whole = _archive_whole(path)
             if whole is not None:  # a zip archive whose every member's CRC matches: its bytes are whole

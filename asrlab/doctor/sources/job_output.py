@@ -29,10 +29,9 @@ def read(exp: Path, launched: float | None = None) -> Reading | None:
     clock = JobClock(job_times(exp))
     ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known") is not False}
     for e in r.events:
+        # a process named by its pid (the shell's, torchrun's beside its local rank): the rank the watch saw
         if (e.get("rank") is None or e.get("local")) and e.get("pid") in ranks:
-            e["rank"] = ranks[
-                e["pid"]
-            ]  # a process named by its pid (the shell's, torchrun's by its local rank): a rank watched
+            e["rank"] = ranks[e["pid"]]
         e["joined_time"] = clock.at(e.get("order", 0) & OFFSET) if clock else None
     gone = [e for e in r.events if launched and (e["joined_time"] or 1e18) < launched - LAUNCH_SLACK_S]
     if gone:  # printed before this launch began (the watch keeps every launch's output in one file): history

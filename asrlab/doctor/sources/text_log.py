@@ -128,6 +128,8 @@ def _causes(run: LogRun) -> list[tuple]:
     """(time, order, verdict, event) for every event that can be a first failure."""
     out, stops = [], [e.get("order", 0) for e in run.events if e["kind"] == "stop"]
     stalled = any(e["kind"] == "watch_stall" for e in run.events)
+    # the kernel's OOM killer says, after, whom it killed: a SIGKILL beside its line was for memory
+    oom = next((x for x in run.events if x["kind"] == "oom" and _OOM_KILLER.search(x["text"])), None)
     for i, e in enumerate(run.events):
         k = e["kind"]
         if k == "exception":
@@ -140,8 +142,6 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("nonfinite", e))
         elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in _TERM):
             sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
-            # the kernel's OOM killer says, after, whom it killed: that SIGKILL was for memory
-            oom = next((x for x in run.events if x["kind"] == "oom" and _OOM_KILLER.search(x["text"])), None)
             out.append(("out_of_memory", oom) if sig == "SIGKILL" and oom else ("killed", {**e, "signal": sig}))
         elif k == "exit" and e.get("exitcode") == STALL_EXIT and stalled:  # a rank the stall watchdog ended
             out.append(("crashed", {**e, "consequence": True}))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import layout
 from ..layout import stall_dir  # noqa: F401  (here too: where its files are written)
-from ...files import atomic_write
+from ...files import atomic_write, read_json
 from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
@@ -171,10 +171,7 @@ def write_lab_status(exp: Path, update: dict) -> None:
     """``EXP/lab.json``: what a loop using the parts (or the watch) says about its run (for ``asrlab doctor``);
     ``started`` begins a new record, with the earlier launches' ends under ``earlier``."""
     path = layout.lab(exp)
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        state = {}
+    state = read_json(path) or {}
     if "started" in update:  # a new launch into this EXP: how each earlier one ended is kept, briefly
         done = {k: state[k] for k in EARLIER_KEYS if k in state}
         state = {"earlier": state.get("earlier", []) + ([done] if "started" in done else [])}

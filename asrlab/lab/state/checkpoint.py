@@ -158,7 +158,7 @@ def integrity(exp: str | Path, clock_of=None) -> dict:
     newest = clock = None
     for f in reversed([f for f in files if f["sha256_ok"]]):  # as load_latest chooses, each file hashed once
         try:
-            state = _mapped(d / f["file"])
+            state = open_mapped(d / f["file"])
         except Exception:  # a file that hashes right but will not load is still unusable
             continue
         newest, clock = f["file"], clock_of(state, f["file"]) if clock_of is not None else None
@@ -175,8 +175,9 @@ def integrity(exp: str | Path, clock_of=None) -> dict:
     return {"files": files, "partial_writes": partial, "newest_loadable": newest, "clock_s": clock}
 
 
-def _mapped(path: Path) -> dict:
-    """A checkpoint's state with its tensors mapped from the file, not read: the doctor wants its small values."""
+def open_mapped(path: str | Path) -> dict:
+    """A checkpoint's state, weights only, its tensors mapped from the file, not read: for its small values (a
+    step, a clock). torch.save's legacy format (not a zip) cannot be mapped: ``RuntimeError``."""
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
