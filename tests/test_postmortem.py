@@ -656,6 +656,11 @@ WORDINGS = {
     "DeepSpeed's launcher alone: '[launch.py:428:sigkill_handler] Killing subprocess 31621'": (
         "logs56/visualglm/finetune_rank0_loading_checkpoint_then_launcher_killing_eight_subprocesses.log"
     ),
+    "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
+    "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
+    "icefall's 'Whitening: name=..., metric=nan vs. limit=12.0'": (
+        "logs4/icefall/finetune_validation_then_whitening_metric_nan_t4.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c

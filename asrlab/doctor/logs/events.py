@@ -296,7 +296,7 @@ class Events:
                 self._add("consequence", rank, time, text, type=None, message=(m.group(3) or text.strip())[:300])
             return
         # a logger's word on Ctrl-C (Lightning's, a loop's own, Intel Fortran's runtime)
-        if ("eyboard" in text or "control-C" in text) and INTERRUPTED.search(text):
+        if ("eyboard" in text or "control-C" in text or "InterruptEx" in text) and INTERRUPTED.search(text):
             self._add("stop", rank, time, text, signal="SIGINT")
             return
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too

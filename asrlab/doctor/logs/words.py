@@ -115,6 +115,8 @@ NONFINITE_LINE = re.compile(
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
     r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b(?![\w/]*spik)|"  # not a detector's "nan/inf/spiky" (a spike too)
     r"Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\bMoving average ignored a value of (?:nan|inf)\b|"  # YOLACT's, on a loss gone non-finite
+    r"\bmetric=(?:nan|inf) vs\. limit=|"  # icefall's Whitening module: its activations' covariance not finite
     r"\bloss\b.{0,80}?\btrain(?:ing)?\s*[=:]\s*[-+]?(?:nan|inf)\b|"  # uPIT's "Loss(...) - Epoch 1: train = nan(...)"
     r"\bloss (?:exploded|diverged|went|became|blew up) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's "Loss exploded to nan"
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
@@ -176,7 +178,8 @@ def death_signal(text: str) -> str | None:
 # "CRITICAL Keyboard Interrupt. Ending early.", "Caught KeyboardInterrupt")
 INTERRUPTED = re.compile(
     r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b"
-    r"|forrtl: error \(200\): program aborting due to control-C event",  # Intel's Fortran runtime (MKL on Windows)
+    r"|forrtl: error \(200\): program aborting due to control-C event"  # Intel's Fortran runtime (MKL on Windows)
+    r"|^(?:ERROR: )?InterruptException:",  # Julia's, on Ctrl-C
     re.I,
 )
 EXC_LINE = re.compile(
