@@ -658,6 +658,9 @@ WORDINGS = {
     ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
+    "ssh's 'Connection closed by foreign host.' under a job in its session": (
+        "logs23/plain/pytorch_yolov3_epoch54_batch_10156_of_14658_metrics_table_then_ssh_connection_closed.log"
+    ),
     "icefall's 'Whitening: name=..., metric=nan vs. limit=12.0'": (
         "logs4/icefall/finetune_validation_then_whitening_metric_nan_t4.log"
     ),

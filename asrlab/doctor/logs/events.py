@@ -8,14 +8,13 @@ rank), and keeps a list of event dicts: ``kind``, ``rank``, ``text`` and what th
 
 from __future__ import annotations
 
-import re
 
 from ...lab.stall.verdict import culprit_of
-from .marks import Clock
-from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, summary_fields, MPIRUN
+from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
 from .words import (
     ENDED_ITSELF,
     INTERRUPTED,
+    HANGUP,
     CUDA_ERROR,
     EXC_LINE,
     FATAL,
@@ -26,11 +25,12 @@ from .words import (
     NOT_SUSPECT,
     RENDEZVOUS,
 )
-from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNAL, SIGNALS
+from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
 from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
 from .toolkits import counter_of, num
 from .nccl import nccl_events
+from .summary import TorchrunSummary
 from .tracebacks import (
     CHILD_RANK,
     COLLECTIVE_TIMEOUT,
@@ -58,8 +58,7 @@ class Events:
     def __init__(self):
         self.events: list[dict] = []
         self._tb: dict[tuple, Traceback] = {}
-        self._summary: dict | None = None  # torchrun's failure block being read
-        self._summary_kind = None
+        self._summary = TorchrunSummary()  # torchrun's failure block being read
         self.counts: dict[str, int] = {}
         self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
@@ -75,7 +74,7 @@ class Events:
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
-        return bool(self._tb) or self._summary_kind is not None
+        return bool(self._tb) or self._summary.kind is not None
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
         e = {
@@ -155,12 +154,14 @@ class Events:
                 return
             self._end_tb(key)
         if (
-            self._summary_kind is not None
+            self._summary.kind is not None
             or "Root Cause" in text
             or "(local_rank:" in text
             or text.strip() in ("Failures:", "Other Failures:")
         ):
-            if self._torchrun_block(text, time):
+            used = self._summary.feed(text)
+            self._exits()
+            if used:
                 return
         if text.startswith("Exception ignored in"):  # Python's word for an error it printed and went on from
             self._ignored = key
@@ -187,77 +188,14 @@ class Events:
             self._end_tb(key)
         for self.source, (self.order, rank, time, text, typ) in self._unhandled.items():  # its own line never came
             self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
-        self._close_summary()
+        self._summary.close()
+        self._exits()
         self.events.extend(self._last.values())
 
-    # torchrun's summary: "Failures:" / "Root Cause (first observed failure):", then "[i]:" records (words.summary_fields)
-    def _torchrun_block(self, text: str, time) -> bool:
-        s = text.strip()
-        if s.startswith("Root Cause") or s in ("Failures:", "Other Failures:"):  # "Root Cause:": older torch
-            self._close_summary()
-            self._summary_kind = "root" if s.startswith("Root") else "failure"
-            return True
-        if self._summary_kind is None and s.startswith("rank") and re.match(r"^rank\s*:\s*\d+ \(local_rank: \d+\)$", s):
-            self._summary_kind, self._summary = "failure", {"root": False}  # a record whose header was cut off above
-        if self._summary_kind is None:
-            return False
-        if re.match(r"^\[\d+\]:$", s):
-            self._close_summary()
-            self._summary = {"root": self._summary_kind == "root"}
-            return True
-        if s.startswith("<NO_OTHER_FAILURES>"):
-            return True
-        fields = summary_fields(s, "rank" not in self._summary) if self._summary and "tb" not in self._summary else None
-        if fields is not None:
-            self._summary.update(fields)
-            return True
-        if s.startswith(("---", "===")) or not s:
-            self._close_summary()
-            if s.startswith("==="):
-                self._summary_kind = None
-            return True
-        if self._summary is not None and "tb" in self._summary:
-            self._summary["tb"].append(text[4:] if text.startswith("    ") else text)
-            return True
-        self._close_summary()
-        self._summary_kind = None
-        return False
-
-    def _close_summary(self) -> None:
-        r, self._summary = self._summary, None
-        if not r or "rank" not in r:
-            return
-        rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
-        code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
-        code = int(code.group(1)) if code else None
-        pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
-        sig = SIGNAL.search(r.get("traceback", ""))
-        signame = (
-            sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
-        )
-        more = {}
-        if len(r.get("tb", [])) > 1:  # the rank's traceback, from its error file
-            tb = Traceback(rank, None)
-            for line in r["tb"][1:]:
-                tb.feed(line)
-            e = tb.event()
-            if e is not None:
-                more = {k: e[k] for k in ("type", "message", "where")}
-        said = " ".join(r.get("tb", [])) or r.get("traceback", "")
-        if more.get("type") or more.get("where"):
-            said = (
-                f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ")
-                if more.get("type")
-                else "a traceback that the log cuts off before its exception line"
-            )
-        elif not said or said.startswith("To enable traceback"):
-            said = (
-                f"exit code {code}" + (f" ({signame})" if signame else "")
-                if code is not None
-                else "torchrun's root cause (the log ends before its exit code)"
-            )
-        self._add("exit", rank, Clock().of(r.get("time", "")), said, exitcode=code, signal=signame, root=r["root"],
-                  host=r.get("host"), source="torchrun", pid=int(pid.group(1)) if pid else None, **more)  # fmt: skip
+    def _exits(self) -> None:
+        """The ranks' records of torchrun's summary read to their end, as exit events."""
+        for rank, time, said, more in self._summary.take():
+            self._add("exit", rank, time, said, **more)
 
     def _line(self, rank, time, text: str) -> None:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
@@ -298,6 +236,9 @@ class Events:
         # a logger's word on Ctrl-C (Lightning's, a loop's own, Intel Fortran's runtime)
         if ("eyboard" in text or "control-C" in text or "InterruptEx" in text) and INTERRUPTED.search(text):
             self._add("stop", rank, time, text, signal="SIGINT")
+            return
+        if text.startswith("Connection ") and HANGUP.match(text):  # the terminal's session ended under the job
+            self._add("stop", rank, time, text, signal="SIGHUP", by="terminal")
             return
         if self._terminate is not None and "what():" in text:  # its message, on the next line, read on below too
             r, t, kind = self._terminate

@@ -182,6 +182,8 @@ INTERRUPTED = re.compile(
     r"|^(?:ERROR: )?InterruptException:",  # Julia's, on Ctrl-C
     re.I,
 )
+# ssh's (telnet's) last word when the session a job ran in the foreground of ends: the job gets SIGHUP
+HANGUP = re.compile(r"Connection (?:to \S+ )?closed(?: by (?:foreign|remote) host)?\.\s*$")
 EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
@@ -350,6 +352,7 @@ __all__ = [
     "WATCH_VERDICT",
     "MPIRUN",
     "INTERRUPTED",
+    "HANGUP",
     "CUDA_ERROR",
     "ENDED_ITSELF",
     "EXC_LINE",

@@ -1,0 +1,103 @@
+"""torchrun's failure summary: "Failures:" / "Root Cause (first observed failure):", then a record per rank ("[0]:",
+"time :", "host :", "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 123)", "error_file :", "traceback :"), each read
+into the rank's exit: its code, its signal and, from the error file's traceback, its exception."""
+
+from __future__ import annotations
+
+import re
+
+from .marks import Clock
+from .tracebacks import Traceback
+from .words import SIGNAL, SIGNALS, summary_fields
+
+_CUT_RECORD = re.compile(r"^rank\s*:\s*\d+ \(local_rank: \d+\)$")
+_RECORD = re.compile(r"^\[\d+\]:$")
+
+
+class TorchrunSummary:
+    """Fed the lines of a log while :attr:`kind` is set (or a line opens a summary); :meth:`take` gives each rank's
+    record read to its end as ``(rank, time, said, fields)`` of an exit event."""
+
+    def __init__(self):
+        self.kind: str | None = None  # "root" or "failure": the block being read
+        self._record: dict | None = None
+        self._done: list[tuple] = []
+
+    def take(self) -> list[tuple]:
+        done, self._done = self._done, []
+        return done
+
+    def feed(self, text: str) -> bool:
+        """Whether ``text`` belongs to the summary (read here, nothing more to read in it)."""
+        s = text.strip()
+        if s.startswith("Root Cause") or s in ("Failures:", "Other Failures:"):  # "Root Cause:": older torch
+            self.close()
+            self.kind = "root" if s.startswith("Root") else "failure"
+            return True
+        if self.kind is None and s.startswith("rank") and _CUT_RECORD.match(s):
+            self.kind, self._record = "failure", {"root": False}  # a record whose header was cut off above
+        if self.kind is None:
+            return False
+        if _RECORD.match(s):
+            self.close()
+            self._record = {"root": self.kind == "root"}
+            return True
+        if s.startswith("<NO_OTHER_FAILURES>"):
+            return True
+        r = self._record
+        fields = summary_fields(s, "rank" not in r) if r and "tb" not in r else None
+        if fields is not None:
+            r.update(fields)
+            return True
+        if s.startswith(("---", "===")) or not s:
+            self.close()
+            if s.startswith("==="):
+                self.kind = None
+            return True
+        if r is not None and "tb" in r:
+            r["tb"].append(text[4:] if text.startswith("    ") else text)
+            return True
+        self.close()
+        self.kind = None
+        return False
+
+    def close(self) -> None:
+        """The record being read, ended: its exit, for :meth:`take` (none for a record with no rank)."""
+        r, self._record = self._record, None
+        if not r or "rank" not in r:
+            return
+        rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
+        code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
+        code = int(code.group(1)) if code else None
+        pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
+        sig = SIGNAL.search(r.get("traceback", ""))
+        signame = (
+            sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
+        )
+        more = {}
+        if len(r.get("tb", [])) > 1:  # the rank's traceback, from its error file
+            tb = Traceback(rank, None)
+            for line in r["tb"][1:]:
+                tb.feed(line)
+            e = tb.event()
+            if e is not None:
+                more = {k: e[k] for k in ("type", "message", "where")}
+        said = " ".join(r.get("tb", [])) or r.get("traceback", "")
+        if more.get("type") or more.get("where"):
+            said = (
+                f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ")
+                if more.get("type")
+                else "a traceback that the log cuts off before its exception line"
+            )
+        elif not said or said.startswith("To enable traceback"):
+            said = (
+                f"exit code {code}" + (f" ({signame})" if signame else "")
+                if code is not None
+                else "torchrun's root cause (the log ends before its exit code)"
+            )
+        fields = dict(exitcode=code, signal=signame, root=r["root"], host=r.get("host"), source="torchrun",
+                      pid=int(pid.group(1)) if pid else None, **more)  # fmt: skip
+        self._done.append((rank, Clock().of(r.get("time", "")), said, fields))
+
+
+__all__ = ["TorchrunSummary"]
