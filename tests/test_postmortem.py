@@ -656,6 +656,9 @@ WORDINGS = {
     "DeepSpeed's launcher alone: '[launch.py:428:sigkill_handler] Killing subprocess 31621'": (
         "logs56/visualglm/finetune_rank0_loading_checkpoint_then_launcher_killing_eight_subprocesses.log"
     ),
+    "DeepSpeed's launcher's line on a child, wrapped before 'exits with return code = -9'": (
+        "logs57/llava/pretrain_deepspeed_local_rank_7_exits_with_return_code_minus_9.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -721,6 +724,8 @@ INDEX = {
         "logs54",
         "logs55",
         "logs56",
+        "logs57",
+        "logs58",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -790,6 +795,13 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():
+    """ms-swift's "Train:  62%|...| 5559/9008", then a rollout's bars of no name "0/48" .. "48/48", then rank 0's
+    watchdog: the step is the training bar's, not the inner loop's last count."""
+    d = read_excerpt(FIXTURES / "logs57/msswift/grpo_qwen3vl_train_5559_of_9008_rank0_allreduce_watchdog_timeout.log")
+    assert d["verdict"] == "stalled" and d["culprit"]["step"] == 5559, d["summary"]
 
 
 OWN_LOOPS = yaml.safe_load((FIXTURES / "own_loops" / "index.yaml").read_text())

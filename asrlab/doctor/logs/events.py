@@ -69,6 +69,8 @@ class Events:
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
+        # file -> the child whose command a launcher's line quoted, its status on the next line (a long line wrapped)
+        self._quoted: dict[str, int | None] = {}
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
 
@@ -201,6 +203,9 @@ class Events:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
         if n is not None:
             self._place[self.source] = n
+        quoted, self._quoted[self.source] = self._quoted.get(self.source), None
+        if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
+            self._quoted[self.source] = int(c[1])
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
             m = TERMINATE.search(text)
             self._terminate = (rank, time, m.group(1) if m else None)
@@ -354,6 +359,7 @@ class Events:
                     or m.group(6)
                     or m.group(9)
                     or ((t := SRUN_TASK.search(text) or CHILD_RANK.search(text)) and t[1])
+                    or quoted
                 )
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)

@@ -62,6 +62,7 @@ class _File:
         self.first = None  # the file's first clock
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
+        self.named: set[str] = set()  # the totals of training's bars by name ("Train: 5559/9008", "Epoch 3:")
         self.read_in_full = 0  # lines read by text(), to tell how near a bar was
         self.rank = file_rank(path)
         self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
@@ -418,6 +419,11 @@ class _File:
             run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
         self.read_in_full += 1
+        if rec is not None and (b := rec.pop("bar", None)) is not None:
+            if "rain" in b[0] or "poch" in b[0]:
+                self.named.add(b[1])
+            elif self.named and b[1] not in self.named:  # a bar of no name under "Train: 5559/9008": an inner loop's
+                rec = None
         barred = "[" in text or "it/s " in text or "s/it " in text  # tqdm's, or a bar without brackets
         bar = bar_count(text) if "/" in text and barred and not validation(text) else None
         if bar is not None:

@@ -154,7 +154,7 @@ def lightning(line: str) -> dict | None:
     m = _BAR.search(line)
     if not m:
         return None
-    label, batch, _, inside = m.groups()
+    label, batch, total, inside = m.groups()
     if _NOT_TRAIN.search(label):  # a validation bar
         return None
     e = _BAR_EPOCH.search(label)
@@ -176,6 +176,7 @@ def lightning(line: str) -> dict | None:
         lr=num(d.get("lr")),
         grad_norm=num(d.get("grad_norm")),
         rate=steps_s,
+        bar=(label.strip(), total),  # the reader's: a bar of no name beside named ones is another loop's
     )
 
 
