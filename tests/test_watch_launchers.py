@@ -262,6 +262,27 @@ def test_a_rank_still_starting_is_not_a_stall(tmp_path):
     assert not (tmp_path / "watch" / "stall_report.json").exists() and d["verdict"] == "finished", d["summary"]
 
 
+def test_a_stall_reported_that_the_job_then_got_past_is_history_not_the_verdict(tmp_path):
+    """--first-step-timeout 2 --on-stall report: rank 0 waits 8 s for rank 1, still asleep before it joins; the watch
+    reports a stall said to be within the first-step allowance, the ranks then move on and the job finishes: the run
+    finished (exit code 0), the stall said beside it, not a failure."""
+    script = tmp_path / "slow_start.py"
+    script.write_text(SLOW_START)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    out = subprocess.run(
+        [*ASRLAB, "watch", "--exp", str(tmp_path / "watch"), "--stall-timeout", "2", "--first-step-timeout", "2",
+         "--on-stall", "report", "--", *cmd],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "SLEEP_S": "8"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "allowance of --first-step-timeout" in out.stderr and "moved on after the stall" in out.stderr, out.stderr
+    doc = subprocess.run([*ASRLAB, "doctor", str(tmp_path / "watch"), "--json"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    d = json.loads(doc.stdout)
+    assert doc.returncode == 0 and d["verdict"] == "finished" and d["ok"], d["summary"]
+    assert "reported a stall" in d["summary"] and "then the ranks moved on" in d["summary"], d["summary"]
+
+
 def test_the_watch_names_a_rank_asrlab_train_forked(corpus, tmp_path):
     """``asrlab train --nproc 2`` forks its ranks from a warm forkserver: their command line and environment are the
     forkserver's, so each records the rank its process group gives it. Rank 1's data hangs from its 4th batch (the

@@ -216,7 +216,9 @@ def format_diagnosis(d: dict) -> str:
 
     nf = d["nonfinite"]
     printed = ((d.get("job_output") or {}).get("nonfinite") or {}).get("first") and d["job_output"]["nonfinite"]
-    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") or printed else " none")]
+    # asrlab's trainer guards every step: "none" is its word; a loop of its own says only what its guard or output did
+    none = " none" if d.get("config") else " none recorded (by asrlab's numerics guard, or in the job's output it read)"
+    lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") or printed else none)]
     if printed:  # what the loop printed: the same event the verdict read, when the verdict is the job's
         f = printed["first"]
         where = ", ".join(f"{k} {f[k]}" for k in ("epoch", "batch") if f.get(k) is not None) or f"step {f['step']}"

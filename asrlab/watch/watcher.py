@@ -150,8 +150,15 @@ class JobWatch:
             output.close()
             for s, h in old.items():
                 signal.signal(s, h)
-        status = "finished" if rc == 0 and self.stalled is None else "failed"
+        # a stall reported (not ended) that the job then got past: the job finished, the report stays as history
+        passed = rc == 0 and self.stalled is not None and not self.stalled.get("ended")
+        status = "finished" if rc == 0 and (self.stalled is None or passed) else "failed"
         now = time.time()
+        if passed:
+            write_lab_status(self.exp, {"stall_passed": self.stalled["time"]})
+            log.warning(
+                "asrlab watch: the ranks moved on after the stall it reported, and the job finished (exit code 0)"
+            )
         if self._stopped is not None:  # ended on a signal to the watch: stopped, whatever the ranks did then
             status = "stopped"
             write_lab_status(
@@ -159,7 +166,7 @@ class JobWatch:
                 {"stopped_by": f"{signal.Signals(self._signal).name} to asrlab watch", "stop_time": self._stopped},
             )
         for view in self.ranks.values():  # the watcher wrote their heartbeats: it says how they ended
-            if rc == 0 and self.stalled is None:
+            if status == "finished":
                 self._beat(view.snapshot(now, "done"), now, "done")
         write_lab_status(
             self.exp,
@@ -358,8 +365,9 @@ class JobWatch:
             "first": [self.ranks[r].proc.pid for r in lead if r in self.ranks],
         }
         log.error(
-            "asrlab watch: no rank has moved for %.0f s: %s (report: %s)",
+            "asrlab watch: no rank has moved for %.0f s%s: %s (report: %s)",
             still,
+            "" if training else " (before every rank was seen training: the allowance of --first-step-timeout)",
             report["verdict"],
             layout.stall_text(self.exp),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..logs.progress import clock
 from ...lab.stall.errors import ended_from_outside, error_line, error_summary
 from ...lab.stall.heartbeat import STALE_S
 from ...lab.stall.peers import read_peer_exits
@@ -48,6 +49,9 @@ def timeline_of(
         halt = halt if halt is not None and halt.get("time", 0) < stop_time else None
         stall = stall if stall is not None and stall.get("time", 0) < stop_time else None
         d["error"] = error_summary(errors[0], errors) if errors else None
+    passed = None
+    if stall is not None and lab.get("stall_passed") and lab.get("status") == "finished" and not stall.get("failure"):
+        passed, stall = stall, None  # reported, then the ranks moved on and the job finished: said, not the verdict
     failures = []  # this launch's failures, as events on the run's timeline
     if errors:
         said = d["error"]["line"]
@@ -164,7 +168,11 @@ def timeline_of(
     ranks = d["ranks"]
     missing = [r for r in range(world_size) if r not in beats]
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
-        return [], {**_finished(exp, d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
+        out = {**_finished(exp, d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
+        if passed is not None:
+            when = clock(passed["time"])
+            out["summary"] += f"; the watch reported a stall at {when} ({passed['verdict']}), then the ranks moved on"
+        return [], out
     if not ranks:
         return [], {**_without_heartbeats(metrics, d, train_cfg, ckpts), "basis": "metrics"}
     out = {"verdict": "running", "ended_by": None, "basis": "heartbeats"}
