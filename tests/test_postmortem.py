@@ -659,6 +659,9 @@ WORDINGS = {
     "DeepSpeed's launcher's line on a child, wrapped before 'exits with return code = -9'": (
         "logs57/llava/pretrain_deepspeed_local_rank_7_exits_with_return_code_minus_9.log"
     ),
+    "Kaldi's queue.pl: 'job failed with status 134, log is in ...' (128+6: SIGABRT)": (
+        "logs59/kaldi/e2e_chain_iter_24_of_179_queue_job_failed_status_134.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -726,6 +729,7 @@ INDEX = {
         "logs56",
         "logs57",
         "logs58",
+        "logs59",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -350,7 +350,7 @@ class Events:
             return
         m = STATUS.search(text)
         if m:
-            said = m.group(1) or m.group(2) or m.group(4) or m.group(5) or m.group(7) or m.group(8) or m.group(10)
+            said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11]
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task

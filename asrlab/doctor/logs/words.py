@@ -69,6 +69,7 @@ STATUS = re.compile(
     r"|(?:'--local_rank=(\d+)'.*?)?exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
     r"|\b(?:rank|worker|process) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
+    r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
 )
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 # (older versions: the ranks that did submit it)
