@@ -801,6 +801,15 @@ def test_each_wording_once_missed_reads_right(what):
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
 
 
+def test_a_traceback_pasted_without_its_indents_is_one_and_a_store_keys_timeout_is_a_stall():
+    """ESPnet's traceback as a thread shows it, every line at column 0 ('File "...", line 220, in run', then its source
+    line bare), ending in c10d's 'Timeout waiting for key: default_pg/0/0 after 1800000 ms': one traceback (not six
+    cut ones), and a wait that gave up, a stall."""
+    d = read_excerpt(FIXTURES / "logs59/espnet/asr_train_ddp_init_rank1_nccl_unique_id_store_timeout_1800000_ms.log")
+    assert d["verdict"] == "stalled" and "store's key default_pg/0/0" in d["summary"], d["summary"]
+    assert d["events"] == {"consequence": 1, "timeout": 1}, d["events"]
+
+
 def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():
     """ms-swift's "Train:  62%|...| 5559/9008", then a rollout's bars of no name "0/48" .. "48/48", then rank 0's
     watchdog: the step is the training bar's, not the inner loop's last count."""

@@ -19,6 +19,7 @@ from .words import (
     EXC_LINE,
     FATAL,
     GLOO,
+    STORE_KEY,
     HYDRA,
     ITEM,
     CONNECT,
@@ -130,9 +131,10 @@ class Events:
         """What an exception another failure caused says besides: a wait that gave up (a collective's, a store's: the
         hang's evidence), a signal that ended the process."""
         if COLLECTIVE_TIMEOUT.search(text):
-            g = GLOO.search(text)
-            self._add("timeout", rank, time, text, op=g.group(2) if g else None,
-                      timeout_ms=int(g.group(1)) if g else None, source="gloo" if g else "traceback")  # fmt: skip
+            g = GLOO.search(text) or STORE_KEY.search(text)
+            op = (g[2] if g.re is GLOO else f"a wait for the store's key {g[1]}") if g else None
+            self._add("timeout", rank, time, text, op=op, timeout_ms=int(g[1] if g.re is GLOO else g[2]) if g else None,
+                      source="gloo" if g and g.re is GLOO else "traceback")  # fmt: skip
         if sig := death_signal(text):
             self._add("stop", rank, time, text, signal=sig)
 

@@ -40,7 +40,8 @@ CONSEQUENCE = re.compile(
     r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
     r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
-    r"\bOperation timed out!",  # older torch's c10d, a collective's work.wait() that gave up
+    r"\bOperation timed out!|"  # older torch's c10d, a collective's work.wait() that gave up
+    r"Timeout waiting for key: \S+ after \d+ ?ms",  # c10d's store: a key a peer never wrote
     re.I,
 )
 
@@ -64,7 +65,8 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
     r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients|"
-    r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!"
+    r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!|"
+    r"Timeout waiting for key: \S+ after \d+ ?ms"  # c10d's store: what this rank waits for, a peer never wrote
 )
 
 
@@ -151,6 +153,7 @@ class Traceback:
         """Take a line; False when the line is not part of this traceback (and it has ended)."""
         s = self.sections[-1]
         stripped = text.strip()
+        after_frame = s.pop("after_frame", False)
         if stripped == ORIGINAL or stripped.endswith(ORIGINAL):
             self.sections.append({"frames": [], "exc": None, "message": [], "original": True})
             return True
@@ -173,8 +176,9 @@ class Traceback:
             if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
                 return False
             s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
+            s["after_frame"] = not text[:1].isspace()  # a paste that lost the indents: its source line comes bare
             return True
-        if text[:1].isspace() and s["exc"] is None:
+        if (text[:1].isspace() or (after_frame and stripped and not EXC.match(stripped))) and s["exc"] is None:
             return True  # a frame's source line, or ^^^^ markers
         if s["exc"] is None:
             m = EXC.match(stripped)

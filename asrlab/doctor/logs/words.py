@@ -103,6 +103,7 @@ ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # 
 ASRLAB_RANK = re.compile(r"\brank (\d+) failed at step (\d+) \([^)]*\): ([\w.]+): (.*)")
 NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
+STORE_KEY = re.compile(r"Timeout waiting for key: (\S+) after (\d+) ?ms")  # c10d's store: a key no peer wrote
 # a rank that could not reach the rendezvous store: a peer (or the store's host) never came
 CONNECT = re.compile(r"socket has timed out after (\d+)s while trying to connect")
 STORE = re.compile(r"store based barrier.*?rank:? (\d+).*?world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)")
@@ -358,6 +359,7 @@ __all__ = [
     "ENDED_ITSELF",
     "EXC_LINE",
     "GLOO",
+    "STORE_KEY",
     "HOROVOD_MISSING",
     "HOROVOD_STALL",
     "HYDRA",
