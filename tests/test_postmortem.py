@@ -662,6 +662,9 @@ WORDINGS = {
     "Kaldi's queue.pl: 'job failed with status 134, log is in ...' (128+6: SIGABRT)": (
         "logs59/kaldi/e2e_chain_iter_24_of_179_queue_job_failed_status_134.log"
     ),
+    "RVC's VITS trainer: '[0, 0.0001]' (its global step and learning rate, the losses on a line of their own)": (
+        "logs59/rvc/train_epoch_1_step_0_reducer_rebuilt_then_process_1_traceback_in_grad_scaler_step.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (

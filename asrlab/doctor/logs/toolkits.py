@@ -182,7 +182,7 @@ def lightning(line: str) -> dict | None:
 
 # VITS's trainer (and its forks: so-vits-svc, Bert-VITS2): "Train Epoch: 37 [22%]", then its losses, the global
 # step and the learning rate as a bare list: "[2.41, 2.87, 0.53, 23.04, 1.99, 1.52, 28400, 0.000199]"
-_VITS = re.compile(rf"(?:^|:)\[((?:{NUM}, ){{3,}})(\d+), ({NUM})\]$")
+_VITS = re.compile(rf"(?:^|:)\[((?:{NUM}, ){{3,}}|)(\d+), ({NUM})\]$")
 _VITS_LOSSES = ("loss_disc", "loss_gen", "loss_fm", "loss_mel", "loss_dur", "loss_kl")
 
 
@@ -195,7 +195,7 @@ def vits(line: str) -> dict | None:
     m = _VITS.search(line.rstrip()) if line.rstrip().endswith("]") else None
     if m is None or not 0 <= (num(m[3]) or 0) < 1:  # the last is a learning rate
         return None
-    values = [num(v) for v in m[1].rstrip(", ").split(", ")]
+    values = [num(v) for v in m[1].rstrip(", ").split(", ")] if m[1] else []  # RVC's "[0, 0.0001]": its losses apart
     names = _VITS_LOSSES if len(values) == len(_VITS_LOSSES) else [f"loss_{i}" for i in range(len(values))]
     return _record("vits", step=int(m[2]), losses=dict(zip(names, values)), lr=num(m[3]))
 
