@@ -70,6 +70,7 @@ class Events:
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
+        self._placed_at: dict[str, int] = {}
         # file -> the child whose command a launcher's line quoted, its status on the next line (a long line wrapped)
         self._quoted: dict[str, int | None] = {}
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
@@ -88,6 +89,7 @@ class Events:
             "file": self.source,
             "text": text.strip()[:500],
             "place": self._place.get(self.source),
+            "placed_at": self._placed_at.get(self.source),  # the order of the line that named it
             **more,
         }
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -108,7 +110,7 @@ class Events:
             return
         self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
         self._unhandled.pop(tb.source, None)
-        e["place"] = tb.place  # the last step a line named before it began
+        e["place"], e["placed_at"] = tb.place, tb.placed_at  # the last step a line named before it began
         if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
@@ -142,7 +144,7 @@ class Events:
         """Read one line of ``source``; ``bar``: the count of a progress bar on it (glued to what follows)."""
         self.source = source
         if bar is not None:
-            self._place[source] = bar
+            self._place[source], self._placed_at[source] = bar, self.order
         if text.startswith("^C") and len(text) > 2:  # the terminal's echo of Ctrl-C, the traceback glued after it
             self._add("stop", rank, time, text, signal="SIGINT", by="terminal")
             text = text[2:]
@@ -173,16 +175,34 @@ class Events:
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
             if self._ignored == key:  # the traceback of an ignored exception: not a failure
                 self._ignored = None
-                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True, place=self._place.get(source))
+                self._tb[key] = Traceback(
+                    rank,
+                    time,
+                    self.order,
+                    source,
+                    ignored=True,
+                    place=self._place.get(source),
+                    placed_at=self._placed_at.get(source),
+                )
                 return
             if rank is None and self._spawned is not None:  # the spawned process's traceback is that rank's
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
-            self._tb[key] = Traceback(rank, time, self.order, source, place=self._place.get(source), head=text)
+            self._tb[key] = Traceback(
+                rank,
+                time,
+                self.order,
+                source,
+                place=self._place.get(source),
+                placed_at=self._placed_at.get(source),
+                head=text,
+            )
             return
         if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
-            self._tb[key] = tb = Traceback(rank, time, self.order, source, place=self._place.get(source))
+            self._tb[key] = tb = Traceback(
+                rank, time, self.order, source, place=self._place.get(source), placed_at=self._placed_at.get(source)
+            )
             tb.feed(text)
             return
         self._line(rank, time, text)
@@ -204,7 +224,7 @@ class Events:
     def _line(self, rank, time, text: str) -> None:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
         if n is not None:
-            self._place[self.source] = n
+            self._place[self.source], self._placed_at[self.source] = n, self.order
         quoted, self._quoted[self.source] = self._quoted.get(self.source), None
         if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
             self._quoted[self.source] = int(c[1])

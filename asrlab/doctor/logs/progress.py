@@ -29,6 +29,19 @@ def at(rec: dict | None) -> str:
     return f"with {where(rec)} before it" if rec is None else "at " + where(rec)
 
 
+def placed(e: dict) -> dict | None:
+    """Where no step line of a known format came before it, the last step another line of its file named."""
+    return None if e.get("place") is None else {"step": e["place"], "epoch": None, "batch": None}
+
+
+def named_later(e: dict, rec: dict | None) -> dict | None:
+    """``rec``, the step line before the event ``e``, or the later step a line after it named ("upd=12 about to ...",
+    "saving checkpoint at step 1200"): the last counter printed before the failure."""
+    if rec is None or rec.get("file") != e.get("file") or (e.get("placed_at") or -1) <= rec.get("order", 1 << 62):
+        return rec
+    return placed(e) if e["place"] > (step_number(rec) or -1) else rec
+
+
 def step_number(rec: dict | None) -> int | None:
     if rec is None:
         return None

@@ -18,7 +18,8 @@ from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
 from ..logs.nonfinite import skipped_overflow
-from ..logs.progress import at, clock, rank_progress, resume_records, step_number, step_spread, where
+from ..logs.progress import at, clock, named_later, placed, rank_progress, resume_records, step_number
+from ..logs.progress import step_spread, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.toolkits import counter_of, validation
@@ -94,11 +95,6 @@ def _as_consequence(e: dict, raised: set, lost: set) -> dict:
     if e["kind"] != "exit" or e.get("signal") or e.get("rank") is None:
         return e
     return {**e, "consequence": True} if e["rank"] in lost and e["rank"] not in raised else e
-
-
-def _placed(e: dict) -> dict | None:
-    """Where no step line of a known format came before it, the last step another line of its file named."""
-    return None if e.get("place") is None else {"step": e["place"], "epoch": None, "batch": None}
 
 
 def _named(e: dict, strict: bool = False) -> dict | None:
@@ -323,7 +319,7 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         rec = (
             last.get(rank)
             or max((r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None)
-            or _placed(first)
+            or placed(first)
         )
         return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": h["text"]}
     if first.get("outside"):
@@ -360,9 +356,10 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         or _named(e, strict=True)
         or _last_before(run, rank, e)
         or _named(e)
-        or _placed(e)
+        or placed(e)
         or _redrawn_after(run, rank, e)
     )
+    rec = named_later(e, rec)
     said = _say(run, verdict, {**e, "rank": rank}, rec, d)
     nf = d["nonfinite"] or {}
     if verdict == "nonfinite" and rec is not None and nf.get("first"):
