@@ -665,6 +665,12 @@ WORDINGS = {
     "RVC's VITS trainer: '[0, 0.0001]' (its global step and learning rate, the losses on a line of their own)": (
         "logs59/rvc/train_epoch_1_step_0_reducer_rebuilt_then_process_1_traceback_in_grad_scaler_step.log"
     ),
+    "a traceback glued onto one line: '...raise RuntimeError(\"Model diverged ...\")RuntimeError: Model diverged ...'": (
+        "logs60/opennmt_tf/transformer_step_297600_then_traceback_frames_glued_on_one_line_model_diverged_nan.log"
+    ),
+    "TensorFlow's estimator: 'Saving checkpoints for 0 into finish/model.ckpt.', its global step": (
+        "logs60/tensorflow_estimator/ctr_model_saving_checkpoints_for_0_then_model_diverged_nan_loss_hook.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -733,6 +739,7 @@ INDEX = {
         "logs57",
         "logs58",
         "logs59",
+        "logs60",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -61,6 +61,9 @@ OOM = re.compile(
 # signal SIGKILL", "process 0 terminated with exit code 1"), or that its traceback follows
 SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit code (-?\d+)|the following error)")
 # a collective, a barrier or the store that gave up waiting, in any backend's words
+# "...    raise RuntimeError("Model diverged with loss = NaN.")RuntimeError: Model diverged with loss = NaN."
+_GLUED_EXC = re.compile(r"\)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
+_GLUED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
@@ -177,6 +180,9 @@ class Traceback:
                 return False
             s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
             s["after_frame"] = not text[:1].isspace()  # a paste that lost the indents: its source line comes bare
+            if glued := _GLUED_EXC.search(text):  # a paste that lost its line breaks: its frames, then its exception
+                s["frames"] += [(f, int(n), fn) for f, n, fn in _GLUED_FRAME.findall(text[m.end() :])]
+                s["exc"], s["message"] = glued[1], [glued[2]]
             return True
         if (text[:1].isspace() or (after_frame and stripped and not EXC.match(stripped))) and s["exc"] is None:
             return True  # a frame's source line, or ^^^^ markers
