@@ -671,6 +671,9 @@ WORDINGS = {
     "TensorFlow's estimator: 'Saving checkpoints for 0 into finish/model.ckpt.', its global step": (
         "logs60/tensorflow_estimator/ctr_model_saving_checkpoints_for_0_then_model_diverged_nan_loss_hook.log"
     ),
+    "MXNet's epoch metric by a loss's name: 'Epoch[4] Train-CrossEntropy=nan'": (
+        "logs61/mxnet/ssd_module_epoch_4_batch_2140_finite_then_epoch_train_crossentropy_nan.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -740,6 +743,7 @@ INDEX = {
         "logs58",
         "logs59",
         "logs60",
+        "logs61",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -22,7 +22,7 @@ NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operatio
 # a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
-OWN_LOSSES = r"ctc|xent|nll|mse|rnnt|objf|objective|(?-i:obj)|kl"
+OWN_LOSSES = r"ctc|xent|cross_?entropy|smooth_?l1|nll|mse|rnnt|objf|objective|(?-i:obj)|kl"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
