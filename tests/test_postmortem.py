@@ -1138,3 +1138,20 @@ def test_a_twelfth_strangers_own_words_for_a_nan_and_for_a_resume_are_read():
     assert "after batch 24; 5 batches of epoch 0 trained twice" in d["summary"], d["summary"]
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_resume_back_to_batch_0.log")])
     assert "the epoch started again at batch 0; 25 batches of epoch 0 trained twice" in d["summary"], d["summary"]
+
+
+PAPERMILL = yaml.safe_load((FIXTURES / "papermill" / "index.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", PAPERMILL, ids=[c["file"] for c in PAPERMILL])
+def test_a_notebook_papermill_ran_and_its_console_read_right(case):
+    """A training notebook run by papermill, broken on purpose: the executed notebook read as the console its run
+    printed (its error output as a traceback, papermill's word on a cell still running or never run: not an
+    all-clear), and papermill's console (its PapermillExecutionError after the cell's own error, its bar of cells
+    not a step)."""
+    d = diagnose_logs([str(FIXTURES / "papermill" / case["file"])])
+    assert d["verdict"] == case["verdict"], d["summary"]
+    if "step" in case:
+        assert d["culprit"]["step"] == case["step"], (d["culprit"], d["summary"])
+    assert case.get("says", "") in d["summary"] and "Papermill" not in d["summary"], d["summary"]
+    assert "lightning" not in d["formats"], d["formats"]  # papermill's bar counts cells, not steps

@@ -351,3 +351,34 @@ def test_asrlab_trains_own_torchrun_agent_is_a_launcher_not_a_rank():
     from asrlab.watch.procs import LAUNCHERS
 
     assert any(x in " ".join(torchrun_command(2, ["--data", "d"])) for x in LAUNCHERS)
+
+
+def test_a_notebook_run_by_papermill_is_watched_in_its_kernel(tmp_path):
+    """``asrlab watch -- papermill in.ipynb out.ipynb``: papermill is a launcher, its kernel the job's one rank. The
+    cell hangs in a function of its own: the stall names rank 0 in that function, not papermill's event loop."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import time\n"
+            "def stuck_in_the_cell():\n"
+            "    while True:\n"
+            "        time.sleep(0.5)\n"
+            "for i in range(3):\n"
+            "    print(f'it {i} loss=0.5', flush=True)\n"
+            "stuck_in_the_cell()\n"
+        )
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(tmp_path / "in.ipynb"))
+    cmd = [sys.executable, "-m", "papermill", str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")]
+    out = subprocess.run(
+        [*ASRLAB, "watch", "--exp", str(tmp_path / "watch"), "--stall-timeout", "5", "--first-step-timeout", "5",
+         "--on-stall", "kill", "--", *cmd],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    report = json.loads((tmp_path / "watch" / "stall_report.json").read_text())
+    text = (tmp_path / "watch" / "stall_report.txt").read_text()
+    assert out.returncode != 0 and report["verdict"].startswith("rank 0 "), (report["verdict"], out.stderr[-2000:])
+    assert "papermill" not in report["verdict"] and "stuck_in_the_cell" in text, (report["verdict"], text[-2000:])

@@ -42,6 +42,8 @@ LAUNCHERS = (
     "torch/distributed/run.py",
     "torch.distributed.launch",
     "asrlab.train.launch",
+    "bin/papermill",  # a notebook's runner: its kernel (python -m ipykernel_launcher) is the job's one rank
+    "-m papermill",
 )
 
 

@@ -20,7 +20,7 @@ _FILE_RANK = re.compile(
     r"(?:rank|node)[_-]?(\d+)|^log-train-.*-(\d+)$|^log-.*\.(\d+)$|^(?:w|worker)[_-]?(\d+)\.(?:log|txt)$"
 )
 _LOGGISH = re.compile(
-    r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|^log-|^train|^rank|^stdout|^stderr", re.I
+    r"\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$|\.ipynb$|^log-|^train|^rank|^stdout|^stderr", re.I
 )
 
 
@@ -74,7 +74,10 @@ def log_files(paths: list[str]) -> list[str]:
             found = sorted(
                 f
                 for f in path.rglob("*")
-                if f.is_file() and _LOGGISH.search(f.name) and not f.name.startswith(".") and stream.is_text(f)
+                if f.is_file()
+                and _LOGGISH.search(f.name)
+                and not any(x.startswith(".") for x in f.relative_to(path).parts)  # .ipynb_checkpoints/ too
+                and stream.is_text(f)
             )
             out.extend(str(f) for f in found)
         else:

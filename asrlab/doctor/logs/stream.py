@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import io
 import gzip
 import lzma
 import re
@@ -36,7 +37,15 @@ _ZSTD = b"\x28\xb5\x2f\xfd"
 
 
 def open_log(path: str | Path) -> BinaryIO:
-    """The file's bytes, decompressed when its first bytes say it is compressed."""
+    """The file's bytes, decompressed when its first bytes say it is compressed; an executed notebook's, the console
+    its run printed (:mod:`.notebook`)."""
+    if str(path).endswith(".ipynb"):
+        from .notebook import console
+
+        try:
+            return io.BytesIO(console(path).encode())
+        except (ValueError, AttributeError, TypeError):  # not a notebook's JSON: read as it is
+            pass
     raw = open(path, "rb")
     head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
     for magic, opener in _MAGIC:

@@ -155,7 +155,7 @@ def lightning(line: str) -> dict | None:
     if not m:
         return None
     label, batch, total, inside = m.groups()
-    if _NOT_TRAIN.search(label):  # a validation bar
+    if _NOT_TRAIN.search(label) or "cell" in inside:  # a validation bar; papermill's
         return None
     e = _BAR_EPOCH.search(label)
     epoch = e.group(1) if e else None
@@ -242,7 +242,8 @@ def megatron(line: str) -> dict | None:
 _EPOCH_BATCH = re.compile(
     rf"\bEpoch\b(?:\(\w+\))?\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
 )
-_NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b|\bmAP@")  # YOLO's validation bar
+# YOLO's validation bar; papermill's, which counts a notebook's cells ("Executing:  83%|...| 5/6 [00:15<00:03, 3.20s/cell]")
+_NOT_TRAIN = re.compile(r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est)\b|\bmAP@|[\d.?]+(?:s/cell|cell/s)\]")
 
 
 # terms under a label of their own: "[Losses: x 0.05, y nan, conf 0.75, cls 0.04, total 6.88]" (its total is the loss)

@@ -41,7 +41,8 @@ CONSEQUENCE = re.compile(
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
     r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
     r"\bOperation timed out!|"  # older torch's c10d, a collective's work.wait() that gave up
-    r"Timeout waiting for key: \S+ after \d+ ?ms",  # c10d's store: a key a peer never wrote
+    r"Timeout waiting for key: \S+ after \d+ ?ms|"  # c10d's store: a key a peer never wrote
+    r"PapermillExecutionError|CellExecutionError",  # a notebook's runner on the cell's own error, printed after it
     re.I,
 )
 
