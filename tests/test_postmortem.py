@@ -674,6 +674,12 @@ WORDINGS = {
     "MXNet's epoch metric by a loss's name: 'Epoch[4] Train-CrossEntropy=nan'": (
         "logs61/mxnet/ssd_module_epoch_4_batch_2140_finite_then_epoch_train_crossentropy_nan.log"
     ),
+    "Accelerate's CalledProcessError on its child: 'returned non-zero exit status 3221225477' (Windows' SIGSEGV)": (
+        "logs62/kohya_ss/sdxl_lora_epoch_39_step_1985_of_7650_then_accelerate_exit_status_3221225477_access_violation.log"
+    ),
+    "a DataLoader worker killed, then '[INFO] Train Epoch: 2 [28%]': training went on": (
+        "logs62/whisper_vits/healthy_colab_dataloader_worker_killed_by_signal_aborted_traceback_then_epoch_1_saved_and_epoch_2_runs.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -744,6 +750,7 @@ INDEX = {
         "logs59",
         "logs60",
         "logs61",
+        "logs62",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -8,6 +8,8 @@ rank), and keeps a list of event dicts: ``kind``, ``rank``, ``text`` and what th
 
 from __future__ import annotations
 
+import re
+
 
 from ...lab.stall.verdict import culprit_of
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
@@ -50,6 +52,7 @@ from .tracebacks import (
 )
 
 
+CHILD_STATUS = re.compile(r"returned non-zero exit status (-?\d+)")  # subprocess's CalledProcessError
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
 
 
@@ -122,6 +125,13 @@ class Events:
         line, self.order = self.order, e["order"]  # what it says is said where it began; then the line that ended it
         if e["kind"] == "consequence":
             self._consequence(e["rank"], e["time"], e["text"])
+        if (e.get("type") or "").endswith("CalledProcessError") and (m := CHILD_STATUS.search(e.get("message") or "")):
+            code = int(m[1])  # a launcher's word on the child it ran: a signal's status is the child's death by it
+            if sig := SIGNALS.get(-code) if -64 <= code < 0 else WINDOWS_SEGV.get(code):
+                self._add(
+                    "exit", e["rank"], e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status"
+                )
+                e["kind"] = "consequence"
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)

@@ -143,3 +143,49 @@ def step_spread(ranks: list[dict]) -> dict | None:
         "fastest": fast["rank"],
         "ratio": round(slow["s_per_step"] / fast["s_per_step"], 3),
     }
+
+
+def last_before(run: LogRun, rank, e: dict) -> dict | None:
+    """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
+    the lines in the same file, else by time."""
+    s = run.series.get(rank) if rank is not None else None
+    if s is None and run.series:
+        # a rank that prints no step lines of its own (only rank 0 does, in most toolkits) trains in lockstep
+        # with the ranks that do: the job's last logged step is its step too
+        s = max(run.series.values(), key=lambda x: x.seen)
+    if s is None:
+        return None
+    recs = s.all()
+    same = [r for r in recs if r["file"] == e.get("file")]
+    if same and e.get("order") is not None:  # a step logged in the same instant is the step it happened in
+        before = [r for r in same if r["order"] <= e["order"] or (r["stamped"] and r["time"] == e.get("time"))]
+    elif e.get("time") is not None:
+        before = [r for r in recs if r["time"] is not None and r["time"] <= e["time"]]
+    else:
+        return s.last
+    return before[-1] if before else None
+
+
+def next_after(run: LogRun, rank, e: dict) -> dict | None:
+    """The first step record of the same file after the event ``e``, of its rank (any rank when unknown)."""
+    series = [run.series[rank]] if rank in run.series else list(run.series.values())
+    later = [r for s in series for r in s.all() if r["file"] == e.get("file") and r["order"] > e.get("order", 0)]
+    return min(later, key=lambda r: r["order"]) if later else None
+
+
+def trained_on(run: LogRun, e: dict) -> bool:
+    """Whether a rank's steps went on past where they were at ``e`` (an exception ignored in a loader's __del__, a
+    worker the loader replaced): not its end. A worker ended by the job's own end (SIGTERM, Ctrl-C) is not."""
+    nxt, last = next_after(run, e.get("rank"), e), last_before(run, e.get("rank"), e)
+    ended = "Terminated" in e["text"] or any(x["kind"] == "stop" and x["order"] < e["order"] for x in run.events)
+    return nxt is not None and not ended and (last is None or position(nxt) > position(last))
+
+
+def redrawn_after(run: LogRun, rank, e: dict) -> dict | None:
+    """Where no line before a failure placed it, the step line just after it: a progress bar redrawn as the
+    exception unwound (tqdm draws its last state when it closes), whose count is where the job was."""
+    nxt = next_after(run, rank, e)
+    return nxt if nxt is not None and nxt["order"] - e.get("order", 0) < REDRAWN_WITHIN else None
+
+
+REDRAWN_WITHIN = 64 << 10  # bytes of the file after the failure's first line: its traceback, then the redraw

@@ -186,7 +186,7 @@ _VITS = re.compile(rf"(?:^|:)\[((?:{NUM}, ){{3,}}|)(\d+), ({NUM})\]$")
 _VITS_LOSSES = ("loss_disc", "loss_gen", "loss_fm", "loss_mel", "loss_dur", "loss_kl")
 
 
-_VITS_EPOCH = re.compile(r"(?:^|:)Train Epoch: (\d+) \[\d+%\]$")
+_VITS_EPOCH = re.compile(r"(?:^|:|\] )Train Epoch: (\d+) \[\d+%\]$")  # "INFO:vits:Train Epoch", "[INFO] Train Epoch"
 
 
 def vits(line: str) -> dict | None:

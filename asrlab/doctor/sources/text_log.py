@@ -18,8 +18,8 @@ from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
 from ..logs.nonfinite import skipped_overflow
-from ..logs.progress import at, clock, named_later, placed, rank_progress, resume_records, step_number
-from ..logs.progress import step_spread, where
+from ..logs.progress import at, clock, last_before, named_later, next_after, placed, rank_progress, redrawn_after
+from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.toolkits import counter_of, validation
@@ -32,27 +32,6 @@ _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
 _OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
-
-
-def _last_before(run: LogRun, rank, e: dict) -> dict | None:
-    """The last step record of ``rank`` (of any rank when unknown) before the event ``e``: by the order of
-    the lines in the same file, else by time."""
-    s = run.series.get(rank) if rank is not None else None
-    if s is None and run.series:
-        # a rank that prints no step lines of its own (only rank 0 does, in most toolkits) trains in lockstep
-        # with the ranks that do: the job's last logged step is its step too
-        s = max(run.series.values(), key=lambda x: x.seen)
-    if s is None:
-        return None
-    recs = s.all()
-    same = [r for r in recs if r["file"] == e.get("file")]
-    if same and e.get("order") is not None:  # a step logged in the same instant is the step it happened in
-        before = [r for r in same if r["order"] <= e["order"] or (r["stamped"] and r["time"] == e.get("time"))]
-    elif e.get("time") is not None:
-        before = [r for r in recs if r["time"] is not None and r["time"] <= e["time"]]
-    else:
-        return s.last
-    return before[-1] if before else None
 
 
 SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
@@ -73,7 +52,7 @@ def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     pace = gaps[len(gaps) // 2] if gaps else 0.0  # the median time between two step lines
     gap = t - last["time"]
     # the step it hung at: the last line before the stop, stamped or not (a bar between stamped lines)
-    return (gap, _last_before(run, None, e) or last) if gap > max(SILENT_S, SILENT_LINES * pace) else None
+    return (gap, last_before(run, None, e) or last) if gap > max(SILENT_S, SILENT_LINES * pace) else None
 
 
 def _latest_restart(run: LogRun) -> dict | None:
@@ -101,23 +80,6 @@ def _named(e: dict, strict: bool = False) -> dict | None:
     """The step the failure's own line names (``at iteration=0``); ``strict``: by a counter's name only."""
     n = counter_of(e.get("text") or "", named=strict)
     return None if n is None else {"step": n, "epoch": None, "batch": None}
-
-
-def _next_after(run: LogRun, rank, e: dict) -> dict | None:
-    """The first step record of the same file after the event ``e``, of its rank (any rank when unknown)."""
-    series = [run.series[rank]] if rank in run.series else list(run.series.values())
-    later = [r for s in series for r in s.all() if r["file"] == e.get("file") and r["order"] > e.get("order", 0)]
-    return min(later, key=lambda r: r["order"]) if later else None
-
-
-def _redrawn_after(run: LogRun, rank, e: dict) -> dict | None:
-    """Where no line before a failure placed it, the step line just after it: a progress bar redrawn as the
-    exception unwound (tqdm draws its last state when it closes), whose count is where the job was."""
-    nxt = _next_after(run, rank, e)
-    return nxt if nxt is not None and nxt["order"] - e.get("order", 0) < REDRAWN_WITHIN else None
-
-
-REDRAWN_WITHIN = 64 << 10  # bytes of the file after the failure's first line: its traceback, then the redraw
 
 
 def _causes(run: LogRun) -> list[tuple]:
@@ -195,11 +157,11 @@ def _unscaled_skip(run: LogRun) -> dict | None:
     for e in run.events:
         if e["kind"] != "scale" or e.get("grad") is None:
             continue
-        rec = _last_before(run, e.get("rank"), e)
+        rec = last_before(run, e.get("rank"), e)
         scale = rec["scale"] if rec is not None else None
         if scale is None or scale == 1.0:
             # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
-            nxt = _next_after(run, e.get("rank"), e)
+            nxt = next_after(run, e.get("rank"), e)
             if nxt is not None and nxt.get("first_batch") is not None:  # the interval's first batch skipped first
                 nxt = {**nxt, "batch": nxt["first_batch"]}
             # the norm is of the all-reduced gradients: every rank prints the same; which rank's data made it,
@@ -235,7 +197,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     after = [finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
     went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
     if odd:  # the place of the first, which the verdict says (only it)
-        odd[0]["culprit"] = culprit(odd[0]["rank"], _last_before(run, odd[0]["rank"], odd[0]))
+        odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
         outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections, went_on)},
@@ -278,6 +240,9 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     ]
     events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
     history = []
+    for e in [e for e in events if e["kind"] == "worker_killed" and trained_on(run, e)]:
+        history.append(f"training went on after: {e['text'][:240]}")
+        events.remove(e)
     restart = _latest_restart(run)
     if restart is not None and (gone := first_failure([e for e in events if not _since(e, restart)])):
         # a failure before the job was started again and went on: the earlier attempt's, not the run's verdict
@@ -303,11 +268,11 @@ def _phrased(run: LogRun, first: dict, d: dict) -> dict:
 def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     view = _event_view(first)
     if first["kind"] == "watch_verdict":
-        c = {**culprit(first["rank"], _last_before(run, first["rank"], first)), "rank": first["rank"]}
+        c = {**culprit(first["rank"], last_before(run, first["rank"], first)), "rank": first["rank"]}
         return {**view, "verdict": first["said_verdict"], "culprit": c, "summary": f"asrlab watch: {first['said']}"}
     if first["kind"] == "watch_stall":  # asrlab watch's own word, from the ranks' stacks, or a rank's own watchdog's
         rank = first["rank"]
-        rec = (run.last_steps().get(rank) if rank is not None else None) or _last_before(run, rank, first)
+        rec = (run.last_steps().get(rank) if rank is not None else None) or last_before(run, rank, first)
         who = "asrlab watch" if "asrlab watch: " in first["text"] else "the ranks' own stall watchdog"
         c, n = culprit(rank, rec), re.search(r"\b(?:at|of) step (\d+)", first["said"])
         c = {**c, "step": int(n.group(1))} if c["step"] is None and n else c
@@ -323,7 +288,7 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         )
         return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": h["text"]}
     if first.get("outside"):
-        rec = _last_before(run, first["rank"], first)
+        rec = last_before(run, first["rank"], first)
         return {
             **view,
             "verdict": "killed",
@@ -354,10 +319,10 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     rec = (
         e.get("record")
         or _named(e, strict=True)
-        or _last_before(run, rank, e)
+        or last_before(run, rank, e)
         or _named(e)
         or placed(e)
-        or _redrawn_after(run, rank, e)
+        or redrawn_after(run, rank, e)
     )
     rec = named_later(e, rec)
     said = _say(run, verdict, {**e, "rank": rank}, rec, d)
