@@ -680,6 +680,9 @@ WORDINGS = {
     "a DataLoader worker killed, then '[INFO] Train Epoch: 2 [28%]': training went on": (
         "logs62/whisper_vits/healthy_colab_dataloader_worker_killed_by_signal_aborted_traceback_then_epoch_1_saved_and_epoch_2_runs.log"
     ),
+    "mpirun's tag before a date with no space: '[1,1]<stderr>:2019-06-17 17:13:42.247944: W ...'": (
+        "logs63/horovod/gpt2_finetune_mpirun_rank_1_stderr_strided_slice_oom_resource_exhausted.log"
+    ),
     "Julia's Ctrl-C: 'ERROR: InterruptException:'": "logs3/plain/julia_train_epoch_bar_interrupt_exception.log",
     "YOLACT's 'Warning: Moving average ignored a value of nan'": "logs3/plain/yolact_moving_average_ignored_nan_inf.log",
     "ssh's 'Connection closed by foreign host.' under a job in its session": (
@@ -751,6 +754,7 @@ INDEX = {
         "logs60",
         "logs61",
         "logs62",
+        "logs63",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -133,8 +133,8 @@ def _glued(part: bytes) -> bool:
             continue
         if part[i] == 91 and i and part[i - 1] not in b" \t\n\r\x0b\x0c":  # "[2024-..." after text
             return True
-        if part[i] not in b" \t\n\r\x0b\x0c([":  # "2024-..." after text
-            return True
+        if part[i] not in b" \t\n\r\x0b\x0c([" and not part[: i + 1].endswith((b"<stderr>:", b"<stdout>:")):
+            return True  # "2024-..." after text, not after mpirun's "[1,1]<stderr>:"
     return False
 
 
