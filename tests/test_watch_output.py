@@ -233,7 +233,9 @@ def _job_process(watch_pid: int, marker: str) -> psutil.Process:
         for p in psutil.Process(watch_pid).children(recursive=True):
             try:
                 line = " ".join(p.cmdline())
-                if marker in line and "keeper" not in line:  # the watch's keeper holds the job's command too
+                # the watch's keeper holds the job's command too; a process forked and not yet exec'd, its parent's
+                up = " ".join(p.parent().cmdline())
+                if marker in line and "keeper" not in line and (marker not in up or "keeper" in up):
                     return p
             except psutil.Error:
                 continue
@@ -253,12 +255,23 @@ def test_sigterm_to_the_watch_or_the_launcher_is_a_stop(tmp_path, target):
             proc.stderr.read()[-2000:] if proc.poll() else "no step 5"
         )
         time.sleep(0.2)
-    if target == "watch":
-        proc.send_signal(signal.SIGTERM)
-    else:
-        _job_process(proc.pid, "torch.distributed.run").terminate()
-    # generous: torchrun gives its workers 30 s to end before it kills them, and a loaded machine slows each step
-    proc.communicate(timeout=180)
+    family = []
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+        if target == "watch":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            _job_process(proc.pid, "torch.distributed.run").terminate()
+        # generous: torchrun gives its workers 30 s to end before it kills them, and a loaded machine slows each step
+        proc.communicate(timeout=180)
+    finally:  # a failure here leaves nothing of the job running
+        for p in family:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        if proc.poll() is None:
+            proc.kill()
     d = diagnose(exp)
     if target == "watch":
         assert proc.returncode == 128 + signal.SIGTERM
