@@ -755,6 +755,7 @@ INDEX = {
         "logs61",
         "logs62",
         "logs63",
+        "logs64",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
