@@ -8,8 +8,6 @@ rank), and keeps a list of event dicts: ``kind``, ``rank``, ``text`` and what th
 
 from __future__ import annotations
 
-import re
-
 
 from ...lab.stall.verdict import culprit_of
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
@@ -52,7 +50,6 @@ from .tracebacks import (
 )
 
 
-CHILD_STATUS = re.compile(r"returned non-zero exit status (-?\d+)")  # subprocess's CalledProcessError
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
 
 
@@ -91,8 +88,7 @@ class Events:
             "order": self.order,
             "file": self.source,
             "text": text.strip()[:500],
-            "place": self._place.get(self.source),
-            "placed_at": self._placed_at.get(self.source),  # the order of the line that named it
+            **self._where(self.source),
             **more,
         }
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -125,8 +121,12 @@ class Events:
         line, self.order = self.order, e["order"]  # what it says is said where it began; then the line that ended it
         if e["kind"] == "consequence":
             self._consequence(e["rank"], e["time"], e["text"])
-        if (e.get("type") or "").endswith("CalledProcessError") and (m := CHILD_STATUS.search(e.get("message") or "")):
-            code = int(m[1])  # a launcher's word on the child it ran: a signal's status is the child's death by it
+        if (
+            (e.get("type") or "").endswith("CalledProcessError")
+            and (m := STATUS.search(e.get("message") or ""))
+            and m[2]
+        ):
+            code = int(m[2])  # "returned non-zero exit status N": a signal's status is the child's death by it
             if sig := SIGNALS.get(-code) if -64 <= code < 0 else WINDOWS_SEGV.get(code):
                 self._add(
                     "exit", e["rank"], e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status"
@@ -143,10 +143,12 @@ class Events:
         """What an exception another failure caused says besides: a wait that gave up (a collective's, a store's: the
         hang's evidence), a signal that ended the process."""
         if COLLECTIVE_TIMEOUT.search(text):
-            g = GLOO.search(text) or STORE_KEY.search(text)
-            op = (g[2] if g.re is GLOO else f"a wait for the store's key {g[1]}") if g else None
-            self._add("timeout", rank, time, text, op=op, timeout_ms=int(g[1] if g.re is GLOO else g[2]) if g else None,
-                      source="gloo" if g and g.re is GLOO else "traceback")  # fmt: skip
+            op, ms, source = None, None, "traceback"
+            if g := GLOO.search(text):
+                op, ms, source = g[2], int(g[1]), "gloo"
+            elif g := STORE_KEY.search(text):
+                op, ms = f"a wait for the store's key {g[1]}", int(g[2])
+            self._add("timeout", rank, time, text, op=op, timeout_ms=ms, source=source)
         if sig := death_signal(text):
             self._add("stop", rank, time, text, signal=sig)
 
@@ -185,34 +187,16 @@ class Events:
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
             if self._ignored == key:  # the traceback of an ignored exception: not a failure
                 self._ignored = None
-                self._tb[key] = Traceback(
-                    rank,
-                    time,
-                    self.order,
-                    source,
-                    ignored=True,
-                    place=self._place.get(source),
-                    placed_at=self._placed_at.get(source),
-                )
+                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True, **self._where(source))
                 return
             if rank is None and self._spawned is not None:  # the spawned process's traceback is that rank's
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
-            self._tb[key] = Traceback(
-                rank,
-                time,
-                self.order,
-                source,
-                place=self._place.get(source),
-                placed_at=self._placed_at.get(source),
-                head=text,
-            )
+            self._tb[key] = Traceback(rank, time, self.order, source, head=text, **self._where(source))
             return
         if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
-            self._tb[key] = tb = Traceback(
-                rank, time, self.order, source, place=self._place.get(source), placed_at=self._placed_at.get(source)
-            )
+            self._tb[key] = tb = Traceback(rank, time, self.order, source, **self._where(source))
             tb.feed(text)
             return
         self._line(rank, time, text)
@@ -226,6 +210,10 @@ class Events:
         self._exits()
         self.events.extend(self._last.values())
 
+    def _where(self, source: str) -> dict:
+        """The last step a line of ``source`` named, and the order of that line."""
+        return {"place": self._place.get(source), "placed_at": self._placed_at.get(source)}
+
     def _exits(self) -> None:
         """The ranks' records of torchrun's summary read to their end, as exit events."""
         for rank, time, said, more in self._summary.take():
@@ -235,7 +223,7 @@ class Events:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
         if n is not None:
             self._place[self.source], self._placed_at[self.source] = n, self.order
-        quoted, self._quoted[self.source] = self._quoted.get(self.source), None
+        quoted = self._quoted.pop(self.source, None)
         if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
             self._quoted[self.source] = int(c[1])
         if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process

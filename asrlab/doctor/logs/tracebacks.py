@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
+from .words import STORE_KEY
 
 
 TB = "Traceback (most recent call last):"
@@ -17,7 +18,8 @@ ORIGINAL = "Original Traceback (most recent call last):"
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 
 
-FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_FRAME = r'File "([^"]+)", line (\d+), in (\S+)'
+FRAME = re.compile(rf"^\s*{_FRAME}")
 # a frame of rich's boxed traceback (Lightning's, Typer's, kohya's): "│ /path/train.py:481 in <module>   │"
 RICH_FRAME = re.compile(r"^[│┃]\s+(\S.*?\.py):(\d+) in (\S+)")
 
@@ -41,7 +43,7 @@ CONSEQUENCE = re.compile(
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
     r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
     r"\bOperation timed out!|"  # older torch's c10d, a collective's work.wait() that gave up
-    r"Timeout waiting for key: \S+ after \d+ ?ms|"  # c10d's store: a key a peer never wrote
+    rf"{STORE_KEY.pattern}|"  # c10d's store: a key a peer never wrote
     r"PapermillExecutionError|CellExecutionError",  # a notebook's runner on the cell's own error, printed after it
     re.I,
 )
@@ -64,13 +66,13 @@ SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit 
 # a collective, a barrier or the store that gave up waiting, in any backend's words
 # "...    raise RuntimeError("Model diverged with loss = NaN.")RuntimeError: Model diverged with loss = NaN."
 _GLUED_EXC = re.compile(r"\)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
-_GLUED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_GLUED_FRAME = re.compile(_FRAME)
 COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
     r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients|"
     r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!|"
-    r"Timeout waiting for key: \S+ after \d+ ?ms"  # c10d's store: what this rank waits for, a peer never wrote
+    rf"{STORE_KEY.pattern}"  # c10d's store: what this rank waits for, a peer never wrote
 )
 
 
