@@ -691,6 +691,12 @@ WORDINGS = {
     "icefall's 'Whitening: name=..., metric=nan vs. limit=12.0'": (
         "logs4/icefall/finetune_validation_then_whitening_metric_nan_t4.log"
     ),
+    "DLLogger's '(67, 11) train_loss : nan' under its '(67, 11) glob_iter/iters_per_epoch : 2987/186'": (
+        "logs65/waveglow/dle_waveglow_amp_epoch_67_iter_11_glob_iter_2987_train_loss_nan.log"
+    ),
+    "DLLogger's global step named on a line of its own before a traceback": (
+        "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
+    ),
 }
 INDEX = {
     f"{folder}/{c['file']}": c
@@ -756,6 +762,7 @@ INDEX = {
         "logs62",
         "logs63",
         "logs64",
+        "logs65",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

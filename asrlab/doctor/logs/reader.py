@@ -63,6 +63,7 @@ class _File:
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
         self.named: set[str] = set()  # the totals of training's bars by name ("Train: 5559/9008", "Epoch 3:")
+        self.at: tuple | None = None  # the last (epoch, batch) whose global step a line named, and that step
         self.read_in_full = 0  # lines read by text(), to tell how near a bar was
         self.rank = file_rank(path)
         self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
@@ -444,6 +445,10 @@ class _File:
             and self.read_in_full - self.bar[1] <= BAR_NEAR
         ):
             rec["step"] = self.bar[0]  # a line of numbers printed under a bar (Hugging Face's dicts): its count
+        if rec["step"] is not None and rec["batch"] is not None:
+            self.at = (rec["epoch"], rec["batch"], rec["step"])
+        elif self.at is not None and self.at[:2] == (rec["epoch"], rec["batch"]):
+            rec["step"] = self.at[2]  # its global step said on a line of its own (DLLogger's, a value a line)
         if rec["epoch"] is None and self.epoch is not None and rec["step"] is None:
             rec["epoch"], rec["told"] = self.epoch, True  # said by another line: a bar's restart is no resume
         if rec["toolkit"] != self.toolkit:

@@ -394,6 +394,24 @@ def marian(line: str) -> dict | None:
     return _record("marian", int(m[1]), step=int(m[2]), losses={"cost": num(m[3])}, grad_norm=num(g[1]) if g else None)
 
 
+# NVIDIA's DLLogger: "DLL 2020-10-30 14:53:19.377231 - (67, 9) glob_iter/iters_per_epoch : 2985/186", then
+# "DLL ... - (67, 9) train_loss : -4.36": a step's values a line each under its (epoch, iteration) tuple
+_DLL = re.compile(r"^DLL (?:\S+ \S+ )?- \((\d+), (\d+)\) (.*)")
+_DLL_PAIR = re.compile(rf"([A-Za-z_][\w/]*) : ({NUM})(?:/\d+)?(?=\s|$)")
+
+
+def dllogger(line: str) -> dict | None:
+    m = _DLL.match(line) if line.startswith("DLL ") else None
+    if m is None:
+        return None
+    pairs = [(k.split("/")[0], v) for k, v in _DLL_PAIR.findall(m[3])]
+    step = next((int(v) for k, v in pairs if k in ("glob_iter", "global_step", "step", "iteration")), None)
+    losses = _losses((k, v) for k, v in pairs if not k.startswith(("val", "eval")))
+    if step is None and not losses:  # a throughput's, a time's line: not a step's
+        return None
+    return _record("dllogger", int(m[1]), int(m[2]), step, losses=losses)
+
+
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("wenet", wenet),
     ("icefall", icefall),
@@ -404,6 +422,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("megatron", megatron),
     ("darknet", darknet),
     ("marian", marian),
+    ("dllogger", dllogger),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),
