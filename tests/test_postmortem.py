@@ -694,6 +694,9 @@ WORDINGS = {
     "DLLogger's '(67, 11) train_loss : nan' under its '(67, 11) glob_iter/iters_per_epoch : 2987/186'": (
         "logs65/waveglow/dle_waveglow_amp_epoch_67_iter_11_glob_iter_2987_train_loss_nan.log"
     ),
+    "logging's call stack of a record it could not write ('Message: 'Main process received SIGINT, exiting'')": (
+        "logs66/deepspeed/launcher_sigkill_handler_broken_pipe_then_main_process_received_sigint.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -763,6 +766,7 @@ INDEX = {
         "logs63",
         "logs64",
         "logs65",
+        "logs66",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -841,6 +845,22 @@ def test_a_traceback_pasted_without_its_indents_is_one_and_a_store_keys_timeout_
     d = read_excerpt(FIXTURES / "logs59/espnet/asr_train_ddp_init_rank1_nccl_unique_id_store_timeout_1800000_ms.log")
     assert d["verdict"] == "stalled" and "store's key default_pg/0/0" in d["summary"], d["summary"]
     assert d["events"] == {"consequence": 1, "timeout": 1}, d["events"]
+
+
+def test_a_barrier_jax_gave_up_on_and_a_watchdog_stuck_under_an_abort_are_stalls():
+    """JAX's coordination service: 'XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: ...', tasks
+    that never came; NCCL's 'watchdog got stuck for 600 second' (the paste wrapped the word), then srun's 'task 6:
+    Aborted', the abort the heartbeat monitor made. Both a wait that gave up, not a crash or a kill (their labels
+    name the rank that printed it: no rank is named for a wait, as for NCCL's watchdogs)."""
+    d = read_excerpt(
+        FIXTURES
+        / "logs66/jax/llama2_jax_train_py_distributed_initialize_deadline_exceeded_barrier_timed_out_7_tasks.log"
+    )
+    assert d["verdict"] == "stalled" and "JAX's barrier PjRT_Client_Connect" in d["summary"], d["summary"]
+    d = read_excerpt(
+        FIXTURES / "logs66/atmorep/srun_task6_watchdog_stuck_600s_hard_wrapped_then_srun_task_6_aborted.log"
+    )
+    assert d["verdict"] == "stalled" and d["summary"].startswith("rank 6 timed out"), d["summary"]
 
 
 def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():

@@ -20,6 +20,7 @@ from .words import (
     FATAL,
     GLOO,
     STORE_KEY,
+    JAX_BARRIER,
     HYDRA,
     ITEM,
     CONNECT,
@@ -148,6 +149,8 @@ class Events:
                 op, ms, source = g[2], int(g[1]), "gloo"
             elif g := STORE_KEY.search(text):
                 op, ms = f"a wait for the store's key {g[1]}", int(g[2])
+            elif g := JAX_BARRIER.search(text):
+                op = f"JAX's barrier {g[1]} (its tasks that never came are listed below it)"
             self._add("timeout", rank, time, text, op=op, timeout_ms=ms, source=source)
         if sig := death_signal(text):
             self._add("stop", rank, time, text, signal=sig)
@@ -170,6 +173,8 @@ class Events:
         if tb is not None:
             if tb.feed(text):
                 return
+            if text.startswith("Message: ") and tb.sections[-1]["exc"] is None:
+                tb.ignored = True  # the logging module's call stack of a record it could not write, then the record
             self._end_tb(key)
         if (
             self._summary.kind is not None

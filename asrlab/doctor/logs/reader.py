@@ -17,7 +17,7 @@ from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, ran
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
 from .toolkits import READERS, bar_count, step_of, validation
-from .words import BAR_END
+from .words import BAR_END, EPOCH_START
 
 _READER = dict(READERS)
 _BAR_END = re.compile(BAR_END)
@@ -434,7 +434,7 @@ class _File:
             if "poch" in text and (m := EPOCH_START.search(text)):  # a bar's lines that follow are of this epoch
                 self.epoch = int(m.group(1) or m.group(2))
             self.events.order = order
-            who = rank if rank is not None else _event_rank(text, self.rank)
+            who = rank if rank is not None else (r if (r := rank_of(text)) is not None else self.rank)
             self.events.feed(self.path, who, self.now, text, bar)
             if rec is None:
                 return False
@@ -487,17 +487,6 @@ class _File:
         if rec["nonfinite"]:
             run.nonfinite.append(rec)
         return not fed and not rec["nonfinite"]
-
-
-# a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
-EPOCH_START = re.compile(
-    r"(?:Going into|Starting|Start(?:ing)? training|Begin(?:ning)?) epoch:? (\d+)|^\W*Epoch (\d+)/\d+\s*$", re.I
-)
-
-
-def _event_rank(text: str, default: int | None) -> int | None:
-    r = rank_of(text)
-    return r if r is not None else default
 
 
 __all__ = ["read_logs"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
-from .words import STORE_KEY
+from .words import JAX_BARRIER, STORE_KEY
 
 
 TB = "Traceback (most recent call last):"
@@ -44,6 +44,7 @@ CONSEQUENCE = re.compile(
     r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
     r"\bOperation timed out!|"  # older torch's c10d, a collective's work.wait() that gave up
     rf"{STORE_KEY.pattern}|"  # c10d's store: a key a peer never wrote
+    rf"DEADLINE_EXCEEDED: {JAX_BARRIER.pattern}|"  # JAX's coordination service: tasks that never reached a barrier
     r"PapermillExecutionError|CellExecutionError",  # a notebook's runner on the cell's own error, printed after it
     re.I,
 )

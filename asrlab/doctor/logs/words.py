@@ -17,7 +17,9 @@ NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
 WATCHDOG_EXC = re.compile(r"watchdog thread terminated with exception: (.+)")
 # NCCL's word for a hang where no collective's timeout is quoted: its heartbeat monitor finding the watchdog
 # stuck, or the watchdog ending the process after its works failed or timed out
-NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds|Some NCCL operations have failed or timed out")
+NCCL_HANG = re.compile(  # "600 second": a paste that wrapped the word
+    r"watchdog got stuck for (\d+) seconds?|Some NCCL operations have failed or timed out"
+)
 # the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
 # a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
@@ -103,6 +105,7 @@ ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # 
 ASRLAB_RANK = re.compile(r"\brank (\d+) failed at step (\d+) \([^)]*\): ([\w.]+): (.*)")
 NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
+JAX_BARRIER = re.compile(r"Barrier timed out\. Barrier_id: (\S+?)\.?(?:\s|$)")  # its coordination service's
 STORE_KEY = re.compile(r"Timeout waiting for key: (\S+) after (\d+) ?ms")  # c10d's store: a key no peer wrote
 # a rank that could not reach the rendezvous store: a peer (or the store's host) never came
 CONNECT = re.compile(r"socket has timed out after (\d+)s while trying to connect")
@@ -158,6 +161,10 @@ def nonfinite_values(text: str) -> str | None:
     return None if totals else bad[0]
 
 
+# a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
+EPOCH_START = re.compile(
+    r"(?:Going into|Starting|Start(?:ing)? training|Begin(?:ning)?) epoch:? (\d+)|^\W*Epoch (\d+)/\d+\s*$", re.I
+)
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
 DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
@@ -360,6 +367,8 @@ __all__ = [
     "EXC_LINE",
     "GLOO",
     "STORE_KEY",
+    "EPOCH_START",
+    "JAX_BARRIER",
     "HOROVOD_MISSING",
     "HOROVOD_STALL",
     "HYDRA",
