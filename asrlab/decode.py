@@ -29,9 +29,9 @@ def load_model(
     exp = Path(exp)
     check_exp(exp)
     device = _device(device)
-    cfg = load_config(layout.config(exp))
+    cfg = load_config(Path(exp) / layout.CONFIG)
     tok = CharTokenizer.load(exp / layout.UNITS)
-    found = checkpoint.load_latest(layout.checkpoints_dir(exp))
+    found = checkpoint.load_latest(Path(exp) / layout.CHECKPOINTS)
     if found is None:
         raise FileNotFoundError(f"{exp}: no complete checkpoint to decode with")
     state, marker = found

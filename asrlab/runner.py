@@ -270,7 +270,7 @@ def training_progress(exp: Path) -> dict:
     its ``train.max_steps``, or fewer by ``train.max_epochs`` at the steps its finished epochs took, then
     ``estimated``; 0 when unknown), ``s_per_step`` and ``left_s`` (by steps, or by ``train.max_minutes``
     counted from its ``config.yaml``, whichever ends it first; None when unknown)."""
-    config = layout.config(exp)
+    config = Path(exp) / layout.CONFIG
     try:
         started = config.stat().st_mtime
         max_epochs = int(((yaml.safe_load(config.read_text()) or {}).get("train") or {}).get("max_epochs") or 0)

@@ -112,7 +112,7 @@ def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tm
     """A look that could not read a live rank's stacks keeps its heartbeat fresh, the phase as last seen: the
     stall report describes a rank with no dump from its heartbeat, and a stale one read "stopped responding"
     of a rank that was there all along (py-spy timing out on it on a loaded machine)."""
-    from asrlab.lab.layout import heartbeat_dir
+    from asrlab.lab.layout import HEARTBEAT
     from asrlab.watch.watcher import JobWatch
 
     rank = subprocess.Popen(
@@ -123,7 +123,7 @@ def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tm
         w.sampler = NoStacks()
         t0 = time.time()
         w._look(rank.pid, t0)
-        beat = heartbeat_dir(tmp_path / "exp") / "rank0.json"
+        beat = tmp_path / "exp" / HEARTBEAT / "rank0.json"
         first = json.loads(beat.read_text())["time"]
         time.sleep(0.2)  # any later look: the heartbeat is as fresh as the look
         w._look(rank.pid, t0)

@@ -43,7 +43,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
 def cmd_ckpt(a: argparse.Namespace) -> int:
     from ..lab.state import checkpoint
 
-    ckpt_dir = layout.checkpoints_dir(a.exp)
+    ckpt_dir = Path(a.exp) / layout.CHECKPOINTS
     rows = checkpoint.list_checkpoints(ckpt_dir)
     if not rows:
         raise UsageError(f"no checkpoints in {ckpt_dir}")

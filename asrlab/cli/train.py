@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from ..lab import layout
 from ..errors import UsageError
@@ -111,7 +112,7 @@ def _train_here(a: argparse.Namespace, cfg) -> int:
 def cmd_stop(a: argparse.Namespace) -> int:
     from ..lab import request_stop
 
-    if not layout.metrics_dir(a.exp).is_dir():
+    if not (Path(a.exp) / layout.METRICS).is_dir():
         raise FileNotFoundError(f"{a.exp}: no run there (no metrics/ folder)")
     path = request_stop(a.exp, "asrlab stop")
     print(f"asked the run in {a.exp} to stop after its current step ({path}); it writes a checkpoint and exits 0")

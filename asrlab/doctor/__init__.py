@@ -158,15 +158,8 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     there), as a JSON-ready dict: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False
     when the run failed or its coverage is broken: ``asrlab doctor`` exits 1), ``culprit``, and the run folder's
     sections. ``nodes``: the folders ``exp`` merges (several nodes'), whose watched jobs' output is read from
-    each. Raises :class:`UsageError` when ``exp`` is not a folder with a run in it."""
+    each (:func:`diagnose` has checked that ``exp`` holds a run)."""
     exp = Path(exp)
-    if not exp.is_dir():
-        raise UsageError(f"{exp}: not a directory")
-    if not is_run(exp):
-        raise UsageError(
-            f"{exp}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}); a toolkit's folder is read "
-            "as its logs: asrlab doctor FOLDER"
-        )
     from .sources import job_output, run_folder
     from .timeline import first_failure
     from .verdict import decide
@@ -260,7 +253,6 @@ __all__ = [
     "conform",
     "diagnose",
     "diagnose_logs",
-    "diagnose_run",
     "json_ready",
     "read_and_diagnose",
     "format_diagnosis",

@@ -52,8 +52,8 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
                         continue  # the newest copy of a file two nodes both hold (relayed ones)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, dest)
-    labs = [json.loads(layout.lab(e).read_text()) for e in exps if layout.lab(e).exists()]
-    ranks = {int(p.stem[4:]) for p in layout.heartbeat_dir(into).glob("rank*.json") if p.stem[4:].isdigit()}
+    labs = [json.loads((Path(e) / layout.LAB).read_text()) for e in exps if (Path(e) / layout.LAB).exists()]
+    ranks = {int(p.stem[4:]) for p in (Path(into) / layout.HEARTBEAT).glob("rank*.json") if p.stem[4:].isdigit()}
     lab: dict = {}
     if labs:
         lab = {
@@ -69,8 +69,12 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         ended = [x["ended"] for x in labs if x.get("ended")]
         if ended:
             lab["ended"] = max(ended)
-        layout.lab(into).write_text(json.dumps(lab))
-    reports = [json.loads(layout.stall_report(e).read_text()) for e in exps if layout.stall_report(e).exists()]
+        (Path(into) / layout.LAB).write_text(json.dumps(lab))
+    reports = [
+        json.loads((Path(e) / layout.STALL_REPORT).read_text())
+        for e in exps
+        if (Path(e) / layout.STALL_REPORT).exists()
+    ]
     if reports:  # every node's dumps together: the verdict over every rank
         first = min(reports, key=lambda r: r.get("time", 0))
         world = lab.get("world_size") or first.get("world_size") or 1
@@ -92,9 +96,9 @@ def _as_at(into: Path, when: float, world: int) -> None:
     """A rank of a node whose watch saw no stall (another node's watch ended the job first, and this rank
     moved again: an error from the lost peer) is described as it was when the stall was seen: its phase
     then, from its timeline, instead of its last heartbeat."""
-    stall = layout.stall_dir(into)
+    stall = Path(into) / layout.STALL
     timelines = read_timeline(into)
-    for path in sorted(layout.heartbeat_dir(into).glob("rank*.json")):
+    for path in sorted((Path(into) / layout.HEARTBEAT).glob("rank*.json")):
         if not path.stem[4:].isdigit():
             continue
         rank = int(path.stem[4:])

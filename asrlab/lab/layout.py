@@ -1,4 +1,5 @@
-"""The run folder (``EXP``): every file and folder a run writes there, named here and nowhere else.
+"""The run folder (``EXP``): every file and folder a run writes there, named here and nowhere else
+(a folder's or file's path is ``Path(exp) / layout.NAME``).
 
 ``asrlab train``, the parts in a loop of one's own and ``asrlab watch`` write them; ``asrlab doctor``, the
 explorers and the notebooks read them. Each folder's files (``rank3.jsonl``, ``rank3.json``) are named by the
@@ -23,83 +24,6 @@ HALT = "halt.json"  # in NONFINITE: the halt the numerics guard made
 LIGHTNING_CHECKPOINTS = "lightning.jsonl"  # in CHECKPOINTS: each checkpoint file Lightning saved, as saved
 # any of these makes a folder a run folder
 RUN_FILES = (CONFIG, LAB, METRICS, HEARTBEAT, ERRORS, CHECKPOINTS, LEDGER, STALL_REPORT, NONFINITE)
-
-
-def config(exp: str | Path) -> Path:
-    return Path(exp) / CONFIG
-
-
-def lab(exp: str | Path) -> Path:
-    return Path(exp) / LAB
-
-
-def stall_report(exp: str | Path) -> Path:
-    return Path(exp) / STALL_REPORT
-
-
-def stall_text(exp: str | Path) -> Path:
-    return Path(exp) / STALL_TEXT
-
-
-def job_log(exp: str | Path) -> Path:
-    return Path(exp) / JOB_LOG
-
-
-def job_times(exp: str | Path) -> Path:
-    return Path(exp) / JOB_TIMES
-
-
-def metrics(exp: str | Path, name: str = "rank0") -> Path:
-    """``metrics/<name>.jsonl``: ``rank<R>`` for a rank's steps, ``eval`` for the evaluations."""
-    return Path(exp) / METRICS / f"{name}.jsonl"
-
-
-def metrics_dir(exp: str | Path) -> Path:
-    return Path(exp) / METRICS
-
-
-def heartbeat_dir(exp: str | Path) -> Path:
-    return Path(exp) / HEARTBEAT
-
-
-def errors_dir(exp: str | Path) -> Path:
-    return Path(exp) / ERRORS
-
-
-def ledger_dir(exp: str | Path) -> Path:
-    return Path(exp) / LEDGER
-
-
-def checkpoints_dir(exp: str | Path) -> Path:
-    return Path(exp) / CHECKPOINTS
-
-
-def lightning_checkpoints(exp: str | Path) -> Path:
-    return checkpoints_dir(exp) / LIGHTNING_CHECKPOINTS
-
-
-def nonfinite_dir(exp: str | Path) -> Path:
-    return Path(exp) / NONFINITE
-
-
-def halt(exp: str | Path) -> Path:
-    return Path(exp) / NONFINITE / HALT
-
-
-def flight_dir(exp: str | Path) -> Path:
-    return Path(exp) / FLIGHT
-
-
-def stall_dir(exp: str | Path) -> Path:
-    return Path(exp) / STALL
-
-
-def watch_dir(exp: str | Path) -> Path:
-    return Path(exp) / WATCH
-
-
-def diagnostics_dir(exp: str | Path) -> Path:
-    return Path(exp) / DIAGNOSTICS
 
 
 def is_run(path: str | Path) -> bool:
@@ -145,23 +69,5 @@ __all__ = [
     "STALL_TEXT",
     "UNITS",
     "WATCH",
-    "checkpoints_dir",
-    "config",
-    "diagnostics_dir",
-    "errors_dir",
-    "flight_dir",
-    "halt",
-    "heartbeat_dir",
     "is_run",
-    "job_log",
-    "job_times",
-    "lab",
-    "ledger_dir",
-    "metrics",
-    "metrics_dir",
-    "nonfinite_dir",
-    "stall_dir",
-    "stall_report",
-    "stall_text",
-    "watch_dir",
 ]

@@ -241,7 +241,7 @@ class AsrlabCallback(pl.Callback):
             if trainer.is_global_zero and os.path.exists(path):
                 st = os.stat(path)
                 append_jsonl(
-                    layout.lightning_checkpoints(self.exp),
+                    Path(self.exp) / layout.CHECKPOINTS / layout.LIGHTNING_CHECKPOINTS,
                     [
                         {
                             "file": path,

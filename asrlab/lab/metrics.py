@@ -41,7 +41,7 @@ class MetricsWriter:
     """Appends records to ``EXP/metrics/{name}.jsonl`` (``rank0``, ``rank1``, ..., ``eval``)."""
 
     def __init__(self, exp: Path, name: str, tensorboard: bool = False):
-        self.path = layout.metrics(exp, name)
+        self.path = metrics_file(exp, name)
         self.f = JsonLines(self.path)
         self.tb = None
         if tensorboard:
@@ -70,15 +70,20 @@ class MetricsWriter:
             self.tb.close()
 
 
+def metrics_file(exp: str | Path, name: str = "rank0") -> Path:
+    """``EXP/metrics/{name}.jsonl``: ``rank<R>`` for a rank's steps, ``eval`` for the evaluations."""
+    return Path(exp) / layout.METRICS / f"{name}.jsonl"
+
+
 def read_metrics(exp: str | Path, name: str = "rank0") -> list[dict]:
     """The records of ``EXP/metrics/{name}.jsonl`` (a line torn by a killed run is skipped)."""
-    return read_jsonl(layout.metrics(exp, name))
+    return read_jsonl(metrics_file(exp, name))
 
 
-def metric_files(exp: str | Path) -> list[str]:
-    """The per-rank metric names of an experiment, ``["rank0", "rank1", ...]``."""
-    names = [p.stem for p in layout.metrics_dir(exp).glob("rank*.jsonl")]
-    return sorted(names, key=lambda n: int(n[4:]))
+def rank_metrics(exp: str | Path) -> dict[str, list[dict]]:
+    """Every rank's records, in rank order: ``{"rank0": [...], "rank1": [...]}``."""
+    names = sorted((p.stem for p in (Path(exp) / layout.METRICS).glob("rank*.jsonl")), key=lambda n: int(n[4:]))
+    return {name: read_metrics(exp, name) for name in names}
 
 
 def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
@@ -86,7 +91,7 @@ def rank_summary(exp: str | Path, skip_first: int = 1) -> list[dict]:
 
     The first ``skip_first`` steps (start-up, the first batch) are left out.
     """
-    return summarize({name: read_metrics(exp, name) for name in metric_files(exp)}, skip_first)
+    return summarize(rank_metrics(exp), skip_first)
 
 
 def summarize(metrics: dict[str, list[dict]], skip_first: int = 1) -> list[dict]:
@@ -132,11 +137,11 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
         "elapsed_s": elapsed_s,
     }
     try:  # absent before the run writes it, half-written while it does: read again at the next call
-        train = (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
+        train = (yaml.safe_load((Path(exp) / layout.CONFIG).read_text()) or {}).get("train") or {}
     except (OSError, yaml.YAMLError, AttributeError):
         train = {}
     out["max_steps"], out["max_minutes"] = int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0)
-    if not layout.metrics(exp, "rank0").exists():
+    if not metrics_file(exp, "rank0").exists():
         return out
     m = read_metrics(exp)
     if m:
@@ -151,7 +156,7 @@ def run_status(exp: str | Path, elapsed_s: float = 0.0) -> dict:
         )
         if len(last) > 1 and last[-1]["step"] > last[0]["step"]:
             out["s_per_step"] = (last[-1]["time"] - last[0]["time"]) / (last[-1]["step"] - last[0]["step"])
-    if layout.metrics(exp, "eval").exists():
+    if metrics_file(exp, "eval").exists():
         ev = read_metrics(exp, "eval")
         if ev:
             out["cer"], out["cer_step"] = ev[-1]["cer"], ev[-1]["step"]

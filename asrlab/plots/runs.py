@@ -6,15 +6,14 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from ..lab import layout
-from ..lab.metrics import read_metrics
+from ..lab.metrics import metrics_file, read_metrics
 from ..lab.numerics.stats import FP16_MAX, headroom_traces, read_traces, tightest_at
 
 
 def training_curves(exp: str | Path, title: str = "") -> plt.Figure:
     """Loss per step (rank 0) with the LR, and cv CER per evaluation when there is one."""
     steps = read_metrics(exp)
-    evals = read_metrics(exp, "eval") if layout.metrics(exp, "eval").exists() else []
+    evals = read_metrics(exp, "eval") if metrics_file(exp, "eval").exists() else []
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
     ax = axes[0]
     ax.plot([m["step"] for m in steps], [m["loss"] for m in steps], lw=1, label="train loss")

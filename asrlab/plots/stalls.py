@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from ..lab import layout
-from ..lab.metrics import metric_files, read_metrics
+from ..lab.metrics import rank_metrics
 from ..lab.stall.heartbeat import phase_intervals, read_timeline
 from ..lab.timing import PARTS
 
@@ -54,7 +54,7 @@ def _held_in_allreduce(spans: dict[int, list[tuple]], timelines: dict, exp: Path
     """The spans with the last backward of each rank the stall report found held in DDP's gradient
     all-reduce (phase ``ddp_allreduce``) drawn as that from when its stacks stopped moving: a timeline
     sampled from outside sees such a rank's backward stack only."""
-    report = layout.stall_report(exp)
+    report = Path(exp) / layout.STALL_REPORT
     if not spans or not report.exists():
         return spans
     import json
@@ -131,8 +131,7 @@ def timeline(exp: str | Path, title: str = "", last_s: float | None = None) -> p
 def rank_steps(exp: str | Path, title: str = "") -> plt.Figure:
     """Per rank: step time and the part of it spent waiting for data (s), per step."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
-    for name in metric_files(exp):
-        m = read_metrics(exp, name)
+    for name, m in rank_metrics(exp).items():
         axes[0].plot([x["step"] for x in m], [x["step_s"] for x in m], lw=1, label=name)
         axes[1].plot([x["step"] for x in m], [x["data_wait_s"] for x in m], lw=1, label=name)
     axes[0].set(xlabel="step", ylabel="seconds", title=title or "step time")

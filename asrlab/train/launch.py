@@ -304,14 +304,14 @@ def launch(
     if passed.got:  # (each rank said how it stopped)
         return 128 + passed.got[0]
     if exp is not None and code != 0:
-        report = layout.stall_report(exp)
+        report = Path(exp) / layout.STALL_REPORT
         fresh = report.exists() and report.stat().st_mtime >= t_launch
-        dumps = [p for p in layout.stall_dir(exp).glob("rank*.json") if p.stat().st_mtime >= t_launch]
+        dumps = [p for p in (Path(exp) / layout.STALL).glob("rank*.json") if p.stat().st_mtime >= t_launch]
         first, ranks = first_rank_error(exp, since=t_launch)
         if not fresh and (dumps or stalled):  # (a rank's error, when one was recorded, is the verdict's cause)
             r = write_report(Path(exp), world, stall_timeout_s, since=t_launch, failure=first)
             print(
-                f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {layout.stall_text(exp)}",
+                f"{'FAILED' if first else 'STALL'}: {r['verdict']}\nfull report: {Path(exp) / layout.STALL_TEXT}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -74,7 +74,7 @@ class Trainer:
         train_sources = load_train_sources(data, cfg.data.raw_chunk, self.info.world_size, cfg.train.uneven)
         # a hang while reading the data at start-up is a stall like any other
         if self.info.is_main:
-            dump_config(cfg, layout.config(self.exp))
+            dump_config(cfg, self.exp / layout.CONFIG)
         with watching(
             self.hb, self.exp, self.info.world_size, "index", cfg.train.stall_timeout_s, cfg.train.first_step_timeout_s
         ):

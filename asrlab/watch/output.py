@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from ..lab.layout import JOB_LOG, JOB_TIMES, job_log, job_times
+from ..lab.layout import JOB_LOG, JOB_TIMES
 
 MAX_BYTES = 64 << 20
 CLOCK_S = 0.2  # the job.times resolution: a line's time is when the stretch it came in was kept, within this
@@ -34,10 +34,10 @@ class JobOutput:
     """Pumps a child's stdout and stderr pipes to ours and to the log."""
 
     def __init__(self, exp: str | Path, max_bytes: int = MAX_BYTES):
-        self.path, self.max_bytes = job_log(exp), max_bytes
+        self.path, self.max_bytes = Path(exp) / JOB_LOG, max_bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")
-        self._times = open(job_times(exp), "a")
+        self._times = open(Path(exp) / JOB_TIMES, "a")
         self._stamped = 0.0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -82,7 +82,7 @@ class JobOutput:
                 self._file.close()
                 self._times.close()
                 os.replace(self.path, self.path.with_name(JOB_LOG + ".1"))
-                times = job_times(self.path.parent)
+                times = Path(self.path.parent) / JOB_TIMES
                 os.replace(times, times.with_name(JOB_TIMES + ".1"))
                 self._file, self._times, self._stamped = open(self.path, "ab"), open(times, "a"), 0.0
             now = time.time()

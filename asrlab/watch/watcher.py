@@ -28,10 +28,10 @@ import psutil
 
 from ..lab import layout
 from ..files import append_jsonl, atomic_write
-from ..lab.stall.heartbeat import COMPILE_ALLOW_S, heartbeat_dir, process_state
-from ..lab.stall.flight import collectives_text, flight_dir, last_collectives
+from ..lab.stall.heartbeat import COMPILE_ALLOW_S, process_state
+from ..lab.stall.flight import collectives_text, last_collectives
 from ..lab.stall.peers import PeerExits
-from ..lab.stall.report import stall_dir, write_lab_status, write_report
+from ..lab.stall.report import write_lab_status, write_report
 from ..lab.stall.watchdog import STALL_EXIT
 from ..lab.stop import own_session_ending_with_parent
 from ..lab.stall.classify import phase_of
@@ -72,7 +72,7 @@ class JobWatch:
         self.first_step_s = max(stall_timeout_s, first_step_timeout_s or 3 * stall_timeout_s)
         self.choice = sampler
         self.yield_cpu = yield_cpu  # lower this process's priority once the job is started (for a process of its own)
-        self.fallback = FaultHandler(layout.watch_dir(self.exp) / "faulthandler")
+        self.fallback = FaultHandler(self.exp / layout.WATCH / "faulthandler")
         self.sampler = None
         self.sampler_note = ""
         self.ranks: dict[int, RankView] = {}
@@ -83,7 +83,7 @@ class JobWatch:
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
         self._unranked_said: set[int] = set()  # Python processes no rule names a rank of, said once each
         self._exited: set[int] = set()  # their pids seen ended (a job's processes of its own may end apart)
-        self.table = Table(layout.watch_dir(self.exp) / "ranks")
+        self.table = Table(self.exp / layout.WATCH / "ranks")
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
         self._first_try = 0.0  # when py-spy was first tried on the job
         self.loops = Loops()
@@ -98,9 +98,9 @@ class JobWatch:
         env["ASRLAB_WATCH_EXP"] = str(self.exp)
         env["ASRLAB_WATCH_RUN"] = self.run_id  # one launch: ranks no torch elastic numbered share it
         env.update(self.fallback.env())
-        flight = layout.flight_dir(self.exp)
+        flight = self.exp / layout.FLIGHT
         defaults = {
-            "TORCHELASTIC_ERROR_FILE": str(layout.watch_dir(self.exp) / "torchelastic.json"),
+            "TORCHELASTIC_ERROR_FILE": str(self.exp / layout.WATCH / "torchelastic.json"),
             "TORCH_FR_BUFFER_SIZE": "2000",  # (torch 2.11 warns of the older TORCH_NCCL_TRACE_BUFFER_SIZE)
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
             "TORCH_FR_DUMP_TEMP_FILE": str(flight / "rank_"),
@@ -118,7 +118,7 @@ class JobWatch:
         """Run ``cmd`` to its end under the watch; its exit code (128 + N when ended by signal N)."""
         if not cmd:
             raise ValueError("nothing to watch: asrlab watch [options] -- CMD [ARGS...]")
-        for d in (layout.errors_dir(self.exp), layout.flight_dir(self.exp), self.fallback.folder):
+        for d in (self.exp / layout.ERRORS, self.exp / layout.FLIGHT, self.fallback.folder):
             d.mkdir(parents=True, exist_ok=True)
         t0, self._cpu0 = time.time(), _own_cpu()
         # cwd: where the command's relative paths (its --exp) are, for the doctor
@@ -128,7 +128,7 @@ class JobWatch:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         output = self.output = JobOutput(self.exp)
         try:
-            proc = _start(cmd, self.env(), layout.lab(self.exp))
+            proc = _start(cmd, self.env(), self.exp / layout.LAB)
         except OSError as e:
             output.close()
             for s, h in old.items():
@@ -308,10 +308,10 @@ class JobWatch:
             self._check_stall(procs, now, t0)
 
     def _beat(self, snap: dict, now: float, changed: str | None) -> None:
-        atomic_write(heartbeat_dir(self.exp) / f"rank{snap['rank']}.json", json.dumps(snap))
+        atomic_write(self.exp / layout.HEARTBEAT / f"rank{snap['rank']}.json", json.dumps(snap))
         if changed:
             append_jsonl(
-                heartbeat_dir(self.exp) / f"rank{snap['rank']}.timeline.jsonl",
+                self.exp / layout.HEARTBEAT / f"rank{snap['rank']}.timeline.jsonl",
                 [{"t": now, "phase": changed, "step": None}],
             )
 
@@ -343,12 +343,12 @@ class JobWatch:
                 "stacks": {name: format_stack(s) for name, s in v.stacks.items()},
                 **uneven.get(v.proc.rank, {}),
             }
-            atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.json", json.dumps(snap))
+            atomic_write(self.exp / layout.STALL / f"rank{v.proc.rank}.json", json.dumps(snap))
             text = "\n\n".join(
                 f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))
                 for pid, s in sorted(v.workers.items())
             )
-            atomic_write(stall_dir(self.exp) / f"rank{v.proc.rank}.workers.txt", text)
+            atomic_write(self.exp / layout.STALL / f"rank{v.proc.rank}.workers.txt", text)
         self._flight(list(self.ranks))
         collectives = last_collectives(self.exp)
         report = write_report(
@@ -356,7 +356,7 @@ class JobWatch:
         )
         flight = collectives_text(collectives)
         if flight:  # which rank never entered the collective the others wait in
-            with open(layout.stall_text(self.exp), "a") as f:
+            with open(self.exp / layout.STALL_TEXT, "a") as f:
                 f.write("\n" + "\n".join(flight) + "\n")
         lead = [e["rank"] for e in report["ranks"] if e.get("phase") not in WAITING + ("done",)]
         self.stalled = {
@@ -369,13 +369,13 @@ class JobWatch:
             still,
             "" if training else " (before every rank was seen training: the allowance of --first-step-timeout)",
             report["verdict"],
-            layout.stall_text(self.exp),
+            self.exp / layout.STALL_TEXT,
         )
 
     def _flight(self, ranks: list[int], wait_s: float = 3.0) -> None:
         """Ask every rank for its Flight Recorder (the injected thread answers a request file) and wait a
         little for the answers."""
-        folder = flight_dir(self.exp)
+        folder = self.exp / layout.FLIGHT
         asked = time.time()
         (folder / "request").write_text(str(asked))
         deadline = asked + wait_s

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...lab.layout import job_log, job_times
+from ...lab.layout import JOB_LOG, JOB_TIMES
 from ...lab.stall.heartbeat import read_heartbeats
 from ..timeline import JobClock, first_failure
 from . import Reading, text_log
@@ -22,11 +22,11 @@ def read(exp: Path, launched: float | None = None) -> Reading | None:
     ``launched``: when the latest launch began (the run folder's reading of it): what came before is history."""
     from ..verdict import decide
 
-    path = job_log(exp)
+    path = Path(exp) / JOB_LOG
     if not path.exists() or path.stat().st_size == 0:
         return None
     r = text_log.read([str(path)])
-    clock = JobClock(job_times(exp))
+    clock = JobClock(Path(exp) / JOB_TIMES)
     ranks = {b.get("pid"): rank for rank, b in read_heartbeats(exp).items() if b.get("rank_known") is not False}
     for e in r.events:
         # a process named by its pid (the shell's, torchrun's beside its local rank): the rank the watch saw

@@ -19,7 +19,7 @@ import yaml
 from ...data.plan import corpus_throughput
 from ...files import read_json
 from ...lab import layout
-from ...lab.metrics import kept_steps, loss_scale_history, metric_files, read_metrics, step_times, went_back
+from ...lab.metrics import kept_steps, loss_scale_history, rank_metrics, step_times, went_back
 from ...lab.numerics.events import nonfinite_summary, read_halt
 from ...lab.stall.errors import ended_from_outside, error_line, error_summary, of_launch, rank_errors
 from ...lab.stall.heartbeat import latest_heartbeats, rank_state
@@ -38,7 +38,7 @@ LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites 
 def inner_runs(exp: Path) -> list[Path]:
     """asrlab's own run folders of the job ``asrlab watch`` kept in ``exp``: those directly inside ``exp``, else the
     one its command's ``--exp`` names (``asrlab train --exp X``, a loop of the parts given one)."""
-    lab = read_json(layout.lab(exp)) or {}
+    lab = read_json(Path(exp) / layout.LAB) or {}
     cmd = [str(a) for a in lab.get("watched") or []]
     if not cmd:  # not a watch's folder: a run folder inside another run's is a run of its own
         return []
@@ -53,18 +53,19 @@ def inner_runs(exp: Path) -> list[Path]:
 def read(exp: Path, now: float | None = None) -> Reading:
     """The run in ``exp``: its events, its outcome, and its sections (the diagnosis's run-folder keys)."""
     now = time.time() if now is None else now
-    lab = read_json(layout.lab(exp)) or {}
     train_cfg = train_config(exp)
+    lab = read_json(Path(exp) / layout.LAB) or {}
+    report = read_json(Path(exp) / layout.STALL_REPORT)
     rid, beats = latest_heartbeats(exp)
     recorded = rank_errors(exp)  # every launch's
-    launched = launch_time(exp, lab, beats, recorded)
-    since = launched - LAUNCH_SLACK_S if launched else 0.0
-    report = read_json(layout.stall_report(exp))
-    stall = report if report is not None and report.get("time", 0) >= since else None
-    metrics = {name: read_metrics(exp, name) for name in metric_files(exp)}  # each rank's lines, read once
+    metrics = rank_metrics(exp)  # each rank's lines, read once
     rank0 = kept_steps(metrics.get("rank0", []))
     ckpts = integrity(exp, clock_of=_elapsed)
     per_rank = resumed_from(exp)
+    # what this launch recorded decides the verdict; the rest is history
+    launched = launch_time(exp, lab, beats, recorded)
+    since = launched - LAUNCH_SLACK_S if launched else 0.0
+    stall = report if report is not None and report.get("time", 0) >= since else None
     errors = of_launch(recorded, since, rid)
     halt = read_halt(exp, since)
     world_size = int(
@@ -117,7 +118,7 @@ def _elapsed(state: dict, file: str) -> float | None:
 def train_config(exp: Path) -> dict:
     """The ``train`` section of the run's ``config.yaml`` (asrlab's trainer writes it; a user loop may not)."""
     try:
-        return (yaml.safe_load(layout.config(exp).read_text()) or {}).get("train") or {}
+        return (yaml.safe_load((Path(exp) / layout.CONFIG).read_text()) or {}).get("train") or {}
     except (OSError, yaml.YAMLError, AttributeError):
         return {}
 
@@ -134,7 +135,7 @@ def launch_time(exp: Path, lab: dict, beats: dict[int, dict], recorded: list[dic
             return max(float(lab["started"]), min(again))
         return float(lab["started"])
     try:
-        written = layout.config(exp).stat().st_mtime
+        written = (Path(exp) / layout.CONFIG).stat().st_mtime
     except OSError:
         written = 0.0
     if beats and written > max(b.get("time", 0.0) for b in beats.values()):

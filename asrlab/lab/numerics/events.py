@@ -19,7 +19,7 @@ VERSION = 1  # of a line; a reader passes over lines of another version and coun
 
 
 def log_path(exp: str | Path, rank: int) -> Path:
-    return layout.nonfinite_dir(exp) / f"rank{rank}.jsonl"
+    return Path(exp) / layout.NONFINITE / f"rank{rank}.jsonl"
 
 
 class NonFiniteLog:
@@ -36,7 +36,7 @@ class NonFiniteLog:
 def read_events(exp: str | Path) -> tuple[list[dict], int]:
     """Every rank's lines in step order (with ``rank``), and how many lines of another version were passed over."""
     out, other = [], 0
-    for path in sorted(layout.nonfinite_dir(exp).glob("rank*.jsonl")):
+    for path in sorted((Path(exp) / layout.NONFINITE).glob("rank*.jsonl")):
         try:
             rank = int(path.stem[4:])
         except ValueError:
@@ -85,7 +85,7 @@ def nonfinite_summary(exp: str | Path, metrics: dict[str, list[dict]]) -> dict:
 
 def read_halt(exp: str | Path, since: float = 0.0) -> dict | None:
     """``EXP/nonfinite/halt.json`` (the trainer's halt report), with ``current``: written by this launch."""
-    path = layout.halt(exp)
+    path = Path(exp) / layout.NONFINITE / layout.HALT
     h = read_json(path)
     if h is None:
         return None

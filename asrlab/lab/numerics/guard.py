@@ -459,9 +459,8 @@ class NumericsGuard:
             **{k: v() if callable(v) else v for k, v in self.meta.items()},
         }
         inputs = {**tensors_of(inputs), "keys": keys}
-        path = save_bundle(
-            layout.nonfinite_dir(self.exp) / f"step{taken.step:08d}-rank{self.rank}", self.model, inputs, meta, rng=rng
-        )
+        bundle = Path(self.exp) / layout.NONFINITE / f"step{taken.step:08d}-rank{self.rank}"
+        path = save_bundle(bundle, self.model, inputs, meta, rng=rng)
         meta["saved"] = str(path)
         log.warning(
             "step %d, rank %d: first non-finite value in %s; cause: %s; batch %s; %s; saved in %s",

@@ -86,7 +86,7 @@ class Policy:
             + f"; weights and batch in {m.get('saved', '-')}"
         )
         if self.rank == 0:
-            path = layout.halt(self.exp)
+            path = Path(self.exp) / layout.NONFINITE / layout.HALT
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"message": msg, "rollbacks": self.rollbacks, **m}, indent=2, default=str))
         log.error("%s", msg)

@@ -296,7 +296,7 @@ class TraceWriter:
     """Sampled summaries to ``EXP/diagnostics/rank{R}.jsonl``, one line per sampled step."""
 
     def __init__(self, exp: Path, rank: int):
-        self.f = JsonLines(layout.diagnostics_dir(exp) / f"rank{rank}.jsonl")
+        self.f = JsonLines(Path(exp) / layout.DIAGNOSTICS / f"rank{rank}.jsonl")
 
     def write(self, step: int, loss_scale: float, summary: dict) -> None:
         clean = {
@@ -311,7 +311,7 @@ class TraceWriter:
 
 def read_traces(exp: str | Path, rank: int = 0) -> list[dict]:
     """The sampled summaries of an experiment (values back as floats, inf/nan included)."""
-    path = layout.diagnostics_dir(exp) / f"rank{rank}.jsonl"
+    path = Path(exp) / layout.DIAGNOSTICS / f"rank{rank}.jsonl"
     if not path.exists():
         return []
     out = []

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..layout import errors_dir  # noqa: F401  (here too: where its files are written)
+from ..layout import ERRORS
 from ...errors import UsageError
 from ...files import atomic_write
 from . import relay
@@ -39,7 +39,7 @@ def record_rank_error(
         return error.rank_error_file
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     run = run_id() if run is None else run
-    path = errors_dir(exp) / f"rank{rank}.json"
+    path = Path(exp) / ERRORS / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "rank": rank,
@@ -104,7 +104,7 @@ def rank_errors(exp: str | Path, since: float = 0.0, run: str | None = None) -> 
     """Every rank error recorded since ``since`` (wall clock; of run ``run`` when given), earliest first, and
     errors of ranks being ended from outside (:func:`ended_from_outside`) after every other."""
     errors = []
-    for path in errors_dir(exp).glob("rank*.json"):
+    for path in (Path(exp) / ERRORS).glob("rank*.json"):
         try:
             errors.append(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -159,7 +159,7 @@ def format_rank_error(first: dict, ranks: list[int], exp: str | Path) -> str:
     """The first rank's error, said once: one line for a usage error, the traceback for anything else."""
     others = [r for r in ranks if r != first["rank"]]
     tail = (
-        f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in {errors_dir(exp)}/)"
+        f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too; each error in {Path(exp) / ERRORS}/)"
         if others
         else ""
     )
@@ -193,7 +193,6 @@ __all__ = [
     "ENDED",
     "ended_from_outside",
     "error_line",
-    "errors_dir",
     "first_rank_error",
     "of_launch",
     "format_rank_error",

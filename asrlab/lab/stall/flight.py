@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..layout import flight_dir  # noqa: F401  (here too: where its files are written)
+from ..layout import FLIGHT
 from .heartbeat import PHASES
 
 IN_COLLECTIVE = ("collective", "allreduce", "ddp_allreduce", "sync")  # phases whose stack is in the call itself
@@ -24,7 +24,7 @@ def last_collectives(exp: str | Path) -> dict | None:
     """``{"ranks": {rank: {"seq", "op", "state", "group"}}, "behind": [ranks]}`` from the ranks' dumps, per the
     default group (the one with most entries), or None without dumps."""
     ranks: dict[int, dict] = {}
-    for path in sorted(flight_dir(exp).glob("rank*.json")):
+    for path in sorted((Path(exp) / FLIGHT).glob("rank*.json")):
         if not path.stem[4:].isdigit():
             continue
         try:
@@ -98,4 +98,4 @@ def collectives_text(summary: dict | None) -> list[str]:
     return lines
 
 
-__all__ = ["collectives_text", "flight_dir", "last_collectives", "mismatch_text"]
+__all__ = ["collectives_text", "last_collectives", "mismatch_text"]

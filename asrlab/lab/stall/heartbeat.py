@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from .. import layout
-from ..layout import heartbeat_dir  # noqa: F401  (here too: where its files are written)
+from ..layout import HEARTBEAT
 from ...files import append_jsonl, atomic_write, read_jsonl
 from .relay import node_rank
 
@@ -161,13 +161,13 @@ def say_compiles(hb: Heartbeat | None) -> None:
 
 
 def write_heartbeat(exp: Path, snap: dict, rid: str) -> None:
-    atomic_write(heartbeat_dir(exp) / f"rank{snap['rank']}.json", json.dumps({**snap, "run": rid}))
+    atomic_write(Path(exp) / HEARTBEAT / f"rank{snap['rank']}.json", json.dumps({**snap, "run": rid}))
 
 
 def read_heartbeats(exp: Path, rid: str | None = None) -> dict[int, dict]:
     """Every rank's last written heartbeat (of run ``rid`` only, when given)."""
     out = {}
-    for path in heartbeat_dir(exp).glob("rank*.json"):
+    for path in (Path(exp) / HEARTBEAT).glob("rank*.json"):
         try:
             snap = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -181,14 +181,14 @@ def append_timeline(exp: Path, rank: int, events: list) -> None:
     if not events:
         return
     append_jsonl(
-        heartbeat_dir(exp) / f"rank{rank}.timeline.jsonl", [{"t": t, "phase": p, "step": s} for t, p, s in events]
+        Path(exp) / HEARTBEAT / f"rank{rank}.timeline.jsonl", [{"t": t, "phase": p, "step": s} for t, p, s in events]
     )
 
 
 def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
     """``{rank: [{"t", "phase", "step"}, ...]}`` from the timeline files of an experiment."""
     out = {}
-    for path in sorted(heartbeat_dir(exp).glob("rank*.timeline.jsonl")):
+    for path in sorted((Path(exp) / HEARTBEAT).glob("rank*.timeline.jsonl")):
         rank = int(path.name[4:].split(".")[0])
         out[rank] = read_jsonl(path)
     return out
@@ -205,7 +205,7 @@ def phase_intervals(timelines: dict[int, list[dict]], exp: Path | None = None) -
         return {}
     t0 = min(e["t"] for e in events)
     end = max(e["t"] for e in events)
-    report = layout.stall_report(exp) if exp is not None else None
+    report = Path(exp) / layout.STALL_REPORT if exp is not None else None
     if report is not None and report.exists():
         end = max(end, json.loads(report.read_text())["time"])
     out = {}

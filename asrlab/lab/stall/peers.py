@@ -23,7 +23,7 @@ from .heartbeat import read_heartbeats
 
 def peers_path(exp: Path, rank: int) -> Path:
     """A rank's file of the peers it saw end (``watch.peers`` for ``asrlab watch``, which sees every rank)."""
-    return layout.heartbeat_dir(exp) / (f"rank{rank}.peers" if rank >= 0 else "watch.peers")
+    return Path(exp) / layout.HEARTBEAT / (f"rank{rank}.peers" if rank >= 0 else "watch.peers")
 
 
 class PeerExits(threading.Thread):
@@ -99,7 +99,7 @@ class PeerExits(threading.Thread):
 def read_peer_exits(exp: Path) -> dict[int, float]:
     """``{rank: the earliest time another rank saw its process end}`` over every rank's ``.peers`` file."""
     seen: dict[int, float] = {}
-    for path in layout.heartbeat_dir(exp).glob("*.peers"):
+    for path in (Path(exp) / layout.HEARTBEAT).glob("*.peers"):
         try:
             lines = path.read_text().splitlines()
         except OSError:

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from .. import layout
-from ..layout import stall_dir  # noqa: F401  (here too: where its files are written)
+from ..layout import STALL
 from ...files import atomic_write, read_json
 from .classify import own_tail
 from .errors import error_line
@@ -35,7 +35,7 @@ def thread_stacks() -> dict[str, list[str]]:
 
 
 def write_dump(exp: Path, snap: dict) -> Path:
-    return atomic_write(stall_dir(exp) / f"rank{snap['rank']}.json", json.dumps({**snap, "stacks": thread_stacks()}))
+    return atomic_write(Path(exp) / STALL / f"rank{snap['rank']}.json", json.dumps({**snap, "stacks": thread_stacks()}))
 
 
 def write_report(
@@ -63,7 +63,7 @@ def write_report(
     deadline = time.time() + wait_s
     while True:
         dumps = {}
-        for path in stall_dir(exp).glob("rank*.json"):
+        for path in (Path(exp) / STALL).glob("rank*.json"):
             try:
                 d = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -99,10 +99,10 @@ def write_report(
         entry = {k: s.get(k) for k in ("rank", "phase", "step", "since", "detail", "host", "pid", "rank_known")}
         entry["in_phase_s"] = round(now - s["since"], 1)
         entry["stacks"] = s.get("stacks")
-        fh = stall_dir(exp) / f"rank{r}.faulthandler.txt"
+        fh = Path(exp) / STALL / f"rank{r}.faulthandler.txt"
         if entry["stacks"] is None and fh.exists() and fh.stat().st_size:
             entry["faulthandler"] = fh.read_text()
-        workers = stall_dir(exp) / f"rank{r}.workers.txt"
+        workers = Path(exp) / STALL / f"rank{r}.workers.txt"
         if s.get("phase") == "data" and workers.exists() and workers.stat().st_size:
             entry["workers"] = workers.read_text()
         report["ranks"].append(entry)
@@ -139,7 +139,7 @@ def format_report(report: dict) -> str:
 def rank_states(exp: str | Path) -> tuple[str, list[dict]]:
     """``(verdict, [per-rank entry])`` from the stall report, or from the heartbeats of a run without one."""
     exp = Path(exp)
-    report = layout.stall_report(exp)
+    report = Path(exp) / layout.STALL_REPORT
     if report.exists():
         r = json.loads(report.read_text())
         return r["verdict"], r["ranks"]
@@ -170,7 +170,7 @@ EARLIER_KEYS = ("started", "ended", "status", "exit_code", "stopped_by")
 def write_lab_status(exp: Path, update: dict) -> None:
     """``EXP/lab.json``: what a loop using the parts (or the watch) says about its run (for ``asrlab doctor``);
     ``started`` begins a new record, with the earlier launches' ends under ``earlier``."""
-    path = layout.lab(exp)
+    path = Path(exp) / layout.LAB
     state = read_json(path) or {}
     if "started" in update:  # a new launch into this EXP: how each earlier one ended is kept, briefly
         done = {k: state[k] for k in EARLIER_KEYS if k in state}
@@ -187,7 +187,7 @@ def stall_summary(exp: str | Path, report: dict) -> dict:
         "time": report.get("time"),
         "timeout_s": report.get("timeout_s"),
         "failure": report.get("failure"),
-        "report": str(layout.stall_text(exp)),
+        "report": str(Path(exp) / layout.STALL_TEXT),
         "collectives": last_collectives(exp),
         "ranks": [
             {
@@ -202,7 +202,6 @@ def stall_summary(exp: str | Path, report: dict) -> dict:
 __all__ = [
     "format_report",
     "rank_states",
-    "stall_dir",
     "thread_stacks",
     "write_dump",
     "write_lab_status",

@@ -39,7 +39,7 @@ from .classify import own_frame, own_stack, phase_of, where, worker_lines
 from .peers import PeerExits
 from .errors import error_line, rank_errors
 from .heartbeat import Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
-from .report import stall_dir, write_dump, write_lab_status, write_report
+from .report import write_dump, write_lab_status, write_report
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,9 @@ class Watchdog(threading.Thread):
         self._fh_file = None
         self.t0 = time.time()
         for path in (
-            layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.json",
-            layout.heartbeat_dir(self.exp) / f"rank{hb.rank}.timeline.jsonl",
-            stall_dir(self.exp) / f"rank{hb.rank}.json",
+            self.exp / layout.HEARTBEAT / f"rank{hb.rank}.json",
+            self.exp / layout.HEARTBEAT / f"rank{hb.rank}.timeline.jsonl",
+            self.exp / layout.STALL / f"rank{hb.rank}.json",
         ):
             path.unlink(missing_ok=True)
         if hb.rank == 0:
@@ -145,8 +145,8 @@ class Watchdog(threading.Thread):
         """Workers forked from now on inherit a handler that writes their stacks to ``stall/rank{R}.workers.txt``."""
         if WORKER_DUMP_SIGNAL is None or threading.current_thread() is not threading.main_thread():
             return None
-        stall_dir(self.exp).mkdir(parents=True, exist_ok=True)
-        f = open(stall_dir(self.exp) / f"rank{self.hb.rank}.workers.txt", "w")
+        (self.exp / layout.STALL).mkdir(parents=True, exist_ok=True)
+        f = open(self.exp / layout.STALL / f"rank{self.hb.rank}.workers.txt", "w")
         faulthandler.register(WORKER_DUMP_SIGNAL, file=f, all_threads=True, chain=False)
         return f
 
@@ -185,8 +185,8 @@ class Watchdog(threading.Thread):
     def _arm_faulthandler(self) -> None:
         """Last resort if this thread itself cannot run: dump stacks and exit after 4 x timeout."""
         if self._fh_file is None:
-            stall_dir(self.exp).mkdir(parents=True, exist_ok=True)
-            self._fh_file = open(stall_dir(self.exp) / f"rank{self.hb.rank}.faulthandler.txt", "w")
+            (self.exp / layout.STALL).mkdir(parents=True, exist_ok=True)
+            self._fh_file = open(self.exp / layout.STALL / f"rank{self.hb.rank}.faulthandler.txt", "w")
         faulthandler.dump_traceback_later(
             4 * self.first_step_s if not self.hb.completed else 4 * self.timeout_s,
             exit=self.exit_on_stall,
@@ -249,22 +249,22 @@ class Watchdog(threading.Thread):
                 "rank %d: no rank made progress for %g s; writing stacks to %s",
                 self.hb.rank,
                 self.timeout_s,
-                stall_dir(self.exp),
+                self.exp / layout.STALL,
             )
         else:
             log.error("rank %d: %s; stopping this rank", self.hb.rank, error_line(failure))
-        report_path = layout.stall_report(self.exp)
+        report_path = self.exp / layout.STALL_REPORT
         reporter = 0 if failure is None else min(r for r in range(self.world_size) if r != failure["rank"])
         if self.hb.rank == reporter:
             report = write_report(
                 self.exp, self.world_size, self.timeout_s, self.rid, wait_s=COLLECT_S, since=self.t0, failure=failure
             )
-            log.error("STALL: %s (report: %s)", report["verdict"], layout.stall_text(self.exp))
-            if layout.lab(self.exp).exists():  # a loop of the user's: say how it ended
+            log.error("STALL: %s (report: %s)", report["verdict"], self.exp / layout.STALL_TEXT)
+            if (self.exp / layout.LAB).exists():  # a loop of the user's: say how it ended
                 write_lab_status(self.exp, {"status": "stalled" if failure is None else "failed", "ended": time.time()})
             print(
                 f"{'STALL' if failure is None else 'FAILED'}: {report['verdict']}\n"
-                f"full report: {layout.stall_text(self.exp)}",
+                f"full report: {self.exp / layout.STALL_TEXT}",
                 file=sys.stderr,
                 flush=True,
             )

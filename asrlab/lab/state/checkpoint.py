@@ -127,7 +127,7 @@ def integrity(exp: str | Path, clock_of=None) -> dict:
     """Each checkpoint: its marker, its bytes against the marker's SHA-256; the newest a resume would
     load (as :func:`load_latest` chooses), and the training clock it holds: ``clock_of(state, file)``, seconds or None
     (the run state's schema knows where it is kept); not read without it."""
-    d = layout.checkpoints_dir(exp)
+    d = Path(exp) / layout.CHECKPOINTS
     files = []
     for m in list_checkpoints(d):
         path = d / m["file"]
@@ -187,7 +187,7 @@ def _lightning_checkpoints(exp: str | Path) -> list[dict]:
     """The checkpoint files Lightning saved (as ``AsrlabCallback`` recorded them), the newest record of each,
     with its state now: ok (its size and time as saved), missing, or changed since (another run wrote it)."""
     newest: dict[str, dict] = {}
-    path = layout.lightning_checkpoints(exp)
+    path = Path(exp) / layout.CHECKPOINTS / layout.LIGHTNING_CHECKPOINTS
     for r in read_jsonl(path) if path.exists() else []:
         newest[r["file"]] = r
     out = []

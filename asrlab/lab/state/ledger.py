@@ -20,7 +20,7 @@ from ...files import JsonLines, append_jsonl, read_jsonl
 
 
 def ledger_path(exp: str | Path, rank: int) -> Path:
-    return layout.ledger_dir(exp) / f"rank{rank}.jsonl"
+    return Path(exp) / layout.LEDGER / f"rank{rank}.jsonl"
 
 
 class LedgerWriter:
@@ -138,7 +138,7 @@ def read_untrained(exp: str | Path) -> dict[int, dict[int, dict]]:
 
 
 def ledger_ranks(exp: str | Path) -> list[int]:
-    return sorted(int(p.stem[4:]) for p in layout.ledger_dir(exp).glob("rank*.jsonl"))
+    return sorted(int(p.stem[4:]) for p in (Path(exp) / layout.LEDGER).glob("rank*.jsonl"))
 
 
 def coverage(exp: str | Path) -> dict[int, Counter]:

@@ -174,7 +174,7 @@ class RunState:
             if isinstance(first, dict) and "positions" in first:  # asrlab's loader: `asrlab ckpt` shows where it was
                 listed["rank0_position"] = first["positions"]
             path = checkpoint.save_checkpoint(
-                layout.checkpoints_dir(self.exp), state, step, listed, self.keep_last, on_write=self.on_write
+                self.exp / layout.CHECKPOINTS, state, step, listed, self.keep_last, on_write=self.on_write
             )
         if self.group is not None:
             torch.distributed.barrier(group=self.group)
@@ -195,10 +195,10 @@ class RunState:
         """The newest good checkpoint in this schema, with ``"file"`` (its name), without restoring anything
         (None if there is none). Every rank must call it when ``shared_exp`` is False."""
         if self.shared_exp:
-            found = checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu")
+            found = checkpoint.load_latest(self.exp / layout.CHECKPOINTS, map_location="cpu")
         else:
             found = self._from_rank0(
-                checkpoint.load_latest(layout.checkpoints_dir(self.exp), map_location="cpu") if self.rank == 0 else None
+                checkpoint.load_latest(self.exp / layout.CHECKPOINTS, map_location="cpu") if self.rank == 0 else None
             )
         if found is None:
             return None
