@@ -29,7 +29,7 @@ from .words import (
 )
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, WINDOWS_SEGV
+from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, exit_signal
 from .toolkits import counter_of, num
 from .nccl import nccl_events
 from .summary import TorchrunSummary
@@ -128,7 +128,7 @@ class Events:
             and m[2]
         ):
             code = int(m[2])  # "returned non-zero exit status N": a signal's status is the child's death by it
-            if sig := SIGNALS.get(-code) if -64 <= code < 0 else WINDOWS_SEGV.get(code):
+            if sig := exit_signal(code):
                 self._add(
                     "exit", e["rank"], e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status"
                 )
@@ -337,7 +337,7 @@ class Events:
             if m:
                 code = int(m.group(1))
                 self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun", root=False,
-                          signal=SIGNALS.get(-code, f"signal {-code}") if code < 0 else None, pid=int(m.group(3)))  # fmt: skip
+                          signal=exit_signal(code), pid=int(m.group(3)))  # fmt: skip
                 return
         if "closing signal" in text:
             m = AGENT_TERM.search(text)
@@ -388,8 +388,7 @@ class Events:
                 )
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)
-                sig = SIGNALS.get(-code, f"signal {-code}") if -64 <= code < 0 else WINDOWS_SEGV.get(code)
-                self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=sig)
+                self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=exit_signal(code))
                 return
         if "failed at step" in text and (m := ASRLAB_RANK.search(text)):
             self._add("exception", int(m.group(1)), time, text, type=m.group(3), message=m.group(4)[:300], where=None)

@@ -8,7 +8,7 @@ import re
 
 from .marks import Clock
 from .tracebacks import Traceback
-from .words import SIGNAL, SIGNALS, summary_fields
+from .words import SIGNAL, exit_signal, summary_fields
 
 _CUT_RECORD = re.compile(r"^rank\s*:\s*\d+ \(local_rank: \d+\)$")
 _RECORD = re.compile(r"^\[\d+\]:$")
@@ -71,9 +71,7 @@ class TorchrunSummary:
         code = int(code.group(1)) if code else None
         pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
         sig = SIGNAL.search(r.get("traceback", ""))
-        signame = (
-            sig.group(2) if sig else (SIGNALS.get(-code, f"signal {-code}") if code is not None and code < 0 else None)
-        )
+        signame = sig.group(2) if sig else exit_signal(code)
         more = {}
         if len(r.get("tb", [])) > 1:  # the rank's traceback, from its error file
             tb = Traceback(rank, None)

@@ -341,6 +341,16 @@ def shell_pid(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def exit_signal(code: int | None, shell: bool = False) -> str | None:
+    """The signal an exit code says ended the process: Python's -N, a shell's 128 + N (``shell``), Windows'
+    access violation; None for any other code."""
+    if code is not None and shell and 128 < code <= 128 + 64:
+        code = 128 - code
+    if code is not None and -64 <= code < 0:
+        return SIGNALS.get(-code, f"signal {-code}")
+    return WINDOWS_SEGV.get(code)
+
+
 def signame(said: str) -> str:
     """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
     return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
@@ -404,4 +414,5 @@ __all__ = [
     "nonfinite_row",
     "shell_pid",
     "signame",
+    "exit_signal",
 ]

@@ -15,7 +15,7 @@ from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
 from ...lab.state.ledger import ledger_path, read_ledger
 from ...lab.stop import STOP_FILE
 from ..logs.tracebacks import COLLECTIVE_TIMEOUT
-from ..logs.words import SIGNALS
+from ..logs.words import exit_signal
 from ..timeline import failure
 
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
@@ -230,8 +230,7 @@ def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
 
 def _signalled(code: int | None) -> tuple[str, str] | None:
     """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
-    n = code - 128 if code is not None and 128 < code <= 192 else -code if code is not None and code < 0 else 0
-    name = SIGNALS.get(n)
+    name = exit_signal(code, shell=True)
     return (name, "stopped" if name in ("SIGTERM", "SIGINT", "SIGHUP") else "killed") if name else None
 
 

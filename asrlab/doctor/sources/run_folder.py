@@ -10,7 +10,6 @@ wrote ``config.yaml``) decide it.
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ...lab.stall.report import stall_summary
 from ...lab.state.checkpoint import integrity
 from ...lab.state.ledger import epoch_coverage_report, resumed_from
 from ...lab.stop import STOP_FILE
+from ..logs.words import exit_signal
 from ..timeline import resumes
 from . import Reading
 from .run_events import timeline_of
@@ -179,11 +179,8 @@ def _ended(x: dict) -> str:
     rc = x.get("exit_code")
     if rc is not None:
         said += f", exit code {rc}"
-        if 128 < rc < 128 + 65:
-            try:
-                said += f" ({signal.Signals(rc - 128).name})"
-            except ValueError:
-                pass
+        if sig := exit_signal(rc, shell=True):
+            said += f" ({sig})"
     if x.get("stopped_by"):
         said += f", by {x['stopped_by']}"
     return said
