@@ -897,6 +897,21 @@ def test_a_zero_padded_counter_before_the_loss_is_not_part_of_the_losss_name():
     ]
 
 
+def test_a_traceback_under_a_loops_own_tag_on_every_line_is_read_whole(tmp_path):
+    """A rank's own file where every line of its traceback carries the loop's tag after the clock ("[2026-11-29
+    22:38:42] (JOB 2/2) !!   File ...", 3.11's ^^^^ markers among them), and the same under the clock alone: the
+    exception the worker raised, not a traceback cut before its exception line, and not another rank's doing."""
+    tagged = FIXTURES / "own_loops/w17_bash_launcher_job_tag_on_every_traceback_line_rank_file.log"
+    clocked = tmp_path / "train.log"
+    clocked.write_text(tagged.read_text().replace("(JOB 2/2) !! ", "").replace("(JOB 2/2) ", ""))
+    for log in (tagged, clocked):
+        d = diagnose_logs([str(log)])
+        assert "ValueError: corrupt feature archive at utt00088 (at train.py:26 in __getitem__)" in d["summary"], d[
+            "summary"
+        ]
+        assert "another rank" not in d["summary"], d["summary"]
+
+
 @pytest.mark.parametrize("case", OWN_LOOPS, ids=[c["file"] for c in OWN_LOOPS])
 def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     """Loops written apart from asrlab's examples, broken on purpose under asrlab watch: a loss of any name

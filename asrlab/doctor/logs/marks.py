@@ -44,7 +44,7 @@ STRUCTURAL = re.compile(
     r"^(?:Traceback \(most|\s*File \"|\s+\S|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b|"
     r"\[\d+\]:\s*$|(?:rank|exitcode|time|host|error_file|traceback)\s*:|Root Cause|Failures:|={8}|-{8}|"
     rf"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|{_MARK}|"
-    r"terminate called|Fatal Python error|Segmentation fault|Killed\b)"
+    r"terminate called|Fatal Python error|Segmentation fault|Killed\b|[~^]{2,}\s*$)"  # 3.11's markers under a frame
 )
 # a loop's own short mark: "[train r1] ...", "12:00:01 [w1] upd=3 ...", "... | r1 | step 2 |"
 _OWN_R = r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[A-Za-z]+ )?[rw](\d{1,4})\] |\| r(\d{1,4}) \|"

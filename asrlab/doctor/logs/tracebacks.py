@@ -144,6 +144,11 @@ class Traceback:
         self.named = named.group(1) if named else "KeyboardInterrupt" if "^CTraceback" in head else None
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
         self.done = False
+        # a loop's own tag before its head ("(JOB 2/2) !! Traceback ..."): on each of its lines, taken off (its clock's
+        # and counters' digits may change from line to line)
+        tag = head[: head.find(TB)] if TB in head and not self.named else ""
+        parts = re.split(r"(\d+)", tag)
+        self.tag = re.compile("".join(r"\d+" if x.isdigit() else re.escape(x) for x in parts)) if tag.strip() else None
 
     def awaits(self, text: str, unmarked: bool) -> bool:
         """Whether ``text`` is what this traceback waits for: the exception line after its frames (its message may
@@ -159,6 +164,8 @@ class Traceback:
     def feed(self, text: str) -> bool:
         """Take a line; False when the line is not part of this traceback (and it has ended)."""
         s = self.sections[-1]
+        if self.tag is not None and (m := self.tag.match(text)):
+            text = text[m.end() :]
         stripped = text.strip()
         after_frame = s.pop("after_frame", False)
         if stripped == ORIGINAL or stripped.endswith(ORIGINAL):
@@ -188,8 +195,10 @@ class Traceback:
                 s["frames"] += [(f, int(n), fn) for f, n, fn in _GLUED_FRAME.findall(text[m.end() :])]
                 s["exc"], s["message"] = glued[1], [glued[2]]
             return True
-        if (text[:1].isspace() or (after_frame and stripped and not EXC.match(stripped))) and s["exc"] is None:
-            return True  # a frame's source line, or ^^^^ markers
+        if (
+            text[:1].isspace() or (after_frame and stripped and not EXC.match(stripped)) or set(stripped) <= {"^", "~"}
+        ) and s["exc"] is None:
+            return True  # a frame's source line, or ^^^^ markers (their indent gone with a collector's prefix)
         if s["exc"] is None:
             m = EXC.match(stripped)
             if m and (s["frames"] or s.get("original") or s.get("boxed")):
