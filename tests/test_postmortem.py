@@ -697,6 +697,15 @@ WORDINGS = {
     "logging's call stack of a record it could not write ('Message: 'Main process received SIGINT, exiting'')": (
         "logs66/deepspeed/launcher_sigkill_handler_broken_pipe_then_main_process_received_sigint.log"
     ),
+    "TensorFlow 1.x's 'Error reported to Coordinator: <class '...InvalidArgumentError'>, LossTensor is inf or nan'": (
+        "logs67/tf_object_detection/legacy_trainer_global_step_1_loss_12_65_then_losstensor_inf_or_nan_checknumerics.log"
+    ),
+    "detectron2's 'FloatingPointError: Loss became infinite or NaN at iteration=756!' with no traceback above it": (
+        "logs67/detectron2/meshrcnn_floatingpointerror_iteration_756_loss_dict_nan_inf_on_cuda_1_hard_wrapped.log"
+    ),
+    "XLM's '   1000 -   72.85 sent/s - ... XE-en-en:  3.7582 || ...' step before a CUDA out of memory": (
+        "logs67/unsupervisedmt/step_1000_xe_losses_then_otf_bt_loss_backward_cuda_error_out_of_memory.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -767,6 +776,7 @@ INDEX = {
         "logs64",
         "logs65",
         "logs66",
+        "logs67",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -863,6 +873,23 @@ def test_a_barrier_jax_gave_up_on_and_a_watchdog_stuck_under_an_abort_are_stalls
     assert d["verdict"] == "stalled" and d["summary"].startswith("rank 6 timed out"), d["summary"]
 
 
+def test_a_loss_scale_at_1_that_still_overflows_is_non_finite_and_a_step_printed_nan_after_it_says_where():
+    """DeepSpeed's fp16 optimizer: 'Reducing dynamic loss scale from 1 to 1', '[Rank 0] Overflow detected. Skipping
+    step. Attempted loss scale: 1, reducing to 1': the gradients overflow unscaled, every step skipped (no loss is
+    printed: the scale is what says it). Where a step is printed non-finite after the scale fell (DeepSpeed-Chat's
+    'step: 3721|ppo_ep: 1|act_loss: nan'), that step is where."""
+    d = read_excerpt(
+        FIXTURES
+        / "logs67/deepspeed/fp16_loss_scale_stuck_at_1_grad_overflow_on_iteration_8_rank0_overflow_detected.log"
+    )
+    assert d["verdict"] == "nonfinite" and "the loss scale fell to 1" in d["summary"], d["summary"]
+    d = read_excerpt(
+        FIXTURES
+        / "logs7/deepspeed_apex/deepspeed_chat_ppo_grad_overflow_iter_1860_scale_1_to_1_step_3721_act_loss_nan.log"
+    )
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 3721, d["summary"]
+
+
 def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():
     """ms-swift's "Train:  62%|...| 5559/9008", then a rollout's bars of no name "0/48" .. "48/48", then rank 0's
     watchdog: the step is the training bar's, not the inner loop's last count."""
@@ -950,7 +977,7 @@ def test_a_stop_read_from_a_log_is_no_failure_as_from_a_run_folder():
 
 
 def test_a_month_and_day_are_not_a_bars_count():
-    from asrlab.doctor.logs.toolkits import counter_of
+    from asrlab.doctor.logs.counters import counter_of
 
     assert counter_of("06/26 18:54:31 [ERROR] trainer - <class 'RuntimeError'> at trainer.py:101") is None
     assert counter_of("Epoch 3:  45%|####5     | 450/1000 [00:10<00:12]") == 450

@@ -29,8 +29,9 @@ from .words import (
 )
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import LOADER_TIMEOUT, LUA_ERROR, UNHANDLED, WATCH_VERDICT, exit_signal
-from .toolkits import counter_of, num
+from .words import LOADER_TIMEOUT, LUA_ERROR, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
+from .counters import counter_of
+from .toolkits import num
 from .nccl import nccl_events
 from .summary import TorchrunSummary
 from .tracebacks import (
@@ -46,6 +47,7 @@ from .tracebacks import (
     ORIGINAL,
     RICH_FRAME,
     WORKER,
+    exception_kind,
     Traceback,
     user_frame,
 )
@@ -427,12 +429,16 @@ class Events:
             self._add(kind, who, time, text, type=None if m[2] else "FATAL (glog)",
                       message=(m[1] or text.strip())[:300], where=None, bare=True)  # fmt: skip
             return
+        if "to Coordinator" in text and (m := TF_COORDINATOR.search(text)):  # TF 1.x's supervisor, its step's error
+            kind = exception_kind(m[2])
+            self._add(kind, rank, time, text, type=m[1], message=m[2][:300], where=None, bare=True)
+            return
         if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
             m := EXC_LINE.match(text.strip())
         ):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
             self._unhandled.pop(self.source, None)
-            kind = "consequence" if CONSEQUENCE.search(text) else "oom" if OOM.search(text) else "exception"
+            kind = "consequence" if CONSEQUENCE.search(text) else exception_kind(text)
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))
             self._add(kind, rank, time, text, type=typ, message=msg[:300], where=None, bare=True)
             if kind == "consequence":

@@ -16,7 +16,8 @@ from .fingerprint import CODES, CODE_FORMAT, DROP, EDGE, FEW, FORMAT_CODE, LONG,
 from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, rank_marks
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
-from .toolkits import READERS, bar_count, step_of, validation
+from .counters import bar_count
+from .toolkits import READERS, step_of, validation
 from .words import BAR_END, EPOCH_START
 
 _READER = dict(READERS)

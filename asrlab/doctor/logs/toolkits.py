@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .counters import NAMED, counter_of
 from .words import OWN_LOSSES
 
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|nan|inf|NaN|Inf|INF|NAN)"  # Infinity: JSON's, as Python writes it
@@ -352,7 +353,7 @@ def kv(line: str) -> dict | None:
         return None
     train = pairs
     d = {k.lower(): v for k, v in train}
-    counter = _NAMED.search(line) or _COUNTER.search(line)
+    counter = NAMED.search(line) or _COUNTER.search(line)
     bar = _BAR_COUNT.search(line) if counter is None else None
     epoch = num(d.get("epoch") or ((m := _EPOCH_WORD.search(line)) and m.group(1)))
     if counter is None and bar is None and epoch is None:
@@ -394,6 +395,21 @@ def marian(line: str) -> dict | None:
     return _record("marian", int(m[1]), step=int(m[2]), losses={"cost": num(m[3])}, grad_norm=num(g[1]) if g else None)
 
 
+# XLM's and UnsupervisedMT's trainer, under their logger's "INFO - 09/08/18 11:28:33 - 0:29:30 - ": "   1000 -
+# 72.85 sent/s -  2105.00 words/s - XE-en-en:  3.7582 || XE-fr-fr:  3.5753 || ... - LR: 1.0000e-04"
+_XLM = re.compile(r" - \d+:\d\d:\d\d - +(\d+) - +[\d.]+ sent/s - (.*)")
+_XLM_PAIR = re.compile(rf"([A-Za-z][\w-]*): +({NUM})")
+
+
+def xlm(line: str) -> dict | None:
+    m = _XLM.search(line) if "sent/s" in line else None
+    if m is None:
+        return None
+    pairs = _XLM_PAIR.findall(m[2])
+    lr = next((num(v) for k, v in pairs if k == "LR"), None)
+    return _record("xlm", step=int(m[1]), losses={k: num(v) for k, v in pairs if k != "LR"}, lr=lr)
+
+
 # NVIDIA's DLLogger: "DLL 2020-10-30 14:53:19.377231 - (67, 9) glob_iter/iters_per_epoch : 2985/186", then
 # "DLL ... - (67, 9) train_loss : -4.36": a step's values a line each under its (epoch, iteration) tuple
 _DLL = re.compile(r"^DLL (?:\S+ \S+ )?- \((\d+), (\d+)\) (.*)")
@@ -423,6 +439,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("darknet", darknet),
     ("marian", marian),
     ("dllogger", dllogger),
+    ("xlm", xlm),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),
@@ -430,51 +447,9 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
 GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
-_NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
-    r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
-    # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
-    # 100 batches"; not "09:30:39 iter 2920"
-    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
-    r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
-    r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
-    r"|Saving checkpoints for (\d+) into ",  # TensorFlow's estimator: its global step at the save
-    re.I,
-)
-# a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
-_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
-
-
-# a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"; a bar drawn without
-# tqdm's brackets: "━━━━━━ 588/588 3.6it/s 2:45" (Ultralytics')
-_TQDM = re.compile(
-    r"(?<![\d.])(?:(\d+)/(?:\d+|\?)\s*|(\d+)it )\[(?:\d+:)?\d+:\d+|(?<![\d.])(\d+)/\d+ [\d.]+(?:it/s|s/it) \d"
-)
-
-
-def bar_count(line: str) -> int | None:
-    """The count of a tqdm bar anywhere in a line (glued to other output, its glyphs stripped by a notebook)."""
-    m = _TQDM.search(line)
-    return int(m.group(1) or m.group(2) or m.group(3)) if m else None
-
-
 def validation(line: str) -> bool:
     """Whether a line is of a validation or test pass ("[CV]", "valid", "eval", "dev"), not a training step."""
     return bool(_NOT_TRAIN.search(line))
-
-
-# "step 683/3710": a step of the run's total, where no other counter is named beside it
-_STEP_OF = re.compile(r"(?<![A-Za-z0-9])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\s*/\s*\d+", re.I)
-
-
-def counter_of(line: str, named: bool = False) -> int | None:
-    """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
-    ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
-    it names none."""
-    # a tqdm count before any other N/M: a bar's "0/299 ... 34/54 [00:42<00:25" counts batches, its 0/299 epochs
-    m = _NAMED.search(line) or (_STEP_OF.search(line) if named else _TQDM.search(line) or _OF.search(line))
-    return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
@@ -493,4 +468,4 @@ def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dic
     return None
 
 
-__all__ = ["READERS", "bar_count", "counter_of", "num", "step_of", "validation"]
+__all__ = ["READERS", "num", "step_of", "validation"]

@@ -82,9 +82,15 @@ NONFINITE_EXC = re.compile(
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
     r"[Nn]a[Nn] (?:or Inf )?(?:found|detected) in|\b(?:found|detected) (?:a )?(?:nan|inf)\b|Function '\w+' returned nan|"
     r"Minimum loss scale reached|[Ll]oss is probably exploding|FloatingPointError|"  # fairseq's, numpy's
+    r"\bTensor had (?:NaN|Inf) values|"  # TensorFlow's CheckNumerics
     r"\b(?:nan|inf) loss\b",  # a loop's own check: DDSP-SVC's "ValueError:  [x] nan loss"
     re.I,
 )
+
+
+def exception_kind(words: str) -> str:
+    """What an exception's words make it: ``oom``, ``nonfinite_error`` (a check on the loss), else ``exception``."""
+    return "oom" if OOM.search(words) else "nonfinite_error" if NONFINITE_EXC.search(words) else "exception"
 
 
 MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
@@ -251,17 +257,11 @@ class Traceback:
         last = done[-1]
         text = f"{s['exc']}: {message}" if message else s["exc"]
         whole = " ".join(f"{d['exc']}: {' '.join(d['message'])}" for d in done)
-        kind = (
-            "oom"
-            if OOM.search(whole)
-            else "nonfinite_error"
-            if NONFINITE_EXC.search(whole)
-            else "worker_killed"
-            if WORKER.search(whole)
-            else "consequence"
-            if CONSEQUENCE.search(text) and not originals and not MONITORED_PEER.search(text)
-            else "exception"
-        )
+        kind = exception_kind(whole)
+        if kind == "exception" and WORKER.search(whole):
+            kind = "worker_killed"
+        elif kind == "exception" and CONSEQUENCE.search(text) and not originals and not MONITORED_PEER.search(text):
+            kind = "consequence"
         spawned = SPAWNED.search(whole)
         if spawned and kind not in ("oom", "nonfinite_error"):
             # torch.multiprocessing's report of the process that ended: that rank's exit (its own traceback,

@@ -165,6 +165,8 @@ def nonfinite_values(text: str) -> str | None:
 EPOCH_START = re.compile(
     r"(?:Going into|Starting|Start(?:ing)? training|Begin(?:ning)?) epoch:? (\d+)|^\W*Epoch (\d+)/\d+\s*$", re.I
 )
+# TensorFlow 1.x's supervisor on the error that ended its training loop
+TF_COORDINATOR = re.compile(r"Error reported to Coordinator: <class '([\w.]+)'>, (.+)")
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
 DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
@@ -250,7 +252,10 @@ GUARD_SKIP = re.compile(
 )
 SCALE = (
     (
-        re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: ([\d.e+]+), reducing to ([\d.e+]+)"),
+        re.compile(  # older DeepSpeed's "OVERFLOW! Rank 0 Skipping step.", later "[Rank 0] Overflow detected. Skipping step."
+            r"(?:OVERFLOW! Rank (\d+)|\[Rank (\d+)\] Overflow detected\.) Skipping step\. Attempted loss scale: ([\d.e+]+), "
+            r"reducing to ([\d.e+]+)"
+        ),
         "deepspeed",
     ),
     (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
@@ -259,7 +264,7 @@ SCALE = (
     # fairseq's "overflow detected, setting loss scale to: 0.5", any trainer's "reducing loss scale to 1024"
     (
         re.compile(
-            r"(?:overflow|[Rr]educing|[Dd]ecreas\w*|[Ss]etting)\b.{0,40}?loss[ _]scale (?:to|=):?\s*([\d.e+-]+)"
+            r"(?:overflow|[Rr]educing|[Dd]ecreas\w*|[Ss]etting)\b.{0,40}?loss[ _]scale (?:from [\d.e+-]+ )?(?:to|=):?\s*([\d.e+-]+)"
         ),
         "any",
     ),
@@ -377,6 +382,7 @@ __all__ = [
     "EXC_LINE",
     "GLOO",
     "STORE_KEY",
+    "TF_COORDINATOR",
     "EPOCH_START",
     "JAX_BARRIER",
     "HOROVOD_MISSING",

@@ -22,7 +22,8 @@ from ..logs.progress import at, clock, last_before, named_later, next_after, pla
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
-from ..logs.toolkits import counter_of, validation
+from ..logs.counters import counter_of
+from ..logs.toolkits import validation
 from ..timeline import first_failure, resumes, when
 from ...lab.stall.watchdog import STALL_EXIT
 from . import Reading
@@ -141,7 +142,8 @@ def _causes(run: LogRun) -> list[tuple]:
         out = [(v, {**x, "consequence": True} if x["kind"] == "nonfinite_line" and validation(x["text"]) else x)
                for v, x in out]  # fmt: skip
     skips = persistent_skips(run)
-    if skips:
+    # a step printed non-finite after the scale fell, in the same file: one incident, said where the step is
+    if skips and not (r is not None and r["file"] == skips.get("file") and r["order"] > skips.get("order", 0)):
         out.append(("nonfinite", skips))
     unscaled = _unscaled_skip(run)
     if unscaled:

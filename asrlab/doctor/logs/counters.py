@@ -1,0 +1,50 @@
+"""Where a line says it is in training, whatever its format: the step a counter names (``step 40``,
+``Iteration: 2933``, ``iteration=0``), else a bar's count (``450/1000``, ``[24289/24290]``)."""
+
+from __future__ import annotations
+
+import re
+
+NAMED = re.compile(
+    r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
+    r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
+    # "(batch 32 -> 30)": a size that changed, not a place
+    r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
+    # 100 batches"; not "09:30:39 iter 2920"
+    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
+    r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
+    r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
+    r"|Saving checkpoints for (\d+) into ",  # TensorFlow's estimator: its global step at the save
+    re.I,
+)
+# a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
+_OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
+
+
+# a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"; a bar drawn without
+# tqdm's brackets: "━━━━━━ 588/588 3.6it/s 2:45" (Ultralytics')
+_TQDM = re.compile(
+    r"(?<![\d.])(?:(\d+)/(?:\d+|\?)\s*|(\d+)it )\[(?:\d+:)?\d+:\d+|(?<![\d.])(\d+)/\d+ [\d.]+(?:it/s|s/it) \d"
+)
+
+
+def bar_count(line: str) -> int | None:
+    """The count of a tqdm bar anywhere in a line (glued to other output, its glyphs stripped by a notebook)."""
+    m = _TQDM.search(line)
+    return int(m.group(1) or m.group(2) or m.group(3)) if m else None
+
+
+# "step 683/3710": a step of the run's total, where no other counter is named beside it
+_STEP_OF = re.compile(r"(?<![A-Za-z0-9])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\s*/\s*\d+", re.I)
+
+
+def counter_of(line: str, named: bool = False) -> int | None:
+    """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
+    ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
+    it names none."""
+    # a tqdm count before any other N/M: a bar's "0/299 ... 34/54 [00:42<00:25" counts batches, its 0/299 epochs
+    m = NAMED.search(line) or (_STEP_OF.search(line) if named else _TQDM.search(line) or _OF.search(line))
+    return int(next(g for g in m.groups() if g is not None)) if m else None
+
+
+__all__ = ["NAMED", "bar_count", "counter_of"]
