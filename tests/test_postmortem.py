@@ -706,6 +706,12 @@ WORDINGS = {
     "XLM's '   1000 -   72.85 sent/s - ... XE-en-en:  3.7582 || ...' step before a CUDA out of memory": (
         "logs67/unsupervisedmt/step_1000_xe_losses_then_otf_bt_loss_backward_cuda_error_out_of_memory.log"
     ),
+    "subprocess's 'CalledProcessError: Command '[..., '--local_rank=7', ...]' died with <Signals.SIGSEGV: 11>.'": (
+        "logs68/torch_distributed_launch/local_rank_7_died_with_sigsegv_calledprocesserror_imagenet_distill.log"
+    ),
+    "mpirun --timestamp-output's 'Fri Aug 18 12:44:11 2017[1,93]<stderr>:*** SIGFPE ... received by PID'": (
+        "logs68/paddle/rank_93_sigfpe_in_fully_connected_forward_glog_failure_handler.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -777,6 +783,7 @@ INDEX = {
         "logs65",
         "logs66",
         "logs67",
+        "logs68",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -1101,10 +1108,10 @@ def test_a_ranks_mark_stays_with_the_glog_line_it_marks(tmp_path):
 
 
 def test_the_child_a_launchers_traceback_quotes_is_the_culprit():
-    """A launcher's own traceback ending in the CalledProcessError of the child it started ('--local_rank=7'):
-    rank 7 (its exit status cut off: the verdict is the crash it reports)."""
+    """A launcher's own traceback ending in the CalledProcessError of the child it started ('--local_rank=7'), its
+    status at the end of a long command ('died with <Signals.SIGKILL: 9>'): rank 7, killed."""
     d = read_excerpt(FIXTURES / "logs39/plain/easycv_pai_launch_local_rank_7_died_with_sigkill_via_sigkill_handler.log")
-    assert d["verdict"] == "crashed" and d["culprit"]["rank"] == 7, d["summary"]
+    assert d["verdict"] == "killed" and d["culprit"]["rank"] == 7, d["summary"]
 
 
 def test_one_ranks_collective_count_alone_names_no_rank_behind():

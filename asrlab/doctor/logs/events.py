@@ -124,17 +124,11 @@ class Events:
         line, self.order = self.order, e["order"]  # what it says is said where it began; then the line that ended it
         if e["kind"] == "consequence":
             self._consequence(e["rank"], e["time"], e["text"])
-        if (
-            (e.get("type") or "").endswith("CalledProcessError")
-            and (m := STATUS.search(e.get("message") or ""))
-            and m[2]
-        ):
-            code = int(m[2])  # "returned non-zero exit status N": a signal's status is the child's death by it
-            if sig := exit_signal(code):
-                self._add(
-                    "exit", e["rank"], e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status"
-                )
-                e["kind"] = "consequence"
+        # a signal's status is the child's death by it; the child's rank, where its command names it
+        if (sig := exit_signal(code := e.pop("child_code", None))) is not None:
+            who = e.get("culprit_rank", e["rank"])
+            self._add("exit", who, e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status")
+            e["kind"] = "consequence"
         self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
         if self.counts[e["kind"]] <= KEEP:
             self.events.append(e)

@@ -33,7 +33,8 @@ _STRONG = (
 )
 _TIME = re.compile(
     r"^\[?(?:\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?|"
-    r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d)\]?:?\s+"
+    r"(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?)\]?:?"
+    r"(?:\s+|(?=\[\d+,\d+\]<std))"  # mpirun --timestamp-output's "Fri Aug 18 12:44:11 2017[1,93]<stderr>:"
 )
 _WEAK_RANK = re.compile(
     r"^\[(\d{1,5})\]:(?: (?=\S)| ?(?=\s|$))|^(\d{1,4}): (?=\S)(?![-+\w.]+, [-+\w.]+ avg)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
-from .words import JAX_BARRIER, STORE_KEY
+from .words import DIED, JAX_BARRIER, STATUS, STORE_KEY
 
 
 TB = "Traceback (most recent call last):"
@@ -294,6 +294,11 @@ class Traceback:
             more["culprit_rank"] = int(child.group(1))  # a launcher's word on the child it started: that rank's
         elif self.rank is None and (own := OWN_RANK.match(message)):
             more["culprit_rank"] = int(own.group(1))  # "Rank 3: found NaN in local grad norm": the rank says itself
+        if (s["exc"] or "").endswith("CalledProcessError"):  # its child's status, read before a long command cuts it
+            st, died = STATUS.search(message), DIED.search(message)  # "returned non-zero exit status N", "died with
+            more["child_code"] = (
+                int(st[2]) if st and st[2] else -int(died[1]) if died else None
+            )  # <Signals.SIGSEGV: 11>"
         return {
             **more,
             "kind": kind,

@@ -73,6 +73,7 @@ STATUS = re.compile(
     r"|\b(?:rank|worker|process) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
 )
+DIED = re.compile(r"died with <Signals\.SIG\w+: (\d+)>")  # subprocess's CalledProcessError on a child a signal ended
 # Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
 # (older versions: the ranks that did submit it)
 HOROVOD_STALL = re.compile(r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for")
@@ -382,6 +383,7 @@ __all__ = [
     "EXC_LINE",
     "GLOO",
     "STORE_KEY",
+    "DIED",
     "TF_COORDINATOR",
     "EPOCH_START",
     "JAX_BARRIER",
