@@ -712,6 +712,15 @@ WORDINGS = {
     "mpirun --timestamp-output's 'Fri Aug 18 12:44:11 2017[1,93]<stderr>:*** SIGFPE ... received by PID'": (
         "logs68/paddle/rank_93_sigfpe_in_fully_connected_forward_glog_failure_handler.log"
     ),
+    "TD-MPC2's ' train  E: 998  I: 499,500  R: 937.0' before Hydra's 'Error executing job'": (
+        "logs69/tdmpc2/hydra_walker_walk_train_e_998_i_499500_then_error_executing_job_traceback_in_buffer_sample.log"
+    ),
+    "Marian's '[valid] Ep. 2 : Up. 500 : perplexity' before its 'CUDA error 2 'out of memory''": (
+        "logs69/marian/valid_up_500_new_best_then_tcmalloc_large_allocs_then_cuda_error_2_out_of_memory_aborted.log"
+    ),
+    "srun's 'task 0: Segmentation fault' (rank 0 killed)": (
+        "logs69/jax/nerfies_starting_training_faulthandler_frames_in_pmap_then_srun_task_0_segmentation_fault.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -784,6 +793,7 @@ INDEX = {
         "logs66",
         "logs67",
         "logs68",
+        "logs69",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -354,7 +354,10 @@ class Events:
             return
         m = SHELL_SIGNAL.search(text.strip())
         if m:
-            self._add("exit", rank, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
+            who = (
+                int(t[1]) if (t := SRUN_TASK.search(text)) else rank
+            )  # "srun: error: host: task 0: Segmentation fault"
+            self._add("exit", who, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
                       source="shell", pid=shell_pid(text))  # fmt: skip
             return
         if ("Terminated" in text or "^C" in text) and (m := SHELL_STOP.search(text)):

@@ -78,6 +78,9 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
         )
     else:
         text = f"{reported_text}; the log does not say which rank is behind"
+        gaps = sorted(set(range(max(reported))) - set(reported)) if len(reported) > 1 else []
+        if gaps:  # a hint, not a culprit: the world may be larger, its other ranks as silent
+            text += f" (rank{'s' * (len(gaps) > 1)} {', '.join(map(str, gaps))}, among them, printed no timeout)"
     return {
         "collective": {"seq": seq, "op": op, "timeout_ms": tmo},
         "reported_by": reported,

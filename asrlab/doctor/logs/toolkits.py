@@ -387,8 +387,13 @@ _MARIAN = re.compile(rf"\bEp\. (\d+) : Up\. (\d+) : Sen\. [\d,]+ : Cost ({NUM})"
 _MARIAN_GNORM = re.compile(rf"gNorm ({NUM})")
 
 
+_MARIAN_VALID = re.compile(r"\[valid\] Ep\. (\d+) : Up\. (\d+) : ")  # its validation, at that many updates
+
+
 def marian(line: str) -> dict | None:
     m = _MARIAN.search(line) if "Up. " in line else None
+    if m is None and "[valid]" in line and (v := _MARIAN_VALID.search(line)):
+        return _record("marian", int(v[1]), step=int(v[2]))  # where training is: no loss of its own
     if m is None:
         return None
     g = _MARIAN_GNORM.search(line)
@@ -408,6 +413,16 @@ def xlm(line: str) -> dict | None:
     pairs = _XLM_PAIR.findall(m[2])
     lr = next((num(v) for k, v in pairs if k == "LR"), None)
     return _record("xlm", step=int(m[1]), losses={k: num(v) for k, v in pairs if k != "LR"}, lr=lr)
+
+
+# TD-MPC2's logger: " train            E: 998                   I: 499,500               R: 937.0   ..." (its
+# episode and its step, then the episode's reward, no loss)
+_TDMPC = re.compile(r"^\s*train\s+E: (\d+)\s+I: (\d{1,3}(?:,\d{3})*)\s")
+
+
+def tdmpc(line: str) -> dict | None:
+    m = _TDMPC.match(line) if "I: " in line else None
+    return None if m is None else _record("tdmpc", int(m[1]), step=int(m[2].replace(",", "")))
 
 
 # NVIDIA's DLLogger: "DLL 2020-10-30 14:53:19.377231 - (67, 9) glob_iter/iters_per_epoch : 2985/186", then
@@ -440,6 +455,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("marian", marian),
     ("dllogger", dllogger),
     ("xlm", xlm),
+    ("tdmpc", tdmpc),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),
