@@ -117,6 +117,23 @@ def test_trainer_state_log_history(tmp_path):
     assert d["series"]["trainer_state"]["loss"]["steps"] == list(range(1, 10))
 
 
+def test_a_gradient_norm_that_never_comes_back_comes_before_the_loss_and_json_is_strict(tmp_path, capsys):
+    """A trainer's state whose grad_norm is Infinity at step 40 and 45, then NaN with the loss from step 50: the
+    first failure is step 40 (the series hold no clock: their steps order them), and ``--json`` is strict JSON
+    (the series' nan and inf as strings: a strict parser refuses NaN)."""
+    hist = [{"step": s, "epoch": s / 20, "loss": 2.0 - s / 100, "grad_norm": 2.0, "learning_rate": 1e-4} for s in
+            range(5, 40, 5)]  # fmt: skip
+    hist += [{"step": s, "epoch": s / 20, "loss": 1.5, "grad_norm": math.inf, "learning_rate": 1e-4} for s in (40, 45)]
+    hist += [{"step": s, "epoch": s / 20, "loss": math.nan, "grad_norm": math.nan, "learning_rate": 1e-4} for s in
+             (50, 55, 60)]  # fmt: skip
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 60, "log_history": hist}))
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 40, d["summary"]
+    assert main(["doctor", "--json", str(tmp_path)]) == 1
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert out["series"]["trainer_state"]["loss"]["values"][-1] == "nan", out["series"]
+
+
 def test_lightning_metrics_csv(tmp_path):
     rows = ["epoch,step,train_loss_step,val_loss"] + [f"0,{s},{3.0 - 0.1 * s}," for s in range(10)]
     rows += ["0,10,nan,", "0,11,,2.5"]

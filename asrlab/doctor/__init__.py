@@ -146,11 +146,12 @@ EMPTY_LOG = {
 
 
 def conform(d: dict, read: str, paths: list[str]) -> dict:
-    """``d`` with every key of :data:`SCHEMA` (None where not read), in its order; a key outside it is a bug."""
+    """``d`` with every key of :data:`SCHEMA` (None where not read), in its order, JSON-ready whatever was read (a
+    series' nan as "nan": strict JSON has none); a key outside it is a bug."""
     extra = set(d) - set(SCHEMA)
     assert not extra, f"keys outside the doctor's schema: {sorted(extra)}"
     d = {**d, "read": read, "paths": paths}
-    return {k: d.get(k) for k in SCHEMA}
+    return json_ready({k: d.get(k) for k in SCHEMA})
 
 
 def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | None = None) -> dict:
@@ -203,7 +204,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     if broken:  # said on the first line too: a run that finished but trained keys twice or left some out is not ok
         d["summary"] += "; but " + _broken(d["coverage"])
     d["ok"] = d["verdict"] not in FAILED and not broken
-    return json_ready(d)
+    return d
 
 
 def _broken(coverage: dict) -> str:

@@ -50,7 +50,7 @@ def judge(source: str, series: dict[str, list[tuple[int, float]]], wall: dict[st
                         "nonfinite", "nonfinite_series", times[bad] if times else None,
                         f"{name} was {v} at step {step} ({source}'s exact series"
                         f"{', finite again later' if again else ', never finite again'}){before}",
-                        source=source, step=step, transient=again, series=name,
+                        source=source, step=step, transient=again, series=name, order=step,  # no clock: the step
                     )
                 )  # fmt: skip
         upto = points[:bad] if bad is not None else points

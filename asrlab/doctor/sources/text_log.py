@@ -179,7 +179,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     files = [f for f in log_files(paths) if f not in skip]
     missing = [p for p in files if p != "-" and not Path(p).exists()]
     if missing:
-        raise UsageError(f"no such file: {missing[0]}")
+        raise UsageError(f"{missing[0]}: nothing there (no such file or folder)")
     if not files:
         return None
     t0 = time.perf_counter()
