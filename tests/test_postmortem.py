@@ -721,6 +721,12 @@ WORDINGS = {
     "srun's 'task 0: Segmentation fault' (rank 0 killed)": (
         "logs69/jax/nerfies_starting_training_faulthandler_frames_in_pmap_then_srun_task_0_segmentation_fault.log"
     ),
+    "NVIDIA Tacotron 2's 'Train loss 175 0.189592 Grad Norm 0.491446 4.42s/it' before cuDNN's error": (
+        "logs70/tacotron2/epoch_6_train_loss_174_175_then_scaled_loss_backward_cudnn_status_execution_failed.log"
+    ),
+    "Horovod's 'Stalled ranks:' then '2: [global_tensor_...]' (rank 2 never submitted the tensors)": (
+        "logs70/returnn/horovod_stall_inspector_more_than_60_seconds_stalled_ranks_2_have_more_data_and_have_error_allreduce.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -794,6 +800,7 @@ INDEX = {
         "logs67",
         "logs68",
         "logs69",
+        "logs70",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -905,6 +912,19 @@ def test_a_loss_scale_at_1_that_still_overflows_is_non_finite_and_a_step_printed
         / "logs7/deepspeed_apex/deepspeed_chat_ppo_grad_overflow_iter_1860_scale_1_to_1_step_3721_act_loss_nan.log"
     )
     assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 3721, d["summary"]
+
+
+def test_an_out_of_memory_a_toolkit_skips_the_batch_of_is_history_once_training_goes_on():
+    """fairseq's '| WARNING: ran out of memory on GPU #2, skipping batch' (beside the allocator's THCudaCheck line),
+    its bar counting on after it: training went on, no failure (the last skip too, at the excerpt's end). Where
+    no step follows the skip (an AttributeError in fairseq's own handling of it), the out of memory is the failure."""
+    d = read_excerpt(
+        FIXTURES
+        / "logs70/fairseq/healthy_fconv_wmt_epoch_1_bar_315_and_318_oom_on_gpu_2_skipping_batch_training_continues.log"
+    )
+    assert d["verdict"] == "no_failure_seen" and any("ran out of memory" in h for h in d["history"]), d
+    d = read_excerpt(FIXTURES / "logs4/fairseq/old_fairseq_thcudacheck_oom_skipping_batch_then_attributeerror.log")
+    assert d["verdict"] == "out_of_memory", d["summary"]
 
 
 def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():

@@ -29,7 +29,7 @@ from .words import (
 )
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import LOADER_TIMEOUT, LUA_ERROR, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
+from .words import LOADER_TIMEOUT, LUA_ERROR, RECOVERED, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
 from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
@@ -72,6 +72,7 @@ class Events:
         self._alias: dict[tuple, tuple] = {}  # (file, None) -> (file, rank) while a spawned rank's traceback runs
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
+        self._stalled: str | None = None  # the file whose last line was Horovod's "Stalled ranks:"
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
         self._placed_at: dict[str, int] = {}
         # file -> the child whose command a launcher's line quoted, its status on the next line (a long line wrapped)
@@ -136,6 +137,16 @@ class Events:
             self._last[e["kind"]] = e
         self.order = line
 
+    def _stalled_rank(self, rank: int) -> None:
+        """A rank Horovod's stall inspector lists as one that never submitted the tensors the others wait with."""
+        t = next((e for e in reversed(self.events) if e["kind"] == "timeout" and e.get("source") == "horovod"), None)
+        if t is not None:
+            t.setdefault("missing", []).append(rank)
+            if len(t["missing"]) == 1:
+                t.update(behind=rank, basis="never submitted the tensors")
+            else:
+                t.pop("behind", None)
+
     def _consequence(self, rank, time, text: str) -> None:
         """What an exception another failure caused says besides: a wait that gave up (a collective's, a store's: the
         hang's evidence), a signal that ended the process."""
@@ -156,6 +167,10 @@ class Events:
         self.source = source
         if bar is not None:
             self._place[source], self._placed_at[source] = bar, self.order
+        if self._stalled == source and rank is not None and text.lstrip().startswith("["):
+            self._stalled_rank(rank)  # Horovod's "2: [tensor, ...]" under its "Stalled ranks:" ("2: " a rank mark)
+            return
+        self._stalled = source if text.strip() == "Stalled ranks:" else None
         if text.startswith("^C") and len(text) > 2:  # the terminal's echo of Ctrl-C, the traceback glued after it
             self._add("stop", rank, time, text, signal="SIGINT", by="terminal")
             text = text[2:]
@@ -402,6 +417,12 @@ class Events:
             return
         if text.startswith("Unhandled exc") and (m := UNHANDLED.match(text)):
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, m[1]))
+            return
+        if RECOVERED.search(text):  # gone on from by design: a failure only where training did not go on after it
+            last = self.events[-1] if self.events else None
+            if last and last["kind"] == "oom" and last["file"] == self.source:
+                last["recoverable"] = True  # the allocator's word on the batch it then skipped
+            self._add("oom", rank, time, text, recoverable=True)
             return
         if OOM.search(text) and not text.lstrip().startswith(("File ", "warnings.warn")):
             self._add("oom", rank, time, text)

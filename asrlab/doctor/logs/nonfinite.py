@@ -100,11 +100,12 @@ SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where f
 
 def finite_after(run: LogRun, e: dict) -> bool:
     """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
-    run went on training (fp16's overflow-and-skip, over and over) is not a failure."""
+    run went on training (fp16's overflow-and-skip, over and over) is not a failure. After a warning the toolkit
+    goes on from by design (``recoverable``), any step logged after it is enough: a bar that counts on."""
     return any(
         r["file"] == e.get("file")
         and r["order"] > e.get("order", 0)
-        and (r["losses"] or r["toolkit"] == "vits")  # VITS's "Train Epoch: N [P%]": training went on, no losses
+        and (r["losses"] or r["toolkit"] == "vits" or e.get("recoverable"))  # VITS's "Train Epoch: N [P%]"
         and not r["nonfinite"]
         for s in run.series.values()
         for r in s.all()

@@ -415,6 +415,15 @@ def xlm(line: str) -> dict | None:
     return _record("xlm", step=int(m[1]), losses={k: num(v) for k, v in pairs if k != "LR"}, lr=lr)
 
 
+# NVIDIA's Tacotron 2: "Train loss 175 0.189592 Grad Norm 0.491446 4.42s/it" (its iteration, then the loss)
+_TACOTRON = re.compile(rf"^Train loss (\d+) ({NUM}) Grad Norm ({NUM})")
+
+
+def tacotron(line: str) -> dict | None:
+    m = _TACOTRON.match(line) if line.startswith("Train loss ") else None
+    return None if m is None else _record("tacotron", step=int(m[1]), losses={"loss": num(m[2])}, grad_norm=num(m[3]))
+
+
 # TD-MPC2's logger: " train            E: 998                   I: 499,500               R: 937.0   ..." (its
 # episode and its step, then the episode's reward, no loss)
 _TDMPC = re.compile(r"^\s*train\s+E: (\d+)\s+I: (\d{1,3}(?:,\d{3})*)\s")
@@ -456,6 +465,7 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
     ("dllogger", dllogger),
     ("xlm", xlm),
     ("tdmpc", tdmpc),
+    ("tacotron", tacotron),
     ("epoch_batch", epoch_batch),
     ("plain", plain),
     ("kv", kv),

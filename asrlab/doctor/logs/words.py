@@ -166,6 +166,8 @@ def nonfinite_values(text: str) -> str | None:
 EPOCH_START = re.compile(
     r"(?:Going into|Starting|Start(?:ing)? training|Begin(?:ning)?) epoch:? (\d+)|^\W*Epoch (\d+)/\d+\s*$", re.I
 )
+# an out of memory a toolkit goes on from by design, the batch skipped (fairseq's)
+RECOVERED = re.compile(r"ran out of memory[^,]{0,40}, skipping batch")
 # TensorFlow 1.x's supervisor on the error that ended its training loop
 TF_COORDINATOR = re.compile(r"Error reported to Coordinator: <class '([\w.]+)'>, (.+)")
 # the launcher itself was told to end: torchrun's agent, Accelerate's, a signal to the job's main process
@@ -383,6 +385,7 @@ __all__ = [
     "EXC_LINE",
     "GLOO",
     "STORE_KEY",
+    "RECOVERED",
     "DIED",
     "TF_COORDINATOR",
     "EPOCH_START",

@@ -242,7 +242,11 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     ]
     events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
     history = []
-    for e in [e for e in events if e["kind"] == "worker_killed" and trained_on(run, e)]:
+    # a worker killed, an out of memory the toolkit skips the batch of by design (once gone past in a file, each
+    # one of that file), after which training went on
+    past = {e["file"] for e in events if e.get("recoverable") and finite_after(run, e)}
+    for e in [e for e in events if (e["kind"] == "worker_killed" and trained_on(run, e)) or (
+            e.get("recoverable") and e["file"] in past)]:  # fmt: skip
         history.append(f"training went on after: {e['text'][:240]}")
         events.remove(e)
     restart = _latest_restart(run)
