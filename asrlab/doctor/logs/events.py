@@ -369,9 +369,8 @@ class Events:
             return
         m = SHELL_SIGNAL.search(text.strip())
         if m:
-            who = (
-                int(t[1]) if (t := SRUN_TASK.search(text)) else rank
-            )  # "srun: error: host: task 0: Segmentation fault"
+            t = SRUN_TASK.search(text)  # "srun: error: host: task 0: Segmentation fault": that task's rank
+            who = int(t[1]) if t else rank
             self._add("exit", who, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
                       source="shell", pid=shell_pid(text))  # fmt: skip
             return

@@ -202,7 +202,9 @@ class Traceback:
                 s["exc"], s["message"] = glued[1], [glued[2]]
             return True
         if (
-            text[:1].isspace() or (after_frame and stripped and not EXC.match(stripped)) or set(stripped) <= {"^", "~"}
+            text[:1].isspace()
+            or (after_frame and stripped and not EXC.match(stripped))
+            or (stripped and set(stripped) <= {"^", "~"})
         ) and s["exc"] is None:
             return True  # a frame's source line, or ^^^^ markers (their indent gone with a collector's prefix)
         if s["exc"] is None:
