@@ -122,7 +122,7 @@ def _table_series(d: dict, max_panels: int = 8) -> dict:
     for src, name, p in named[:max_panels]:
         xs, ys = p["steps"], p["values"]
         bad = [{"rank": None, "x": x, "y": y} for x, y in zip(xs, ys) if not math.isfinite(y)]
-        line = {"rank": None, "x": xs, "y": ys}
+        line = {"rank": None, "x": xs, "y": ys, "label": src}  # a folder's series: its source, not a rank
         panels.append({"name": name, "label": f"{name} ({src})", "lines": [line], "nonfinite": bad, "derived": False})
     c = d.get("culprit") or {}
     at = c.get("step")
@@ -305,7 +305,7 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
                 continue
             ys = [y if math.isfinite(y) else float("nan") for y in line["y"]]  # a gap where it is not finite
             values += [y for y in ys if y == y]
-            label = f"rank {line['rank']}" if line["rank"] is not None else "no rank mark"
+            label = line.get("label") or rank_label(line["rank"])
             ax.plot(line["x"], ys, marker="o", ms=3, lw=1.2, color=colour[line["rank"]], label=label)
         bad = [p for p in panel["nonfinite"] if p["rank"] in ranks]
         if bad:
