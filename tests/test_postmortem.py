@@ -801,6 +801,7 @@ INDEX = {
         "logs68",
         "logs69",
         "logs70",
+        "logs71",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
