@@ -385,11 +385,14 @@ def test_a_live_jobs_look_has_the_doctors_one_json_shape():
     from asrlab.doctor import SCHEMA
 
     rank = {"rank": 0, "pid": 11, "phase": "allreduce", "step": 7, "detail": "", "stacks": {}, "workers": {}}
-    look = {"verdict": "rank 1 is waiting for data; rank 0 is waiting in ...", "moved": False, "root": 10,
-            "world_size": 2, "ranks": [rank, {**rank, "rank": 1, "pid": 12, "phase": "data"}]}  # fmt: skip
+    look = {"verdict": "rank 1 is waiting for data; rank 0 is waiting in ...", "moved": False, "busy": {},
+            "root": 10, "world_size": 2, "ranks": [rank, {**rank, "rank": 1, "pid": 12, "phase": "data"}]}  # fmt: skip
     d = pid_diagnosis(look, 10)
     assert tuple(d) == SCHEMA and d["read"] == "pid" and d["paths"] == ["10"]
     assert d["verdict"] == "stalled" and not d["ok"] and d["culprit"]["rank"] == 1 and d["culprit"]["step"] == 7
     d = pid_diagnosis({**look, "moved": True}, 10)
     assert d["verdict"] == "running" and d["ok"] and d["culprit"]["rank"] is None
+    # a rank in its own code that used most of a CPU over the look: computing, not blocked
+    d = pid_diagnosis({**look, "busy": {1: 0.97}}, 10)
+    assert d["verdict"] == "running" and d["ok"], d
     json.dumps(d)

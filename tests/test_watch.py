@@ -137,7 +137,10 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         )
         assert out.returncode == 1, (out.stdout[-2000:], out.stderr[-2000:])
         first = out.stdout.splitlines()[0]
-        assert first.startswith("STUCK: rank 1 is waiting for data (") and "toy.py:" in first and "_faulty" in first
+        # the step is the loop's own count, read from its locals
+        assert (
+            first.startswith("STUCK: rank 1 is waiting for data of step ") and "toy.py:" in first and "_faulty" in first
+        )
         assert "rank 0 is waiting in DDP's gradient all-reduce (backward)" in first, first
 
         watch.send_signal(signal.SIGTERM)

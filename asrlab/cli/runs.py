@@ -91,17 +91,19 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
 def pid_diagnosis(d: dict, pid: int) -> dict:
     """What ``asrlab doctor --pid`` saw (:func:`asrlab.watch.look.look`) in the doctor's one JSON shape: stalled
-    where no rank's stacks moved, else running; the culprit where, of several ranks, one alone is not waiting for
-    the others (one process alone is no one's culprit: its rank may be a launcher's, mp.spawn's parent)."""
+    where no rank moved (its stacks, its loop's count) and none computed, else running; the culprit where, of
+    several ranks, one alone is not waiting for the others (one process alone is no one's culprit: its rank may
+    be a launcher's, mp.spawn's parent)."""
     from ..doctor import conform
     from ..lab.stall.verdict import WAITING
 
     lead = [r for r in d["ranks"] if r["phase"] not in WAITING]
     c = lead[0] if len(lead) == 1 and len(d["ranks"]) > 1 and not d["moved"] else {}
+    running = d["moved"] or bool(d["busy"])
     said = {
-        "verdict": "running" if d["moved"] else "stalled",
+        "verdict": "running" if running else "stalled",
         "summary": d["verdict"],
-        "ok": d["moved"],
+        "ok": running,
         "culprit": {"rank": c.get("rank"), "step": c.get("step"), "epoch": None, "batch": None},
         "world_size": d["world_size"],
         "ranks": d["ranks"],
@@ -111,17 +113,18 @@ def pid_diagnosis(d: dict, pid: int) -> dict:
 
 
 def _doctor_pid(a: argparse.Namespace) -> int:
-    """A live job looked at from outside: exit 1 when no rank moved (stuck), 0 when it runs."""
+    """A live job looked at from outside: exit 1 when no rank moved and none computed (stuck), 0 when it runs."""
     from ..watch.look import look
 
     try:
         d = look(a.pid)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    running = d["moved"] or bool(d["busy"])
     if a.json:
         print(json.dumps(pid_diagnosis(d, a.pid), indent=1))
-        return 0 if d["moved"] else 1
-    print(("RUNNING: " if d["moved"] else "STUCK: ") + d["verdict"])
+        return 0 if running else 1
+    print(("RUNNING: " if d["moved"] else "BUSY: " if d["busy"] else "STUCK: ") + d["verdict"])
     for r in d["ranks"]:
         print(f"\n--- rank {r['rank']} (pid {r['pid']}): {r['phase']} ---")
         for name, lines in sorted(r["stacks"].items(), key=lambda kv: kv[0] != "MainThread"):
@@ -130,7 +133,7 @@ def _doctor_pid(a: argparse.Namespace) -> int:
         for w, lines in sorted(r["workers"].items()):
             print(f"[worker pid {w}]")
             print("\n".join(lines[-8:]))
-    return 0 if d["moved"] else 1
+    return 0 if running else 1
 
 
 def cmd_notebooks(a: argparse.Namespace) -> int:

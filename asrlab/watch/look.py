@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import psutil
+
 from ..lab.stall.verdict import WAITING, phase_text
 from .procs import job_ranks, job_root, world_of
 from .sample import PySpy, format_stack
@@ -13,9 +15,11 @@ from .ranks import Loops, RankView
 
 
 def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
-    """``{"verdict", "moved", "root", "ranks": [...]}`` of the job that process ``pid`` belongs to (its
-    torchrun agent, any rank or worker). ``moved``: some rank's stacks changed between the samples (the
-    job is slow, not stuck). Raises ValueError when there is nothing to read or py-spy cannot read it."""
+    """``{"verdict", "moved", "busy", "root", "ranks": [...]}`` of the job that process ``pid`` belongs to (its
+    torchrun agent, any rank or worker). ``moved``: some rank's stacks changed between the samples, or its
+    loop's own count did (the job is slow, not stuck); ``busy``: the ranks not waiting on the others that used
+    most of a CPU meanwhile (computing, not blocked). Raises ValueError when there is nothing to read or py-spy
+    cannot read it."""
     root = job_root(pid)
     procs = job_ranks(root)
     if not procs:
@@ -31,36 +35,61 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     t0 = time.time()
     views = {r: RankView(p, t0) for r, p in procs.items()}
     loops = Loops()
+    cpu0, counted = _cpu(procs), {}
     for i in range(samples):
         for r, p in sorted(procs.items()):
             stacks = spy.sample(p.pid)
             if stacks is not None:
                 views[r].update(stacks, {w: s for w in p.workers if (s := spy.sample(w)) is not None}, time.time())
                 loops.learn(views[r])
+        if i == 0:
+            counted = loops.counts(list(views.values()), spy)
         if i + 1 < samples:
             time.sleep(interval_s)
     now = time.time()
     world = world_of(procs.values())
-    moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values())
+    counts = loops.counts(list(views.values()), spy)
+    moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values()) or any(
+        counts.get(r, c) != c for r, c in counted.items()
+    )
+    cpu = {r: (t - cpu0[r]) / max(now - t0, 1e-9) for r, t in _cpu(procs).items() if r in cpu0}
     uneven = {} if moved else loops.uneven(list(views.values()), world, spy)
     snaps = {}
     for r, v in views.items():
         snaps[r] = {
             **v.snapshot(now, v.phase if moved else v.held_phase(world)),
+            "step": counts.get(r),
             "stacks": {n: format_stack(s) for n, s in v.stacks.items()},
             "workers": {w: format_stack(s.get("MainThread") or []) for w, s in v.workers.items()},
             **uneven.get(r, {}),
         }
+    busy = {r: round(c, 2) for r, c in cpu.items() if c >= BUSY and snaps[r]["phase"] not in WAITING}
     return {
-        "verdict": said(snaps, moved, now - t0),
+        "verdict": said(snaps, moved, now - t0, {} if moved else busy),
         "moved": moved,
+        "busy": {} if moved else busy,
         "root": root,
         "world_size": world,
         "ranks": [snaps[r] for r in sorted(snaps)],
     }
 
 
-def said(snaps: dict[int, dict], moved: bool, over_s: float) -> str:
+BUSY = 0.5  # of a CPU, over the look: a rank in its own code or computing this much is working, not blocked
+
+
+def _cpu(procs: dict) -> dict[int, float]:
+    """Each rank's CPU seconds so far (those that have ended, none)."""
+    out = {}
+    for r, p in procs.items():
+        try:
+            t = psutil.Process(p.pid).cpu_times()
+            out[r] = t.user + t.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def said(snaps: dict[int, dict], moved: bool, over_s: float, busy: dict[int, float] | None = None) -> str:
     """The ranks that are not waiting on the others first (with where they are), then the ones that wait."""
     lead = [s for _, s in sorted(snaps.items()) if s["phase"] not in WAITING] or [snaps[r] for r in sorted(snaps)]
     rest = [s for _, s in sorted(snaps.items()) if s not in lead]
@@ -70,8 +99,12 @@ def said(snaps: dict[int, dict], moved: bool, over_s: float) -> str:
 
     parts = [line(s) for s in lead] + [line(s) for s in rest]
     how = (
-        f"stacks moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck"
+        f"stacks or the loop's own count moved during {over_s:.0f} s of samples: running (slowly, perhaps), not stuck"
         if moved
+        else f"no rank's stacks moved during {over_s:.0f} s of samples, but "
+        + ", ".join(f"rank {r} used {100 * c:.0f}% of a CPU" for r, c in sorted(busy.items()))
+        + ": computing, not blocked (look again later)"
+        if busy
         else f"no rank's stacks moved during {over_s:.0f} s of samples"
     )
     return "; ".join(parts) + f" ({how})"

@@ -142,13 +142,38 @@ class Loops:
             key = (view.phase == "data", loop)
             self.seen[key] = self.seen.get(key, 0) + 1
 
+    def _loop(self) -> Loop:
+        """The training loop: the one ranks were seen waiting for data in, else the one seen most."""
+        return max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+
+    def counts(self, views: list[RankView], sampler) -> dict[int, int]:
+        """Each rank's step in the training loop's own count, read from its locals (py-spy only): for a look,
+        a loop whose every sample lands on one line (a step asleep, a long one) that counts on all the same."""
+        if not isinstance(sampler, PySpy):
+            return {}
+        # a loop whose every sample is in its own code (asleep between steps) was never seen training: where it is
+        loop = (
+            self._loop()
+            if self.seen
+            else next((lp for v in views if (lp := loop_of(v.stacks.get("MainThread") or []))), None)
+        )
+        if loop is None:
+            return {}
+        out = {}
+        for v in views:
+            frame = loop_frame(v.stacks.get("MainThread") or [], loop)
+            step = step_of(loop, frame[1], sampler.locals_of(v.proc.pid, loop[0], loop[1]), False) if frame else None
+            if step is not None:
+                out[v.proc.rank] = step
+        return out
+
     def uneven(self, views: list[RankView], world: int, sampler) -> dict[int, dict]:
         """``{rank: {"phase", "step"}}`` for every rank when some are past the training loop and others in
         it, else empty: ``left_loop`` for the first, their held phase for the others. The steps are the
         loop's own count, read from its locals (py-spy only)."""
         if world < 2 or not self.seen:
             return {}
-        loop = max(self.seen.items(), key=lambda kv: (kv[0][0], kv[1]))[0][1]
+        loop = self._loop()
         states = {v.proc.rank: v.loop_state(loop) for v in views}
         frames = {v.proc.rank: loop_frame(v.stacks.get("MainThread") or [], loop) for v in views}
         # a rank at the loop's head in a collective, while another is inside a step, started its next epoch
