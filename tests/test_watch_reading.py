@@ -466,3 +466,27 @@ def test_lines_printed_at_once_by_two_processes_come_through_the_watch_whole(tmp
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith("[r")]
     assert len(lines) == 18000 and not [line for line in lines if line.count("[r") > 1], lines[:3]
+
+
+def test_a_live_loop_asleep_between_its_steps_is_running_and_a_busy_one_is_not_stuck(tmp_path):
+    """``asrlab doctor --pid`` on a loop whose every sample lands on one line (each step asleep): its own count
+    moved during the look, it runs; on one computing at one line (a long step of its own): busy, not stuck."""
+    for body, said in (("time.sleep(0.6)", "RUNNING: "), ("sum(range(10**10))", "BUSY: ")):
+        script = tmp_path / "slow.py"
+        script.write_text(
+            f"import time\n\n\ndef main():\n    step = 0\n    for item in iter(int, 1):\n        step += 1\n        {body}\n\n\n"
+            "main()\n"
+        )
+        p = subprocess.Popen([sys.executable, str(script)])
+        try:
+            time.sleep(1.0)
+            out = subprocess.run(
+                [sys.executable, "-m", "asrlab.cli", "doctor", "--pid", str(p.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 0 and out.stdout.startswith(said), (out.stdout[:600], out.stderr[-600:])
+        finally:
+            p.kill()
+            p.wait(timeout=30)
