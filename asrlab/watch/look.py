@@ -74,7 +74,9 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     }
 
 
-BUSY = 0.5  # of a CPU, over the look: a rank in its own code or computing this much is working, not blocked
+# of a CPU, over the look: a rank in its own code that used this much is working, not blocked (one blocked uses
+# next to none; a loaded machine gives a busy one well under a whole CPU)
+BUSY = 0.2
 
 
 def _cpu(procs: dict) -> dict[int, float]:
