@@ -89,6 +89,11 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return 0 if d["ok"] else 1
 
 
+def _running(d: dict) -> bool:
+    """A look's word that the job runs: a rank moved (its stacks, its loop's count), or one computed."""
+    return d["moved"] or bool(d["busy"])
+
+
 def pid_diagnosis(d: dict, pid: int) -> dict:
     """What ``asrlab doctor --pid`` saw (:func:`asrlab.watch.look.look`) in the doctor's one JSON shape: stalled
     where no rank moved (its stacks, its loop's count) and none computed, else running; the culprit where, of
@@ -99,7 +104,7 @@ def pid_diagnosis(d: dict, pid: int) -> dict:
 
     lead = [r for r in d["ranks"] if r["phase"] not in WAITING]
     c = lead[0] if len(lead) == 1 and len(d["ranks"]) > 1 and not d["moved"] else {}
-    running = d["moved"] or bool(d["busy"])
+    running = _running(d)
     said = {
         "verdict": "running" if running else "stalled",
         "summary": d["verdict"],
@@ -120,7 +125,7 @@ def _doctor_pid(a: argparse.Namespace) -> int:
         d = look(a.pid)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    running = d["moved"] or bool(d["busy"])
+    running = _running(d)
     if a.json:
         print(json.dumps(pid_diagnosis(d, a.pid), indent=1))
         return 0 if running else 1

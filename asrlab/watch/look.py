@@ -18,7 +18,7 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     """``{"verdict", "moved", "busy", "root", "ranks": [...]}`` of the job that process ``pid`` belongs to (its
     torchrun agent, any rank or worker). ``moved``: some rank's stacks changed between the samples, or its
     loop's own count did (the job is slow, not stuck); ``busy``: the ranks not waiting on the others that used
-    most of a CPU meanwhile (computing, not blocked). Raises ValueError when there is nothing to read or py-spy
+    :data:`BUSY` of a CPU or more meanwhile (computing, not blocked). Raises ValueError when there is nothing to read or py-spy
     cannot read it."""
     root = job_root(pid)
     procs = job_ranks(root)

@@ -170,7 +170,7 @@ class Events:
         if self._stalled == source and rank is not None and text.lstrip().startswith("["):
             self._stalled_rank(rank)  # Horovod's "2: [tensor, ...]" under its "Stalled ranks:" ("2: " a rank mark)
             return
-        self._stalled = source if text.strip() == "Stalled ranks:" else None
+        self._stalled = source if "Stalled ranks:" in text and text.strip() == "Stalled ranks:" else None
         if text.startswith("^C") and len(text) > 2:  # the terminal's echo of Ctrl-C, the traceback glued after it
             self._add("stop", rank, time, text, signal="SIGINT", by="terminal")
             text = text[2:]
@@ -417,7 +417,9 @@ class Events:
         if text.startswith("Unhandled exc") and (m := UNHANDLED.match(text)):
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, m[1]))
             return
-        if RECOVERED.search(text):  # gone on from by design: a failure only where training did not go on after it
+        if "skipping batch" in text and RECOVERED.search(
+            text
+        ):  # gone on from by design: a failure only where training did not go on after it
             last = self.events[-1] if self.events else None
             if last and last["kind"] == "oom" and last["file"] == self.source:
                 last["recoverable"] = True  # the allocator's word on the batch it then skipped
