@@ -46,6 +46,11 @@ def test_what_sampled_stacks_cannot_tell_from_a_wait_is_not_called_compute():
         and "89% in backward, which holds DDP's" in bound(held, ranks=2)["evidence"]
     )
     assert "DDP" not in bound(held)["evidence"]  # one rank alone: no all-reduce in its backward
+    # a compiled run's stacks: compiling, a checkpoint are no part of a step, so not the host's overhead in one
+    compiled = {"compile": 0.62, "other": 0.18, "backward": 0.17, "forward": 0.02, "checkpoint": 0.01, "data": 0.01}
+    split = split_of_phases(compiled, gpu_busy=0.3)
+    assert split["compute"] == 0.3 and split["host_overhead"] == round(1 - 0.3 - 0.01 / 0.38, 4), split
+    assert split["own_code"] == round(0.18 / 0.38, 4)
 
 
 def test_a_wait_below_a_quarter_of_the_time_is_not_the_bound():
@@ -58,7 +63,7 @@ class RecordedNvml:
     1 (a CUDA_VISIBLE_DEVICES remap), rank 1's not listed (read from its LOCAL_RANK)."""
 
     def __init__(self, util: list[tuple[int, int]], listed: dict[int, int]):
-        self.util, self.listed, self.looks = util, listed, 0
+        self.util, self.listed, self.at = util, listed, 0  # ``at``: which look of the recording is read
 
     def nvmlDeviceGetCount(self):
         return 2
@@ -67,9 +72,7 @@ class RecordedNvml:
         return i
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        u = self.util[min(self.looks // 2, len(self.util) - 1)][h]
-        self.looks += 1
-        return SimpleNamespace(gpu=u)
+        return SimpleNamespace(gpu=self.util[self.at][h])
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=pid) for pid, d in self.listed.items() if d == h]
@@ -83,13 +86,17 @@ def test_the_watch_reads_each_ranks_gpu_by_its_process_or_its_local_rank():
         deadline = time.monotonic() + 60  # until its exec: before it, /proc shows the parent's environment
         while time.monotonic() < deadline and psutil.Process(rank1.pid).environ().get("LOCAL_RANK") != "1":
             time.sleep(0.05)
-        nvml = RecordedNvml([(90, 20), (96, 30), (93, 10)], listed={12345: 1})
+        nvml = RecordedNvml([(90, 20), (96, 30), (93, 10), (0, 0)], listed={12345: 1})
         gpus = GpuBusy(nvml)
         procs = {0: Proc(pid=12345, rank=0, run="r", started=0.0), 1: Proc(pid=rank1.pid, rank=1, run="r", started=0.0)}
-        for _ in range(3):
-            gpus.look(procs)
+        for nvml.at in range(3):
+            gpus.look(procs, {0: "forward", 1: "data"})
         assert gpus.device(procs[0]) == 1 and gpus.device(procs[1]) == 0
         assert gpus.busy(0) == 0.2 and gpus.busy(1) == 0.93
+        # rank 1 compiling, as its GPU idles: not a step's idling, not counted; rank 0 in a step is
+        nvml.at = 3
+        gpus.look(procs, {0: "backward", 1: "compile"})
+        assert gpus.busy(0) == 0.15 and gpus.busy(1) == 0.93
     finally:
         rank1.kill()
         rank1.wait()

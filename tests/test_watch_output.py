@@ -372,6 +372,29 @@ def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
     assert diagnose(outer)["sources"] is None
 
 
+def test_the_gpu_busy_share_the_watch_read_tells_the_trainers_timed_steps_bound_once(tmp_path):
+    """A finished ``asrlab watch -- asrlab train``: one bound for rank 0, its timed steps', told with the GPU busy
+    share the watch read (NVML; given here, as a CPU reads none), not a second from the sampled stacks."""
+    exp = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "watched" / "train_inside_finished", exp)
+    timed, sampled = diagnose(exp)["steps"]["ranks"]
+    assert timed["bound"]["bound"] == "compute" and "bound" not in sampled  # no GPU read: the timed parts
+    beat = json.loads((exp / "heartbeat" / "rank0.json").read_text())
+    (exp / "heartbeat" / "rank0.json").write_text(json.dumps({**beat, "gpu_busy": 0.05}))
+    d = diagnose(exp)
+    timed, sampled = d["steps"]["ranks"]
+    assert "bound" not in sampled and timed["gpu_busy"] == 0.05 and timed["split"]["basis"] == "GPU busy (NVML)"
+    assert timed["bound"]["bound"] == "host" and timed["bound"]["evidence"].startswith("the GPU idles 95%"), timed
+    assert format_diagnosis(d).count("    bound: ") == 1
+
+
+def test_a_stopped_watched_trainer_stopped_at_its_furthest_step_not_its_last_logged_one():
+    """SIGTERM to the watch of ``asrlab train``, whose log names steps only at an epoch's end (61): its metrics
+    reach 65, and the stop is placed there."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "train_inside_sigterm")
+    assert d["verdict"] == "stopped" and d["culprit"]["step"] == d["last_step"] == 65, d["culprit"]
+
+
 def test_a_ranks_own_stall_watchdog_in_a_log_is_a_stall_at_its_step(tmp_path):
     """The job's console alone (a torchrun restart's log, say): the trainer's own watchdog said "STALL: rank 0 has
     waited 10 s for data at step 4"; that is the stall, at its step, said as the rank's watchdog's, not the watch's."""

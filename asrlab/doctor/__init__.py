@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..lab import layout
 from ..lab.layout import is_run
+from ..lab.timing import bound, with_gpu_busy
 from .timeline import resumes
 from .verdict import FAILED, VERDICTS
 
@@ -182,6 +183,9 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"],
         history=v["history"], ended_by=first.get("ended_by") if v["first"] else v.get("ended_by"),
     )  # fmt: skip
+    c = d["culprit"]
+    if d["verdict"] == "stopped" and (d["last_step"] or -1) > (-1 if c["step"] is None else c["step"]):
+        c.update(step=d["last_step"], epoch=None, batch=None)  # stopped where the furthest record is, not an older line
     if job is not None:
         d["job_output"] = job.sections
         if not d["resumes"]["ledger"] and job.sections["resumes"]["from_output"]:
@@ -231,6 +235,11 @@ def _fill(d: dict, inner: dict) -> None:
     if not d["checkpoints"]["files"]:
         d["checkpoints"] = inner["checkpoints"]
     timed = [r for r in inner["steps"]["ranks"] if r.get("median_step_s") is not None]
+    for sampled in d["steps"]["ranks"]:  # one bound per rank: its timed steps', told with the GPU the watch read
+        same = next((r for r in timed if r["rank"] == sampled["rank"] and r.get("split")), None)
+        if same is not None and sampled.pop("bound", None) is not None and sampled.get("gpu_busy") is not None:
+            same.update(gpu_busy=sampled["gpu_busy"], split=with_gpu_busy(same["split"], sampled["gpu_busy"]))
+            same["bound"] = bound(same["split"], sampled["gpu_busy"], ranks=len(timed))
     d["steps"] = {**d["steps"], "ranks": timed + d["steps"]["ranks"]}
     d["world_size"] = max(d["world_size"], inner["world_size"])
 

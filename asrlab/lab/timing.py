@@ -113,22 +113,28 @@ def step_split(metrics: list[dict], gpu_busy: float | None = None) -> dict | Non
     lines = [b for _, b in pairs]
     data = sum(x["data_wait_s"] for x in lines) / wall
     comm = sum(x.get("comm_s", 0.0) for x in lines) / wall
-    if gpu_busy is None:
-        compute = sum(x.get(f"{p}_s", 0.0) for x in lines for p in COMPUTE_PARTS) / wall
-    else:
+    compute = sum(x.get(f"{p}_s", 0.0) for x in lines for p in COMPUTE_PARTS) / wall
+    return _shares(data, comm, compute, gpu_busy, steps=len(lines), wall_s=round(wall, 3))
+
+
+def with_gpu_busy(split: dict, gpu_busy: float) -> dict:
+    """A split from timed parts (:func:`step_split`) told again with its GPU's busy share, read elsewhere over the
+    same steps (``asrlab watch``'s NVML beside a run's metrics)."""
+    return _shares(
+        split["data_wait"], split["comm"], split["compute"], gpu_busy, steps=split["steps"], wall_s=split["wall_s"]
+    )
+
+
+def _shares(data: float, comm: float, compute: float, gpu_busy: float | None, **rest) -> dict:
+    if gpu_busy is not None:
         compute = max(0.0, gpu_busy - comm)
     data, comm, compute = (min(1.0, v) for v in (data, comm, compute))
     scale = max(1.0, data + comm + compute)  # timers overlap a little at the edges: never over 1 together
     out = {"data_wait": data / scale, "comm": comm / scale, "compute": compute / scale}
     out["host_overhead"] = max(0.0, 1.0 - sum(out.values()))
     out = {k: round(out[k], 4) for k in SPLIT}
-    out.update(
-        largest=max(SPLIT, key=lambda k: out[k]),
-        steps=len(lines),
-        wall_s=round(wall, 3),
-        basis="GPU busy (NVML)" if gpu_busy is not None else "timed parts",
-    )
-    return out
+    basis = "GPU busy (NVML)" if gpu_busy is not None else "timed parts"
+    return {**out, "largest": max(SPLIT, key=lambda k: out[k]), **rest, "basis": basis}
 
 
 def format_split(split: dict) -> str:
@@ -148,13 +154,22 @@ PHASE_PART = {"data": "data_wait", "collective": "comm", "ddp_allreduce": "comm"
 OWN_CODE = 0.5  # of a rank's sampled time in the loop's own code: what holds it back cannot be said
 
 
+# phases outside the steps (starting up, compiling, checkpoints, evaluation, after the loop): no part of a step's
+# split, and the GPU's busy share is not read in them
+NOT_STEP = frozenset(
+    ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_loop", "next_epoch", "done", "exited")
+)
+
+
 def split_of_phases(shares: dict[str, float], gpu_busy: float | None = None) -> dict:
-    """The split of a rank's sampled time (``{phase: share}``, as ``asrlab watch`` samples the stacks): waits
-    for data and in collectives as such; the rest is the step's own work, of which, with ``gpu_busy``, the
-    part the GPU was not busy is host overhead."""
+    """The split of a rank's sampled time in its steps (``{phase: share}``, as ``asrlab watch`` samples the
+    stacks; phases outside the steps left out): waits for data and in collectives as such; the rest is the
+    step's own work, of which, with ``gpu_busy``, the part the GPU was not busy is host overhead."""
     out = {k: 0.0 for k in SPLIT}
+    stepping = sum(v for p, v in shares.items() if p not in NOT_STEP) or 1.0
     for phase, share in shares.items():
-        out[PHASE_PART.get(phase, "compute")] += share
+        if phase not in NOT_STEP:
+            out[PHASE_PART.get(phase, "compute")] += share / stepping
     if gpu_busy is not None:
         work = out["compute"]
         out["compute"] = min(work, max(0.0, gpu_busy - out["comm"]))
@@ -163,7 +178,7 @@ def split_of_phases(shares: dict[str, float], gpu_busy: float | None = None) -> 
     out["largest"] = max(SPLIT, key=lambda k: out[k])
     # of the step's own work, what the stacks cannot tell apart from waiting: the loop's own code (a reader or
     # a wait of its own, a validation pass) and backward (which holds DDP's gradient all-reduce)
-    out["own_code"], out["in_backward"] = round(shares.get("other", 0.0), 4), round(shares.get("backward", 0.0), 4)
+    out["own_code"], out["in_backward"] = (round(shares.get(p, 0.0) / stepping, 4) for p in ("other", "backward"))
     return out
 
 
@@ -360,5 +375,6 @@ __all__ = [
     "open_nvml",
     "split_of_phases",
     "step_split",
+    "with_gpu_busy",
     "trace",
 ]

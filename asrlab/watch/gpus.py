@@ -1,6 +1,6 @@
 """Each GPU's busy share beside the ranks' stacks, where NVML is present: which GPU each rank computes on (NVML's
 list of the processes on each device, else the rank's ``LOCAL_RANK`` through ``CUDA_VISIBLE_DEVICES``) and the
-mean utilisation NVML reports for it over the looks since the rank was first seen. With the sampled phases it
+mean utilisation NVML reports for it over the looks that found the rank in a step. With the sampled phases it
 tells what bounds a rank (:func:`asrlab.lab.timing.bound`): a GPU that idles while the main thread runs the step
 is the host's doing, one busy 90% of the time is the device's."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psutil
 
-from ..lab.timing import open_nvml
+from ..lab.timing import NOT_STEP, open_nvml
 from .procs import Proc
 
 
@@ -52,23 +52,24 @@ class GpuBusy:
         index = int(visible[int(local)]) if int(local) < len(visible) and visible[int(local)].isdigit() else int(local)
         return index if index < len(self.handles) else None
 
-    def look(self, procs: dict[int, Proc]) -> None:
-        """One reading of every GPU's utilisation, added to the ranks that compute on it."""
-        if not self.handles:
+    def look(self, procs: dict[int, Proc], phases: dict[int, str]) -> None:
+        """One reading of every GPU's utilisation, added to the ranks that compute on it and are in a step
+        (``phases``: each rank's phase at this look; starting up or compiling, the GPU's idling is not the step's)."""
+        stepping = {r: proc for r, proc in procs.items() if phases.get(r, "start") not in NOT_STEP}
+        if not self.handles or not stepping:
             return
+        unknown = [p for p in stepping.values() if self._device.get(p.pid) is None]
+        by_pid = self._devices_by_pid() if unknown else {}
+        for proc in unknown:
+            self._device[proc.pid] = self._device_of(proc, by_pid)
         util = {}
-        for i, h in enumerate(self.handles):
+        for i in sorted({d for p in stepping.values() if (d := self._device[p.pid]) is not None}):
             try:
-                util[i] = self.nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+                util[i] = self.nv.nvmlDeviceGetUtilizationRates(self.handles[i]).gpu / 100.0
             except Exception:
                 continue
-        unknown = [p for p in procs.values() if self._device.get(p.pid) is None]
-        by_pid = self._devices_by_pid() if unknown else {}
-        for rank, proc in procs.items():
-            if self._device.get(proc.pid) is None:
-                self._device[proc.pid] = self._device_of(proc, by_pid)
-            d = self._device[proc.pid]
-            if d is not None and d in util:
+        for rank, proc in stepping.items():
+            if (d := self._device[proc.pid]) in util:
                 acc = self._sum.setdefault(rank, [0.0, 0])
                 acc[0] += util[d]
                 acc[1] += 1

@@ -274,7 +274,6 @@ class JobWatch:
             if self.sampler is None:
                 return
         now = time.time()
-        self.gpus.look(procs)
         for rank, proc in sorted(procs.items()):
             view = self.ranks.get(rank)
             if view is None or view.proc.pid != proc.pid:  # new, or restarted by torchrun
@@ -297,6 +296,7 @@ class JobWatch:
                 else {w: s for w in proc.workers if (s := self.sampler.sample(w)) is not None}
             )
             changed = view.update(stacks, workers, time.time())
+            self.gpus.look({rank: proc}, {rank: view.phase})
             view.gpu_busy = self.gpus.busy(rank)
             self.loops.learn(view)
             self._beat(view.snapshot(now), now, changed)
