@@ -329,8 +329,11 @@ def picture(locator) -> str:
     """The src of an explorer's image, once the browser has decoded it (a drawn figure, not an empty tag)."""
     img = locator.locator("img").first
     img.wait_for(state="visible", timeout=30_000)
-    assert img.evaluate("i => i.complete && i.naturalWidth > 0"), "the figure was not drawn"
-    return img.get_attribute("src")
+    deadline = time.time() + 30  # a figure being swapped for the next is briefly undecoded: wait for it, not fail
+    while not (src := img.evaluate("i => i.complete && i.naturalWidth > 0 ? i.getAttribute('src') : null")):
+        assert time.time() < deadline, "the figure was not drawn"
+        time.sleep(0.2)
+    return src
 
 
 def changes(page, read, act, what: str, timeout_s: float = 30, before=None) -> None:
