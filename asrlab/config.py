@@ -119,6 +119,10 @@ class TrainConfig:
     compile: bool = False
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune
     compile_backend: str = "inductor"  # inductor | aot_eager (traced, not code-generated: the CPU tests)
+    # each compiled batch's frames padded up to a multiple of this, its length then static and only its size
+    # dynamic: one graph per length bucket. Lengths left symbolic (0), inductor failed on a GPU to generate the
+    # relative-position attention's code (docs/gpu.md). The model ignores padded frames.
+    compile_pad_frames: int = 256
 
     def __post_init__(self):
         if self.uneven not in ("stop", "join", "none"):
@@ -134,6 +138,10 @@ class TrainConfig:
         if self.compile_backend not in ("inductor", "aot_eager", "eager"):
             raise UsageError(
                 f"train.compile_backend must be inductor, aot_eager or eager, not {self.compile_backend!r}"
+            )
+        if self.compile_pad_frames < 0:
+            raise UsageError(
+                f"train.compile_pad_frames must be 0 (lengths dynamic) or more, not {self.compile_pad_frames}"
             )
         if self.backend not in ("auto", "nccl", "gloo"):
             raise UsageError(f"train.backend must be auto, nccl or gloo, not {self.backend!r}")

@@ -61,6 +61,31 @@ def compiled_run(corpus, tmp_path_factory):
     return run
 
 
+def test_a_compiled_batchs_frames_are_padded_to_a_static_length_bucket(corpus, tmp_path):
+    """Lengths left symbolic, inductor failed on a GPU (CantSplit, docs/gpu.md): each compiled batch's frames are
+    padded up to a multiple of ``train.compile_pad_frames`` and static in the graph, only the batch size dynamic.
+    The compiled losses equal the eager ones (above): the model ignores the padded frames."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    frames, lengths = [], set()
+
+    def recording(gm, example_inputs):  # aot_eager, after noting the fbank input's length in each graph
+        frames.extend(x.shape[1] for x in example_inputs if isinstance(x, torch.Tensor) and x.shape[-1:] == (80,))
+        return aot_autograd(fw_compiler=boxed_nop)(gm, example_inputs)
+
+    tr = make_trainer(corpus, tmp_path / "exp", *RUN, "train.max_steps=8", *COMPILED, "train.compile_pad_frames=128")
+    tr.stepper.compiled = torch.compile(tr.stepper.model, backend=recording)
+    inputs = tr.stepper.inputs
+    tr.stepper.inputs = lambda batch: (r := inputs(batch), lengths.add(r[0].size(1)))[0]
+    try:
+        tr.fit()
+    finally:
+        tr.close()
+    assert frames and all(isinstance(t, int) and t % 128 == 0 for t in frames), frames
+    assert len({-(-n // 128) for n in lengths}) == len(set(frames)) < len(lengths), (frames, lengths)
+
+
 def test_the_compiled_step_gives_the_eager_steps_losses(corpus, tmp_path, compiled_run):
     eager, _ = train(corpus, tmp_path / "eager")
     compiled, _ = compiled_run

@@ -100,11 +100,13 @@ class TrainStep:
         grad_clip: float = 0.0,
         heartbeat=None,
         compiled=None,
+        pad_frames: int = 0,
     ):
         self.model, self.ddp, self.opt, self.sched, self.scaler = model, ddp, opt, sched, scaler
         self.guard, self.phases, self.precision, self.device = guard, phases, precision, device
         self.fbank, self.grad_clip, self.hb = fbank, grad_clip, heartbeat
         self.compiled = compiled  # torch.compile of the model (or its DDP wrapper); None: eager
+        self.pad_frames = pad_frames  # compiled batches' frames padded to a multiple of this (0: lengths dynamic)
         self.step = 0
         self.unread: deque[StepResult] = deque()
 
@@ -244,6 +246,8 @@ class TrainStep:
         """The model's log-probabilities; where torch.compile's backend fails to compile (inductor on a new shape,
         say), said once and the run goes on eagerly: a compiler's failure is no reason to lose the run."""
         try:
+            if net is self.compiled and self.pad_frames:
+                return net(*_bucketed(feats, feat_lens, self.pad_frames))[0]
             return net(feats, feat_lens)[0]
         except Exception as e:
             from torch._dynamo.exc import BackendCompilerFailed  # inductor's InductorError is one
@@ -331,7 +335,23 @@ def build_step(
         mode = None if t.compile_mode == "default" or t.compile_backend != "inductor" else t.compile_mode
         compiled = torch.compile(ddp or model, backend=t.compile_backend, mode=mode)
         say_compiles(hb or getattr(phases, "hb", None))
-    return TrainStep(model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb, compiled)
+        if t.compile_pad_frames:  # a graph per length bucket: more than torch's default 8 recompilations
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return TrainStep(
+        model, ddp, opt, sched, scaler, guard, phases, precision, device, fbank, o.grad_clip, hb, compiled,
+        t.compile_pad_frames,
+    )  # fmt: skip
+
+
+def _bucketed(feats: torch.Tensor, feat_lens: torch.Tensor, multiple: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``feats`` (B, T, F) padded with zeros to T a multiple of ``multiple``; T static to torch.compile and B
+    dynamic, so that a new length bucket compiles a graph of fixed lengths and a new batch size none."""
+    pad = -feats.size(1) % multiple
+    feats = torch.nn.functional.pad(feats, (0, 0, 0, pad)) if pad else feats
+    torch._dynamo.maybe_mark_dynamic(feats, 0)
+    torch._dynamo.mark_static(feats, 1)
+    torch._dynamo.maybe_mark_dynamic(feat_lens, 0)
+    return feats, feat_lens
 
 
 __all__ = ["StepResult", "TrainStep", "build_step"]
