@@ -294,6 +294,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "loguru's place a line was logged from (training_step:186)": (
+        "logs72/pytorch/ddp_3dman_epoch_72_iter_247_zero_losses_then_traceback_cut_before_exception.log"
+    ),
     "torch.multiprocessing's dead process": "logs3/plain/mp_spawn_sigkill_process1_after_epoch19_batch300.log",
     "torchrun's root cause cut short": "logs3/torchrun/old_logger_failed_local_rank0_root_cause_cut_at_time.log",
     "a collector's timestamps and container prefix": (
@@ -802,6 +805,7 @@ INDEX = {
         "logs69",
         "logs70",
         "logs71",
+        "logs72",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -30,6 +30,9 @@ _MESSAGE = re.compile(
     r"Segmentation fault|Aborted|Bus error|core dumped"  # the shell's word on the job, glued after a step line
 )
 
+# loguru's "| module:function:line - ": where the line was logged from (a function named training_step), no step
+_LOGURU = re.compile(r"(?<=\| )[\w.<>-]+:[\w<>-]+:\d+ - ")
+
 
 def read_logs(paths: list[str], fast: bool = True) -> LogRun:
     """The files' model. ``fast=False`` reads every line in Python (what the fast read is checked against)."""
@@ -415,6 +418,8 @@ class _File:
         run = self.run
         rank, text = split_prefix(line)
         t = self.clock.of(text)
+        if " - " in text and "| " in text:
+            text = _LOGURU.sub("", text, count=1)
         if t is not None:
             self.now, self.stamped, self.first = t, order, self.first or t
             run.first_time = t if run.first_time is None else min(run.first_time, t)
