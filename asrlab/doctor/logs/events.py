@@ -109,12 +109,17 @@ class Events:
         if tb is None:
             return
         e = tb.event()
-        if e is None or tb.ignored:
+        if e is None:
+            return
+        interrupted = e.get("type") in ("KeyboardInterrupt", "InterruptException")  # Ctrl-C, or SIGINT from outside
+        if tb.ignored:  # an error Python went on from; a Ctrl-C that interrupted it (a __del__) came all the same
+            if interrupted:
+                self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
             return
         self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
         self._unhandled.pop(tb.source, None)
         e["place"], e["placed_at"] = tb.place, tb.placed_at  # the last step a line named before it began
-        if e.get("type") in ("KeyboardInterrupt", "InterruptException"):  # Ctrl-C, or SIGINT from outside
+        if interrupted:
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
             self._spawned = e["spawned_rank"]
