@@ -22,8 +22,11 @@ def cmd_watch(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if watch.stalled is not None:
+        # a stall it reported (not ended) that the ranks got past: the job finished, the report is history
+        passed = rc == 0 and not watch.stalled.get("ended")
+        said = "finished; the ranks moved on after the stall it reported (" if passed else "stalled: "
         print(
-            f"asrlab watch: stalled: {watch.stalled['verdict']}\n  report: {a.exp}/stall_report.txt; "
+            f"asrlab watch: {said}{watch.stalled['verdict']}{')' * passed}\n  report: {a.exp}/stall_report.txt; "
             f"asrlab doctor {a.exp}",
             file=sys.stderr,
         )

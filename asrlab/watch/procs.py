@@ -93,7 +93,19 @@ class Table:
             r = json.loads((self.records / f"{pid}.json").read_text())
         except (OSError, ValueError):
             return None
-        return (int(r["rank"]), int(r["world"])) if r.get("time", 0) >= started else None  # not a reused pid's
+        if r.get("time", 0) < started or "rank" not in r:  # a reused pid's; a launcher's
+            return None
+        return int(r["rank"]), int(r["world"])
+
+    def spawner(self, pid: int, started: float) -> bool:
+        """Whether the process recorded that it is in torch.multiprocessing.spawn: its children's launcher."""
+        if self.records is None:
+            return False
+        try:
+            r = json.loads((self.records / f"{pid}.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(r.get("launcher")) and r.get("time", 0) >= started
 
     def under(self, root: int) -> list[tuple[int, int, float]]:
         """``(pid, parent, started)`` of ``root`` and every process below it, parents first."""
@@ -203,7 +215,10 @@ class Table:
             # starting, are named by the launcher's variables or their own records, not taken for their starter)
             launched: set[int] = set()
             for pid, _, started in tree:
-                _, py, launcher, _ = facts[pid]
+                _, py, launcher, cmd = facts[pid]
+                launcher = launcher or (py and self.spawner(pid, started))  # ranks it spawned still starting
+                if "multiprocessing.resource_tracker" in cmd:  # the spawn start method's helper, no rank
+                    continue
                 if py and not launcher and pid not in launched and not any(pid in w for _, _, w in tops):
                     below_it = workers(pid)
                     if any(facts[w][2] for w in below_it):

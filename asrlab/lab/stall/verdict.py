@@ -46,13 +46,14 @@ WAITING = ("allreduce", "ddp_allreduce", "collective")  # phases of a rank that 
 
 def _groups(snaps: list[dict]) -> list[tuple[str, int, list[dict]]]:
     """The ranks grouped by (phase, step): the smallest group first, then one not waiting for its peers (a rank
-    in its own code holds up the one waiting for it in the all-reduce), then the one stuck longest."""
+    in its own code holds up the one waiting for it in the all-reduce, or starting up in its process group's
+    rendezvous), then the one stuck longest."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for s in snaps:
         groups.setdefault((s["phase"], s["step"]), []).append(s)
     return sorted(
         ((p, st, g) for (p, st), g in groups.items()),
-        key=lambda x: (len(x[2]), x[0] in WAITING, min(s["since"] for s in x[2])),
+        key=lambda x: (len(x[2]), x[0] in WAITING or x[0] == "start", min(s["since"] for s in x[2])),
     )
 
 

@@ -9,7 +9,8 @@ In every Python process of the job (ranks, DataLoader workers, the torchrun agen
   existence tells the watcher that this process may be sent it;
 * in a process no launcher gave a rank (``torch.multiprocessing.spawn``'s), a thread that looks twice a second
   for its process group and, once it is made, records its rank in ``$ASRLAB_WATCH_EXP/watch/ranks/{pid}.json``
-  (the process group's own word, read by the watch): from then on it is that rank here too;
+  (the process group's own word, read by the watch): from then on it is that rank here too; a process whose main
+  thread is in ``torch.multiprocessing.spawn`` records that it is the ranks' launcher, not a rank of its own;
 * the output written a whole line at a time, where the watch made it unbuffered (not the job itself);
 * in a rank, a thread that looks twice a second for ``$ASRLAB_WATCH_EXP/flight/request`` and, when the
   watcher writes it (a stall), writes PyTorch's Flight Recorder (the collectives this rank took part in) to
@@ -163,7 +164,18 @@ def _rank_from_group():
     import threading
     import time
 
+    def write(**record):
+        import json
+
+        folder = os.path.join(exp, "watch", "ranks")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        with open(f"{path}.tmp", "w") as f:
+            json.dump({**record, "time": time.time()}, f)
+        os.replace(f"{path}.tmp", path)
+
     def look():
+        spawning = False
         while True:
             time.sleep(0.5)
             d = sys.modules.get("torch.distributed")
@@ -174,23 +186,31 @@ def _rank_from_group():
                 elif d is not None and d.is_available() and d.is_initialized():
                     rank, world = d.get_rank(), d.get_world_size()
                 else:
+                    if not spawning and "torch.multiprocessing" in sys.modules and _in_spawn(threading.main_thread()):
+                        spawning = True  # the ranks' launcher: its children are the ranks, still starting or not
+                        write(launcher="torch.multiprocessing.spawn")
                     continue
             except Exception:  # a half-imported torch: look again
                 continue
-            import json
-
-            folder = os.path.join(exp, "watch", "ranks")
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, f"{os.getpid()}.json")
-            with open(f"{path}.tmp", "w") as f:
-                json.dump({"rank": rank, "world": world, "time": time.time()}, f)
-            os.replace(f"{path}.tmp", path)
+            write(rank=rank, world=world)
             _GROUP[0] = rank
             # this thread serves the flight recorder from now on: a thread a forked process started in its
             # fork hook, once ended, has Python's threading complain of it
             _serve_flight(exp, rank)
 
     threading.Thread(target=look, name="asrlab-watch-rank", daemon=True).start()
+
+
+def _in_spawn(thread) -> bool:
+    """Whether ``thread`` is in torch.multiprocessing.spawn, starting its processes or joining them (not a spawned
+    rank, whose stack starts in that module's ``_wrap``)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("start_processes", "join") and code.co_filename.endswith("multiprocessing/spawn.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _forked():
