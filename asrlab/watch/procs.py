@@ -85,27 +85,19 @@ class Table:
         self._slots: dict[tuple[int, float], int] = {}  # each such process's number, kept while it lives
         self._several = False  # several were seen: the last one left is still one of them, not rank 0
 
-    def recorded(self, pid: int, started: float) -> tuple[int, int] | None:
-        """``(rank, world)`` the process's group gave it, as the watch's sitecustomize recorded it."""
-        if self.records is None:
-            return None
+    def record(self, pid: int, started: float) -> dict:
+        """What the watch's sitecustomize recorded in the process (not a reused pid's): ``{"rank", "world"}`` its
+        process group gave it, or ``{"launcher"}`` where it is in torch.multiprocessing.spawn; else ``{}``."""
         try:
-            r = json.loads((self.records / f"{pid}.json").read_text())
+            r = json.loads((self.records / f"{pid}.json").read_text()) if self.records is not None else {}
         except (OSError, ValueError):
-            return None
-        if r.get("time", 0) < started or "rank" not in r:  # a reused pid's; a launcher's
-            return None
-        return int(r["rank"]), int(r["world"])
+            return {}
+        return r if r.get("time", 0) >= started else {}
 
-    def spawner(self, pid: int, started: float) -> bool:
-        """Whether the process recorded that it is in torch.multiprocessing.spawn: its children's launcher."""
-        if self.records is None:
-            return False
-        try:
-            r = json.loads((self.records / f"{pid}.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return bool(r.get("launcher")) and r.get("time", 0) >= started
+    def recorded(self, pid: int, started: float) -> tuple[int, int] | None:
+        """``(rank, world)`` the process's group gave it."""
+        r = self.record(pid, started)
+        return (int(r["rank"]), int(r["world"])) if "rank" in r else None
 
     def under(self, root: int) -> list[tuple[int, int, float]]:
         """``(pid, parent, started)`` of ``root`` and every process below it, parents first."""
@@ -216,7 +208,7 @@ class Table:
             launched: set[int] = set()
             for pid, _, started in tree:
                 _, py, launcher, cmd = facts[pid]
-                launcher = launcher or (py and self.spawner(pid, started))  # ranks it spawned still starting
+                launcher = launcher or (py and "launcher" in self.record(pid, started))  # its ranks still starting
                 if "multiprocessing.resource_tracker" in cmd:  # the spawn start method's helper, no rank
                     continue
                 if py and not launcher and pid not in launched and not any(pid in w for _, _, w in tops):
