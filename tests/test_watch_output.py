@@ -395,6 +395,19 @@ def test_a_stopped_watched_trainer_stopped_at_its_furthest_step_not_its_last_log
     assert d["verdict"] == "stopped" and d["culprit"]["step"] == d["last_step"] == 65, d["culprit"]
 
 
+def test_a_watched_loops_own_checkpoints_in_its_folder_are_read_and_named_for_its_resume():
+    """A stranger's loop saves ``ckpt/snap_it0010.pt`` of its own in the watch's folder, then its launcher is
+    SIGTERMed: the checkpoint is listed with its step, and the next step names it (not asrlab's RunState)."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "spawn_loop_own_checkpoint_launcher_sigterm")
+    assert d["verdict"] == "stopped" and d["checkpoints"]["own"], d["summary"]
+    assert [(Path(c["file"]).name, c["step"], c["state"]) for c in d["checkpoints"]["files"]] == [
+        ("snap_it0010.pt", 10, "ok")
+    ]
+    text = format_diagnosis(d)
+    [hint] = [ln for ln in text.splitlines() if ln.startswith("  next: ")]
+    assert "its newest checkpoint is " in hint and "RunState" not in hint and "snap_it0010.pt: step 10, ok" in text
+
+
 def test_a_ranks_own_stall_watchdog_in_a_log_is_a_stall_at_its_step(tmp_path):
     """The job's console alone (a torchrun restart's log, say): the trainer's own watchdog said "STALL: rank 0 has
     waited 10 s for data at step 4"; that is the stall, at its step, said as the rank's watchdog's, not the watch's."""

@@ -188,6 +188,8 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         c.update(step=d["last_step"], epoch=None, batch=None)  # stopped where the furthest record is, not an older line
     if job is not None:
         d["job_output"] = job.sections
+        if not d["checkpoints"]["files"]:  # none of asrlab's: the watched loop's own, in the folder, as a log's are
+            d["checkpoints"] = _own_checkpoints(exp) or d["checkpoints"]
         if not d["resumes"]["ledger"] and job.sections["resumes"]["from_output"]:
             # no ledger in the folder: the job's own lines show where a restart went back to
             d["resumes"]["from_output"] = job.sections["resumes"]["from_output"]
@@ -209,6 +211,21 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         d["summary"] += "; but " + _broken(d["coverage"])
     d["ok"] = d["verdict"] not in FAILED and not broken
     return d
+
+
+def _own_checkpoints(exp: Path) -> dict | None:
+    """A watched loop's own checkpoints in its folder and one level below (``ckpt/snap_it0030.pt``, WeNet's
+    ``10.pt``), in the run folder's shape; ``own``: a resume is the loop's own doing."""
+    from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
+
+    found = checkpoints([str(exp)])
+    if found is None:
+        return None
+    files = [
+        {"file": r["file"], "epoch": r["epoch"], "step": r["step"], "state": "ok" if r["intact"] else r["why"]}
+        for r in found["files"]
+    ]
+    return {"files": files, "partial_writes": [], "newest_loadable": found["newest"], "clock_s": None, "own": True}
 
 
 def _broken(coverage: dict) -> str:

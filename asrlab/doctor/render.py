@@ -64,6 +64,8 @@ def _next(d: dict) -> str | None:
     ckpt = d["checkpoints"]["newest_loadable"]
     if d.get("config"):  # a run of asrlab train
         resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
+    elif d["checkpoints"].get("own"):  # a watched loop's own checkpoints: its own way of resuming
+        resume = f"its newest checkpoint is {ckpt}" if ckpt else "none of its checkpoints is intact"
     else:  # a loop of the parts, or a watched command: its own way of resuming
         resume = (
             f"RunState.load() resumes from {ckpt}"
@@ -336,7 +338,8 @@ def format_diagnosis(d: dict) -> str:
     ck = d["checkpoints"]
     lines += ["", f"checkpoints ({len(ck['files'])}):" + ("" if ck["files"] else " none")]
     for c in ck["files"]:
-        lines.append(f"  {c['file']}: epoch {c['epoch']}{' (done)' if c.get('epoch_done') else ''}, {c['state']}")
+        at = f"step {c['step']}" if c["epoch"] is None and c.get("step") is not None else f"epoch {c['epoch']}"
+        lines.append(f"  {c['file']}: {at}{' (done)' if c.get('epoch_done') else ''}, {c['state']}")
     for p in ck["partial_writes"]:
         lines.append(f"  {p}: a write that never finished")
     if ck["files"]:
