@@ -47,8 +47,9 @@ STRUCTURAL = re.compile(
     rf"<NO_OTHER|During handling|The above exception|\S+ FAILED\s*$|{_MARK}|"
     r"terminate called|Fatal Python error|Segmentation fault|Killed\b|[~^]{2,}\s*$)"  # 3.11's markers under a frame
 )
-# a loop's own short mark: "[train r1] ...", "12:00:01 [w1] upd=3 ...", "... | r1 | step 2 |"
-_OWN_R = r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[A-Za-z]+ )?[rw](\d{1,4})\] |\| r(\d{1,4}) \|"
+# a loop's own short mark, the last word of a line's first brackets: "[train r1] ...", "12:00:01 [w1] upd=3 ...",
+# "[it 0012/0030 r1] ctc=3.41", "... | r1 | step 2 |"
+_OWN_R = r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \|"
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
     re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
