@@ -294,6 +294,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "NCCL_DEBUG=INFO's trace of a call's error under its WARN (Duplicate GPU detected), no traceback": (
+        "logs73/horovod/mpirun_ranks_3_2_4_0_nccl_duplicate_gpu_detected_init_failure.log"
+    ),
     "loguru's place a line was logged from (training_step:186)": (
         "logs72/pytorch/ddp_3dman_epoch_72_iter_247_zero_losses_then_traceback_cut_before_exception.log"
     ),
@@ -806,6 +809,7 @@ INDEX = {
         "logs70",
         "logs71",
         "logs72",
+        "logs73",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -79,6 +79,7 @@ class Events:
         self._quoted: dict[str, int | None] = {}
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
+        self._nccl: dict = {}  # (host, pid) -> NCCL's last WARN there, True once its error was said
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -313,7 +314,7 @@ class Events:
             m = ITEM.search(text)
             if m:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
-        if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text)):
+        if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text, self._nccl)):
             for kind, words, more in said:
                 self._add(kind, rank, time, words if words is not None else text, **more)
             return

@@ -4,12 +4,37 @@ rank's own device that it ended the process on; and Horovod's stall inspector, t
 
 from __future__ import annotations
 
+import re
+
 from .tracebacks import COLLECTIVE_TIMEOUT, OOM
 from .words import HOROVOD_MISSING, HOROVOD_STALL, NCCL_HANG, NCCL_SEQ, NCCL_TIMEOUT, WATCHDOG, WATCHDOG_EXC
 
 
-def nccl_events(text: str) -> list[tuple[str, str | None, dict]]:
-    """The events a line of NCCL's says: ``(kind, text, fields)`` each (``text`` None: the line's own), or none."""
+# NCCL_DEBUG=INFO's trace of a call that returned an error ("host:pid:tid [dev] NCCL INFO init.cc:916 -> 5"), printed
+# only then, under the WARN of the same process that says why ("... NCCL WARN Duplicate GPU detected : rank 2 and ...")
+_RETURNED = re.compile(r"([\w.-]+):(\d+):\d+ \[\d+\] NCCL INFO [\w/.]+\.cc:\d+ -> (\d+)")
+_WARNED = re.compile(r"([\w.-]+):(\d+):\d+ \[\d+\] (?:[\w/.]+\.cc:\d+ )?NCCL WARN (.*?)\s*$")
+_RESULTS = {1: "unhandled cuda error", 2: "unhandled system error", 3: "internal error", 4: "invalid argument",
+            5: "invalid usage", 6: "remote error"}  # fmt: skip  # 6: a peer's going, a consequence
+
+
+def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
+    """The events a line of NCCL's says: ``(kind, text, fields)`` each (``text`` None: the line's own), or none.
+    ``said``: each process's last WARN, and whether its error was said (a call's error is traced at every level)."""
+    if "NCCL WARN" in text and (m := _WARNED.search(text)):
+        said[m[1], m[2]] = m[3]
+        return []
+    if (
+        " -> " in text
+        and (m := _RETURNED.search(text))
+        and int(m[3]) in _RESULTS
+        and said.get((m[1], m[2])) is not True
+    ):
+        code, why = int(m[3]), said.get((m[1], m[2]))
+        said[m[1], m[2]] = True
+        words = f"NCCL error {code} ({_RESULTS[code]})" + (f": {why}" if why else "")
+        more = dict(type="NCCL error", message=words[:300], where=None, raised=None, frames=0, source="nccl")
+        return [("consequence" if code == 6 else "exception", words, more)]
     if "Watchdog caught" in text and (m := WATCHDOG.search(text)):
         seq, timeout = m.group(1), m.group(3)
         return [
