@@ -60,9 +60,10 @@ def _wenet(rows) -> str:
     )
 
 
-def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp_path):
-    """The field reports' resume failure, read from the user's own log: epoch 3 ran to batch 1500, the job
-    was restarted from epoch 2's checkpoint and epoch 3 began again at batch 0."""
+def test_a_resume_that_went_back_to_batch_0_counts_the_batches_run_again(tmp_path):
+    """The field reports' resume, read from the user's own log: epoch 3 ran to batch 1500, the job was restarted
+    and epoch 3 began again at batch 0. From a checkpoint saved within epoch 3 (``step_...``) that trains its
+    batches twice; from epoch 2's end (``epoch_2.pt``) nothing: the log's words say which, where its name does."""
     rows = [(3, b, 0, "40.0", "41.0") for b in range(0, 1501, 100)]
     again = [(3, b, 0, "39.0", "40.0") for b in range(0, 401, 100)]
     log = tmp_path / "train.log"
@@ -75,8 +76,11 @@ def test_a_resume_that_went_back_to_batch_0_counts_the_batches_trained_twice(tmp
     assert d["verdict"] == "no_failure_seen"
     r = d["resumes"]["from_output"][0]
     # batches 0 to 1500 (the lines count from 0): 1501 trained before the restart, and again after it
-    assert r["restarted_epoch"] and r["trained_twice"] == 1501 and r["checkpoint"] == "exp/epoch_2.pt", r
-    assert "started again at batch 0" in d["summary"], d["summary"]
+    assert r["restarted_epoch"] and r["run_again"] == 1501 and r["checkpoint"] == "exp/epoch_2.pt", r
+    assert "started again at batch 0" in d["summary"] and "epoch 2's end: none trained twice" in d["summary"]
+    log.write_text(log.read_text().replace("exp/epoch_2.pt", "exp/epoch_3_step_61500.pt"))
+    said = diagnose_logs([str(log)])["summary"]
+    assert "1501 batches of epoch 3 run again (trained twice where the checkpoint it loaded" in said, said
 
 
 BAD = {
@@ -1256,15 +1260,15 @@ def test_marians_abort_line_alone_is_a_crash(tmp_path):
 def test_a_twelfth_strangers_own_words_for_a_nan_and_for_a_resume_are_read():
     """torchrun with --max-restarts 1 and a loop's own words: "objective=nan gnorm=nan" (a loss by another name,
     a gradient norm's short name) is non-finite, not an all-clear; after a restart that picked up its snapshot at
-    batch 20 (the crash at 25 the earlier attempt's), batches 20 to 24 are said trained twice, and 0 to 24 where
+    batch 20 (the crash at 25 the earlier attempt's), batches 20 to 24 are said run again, and 0 to 24 where
     the resume went back to the epoch's first batch."""
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_own_format_objective_gnorm_nan_second_rank.log")])
     assert d["verdict"] == "nonfinite" and "objective=nan" in d["summary"], d["summary"]
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_after_a_raise_resumed_from_batch_20.log")])
     assert d["verdict"] == "no_failure_seen" and any("tripped on purpose" in h for h in d["history"]), d
-    assert "after batch 24; 5 batches of epoch 0 trained twice" in d["summary"], d["summary"]
+    assert "after batch 24; 5 batches of epoch 0 run again" in d["summary"], d["summary"]
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_resume_back_to_batch_0.log")])
-    assert "the epoch started again at batch 0; 25 batches of epoch 0 trained twice" in d["summary"], d["summary"]
+    assert "the epoch started again at batch 0; 25 batches of epoch 0 run again" in d["summary"], d["summary"]
 
 
 PAPERMILL = yaml.safe_load((FIXTURES / "papermill" / "index.yaml").read_text())

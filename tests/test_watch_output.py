@@ -335,8 +335,8 @@ def test_a_stranger_loop_killed_then_resumed_shows_the_resume_and_the_earlier_la
     d = diagnose(exp)
     assert d["verdict"] == "finished", d["summary"]
     said = [r["text"] for r in d["resumes"]["from_output"]]
-    assert said == ["resumed at step 10 after step 11: 2 steps trained twice"], d["resumes"]
-    assert d["summary"] == "finished; resumed at step 10 after step 11: 2 steps trained twice"  # said first, as a log's
+    assert said == ["resumed at step 10 after step 11: 2 steps run again"], d["resumes"]
+    assert d["summary"] == "finished; resumed at step 10 after step 11: 2 steps run again"  # said first, as a log's
     assert any(h.startswith("earlier launch: ended ") and "exit code 137 (SIGKILL)" in h for h in d["history"])
     text = format_diagnosis(d)
     assert "resumes: read from the job's output: resumed at step 10 after step 11" in text, text

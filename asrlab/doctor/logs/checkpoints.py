@@ -84,15 +84,22 @@ def _from(d: dict, keys: tuple[str, ...]) -> int | None:
     return None
 
 
+def named_place(stem: str) -> tuple[int | None, int | None]:
+    """``(epoch, step)`` a checkpoint's name says, either None: ``epoch_2``, ``epoch=1-step=24``, ``step_100``."""
+    epoch = step = None
+    for m in _NAMED.finditer(stem):  # both, where the name holds both (epoch=1-step=24)
+        e, e2, st, ck, it = m.groups()
+        if e or e2:
+            epoch = int(e or e2)
+        if st or ck or it:
+            step = int(st or ck or it)
+    return epoch, step
+
+
 def read(path: Path) -> dict:
     """``{"file", "bytes", "epoch", "step", "intact", "why"}``: what one checkpoint file holds."""
     out = {"file": str(path), "bytes": path.stat().st_size, "epoch": None, "step": None, "intact": True, "why": None}
-    for m in _NAMED.finditer(path.stem):  # both, where the name holds both (epoch=1-step=24)
-        e, e2, st, ck, it = m.groups()
-        if e or e2:
-            out["epoch"] = int(e or e2)
-        if st or ck or it:
-            out["step"] = int(st or ck or it)
+    out["epoch"], out["step"] = named_place(path.stem)
     side = path.with_suffix(".yaml")  # WeNet writes the epoch and step it saved beside the weights
     if side.exists():
         try:
@@ -178,4 +185,4 @@ def checkpoints(paths: list[str]) -> dict | None:
     }
 
 
-__all__ = ["checkpoints", "find", "read"]
+__all__ = ["checkpoints", "find", "named_place", "read"]

@@ -1,11 +1,13 @@
 """How far each rank of a logged run got: where a step line stands (epoch, batch, step), the seconds a step
-took, the spread between the slowest and fastest rank, and the resumes with the batches trained twice."""
+took, the spread between the slowest and fastest rank, and the resumes with the batches run again."""
 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 import time as _time
 
+from .checkpoints import named_place
 from .run import LogRun, position
 
 
@@ -50,6 +52,13 @@ def step_number(rec: dict | None) -> int | None:
 
 
 def resume_records(run: LogRun) -> list[dict]:
+    """Where the steps went back (a restart), and how many ran again. Whether those were trained twice depends on
+    what the checkpoint it loaded held, which a log shows only in that checkpoint's name: one saved at an epoch's
+    end (``epoch_2.pt``) then the next epoch from its batch 0 is a resume that trains nothing twice."""
+    paths = [e for e in run.events if e["kind"] == "resume"]
+    loaded = paths[0].get("path") if paths else None
+    epoch, step = named_place(Path(loaded).stem) if loaded else (None, None)
+    saved_epoch = epoch if step is None else None  # an epoch's end, not a step within one
     out = []
     seen = set()
     for x in run.resumes:
@@ -59,8 +68,8 @@ def resume_records(run: LogRun) -> list[dict]:
             continue
         seen.add(key)
         if a["step"] is not None and b["step"] is not None:
-            twice = b["step"] - a["step"] + 1
-            text = f"resumed at step {a['step']} after step {b['step']}: {twice} steps trained twice"
+            again = b["step"] - a["step"] + 1
+            text = f"resumed at step {a['step']} after step {b['step']}: {again} steps run again"
             zero = False
         else:
             start = run.epoch_start.get((x["rank"], a["epoch"]))
@@ -68,14 +77,22 @@ def resume_records(run: LogRun) -> list[dict]:
             if a["epoch"] == b["epoch"] and b["batch"] is not None and a["batch"] is not None:
                 # every batch from the one it went back to through b; where the epoch started again, all of it:
                 # b + 1 batches where it counts from 0 (a line at batch 0), b where it counts the batches done
-                twice = b["batch"] + (start == 0) if zero else b["batch"] - a["batch"] + 1
+                again = b["batch"] + (start == 0) if zero else b["batch"] - a["batch"] + 1
+                ended = zero and saved_epoch is not None and a["epoch"] is not None and saved_epoch == a["epoch"] - 1
                 text = (
                     f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
                     + (": the epoch started again at batch 0" if zero else "")
-                    + f"; {twice} batches of epoch {a['epoch']} trained twice"
+                    + f"; {again} batches of epoch {a['epoch']} run again"
+                    + (
+                        f" (from the checkpoint of epoch {saved_epoch}'s end: none trained twice)"
+                        if ended
+                        else " (trained twice where the checkpoint it loaded was saved within the epoch)"
+                        if zero
+                        else ""
+                    )
                 )
             else:
-                twice = None
+                again = None
                 text = f"resumed at {where(a)} after {where(b)}"
         out.append(
             {
@@ -83,14 +100,13 @@ def resume_records(run: LogRun) -> list[dict]:
                 "before": where(b),
                 "after": where(a),
                 "restarted_epoch": zero,
-                "trained_twice": twice,
+                "run_again": again,
                 "time": a["time"],
                 "text": text,
             }
         )
-    paths = [e for e in run.events if e["kind"] == "resume"]
     if paths and out:
-        out[0]["checkpoint"] = paths[0].get("path")
+        out[0]["checkpoint"] = loaded
     return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
 
 
