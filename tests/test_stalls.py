@@ -291,3 +291,25 @@ sys.exit(main(["train", "--data", {str(lst)!r}, "--exp", {str(tmp_path / "exp")!
     assert out.returncode == STALL_EXIT, out.stderr[-3000:]
     said = (tmp_path / "exp" / "stall_report.txt").read_text().splitlines()[0]
     assert "reading the data's index" in said, said
+
+
+def test_a_collective_one_rank_skipped_on_a_group_of_its_own_names_that_rank_behind():
+    """Flight Recorder dumps of two process groups (a real job's): rank 0 waits in the stats group's all-reduce #9
+    that rank 1 skipped, rank 1 waits for rank 0 in the default group's #16. Each group compared apart, the one
+    whose awaited collective came first is the cause: rank 1 is behind, in group 1 (the default group alone named
+    rank 0)."""
+    from pathlib import Path
+
+    from asrlab.lab.stall.flight import behind_text, collectives_text, last_collectives
+
+    s = last_collectives(
+        Path(__file__).parent / "fixtures" / "flight" / "two_groups_rank1_skipped_its_stats_all_reduce"
+    )
+    assert s["behind"] == [1] and s["group"] == "1" and s["mismatch"] is None, s
+    assert [s["ranks"][r]["seq"] for r in ("0", "1")] == [9, 8], s
+    assert collectives_text(s)[0].endswith("each rank's last in process group 1):")
+    # every rank in a collective, each waiting for the other: the recorder's word leads the verdict
+    waiting = {0: {"phase": "collective"}, 1: {"phase": "ddp_allreduce"}}
+    said = "rank 1 never entered collective #9 (all_reduce, process group 1) that rank 0 waits in"
+    assert behind_text(s, waiting) == said
+    assert behind_text(s, {**waiting, 1: {"phase": "data"}}) is None  # a rank waiting for data: the heartbeats say

@@ -21,9 +21,13 @@ IN_COLLECTIVE = ("collective", "allreduce", "ddp_allreduce", "sync")  # phases w
 
 
 def last_collectives(exp: str | Path) -> dict | None:
-    """``{"ranks": {rank: {"seq", "op", "state", "group"}}, "behind": [ranks]}`` from the ranks' dumps, per the
-    default group (the one with most entries), or None without dumps."""
-    ranks: dict[int, dict] = {}
+    """``{"ranks": {rank: {"seq", "op", "state", "group", "sizes"}}, "behind": [ranks], "mismatch", "group"}`` from
+    the ranks' dumps, or None without dumps. Each process group is compared apart (its sequence numbers are its
+    own): in one where a rank's last collective is behind the others', it never entered the one they wait in.
+    Where ranks lag in several groups (each waits for the other in a different one: a collective one rank
+    skipped on a group of its own), the group whose awaited collective was made first is the cause; with no lag,
+    the default group (the one with most entries)."""
+    dumps: dict[int, dict[str, list]] = {}
     for path in sorted((Path(exp) / FLIGHT).glob("rank*.json")):
         if not path.stem[4:].isdigit():
             continue
@@ -34,29 +38,42 @@ def last_collectives(exp: str | Path) -> dict | None:
         groups: dict[str, list] = {}
         for e in entries:
             pg = e.get("process_group") or ["?", "?"]
-            groups.setdefault(str(pg[1] if len(pg) > 1 else pg[0]), []).append(e)
-        if not groups:
-            ranks[int(path.stem[4:])] = {"seq": None, "op": None, "state": None, "group": None}
-            continue
-        group, mine = max(groups.items(), key=lambda kv: len(kv[1]))
-        last = max(mine, key=lambda e: e.get("collective_seq_id") or 0)
-        ranks[int(path.stem[4:])] = {
-            "seq": last.get("collective_seq_id"),
-            "op": last.get("profiling_name"),
-            "state": last.get("state"),
-            "group": group,
-            "sizes": last.get("input_sizes"),
-        }
-    if not ranks:
+            groups.setdefault(str(pg[1] if len(pg) > 1 and pg[1] != "undefined" else pg[0]), []).append(e)
+        dumps[int(path.stem[4:])] = groups
+    if not dumps:
         return None
-    seqs = [r["seq"] for r in ranks.values() if r["seq"] is not None]
-    behind = sorted(r for r, x in ranks.items() if seqs and x["seq"] is not None and x["seq"] < max(seqs))
+    last = {  # (rank, group) -> its last collective there
+        (r, g): max(es, key=lambda e: e.get("collective_seq_id") or 0)
+        for r, gs in dumps.items()
+        for g, es in gs.items()
+    }
+    lags = []  # (when the awaited collective was made, group, ranks behind)
+    for g in {g for _, g in last}:
+        tops = {r: e.get("collective_seq_id") or 0 for (r, gg), e in last.items() if gg == g}
+        hi = max(tops.values())
+        if any(t < hi for t in tops.values()):
+            made = min(last[r, g].get("time_created_ns") or 0 for r, t in tops.items() if t == hi)
+            lags.append((made, g, sorted(r for r, t in tops.items() if t < hi)))
+    sizes = {g: sum(len(gs.get(g, ())) for gs in dumps.values()) for g in {g for _, g in last}}
+    _, group, behind = min(lags) if lags else (0, max(sizes, key=sizes.get) if sizes else None, [])
+    ranks = {}
+    for r in sorted(dumps):
+        e = last.get((r, group))
+        ranks[r] = (
+            {"seq": None, "op": None, "state": None, "group": None}
+            if e is None
+            else {"seq": e.get("collective_seq_id"), "op": e.get("profiling_name"), "state": e.get("state"),
+                  "group": group, "sizes": e.get("input_sizes")}
+        )  # fmt: skip
+    seqs = [x["seq"] for x in ranks.values() if x["seq"] is not None]
     front = {r: x for r, x in ranks.items() if seqs and x["seq"] == max(seqs)}
     calls = {(x["op"], json.dumps(x["sizes"])) for x in front.values()}
     mismatch = (
         {"seq": max(seqs), "ops": {str(r): x["op"] for r, x in sorted(front.items())}} if len(calls) > 1 else None
     )
-    return {"ranks": {str(r): x for r, x in sorted(ranks.items())}, "behind": behind, "mismatch": mismatch}
+    several = len(sizes) > 1  # more than one process group: say which one
+    return {"ranks": {str(r): x for r, x in ranks.items()}, "behind": behind, "mismatch": mismatch,
+            "group": group if several else None}  # fmt: skip
 
 
 def mismatch_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
@@ -85,11 +102,29 @@ def mismatch_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
     )
 
 
+def behind_text(summary: dict | None, snaps: dict[int, dict]) -> str | None:
+    """``"rank 1 never entered collective #9 (all_reduce, process group 1) that rank 0 waits in"``: the verdict's
+    lead where every rank waits in a collective (each for another: no heartbeat tells which holds the others) and
+    the Flight Recorder names the one rank behind."""
+    behind = (summary or {}).get("behind") or []
+    if len(behind) != 1 or not snaps or any(s.get("phase") not in IN_COLLECTIVE for s in snaps.values()):
+        return None
+    ranks = summary["ranks"]
+    ahead = [r for r, x in ranks.items() if int(r) not in behind and x["seq"] is not None]
+    if not ahead:
+        return None
+    top = ranks[ahead[0]]
+    group = f", process group {summary['group']}" if summary.get("group") else ""
+    waits = f"{'rank' if len(ahead) == 1 else 'ranks'} {', '.join(ahead)} {'waits' if len(ahead) == 1 else 'wait'}"
+    return f"rank {behind[0]} never entered collective #{top['seq']} ({str(top['op']).split(':')[-1]}{group}) that {waits} in"
+
+
 def collectives_text(summary: dict | None) -> list[str]:
     """The summary as the stall report and the doctor print it."""
     if not summary:
         return []
-    lines = ["collectives (PyTorch's Flight Recorder, each rank's last):"]
+    group = f" in process group {summary['group']}" if summary.get("group") else ""
+    lines = [f"collectives (PyTorch's Flight Recorder, each rank's last{group}):"]
     for r, x in summary["ranks"].items():
         said = f"#{x['seq']} {x['op']} ({x['state']})" if x["seq"] is not None else "none recorded"
         lines.append(f"  rank {r}: {said}" + ("  <- behind the others" if int(r) in summary["behind"] else ""))

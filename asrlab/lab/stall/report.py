@@ -21,7 +21,7 @@ from ...files import atomic_write, read_json
 from .classify import own_tail
 from .errors import error_line
 from .heartbeat import read_heartbeats
-from .flight import last_collectives, mismatch_text
+from .flight import behind_text, last_collectives, mismatch_text
 from .verdict import ENDED, failure_verdict, rank_line, ranks_named, verdict
 
 
@@ -81,8 +81,12 @@ def write_report(
     # a rank whose data ran out calls what follows the loop while the others still train: the same collective
     # number with two calls, read as uneven data (the verdict above), not as a branch on the rank
     uneven = 0 < sum(s.get("phase") in ENDED for s in snaps.values()) < len(snaps)
-    if failure is None and not uneven and (disagree := mismatch_text(collectives, snaps)):
-        said = f"{disagree}. {said[0].upper()}{said[1:]}"
+    if (
+        failure is None
+        and not uneven
+        and (lead := mismatch_text(collectives, snaps) or behind_text(collectives, snaps))
+    ):
+        said = f"{lead}. {said[0].upper()}{said[1:]}"
     report = {
         "verdict": said,
         "time": now,
