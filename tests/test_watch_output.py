@@ -309,6 +309,7 @@ def test_a_watched_nan_is_one_event_in_the_verdict_the_section_and_the_json(tmp_
     d = diagnose(exp)
     assert d["verdict"] == "nonfinite" and d["basis"] == "job output", d["summary"]
     assert d["culprit"]["step"] == 10 == d["job_output"]["nonfinite"]["first"]["step"], d["culprit"]
+    assert d["nonfinite"]["count"] == d["job_output"]["nonfinite"]["count"] > 0  # --json's count, where it is read
     text = format_diagnosis(d)
     assert "non-finite steps: none" not in text and "first at step 10" in text, text
     assert "train.ledger" not in text and "--ledger" not in text, text  # no words of asrlab's trainer for a stranger

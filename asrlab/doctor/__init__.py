@@ -190,6 +190,8 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         d["job_output"] = job.sections
         if not d["checkpoints"]["files"]:  # none of asrlab's: the watched loop's own, in the folder, as a log's are
             d["checkpoints"] = _own_checkpoints(exp) or d["checkpoints"]
+        if not d["nonfinite"]["count"] and (job.sections["nonfinite"] or {}).get("count"):
+            d["nonfinite"]["count"] = job.sections["nonfinite"]["count"]  # --json's one count: the job's lines'
         if not d["resumes"]["ledger"] and job.sections["resumes"]["from_output"]:
             # no ledger in the folder: the job's own lines show where a restart went back to
             d["resumes"]["from_output"] = job.sections["resumes"]["from_output"]
