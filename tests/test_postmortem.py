@@ -1000,6 +1000,13 @@ def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
 
 
+def test_a_learning_rate_raised_a_hundredfold_just_before_a_nan_is_said_as_what_led_to_it():
+    """A stranger's loop whose learning rate went from 2e-3 to 2e+1 at update 6, nan from update 7: the jump is
+    named beside the gradient norm's rise, where the two logged steps are."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w21_torchrun_tilde_tags_lr_raised_10000x_then_ctc_nan.log")])
+    assert "before it: grad norm" in d["summary"] and "lr 0.002 -> 20 at epoch 0, batch 6" in d["summary"], d
+
+
 def test_a_strangers_loops_claim_no_recovery_and_no_resume_the_lines_do_not_show(tmp_path):
     """A loss nan from step 18 to the end, another rank's finite line of the same step between: fatal, not
     "finite again"; "ep 0 it 19" then "ep 1 it 0": the next epoch, not a resume; "epoch=0 iter=19": step 19;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .progress import step_number
+from .progress import step_number, where
 from .run import LogRun, finite, position
 
 
@@ -56,6 +56,10 @@ def nonfinite_section(run: LogRun) -> dict | None:
     led = []
     if len(norms) >= 2:
         led.append(f"grad norm {norms[0]:.3g} -> {max(norms):.3g} (max) -> {norms[-1]:.3g}")
+    lrs = [(x, x["lr"]) for x in before[-LR_RECENT:] if x["lr"] is not None]
+    jump = next(((x, a, b) for (_, a), (x, b) in zip(lrs, lrs[1:]) if a > 0 and b >= LR_JUMP * a), None)
+    if jump:  # a learning rate raised a hundredfold between two logged steps just before: what led to it
+        led.append(f"lr {jump[1]:.3g} -> {jump[2]:.3g} at {where(jump[0])}")
     halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
     if halvings:
         led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
@@ -93,6 +97,8 @@ def nonfinite_section(run: LogRun) -> dict | None:
         "text": text,
     }
 
+
+LR_JUMP, LR_RECENT = 100.0, 10  # a learning rate this many times its last logged value, in the last logged steps
 
 SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
 SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where fp16 starts to overflow
