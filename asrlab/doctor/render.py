@@ -384,7 +384,9 @@ def _log_text(d: dict) -> str:
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
     for r in d["resumes"]["from_output"]:
         lines.append(
-            f"resume (rank {r['rank']}): {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
+            ("resume" if r["rank"] is None else f"resume (rank {r['rank']})")
+            + f": {r['text']}"
+            + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
         )
     ck = d.get("checkpoints")
     if ck:

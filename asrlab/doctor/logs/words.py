@@ -280,7 +280,7 @@ RESUME = re.compile(
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from|"
     r"\b(?:restored|picked up|loaded)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own
     # "[ckpt] restored X.pt", "picked up snap-e0-b19.bin"
-    r"\s*:?\s*(\S+)?",
+    r"\s*:?\s*(\S+?)?[:,;]?(?=\s|$)",  # the path, not the colon the line goes on after
     re.I,
 )
 
