@@ -1007,6 +1007,17 @@ def test_a_learning_rate_raised_a_hundredfold_just_before_a_nan_is_said_as_what_
     assert "before it: grad norm" in d["summary"] and "lr 0.002 -> 20 at epoch 0, batch 6" in d["summary"], d
 
 
+def test_a_resume_from_a_checkpoint_says_the_batches_run_again_and_the_checkpoint_not_trained_twice():
+    """torchrun restarted a stranger's ranks after a MemoryError in update 11; they picked up their step-8
+    checkpoint ("picked up .../latest.pt: continuing after it 8"): batches 9 and 10 ran again, which is no
+    training twice (the checkpoint did not hold them), and the path is said without the colon after it."""
+    log = "own_loops/w21_torchrun_restart_after_a_memoryerror_resumed_from_its_step_8_checkpoint.log"
+    d = diagnose_logs([str(FIXTURES / log)])
+    [r] = d["resumes"]["from_output"]
+    assert r["run_again"] == 2 and r["checkpoint"].endswith("latest.pt") and "twice" not in r["text"], r
+    assert any(h.startswith("an earlier attempt: out_of_memory") for h in d["history"]), d["history"]
+
+
 def test_a_strangers_loops_claim_no_recovery_and_no_resume_the_lines_do_not_show(tmp_path):
     """A loss nan from step 18 to the end, another rank's finite line of the same step between: fatal, not
     "finite again"; "ep 0 it 19" then "ep 1 it 0": the next epoch, not a resume; "epoch=0 iter=19": step 19;
