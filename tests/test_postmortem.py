@@ -298,6 +298,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "a DataLoader worker's own handler's word on the signal it dies of (bus error)": (
+        "logs74/wlasl/i3d_epoch_1_train_then_two_bus_errors_in_worker_traceback_cut.log"
+    ),
+    "the same word where training went on after it (an epoch's header after a step's line)": (
+        "logs26/plain/healthy_freevc_epoch_1515_error_unexpected_segfault_in_worker_then_epoch_1516.log"
+    ),
     "NCCL_DEBUG=INFO's trace of a call's error under its WARN (Duplicate GPU detected), no traceback": (
         "logs73/horovod/mpirun_ranks_3_2_4_0_nccl_duplicate_gpu_detected_init_failure.log"
     ),
@@ -814,6 +820,7 @@ INDEX = {
         "logs71",
         "logs72",
         "logs73",
+        "logs74",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

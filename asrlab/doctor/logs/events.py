@@ -363,10 +363,10 @@ class Events:
                 if m[2] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
                     self._add("stop", rank, time, text, signal=m[2], by="launcher")  # passed on (a failure's: SIGTERM)
                 return
-        if "DataLoader worker" in text:
+        if "DataLoader worker" in text or "encountered in worker" in text:
             m = WORKER.search(text)
             if m:
-                self._add("worker_killed", rank, time, text, signal=(m.group(2) or "").strip() or None)
+                self._add("worker_killed", rank, time, text, signal=(m[2] or m[3] or "").strip().capitalize() or None)
                 return
         # the shell's word for a SIGKILLed child (in its locale: not ASCII), by its pid: a rank, where heartbeats know it
         if ("Kill" in text or not text.isascii()) and BASH_KILLED.search(text.strip()):  # DeepSpeed's kill follows

@@ -194,7 +194,9 @@ def trained_on(run: LogRun, e: dict) -> bool:
     worker the loader replaced): not its end. A worker ended by the job's own end (SIGTERM, Ctrl-C) is not."""
     nxt, last = next_after(run, e.get("rank"), e), last_before(run, e.get("rank"), e)
     ended = "Terminated" in e["text"] or any(x["kind"] == "stop" and x["order"] < e["order"] for x in run.events)
-    return nxt is not None and not ended and (last is None or position(nxt) > position(last))
+    # a record of another shape after it (an epoch's header after a step's line) is no redraw of the last one
+    shape = last is not None and nxt is not None and len(position(nxt)) != len(position(last))
+    return nxt is not None and not ended and (last is None or shape or position(nxt) > position(last))
 
 
 def redrawn_after(run: LogRun, rank, e: dict) -> dict | None:

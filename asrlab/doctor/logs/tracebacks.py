@@ -104,8 +104,10 @@ MONITORED_PEER = re.compile(
 )
 
 
-WORKER = re.compile(
-    r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)"
+WORKER = re.compile(  # and the worker's own handler's word before it dies of that signal ("ERROR: Unexpected bus error
+    # encountered in worker. This might be caused by insufficient shared memory (shm).")
+    r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)|"
+    r"Unexpected (bus error|segmentation fault|floating-point exception) encountered in worker"
 )
 
 
