@@ -471,11 +471,18 @@ def test_lines_printed_at_once_by_two_processes_come_through_the_watch_whole(tmp
 def test_a_live_loop_asleep_between_its_steps_is_running_and_a_busy_one_is_not_stuck(tmp_path):
     """``asrlab doctor --pid`` on a loop whose every sample lands on one line (each step asleep): its own count
     moved during the look, it runs; on one computing at one line (a long step of its own): busy, not stuck (on a
-    loaded machine the computing process may be caught moving as well: either way, not stuck)."""
-    for body, said in (("time.sleep(0.6)", ("RUNNING: ",)), ("sum(range(10**10))", ("BUSY: ", "RUNNING: "))):
+    loaded machine the computing process may be caught moving as well: either way, not stuck); on one 6 s into a
+    pause of its own (a slow validation or save): looked at on until it moves, running."""
+    pause = "if step == 1:\n            validate()\n        time.sleep(0.3)"  # 6 s still in its own code, then steps
+    for body, said in (
+        ("time.sleep(0.6)", ("RUNNING: ",)),
+        ("sum(range(10**10))", ("BUSY: ", "RUNNING: ")),
+        (pause, ("RUNNING: ",)),  # looked at on while it is still in its own code: a pause, not a hang
+    ):
         script = tmp_path / "slow.py"
         script.write_text(
-            f"import time\n\n\ndef main():\n    step = 0\n    for item in iter(int, 1):\n        step += 1\n        {body}\n\n\n"
+            "import time\n\n\ndef validate():\n    time.sleep(6)\n\n\n"
+            f"def main():\n    step = 0\n    for item in iter(int, 1):\n        step += 1\n        {body}\n\n\n"
             "main()\n"
         )
         p = subprocess.Popen([sys.executable, str(script)])

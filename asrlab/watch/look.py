@@ -36,7 +36,12 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     views = {r: RankView(p, t0) for r, p in procs.items()}
     loops = Loops()
     cpu0, counted = _cpu(procs), {}
-    for i in range(samples):
+    i = 0
+    # every rank still and in its own code after the samples (a validation pass, a save, a sleep of its own, or a
+    # hang: 2 s cannot tell them apart): looked at on, up to QUIET_S, until one moves
+    while i < samples or (time.time() - t0 < QUIET_S and _quiet(views, cpu0, procs, t0)):
+        if i:
+            time.sleep(interval_s)
         for r, p in sorted(procs.items()):
             stacks = spy.sample(p.pid)
             if stacks is not None:
@@ -44,8 +49,7 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
                 loops.learn(views[r])
         if i == 0:
             counted = loops.counts(list(views.values()), spy)
-        if i + 1 < samples:
-            time.sleep(interval_s)
+        i += 1
     now = time.time()
     world = world_of(procs.values())
     counts = loops.counts(list(views.values()), spy)
@@ -77,6 +81,15 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
 # of a CPU, over the look: a rank in its own code that used this much is working, not blocked (one blocked uses
 # next to none; a loaded machine gives a busy one well under a whole CPU)
 BUSY = 0.2
+QUIET_S = 12.0  # seconds a look goes on while every rank is still in its own code, neither moving nor computing
+
+
+def _quiet(views: dict, cpu0: dict, procs: dict, t0: float) -> bool:
+    """Every rank seen, none moved, each in its own code (not waiting on data or its peers), none computing."""
+    if any(v.first_seen is None or v.moved > v.first_seen or v.phase in WAITING + ("data",) for v in views.values()):
+        return False
+    cpu = _cpu(procs)
+    return all((cpu.get(r, 0.0) - c) / max(time.time() - t0, 1e-9) < BUSY for r, c in cpu0.items())
 
 
 def _cpu(procs: dict) -> dict[int, float]:
