@@ -270,6 +270,12 @@ def test_stacks_are_classified_by_their_frames():
         )
         == "forward"
     )
+    # the same forward, data wait and sleep inside an evaluation pass are no training step's; its collective is one
+    forward = [(torch_file + "nn/modules/module.py", 1700, "_call_impl"), ("/home/me/model.py", 12, "forward")]
+    validating = loop + [("/home/me/train.py", 80, "validate")]
+    assert phase_of(validating + forward) == "eval" and phase_of(validating) == "eval"
+    reduce = [(torch_file + "distributed/distributed_c10d.py", 2900, "all_reduce")]
+    assert phase_of(validating + reduce) == "collective"
     # torch.compile tracing a module's forward on fake tensors is compiling, not in the forward pass
     compiling = [
         (torch_file + "nn/modules/module.py", 1779, "_wrapped_call_impl"),

@@ -5,7 +5,8 @@ A stack anywhere inside torch.compile's compilation is ``compile``. Else the rul
 innermost out, and the first that matches names the phase:
 torch.distributed's collectives, a DataLoader's ``__next__`` (waiting for data), the optimizer (and the
 grad scaler's step), autograd's backward, ``torch.save``/``torch.load``, start-up (imports, the process
-group's set-up), a module's forward; else the loop's own code. A DataLoader worker is ``reading`` when
+group's set-up), a module's forward; else the loop's own code. Any of these but a collective inside an evaluation
+pass (``validate``, ``evaluate``, ``validation_step``, ...) is ``eval``. A DataLoader worker is ``reading`` when
 it is anywhere but waiting for its next index. ``asrlab watch`` reads stacks sampled from outside with
 these rules; a stall watchdog inside a rank reads its own main thread's stack with them. Which loop of the
 job's own code a stack is in, and how that loop counts its steps, is read from the job's source file.
@@ -78,8 +79,25 @@ def own_code(file: str) -> bool:
     )
 
 
+# a function of an evaluation pass, the job's own or its toolkit's: its forward, its data and its loss are no
+# training step's (a collective in it is still one the ranks wait in)
+EVAL_FNS = {
+    "validate", "validation", "evaluate", "evaluation", "evaluation_loop", "_evaluation_loop", "validation_loop",
+    "validation_step", "val_step", "valid_step", "eval_step", "run_validation", "_run_validation", "run_evaluation",
+    "run_eval", "do_eval", "do_validation", "val_epoch", "valid_epoch", "eval_epoch", "validate_epoch",
+    "evaluate_epoch", "compute_validation_loss",
+}  # fmt: skip
+
+
 def phase_of(frames: list[Frame]) -> str:
-    """The phase of a rank's main-thread stack (outermost first)."""
+    """The phase of a rank's main-thread stack (outermost first); inside an evaluation pass, ``eval``."""
+    phase = _phase_of(frames)
+    if phase in ("collective", "start", "compile"):
+        return phase
+    return "eval" if any(fn.lower() in EVAL_FNS for _, _, fn in frames) else phase
+
+
+def _phase_of(frames: list[Frame]) -> str:
     if any(
         _is(f, "torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py") and fn != "<module>"
         for f, _, fn in frames
