@@ -25,12 +25,20 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     if not procs:
         raise ValueError(f"no Python process of a job under pid {root}")
     spy = PySpy()
-    why = spy.works_on(next(iter(procs.values())).pid)
+    for _ in range(3):  # a process a second old may not be readable yet: a failure that is no permission's, again
+        why = spy.works_on(next(iter(procs.values())).pid)
+        if why is None or _refused(why) or "not installed" in why:
+            break
+        time.sleep(0.5)
     if why is not None:
         raise ValueError(
-            f"py-spy cannot read the job's stacks ({why}): run as the job's user with the ptrace "
-            "permission (root, or kernel.yama.ptrace_scope=0), or start the job under asrlab watch, "
-            "whose fallback needs none"
+            f"py-spy cannot read the job's stacks ({why})"
+            + (
+                ": run as the job's user with the ptrace permission (root, or kernel.yama.ptrace_scope=0), or start "
+                "the job under asrlab watch, whose fallback needs none"
+                if _refused(why)
+                else ""
+            )
         )
     t0 = time.time()
     views = {r: RankView(p, t0) for r, p in procs.items()}
@@ -90,6 +98,11 @@ def _quiet(views: dict, cpu0: dict, procs: dict, t0: float) -> bool:
         return False
     cpu = _cpu(procs)
     return all((cpu.get(r, 0.0) - c) / max(time.time() - t0, 1e-9) < BUSY for r, c in cpu0.items())
+
+
+def _refused(why: str) -> bool:
+    """Whether py-spy's error is the system's refusal to let it read another process (ptrace)."""
+    return any(w in why for w in ("ermission", "not permitted", "ptrace"))
 
 
 def _cpu(procs: dict) -> dict[int, float]:
