@@ -78,6 +78,11 @@ def test_a_resume_that_went_back_to_batch_0_counts_the_batches_run_again(tmp_pat
     # batches 0 to 1500 (the lines count from 0): 1501 trained before the restart, and again after it
     assert r["restarted_epoch"] and r["run_again"] == 1501 and r["checkpoint"] == "exp/epoch_2.pt", r
     assert "started again at batch 0" in d["summary"] and "epoch 2's end: none trained twice" in d["summary"]
+    from asrlab.doctor.logs.checkpoints import named_place  # where a checkpoint's name says it was saved
+
+    assert [named_place(n) for n in ("epoch_2", "epoch=1-step=24", "snap_00525", "ckpt")] == [
+        (2, None), (1, 24), (None, 525), (None, None)
+    ]  # fmt: skip
     log.write_text(log.read_text().replace("exp/epoch_2.pt", "exp/epoch_3_step_61500.pt"))
     said = diagnose_logs([str(log)])["summary"]
     assert "1501 batches of epoch 3 run again (trained twice where the checkpoint it loaded" in said, said

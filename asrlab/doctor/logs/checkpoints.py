@@ -16,9 +16,9 @@ from ...lab.state.checkpoint import open_mapped
 
 PATTERNS = ("*.pt", "*.pth", "*.ckpt")
 # WeNet's epoch_3.pt, Lightning's epoch=1-step=24.ckpt, HF's checkpoint-500, step_100.pt, iter_2000.pth; a loop's
-# own ckpt_40.pt, ep1_it0120.pt
+# own ckpt_40.pt, ep1_it0120.pt, snap_00525.pth
 _NAMED = re.compile(
-    r"(?:(?<![a-z])(?:epoch|ep)[_=-]?(\d+)|(\d+)\s*epoch|step[_=-]?(\d+)|(?:checkpoint|ckpt)[-_](\d+)|"
+    r"(?:(?<![a-z])(?:epoch|ep)[_=-]?(\d+)|(\d+)\s*epoch|step[_=-]?(\d+)|(?:checkpoint|ckpt|snap(?:shot)?)[-_](\d+)|"
     r"(?<![a-z])(?:iter|it)[_=-]?(\d+))",
     re.I,
 )
