@@ -120,6 +120,14 @@ def test_ending_the_watch_ends_every_process_of_the_job(tmp_path, how, sig):
         watch.wait()
 
 
+def _command(p: psutil.Process) -> str:
+    """A process's command line; none of a child that has just ended (a py-spy dump of the watch's, not yet reaped)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def test_a_signal_to_the_keeper_is_passed_on_to_the_job(tmp_path):
     """The keeper's command line holds the job's (``pkill -f torchrun`` finds it before torchrun): SIGTERM sent to
     it reaches the job, which ends as it would unwatched; the watch passes its exit code on."""
@@ -141,7 +149,7 @@ def test_a_signal_to_the_keeper_is_passed_on_to_the_job(tmp_path):
         while not ready.exists():
             assert time.time() < deadline and watch.poll() is None, "the job did not start"
             time.sleep(0.2)
-        [keeper] = [p for p in psutil.Process(watch.pid).children() if "keeper.py" in " ".join(p.cmdline())]
+        [keeper] = [p for p in psutil.Process(watch.pid).children() if "keeper.py" in _command(p)]
         keeper.send_signal(signal.SIGTERM)
         out, _ = watch.communicate(timeout=60)
     finally:
