@@ -22,14 +22,11 @@ def cmd_watch(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if watch.stalled is not None:
-        # a stall it reported (not ended) that the ranks got past: the job finished, the report is history
-        passed = rc == 0 and not watch.stalled.get("ended")
-        said = "finished; the ranks moved on after the stall it reported (" if passed else "stalled: "
-        print(
-            f"asrlab watch: {said}{watch.stalled['verdict']}{')' * passed}\n  report: {a.exp}/stall_report.txt; "
-            f"asrlab doctor {a.exp}",
-            file=sys.stderr,
+        v = watch.stalled["verdict"]  # a stall the ranks then got past: the job finished, the report is history
+        said = (
+            f"finished; the ranks moved on after the stall it reported ({v})" if watch.stall_passed else f"stalled: {v}"
         )
+        print(f"asrlab watch: {said}\n  report: {a.exp}/stall_report.txt; asrlab doctor {a.exp}", file=sys.stderr)
     elif (said := _what_went_wrong(a.exp)) is not None:
         print(f"asrlab watch: {said}\n  asrlab doctor {a.exp}", file=sys.stderr)
     return rc

@@ -256,9 +256,11 @@ def _fill(d: dict, inner: dict) -> None:
     timed = [r for r in inner["steps"]["ranks"] if r.get("median_step_s") is not None]
     for sampled in d["steps"]["ranks"]:  # one bound per rank: its timed steps', told with the GPU the watch read
         same = next((r for r in timed if r["rank"] == sampled["rank"] and r.get("split")), None)
-        if same is not None and sampled.pop("bound", None) is not None and sampled.get("gpu_busy") is not None:
-            same.update(gpu_busy=sampled["gpu_busy"], split=with_gpu_busy(same["split"], sampled["gpu_busy"]))
-            same["bound"] = bound(same["split"], sampled["gpu_busy"], ranks=len(timed))
+        if same is None or sampled.pop("bound", None) is None:
+            continue
+        if (busy := sampled.get("gpu_busy")) is not None:
+            same.update(gpu_busy=busy, split=with_gpu_busy(same["split"], busy))
+            same["bound"] = bound(same["split"], busy, ranks=len(timed))
     d["steps"] = {**d["steps"], "ranks": timed + d["steps"]["ranks"]}
     d["world_size"] = max(d["world_size"], inner["world_size"])
 

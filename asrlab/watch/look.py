@@ -61,10 +61,8 @@ def look(pid: int, samples: int = 4, interval_s: float = 0.5) -> dict:
     now = time.time()
     world = world_of(procs.values())
     counts = loops.counts(list(views.values()), spy)
-    moved = any(v.first_seen is not None and v.moved > v.first_seen for v in views.values()) or any(
-        counts.get(r, c) != c for r, c in counted.items()
-    )
-    cpu = {r: (t - cpu0[r]) / max(now - t0, 1e-9) for r, t in _cpu(procs).items() if r in cpu0}
+    moved = _stacks_moved(views) or any(counts.get(r, c) != c for r, c in counted.items())
+    cpu = _cpu_shares(procs, cpu0, t0)
     uneven = {} if moved else loops.uneven(list(views.values()), world, spy)
     snaps = {}
     for r, v in views.items():
@@ -94,10 +92,20 @@ QUIET_S = 12.0  # seconds a look goes on while every rank is still in its own co
 
 def _quiet(views: dict, cpu0: dict, procs: dict, t0: float) -> bool:
     """Every rank seen, none moved, each in its own code (not waiting on data or its peers), none computing."""
-    if any(v.first_seen is None or v.moved > v.first_seen or v.phase in WAITING + ("data",) for v in views.values()):
+    if any(v.first_seen is None or v.phase in WAITING + ("data",) for v in views.values()) or _stacks_moved(views):
         return False
-    cpu = _cpu(procs)
-    return all((cpu.get(r, 0.0) - c) / max(time.time() - t0, 1e-9) < BUSY for r, c in cpu0.items())
+    return all(c < BUSY for c in _cpu_shares(procs, cpu0, t0).values())
+
+
+def _stacks_moved(views: dict) -> bool:
+    """Whether some rank's stacks changed since its first sample."""
+    return any(v.first_seen is not None and v.moved > v.first_seen for v in views.values())
+
+
+def _cpu_shares(procs: dict, cpu0: dict, t0: float) -> dict[int, float]:
+    """Each rank's share of a CPU since ``t0`` (its CPU seconds then: ``cpu0``)."""
+    now = time.time()
+    return {r: (t - cpu0[r]) / max(now - t0, 1e-9) for r, t in _cpu(procs).items() if r in cpu0}
 
 
 def _refused(why: str) -> bool:

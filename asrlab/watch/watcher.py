@@ -78,6 +78,7 @@ class JobWatch:
         self.ranks: dict[int, RankView] = {}
         self.output: JobOutput | None = None
         self.stalled: dict | None = None
+        self.stall_passed = False  # a stall it reported that the ranks then got past, the job finishing
         self._signal: int | None = None
         self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
@@ -151,7 +152,7 @@ class JobWatch:
             for s, h in old.items():
                 signal.signal(s, h)
         # a stall reported (not ended) that the job then got past: the job finished, the report stays as history
-        passed = rc == 0 and self.stalled is not None and not self.stalled.get("ended")
+        self.stall_passed = passed = rc == 0 and self.stalled is not None and not self.stalled.get("ended")
         status = "finished" if rc == 0 and (self.stalled is None or passed) else "failed"
         now = time.time()
         if passed:
