@@ -3,7 +3,9 @@ enters, in the order it runs them, for a run folder and for a log.
 
 Each distinct call (caller function -> called function, the first time it happens) is one step of the walk; the
 walk's files, collapsed where consecutive steps stay in one file, are its *stays*; a stay in a file the walk had
-already left is a *climb back*. Lines of the doctor: every ``.py`` under ``asrlab/doctor``.
+already left is a *climb back*. A comprehension or a lambda is read where it is written, as part of the function
+around it: Python 3.11 runs each in a frame of its own (3.12 inlines comprehensions), which the second line of each
+walk counts as steps too. Lines of the doctor: every ``.py`` under ``asrlab/doctor``.
 
     .venv/bin/python benchmarks/doctor_walk.py [RUN_FOLDER] [LOG]
 
@@ -21,13 +23,23 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = str(ROOT / "asrlab")
 
 
-def walk(fn, *args) -> dict:
+def _inline(code) -> bool:
+    """A comprehension's or a lambda's code: part of the function it is written in."""
+    return code.co_name.startswith("<") and code.co_name != "<module>"
+
+
+def walk(fn, *args, frames: bool = False) -> dict:
+    """The walk of ``fn(*args)``; ``frames``: every frame a step, comprehensions' and lambdas' too."""
     seen_edges, steps = set(), []
 
     def prof(frame, event, arg):
         if event != "call" or not frame.f_code.co_filename.startswith(PKG):
             return
+        if not frames and _inline(frame.f_code):
+            return
         caller = frame.f_back
+        while not frames and caller is not None and _inline(caller.f_code):
+            caller = caller.f_back
         src = (caller.f_code.co_filename, caller.f_code.co_name) if caller else None
         dst = (frame.f_code.co_filename, frame.f_code.co_name)
         if (src, dst) not in seen_edges:
@@ -79,9 +91,10 @@ def main(argv: list[str]) -> int:
     print(f"doctor: {doctor_lines()} lines in {len(list((ROOT / 'asrlab' / 'doctor').rglob('*.py')))} files")
     for label, path in (("run folder", run), ("log", log)):
         if path:
-            w = walk(diagnose, path)
+            w, f = walk(diagnose, path), walk(diagnose, path, frames=True)
             print(
                 f"{label:10s}: {w['files']} files, {w['functions']} functions, {w['stays']} stays, {w['climbs']} climbs back"
+                f" (every frame a step: {f['stays']} stays, {f['climbs']} climbs back)"
             )
     return 0
 

@@ -368,7 +368,7 @@ def test_every_ranks_error_of_being_ended_from_outside_is_a_stop_not_a_crash(tmp
 def test_an_earlier_launchs_error_of_a_rank_being_ended_is_said_as_a_consequence():
     """A run resumed after a rank was SIGKILLed: the survivor's recorded error ("DataLoader worker ... killed by
     signal: Terminated", its launcher ending it) is history, said as what followed that launch's failure."""
-    from asrlab.doctor.sources.run_folder import history
+    from asrlab.doctor.sources.run_events import history
 
     ended = {"rank": 0, "time": 1.0, "type": "RuntimeError", "step": 25, "phase": "compute",
              "message": "DataLoader worker (pid 7) is killed by signal: Terminated. "}  # fmt: skip

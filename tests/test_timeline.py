@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from asrlab.doctor.timeline import JobClock, culprit, failure, first_failure
+from asrlab.doctor.timeline import JobClock, failure
+from asrlab.doctor.verdict import culprit, first_failure
 
 
 def test_the_first_failure_is_the_earliest_that_is_not_a_consequence_and_ended_the_run():

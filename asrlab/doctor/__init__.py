@@ -163,11 +163,11 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     each (:func:`diagnose` has checked that ``exp`` holds a run)."""
     exp = Path(exp)
     from .sources import job_output, run_folder
-    from .timeline import first_failure
+    from .verdict import first_failure
     from .verdict import decide
 
     folder = run_folder.read(exp, now)
-    inner = [run_folder.read(p, now) for p in run_folder.inner_runs(exp)]
+    inner = [run_folder.read(p, now) for p in folder.inside]
     jobs = [j for p in nodes or [exp] if (j := job_output.read(Path(p), folder.sections["launched"])) is not None]
     job = jobs[0] if jobs else None
     v = decide([folder, *inner, *jobs])

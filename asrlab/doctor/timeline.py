@@ -1,5 +1,5 @@
-"""One timeline of a run: what every source says went wrong, as events on one clock, and the one rule that
-picks the first failure.
+"""One timeline of a run: what every source says went wrong, as events on one clock (the rule that picks the
+first failure is :mod:`.verdict`'s).
 
 Each source's reader (the run folder's errors, halt and stall report; the watched job's output; any toolkit's
 logs and torchrun's summaries) turns what it owns into failure events: ``kind``, ``verdict``, ``time`` (seconds
@@ -7,8 +7,7 @@ since the epoch, None where the source has no clock), ``order`` (the place of it
 ``rank``, ``step`` (a step record's place: ``{"step", "epoch", "batch"}``), ``source``, ``text``. A reader marks
 an event ``consequence`` where its own lines show it followed another failure (a survivor's lost-peer error, a
 rank being ended by its launcher), and ``transient`` where the run went on after it (a non-finite step that was
-finite again at the next one). :func:`first_failure` is the one rule; the verdict, its culprit and every section
-of the diagnosis are read from the event it returns.
+finite again at the next one).
 """
 
 from __future__ import annotations
@@ -52,48 +51,6 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
     }
 
 
-def when(e: dict) -> float | None:
-    """An event's time; for a line with no clock above its file's first one, that clock (it happened no later)."""
-    return e["time"] if e.get("time") is not None else e.get("no_later")
-
-
-def key(e: dict) -> tuple:
-    """Which of two events came first: by time where both have one (an event without a time at the clock it
-    happened no later than, its file's first; without that, after every timed one), a root cause before the
-    failures its launcher saw in the same instant, else by their order."""
-    t = when(e)
-    return (t if t is not None else float("inf"), not e.get("root", False), e.get("order", 0))
-
-
-def first_failure(events: list[dict]) -> dict | None:
-    """The first failure by time that is not a consequence of another; a transient one only where nothing
-    ended the run; a consequence only where the sources hold nothing else (all the log shows is a survivor's)."""
-    for tier in (
-        [e for e in events if not e.get("consequence") and not e.get("transient")],
-        [e for e in events if not e.get("consequence")],
-        events,
-    ):
-        if tier:
-            return min(tier, key=key)
-    return None
-
-
-def culprit(e: dict | None) -> dict:
-    """``{"rank", "step", "epoch", "batch"}`` of the first failure: where it says the culprit is."""
-    if e is None:
-        return {"rank": None, **NO_STEP}
-    place = e.get("at") or NO_STEP
-    step = place["step"] if place["step"] is not None else place["batch"] if place["batch"] is not None else None
-    if step is None and place["epoch"] is not None:
-        step = place["epoch"]
-    return {
-        "rank": e.get("culprit_rank", e.get("rank")),
-        "step": step,
-        "epoch": place["epoch"],
-        "batch": place["batch"],
-    }
-
-
 class JobClock:
     """When each byte of a watched job's output came (``job.times``, kept by ``asrlab watch``): a line's
     time is when the stretch it came in was kept. None for every offset where the watch kept no clock."""
@@ -124,4 +81,4 @@ class JobClock:
         return self.times[max(i, 0)]
 
 
-__all__ = ["JobClock", "culprit", "failure", "first_failure", "key", "when"]
+__all__ = ["JobClock", "NO_STEP", "failure", "resumes"]

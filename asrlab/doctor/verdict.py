@@ -12,7 +12,7 @@ it watched, a log before the tables beside it).
 from __future__ import annotations
 
 from ..lab.stall.heartbeat import STALE_S
-from .timeline import culprit, first_failure
+from .timeline import NO_STEP
 
 VERDICTS = (
     "finished",
@@ -31,6 +31,48 @@ FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of
 QUOTED = 5  # lines that look wrong quoted in an ``unknown`` verdict
 DEATHS = ("killed", "out_of_memory", "crashed")
 STOP_SLACK_S = 2.0  # the watch records its stop once it has passed the signal on: the job may print first
+
+
+def when(e: dict) -> float | None:
+    """An event's time; for a line with no clock above its file's first one, that clock (it happened no later)."""
+    return e["time"] if e.get("time") is not None else e.get("no_later")
+
+
+def key(e: dict) -> tuple:
+    """Which of two events came first: by time where both have one (an event without a time at the clock it
+    happened no later than, its file's first; without that, after every timed one), a root cause before the
+    failures its launcher saw in the same instant, else by their order."""
+    t = when(e)
+    return (t if t is not None else float("inf"), not e.get("root", False), e.get("order", 0))
+
+
+def first_failure(events: list[dict]) -> dict | None:
+    """The first failure by time that is not a consequence of another; a transient one only where nothing
+    ended the run; a consequence only where the sources hold nothing else (all the log shows is a survivor's)."""
+    for tier in (
+        [e for e in events if not e.get("consequence") and not e.get("transient")],
+        [e for e in events if not e.get("consequence")],
+        events,
+    ):
+        if tier:
+            return min(tier, key=key)
+    return None
+
+
+def culprit(e: dict | None) -> dict:
+    """``{"rank", "step", "epoch", "batch"}`` of the first failure: where it says the culprit is."""
+    if e is None:
+        return {"rank": None, **NO_STEP}
+    place = e.get("at") or NO_STEP
+    step = place["step"] if place["step"] is not None else place["batch"] if place["batch"] is not None else None
+    if step is None and place["epoch"] is not None:
+        step = place["epoch"]
+    return {
+        "rank": e.get("culprit_rank", e.get("rank")),
+        "step": step,
+        "epoch": place["epoch"],
+        "batch": place["batch"],
+    }
 
 
 def decide(readings: list) -> dict:
@@ -179,4 +221,4 @@ def _placed(folder: dict, jv: dict) -> dict:
     return {**folder, "at": {"step": c["step"], "epoch": c["epoch"], "batch": c["batch"]}}
 
 
-__all__ = ["FAILED", "VERDICTS", "decide"]
+__all__ = ["FAILED", "VERDICTS", "culprit", "decide", "first_failure", "key", "when"]

@@ -42,6 +42,7 @@ class Reading:
     sections: dict = field(default_factory=dict)  # the source's own keys of the diagnosis (its schema's part)
     history: list[str] = field(default_factory=list)  # failures of an earlier attempt, said, not the verdict
     raw: object = None  # what was read, for plots (a log's step records)
+    inside: list = field(default_factory=list)  # a watched job's own run folders in a run folder: read on their own
 
 
 def _module(name: str):

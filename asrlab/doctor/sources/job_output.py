@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...lab.layout import JOB_LOG, JOB_TIMES
+from ...lab.stall.errors import LAUNCH_SLACK_S
 from ...lab.stall.heartbeat import read_heartbeats
-from ..timeline import JobClock, first_failure
+from ..timeline import JobClock
+from ..verdict import first_failure
 from . import Reading, text_log
-from .run_folder import LAUNCH_SLACK_S
 
 NAME = "job output"
 OFFSET = (1 << 40) - 1  # a log event's order holds its file's index above this and its byte offset below

@@ -5,6 +5,7 @@ loop said (``lab.json``), else the ranks' heartbeats, else the metrics."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from ..logs.progress import clock
@@ -213,6 +214,49 @@ def timeline_of(
     if d["stop_requested"]:
         said.append(f"a stop was requested ({exp / STOP_FILE}): it ends after the current step")
     return [], {**out, "summary": "; ".join(said)}
+
+
+def history(
+    lab: dict, recorded: list[dict], errors: list[dict], halt: dict | None, report: dict | None, stall: dict | None
+) -> list[str]:
+    """Failures of earlier launches into this EXP (the run was resumed after them): ``recorded``, every rank
+    error in the folder, of which ``errors`` are this launch's; ``report``, the stall report, ``stall`` when
+    this launch's."""
+    out = []
+    current = {(e["rank"], e.get("time")) for e in errors}
+    for e in recorded:
+        if (e["rank"], e.get("time")) not in current:
+            ended = (
+                " (a rank being ended: what followed the launch's failure, not its cause)"
+                if ended_from_outside(e)
+                else ""
+            )
+            out.append(f"earlier launch: {error_line(e)}{ended}")
+    if halt is not None and not halt["current"]:
+        out.append(f"earlier launch: {halt['message']}")
+    if report is not None and stall is None:
+        out.append(f"earlier launch stalled: {report.get('verdict')}")
+    for x in lab.get("earlier", []):
+        out.append(f"earlier launch: {_ended(x)}")
+    return out
+
+
+def _ended(x: dict) -> str:
+    """``ended 12:04:31, failed, exit code 137 (SIGKILL)``: how an earlier launch into the EXP ended."""
+    if "ended" not in x:
+        return (
+            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, its end not recorded (killed, or its "
+            "machine lost)"
+        )
+    said = f"ended {time.strftime('%H:%M:%S', time.localtime(x['ended']))}, {x.get('status', 'status not recorded')}"
+    rc = x.get("exit_code")
+    if rc is not None:
+        said += f", exit code {rc}"
+        if sig := exit_signal(rc, shell=True):
+            said += f" ({sig})"
+    if x.get("stopped_by"):
+        said += f", by {x['stopped_by']}"
+    return said
 
 
 def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:

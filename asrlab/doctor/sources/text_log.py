@@ -24,7 +24,8 @@ from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.counters import counter_of
 from ..logs.toolkits import validation
-from ..timeline import first_failure, resumes, when
+from ..timeline import resumes
+from ..verdict import first_failure, when
 from ...lab.stall.watchdog import STALL_EXIT
 from . import Reading
 

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..layout import ERRORS
+from ..layout import CONFIG, ERRORS
 from ...errors import UsageError
 from ...files import atomic_write
 from . import relay
@@ -117,6 +117,38 @@ def of_launch(errors: list[dict], since: float, run: str | None = None) -> list[
     return [e for e in errors if e.get("time", 0) >= since and (run is None or e.get("run") in (None, run))]
 
 
+LAUNCH_SLACK_S = 2.0  # a rank can record its error just before rank 0 rewrites config.yaml
+
+
+def launch(exp: str | Path, lab: dict, beats: dict[int, dict], run: str | None) -> tuple[float, list[dict], list[dict]]:
+    """``(launched, recorded, errors)``: when the latest launch into ``exp`` started (:func:`launch_time`), every
+    rank error recorded in the folder (every launch's), and this launch's (of run ``run``): what an earlier launch
+    recorded is history, not the verdict."""
+    recorded = rank_errors(exp)
+    launched = launch_time(exp, lab, beats, recorded)
+    return launched, recorded, of_launch(recorded, launched - LAUNCH_SLACK_S if launched else 0.0, run)
+
+
+def launch_time(exp: Path, lab: dict, beats: dict[int, dict], recorded: list[dict] = ()) -> float:
+    """When the latest launch started: ``lab.json``'s ``started``, else when rank 0 wrote ``config.yaml``; in a
+    copied folder (its files' times newer than its newest heartbeat's), when its ranks started (``beats``: the
+    latest heartbeats). Where the launcher started its ranks again since (torchrun's ``--max-restarts``: rank
+    errors of another run id recorded since), when the latest attempt's ranks started."""
+    if lab.get("started"):
+        rid = next(iter(beats.values())).get("run") if beats else None
+        again = [b["started"] for b in beats.values() if b.get("started")]
+        if again and any(e.get("run") not in (None, rid) and e.get("time", 0) >= lab["started"] for e in recorded):
+            return max(float(lab["started"]), min(again))
+        return float(lab["started"])
+    try:
+        written = (Path(exp) / CONFIG).stat().st_mtime
+    except OSError:
+        written = 0.0
+    if beats and written > max(b.get("time", 0.0) for b in beats.values()):
+        return min(b.get("started") or b.get("since", written) for b in beats.values())
+    return written
+
+
 def first_rank_error(exp: str | Path, since: float = 0.0, run: str | None = None) -> tuple[dict | None, list[int]]:
     """The first rank error recorded since ``since`` (wall clock; see :func:`rank_errors`), and every rank
     that recorded one."""
@@ -195,6 +227,8 @@ __all__ = [
     "error_line",
     "first_rank_error",
     "of_launch",
+    "launch",
+    "launch_time",
     "format_rank_error",
     "rank_errors",
     "record_rank_error",
