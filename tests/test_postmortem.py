@@ -826,6 +826,7 @@ INDEX = {
         "logs72",
         "logs73",
         "logs74",
+        "logs75",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -895,6 +896,17 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_a_cpp_terminate_whose_exception_is_the_watchdogs_timeout_is_the_stall():
+    """'terminate called after throwing ... DistBackendError' and, under it, rank 0's watchdog line on the collective
+    that timed out: one failure, the hang. Rank 0 printed it; which rank held it up the lines do not say."""
+    d = read_excerpt(
+        FIXTURES / "logs75/kohya_ss/nccl_watchdog_allreduce_seqnum_25_timeout_600s_rank0_dist_backend_error_terminate.log"
+    )
+    assert d["verdict"] == "stalled", d["summary"]
+    assert "ALLREDUCE #25" in d["summary"] and "does not say which rank is behind" in d["summary"]
+    assert d["culprit"]["rank"] is None  # the one that printed it is not shown to be the one behind
 
 
 def test_a_traceback_pasted_without_its_indents_is_one_and_a_store_keys_timeout_is_a_stall():

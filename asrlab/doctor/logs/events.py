@@ -8,25 +8,10 @@ rank), and keeps a list of event dicts: ``kind``, ``rank``, ``text`` and what th
 
 from __future__ import annotations
 
-
 from ...lab.stall.verdict import culprit_of
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
-from .words import (
-    ENDED_ITSELF,
-    INTERRUPTED,
-    HANGUP,
-    CUDA_ERROR,
-    EXC_LINE,
-    FATAL,
-    GLOO,
-    STORE_KEY,
-    JAX_BARRIER,
-    HYDRA,
-    ITEM,
-    CONNECT,
-    NOT_SUSPECT,
-    RENDEZVOUS,
-)
+from .words import ENDED_ITSELF, INTERRUPTED, HANGUP, CUDA_ERROR, EXC_LINE, FATAL, GLOO, STORE_KEY, JAX_BARRIER, HYDRA
+from .words import ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
 from .words import LOADER_TIMEOUT, LUA_ERROR, RECOVERED, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
@@ -34,23 +19,8 @@ from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
 from .summary import TorchrunSummary
-from .tracebacks import (
-    CHILD_RANK,
-    COLLECTIVE_TIMEOUT,
-    SPAWNED,
-    CONSEQUENCE,
-    FRAME,
-    MONITORED,
-    NONFINITE_EXC,
-    MONITORED_PEER,
-    OOM,
-    ORIGINAL,
-    RICH_FRAME,
-    WORKER,
-    exception_kind,
-    Traceback,
-    user_frame,
-)
+from .tracebacks import CHILD_RANK, COLLECTIVE_TIMEOUT, SPAWNED, CONSEQUENCE, FRAME, MONITORED, NONFINITE_EXC
+from .tracebacks import MONITORED_PEER, OOM, ORIGINAL, RICH_FRAME, WORKER, exception_kind, Traceback, user_frame
 
 
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
@@ -317,6 +287,9 @@ class Events:
         if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text, self._nccl)):
             for kind, words, more in said:
                 self._add(kind, rank, time, words if words is not None else text, **more)
+            if self._terminate is not None and any(k == "timeout" for k, _, _ in said):
+                self._terminate = None  # what the "terminate called" line above announced: this timeout
+                self._unhandled.pop(self.source, None)
             return
         if "timed out after" in text and (m := LOADER_TIMEOUT.search(text)):  # a data worker never gave its batch
             self._add("timeout", rank, time, text, op="data loading", timeout_ms=int(m[1]) * 1000, source="data loader")
