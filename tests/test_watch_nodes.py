@@ -178,3 +178,36 @@ def test_one_nodes_folder_blames_no_rank_it_cannot_see():
     waiting = {"rank": 0, "phase": "collective", "step": 5, "since": 0.0, "time": 30.0, "host": "h", "pid": 1}
     said = verdict({0: waiting}, 2, 30.0, elsewhere=(1,))
     assert "never wrote a heartbeat" not in said and "rank 1 on other nodes" in said, said
+    # a survivor's lost-peer error, its peer on the other node: a consequence, the culprit not named from here
+    d = diagnose(WATCHED / "two_nodes_rank1_sigkilled" / "node0")
+    assert d["verdict"] == "crashed" and d["culprit"]["rank"] is None, d["summary"]
+    assert "a consequence" in d["summary"] and d["error"]["lost_peer"], d["summary"]
+
+
+def test_a_stop_that_came_once_the_ranks_had_hung_is_the_hang():
+    """A rank hung in its loader's collate on node 1; 40 s later SIGTERM to node 1's watch ended the job (its stall
+    timeout, 300 s, not reached). Node 1's folder and both together: stalled, rank 3 waiting for data, its last
+    iteration; node 0's ranks, which failed on the lost peer after the stop, are seen as their timelines had them
+    at the stop. The text says how it ended too."""
+    from asrlab.doctor import diagnose
+
+    nodes = [str(WATCHED / "two_nodes_hang_then_sigterm_to_a_watch" / n) for n in ("node0", "node1")]
+    for paths in (nodes[1:], nodes):
+        d = diagnose(paths)
+        assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 3, 11), d["summary"]
+        assert "waited 39 s for data" in d["summary"] and "SIGTERM to asrlab watch" in d["summary"], d["summary"]
+        assert not d["ok"]
+
+
+def test_two_nodes_consoles_and_folders_name_the_rank_one_node_saw_hang():
+    """Both nodes' watches reported the stall; node 0's saw only its ranks waiting on the other node's, 20 ms
+    before node 1's named rank 3 waiting for data. Read together, the consoles name rank 3, and the folders point
+    at the stall report that holds rank 3's stacks (node 1's), not the first node's."""
+    from asrlab.doctor import diagnose
+
+    root = WATCHED / "two_nodes_rank3_hangs_in_collate"
+    d = diagnose([str(root / "consoles" / "node0.log"), str(root / "consoles" / "node1.log")])
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 3, 11), d["summary"]
+    d = diagnose([str(root / "node0"), str(root / "node1")])
+    assert (d["verdict"], d["culprit"]["rank"]) == ("stalled", 3), d["summary"]
+    assert d["stall"]["report"] == str(root / "node1" / "stall_report.txt"), d["stall"]["report"]

@@ -75,6 +75,11 @@ def diagnose(paths, now: float | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="asrlab-doctor-") as tmp:  # the nodes' files side by side, read, gone
         d = _rehomed(diagnose_run(merge_runs(paths, tmp), now, nodes=paths), tmp, paths)
     d["exp"], d["nodes"] = ", ".join(paths), paths
+    c = d["culprit"]["rank"]
+    if d["stall"] and c is not None:  # the report of the node whose own stall files hold the culprit's stacks
+        own = next((n for n in paths if (Path(n) / layout.STALL / f"rank{c}.json").exists()), None)
+        if own is not None and (Path(own) / layout.STALL_TEXT).exists():
+            d["stall"]["report"] = str(Path(own) / layout.STALL_TEXT)
     return conform(d, "run folder", paths)
 
 

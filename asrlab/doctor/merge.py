@@ -62,7 +62,13 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
             "started": min(x.get("started", 0) for x in labs),
             "nodes": [str(e) for e in exps],
         }
-        if any(x.get("status") == "failed" for x in labs):
+        stops = sorted(
+            (x["stop_time"], i) for i, x in enumerate(labs) if x.get("status") == "stopped" and x.get("stop_time")
+        )
+        if stops:  # a node's watch told to end the job: the others' ranks failed after it, on its doing
+            first = labs[stops[0][1]]
+            lab.update(status="stopped", stop_time=first["stop_time"], stopped_by=first.get("stopped_by"))
+        elif any(x.get("status") == "failed" for x in labs):
             lab["status"] = "failed"
         elif all(x.get("status") == "finished" for x in labs):
             lab["status"] = "finished"

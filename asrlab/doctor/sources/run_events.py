@@ -10,14 +10,15 @@ from pathlib import Path
 
 from ..logs.progress import clock
 from ...lab.stall.errors import ended_from_outside, error_line, error_summary
-from ...lab.stall.heartbeat import STALE_S
+from ...lab.stall.heartbeat import STALE_S, read_timeline
 from ...lab.stall.peers import read_peer_exits
-from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
+from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text, verdict
 from ...lab.state.ledger import ledger_path, read_ledger
 from ...lab.stop import STOP_FILE
 from ..logs.tracebacks import COLLECTIVE_TIMEOUT
 from ..logs.words import exit_signal
 from ..timeline import failure
+from .text_log import SILENT_S
 
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
 LOST_PEER = re.compile(
@@ -92,10 +93,15 @@ def timeline_of(
             text = f"the job was stopped by {name} from outside: {ranks_text(sorted(erred))} ended by it ({said})"
             failures.append(failure("stopped", "stop", e0["time"], text, source="errors", step=step, consequence=True))
         else:
+            cause_elsewhere = lost_peer and consequence  # no rank here went first: another node's, or unrecorded
+            if cause_elsewhere:
+                said += " (a consequence: a peer of it was gone first, not seen from this folder)"
+                d["error"]["lost_peer"] = True
             failures.append(
                 failure(
                     "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
                     consequence=consequence, guess=guess, lost_peer=lost_peer,
+                    **({"culprit_rank": None} if cause_elsewhere else {}),
                 )
             )  # fmt: skip
     if halt is not None and halt["current"]:
@@ -138,6 +144,9 @@ def timeline_of(
         steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
         at = f" at step {max(steps)}" if steps else ""
         said = f"ended by {lab.get('stopped_by') or 'a signal'}{at}"
+        if (hung := _hung(exp, beats, stop_time)) is not None:  # stopped once it had hung: the hang is what went wrong
+            text = f"{hung}, then {said}: it had hung (no rank moved for {SILENT_S:.0f} s or more before the stop)"
+            return [failure("stalled", "stall", stop_time, text, source="lab.json", rank=culprit_of(hung))], None
         e = failure(
             "stopped", "stop", stop_time, said, source="lab.json", step=max(steps) if steps else None,
             ended_by=lab.get("stopped_by"),
@@ -257,6 +266,30 @@ def _ended(x: dict) -> str:
     if x.get("stopped_by"):
         said += f", by {x['stopped_by']}"
     return said
+
+
+WAITS = ("data", "sync", "allreduce", "ddp_allreduce", "collective")  # a rank that waits on its loader or peers
+BUSY = ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_loop", "next_epoch", "done", "exited")
+
+
+def _hung(exp: Path, beats: dict[int, dict], at: float) -> str | None:
+    """What the ranks were doing when a stop came at ``at``, where none had moved for :data:`SILENT_S` (the log's
+    rule for a stop long after its last step) and one was waiting (for data, for its peers): the hang the stop
+    ended, as the watch words a stall; else None (a slow start, an evaluation or a save is no hang). A rank whose
+    heartbeat moved after the stop (on its doing) is seen as its timeline had it then."""
+    timelines = read_timeline(exp) if any((b.get("since") or 0) > at for b in beats.values()) else {}
+    snaps = {}
+    for r, b in beats.items():
+        if (b.get("since") or 0) > at:
+            then = [e for e in timelines.get(r, []) if e["t"] <= at]
+            b = {**b, "phase": then[-1]["phase"], "since": then[-1]["t"], "detail": ""} if then else {}
+        if b.get("since") is not None and b.get("phase"):
+            snaps[r] = b
+    if not snaps or any(b["phase"] in BUSY for b in snaps.values()):
+        return None
+    if min(at - b["since"] for b in snaps.values()) < SILENT_S or not any(b["phase"] in WAITS for b in snaps.values()):
+        return None
+    return verdict(snaps, 0, at)
 
 
 def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
