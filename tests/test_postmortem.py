@@ -902,7 +902,8 @@ def test_a_cpp_terminate_whose_exception_is_the_watchdogs_timeout_is_the_stall()
     """'terminate called after throwing ... DistBackendError' and, under it, rank 0's watchdog line on the collective
     that timed out: one failure, the hang. Rank 0 printed it; which rank held it up the lines do not say."""
     d = read_excerpt(
-        FIXTURES / "logs75/kohya_ss/nccl_watchdog_allreduce_seqnum_25_timeout_600s_rank0_dist_backend_error_terminate.log"
+        FIXTURES
+        / "logs75/kohya_ss/nccl_watchdog_allreduce_seqnum_25_timeout_600s_rank0_dist_backend_error_terminate.log"
     )
     assert d["verdict"] == "stalled", d["summary"]
     assert "ALLREDUCE #25" in d["summary"] and "does not say which rank is behind" in d["summary"]
