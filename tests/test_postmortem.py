@@ -303,6 +303,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "YOLOv8's validation bar (`Class Images Instances Box(P R mAP50 mAP50-95): 0%| 0/20`) is no training step": (
+        "logs76/ultralytics/yolov8_ddp_epoch_1_of_300_iter_176_then_validation_0_of_20_local_rank0_exitcode_minus9.log"
+    ),
     "a DataLoader worker's own handler's word on the signal it dies of (bus error)": (
         "logs74/wlasl/i3d_epoch_1_train_then_two_bus_errors_in_worker_traceback_cut.log"
     ),
@@ -827,6 +830,7 @@ INDEX = {
         "logs73",
         "logs74",
         "logs75",
+        "logs76",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -211,3 +211,15 @@ def test_two_nodes_consoles_and_folders_name_the_rank_one_node_saw_hang():
     d = diagnose([str(root / "node0"), str(root / "node1")])
     assert (d["verdict"], d["culprit"]["rank"]) == ("stalled", 3), d["summary"]
     assert d["stall"]["report"] == str(root / "node1" / "stall_report.txt"), d["stall"]["report"]
+
+
+def test_two_nodes_consoles_without_clocks_on_their_step_lines_find_the_first_nan_by_its_step():
+    """Node 1's rank printed nan at iteration 10, node 0's from 11; neither's step lines carry a clock, and node 0's
+    last clock above them (torchrun's banner) is 3 s earlier: the first is by the step, its time said as no earlier
+    than that clock. The watch's closing line in node 0's console is no earlier failure."""
+    from asrlab.doctor import diagnose
+
+    root = Path(__file__).resolve().parent / "fixtures" / "own_loops" / "w23_two_nodes_first_nan_on_node1"
+    d = diagnose([str(root / "node0.log"), str(root / "node1.log")])
+    assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 10), d["summary"]
+    assert "(after 2026-11-30 04:03:46)" in d["summary"], d["summary"]

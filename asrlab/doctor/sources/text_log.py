@@ -122,8 +122,6 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append((e["said_verdict"], {**e, "consequence": True}))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
             out.append(("crashed", {**e, "consequence": True}))  # the first failure only where nothing else is
-    if all(x.get("consequence") for _, x in out):  # only what followed a cause (a lost peer): the watch's word is it
-        out = [(v, {**x, "consequence": False} if x["kind"] == "watch_verdict" else x) for v, x in out]
     r = next((r for r in run.nonfinite if not skipped_overflow(run, r)), None)
     if r is not None:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it),
@@ -135,6 +133,7 @@ def _causes(run: LogRun) -> list[tuple]:
             "kind": "nonfinite_step",
             "rank": r["rank"],
             "time": r["time"],
+            "stamped": r["stamped"],
             "record": r,
             "order": r["order"],
             "file": r["file"],
@@ -151,6 +150,8 @@ def _causes(run: LogRun) -> list[tuple]:
     unscaled = _unscaled_skip(run)
     if unscaled:
         out.append(("nonfinite", unscaled))
+    if all(x.get("consequence") for _, x in out):  # only what followed a cause (a lost peer): the watch's word is it
+        out = [(v, {**x, "consequence": False} if x["kind"] == "watch_verdict" else x) for v, x in out]
     return out
 
 
@@ -446,7 +447,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who} failed {when} on what another rank did: {e['text'][:300]}{line}; the rank that failed first is not in these lines"
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
-    s += f" ({clock(e.get('time'))})" if e.get("time") else ""
+    s += f" ({'after ' * (e.get('stamped') is False)}{clock(e.get('time'))})" if e.get("time") else ""  # or its clock's
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
     return s
