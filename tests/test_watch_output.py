@@ -447,3 +447,13 @@ def test_a_launchers_restart_of_its_ranks_within_one_launch_that_finished_is_fin
     )
     assert d["verdict"] == "finished" and d["ok"], d["summary"]
     assert any("tripped on purpose" in h for h in d["history"]), d["history"]
+
+
+def test_the_jobs_lines_are_written_whole_even_where_its_environment_made_it_unbuffered(tmp_path):
+    """PYTHONUNBUFFERED=1 in the job's own environment (as many images set it): ``print`` would write its text and
+    its newline apart, and two ranks' lines glue; under the watch each stream is line-buffered still."""
+    probe = "import sys; print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.write_through)"
+    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "exp"), "--", sys.executable, "-c", probe]
+    out = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "True True False" in (tmp_path / "exp" / "job.log").read_text(), out.stdout

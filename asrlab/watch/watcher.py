@@ -109,8 +109,9 @@ class JobWatch:
             # its output goes through a pipe now, not a terminal: lines as they are printed
             "PYTHONUNBUFFERED": "1",
         }
-        if "PYTHONUNBUFFERED" not in env:  # made unbuffered by the watch: its lines written whole (sitecustomize)
-            env["ASRLAB_WATCH_LINES"] = "1"
+        # each line written whole (sitecustomize), also where the job's environment made it unbuffered itself (as
+        # images often do): two ranks' lines glued together no reader can take apart; a flush still goes out at once
+        env["ASRLAB_WATCH_LINES"] = "1"
         for k, v in defaults.items():
             env.setdefault(k, v)  # the job's own settings stay
         return env

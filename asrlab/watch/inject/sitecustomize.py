@@ -266,8 +266,8 @@ def _serve_flight(exp, rank):
 
 def _whole_lines():
     """Each line written whole: unbuffered (PYTHONUNBUFFERED, which the watch sets for the job's output to come
-    through its pipe as it is printed), ``print`` writes its text and its newline apart, and two ranks' lines
-    printed at once glue together, which no reader of the log can take apart."""
+    through its pipe as it is printed, and many images set too), ``print`` writes its text and its newline apart,
+    and two ranks' lines printed at once glue together, which no reader of the log can take apart."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(line_buffering=True, write_through=False)
