@@ -211,6 +211,7 @@ def test_two_nodes_consoles_and_folders_name_the_rank_one_node_saw_hang():
     d = diagnose([str(root / "node0"), str(root / "node1")])
     assert (d["verdict"], d["culprit"]["rank"]) == ("stalled", 3), d["summary"]
     assert d["stall"]["report"] == str(root / "node1" / "stall_report.txt"), d["stall"]["report"]
+    assert d["next"].startswith(f"read the stacks in {root / 'node1' / 'stall_report.txt'}"), d["next"]  # --json's too
 
 
 def test_two_nodes_consoles_without_clocks_on_their_step_lines_find_the_first_nan_by_its_step():

@@ -453,7 +453,8 @@ def test_the_jobs_lines_are_written_whole_even_where_its_environment_made_it_unb
     """PYTHONUNBUFFERED=1 in the job's own environment (as many images set it): ``print`` would write its text and
     its newline apart, and two ranks' lines glue; under the watch each stream is line-buffered still."""
     probe = "import sys; print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.write_through)"
-    cmd = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "exp"), "--", sys.executable, "-c", probe]
+    watch = [sys.executable, "-m", "asrlab.cli", "watch", "--exp", str(tmp_path / "exp")]
+    cmd = [*watch, "--", sys.executable, "-c", probe]
     out = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "True True False" in (tmp_path / "exp" / "job.log").read_text(), out.stdout

@@ -39,7 +39,7 @@ def __getattr__(name: str):
 # the keys of every diagnosis, whatever was read (None where the paths held nothing of the kind): what happened,
 # then asrlab's run folder's sections, then a log's and a toolkit folder's
 SCHEMA = (
-    "read", "paths", "verdict", "summary", "ok", "culprit", "first", "history", "world_size", "ranks", "nonfinite",
+    "read", "paths", "verdict", "summary", "ok", "culprit", "next", "first", "history", "world_size", "ranks", "nonfinite",
     "resumes", "checkpoints", "warnings", "series", "sources",
     "exp", "time", "launched", "config", "last_step", "stop_requested", "steps", "corpora", "loss_scale", "coverage",
     "coverage_not_measured", "error", "halt", "stall", "ended_by", "basis", "job_output", "nodes",
@@ -66,8 +66,11 @@ def diagnose(paths, now: float | None = None) -> dict:
     if not all(runs):
         bad = ", ".join(p for p, r in zip(paths, runs) if not r)
         raise UsageError(f"give run folders or logs, not both: {bad} is not a run folder")
+    from .render import next_step  # (torch, on first use)
+
     if len(paths) == 1:
-        return conform(diagnose_run(paths[0], now), "run folder", paths)
+        d = diagnose_run(paths[0], now)
+        return conform({**d, "next": next_step(d)}, "run folder", paths)
     import tempfile
 
     from .merge import merge_runs
@@ -80,7 +83,7 @@ def diagnose(paths, now: float | None = None) -> dict:
         own = next((n for n in paths if (Path(n) / layout.STALL / f"rank{c}.json").exists()), None)
         if own is not None and (Path(own) / layout.STALL_TEXT).exists():
             d["stall"]["report"] = str(Path(own) / layout.STALL_TEXT)
-    return conform(d, "run folder", paths)
+    return conform({**d, "next": next_step(d)}, "run folder", paths)
 
 
 def _rehomed(x, tmp: str, nodes: list[str]):

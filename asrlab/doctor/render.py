@@ -59,8 +59,8 @@ def _rank_line(r: dict, flags: bool = True) -> str:
     return f"  {rank_line(r)}{stale}{state}"
 
 
-def _next(d: dict) -> str | None:
-    """What to do about the verdict, in one line."""
+def next_step(d: dict) -> str | None:
+    """What to do about a run folder's verdict, in one line (``next`` in the diagnosis)."""
     ckpt = d["checkpoints"]["newest_loadable"]
     if d.get("config"):  # a run of asrlab train
         resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
@@ -139,9 +139,8 @@ def format_diagnosis(d: dict) -> str:
         return _log_text(d) + "\n"
     lines = [*_head(d), f"  experiment: {d['exp']}"]
     lines += [f"  also read: {f} ({n})" for s in d.get("sources") or [] for f in s["files"] for n in s["notes"]]
-    hint = _next(d)
-    if hint:
-        lines.append(f"  next: {hint}")
+    if d.get("next"):
+        lines.append(f"  next: {d['next']}")
     if d["error"]:
         e = d["error"]
         lines += [

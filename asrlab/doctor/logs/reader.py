@@ -48,10 +48,8 @@ def read_logs(paths: list[str], fast: bool = True) -> LogRun:
         e["no_later"] = first.get(e["file"]) if e["time"] is None else None
     run.events = sorted(events.events, key=lambda e: (e["time"] is None, e["time"] or 0))
     if len({r["file"] for r in run.nonfinite}) > 1:  # per-rank files: the first by their clocks, not by file order
-        if all(r["stamped"] for r in run.nonfinite):
-            run.nonfinite.sort(key=lambda r: (r["time"] is None, r["time"] or 0, r["order"]))
-        else:  # a line without a clock of its own has only the last one above it: the first by its step
-            run.nonfinite.sort(key=lambda r: (position(r), r["time"] or 0, r["order"]))
+        clocked = all(r["stamped"] for r in run.nonfinite)  # else some have only the last clock above: by step
+        run.nonfinite.sort(key=lambda r: ((r["time"] is None,) if clocked else position(r), r["time"] or 0, r["order"]))
     run.event_counts = events.counts
     return run
 
