@@ -1333,3 +1333,12 @@ def test_a_notebook_papermill_ran_and_its_console_read_right(case):
         assert d["culprit"]["step"] == case["step"], (d["culprit"], d["summary"])
     assert case.get("says", "") in d["summary"] and "Papermill" not in d["summary"], d["summary"]
     assert "lightning" not in d["formats"], d["formats"]  # papermill's bar counts cells, not steps
+
+
+def test_lightnings_bar_writing_nan_as_nan_point_0_is_a_nan():
+    """Lightning 2.6's progress bar writes a nan metric as ``train_ctc=nan.0``: a stranger's Lightning job under
+    asrlab watch (ddp_spawn, rank 1's loss nan from its step 25, the bar rank 0's) read as non-finite at the bar's
+    first nan, not as a clean finish."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w24_lightning_spawn_bar_train_ctc_nan_point_0.log")])
+    assert d["verdict"] == "nonfinite" and "train_ctc not finite" in d["summary"], d["summary"]
+    assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (0, 27), d["culprit"]

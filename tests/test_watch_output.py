@@ -458,3 +458,18 @@ def test_the_jobs_lines_are_written_whole_even_where_its_environment_made_it_unb
     out = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "True True False" in (tmp_path / "exp" / "job.log").read_text(), out.stdout
+
+
+def test_a_rank_that_vanished_with_no_word_in_the_jobs_output_was_killed_and_a_stop_is_placed_where_it_says():
+    """Lightning's own launcher (strategy="ddp") reports no child's signal: rank 1, SIGKILLed, left no error in its
+    folder and none in the job's output, which holds every rank's: a signal ended it (not "crashed"), and no
+    checkpoint of asrlab's is claimed missing where the loop keeps its own elsewhere. A stop said at a place in the
+    job's output names the same place as its culprit."""
+    watched = Path(__file__).parent / "fixtures" / "watched"
+    d = diagnose(watched / "lightning_ddp_rank1_sigkilled")
+    assert (d["verdict"], d["culprit"]["rank"]) == ("killed", 1), d["summary"]
+    assert "shows no error of it" in d["summary"] and "no checkpoint" not in d["summary"], d["summary"]
+    d = diagnose(watched / "fabric_launcher_sigterm")
+    assert d["verdict"] == "stopped" and d["summary"].endswith("at epoch 2, batch 2"), d["summary"]
+    assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (2, 2), d["culprit"]
+    assert "culprit: epoch 2, batch 2" in format_diagnosis(d)

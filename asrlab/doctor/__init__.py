@@ -14,6 +14,7 @@ from the same reading; one renderer (:mod:`.render`) writes the text.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from ..errors import UsageError
@@ -170,7 +171,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     sections. ``nodes``: the folders ``exp`` merges (several nodes'), whose watched jobs' output is read from
     each (:func:`diagnose` has checked that ``exp`` holds a run)."""
     exp = Path(exp)
-    from .sources import job_output, run_folder
+    from .sources import job_output, run_events, run_folder
     from .verdict import first_failure
     from .verdict import decide
 
@@ -178,6 +179,14 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     inner = [run_folder.read(p, now) for p in folder.inside]
     jobs = [j for p in nodes or [exp] if (j := job_output.read(Path(p), folder.sections["launched"])) is not None]
     job = jobs[0] if jobs else None
+    for e in folder.events if jobs else ():  # no word of a vanished rank in the job's output (its own or the
+        # launcher's): its output would hold its traceback, so a signal ended it
+        if e.get("guess") and e["rank"] is not None and run_events.UNSAID in e["text"]:
+            if not any(x.get("rank") == e["rank"] and not x.get("consequence") for j in jobs for x in j.events):
+                said = (
+                    "killed by a signal: the job's output shows no error of it (SIGKILL: the OOM killer, a lost node)"
+                )
+                e.update(verdict="killed", text=e["text"].replace(run_events.UNSAID, said))
     v = decide([folder, *inner, *jobs])
     d = folder.sections
     for r in inner:
@@ -209,10 +218,12 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         c = d["culprit"]
         if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
             c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))
-        if d["verdict"] == "stopped" and " at step " not in d["summary"] and last:
+        if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
             d["summary"] += " at " + "; ".join(
                 f"rank {r['rank']}: {r['last']}" if r["rank"] is not None else r["last"] for r in last
             )
+            far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
+            c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
         own = first_failure(folder.events)
         if v["basis"] == "job output" and own and not own.get("guess") and own.get("lost_peer") and d["error"]:
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error

@@ -350,6 +350,8 @@ def _head(d: dict) -> list[str]:
     """The verdict and its culprit, first whatever was read."""
     c = d["culprit"]
     said = [f"{k} {c[k]}" for k in ("rank", "step") if c[k] is not None]
+    if c.get("epoch") is not None and c.get("batch") is not None and c["step"] == c["batch"]:
+        said[-1] = f"epoch {c['epoch']}, batch {c['batch']}"  # the step is the batch's count in its epoch
     return [f"{d['verdict'].upper()}: {d['summary']}"] + (["  culprit: " + ", ".join(said)] if said else [])
 
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from .counters import NAMED, counter_of
 from .words import OWN_LOSSES
 
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|nan|inf|NaN|Inf|INF|NAN)"  # Infinity: JSON's, as Python writes it
+# Infinity: JSON's, as Python writes it; nan.0: Lightning's progress bar's
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|(?:nan|inf|NaN|Inf|INF|NAN)(?:\.0)?)"
 # a key begins with a letter and follows no letter: ESPnet prints "acc=0.040loss=44.897", two fields with no comma
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETURNN's "step 341, ce 0.372, ctc_4 0.876"
@@ -35,7 +36,7 @@ def num(text: str) -> float | None:
     try:
         return float(text)
     except (TypeError, ValueError):
-        return None
+        return num(text[:-2]) if isinstance(text, str) and text.endswith(".0") and text[:1].isalpha() else None
 
 
 def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values) -> dict:

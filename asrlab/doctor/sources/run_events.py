@@ -268,6 +268,7 @@ def _ended(x: dict) -> str:
     return said
 
 
+UNSAID = "killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
 WAITS = ("data", "sync", "allreduce", "ddp_allreduce", "collective")  # a rank that waits on its loader or peers
 BUSY = ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_loop", "next_epoch", "done", "exited")
 
@@ -338,12 +339,21 @@ def _vanished(
             first, how = None, ""
     after = [r for r in gone if first is None or r["rank"] != first["rank"]]
     newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
-    saved = f"the newest checkpoint is of step {newest}" if newest is not None else "no checkpoint"
+    # (where no checkpoint of asrlab's is in the folder, the loop's own may be elsewhere: nothing said)
+    saved = (
+        f"; the newest checkpoint is of step {newest}"
+        if newest is not None
+        else "; no checkpoint loads" * bool(ckpts["files"])
+    )
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, metrics, gone[0])
         return (
             f"{ranks_named(sorted(gone, key=lambda r: r['rank']))} ended without recording an error within a second of each other"
-            + (f" (step {step} the last trained, by the {said}; {saved})" if step is not None else f" ({saved})")
+            + (
+                f" (step {step} the last trained, by the {said}{saved})"
+                if step is not None
+                else f" ({saved[2:]})" * bool(saved)
+            )
             + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
             "the launcher's own log (torchrun's \"Root Cause\") names which",
             None,
@@ -359,7 +369,7 @@ def _vanished(
             if step is not None
             else f", last seen {phase_text(first['phase'], first['step'])}"
         )
-        + f"; {saved}): killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
+        + f"{saved}): {UNSAID}"
     )
     if after:
         text += f"; {ranks_named(after)} ended after it (stopped by the launcher or by the lost peer)"

@@ -324,7 +324,7 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     verdict, e = _refine(run, first["verdict"], first)
     rank = e.get("culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank"))
     if verdict == "stopped" and len({x.get("rank") for x in run.events if x["kind"] == "stop"}) > 1:
-        e, rank = {**e, "rank": None, "text": e["text"] + " (every rank told)"}, None  # the launcher passed it on
+        e, rank = {**e, "rank": None, "text": e["text"] + "; every rank was told it"}, None  # the launcher passed it on
     # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
     rec = (
         e.get("record")
