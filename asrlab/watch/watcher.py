@@ -46,6 +46,7 @@ from .sample import FaultHandler, PySpy, format_stack
 log = logging.getLogger(__name__)
 
 INJECT = Path(__file__).with_name("inject")
+UNRANKED_S = 30.0  # a Python process of the job no rule names a rank of this long is said to be watched without one
 
 
 class JobWatch:
@@ -83,6 +84,7 @@ class JobWatch:
         self._stopped: float | None = None  # when a signal to the watch ended the job
         self._family: dict[int, float] = {}  # every process seen, by pid: its create time
         self._unranked_said: set[int] = set()  # Python processes no rule names a rank of, said once each
+        self._unranked_since: dict[int, float] = {}  # when each was first seen so
         self._exited: set[int] = set()  # their pids seen ended (a job's processes of its own may end apart)
         self.table = Table(self.exp / layout.WATCH / "ranks")
         self.peers = PeerExits(self.exp, -1, 0, find=False) if PeerExits.available() else None
@@ -143,8 +145,6 @@ class JobWatch:
             os.nice(10)
         try:
             rc = self._watch(proc, t0)
-            if rc == 0 and self.stalled is not None and self.stalled.get("ended"):
-                rc = STALL_EXIT  # ended by the watch: not a success, whatever torchrun's agent said
         finally:
             self._end_family(proc)
             if isinstance(proc, KeptJob):
@@ -181,7 +181,9 @@ class JobWatch:
                 "watch_cost": self.cost(),
             },
         )
-        return rc
+        # a stall the watch ended: its own code (the job's, kept in lab.json, is what being ended gave it: 143,
+        # 137, or 0 from a launcher that took it calmly), told apart from a signal to the job or to the watch
+        return STALL_EXIT if self.stalled is not None and self.stalled.get("ended") and not self._stopped else rc
 
     def cost(self) -> dict:
         """CPU seconds the watch took: the watcher process itself and its py-spy dumps."""
@@ -259,12 +261,23 @@ class JobWatch:
     def _look(self, root: int, t0: float) -> None:
         # once ranks with RANK were seen, a process without it is not one (torchrun's agent after they ended)
         procs, everyone = self.table.ranks(root, single=not any(v.proc.by_env for v in self.ranks.values()))
-        if procs and (new := [p for p in self.table.unranked if p not in self._unranked_said]):
+        for p in self.table.unranked:
+            self._unranked_since.setdefault(p, time.monotonic())
+        for v in procs.values() if procs else ():
+            if v.known:  # named since (by its process group)
+                self._unranked_since.pop(v.pid, None)
+        # said only of those still unnamed a while on: a rank torch.multiprocessing.spawn started (Lightning's
+        # ddp_spawn) says its rank once it joins its process group, seconds after it started
+        wait_s = min(UNRANKED_S, self.stall_timeout_s)  # (said before a stall of theirs could be)
+        late = [p for p, t in self._unranked_since.items() if time.monotonic() - t >= wait_s]
+        if procs and (new := [p for p in late if p not in self._unranked_said]):
             self._unranked_said.update(new)
             log.warning(
                 "asrlab watch: no launcher's word for the ranks of this job's Python processes (no RANK, "
-                "LOCAL_RANK, SLURM_PROCID or --local_rank=N): pid %s watched, each as a process of unknown rank "
-                "(give each process RANK and WORLD_SIZE to have each named by its rank)",
+                "LOCAL_RANK, SLURM_PROCID or --local_rank=N), and none joined a process group in %g s: pid %s "
+                "watched, each as a process of unknown rank (give each process RANK and WORLD_SIZE to have each "
+                "named by its rank)",
+                wait_s,
                 ", ".join(map(str, new)),
             )
         for pid, started in everyone:
