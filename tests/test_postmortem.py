@@ -303,6 +303,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "RETURNN's epoch line `dev: score 3.66 error 0.997`: an error metric's value, nothing that went wrong": (
+        "logs77/returnn/healthy_tf_epoch_1_learning_rate_control_dev_error_0_997_dev_score_3_66.log"
+    ),
     "YOLOv8's validation bar (`Class Images Instances Box(P R mAP50 mAP50-95): 0%| 0/20`) is no training step": (
         "logs76/ultralytics/yolov8_ddp_epoch_1_of_300_iter_176_then_validation_0_of_20_local_rank0_exitcode_minus9.log"
     ),
@@ -831,6 +834,7 @@ INDEX = {
         "logs74",
         "logs75",
         "logs76",
+        "logs77",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
