@@ -1346,3 +1346,29 @@ def test_lightnings_bar_writing_nan_as_nan_point_0_is_a_nan():
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w24_lightning_spawn_bar_train_ctc_nan_point_0.log")])
     assert d["verdict"] == "nonfinite" and "train_ctc not finite" in d["summary"], d["summary"]
     assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (0, 27), d["culprit"]
+
+
+@pytest.mark.parametrize(
+    "name, twice",
+    [("w25_one_process_killed_resumed_step_51_data_from_batch_1.log", 10),
+     ("w25_torchrun_killed_resumed_step_21_epoch_0_again.log", 20)],
+)  # fmt: skip
+def test_a_restart_whose_step_went_on_but_whose_data_started_its_epoch_again_is_not_all_clear(name, twice):
+    """A stranger's loop (`epoch=1 batch=10/40 step=50 loss=...`) killed and restarted from its step-50 checkpoint:
+    its step went on at 51, its data at batch 1 of the epoch, where step 50 had been at batch 10: those batches
+    trained twice, said first, and the diagnosis not ok (exit 1). A restart whose data went on stays all clear."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / name)])
+    r = d["resumes"]["from_output"][0]
+    assert r["trained_twice"] == twice and "trained twice" in d["summary"], d["summary"]
+    assert d["verdict"] == "no_failure_seen" and not d["ok"], d["summary"]
+    fine = diagnose_logs([str(FIXTURES / "toolkit_runs/accelerate/resume_after_sigkill")])
+    assert fine["ok"] and not any(x["trained_twice"] for x in fine["resumes"]["from_output"]), fine["summary"]
+
+
+def test_a_stamped_r_tag_is_a_rank_and_gnorm_a_gradient_norm():
+    """A stranger's torchrun loop, `2026-11-30T04:35:43 r1 epoch=2 batch=20/20 step=60 loss=nan gnorm=nan ...`: each
+    rank's lines its own (not one line alternating between two ranks' losses), `gnorm` its gradient norm."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w25_torchrun_r_tags_gnorm_lr_ramp_nan_step_60.log")])
+    assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 60), d["summary"]
+    assert "loss, grad_norm not finite" in d["summary"] and "grad norm" in d["summary"], d["summary"]
+    assert sorted(r["rank"] for r in d["ranks"]) == [0, 1], d["ranks"]

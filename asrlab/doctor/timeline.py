@@ -22,7 +22,8 @@ def resumes(*, ledger=False, resumed_from=(), per_rank=None, trained_again=(), f
     """The ``resumes`` section, one shape whatever was read: ``ledger`` (asrlab's resume ledger was there),
     ``resumed_from`` (the steps the ledger says the run resumed from) and ``per_rank``, ``steps_trained_again``
     (where rank 0's metrics went back), ``from_output`` (where a log's or a job's output shows the steps went
-    back: ``rank``, ``before``, ``after``, ``restarted_epoch``, ``run_again``, ``time``, ``text``)."""
+    back: ``rank``, ``before``, ``after``, ``restarted_epoch``, ``run_again``, ``trained_twice``, ``time``,
+    ``text``)."""
     return {
         "ledger": ledger,
         "resumed_from": list(resumed_from),

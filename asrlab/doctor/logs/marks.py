@@ -49,14 +49,16 @@ STRUCTURAL = re.compile(
 )
 # a loop's own short mark, the last word of a line's first brackets: "[train r1] ...", "12:00:01 [w1] upd=3 ...",
 # "[it 0012/0030 r1] ctc=3.41", "... | r1 | step 2 |"
-_OWN_R = r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \|"
+_OWN_R = (
+    r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
+)
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
     re.compile(r"\] \((\d+)/(\d+)\) "),  # icefall: [train.py:123] (3/8)
     re.compile(r"^\[[^\]\s:]+:(\d+)/(\d+)\]"),  # ESPnet: [host:3/8]
     re.compile(r"\brank (\d+)(?:\s+bs \d+.*)?$"),  # WeNet's step line ends with it
     re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank"),  # torchelastic's failure summary
-    re.compile(_OWN_R),  # a loop's own "[train r1] ep=0", "... | r1 | step 2 |"
+    re.compile(_OWN_R),  # a loop's own "[train r1] ep=0", "... | r1 | step 2 |", "2026-11-30T04:35:34 r1 epoch=1"
     re.compile(r"\b[Rr]ank(?:[ _]?|:\s*)(\d+)\b"),  # any other "rank 3" / "Rank 3" / "RANK_3" / "rank: 3"
 )
 

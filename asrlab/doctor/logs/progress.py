@@ -67,10 +67,14 @@ def resume_records(run: LogRun) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
+        twice = None
         if a["step"] is not None and b["step"] is not None:
             again = b["step"] - a["step"] + 1
             text = f"resumed at step {a['step']} after step {b['step']}: {again} steps run again"
-            zero = False
+            zero, back = False, _data_back(run, x["rank"], a)
+            if back is not None:  # the step went on from the checkpoint, its data did not
+                twice, said = back
+                text = f"resumed at step {a['step']} after step {b['step']} ({again} steps run again), its data not: {said}"
         else:
             start = run.epoch_start.get((x["rank"], a["epoch"]))
             zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start
@@ -101,6 +105,7 @@ def resume_records(run: LogRun) -> list[dict]:
                 "after": where(a),
                 "restarted_epoch": zero,
                 "run_again": again,
+                "trained_twice": twice,  # batches the lines show were trained before the restart and again after
                 "time": a["time"],
                 "text": text,
             }
@@ -108,6 +113,33 @@ def resume_records(run: LogRun) -> list[dict]:
     if paths and out:
         out[0]["checkpoint"] = loaded
     return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
+
+
+def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
+    """Where a restart's step count went on from its checkpoint (step N+1) but its data did not: the last step line
+    before the restart at a lower step (the checkpoint's, or just before it) against the first after. ``(batches
+    trained twice, or True where its epoch went back too, said)``; None where the lines do not show both places."""
+    if a["epoch"] is None or a["batch"] is None:
+        return None
+    known = [r for r in run.series[rank].all() if r["file"] == a["file"] and r["order"] < a["order"]]
+    known = [r for r in known if r["step"] is not None and r["step"] < a["step"] and r["batch"] is not None]
+    if not known or known[-1]["epoch"] is None:
+        return None
+    r = max(known, key=lambda r: (r["step"], r["order"]))
+    if (a["epoch"], a["batch"]) > (r["epoch"], r["batch"]):
+        return None  # it went on from where the checkpoint's step had been
+    if a["epoch"] < r["epoch"]:
+        return (
+            True,
+            f"step {a['step']} read epoch {a['epoch']}, batch {a['batch']}, where step {r['step']} had been at {where(r)}",
+        )
+    n = r["batch"] - a["batch"] + 1
+    least = "" if r["step"] == a["step"] - 1 else " at least"
+    return n, (
+        f"step {a['step']} read batch {a['batch']} of epoch {a['epoch']}, where step {r['step']} had been at batch "
+        f"{r['batch']}: batches {a['batch']} to {r['batch']} trained twice{least} (the loader started its epoch again, "
+        "not from the checkpoint's place)"
+    )
 
 
 SPAN_S = 10.0  # seconds a gap between step lines covers at least: stamps to the second, 20 steps in one

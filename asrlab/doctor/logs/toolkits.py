@@ -57,6 +57,11 @@ def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values
     return r
 
 
+def _grad_norm(d: dict) -> float | None:
+    """A loop's gradient norm under any of its usual names."""
+    return next((num(d[k]) for k in ("grad_norm", "gnorm", "grad-norm", "gradnorm", "total_norm") if k in d), None)
+
+
 def _losses(pairs) -> dict[str, float]:
     return {k: v for k, v in ((k, num(v)) for k, v in pairs) if v is not None and LOSS_NAMES.search(k)}
 
@@ -273,7 +278,7 @@ def epoch_batch(line: str) -> dict | None:
         counter_of(line, named=True),  # a global step printed beside the epoch's own counter
         losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)},
         lr=num(dict(pairs).get("lr")),
-        grad_norm=num(dict(pairs).get("grad_norm")),
+        grad_norm=_grad_norm(dict(pairs)),
     )
 
 
@@ -297,7 +302,7 @@ def plain(line: str) -> dict | None:
         step=int(m.group(1)),
         losses={"loss": num(m.group(2)), **_losses(pairs)},
         lr=num(d.get("lr")),
-        grad_norm=num(d.get("grad_norm") or d.get("grad-norm")),
+        grad_norm=_grad_norm(d),
         scale=num(d.get("scale") or d.get("loss_scale")),
     )
 
@@ -366,7 +371,7 @@ def kv(line: str) -> dict | None:
         int(counter.group(counter.lastindex).replace(",", "")) if counter else None,
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),
-        grad_norm=num(d.get("grad_norm") or d.get("gnorm") or d.get("grad-norm")),
+        grad_norm=_grad_norm(d),
         scale=num(d.get("loss_scale") or d.get("scale")),
         rank=int(d["rank"]) if (d.get("rank") or "").isdigit() else None,  # a JSON line's own "rank": 1
     )
@@ -453,23 +458,11 @@ def dllogger(line: str) -> dict | None:
     return _record("dllogger", int(m[1]), int(m[2]), step, losses=losses)
 
 
-READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = (
-    ("wenet", wenet),
-    ("icefall", icefall),
-    ("espnet", espnet),
-    ("lightning", lightning),
-    ("speechbrain", speechbrain),
-    ("vits", vits),
-    ("megatron", megatron),
-    ("darknet", darknet),
-    ("marian", marian),
-    ("dllogger", dllogger),
-    ("xlm", xlm),
-    ("tdmpc", tdmpc),
-    ("tacotron", tacotron),
-    ("epoch_batch", epoch_batch),
-    ("plain", plain),
-    ("kv", kv),
+# each toolkit's reader, named as its function, in the order they are tried
+READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = tuple(
+    (f.__name__, f)
+    for f in (wenet, icefall, espnet, lightning, speechbrain, vits, megatron, darknet, marian, dllogger, xlm, tdmpc)
+    + (tacotron, epoch_batch, plain, kv)
 )
 GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 

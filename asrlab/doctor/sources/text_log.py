@@ -460,7 +460,13 @@ def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
         )
     s = "no failure seen"
     if d["resumes"]["from_output"]:
-        s += "; " + d["resumes"]["from_output"][0]["text"]
+        r = d["resumes"]["from_output"][0]
+        twice = r.get("trained_twice")
+        s = (
+            f"no crash, hang or non-finite value seen; but a restart trained data twice: {r['text']}"
+            if twice
+            else f"{s}; {r['text']}"
+        )
     if d["nonfinite"] and d["nonfinite"].get("first"):
         s += "; non-finite values " + d["nonfinite"]["text"]
     if went_on:
