@@ -224,3 +224,14 @@ def test_two_nodes_consoles_without_clocks_on_their_step_lines_find_the_first_na
     d = diagnose([str(root / "node0.log"), str(root / "node1.log")])
     assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 10), d["summary"]
     assert "(after 2026-11-30 04:03:46)" in d["summary"], d["summary"]
+
+
+def test_a_watched_runs_job_log_given_by_name_is_read_as_its_lines():
+    """`asrlab doctor EXP/job.log` (as notebook 06 invites): the job's lines, its step lines and their curves, not
+    the run folder beside it read as a table of no series."""
+    from asrlab.doctor import diagnose
+
+    log = WATCHED / "two_nodes_rank3_hangs_in_collate" / "node1" / "job.log"
+    d = diagnose([str(log)])
+    assert d["read"] == "logs" and d["files"] == [str(log)] and sum(d["formats"].values()) >= 20, d["formats"]
+    assert not d["sources"], d["sources"]

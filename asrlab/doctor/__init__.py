@@ -114,8 +114,10 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     from .verdict import decide
 
     files = files_of(paths)  # the folders walked once, for every source
-    # asrlab's own folders inside a toolkit's (asrlab watch's beside the toolkit's output): run folders of their own
-    runs = sorted({f.parent for f in files if is_run(f.parent)})
+    # asrlab's own folders inside a toolkit's (asrlab watch's beside the toolkit's output): run folders of their own;
+    # a file given by name is read as itself (a watched run's EXP/job.log: its lines, not its folder)
+    given = {Path(p) for p in paths}
+    runs = sorted({f.parent for f in files if f not in given and is_run(f.parent)})
     folders = []
     for d in runs:
         folder = run_folder.read(d)
