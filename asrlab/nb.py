@@ -10,6 +10,7 @@ docs show, is refreshed on purpose: ``ASRLAB_FIGURES=figures asrlab notebooks``.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -321,6 +322,10 @@ def doctor(exp: str | Path) -> dict:
     if r.returncode == 2 or not r.stdout.strip():
         raise RuntimeError(f"asrlab doctor {exp} failed: {r.stderr.strip()}")
     d = json.loads(r.stdout)
-    print(f"$ asrlab doctor {exp}    # exit {r.returncode}\n")
-    print(format_diagnosis(d).rstrip())
+    said = f"$ asrlab doctor {exp}    # exit {r.returncode}\n\n{format_diagnosis(d).rstrip()}"
+    # shown as preformatted text, not printed: ``asrlab doctor`` on this executed notebook reads what the notebook's
+    # own run printed, and this diagnosis of another run is none of it
+    from IPython.display import display
+
+    display({"text/plain": said, "text/html": f"<pre>{html.escape(said)}</pre>"}, raw=True)
     return {**d, "exit": r.returncode}

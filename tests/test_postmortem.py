@@ -6,6 +6,7 @@ each with its source address and the verdict and culprit a person who knows the 
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -1372,3 +1373,20 @@ def test_a_stamped_r_tag_is_a_rank_and_gnorm_a_gradient_norm():
     assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 60), d["summary"]
     assert "loss, grad_norm not finite" in d["summary"] and "grad norm" in d["summary"], d["summary"]
     assert sorted(r["rank"] for r in d["ranks"]) == [0, 1], d["ranks"]
+
+
+def test_an_executed_notebook_is_read_by_what_it_printed_not_by_what_it_displayed(tmp_path):
+    """A notebook that showed another run's diagnosis (a widget, a figure, a preformatted block: each a richer form
+    beside its text) ran fine: only its streams and its text-alone results are its console."""
+    from asrlab.doctor.logs.notebook import console
+
+    shown = {"text/plain": "CRASHED: rank 1 failed\nTraceback (most recent call last):", "text/html": "<pre>...</pre>"}
+    cells = [
+        {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout", "text": "step 1 loss 0.5\n"}]},
+        {"cell_type": "code", "outputs": [{"output_type": "display_data", "data": shown, "metadata": {}}]},
+        {"cell_type": "code", "outputs": [{"output_type": "execute_result", "data": {"text/plain": "'done'"}}]},
+    ]
+    path = tmp_path / "out.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}}))
+    assert console(path).splitlines() == ["step 1 loss 0.5", "'done'"]
+    assert diagnose_logs([str(path)])["verdict"] == "no_failure_seen"
