@@ -692,3 +692,15 @@ def test_an_espnet_run_draws_its_own_terms_and_one_place_for_its_first_failure()
     assert (
         s["marks"]["culprit"] == s["marks"]["first_nonfinite"] and s["marks"]["culprit"]["where"] == "epoch 2, batch 5"
     )
+
+
+def test_steps_per_second_from_stamps_to_the_second_are_read_over_stretches(tmp_path):
+    """Ten step lines a second, stamped to the second: the derived steps/s is about 10 (stretches of the doctor's
+    SPAN_S), not 1 from the two lines either side of each second's turn."""
+    from asrlab.widgets.logs import LogExplorer
+
+    lines = [f"2026-11-30T04:00:{s // 10:02d} epoch=0 batch={s}/400 step={s} loss=1.0" for s in range(1, 400)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    panel = next(p for p in LogExplorer([str(tmp_path / "train.log")]).series["panels"] if p["name"] == "rate")
+    rates = [v for line in panel["lines"] for v in line["y"]]
+    assert rates and all(8 <= v <= 12 for v in rates), rates
