@@ -129,11 +129,11 @@ def run_notebooks(
     """
     import papermill as pm  # the notebooks extra
 
-    declared = {p.stem: declared_parameters(p) for p in sorted(Path(nb_dir).glob("*.ipynb"))}
-    check_params(params_file, declared)
     notebooks = sorted(p for p in Path(nb_dir).glob("*.ipynb") if not only or only in p.stem)
     if not notebooks:
         raise UsageError(f"no notebook in {nb_dir}" + (f" matches {only!r}" if only else ""))
+    declared = {p.stem: declared_parameters(p) for p in sorted(Path(nb_dir).glob("*.ipynb"))}
+    check_params(params_file, declared)
     env = {MODE_ENV: os.environ.get(MODE_ENV, "static")}
     if out_dir is not None:
         out_dir = Path(out_dir).resolve()

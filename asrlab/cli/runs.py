@@ -145,8 +145,12 @@ def cmd_notebooks(a: argparse.Namespace) -> int:
     from ..nb import root
     from ..runner import run_notebooks
 
+    # the project's notebooks: the checkout's up from here, else the one this package was installed from (pip
+    # install -e), so that asrlab notebooks runs from a folder of one's own too
+    here = root() / "notebooks"
+    installed = Path(__file__).resolve().parents[2] / "notebooks"
     records = run_notebooks(
-        root() / "notebooks",
+        here if here.is_dir() or not installed.is_dir() else installed,
         Path(a.out) if a.out else None,
         a.only,
         a.params,
