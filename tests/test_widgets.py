@@ -704,3 +704,12 @@ def test_steps_per_second_from_stamps_to_the_second_are_read_over_stretches(tmp_
     panel = next(p for p in LogExplorer([str(tmp_path / "train.log")]).series["panels"] if p["name"] == "rate")
     rates = [v for line in panel["lines"] for v in line["y"]]
     assert rates and all(8 <= v <= 12 for v in rates), rates
+
+
+def test_a_restart_is_marked_where_the_steps_went_back():
+    """A stranger's loop killed and restarted at step 51: the curves mark the restart (the purple dotted line)."""
+    from asrlab.widgets.logs import LogExplorer
+
+    fixtures = Path(__file__).parent / "fixtures" / "own_loops"
+    e = LogExplorer([str(fixtures / "w25_one_process_killed_resumed_step_51_data_from_batch_1.log")])
+    assert e.series["marks"]["resume"] == {"x": 51.0, "rank": 0, "step": 51, "where": "step 51 (epoch 1)"}

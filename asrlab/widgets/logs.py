@@ -156,7 +156,7 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
     * ``panels``: ``[{"name", "label", "lines": [{"rank", "x", "y"}], "nonfinite": [{"rank", "x", "y"}]}]``,
       the loss terms first (the total ``loss`` first), then lr, grad norm, loss scale (with the loss-scale
       messages' new values), steps/s (from the lines' time stamps, ``derived``, where they say none);
-    * ``marks``: ``culprit`` and ``first_nonfinite``, each ``{"x", "rank", "step", "where"}`` or None;
+    * ``marks``: ``culprit``, ``first_nonfinite`` and ``resume``, each ``{"x", "rank", "step", "where"}`` or None;
     * ``verdict``, ``summary``, ``culprit`` as the doctor said (None without ``d``).
     """
     ranks = sorted(run.series, key=_rank_key)
@@ -223,6 +223,8 @@ def log_series(run, d: dict | None = None, max_terms: int = MAX_TERMS) -> dict:
         "culprit": _mark(axis, culprit, c.get("rank"))
         if culprit is not None
         else _mark(axis, _place(c), c.get("rank")) or _bare_mark(axis, c),
+        # where a restart began again: the first line after its steps went back
+        "resume": _mark(axis, run.resumes[0]["after"], run.resumes[0]["rank"]) if run.resumes else None,
     }
     d = d or {}
     return {
@@ -336,6 +338,7 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
         for mark, style, colour_, what in (
             (first, "--", "tab:orange", "first non-finite"),
             (culprit, "-", "tab:red", "culprit"),
+            (marks.get("resume"), ":", "tab:purple", "resumed"),
         ):
             if mark is None or (what == "first non-finite" and culprit is not None and culprit["x"] == mark["x"]):
                 continue
@@ -356,7 +359,11 @@ def log_curves(series: dict, ranks: list | None = None, panels: list[str] | None
         axes[-2][1].xaxis.set_tick_params(labelbottom=True)
         axes[-2][1].set_xlabel(series["axis"]["label"], fontsize=9)
     notes = []
-    for mark, what in ((culprit, "culprit (red line)"), (first, "first non-finite (orange dashed line)")):
+    for mark, what in (
+        (culprit, "culprit (red line)"),
+        (first, "first non-finite (orange dashed line)"),
+        (marks.get("resume"), "resumed (purple dotted line)"),
+    ):
         if mark is not None and what.startswith("first") and culprit is not None and culprit["x"] == mark["x"]:
             what = "first non-finite"  # the same step: the culprit's red line stands for both
         if mark is not None:
