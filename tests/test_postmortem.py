@@ -304,6 +304,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "PyTorch's tutorial's `Train Error: Avg loss: 0.23` and `Test Error: Avg loss: 0.06`, metrics, not errors": (
+        "logs78/plain/healthy_end_of_epoch_0_steps_7007_to_7010_train_error_avg_loss_test_error_avg_loss.log"
+    ),
     "RETURNN's epoch line `dev: score 3.66 error 0.997`: an error metric's value, nothing that went wrong": (
         "logs77/returnn/healthy_tf_epoch_1_learning_rate_control_dev_error_0_997_dev_score_3_66.log"
     ),
@@ -836,6 +839,7 @@ INDEX = {
         "logs75",
         "logs76",
         "logs77",
+        "logs78",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -1390,3 +1394,18 @@ def test_an_executed_notebook_is_read_by_what_it_printed_not_by_what_it_displaye
     path.write_text(json.dumps({"cells": cells, "metadata": {}}))
     assert console(path).splitlines() == ["step 1 loss 0.5", "'done'"]
     assert diagnose_logs([str(path)])["verdict"] == "no_failure_seen"
+
+
+def test_a_terminate_without_an_exception_is_an_abort_unless_a_launcher_said_so_already():
+    """`pure virtual method called` / `terminate called without an active exception` after wav2letter's last update:
+    the process aborted, a failure, not lines that only look wrong; where torchrun's exit code -6 says the abort, its
+    rank's SIGABRT is the failure (Megatron's, logs28)."""
+    d = read_excerpt(
+        FIXTURES
+        / "logs78/wav2letter/tutorial_epoch_1_nupdates_1001_finished_training_then_pure_virtual_method_terminate.log"
+    )
+    assert d["verdict"] == "crashed" and "terminate called without an active exception" in d["summary"], d["summary"]
+    d = read_excerpt(
+        FIXTURES / "logs28/torchrun/megatron_test_loss_iter_150_pure_virtual_terminate_local_rank0_exitcode_minus6.log"
+    )
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("killed", 0, 150), d["summary"]

@@ -196,10 +196,15 @@ class Events:
     def finish(self) -> None:
         for key in list(self._tb):
             self._end_tb(key)
-        for self.source, (self.order, rank, time, text, typ) in self._unhandled.items():  # its own line never came
-            self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
         self._summary.close()
         self._exits()
+        # a C++ terminate aborts its process: where a launcher said a process ended by SIGABRT, that says it
+        aborted = any(
+            e["kind"] == "exit" and (e.get("exitcode") == -6 or e.get("signal") == "SIGABRT") for e in self.events
+        )
+        for self.source, (self.order, rank, time, text, typ) in self._unhandled.items():  # its own line never came
+            if not (aborted and text.startswith("terminate called")):
+                self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
         self.events.extend(self._last.values())
 
     def _where(self, source: str) -> dict:
@@ -218,7 +223,8 @@ class Events:
         quoted = self._quoted.pop(self.source, None)
         if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
             self._quoted[self.source] = int(c[1])
-        if text.startswith("terminate called after throwing an instance of"):  # a C++ exception ends the process
+        if text.startswith(("terminate called after throwing an instance of", "terminate called without an active")):
+            # a C++ exception (or std::terminate with none: a thread still joinable, a pure virtual call) aborts it
             m = TERMINATE.search(text)
             self._terminate = (rank, time, m.group(1) if m else None)
             if m and OOM.search(m.group(1)):  # c10::OutOfMemoryError: said by its type, whatever follows

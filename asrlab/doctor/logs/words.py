@@ -299,14 +299,16 @@ SUSPECT = re.compile(
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
 # the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
-# error rate or an error metric's value (RETURNN's "dev: score 3.66 error 0.997"), a count of none, an option's
-# name, a fallback to a default
+# error rate or an error metric's value (RETURNN's "dev: score 3.66 error 0.997", PyTorch's tutorial's "Test Error:
+# Accuracy: 97.1%, Avg loss: 0.09"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
     r"[Ww]arn(?:ing)?s?\b|WARN|\[W |^W\d{4} |\bINFO\b|\bDEBUG\b|[Rr]etr(?:y|ying|ied)\b|[Ss]kipp(?:ing|ed)|"
     r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
     r"(?:errors?|failures?|failed)\s*[=:]\s*0\b|error_file|ignore|--\w*(?:error|fail)|\w_(?:error|errors|failed)\b|"
     r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
-    r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+[-+]?\d*\.\d)|[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
+    r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+[-+]?\d*\.\d)|"
+    r"(?:Test|Train|Val\w*|Eval\w*) [Ee]rror:\s*(?:$|Avg|Accuracy)|"
+    r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
 
 # Windows' status for an access violation (0xC0000005), its SIGSEGV, as a signed and an unsigned exit code
