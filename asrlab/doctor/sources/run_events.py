@@ -339,21 +339,15 @@ def _vanished(
             first, how = None, ""
     after = [r for r in gone if first is None or r["rank"] != first["rank"]]
     newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
-    # (where no checkpoint of asrlab's is in the folder, the loop's own may be elsewhere: nothing said)
-    saved = (
-        f"; the newest checkpoint is of step {newest}"
-        if newest is not None
-        else "; no checkpoint loads" * bool(ckpts["files"])
-    )
+    saved = f"; the newest checkpoint is of step {newest}" if newest is not None else ""
+    if newest is None and ckpts["files"]:  # (none of asrlab's in the folder: the loop's own may be elsewhere)
+        saved = "; no checkpoint loads"
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, metrics, gone[0])
         return (
             f"{ranks_named(sorted(gone, key=lambda r: r['rank']))} ended without recording an error within a second of each other"
-            + (
-                f" (step {step} the last trained, by the {said}{saved})"
-                if step is not None
-                else f" ({saved[2:]})" * bool(saved)
-            )
+            + (f" (step {step} the last trained, by the {said}{saved})" if step is not None else "")
+            + (f" ({saved[2:]})" if step is None and saved else "")
             + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
             "the launcher's own log (torchrun's \"Root Cause\") names which",
             None,

@@ -447,7 +447,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who} failed {when} on what another rank did: {e['text'][:300]}{line}; the rank that failed first is not in these lines"
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
-    s += f" ({'after ' * (e.get('stamped') is False)}{clock(e.get('time'))})" if e.get("time") else ""  # or its clock's
+    if e.get("time"):  # a line without a clock of its own: after the last one above it
+        s += f" (after {clock(e['time'])})" if e.get("stamped") is False else f" ({clock(e['time'])})"
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
     return s
