@@ -1409,3 +1409,11 @@ def test_a_terminate_without_an_exception_is_an_abort_unless_a_launcher_said_so_
         FIXTURES / "logs28/torchrun/megatron_test_loss_iter_150_pure_virtual_terminate_local_rank0_exitcode_minus6.log"
     )
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("killed", 0, 150), d["summary"]
+
+
+def test_a_stall_the_watch_reported_that_the_ranks_got_past_is_no_failure_in_its_console():
+    """A twenty-sixth stranger's torchrun job, rank 0 building an index for 30 s at step 40 under `asrlab watch
+    --on-stall report`: the watch reported a stall, then 'the ranks moved on after the stall it reported' and the job
+    finished. Its saved console is no stall."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w26_torchrun_index_at_40_stall_reported_then_moved_on.log")])
+    assert d["verdict"] == "no_failure_seen" and d["ok"], d["summary"]

@@ -462,14 +462,30 @@ def test_the_jobs_lines_are_written_whole_even_where_its_environment_made_it_unb
 
 def test_a_rank_that_vanished_with_no_word_in_the_jobs_output_was_killed_and_a_stop_is_placed_where_it_says():
     """Lightning's own launcher (strategy="ddp") reports no child's signal: rank 1, SIGKILLed, left no error in its
-    folder and none in the job's output, which holds every rank's: a signal ended it (not "crashed"), and no
-    checkpoint of asrlab's is claimed missing where the loop keeps its own elsewhere. A stop said at a place in the
+    folder and none in the job's output, which holds every rank's: a signal ended it, or it left by itself (which,
+    nothing says: no claim of a signal), and no checkpoint of asrlab's is claimed missing where the loop keeps its
+    own elsewhere. A stop said at a place in the
     job's output names the same place as its culprit."""
     watched = Path(__file__).parent / "fixtures" / "watched"
     d = diagnose(watched / "lightning_ddp_rank1_sigkilled")
-    assert (d["verdict"], d["culprit"]["rank"]) == ("killed", 1), d["summary"]
-    assert "shows no error of it" in d["summary"] and "no checkpoint" not in d["summary"], d["summary"]
+    assert (d["verdict"], d["culprit"]["rank"]) == ("crashed", 1), d["summary"]  # a signal or its own exit: unsaid
+    assert "shows no error of it: killed by a signal" in d["summary"] and "no checkpoint" not in d["summary"], d[
+        "summary"
+    ]
     d = diagnose(watched / "fabric_launcher_sigterm")
     assert d["verdict"] == "stopped" and d["summary"].endswith("at epoch 2, batch 2"), d["summary"]
     assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (2, 2), d["culprit"]
     assert "culprit: epoch 2, batch 2" in format_diagnosis(d)
+
+
+def test_a_process_that_exits_by_itself_without_a_word_is_not_said_to_be_killed():
+    """A twenty-sixth stranger's loops: one process that logged its own error and exited 1 (no traceback) is a crash
+    with that exit code, not a SIGKILL; under torchrun, the rank that left first with sys.exit(0) is named, its end
+    (a signal's, or its own) not claimed, the survivor's lost-peer error said after it."""
+    watched = Path(__file__).parent / "fixtures" / "watched"
+    d = diagnose(watched / "one_process_exits_1_without_a_traceback")
+    assert (d["verdict"], d["culprit"]["rank"]) == ("crashed", 0), d["summary"]
+    assert "exited with code 1" in d["summary"] and "SIGKILL" not in d["summary"], d["summary"]
+    d = diagnose(watched / "torchrun_rank1_sys_exit_0_early")
+    assert (d["verdict"], d["culprit"]["rank"]) == ("crashed", 1), d["summary"]
+    assert "or it left on its own without a word" in d["summary"] and "then rank 0 failed" in d["summary"], d["summary"]

@@ -182,14 +182,14 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     inner = [run_folder.read(p, now) for p in folder.inside]
     jobs = [j for p in nodes or [exp] if (j := job_output.read(Path(p), folder.sections["launched"])) is not None]
     job = jobs[0] if jobs else None
-    for e in folder.events if jobs else ():  # no word of a vanished rank in the job's output (its own or the
-        # launcher's): its output would hold its traceback, so a signal ended it
+    for e in folder.events if jobs else ():  # no word of a vanished rank in the job's output, which would hold its
+        # traceback: a signal ended it, or it left on its own without a word (which, nothing here says)
         if e.get("guess") and e["rank"] is not None and run_events.UNSAID in e["text"]:
             if not any(x.get("rank") == e["rank"] and not x.get("consequence") for j in jobs for x in j.events):
                 said = (
-                    "killed by a signal: the job's output shows no error of it (SIGKILL: the OOM killer, a lost node)"
+                    "the job's output shows no error of it: killed by a signal (SIGKILL: the OOM killer, a lost node)"
                 )
-                e.update(verdict="killed", text=e["text"].replace(run_events.UNSAID, said))
+                e["text"] = e["text"].replace(run_events.UNSAID, f"{said}, or it left on its own without a word")
     v = decide([folder, *inner, *jobs])
     d = folder.sections
     for r in inner:

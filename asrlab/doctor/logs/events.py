@@ -238,6 +238,8 @@ class Events:
         if ("asrlab watch: " in text or "STALL: " in text) and (m := WATCH_SAID.search(text)):
             if m.group(3):  # a signal to the watch, which ended the job
                 self._add("stop", rank, time, text, signal=m.group(3), by="asrlab watch")
+            elif m.group(5):
+                self._add("watch_passed", rank, time, text)
             else:  # the stall the watch found from the ranks' stacks: its verdict names the rank
                 said = m.group(1) or m.group(2) or m.group(4)
                 self._add("watch_stall", culprit_of(said), time, text, said=said)

@@ -84,7 +84,8 @@ HOROVOD_MISSING = re.compile(r"([\w./-]+) \[(missing|ready) ranks: (\d+(?:, ?\d+
 WATCH_VERDICT = re.compile(r"^asrlab watch: (crashed|killed|stopped|nonfinite|out_of_memory): (.*?)\s*$")
 WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
-    r"(SIG[A-Z]+): ending the job)|(?:^|asrlab\.lab\.stall\.watchdog: )STALL: (.*?)(?: \(report: [^)]*\))?\s*$"
+    r"(SIG[A-Z]+): ending the job)|(?:^|asrlab\.lab\.stall\.watchdog: )STALL: (.*?)(?: \(report: [^)]*\))?\s*$|"
+    r"(the ranks moved on after the stall it reported)"  # then the job finished: the stall it reported passed
 )
 # mpirun (Horovod, MPI jobs): a rank a signal ended, by its rank; that some process failed, by none; a background
 # loop's uncaught exception (Horovod's, a peer gone)

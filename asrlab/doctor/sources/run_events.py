@@ -60,14 +60,17 @@ def timeline_of(
         e0 = errors[0]
         rank, step, guess = e0["rank"], e0.get("step"), False
         erred = {e["rank"] for e in errors}
+        lost_peer = LOST_PEER.search(e0.get("message") or "") is not None
+        # a rank gone by the error (a survivor's lost peer: its heartbeat, which the watch writes, may come a look
+        # later than its end, which the error had already seen)
+        slack = LOOK_S if lost_peer else 0.0
         vanished = [
             r
             for r in d["ranks"]
             if r["state"] == "gone"
             and r["rank"] not in erred
-            and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"]
+            and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"] + slack
         ]
-        lost_peer = LOST_PEER.search(e0.get("message") or "") is not None
         consequence = lost_peer or ended_from_outside(e0)  # a survivor's error, or a rank being ended
         if vanished and consequence:
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
@@ -161,6 +164,12 @@ def timeline_of(
             at = f" after step {step}, the last its {said} shows" if step is not None else ""
             text = f"the job's one process (pid {gone[0]['pid']}) was ended by {sig} (exit code {lab['exit_code']}){at}"
             return [failure(verdict, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
+        if gone and world_size == 1 and lab.get("exit_code"):  # the one process exited so itself, no traceback
+            step, said = _last_step(exp, metrics, gone[0])
+            at = f" after step {step}, the last its {said} shows" if step is not None else ""
+            text = (f"the job's one process (pid {gone[0]['pid']}) exited with code {lab['exit_code']}{at}, recording "
+                    "no error (no traceback: the job's own output says why)")  # fmt: skip
+            return [failure("crashed", "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
         if gone and (ended := _signalled(lab.get("exit_code"))) and ended[1] == "stopped":
             # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal: its
             # ranks ended with it, not one of them first
@@ -268,6 +277,7 @@ def _ended(x: dict) -> str:
     return said
 
 
+LOOK_S = 1.0  # the watch's looks at the ranks are this far apart at most (2 a second, and its own work)
 UNSAID = "killed (SIGKILL, the OOM killer, a lost node), or it printed its traceback to its own output"
 WAITS = ("data", "sync", "allreduce", "ddp_allreduce", "collective")  # a rank that waits on its loader or peers
 BUSY = ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_loop", "next_epoch", "done", "exited")

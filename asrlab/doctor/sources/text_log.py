@@ -117,7 +117,10 @@ def _causes(run: LogRun) -> list[tuple]:
         elif k == "watch_stall":  # a node's watch that saw only ranks waiting on another's: that node's word leads
             blind = e["rank"] is None and "not watched here" in e.get("said", "")
             blind = blind and any(x["kind"] == "watch_stall" and x["rank"] is not None for x in run.events)
-            out.append(("stalled", {**e, "consequence": True} if blind else e))
+            passed = any(x["kind"] == "watch_passed" and x["file"] == e["file"] and x["order"] > e["order"]
+                         for x in run.events)  # fmt: skip
+            if not passed:  # (one the ranks then got past, and the job finished: none)
+                out.append(("stalled", {**e, "consequence": True} if blind else e))
         elif k == "watch_verdict":  # the watch's word from its run folder: the failure where the lines say none
             out.append((e["said_verdict"], {**e, "consequence": True}))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
