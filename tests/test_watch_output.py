@@ -357,7 +357,8 @@ def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
     lab["watched"][lab["watched"].index("--exp") + 1], lab["cwd"] = "runs/train", str(tmp_path)
     (exp / "lab.json").write_text(json.dumps(lab))
     named = diagnose(exp)
-    lab["watched"][lab["watched"].index("--exp") + 1] = str(tmp_path / "gone")  # without it: the watch's guess
+    # without it: what the job printed (its own watchdog's word) and its one process's exit code
+    lab["watched"][lab["watched"].index("--exp") + 1] = str(tmp_path / "gone")
     (exp / "lab.json").write_text(json.dumps(lab))
     alone = diagnose(exp)
     for d, folder in ((inside, exp / "train"), (named, elsewhere)):
@@ -366,7 +367,7 @@ def test_the_watched_trainers_own_run_folder_is_read_with_the_watchs(tmp_path):
         assert [s["files"] for s in d["sources"]] == [[str(folder)]]
         assert [r.get("median_step_s") is not None for r in d["steps"]["ranks"]] == [True, False]  # then sampled
         assert f"also read: {folder}" in format_diagnosis(d)
-    assert alone["verdict"] == "crashed" and "vanished" in alone["summary"] and alone["sources"] is None
+    assert alone["verdict"] == "stalled" and "exited with code 3" in alone["summary"] and alone["sources"] is None
     outer = tmp_path / "outer"  # a run folder of asrlab train's, not a watch's: another run inside it is its own
     shutil.copytree(elsewhere, outer)
     shutil.copytree(elsewhere, outer / "old")
