@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..files import atomic_write
 from ..lab.stall.classify import held_phase
 from ..lab.stall.flight import last_collectives
-from ..lab.stall.heartbeat import read_timeline
+from ..lab.stall.heartbeat import phase_at, read_timeline
 from ..lab.stall.report import write_report
 
 PER_RANK = (
@@ -112,8 +112,8 @@ def _as_at(into: Path, when: float, world: int) -> None:
         beat = json.loads(path.read_text())
         if dump.exists() or beat.get("time", 0.0) <= when:
             continue
-        then = [e for e in timelines.get(rank, []) if e["t"] <= when]
-        if not then:
+        then = phase_at(timelines.get(rank, []), when)
+        if then is None:
             continue
         stall.mkdir(parents=True, exist_ok=True)
         atomic_write(
@@ -121,8 +121,8 @@ def _as_at(into: Path, when: float, world: int) -> None:
             json.dumps(
                 {
                     **beat,
-                    "phase": held_phase(then[-1]["phase"], world),
-                    "since": then[-1]["t"],
+                    "phase": held_phase(then["phase"], world),
+                    "since": then["t"],
                     "time": when,
                     "detail": "as the stall was seen, from its timeline",
                 }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..logs.progress import clock
 from ...lab.stall.errors import ended_from_outside, error_line, error_summary
-from ...lab.stall.heartbeat import STALE_S, read_timeline
+from ...lab.stall.heartbeat import STALE_S, phase_at, read_timeline
 from ...lab.stall.peers import read_peer_exits
 from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text, verdict
 from ...lab.state.ledger import ledger_path, read_ledger
@@ -292,8 +292,8 @@ def _hung(exp: Path, beats: dict[int, dict], at: float) -> str | None:
     snaps = {}
     for r, b in beats.items():
         if (b.get("since") or 0) > at:
-            then = [e for e in timelines.get(r, []) if e["t"] <= at]
-            b = {**b, "phase": then[-1]["phase"], "since": then[-1]["t"], "detail": ""} if then else {}
+            then = phase_at(timelines.get(r, []), at)
+            b = {**b, "phase": then["phase"], "since": then["t"], "detail": ""} if then else {}
         if b.get("since") is not None and b.get("phase"):
             snaps[r] = b
     if not snaps or any(b["phase"] in BUSY for b in snaps.values()):

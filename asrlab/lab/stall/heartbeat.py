@@ -194,6 +194,13 @@ def read_timeline(exp: str | Path) -> dict[int, list[dict]]:
     return out
 
 
+def phase_at(timeline: list[dict], when: float) -> dict | None:
+    """A rank's timeline entry in force at ``when`` (``{"t", "phase", "step"}``: the last at or before it), None
+    where its timeline holds none by then: where it was at a moment its heartbeat has moved on from."""
+    then = [e for e in timeline if e["t"] <= when]
+    return then[-1] if then else None
+
+
 def phase_intervals(timelines: dict[int, list[dict]], exp: Path | None = None) -> dict[int, list[tuple]]:
     """``{rank: [(phase, start_s, length_s), ...]}``, times relative to the earliest event.
 
