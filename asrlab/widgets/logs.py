@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..doctor.logs.progress import SPAN_S, step_number, where
+from ..doctor.logs.progress import SPAN_S, step_number, stretches, where
 from .base import Explorer, html_escape, png
 from .doctor import VERDICT_COLOURS
 
@@ -61,32 +61,13 @@ def _x(axis: dict, r: dict) -> float | None:
     return r["epoch"] + (r["batch"] or 0) / axis["per"]
 
 
-def _steps_between(axis: dict, a: dict, b: dict) -> float | None:
-    """Steps from record ``a`` to ``b`` as the log counts them (None across an epoch boundary without steps)."""
-    if a["step"] is not None and b["step"] is not None:
-        return b["step"] - a["step"]
-    if a["batch"] is not None and b["batch"] is not None and a["epoch"] == b["epoch"]:
-        return b["batch"] - a["batch"]
-    return None
-
-
 def _derived_rate(axis: dict, recs: list[dict]) -> list[tuple[dict, float]]:
-    """Steps/s from the lines' own time stamps, where a rank's lines say no rate: between two stamped lines
-    of one file, steps apart and seconds apart; where two lines share a stamp (stamps to the second, many steps
-    in one), over stretches of at least the doctor's ``SPAN_S``, as it reads a step's seconds."""
-    out = []
+    """Steps/s from the lines' own time stamps, where a rank's lines say no rate: between two stamped lines of one
+    file, steps apart and seconds apart; where two lines share a stamp (stamps to the second, many steps in one),
+    over the doctor's stretches of at least ``SPAN_S``, as it reads a step's seconds."""
     stamped = [r for r in recs if r.get("stamped") and r.get("time") is not None]
     span = SPAN_S if any(a["time"] == b["time"] for a, b in zip(stamped, stamped[1:])) else 0.0
-    a = stamped[0] if stamped else None
-    for b in stamped[1:]:
-        dt = b["time"] - a["time"]
-        if a.get("file") == b.get("file") and (dt < span or dt <= 0):
-            continue  # the stretch goes on from the same first line
-        steps = _steps_between(axis, a, b)
-        if a.get("file") == b.get("file") and steps and steps > 0:
-            out.append((b, steps / dt))
-        a = b  # the next stretch starts here (or a new file's, a resume's)
-    return out
+    return [(b, steps / (b["time"] - a["time"])) for a, b, steps in stretches(stamped, span)]
 
 
 def _culprit_record(run, d: dict) -> dict | None:

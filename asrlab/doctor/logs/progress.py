@@ -125,7 +125,8 @@ def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
     known = [r for r in known if r["step"] is not None and r["step"] < a["step"] and r["batch"] is not None]
     if not known or known[-1]["epoch"] is None:
         return None
-    r = max(known, key=lambda r: (r["step"], r["order"]))
+    # (of those with an epoch: the place is compared as epoch, then batch)
+    r = max((r for r in known if r["epoch"] is not None), key=lambda r: (r["step"], r["order"]))
     if (a["epoch"], a["batch"]) > (r["epoch"], r["batch"]):
         return None  # it went on from where the checkpoint's step had been
     if a["epoch"] < r["epoch"]:
@@ -145,20 +146,26 @@ def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
 SPAN_S = 10.0  # seconds a gap between step lines covers at least: stamps to the second, 20 steps in one
 
 
-def _seconds_per_step(recs: list[dict]) -> float | None:
-    """The median seconds a step took over stretches of one rank's stamped step lines, each at least
-    :data:`SPAN_S` long (the toolkit logs every N steps: a stretch's time is divided by the steps it covers; a
-    log stamped to the second puts many steps in one second, which consecutive lines alone would read as 1 s)."""
-    gaps, a = [], None
-    for b in (r for r in recs if r["stamped"]):
+def stretches(recs: list[dict], span: float = SPAN_S):
+    """``(a, b, steps)``: stretches of one rank's stamped step lines, each at least ``span`` seconds long and
+    ``steps`` apart, each from where the last ended (the toolkit logs every N steps; a log stamped to the second
+    puts many steps in one second, which consecutive lines alone would read as 1 s). A stretch starts again where
+    the count cannot be followed on: another epoch's, a resume's."""
+    a = None
+    for b in (r for r in recs if r.get("stamped") and r.get("time") is not None):
         if a is not None:
             da, db = position(a), position(b)
             steps = db[-1] - da[-1] if len(da) == len(db) and da[:-1] == db[:-1] else None
             if steps is not None and steps > 0 and b["time"] >= a["time"]:
-                if b["time"] - a["time"] < SPAN_S:
+                if b["time"] - a["time"] < span or b["time"] == a["time"]:
                     continue  # the stretch goes on from the same first line
-                gaps.append((b["time"] - a["time"]) / steps)
-        a = b  # the next stretch starts here (or a new epoch's, a resume's)
+                yield a, b, steps
+        a = b  # the next stretch starts here
+
+
+def _seconds_per_step(recs: list[dict]) -> float | None:
+    """The median seconds a step took over :func:`stretches` of one rank's stamped step lines."""
+    gaps = [(b["time"] - a["time"]) / steps for a, b, steps in stretches(recs)]
     return statistics.median(gaps) if gaps else None
 
 
