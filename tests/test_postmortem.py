@@ -304,6 +304,15 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "GNU time's `Command terminated by signal 9` over a job's summary": (
+        "logs79/tesseract/lstmtraining_add_layer_gnu_time_command_terminated_by_signal_9_maxrss_16gb_exit_status_0.log"
+    ),
+    "Tesseract's `best error was 58.362 @ 4000`, a metric": (
+        "logs79/tesseract/healthy_tesstrain_ara_iterations_6100_to_6600_new_best_bcer_56_bwer_96_best_error_was.log"
+    ),
+    "Lua Torch's `cuda runtime error (77) : an illegal memory access` before a Ctrl-C": (
+        "logs79/torch7/ptb_lstm_epoch_0_007_thcudacheck_illegal_memory_access_error_77_then_ctrl_c.log"
+    ),
     "PyTorch's tutorial's `Train Error: Avg loss: 0.23` and `Test Error: Avg loss: 0.06`, metrics, not errors": (
         "logs78/plain/healthy_end_of_epoch_0_steps_7007_to_7010_train_error_avg_loss_test_error_avg_loss.log"
     ),
@@ -840,6 +849,7 @@ INDEX = {
         "logs76",
         "logs77",
         "logs78",
+        "logs79",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

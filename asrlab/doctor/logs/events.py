@@ -450,10 +450,15 @@ class Events:
             if kind == "consequence":
                 self._consequence(rank, time, text)
             return
-        if ("CUDA error" in text or "side assert trig" in text) and (m := CUDA_ERROR.search(text)):
-            self._add(
-                "exception", rank, time, text, type="CUDA error", message=m[1] or m[2] or m[3], where=None, bare=True
-            )
+        if ("CUDA error" in text or "side assert trig" in text or "cuda runtime error" in text) and (
+            m := CUDA_ERROR.search(text)
+        ):
+            said = m[1] or m[2] or m[3] or m[4]
+            self._add("exception", rank, time, text, type="CUDA error", message=said, where=None, bare=True)
+            return
+        if text.startswith("Command terminated by signal ") and text[29:].strip().isdigit():  # GNU time's word
+            n = int(text[29:])
+            self._add("exit", rank, time, text, exitcode=-n, signal=signame(str(n)), root=True, source="time")
             return
         if ("Aborted from" in text or "!!!!" in text or " died " in text or "ERROR in" in text) and (
             m := ENDED_ITSELF.search(text)

@@ -208,7 +208,10 @@ EXC_LINE = re.compile(
 UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 # the device's own error on a line of a logger's, with no exception line of Python's ("[ERROR] trainer - <class
 # 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
-CUDA_ERROR = re.compile(r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)")  # k2's,
+CUDA_ERROR = re.compile(
+    r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)|"
+    r"\bcuda runtime error \(\d+\) : (.+?)(?: at \S+)?$"  # Lua Torch's cutorch
+)  # k2's,
 # Kaldi's words; Marian's "CUDA error 999 'unknown error' - file:54: cudaStreamSynchronize(0)"
 # a process's own word that it ended: Marian's ABORT (below the error line it says), a TPU runtime's fatal error,
 # Ray's on a worker process that died under a task; JAX's coordination service on a host's process (its task: the
@@ -300,14 +303,14 @@ SUSPECT = re.compile(
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
 # the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
-# error rate or an error metric's value (RETURNN's "dev: score 3.66 error 0.997", PyTorch's tutorial's "Test Error:
+# error rate or an error metric's value (RETURNN's "error 0.997", Tesseract's "best error was 58.2", PyTorch's "Test Error:
 # Accuracy: 97.1%, Avg loss: 0.09"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
     r"[Ww]arn(?:ing)?s?\b|WARN|\[W |^W\d{4} |\bINFO\b|\bDEBUG\b|[Rr]etr(?:y|ying|ied)\b|[Ss]kipp(?:ing|ed)|"
     r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
     r"(?:errors?|failures?|failed)\s*[=:]\s*0\b|error_file|ignore|--\w*(?:error|fail)|\w_(?:error|errors|failed)\b|"
     r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
-    r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+[-+]?\d*\.\d)|"
+    r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+(?:was\s+)?[-+]?\d*\.\d)|"
     r"(?:Test|Train|Val\w*|Eval\w*) [Ee]rror:\s*(?:$|Avg|Accuracy)|"
     r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
