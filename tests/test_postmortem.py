@@ -304,6 +304,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "AWD-LSTM's `| epoch   1 |   600/ 3515 batches |`: 3515 is the epoch's total, not the step": (
+        "logs79/awd_lstm/char_lstm_enwik8_epoch_1_batch_600_thcudacheck_out_of_memory_traceback.log"
+    ),
     "GNU time's `Command terminated by signal 9` over a job's summary": (
         "logs79/tesseract/lstmtraining_add_layer_gnu_time_command_terminated_by_signal_9_maxrss_16gb_exit_status_0.log"
     ),
@@ -919,6 +922,18 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_a_value_of_no_known_name_gone_nan_is_no_all_clear_unless_numpy_took_a_mean_of_nothing():
+    """'[count=400] value = nan' to the end: the lines never say what 'value' is, so no rule names a non-finite loss,
+    but they look wrong: unknown, quoted. An RL loop's 'Mean Reward: nan' under numpy's 'Mean of empty slice' is a
+    mean over no episode yet, healthy."""
+    d = read_excerpt(FIXTURES / "logs79/plain/guandan_imitation_learning_count_0_to_600_value_nan_from_count_400.log")
+    assert d["verdict"] == "unknown" and "[count=400] value = nan" in d["summary"], d["summary"]
+    d = read_excerpt(
+        FIXTURES / "logs53/ml_agents/healthy_ppo_mean_reward_nan_runtimewarning_mean_of_empty_slice_saved_model.log"
+    )
+    assert d["verdict"] == "no_failure_seen", d["summary"]
 
 
 def test_a_cpp_terminate_whose_exception_is_the_watchdogs_timeout_is_the_stall():

@@ -9,8 +9,8 @@ NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
     # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:=])(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
-    # 100 batches"; not "09:30:39 iter 2920"
+    r"|(?<![\w.:=])(?<!/ )(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
+    # 100 batches"; not "09:30:39 iter 2920" nor a total ("600/ 3515 batches")
     r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...lab.stall.verdict import culprit_of
 from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
 from .words import ENDED_ITSELF, INTERRUPTED, HANGUP, CUDA_ERROR, EXC_LINE, FATAL, GLOO, STORE_KEY, JAX_BARRIER, HYDRA
-from .words import ITEM, CONNECT, NOT_SUSPECT, RENDEZVOUS
+from .words import ITEM, CONNECT, NAN_VALUE, NOT_SUSPECT, RENDEZVOUS
 from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
 from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
 from .words import LOADER_TIMEOUT, LUA_ERROR, RECOVERED, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
@@ -50,6 +50,7 @@ class Events:
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
         self._nccl: dict = {}  # (host, pid) -> NCCL's last WARN there, True once its error was said
+        self._empty_mean: set[str] = set()  # the files where numpy warned of a mean of nothing: its nan is no failure
 
     def busy(self) -> bool:
         """In a traceback or torchrun's summary: the next lines belong to it."""
@@ -479,8 +480,12 @@ class Events:
             return
         if RENDEZVOUS.search(text) and not NOT_SUSPECT.search(text):
             self._add("exception", rank, time, text, type="rendezvous", message=text.strip()[:300], where=None)
-        elif SUSPECT.search(text) and not NOT_SUSPECT.search(text):
+        elif (
+            SUSPECT.search(text) or self.source not in self._empty_mean and NAN_VALUE.search(text)
+        ) and not NOT_SUSPECT.search(text):
             self._add("suspect", rank, time, text)
+        elif "Mean of empty slice" in text:
+            self._empty_mean.add(self.source)
 
 
 __all__ = ["CONSEQUENCE", "Events", "OOM", "SIGNALS", "user_frame"]

@@ -46,6 +46,7 @@ KEYS = (
     b"heckpoint",
     b"oading",
     b"DataLoader",
+    b"empty slice",
     b"worker",
     b"Abort",
     b"abort",

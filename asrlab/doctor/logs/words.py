@@ -302,6 +302,9 @@ SUSPECT = re.compile(
     r"|^\d+(?:,[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*,[-+]?(?:nan|inf)(?:,|$)"  # a CSV row with a nan, its header cut
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
+# a value of no known name printed non-finite ("[count=400] value = nan"): looks wrong, unless numpy said it took the
+# mean of nothing (an RL loop's "Mean Reward: nan" before any episode ended)
+NAN_VALUE = re.compile(r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$")
 # the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
 # error rate or an error metric's value (RETURNN's "error 0.997", Tesseract's "best error was 58.2", PyTorch's "Test Error:
 # Accuracy: 97.1%, Avg loss: 0.09"), a count of none, an option's name, a fallback to a default
@@ -408,6 +411,7 @@ __all__ = [
     "CONNECT",
     "NONFINITE_LINE",
     "NOT_SUSPECT",
+    "NAN_VALUE",
     "RENDEZVOUS",
     "RESUME",
     "SCALE",
