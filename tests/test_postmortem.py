@@ -304,6 +304,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "bash's `Killed` in a Spanish locale, `Terminado (killed)`": (
+        "logs80/tensorflowtts/tacotron2_train_506_of_200000_terminado_killed_spanish_locale.log"
+    ),
+    "a launcher's `Task 0 died with exit code 1` under a child's traceback: the rank, not the message's tail": (
+        "logs80/demucs/musdb_epoch_119_eval_5_of_13_brokenprocesspool_child_terminated_task_0_died_exit_code_1.log"
+    ),
     "AWD-LSTM's `| epoch   1 |   600/ 3515 batches |`: 3515 is the epoch's total, not the step": (
         "logs79/awd_lstm/char_lstm_enwik8_epoch_1_batch_600_thcudacheck_out_of_memory_traceback.log"
     ),
@@ -853,6 +859,7 @@ INDEX = {
         "logs77",
         "logs78",
         "logs79",
+        "logs80",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

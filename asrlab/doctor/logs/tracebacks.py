@@ -132,6 +132,7 @@ _NOT_MESSAGE = re.compile(
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
     r"WARNING|ERROR|INFO|DEBUG|Traceback|Exception (?:ignored in|in thread)|Process \w+-\d+:$|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
     r"(?:[Ss]teps?|[Ii]ter(?:ation)?) ?:? *\d|"  # the loop's next step line, printed after an exception it went on from
+    r"(?:[Rr]ank|[Tt]ask|[Ww]orker|[Pp]rocess) \d+ (?:exited|died|terminated) with|"  # a launcher's word on the child
     r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
 )
 

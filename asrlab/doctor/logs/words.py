@@ -27,7 +27,7 @@ BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 OWN_LOSSES = r"ctc|xent|cross_?entropy|smooth_?l1|nll|mse|rnnt|objf|objective|(?-i:obj)|kl"
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
-    r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté)"
+    r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté|Terminado \(killed\))"  # zh, de, ja, fr, es
     r"|sigkill_handler\] Killing subprocess \d"  # DeepSpeed's launcher SIGKILLing its ranks (its line on why: cut)
 )  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
 # a shell's, srun's or the C library's word for a child that a signal ended
@@ -70,7 +70,7 @@ STATUS = re.compile(
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
     r"|(?:'--local_rank=(\d+)'.*?)?exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
-    r"|\b(?:rank|worker|process) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
+    r"|\b(?:rank|worker|process|[Tt]ask) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
 )
 DIED = re.compile(r"died with <Signals\.SIG\w+: (\d+)>")  # subprocess's CalledProcessError on a child a signal ended
