@@ -304,9 +304,6 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
-    "bash's `Killed` in a Spanish locale, `Terminado (killed)`": (
-        "logs80/tensorflowtts/tacotron2_train_506_of_200000_terminado_killed_spanish_locale.log"
-    ),
     "a launcher's `Task 0 died with exit code 1` under a child's traceback: the rank, not the message's tail": (
         "logs80/demucs/musdb_epoch_119_eval_5_of_13_brokenprocesspool_child_terminated_task_0_died_exit_code_1.log"
     ),
@@ -929,6 +926,15 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_bashs_killed_in_another_locale_is_a_kill():
+    """bash's 'Killed' as a Spanish locale prints it, 'Terminado (killed)', under a bar the poster retyped without its
+    timings ('[train] 0% | 506/200000', read as no step line)."""
+    d = read_excerpt(
+        FIXTURES / "logs80/tensorflowtts/tacotron2_train_506_of_200000_terminado_killed_spanish_locale.log"
+    )
+    assert d["verdict"] == "killed" and "SIGKILL" in d["summary"], d["summary"]
 
 
 def test_a_value_of_no_known_name_gone_nan_is_no_all_clear_unless_numpy_took_a_mean_of_nothing():
