@@ -144,6 +144,18 @@ def test_lightning_metrics_csv(tmp_path):
     assert d["files"] == []  # read as a table, not as a log
 
 
+@pytest.mark.parametrize("head", ["tick,ctc,lr", "ctc,lr"])
+def test_a_loops_own_metrics_csv_steps_by_its_counter_or_its_rows(tmp_path, head):
+    """A loop's own metrics.csv whose counter is not named ``step`` (``tick``), or that has none: its series read by
+    that counter, else by row, never an all-clear over its nan."""
+    rows = [(f"{s}," if head.startswith("tick") else "") + f"{3.0 - 0.1 * s},0.01" for s in range(1, 11)]
+    rows += [("11," if head.startswith("tick") else "") + "nan,0.01"]
+    (tmp_path / "metrics.csv").write_text("\n".join([head, *rows]) + "\n")
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 11, d["summary"]
+    assert sorted(d["series"]["csv_metrics"]) == ["ctc", "lr"]
+
+
 def test_a_new_source_is_one_module(tmp_path, monkeypatch):
     """A source is a module with ``owns`` and ``read``: registered, its events join the one timeline."""
     toy = types.ModuleType("asrlab.doctor.sources.toy")

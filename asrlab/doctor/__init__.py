@@ -130,7 +130,8 @@ def read_and_diagnose(paths: list[str]) -> tuple:
             f"{paths[0]}: no run there (none of asrlab's {', '.join(layout.RUN_FILES)}), no log files (*.log, "
             "*.txt, *.out, log-train-*, rank*) and no TensorBoard event files, trainer_state.json or metrics.csv"
         )
-    v = decide(folders + ([log] if log else []) + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
+    said = [log] if log and (log.raw.lines or len(tables) == len(folders)) else []  # an empty log beside tables: theirs
+    v = decide(folders + said + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
     d = dict(log.sections) if log else dict(EMPTY_LOG, resumes=resumes())  # a section of its own, not shared
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]

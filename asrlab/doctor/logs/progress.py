@@ -51,6 +51,27 @@ def step_number(rec: dict | None) -> int | None:
     return None if isinstance(n, float) and not n.is_integer() else n  # a fractional epoch (0.01) is no step
 
 
+def went_back(run: LogRun, rec: dict, last: dict) -> bool:
+    """Whether a rank's step record ``rec`` went back from its ``last``: a restart."""
+    return (
+        position(rec) < position(last)
+        and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
+        and (rec["epoch"] is None or last["epoch"] is None or rec["epoch"] <= last["epoch"])  # counted per epoch
+        and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
+        # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time, or
+        # where it begins inside the other's steps (the log of a restart, one file an attempt)
+        and (
+            last["file"] == rec["file"]
+            or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"])
+            or (
+                not rec["stamped"]
+                and run.first_steps[rec["file"]] is rec
+                and position(run.first_steps[last["file"]]) < position(rec)
+            )
+        )
+    )
+
+
 def resume_records(run: LogRun) -> list[dict]:
     """Where the steps went back (a restart), and how many ran again. Whether those were trained twice depends on
     what the checkpoint it loaded held, which a log shows only in that checkpoint's name: one saved at an epoch's
@@ -119,25 +140,27 @@ def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
     """Where a restart's step count went on from its checkpoint (step N+1) but its data did not: the last step line
     before the restart at a lower step (the checkpoint's, or just before it) against the first after. ``(batches
     trained twice, or True where its epoch went back too, said)``; None where the lines do not show both places."""
-    if a["epoch"] is None or a["batch"] is None:
+    if a["batch"] is None:
         return None
-    known = [r for r in run.series[rank].all() if r["file"] == a["file"] and r["order"] < a["order"]]
+    known = [r for r in run.series[rank].all() if r["order"] < a["order"]]  # (a restart's own file after the other's)
+    # lines that print an epoch as a's do, or none as a's do ("tick=21 batch=0": one epoch's batches)
     known = [r for r in known if r["step"] is not None and r["step"] < a["step"] and r["batch"] is not None]
-    if not known or known[-1]["epoch"] is None:
+    known = [r for r in known if (r["epoch"] is None) == (a["epoch"] is None)]
+    if not known:
         return None
-    # (of those with an epoch: the place is compared as epoch, then batch)
-    r = max((r for r in known if r["epoch"] is not None), key=lambda r: (r["step"], r["order"]))
-    if (a["epoch"], a["batch"]) > (r["epoch"], r["batch"]):
+    r = max(known, key=lambda r: (r["step"], r["order"]))  # the place is compared as epoch, then batch
+    if (a["epoch"] or 0, a["batch"]) > (r["epoch"] or 0, r["batch"]):
         return None  # it went on from where the checkpoint's step had been
-    if a["epoch"] < r["epoch"]:
+    if (a["epoch"] or 0) < (r["epoch"] or 0):
         return (
             True,
             f"step {a['step']} read epoch {a['epoch']}, batch {a['batch']}, where step {r['step']} had been at {where(r)}",
         )
     n = r["batch"] - a["batch"] + 1
     least = "" if r["step"] == a["step"] - 1 else " at least"
+    of = "" if a["epoch"] is None else f" of epoch {a['epoch']}"
     return n, (
-        f"step {a['step']} read batch {a['batch']} of epoch {a['epoch']}, where step {r['step']} had been at batch "
+        f"step {a['step']} read batch {a['batch']}{of}, where step {r['step']} had been at batch "
         f"{r['batch']}: batches {a['batch']} to {r['batch']} trained twice{least} (the loader started its epoch again, "
         "not from the checkpoint's place)"
     )

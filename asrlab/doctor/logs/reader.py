@@ -17,6 +17,7 @@ from .fingerprint import RUN, SAMPLE, SIGS, STATE, STEP, Sig, TINY, UNKNOWN, ran
 from .marks import Clock, marked_rank, rank_of, split_prefix, world_of
 from .run import LogRun, Series, file_rank, finite, log_files, position
 from .counters import bar_count
+from .progress import went_back
 from .toolkits import READERS, step_of, validation
 from .words import BAR_END, EPOCH_START
 
@@ -473,18 +474,10 @@ class _File:
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
+        run.first_steps.setdefault(rec["file"], rec)
         # not resumes: a bar at 0 (Lightning's redraw before the next epoch: nor compared with), a per-epoch count
         zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0, series.moved  # its postfix the last epoch's
-        if (
-            not zero
-            and last is not None
-            and position(rec) < position(last)
-            and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
-            and (rec["epoch"] is None or last["epoch"] is None or rec["epoch"] <= last["epoch"])  # counted per epoch
-            and (rec["step"] is not None or (rec["epoch"] is not None and not rec.get("told")))
-            # another file of the same rank (a toolkit's own log.txt beside its console) goes back only in time
-            and (last["file"] == rec["file"] or (rec["stamped"] and last["stamped"] and rec["time"] > last["time"]))
-        ):
+        if not zero and last is not None and went_back(run, rec, last):
             run.resumes.append({"rank": rec["rank"], "before": last, "after": rec})
         if not zero:
             series.moved = rec

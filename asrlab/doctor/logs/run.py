@@ -80,7 +80,7 @@ def log_files(paths: list[str]) -> list[str]:
                 and stream.is_text(f)
             )
             out.extend(str(f) for f in found)
-        else:
+        elif not path.is_file() or stream.is_text(path):  # a checkpoint or a program given by name: no log
             out.append(str(path))
     return out
 
@@ -117,6 +117,7 @@ class LogRun:
         self.unread = 0  # lines a reader choked on: counted, never a traceback of the doctor's
         self.resumes: list[dict] = []  # where a rank's steps went back: {"rank", "before", "after"}
         self.epoch_start: dict = {}  # (rank, epoch) -> the first batch logged of it
+        self.first_steps: dict = {}  # file -> its first step record
 
     def ranks(self) -> list[int]:
         seen = {r for r in self.series if r is not None}

@@ -337,6 +337,13 @@ def _key(k: str) -> str:
     return k.replace("/", "_") if head and not _OWN_LOSS.match(last) and _OWN_LOSS.match(head) else last
 
 
+def _batch(d: dict, counter) -> int | None:
+    """A batch's own field beside the step counter ("tick=21 batch=0"): the place in the epoch; where the batch is
+    the one counter, it is the step."""
+    b = d.get("batch") or d.get("batch_idx") or ""
+    return int(b) if b.isdigit() and counter and not counter.group(0).lower().startswith("batch") else None
+
+
 def kv(line: str) -> dict | None:
     if not _LOSSY.search(line):
         return None
@@ -367,7 +374,7 @@ def kv(line: str) -> dict | None:
     return _record(
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
-        int(bar.group(1)) if bar else None,
+        int(bar.group(1)) if bar else _batch(d, counter),
         int(counter.group(counter.lastindex).replace(",", "")) if counter else None,
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),

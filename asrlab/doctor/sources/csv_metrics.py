@@ -1,5 +1,6 @@
 """Lightning's ``metrics.csv`` (its CSVLogger, ``lightning_logs/version_N/``; NeMo's folders too): one row per
-logged step, a column per metric, empty where the row did not log it. ``step`` is the global step."""
+logged step, a column per metric, empty where the row did not log it. ``step`` is the global step (a loop's own CSV:
+its counter's column, else the row's place)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from .. import series as judge_series
 from . import Reading
 
 NAME = "csv_metrics"
-NOT_SERIES = {"step", "epoch", "created_at"}
+NOT_SERIES = {"epoch", "created_at"}
+# the step's column: Lightning's, else a loop's own counter's; where none, a row is a step
+STEPS = ("step", "global_step", "iteration", "iter", "it", "tick", "update", "num_updates", "batch")
 
 
 def owns(path: Path) -> bool:
@@ -23,12 +26,16 @@ def read(files: list[Path]) -> Reading:
     for f in sorted(files):
         try:
             with open(f, newline="") as fh:
-                for row in csv.DictReader(fh):
-                    step = row.get("step")
+                rows = csv.DictReader(fh)
+                col = next((c for c in STEPS if c in (rows.fieldnames or ())), None)
+                if col is None:
+                    notes.append(f"{f}: no step column (none of {', '.join(STEPS)}): each row read as a step")
+                for i, row in enumerate(rows, 1):
+                    step = row.get(col) if col else str(i)
                     if not step:
                         continue
                     for k, v in row.items():
-                        if k in NOT_SERIES or k is None or not v:
+                        if k in NOT_SERIES or k == col or k is None or not v:
                             continue
                         try:
                             series.setdefault(k, {})[int(float(step))] = float(v)  # "nan", "inf" read as such

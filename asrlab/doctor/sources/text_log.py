@@ -209,7 +209,8 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
         odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
-        outcome={"verdict": "no_failure_seen", "summary": _healthy(run, sections, went_on)},
+        # an empty log is nothing to judge, not an all-clear
+        outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": _healthy(run, sections, went_on)},
     )  # fmt: skip
 
 
@@ -459,9 +460,9 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
 
 def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
     if not run.series and not run.events:
-        return "no failure seen, and no line of a known format: " + (
-            "the log is empty" if not run.lines else f"{run.lines} lines, none a training step or a failure"
-        )
+        if not run.lines:
+            return "the log is empty: nothing in it to judge"
+        return f"no failure seen, and no line of a known format: {run.lines} lines, none a training step or a failure"
     s = "no failure seen"
     if d["resumes"]["from_output"]:
         r = d["resumes"]["from_output"][0]
