@@ -934,6 +934,23 @@ def test_each_wording_once_missed_reads_right(what):
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
 
 
+@pytest.mark.parametrize(
+    "said",
+    ["W1130 06:34:02.581000 15526 torch/multiprocessing/spawn.py:165] Terminating process 15593 via signal SIGTERM",
+     "W1130 06:34:02.581000 15526 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 15593 closing "
+     "signal SIGTERM"],
+)  # fmt: skip
+def test_a_launcher_ending_its_workers_with_no_cause_in_the_lines_is_no_all_clear(tmp_path, said):
+    """mp.spawn's or torchrun's word that it ended its workers, the last line of a job the watch killed on a stall
+    (its job.log read alone): the job did not end on its own, and the lines do not say why: unknown."""
+    log = tmp_path / "job.log"
+    log.write_text(
+        "".join(f"06:33:5{i}.206 ~ r0 ~ tick={i} batch={i - 1} ctc=8.1\n" for i in range(1, 7)) + said + "\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "unknown" and said in d["summary"] and d["culprit"]["step"] == 6, d["summary"]
+
+
 def test_bashs_killed_in_another_locale_is_a_kill():
     """bash's 'Killed' as a Spanish locale prints it, 'Terminado (killed)', under a bar the poster retyped without its
     timings ('[train] 0% | 506/200000', read as no step line)."""

@@ -338,12 +338,14 @@ class Events:
                 self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun", root=False,
                           signal=exit_signal(code), pid=int(m.group(3)))  # fmt: skip
                 return
-        if "closing signal" in text:
+        if "closing signal" in text or "via signal" in text:
             m = AGENT_TERM.search(text)
             if m:
-                self._add("agent_stop", rank, time, text, pid=int(m.group(1)), signal=m.group(2))
-                if m[2] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
-                    self._add("stop", rank, time, text, signal=m[2], by="launcher")  # passed on (a failure's: SIGTERM)
+                self._add("agent_stop", rank, time, text, pid=int(m[1] or m[2]), signal=m[3])
+                if m[3] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
+                    self._add("stop", rank, time, text, signal=m[3], by="launcher")  # passed on (a failure's: SIGTERM)
+                else:  # a job that ended abnormally: where no line says why, no all-clear
+                    self._add("suspect", rank, time, text)
                 return
         if "DataLoader worker" in text or "encountered in worker" in text:
             m = WORKER.search(text)

@@ -223,7 +223,8 @@ ENDED_ITSELF = re.compile(
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
 AGENT_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-AGENT_TERM = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+# a launcher ending its workers (torchrun's agent; torch.multiprocessing.spawn's, once one of them failed)
+AGENT_TERM = re.compile(r"(?:Sending process (\d+) closing signal|Terminating process (\d+) via signal) (SIG\w+)")
 SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)", re.I)
 # torchrun's summary record, also as a rendered page copies it: labels and values on lines of their own ("time",
 # then "2023-09-14 01:45:50"), fields glued ("rank2 (local rank: 2)exitcode: -9 (pid: 1)error file: <N/A>")
