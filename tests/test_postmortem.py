@@ -951,6 +951,16 @@ def test_a_launcher_ending_its_workers_with_no_cause_in_the_lines_is_no_all_clea
     assert d["verdict"] == "unknown" and said in d["summary"] and d["culprit"]["step"] == 6, d["summary"]
 
 
+def test_a_loss_that_diverged_before_it_went_nan_is_said_with_the_learning_rate_that_led_there():
+    """The stranger's loop, its learning rate x10 a tick: the first non-finite value is the gradient norm at tick 18;
+    what led there (ctc 11x its lowest at tick 13, the learning rate 0.01 -> 1e6 over the last logged steps) and
+    the loss's own first nan (tick 19) are said with it."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w27_tilde_tags_lr_x10_a_tick_ctc_diverges_gnorm_nan_tick_18.log")])
+    assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 18), d["summary"]
+    for said in ("the loss not finite from step 19", "ctc rose to 44.66 at step 13", "lr 0.01 at step 8 -> 1e+06"):
+        assert said in d["summary"], d["summary"]
+
+
 def test_bashs_killed_in_another_locale_is_a_kill():
     """bash's 'Killed' as a Spanish locale prints it, 'Terminado (killed)', under a bar the poster retyped without its
     timings ('[train] 0% | 506/200000', read as no step line)."""

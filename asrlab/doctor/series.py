@@ -54,7 +54,7 @@ def judge(source: str, series: dict[str, list[tuple[int, float]]], wall: dict[st
                     )
                 )  # fmt: skip
         upto = points[:bad] if bad is not None else points
-        w = _diverged(name, upto) if kind == "loss" else _spike(name, upto)
+        w = diverged(name, upto) if kind == "loss" else _spike(name, upto)
         if w is not None:
             warnings.append({**w, "source": source})
     return events, warnings
@@ -67,7 +67,7 @@ def _led(points: list[tuple[int, float]]) -> str:
     return f"before it: {v:.4g} at step {step}, lowest {low[1]:.4g} at step {low[0]}"
 
 
-def _diverged(name: str, points: list[tuple[int, float]]) -> dict | None:
+def diverged(name: str, points: list[tuple[int, float]]) -> dict | None:
     low = None
     for i, (step, v) in enumerate(points):
         if low is not None and i >= AFTER and low[1] > 0 and v > DIVERGE * low[1]:
@@ -99,4 +99,4 @@ def _spike(name: str, points: list[tuple[int, float]]) -> dict | None:
     return None
 
 
-__all__ = ["judge", "watched"]
+__all__ = ["diverged", "judge", "watched"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .progress import step_number, where
+from ..series import diverged
 from .run import LogRun, finite, position
 
 
@@ -60,6 +61,13 @@ def nonfinite_section(run: LogRun) -> dict | None:
     jump = next(((x, a, b) for (_, a), (x, b) in zip(lrs, lrs[1:]) if a > 0 and b >= LR_JUMP * a), None)
     if jump:  # a learning rate raised a hundredfold between two logged steps just before: what led to it
         led.append(f"lr {jump[1]:.3g} -> {jump[2]:.3g} at {where(jump[0])}")
+    elif lrs and lrs[0][1] > 0 and lrs[-1][1] >= LR_JUMP * lrs[0][1]:  # or over the last few, step by step
+        led.append(f"lr {lrs[0][1]:.3g} at {where(lrs[0][0])} -> {lrs[-1][1]:.3g} at {where(lrs[-1][0])}")
+    for k in r["losses"]:  # a loss that rose many times its lowest before it: the run diverged first
+        points = [(step_number(x), x["losses"][k]) for x in before if math.isfinite(x["losses"].get(k) or math.nan)]
+        if w := diverged(k, [p for p in points if p[0] is not None]):
+            led.append(w["text"].split(": the run")[0])
+            break
     halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
     if halvings:
         led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
@@ -73,6 +81,9 @@ def nonfinite_section(run: LogRun) -> dict | None:
         why = (
             "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
         )
+    gone = next((x for x in after if not all(math.isfinite(v) for v in x["losses"].values() if v is not None)), None)
+    if bad == ["grad_norm"] and gone is not None and not later:  # the loss itself went after the gradients
+        why += f"; the loss not finite from {where(gone)}"
     if not bad:  # only the running average: the batch that made it so was not logged
         why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
     text = (
