@@ -477,6 +477,19 @@ def test_a_rank_that_vanished_with_no_word_in_the_jobs_output_was_killed_and_a_s
     assert d["verdict"] == "stopped" and d["summary"].endswith("at epoch 2, batch 2"), d["summary"]
     assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (2, 2), d["culprit"]
     assert "culprit: epoch 2, batch 2" in format_diagnosis(d)
+    assert d["ended_by"] == "SIGTERM to the job's launcher"  # --json says what the text does
+
+
+def test_a_hang_the_watch_ended_is_at_the_step_each_rank_last_logged_and_its_job_log_alone_no_all_clear():
+    """A twenty-seventh stranger's mp.spawn loop ("06:33:51.742 ~ hum/r1 ~ INFO ~ tick=00006 ..."), rank 1 asleep
+    before tick 7's all_reduce, the watch ending it on the stall: rank 1 at step 6, its last logged (the host/rank
+    tag read as the rank). Its job.log alone ends in mp.spawn's 'Terminating process ...': unknown, not all clear."""
+    exp = Path(__file__).parent / "fixtures" / "watched" / "spawn_host_tags_rank1_sleeps_before_all_reduce_tick_7"
+    d = diagnose(exp)
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 6), d["summary"]
+    d = diagnose(exp / "job.log")
+    assert d["verdict"] == "unknown" and "Terminating process" in d["summary"], d["summary"]
+    assert [(r["rank"], r["last"]) for r in d["ranks"]] == [(0, "step 6"), (1, "step 6")]
 
 
 def test_a_process_that_exits_by_itself_without_a_word_is_not_said_to_be_killed():

@@ -51,6 +51,7 @@ STRUCTURAL = re.compile(
 # "[it 0012/0030 r1] ctc=3.41", "... | r1 | step 2 |"
 _OWN_R = (
     r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
+    r"|^\S*\d\d:\d\d:\d\d\S* \W{0,2} ?[A-Za-z][\w.-]{0,30}/r(\d{1,4}) "  # "06:33:51.742 ~ hum/r1 ~ INFO": a host's rank
 )
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger

@@ -178,7 +178,9 @@ def timeline_of(
             text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: a signal from "
                     f"outside to the launcher; {ranks_named(gone)} ended with it")  # fmt: skip
             step = max(steps) if steps else None
-            return [failure("stopped", "stop", lab.get("ended"), text, source="lab.json", step=step)], None
+            e = failure("stopped", "stop", lab.get("ended"), text, source="lab.json", step=step,
+                        ended_by=f"{ended[0]} to the job's launcher")  # fmt: skip
+            return [e], None
         if gone:  # ranks that ended without a word: one of them vanished first
             return [_gone(exp, metrics, gone, beats, ckpts)], None
         code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
