@@ -1443,6 +1443,17 @@ def test_a_restart_whose_step_went_on_but_whose_data_started_its_epoch_again_is_
     assert fine["ok"] and not any(x["trained_twice"] for x in fine["resumes"]["from_output"]), fine["summary"]
 
 
+def test_a_restart_at_batch_0_of_lines_with_no_epoch_is_judged_by_the_earlier_attempts_same_step(tmp_path):
+    """'step=21 batch=0' after a restart from step 20's checkpoint, with no epoch printed: batch 0 is the next epoch's
+    where the earlier attempt's step 21 read batch 0 too (20 batches an epoch), not data trained twice."""
+    lines = [f"step={s} batch={(s - 1) % 20} loss=1.0" for s in range(1, 25)] + ["Killed"]
+    lines += [f"step={s} batch={(s - 1) % 20} loss=1.0" for s in range(21, 30)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    d = diagnose_logs([str(tmp_path / "train.log")])
+    assert d["resumes"]["from_output"] and not d["resumes"]["from_output"][0]["trained_twice"], d["summary"]
+    assert d["ok"], d["summary"]
+
+
 def test_a_stamped_r_tag_is_a_rank_and_gnorm_a_gradient_norm():
     """A stranger's torchrun loop, `2026-11-30T04:35:43 r1 epoch=2 batch=20/20 step=60 loss=nan gnorm=nan ...`: each
     rank's lines its own (not one line alternating between two ranks' losses), `gnorm` its gradient norm."""
