@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "MockingBird's `grad_norm was NaN!` glued after its step line, a CUDA kernel's assertion after": (
+        "logs81/mockingbird/vocoder_epochs_1_to_13_of_1250_grad_norm_was_nan_then_loss_cu_assertion_input_val.log"
+    ),
     "a launcher's `Task 0 died with exit code 1` under a child's traceback: the rank, not the message's tail": (
         "logs80/demucs/musdb_epoch_119_eval_5_of_13_brokenprocesspool_child_terminated_task_0_died_exit_code_1.log"
     ),
@@ -863,6 +866,7 @@ INDEX = {
         "logs78",
         "logs79",
         "logs80",
+        "logs81",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -959,6 +963,17 @@ def test_a_loss_that_diverged_before_it_went_nan_is_said_with_the_learning_rate_
     assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 18), d["summary"]
     for said in ("the loss not finite from step 19", "ctc rose to 44.66 at step 13", "lr 0.01 at step 8 -> 1e+06"):
         assert said in d["summary"], d["summary"]
+
+
+def test_a_flight_recorder_dump_on_another_ranks_collective_timeout_is_a_stall():
+    """prime-rl's rank 0: 'Received a dump signal due to a collective timeout from  rank 13 ...': rank 13's watchdog
+    saw a collective time out; which rank held it up the lines do not say."""
+    d = read_excerpt(
+        FIXTURES / "logs81/prime_rl/rank0_flight_recorder_dump_signal_collective_timeout_from_rank_13_last_enqueued_"
+        "1261_completed_1259.log"
+    )
+    assert d["verdict"] == "stalled" and d["summary"].startswith("rank 13 timed out in a collective"), d["summary"]
+    assert d["culprit"]["rank"] is None
 
 
 def test_bashs_killed_in_another_locale_is_a_kill():

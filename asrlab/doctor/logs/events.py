@@ -295,7 +295,7 @@ class Events:
                 self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
         if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text, self._nccl)):
             for kind, words, more in said:
-                self._add(kind, rank, time, words if words is not None else text, **more)
+                self._add(kind, more.pop("rank", rank), time, words if words is not None else text, **more)
             if self._terminate is not None and any(k == "timeout" for k, _, _ in said):
                 self._terminate = None  # what the "terminate called" line above announced: this timeout
                 self._unhandled.pop(self.source, None)

@@ -14,6 +14,8 @@ from .words import HOROVOD_MISSING, HOROVOD_STALL, NCCL_HANG, NCCL_SEQ, NCCL_TIM
 # only then, under the WARN of the same process that says why ("... NCCL WARN Duplicate GPU detected : rank 2 and ...")
 _RETURNED = re.compile(r"([\w.-]+):(\d+):\d+ \[\d+\] NCCL INFO [\w/.]+\.cc:\d+ -> (\d+)")
 _WARNED = re.compile(r"([\w.-]+):(\d+):\d+ \[\d+\] (?:[\w/.]+\.cc:\d+ )?NCCL WARN (.*?)\s*$")
+# the flight recorder's dump, asked for by the rank whose watchdog saw a collective time out
+_DUMPED = re.compile(r"dump signal due to a collective timeout from\s+rank (\d+)")
 _RESULTS = {1: "unhandled cuda error", 2: "unhandled system error", 3: "internal error", 4: "invalid argument",
             5: "invalid usage", 6: "remote error"}  # fmt: skip  # 6: a peer's going, a consequence
 
@@ -68,6 +70,8 @@ def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
     if "subset of ranks" in text and HOROVOD_STALL.search(text):  # a wait the steps after it may end
         return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="horovod", waiting=True))]
     out = []
+    if "collective timeout from" in text and (m := _DUMPED.search(text)):  # another rank's watchdog timed out first
+        out.append(("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl", rank=int(m[1]))))
     if "NCCL work" in text:
         if m := NCCL_SEQ.search(text):
             out.append(("progress", None, dict(enqueued=int(m.group(1)), completed=int(m.group(2)))))

@@ -28,7 +28,8 @@ BAR_NEAR = 3  # lines: a bar redrawn just before a line of numbers is that line'
 _MESSAGE = re.compile(
     r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
     r"out of memory|[Pp]atience|not finite|Terminated\s*$|\^C|Received SIG|KeyboardInterrupt|"
-    r"Segmentation fault|Aborted|Bus error|core dumped"  # the shell's word on the job, glued after a step line
+    r"Segmentation fault|Aborted|Bus error|core dumped|"  # the shell's word on the job, glued after a step line
+    r"was NaN|Assertion `"  # MockingBird's "grad_norm was NaN!"; a CUDA kernel's failed assertion
 )
 
 # loguru's "| module:function:line - ": where the line was logged from (a function named training_step), no step

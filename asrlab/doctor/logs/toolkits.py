@@ -321,7 +321,7 @@ _COUNTER = re.compile(
     re.I,
 )
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
-_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*=?\s*(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
+_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
 _LOSS_WORD = re.compile(
     rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
@@ -367,7 +367,9 @@ def kv(line: str) -> dict | None:
     train = pairs
     d = {k.lower(): v for k, v in train}
     counter = NAMED.search(line) or _COUNTER.search(line)
-    bar = _BAR_COUNT.search(line) if counter is None else None
+    # a count of the epochs ("Epoch: 13/1250 (3/8)") is no bar: the next is
+    bars = (b for b in _BAR_COUNT.finditer(line) if "poch" not in line[max(b.start() - 8, 0) : b.start()])
+    bar = next(bars, None) if counter is None else None
     epoch = num(d.get("epoch") or ((m := _EPOCH_WORD.search(line)) and m.group(1)))
     if counter is None and bar is None and epoch is None:
         return None  # a loss with no place in training: a summary or a sentence, not a step line

@@ -125,7 +125,8 @@ NONFINITE_LINE = re.compile(
     r"\bMoving average ignored a value of (?:nan|inf)\b|"  # YOLACT's, on a loss gone non-finite
     r"\bmetric=(?:nan|inf) vs\. limit=|"  # icefall's Whitening module: its activations' covariance not finite
     r"\bloss\b.{0,80}?\btrain(?:ing)?\s*[=:]\s*[-+]?(?:nan|inf)\b|"  # uPIT's "Loss(...) - Epoch 1: train = nan(...)"
-    r"\bloss (?:exploded|diverged|went|became|blew up) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's "Loss exploded to nan"
+    r"\b(?:loss|grad(?:ient)?[_ ]?norm) (?:exploded|diverged|went|became|blew up|was) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's
+    # "Loss exploded to nan", MockingBird's "grad_norm was NaN!"
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
