@@ -1444,7 +1444,8 @@ def test_lightnings_bar_writing_nan_as_nan_point_0_is_a_nan():
     [("w25_one_process_killed_resumed_step_51_data_from_batch_1.log", 10),
      ("w25_torchrun_killed_resumed_step_21_epoch_0_again.log", 20),
      ("w27_tilde_tags_tick_batch_killed_resumed_tick_21_data_back_to_batch_0.log", 20),  # no epoch printed
-     ("w27_one_log_per_attempt_tick_21_data_back_to_batch_0", 20)],  # a log an attempt
+     ("w27_one_log_per_attempt_tick_21_data_back_to_batch_0", 20),  # a log an attempt
+     ("w28_step_goes_on_to_15_data_back_to_batch_1_of_epoch_0.log", 14)],  # the step went on, only the data back
 )  # fmt: skip
 def test_a_restart_whose_step_went_on_but_whose_data_started_its_epoch_again_is_not_all_clear(name, twice):
     """A stranger's loop (`epoch=1 batch=10/40 step=50 loss=...`) killed and restarted from its step-50 checkpoint:

@@ -52,7 +52,17 @@ def step_number(rec: dict | None) -> int | None:
 
 
 def went_back(run: LogRun, rec: dict, last: dict) -> bool:
-    """Whether a rank's step record ``rec`` went back from its ``last``: a restart."""
+    """Whether a rank's step record ``rec`` went back from its ``last``: a restart; or its step went on while its
+    batch went back within one epoch ("epoch=0 batch=14/40 step=14", then "batch=1/40 step=15"): a restart whose
+    loader began its epoch again."""
+    if (
+        None not in (rec["step"], last["step"], rec["epoch"], rec["batch"], last["batch"])
+        and rec["step"] > last["step"]
+        and rec["epoch"] == last["epoch"]
+        and rec["batch"] < last["batch"]
+        and not rec.get("told")
+    ):
+        return True
     return (
         position(rec) < position(last)
         and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
@@ -96,6 +106,8 @@ def resume_records(run: LogRun) -> list[dict]:
             if back is not None:  # the step went on from the checkpoint, its data did not
                 twice, said = back
                 text = f"resumed at step {a['step']} after step {b['step']} ({again} steps run again), its data not: {said}"
+                if again <= 0:  # no step run again: only the data went back
+                    again, text = None, f"its step went on from {b['step']} to {a['step']}, its data not: {said}"
         else:
             start = run.epoch_start.get((x["rank"], a["epoch"]))
             zero = a["epoch"] == b["epoch"] and a["batch"] is not None and start is not None and a["batch"] <= start

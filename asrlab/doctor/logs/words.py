@@ -284,8 +284,8 @@ RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
     r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from|"
-    r"\b(?:restored|picked up|loaded)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own
-    # "[ckpt] restored X.pt", "picked up snap-e0-b19.bin"
+    r"\b(?:restored|picked up|loaded|resumed)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own
+    # "[ckpt] restored X.pt", "picked up snap-e0-b19.bin", "resumed from state_10.pt: step 10, epoch 0"
     r"\s*:?\s*(\S+?)?[:,;]?(?=\s|$)",  # the path, not the colon the line goes on after
     re.I,
 )

@@ -88,6 +88,9 @@ def _causes(run: LogRun) -> list[tuple]:
     """(time, order, verdict, event) for every event that can be a first failure."""
     out, stops = [], [e.get("order", 0) for e in run.events if e["kind"] == "stop"]
     stalled = any(e["kind"] == "watch_stall" for e in run.events)
+    # the watch's word on a stall the ranks did not then get past (the job finished after one they did)
+    stalls = [x for x in run.events if x["kind"] == "watch_stall" and not any(
+        y["kind"] == "watch_passed" and y["file"] == x["file"] and y["order"] > x["order"] for y in run.events)]  # fmt: skip
     # the kernel's OOM killer says, after, whom it killed: a SIGKILL beside its line was for memory
     oom = next((x for x in run.events if x["kind"] == "oom" and _OOM_KILLER.search(x["text"])), None)
     for i, e in enumerate(run.events):
@@ -109,18 +112,15 @@ def _causes(run: LogRun) -> list[tuple]:
             not -64 <= (e.get("exitcode") or 0) <= 0 or (e.get("root") and e.get("exitcode") is None)
         ):
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
-        elif k == "stop":  # after the watch's word on a stall in this file: its ending of the job
-            found = stalled and any(
-                x["kind"] == "watch_stall" and x["file"] == e["file"] and x["order"] < e["order"] for x in run.events
-            )
+        elif k == "stop":  # beside the watch's word on a stall in this file (before it, or its closing line after
+            # it): the watch's ending of the job, or a person's of a job that hung
+            found = any(x["file"] == e["file"] for x in stalls)
             out.append(("stopped", {**e, "consequence": True} if found else e))
-        elif k == "watch_stall":  # a node's watch that saw only ranks waiting on another's: that node's word leads
+        elif k == "watch_stall" and e in stalls:  # a node's watch that saw only ranks waiting on another's: that
+            # node's word leads
             blind = e["rank"] is None and "not watched here" in e.get("said", "")
             blind = blind and any(x["kind"] == "watch_stall" and x["rank"] is not None for x in run.events)
-            passed = any(x["kind"] == "watch_passed" and x["file"] == e["file"] and x["order"] > e["order"]
-                         for x in run.events)  # fmt: skip
-            if not passed:  # (one the ranks then got past, and the job finished: none)
-                out.append(("stalled", {**e, "consequence": True} if blind else e))
+            out.append(("stalled", {**e, "consequence": True} if blind else e))
         elif k == "watch_verdict":  # the watch's word from its run folder: the failure where the lines say none
             out.append((e["said_verdict"], {**e, "consequence": True}))
         elif k in ("consequence", "abort"):  # a survivor's error, a C++ abort whose exit code the log may say:
