@@ -1405,7 +1405,8 @@ def test_a_twelfth_strangers_own_words_for_a_nan_and_for_a_resume_are_read():
     batch 20 (the crash at 25 the earlier attempt's), batches 20 to 24 are said run again, and 0 to 24 where
     the resume went back to the epoch's first batch."""
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_own_format_objective_gnorm_nan_second_rank.log")])
-    assert d["verdict"] == "nonfinite" and "objective=nan" in d["summary"], d["summary"]
+    assert d["verdict"] == "nonfinite" and "objective, grad_norm not finite" in d["summary"], d["summary"]
+    assert (d["culprit"]["epoch"], d["culprit"]["batch"]) == (0, 15), d["culprit"]  # "ep0:bt015", its tags
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w12_torchrun_restart_after_a_raise_resumed_from_batch_20.log")])
     assert d["verdict"] == "no_failure_seen" and any("tripped on purpose" in h for h in d["history"]), d
     assert "after batch 24; 5 batches of epoch 0 run again" in d["summary"], d["summary"]
@@ -1445,7 +1446,8 @@ def test_lightnings_bar_writing_nan_as_nan_point_0_is_a_nan():
      ("w25_torchrun_killed_resumed_step_21_epoch_0_again.log", 20),
      ("w27_tilde_tags_tick_batch_killed_resumed_tick_21_data_back_to_batch_0.log", 20),  # no epoch printed
      ("w27_one_log_per_attempt_tick_21_data_back_to_batch_0", 20),  # a log an attempt
-     ("w28_step_goes_on_to_15_data_back_to_batch_1_of_epoch_0.log", 14)],  # the step went on, only the data back
+     ("w28_step_goes_on_to_15_data_back_to_batch_1_of_epoch_0.log", 14),  # the step went on, only the data back
+     ("w28_torchrun_rank1_sigkill_then_relaunch_resumed_from_state_10_data_from_batch_1.log", 9)],  # "[E00|S0011|b001|r1]"
 )  # fmt: skip
 def test_a_restart_whose_step_went_on_but_whose_data_started_its_epoch_again_is_not_all_clear(name, twice):
     """A stranger's loop (`epoch=1 batch=10/40 step=50 loss=...`) killed and restarted from its step-50 checkpoint:

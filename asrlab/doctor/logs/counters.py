@@ -47,4 +47,30 @@ def counter_of(line: str, named: bool = False) -> int | None:
     return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
-__all__ = ["NAMED", "bar_count", "counter_of"]
+def batch_beside(d: dict, counter) -> int | None:
+    """A batch's own field (``d``: a line's fields) beside the step ``counter`` found ("tick=21 batch=0"): the place
+    in the epoch; where the batch is the one counter, it is the step."""
+    b = d.get("batch") or d.get("batch_idx") or ""
+    return int(b) if b.isdigit() and counter and not counter.group(0).lower().startswith("batch") else None
+
+
+# a loop's own compact tags of its place, a letter or two and a number each, bracketed or joined by | or :
+# ("[E00|S0015|b015|r1]", "ep0:bt015"): E/ep the epoch, S/st/it/i/u the step, b/bt the batch, r/w/rk the rank
+_TAGS = re.compile(r"(?:^|(?<=[\[<(\s]))((?:[A-Za-z]{1,2}\d+[|:/,]){1,3}[A-Za-z]{1,2}\d+)(?=[\]>)\s]|$)")
+_TAG = re.compile(r"([A-Za-z]{1,2})(\d+)")
+_TAG_FIELDS = {"e": "epoch", "ep": "epoch", "s": "step", "st": "step", "it": "step", "i": "step", "u": "step",
+               "b": "batch", "bt": "batch", "r": "rank", "w": "rank", "rk": "rank"}  # fmt: skip
+
+
+def tags_of(line: str) -> dict:
+    """``{"epoch", "step", "batch", "rank"}`` (those said) of a line's compact place tags; {} where it has none, or
+    where a tag is of no known letter."""
+    for m in _TAGS.finditer(line):
+        said = [(_TAG_FIELDS.get(k.lower()), int(n)) for k, n in _TAG.findall(m.group(1))]
+        fields = dict(said)
+        if None not in fields and len(fields) == len(said) and ("step" in fields or "batch" in fields):
+            return fields
+    return {}
+
+
+__all__ = ["NAMED", "bar_count", "batch_beside", "counter_of", "tags_of"]

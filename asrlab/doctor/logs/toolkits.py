@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .counters import NAMED, counter_of
+from .counters import NAMED, batch_beside, counter_of, tags_of
 from .words import OWN_LOSSES
 
 # Infinity: JSON's, as Python writes it; nan.0: Lightning's progress bar's
@@ -339,13 +339,6 @@ def _key(k: str) -> str:
     return k.replace("/", "_") if head and not _OWN_LOSS.match(last) and _OWN_LOSS.match(head) else last
 
 
-def _batch(d: dict, counter) -> int | None:
-    """A batch's own field beside the step counter ("tick=21 batch=0"): the place in the epoch; where the batch is
-    the one counter, it is the step."""
-    b = d.get("batch") or d.get("batch_idx") or ""
-    return int(b) if b.isdigit() and counter and not counter.group(0).lower().startswith("batch") else None
-
-
 def kv(line: str) -> dict | None:
     if not _LOSSY.search(line):
         return None
@@ -354,6 +347,8 @@ def kv(line: str) -> dict | None:
     pairs = [(_key(k), v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
     pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k)]  # "it 4 ctc nan lr 1e-3"
+    # "ctc:4.38" glued, not a logger's "(ctc:74)", a module's line
+    pairs = pairs or [(k, v) for k, v in _PAIR.findall(line) if _OWN_LOSS.match(k) and not v.isdigit()]
     # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite
     # (not a gradient norm's: fp16's overflowing steps, skipped by the scaler, leave its average inf for good)
     gone = {
@@ -373,18 +368,20 @@ def kv(line: str) -> dict | None:
     bars = (b for b in _BAR_COUNT.finditer(line) if "poch" not in line[max(b.start() - 8, 0) : b.start()])
     bar = next(bars, None) if counter is None else None
     epoch = num(d.get("epoch") or ((m := _EPOCH_WORD.search(line)) and m.group(1)))
-    if counter is None and bar is None and epoch is None:
+    tags = tags_of(line) if counter is None and bar is None else {}  # "[E00|S0015|b015|r1] ctc:4.38"
+    if counter is None and bar is None and epoch is None and not tags:
         return None  # a loss with no place in training: a summary or a sentence, not a step line
+    epoch = tags.get("epoch", epoch)
     return _record(
         "kv",
         (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
-        int(bar.group(1)) if bar else _batch(d, counter),
-        int(counter.group(counter.lastindex).replace(",", "")) if counter else None,
+        int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter)),
+        int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step"),
         losses=losses,
         lr=num(d.get("lr") or d.get("learning_rate")),
         grad_norm=_grad_norm(d),
         scale=num(d.get("loss_scale") or d.get("scale")),
-        rank=int(d["rank"]) if (d.get("rank") or "").isdigit() else None,  # a JSON line's own "rank": 1
+        rank=int(d["rank"]) if (d.get("rank") or "").isdigit() else tags.get("rank"),  # a JSON line's "rank": 1
     )
 
 
