@@ -489,6 +489,7 @@ def test_a_hang_the_watch_ended_is_at_the_step_each_rank_last_logged_and_its_job
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 6), d["summary"]
     d = diagnose(exp / "job.log")
     assert d["verdict"] == "unknown" and "Terminating process" in d["summary"], d["summary"]
+    assert d["next"].startswith(f"asrlab doctor {exp} reads what the watch recorded"), d["next"]
     assert [(r["rank"], r["last"]) for r in d["ranks"]] == [(0, "step 6"), (1, "step 6")]
 
 

@@ -144,6 +144,11 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
     d["checkpoints"] = checkpoints(paths)
+    inside = next((Path(p).parent for p in paths if Path(p).is_file() and is_run(Path(p).parent)), None)
+    if inside is not None:  # a watched job's log read alone: the watch's own records of it are beside it
+        d["next"] = (
+            f"asrlab doctor {inside} reads what the watch recorded beside this log (stacks, heartbeats, its stop)"
+        )
     bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" else None
     if bad is not None and d["checkpoints"]:
         for r in d["checkpoints"]["files"]:

@@ -357,7 +357,7 @@ def _head(d: dict) -> list[str]:
 
 def _log_text(d: dict) -> str:
     """A log's or a toolkit folder's diagnosis: the verdict, what was read, then each section."""
-    lines = _head(d)
+    lines = _head(d) + ([f"  next: {d['next']}"] if d.get("next") else [])
     fmts = ", ".join(f"{k} ({v} step lines)" for k, v in sorted(d["formats"].items(), key=lambda kv: -kv[1]))
     if d["files"] or not d.get("sources"):  # a toolkit's folder of tables alone: no log lines to count
         lines.append(
