@@ -867,6 +867,7 @@ INDEX = {
         "logs79",
         "logs80",
         "logs81",
+        "logs82",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
