@@ -493,6 +493,15 @@ def test_a_hang_the_watch_ended_is_at_the_step_each_rank_last_logged_and_its_job
     assert [(r["rank"], r["last"]) for r in d["ranks"]] == [(0, "step 6"), (1, "step 6")]
 
 
+def test_a_sigkill_to_mp_spawns_launcher_is_the_launchers_not_rank_0s():
+    """A twenty-ninth stranger's mp.spawn job under the watch, its launcher (a process of no rank) SIGKILLed: the
+    watch's exit code 137 is the launcher's own (a rank's death makes it exit 1); its ranks ended with it."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "spawn_launcher_itself_sigkilled")
+    assert d["verdict"] == "killed" and d["culprit"]["rank"] is None, d["summary"]
+    assert d["summary"].startswith("the job's main process was ended by SIGKILL (exit code 137)"), d["summary"]
+    assert d["ended_by"] == "SIGKILL to the job's launcher"
+
+
 def test_a_process_that_exits_by_itself_without_a_word_is_not_said_to_be_killed():
     """A twenty-sixth stranger's loops: one process that logged its own error and exited 1 (no traceback) is a crash
     with that exit code, not a SIGKILL; under torchrun, the rank that left first with sys.exit(0) is named, its end

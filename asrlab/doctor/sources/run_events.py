@@ -170,16 +170,18 @@ def timeline_of(
             text = (f"the job's one process (pid {gone[0]['pid']}) exited with code {lab['exit_code']}{at}, recording "
                     "no error (no traceback: the job's own output says why)")  # fmt: skip
             return [failure("crashed", "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
-        if gone and (ended := _signalled(lab.get("exit_code"))) and ended[1] == "stopped":
-            # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal: its
-            # ranks ended with it, not one of them first
+        ended = _signalled(lab.get("exit_code")) if gone else None
+        if ended and (ended[1] == "stopped" or _spawner(exp)):
+            # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal, or
+            # mp.spawn's launcher, no rank, on any signal (a rank's death makes it exit 1): its ranks ended with it
             steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
             at = f" at step {max(steps)}" if steps else ""
-            text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: a signal from "
-                    f"outside to the launcher; {ranks_named(gone)} ended with it")  # fmt: skip
+            how = "a signal from outside to the launcher" if ended[1] == "stopped" else "a signal to the launcher itself"
+            text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: {how}; "
+                    f"{ranks_named(gone)} ended with it")  # fmt: skip
             step = max(steps) if steps else None
-            e = failure("stopped", "stop", lab.get("ended"), text, source="lab.json", step=step,
-                        ended_by=f"{ended[0]} to the job's launcher")  # fmt: skip
+            e = failure(ended[1], "stop" if ended[1] == "stopped" else "exit", lab.get("ended"), text, source="lab.json",
+                        step=step, ended_by=f"{ended[0]} to the job's launcher")  # fmt: skip
             return [e], None
         if gone:  # ranks that ended without a word: one of them vanished first
             return [_gone(exp, metrics, gone, beats, ckpts)], None
@@ -316,6 +318,11 @@ def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
         if r != e0["rank"] and b.get("since") is not None and b.get("phase") not in ("collective", "start")
     ]
     return min(held)[1] if held else None
+
+
+def _spawner(exp: Path) -> bool:
+    """Whether the watch saw torch.multiprocessing.spawn's launcher, a process of no rank, start the ranks."""
+    return any('"launcher"' in p.read_text(errors="replace") for p in (Path(exp) / "watch" / "ranks").glob("*.json"))
 
 
 def _signalled(code: int | None) -> tuple[str, str] | None:
