@@ -977,6 +977,14 @@ def test_a_flight_recorder_dump_on_another_ranks_collective_timeout_is_a_stall()
     assert d["culprit"]["rank"] is None
 
 
+def test_a_loss_that_diverged_and_stayed_so_is_said_on_an_all_clears_first_line():
+    """The twenty-ninth stranger's learning rate 1000x from iteration 30, its steps clipped and skipped: the loss rose
+    from 2.7 to millions and was still hundreds at the end, never non-finite: no failure, but said first, per rank."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w29_spawn_json_lines_lr_1000x_from_it_30_diverges_never_nan.log")])
+    assert d["verdict"] == "no_failure_seen" and "; but rank " in d["summary"], d["summary"]
+    assert {w["rank"] for w in d["warnings"]} == {0, 1} and all(w["step"] == 31 for w in d["warnings"]), d["warnings"]
+
+
 def test_bashs_killed_in_another_locale_is_a_kill():
     """bash's 'Killed' as a Spanish locale prints it, 'Terminado (killed)', under a bar the poster retyped without its
     timings ('[train] 0% | 506/200000', read as no step line)."""

@@ -139,7 +139,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     d["ok"] = d["verdict"] not in FAILED and not any(r.get("trained_twice") for r in d["resumes"]["from_output"])
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
                    for r in tables if r.series}  # fmt: skip
-    d["warnings"] = [{**w, "source": r.source} for r in tables for w in r.warnings]
+    d["warnings"] = [{**w, "source": r.source} for r in ([log] if log else []) + tables for w in r.warnings]
     d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in tables]
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
 

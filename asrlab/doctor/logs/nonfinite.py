@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .progress import step_number, where
-from ..series import diverged
+from ..series import DIVERGE, diverged
 from .run import LogRun, finite, position
 
 
@@ -109,6 +109,24 @@ def nonfinite_section(run: LogRun) -> dict | None:
     }
 
 
+def diverging(run: LogRun) -> list[dict]:
+    """Warnings of a loss that rose many times its lowest and stayed there to the end of the log, each rank's first
+    (a run ruined without a non-finite value; a spike it recovered from is no warning)."""
+    out = []
+    for rank, series in run.series.items():
+        recs = series.all()
+        for k in dict.fromkeys(k for x in recs for k in x["losses"]):
+            points = [(step_number(x), v) for x in recs if math.isfinite(v := x["losses"].get(k) or math.nan)]
+            points = [p for p in points if p[0] is not None]
+            w = diverged(k, points)
+            low = min((v for s, v in points if s < w["step"]), default=0.0) if w else 0.0
+            if w and low > 0 and points[-1][1] > DIVERGE * low:  # still diverged at the end
+                who = "" if rank is None else f"rank {rank}: "
+                out.append({**w, "rank": rank, "text": f"{who}{w['text']}; still {points[-1][1]:.4g} at the end"})
+                break
+    return out
+
+
 LR_JUMP, LR_RECENT = 100.0, 10  # a learning rate this many times its last logged value, in the last logged steps
 
 SKIPS_IN_A_ROW = 3  # overflow skips with no logged step between them: not a calibration, a run that cannot step
@@ -152,4 +170,4 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-__all__ = ["finite_after", "first_of_step", "nonfinite_section", "persistent_skips", "skipped_overflow"]
+__all__ = ["diverging", "finite_after", "first_of_step", "nonfinite_section", "persistent_skips", "skipped_overflow"]

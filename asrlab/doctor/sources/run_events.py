@@ -176,7 +176,9 @@ def timeline_of(
             # mp.spawn's launcher, no rank, on any signal (a rank's death makes it exit 1): its ranks ended with it
             steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
             at = f" at step {max(steps)}" if steps else ""
-            how = "a signal from outside to the launcher" if ended[1] == "stopped" else "a signal to the launcher itself"
+            how = (
+                "a signal from outside to the launcher" if ended[1] == "stopped" else "a signal to the launcher itself"
+            )
             text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: {how}; "
                     f"{ranks_named(gone)} ended with it")  # fmt: skip
             step = max(steps) if steps else None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
+from ..logs.nonfinite import diverging, finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
 from ..logs.nonfinite import skipped_overflow
 from ..logs.progress import at, clock, last_before, named_later, next_after, placed, rank_progress, redrawn_after
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
@@ -207,10 +207,12 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
+    warned = diverging(run)  # a loss that diverged and stayed so: said on the first line of an all-clear
+    said = _healthy(run, sections, went_on) + (f"; but {warned[0]['text']}" if warned else "")
     return Reading(
-        NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run,
+        NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run, warnings=warned,
         # an empty log is nothing to judge, not an all-clear
-        outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": _healthy(run, sections, went_on)},
+        outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": said},
     )  # fmt: skip
 
 
