@@ -14,6 +14,7 @@ from ...lab.stall.heartbeat import STALE_S, phase_at, read_timeline
 from ...lab.stall.peers import read_peer_exits
 from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text, verdict
 from ...lab.state.ledger import ledger_path, read_ledger
+from ...lab.layout import WATCH
 from ...lab.stop import STOP_FILE
 from ..logs.tracebacks import COLLECTIVE_TIMEOUT
 from ..logs.words import exit_signal
@@ -324,7 +325,7 @@ def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
 
 def _spawner(exp: Path) -> bool:
     """Whether the watch saw torch.multiprocessing.spawn's launcher, a process of no rank, start the ranks."""
-    return any('"launcher"' in p.read_text(errors="replace") for p in (Path(exp) / "watch" / "ranks").glob("*.json"))
+    return any('"launcher"' in p.read_text(errors="replace") for p in (Path(exp) / WATCH / "ranks").glob("*.json"))
 
 
 def _signalled(code: int | None) -> tuple[str, str] | None:
