@@ -149,7 +149,8 @@ def read_and_diagnose(paths: list[str]) -> tuple:
         d["next"] = (
             f"asrlab doctor {inside} reads what the watch recorded beside this log (stacks, heartbeats, its stop)"
         )
-    bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" else None
+    # (a transient one, finite again after: not what a resume would start from)
+    bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" and not (d["nonfinite"] or {}).get("transient") else None
     if bad is not None and d["checkpoints"]:
         for r in d["checkpoints"]["files"]:
             # saved at or after the first non-finite step: a resume from it may start from what went non-finite

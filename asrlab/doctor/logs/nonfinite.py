@@ -22,13 +22,18 @@ def skipped_overflow(run: LogRun, r: dict) -> bool:
     )
 
 
-def first_of_step(run: LogRun, r: dict) -> dict:
+def lone_lossy(run: LogRun, r: dict) -> dict | None:
     """Of the ranks' records not finite at ``r``'s step, the one rank's whose loss itself is not finite where the
-    others' losses are (their gradient norm alone not: the gradients' all-reduce brought it to them); else ``r``."""
+    others' losses are (their gradient norm alone not: the gradients' all-reduce brought it to them); else None."""
     same = [x for x in run.nonfinite if position(x) == position(r)]
     lossy = [x for x in same if any(v is not None and not math.isfinite(v) for v in x["losses"].values())]
     alone = len({x["rank"] for x in lossy}) == 1 and lossy[0]["rank"] is not None
-    return lossy[0] if alone and len({x["rank"] for x in same}) > 1 else r
+    return lossy[0] if alone and len({x["rank"] for x in same}) > 1 else None
+
+
+def first_of_step(run: LogRun, r: dict) -> dict:
+    """:func:`lone_lossy`'s record, else ``r``."""
+    return lone_lossy(run, r) or r
 
 
 def nonfinite_section(run: LogRun) -> dict | None:
@@ -170,4 +175,12 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-__all__ = ["diverging", "finite_after", "first_of_step", "nonfinite_section", "persistent_skips", "skipped_overflow"]
+__all__ = [
+    "diverging",
+    "finite_after",
+    "first_of_step",
+    "lone_lossy",
+    "nonfinite_section",
+    "persistent_skips",
+    "skipped_overflow",
+]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import diverging, finite_after, first_of_step, nonfinite_section as _nonfinite, persistent_skips
+from ..logs.nonfinite import diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite, persistent_skips
 from ..logs.nonfinite import skipped_overflow
 from ..logs.progress import at, clock, last_before, named_later, next_after, placed, rank_progress, redrawn_after
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
@@ -129,9 +129,9 @@ def _causes(run: LogRun) -> list[tuple]:
     if r is not None:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it),
         # but where one rank's loss is not finite and the others' gradient norms alone, it is that rank
-        lead = first_of_step(run, r)
-        same = {lead["rank"]} if lead is not r else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
-        r = lead
+        lead = lone_lossy(run, r)
+        same = {lead["rank"]} if lead else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
+        r = lead or r
         e = {
             "kind": "nonfinite_step",
             "rank": r["rank"],
