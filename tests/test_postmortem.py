@@ -985,6 +985,15 @@ def test_a_loss_that_diverged_and_stayed_so_is_said_on_an_all_clears_first_line(
     assert {w["rank"] for w in d["warnings"]} == {0, 1} and all(w["step"] == 31 for w in d["warnings"]), d["warnings"]
 
 
+def test_an_evaluations_nan_metric_in_a_healthy_training_is_said_not_a_failure():
+    """'eval wer=nan' at every evaluation of a training whose steps are healthy: its evaluation is broken, said on
+    the first line of the all-clear, not an unknown placed at the last step."""
+    d = diagnose_logs([str(FIXTURES / "own_loops/w29_one_process_json_lines_healthy_eval_wer_nan_every_eval.log")])
+    assert (
+        d["verdict"] == "no_failure_seen" and "; but the evaluation printed a non-finite value 3 times" in d["summary"]
+    ), d["summary"]
+
+
 def test_bashs_killed_in_another_locale_is_a_kill():
     """bash's 'Killed' as a Spanish locale prints it, 'Terminado (killed)', under a bar the poster retyped without its
     timings ('[train] 0% | 506/200000', read as no step line)."""

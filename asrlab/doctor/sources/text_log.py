@@ -24,6 +24,7 @@ from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.counters import counter_of
 from ..logs.toolkits import validation
+from ..logs.words import NAN_VALUE
 from ..timeline import resumes
 from ..verdict import first_failure, when
 from ...lab.stall.watchdog import STALL_EXIT
@@ -205,9 +206,17 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     # an error-level line after which training went on (steps of finite losses logged): said, not a failure
     after = [finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
     went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
+    # an evaluation's metric printed nan ("eval wer=nan") in a log of training steps: its evaluation is broken, not
+    # its training
+    evals = [e for e in went_on + odd if run.series and validation(e["text"]) and NAN_VALUE.search(e["text"])]
+    seen = {id(e) for e in evals}
+    went_on, odd = [e for e in went_on if id(e) not in seen], [e for e in odd if id(e) not in seen]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
-    warned = diverging(run)  # a loss that diverged and stayed so: said on the first line of an all-clear
+    warned = diverging(run)  # said on the first line of an all-clear: a loss that diverged and stayed so
+    if evals:
+        said = f"the evaluation printed a non-finite value {len(evals)} times: {evals[0]['text'][:120]}"
+        warned.append({"kind": "eval_nonfinite", "name": None, "step": None, "rank": evals[0]["rank"], "text": said})
     said = _healthy(run, sections, went_on) + (f"; but {warned[0]['text']}" if warned else "")
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run, warnings=warned,
