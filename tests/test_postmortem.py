@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "a traceback's long source line a terminal wrapped onto the next line at column 0, then its CUDA OOM": (
+        "logs83/gaussian_splatting/truck_training_progress_0_of_30000_add_densification_stats_cuda_oom_7_94_gib.log"
+    ),
     "MockingBird's `grad_norm was NaN!` glued after its step line, a CUDA kernel's assertion after": (
         "logs81/mockingbird/vocoder_epochs_1_to_13_of_1250_grad_norm_was_nan_then_loss_cu_assertion_input_val.log"
     ),
@@ -868,6 +871,7 @@ INDEX = {
         "logs80",
         "logs81",
         "logs82",
+        "logs83",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -127,6 +127,8 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
 
 
 # lines that start something of their own, never the rest of an exception's message
+WRAP_AT = 120  # a source line this long may go on, wrapped, on the next line at column 0
+
 _NOT_MESSAGE = re.compile(
     r"^(?:\[|#|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
@@ -199,7 +201,10 @@ class Traceback:
             if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
                 return False
             s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
-            s["after_frame"] = not text[:1].isspace()  # a paste that lost the indents: its source line comes bare
+            s["wrap"], s["after_frame"] = (
+                False,
+                not text[:1].isspace(),
+            )  # a paste that lost the indents: its source line comes bare
             if glued := _GLUED_EXC.search(text):  # a paste that lost its line breaks: its frames, then its exception
                 s["frames"] += [(f, int(n), fn) for f, n, fn in _GLUED_FRAME.findall(text[m.end() :])]
                 s["exc"], s["message"] = glued[1], [glued[2]]
@@ -208,7 +213,9 @@ class Traceback:
             text[:1].isspace()
             or (after_frame and stripped and not EXC.match(stripped))
             or (stripped and set(stripped) <= {"^", "~"})
+            or (s.get("wrap") and stripped and not EXC.match(stripped))  # a long source line a terminal wrapped
         ) and s["exc"] is None:
+            s["wrap"] = len(text) >= WRAP_AT
             return True  # a frame's source line, or ^^^^ markers (their indent gone with a collector's prefix)
         if s["exc"] is None:
             m = EXC.match(stripped)
