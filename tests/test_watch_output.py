@@ -502,6 +502,15 @@ def test_a_sigkill_to_mp_spawns_launcher_is_the_launchers_not_rank_0s():
     assert d["ended_by"] == "SIGKILL to the job's launcher"
 
 
+def test_a_finished_watched_run_says_what_its_jobs_output_warned_of():
+    """The twenty-ninth stranger's healthy training under the watch whose evaluation printed 'eval wer=nan': the
+    folder's verdict is the job's end, FINISHED, with the evaluation's nan said on its first line, as its log's is."""
+    d = diagnose(Path(__file__).parent / "fixtures" / "watched" / "spawn_json_lines_healthy_eval_wer_nan")
+    assert d["verdict"] == "finished" and d["ok"], d["summary"]
+    assert "; but the evaluation printed a non-finite value 6 times: eval wer=nan" in d["summary"], d["summary"]
+    assert [w["kind"] for w in d["warnings"]] == ["eval_nonfinite"]
+
+
 def test_a_process_that_exits_by_itself_without_a_word_is_not_said_to_be_killed():
     """A twenty-sixth stranger's loops: one process that logged its own error and exited 1 (no traceback) is a crash
     with that exit code, not a SIGKILL; under torchrun, the rank that left first with sys.exit(0) is named, its end

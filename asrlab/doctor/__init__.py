@@ -224,6 +224,10 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             d["resumes"]["from_output"] = job.sections["resumes"]["from_output"]
             if d["verdict"] in ("finished", "running"):  # a restart that went back to batch 0 is said first
                 d["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
+        if job.warnings:  # a loss that diverged and stayed so, an evaluation's nan: said where the run did not fail
+            d["warnings"] = [{**w, "source": job.source} for w in job.warnings]
+            if d["verdict"] in ("finished", "running"):
+                d["summary"] += "; but " + job.warnings[0]["text"]
         last = [x for j in jobs for x in j.sections["last_steps"]]
         c = d["culprit"]
         if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
