@@ -136,7 +136,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
     d["history"] = v["history"]
     # one rule for any path: a stop on request is no failure; data a restart trained twice is
-    d["ok"] = d["verdict"] not in FAILED and not any(r.get("trained_twice") for r in d["resumes"]["from_output"])
+    d["ok"] = d["verdict"] not in FAILED and not _twice(d)
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
                    for r in tables if r.series}  # fmt: skip
     d["warnings"] = [{**w, "source": r.source} for r in ([log] if log else []) + tables for w in r.warnings]
@@ -244,10 +244,13 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     broken = d["coverage"] is not None and d["coverage"]["broken"]
     if broken:  # said on the first line too: a run that finished but trained keys twice or left some out is not ok
         d["summary"] += "; but " + _broken(d["coverage"])
-    # nor one whose restart, as the job's output shows it, trained data twice (its step went on, its data not)
-    twice = any(r.get("trained_twice") for r in d["resumes"]["from_output"])
-    d["ok"] = d["verdict"] not in FAILED and not broken and not twice
+    d["ok"] = d["verdict"] not in FAILED and not broken and not _twice(d)
     return d
+
+
+def _twice(d: dict) -> bool:
+    """Whether a restart the output shows trained data twice (its step went on from the checkpoint, its data not)."""
+    return any(r.get("trained_twice") for r in d["resumes"]["from_output"])
 
 
 def _own_checkpoints(exp: Path) -> dict | None:

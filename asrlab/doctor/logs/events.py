@@ -353,9 +353,9 @@ class Events:
                 self._add("worker_killed", rank, time, text, signal=(m[2] or m[3] or "").strip().capitalize() or None)
                 return
         # the shell's word for a SIGKILLed child (in its locale: not ASCII), by its pid: a rank, where heartbeats know it
-        if ("Kill" in text or "(killed)" in text or not text.isascii()) and BASH_KILLED.search(
-            text.strip()
-        ):  # DeepSpeed's kill follows
+        # (DeepSpeed's sigkill_handler too: its kill of the ranks follows)
+        killed = "Kill" in text or "(killed)" in text or not text.isascii()
+        if killed and BASH_KILLED.search(text.strip()):
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell",
                       pid=shell_pid(text), consequence="subprocess" in text)  # fmt: skip
             return

@@ -31,11 +31,6 @@ def lone_lossy(run: LogRun, r: dict) -> dict | None:
     return lossy[0] if alone and len({x["rank"] for x in same}) > 1 else None
 
 
-def first_of_step(run: LogRun, r: dict) -> dict:
-    """:func:`lone_lossy`'s record, else ``r``."""
-    return lone_lossy(run, r) or r
-
-
 def nonfinite_section(run: LogRun) -> dict | None:
     """The first non-finite step a log shows (rank, step, which terms), whether it was finite again later, and
     what led to it (the gradient norm, the loss scale's halvings); else the loss-scale messages' count."""
@@ -44,7 +39,7 @@ def nonfinite_section(run: LogRun) -> dict | None:
         return (
             {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
         )
-    r = first_of_step(run, run.nonfinite[0])
+    r = lone_lossy(run, run.nonfinite[0]) or run.nonfinite[0]
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
     averaged = [k for k, v in r["averages"].items() if v is not None and not math.isfinite(v) and k not in bad]
@@ -69,8 +64,7 @@ def nonfinite_section(run: LogRun) -> dict | None:
     elif lrs and lrs[0][1] > 0 and lrs[-1][1] >= LR_JUMP * lrs[0][1]:  # or over the last few, step by step
         led.append(f"lr {lrs[0][1]:.3g} at {where(lrs[0][0])} -> {lrs[-1][1]:.3g} at {where(lrs[-1][0])}")
     for k in r["losses"]:  # a loss that rose many times its lowest before it: the run diverged first
-        points = [(step_number(x), x["losses"][k]) for x in before if math.isfinite(x["losses"].get(k) or math.nan)]
-        if w := diverged(k, [p for p in points if p[0] is not None]):
+        if w := diverged(k, _points(before, k)):
             led.append(w["text"].split(": the run")[0])
             break
     halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
@@ -114,6 +108,12 @@ def nonfinite_section(run: LogRun) -> dict | None:
     }
 
 
+def _points(recs: list[dict], k: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of the loss term ``k`` where the records print it finite, at a step."""
+    points = [(step_number(x), v) for x in recs if math.isfinite(v := x["losses"].get(k) or math.nan)]
+    return [p for p in points if p[0] is not None]
+
+
 def diverging(run: LogRun) -> list[dict]:
     """Warnings of a loss that rose many times its lowest and stayed there to the end of the log, each rank's first
     (a run ruined without a non-finite value; a spike it recovered from is no warning)."""
@@ -121,8 +121,7 @@ def diverging(run: LogRun) -> list[dict]:
     for rank, series in run.series.items():
         recs = series.all()
         for k in dict.fromkeys(k for x in recs for k in x["losses"]):
-            points = [(step_number(x), v) for x in recs if math.isfinite(v := x["losses"].get(k) or math.nan)]
-            points = [p for p in points if p[0] is not None]
+            points = _points(recs, k)
             w = diverged(k, points)
             low = min((v for s, v in points if s < w["step"]), default=0.0) if w else 0.0
             if w and low > 0 and points[-1][1] > DIVERGE * low:  # still diverged at the end
@@ -175,12 +174,4 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-__all__ = [
-    "diverging",
-    "finite_after",
-    "first_of_step",
-    "lone_lossy",
-    "nonfinite_section",
-    "persistent_skips",
-    "skipped_overflow",
-]
+__all__ = ["diverging", "finite_after", "lone_lossy", "nonfinite_section", "persistent_skips", "skipped_overflow"]

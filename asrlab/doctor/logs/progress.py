@@ -158,10 +158,9 @@ def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
     # lines that print an epoch as a's do, or none as a's do ("tick=21 batch=0")
     known = [r for r in known if r["step"] is not None and r["batch"] is not None]
     known = [r for r in known if (r["epoch"] is None) == (a["epoch"] is None)]
+    # no epoch said: batch 0 may be the next epoch's, unless the earlier attempt's same step read another
     if a["epoch"] is None and not any(r["step"] == a["step"] and r["batch"] != a["batch"] for r in known):
-        return (
-            None  # no epoch said: batch 0 may be the next epoch's, unless the earlier attempt's same step read another
-        )
+        return None
     known = [r for r in known if r["step"] < a["step"]]
     if not known:
         return None
