@@ -57,10 +57,8 @@ def diagnose(paths, now: float | None = None) -> dict:
         raise UsageError("nothing to read: give a run's folder, its logs, or a toolkit's folder")
     for p in paths:
         if p != "-" and not Path(p).exists():
-            raise UsageError(
-                f"{p}: not a directory, nothing is there (give a run's folder, what asrlab train got as --exp, or "
-                "the run's log files)"
-            )
+            give = "give a run's folder, what asrlab train got as --exp, or the run's log files"
+            raise UsageError(f"{p}: not a directory, nothing is there ({give})")
     runs = [p != "-" and is_run(p) for p in paths]
     if not any(runs):
         return conform(diagnose_logs(paths), "logs", paths)
@@ -182,8 +180,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     each (:func:`diagnose` has checked that ``exp`` holds a run)."""
     exp = Path(exp)
     from .sources import job_output, run_events, run_folder
-    from .verdict import first_failure
-    from .verdict import decide
+    from .verdict import decide, first_failure
 
     folder = run_folder.read(exp, now)
     inner = [run_folder.read(p, now) for p in folder.inside]
@@ -234,7 +231,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))
         if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
             d["summary"] += " at " + "; ".join(
-                f"rank {r['rank']}: {r['last']}" if r["rank"] is not None else r["last"] for r in last
+                r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last
             )
             far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
             c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
@@ -262,7 +259,7 @@ def _own_checkpoints(exp: Path) -> dict | None:
     if found is None:
         return None
     files = [
-        {"file": r["file"], "epoch": r["epoch"], "step": r["step"], "state": "ok" if r["intact"] else r["why"]}
+        {**{k: r[k] for k in ("file", "epoch", "step")}, "state": "ok" if r["intact"] else r["why"]}
         for r in found["files"]
     ]
     return {"files": files, "partial_writes": [], "newest_loadable": found["newest"], "clock_s": None, "own": True}
@@ -314,15 +311,5 @@ def json_ready(x: object) -> object:
     return x
 
 
-__all__ = [
-    "FAILED",
-    "VERDICTS",
-    "is_run",
-    "SCHEMA",
-    "conform",
-    "diagnose",
-    "diagnose_logs",
-    "json_ready",
-    "read_and_diagnose",
-    "format_diagnosis",
-]
+__all__ = ["FAILED", "VERDICTS", "is_run", "SCHEMA", "conform", "diagnose", "diagnose_logs", "json_ready"]
+__all__ += ["read_and_diagnose", "format_diagnosis"]

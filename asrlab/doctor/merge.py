@@ -21,16 +21,8 @@ from ..lab.stall.flight import last_collectives
 from ..lab.stall.heartbeat import phase_at, read_timeline
 from ..lab.stall.report import write_report
 
-PER_RANK = (
-    layout.HEARTBEAT,
-    layout.ERRORS,
-    layout.STALL,
-    layout.LEDGER,
-    layout.METRICS,
-    layout.NONFINITE,
-    layout.DIAGNOSTICS,
-    layout.FLIGHT,
-)
+PER_RANK = (layout.HEARTBEAT, layout.ERRORS, layout.STALL, layout.LEDGER, layout.METRICS, layout.NONFINITE)
+PER_RANK += (layout.DIAGNOSTICS, layout.FLIGHT)
 
 
 def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
@@ -42,25 +34,22 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
             raise UsageError(f"{e}: not a directory")
     for e in exps:
         for sub in PER_RANK:
-            src = e / sub
-            if not src.is_dir():
-                continue
-            for path in src.rglob("*"):
-                if path.is_file():
-                    dest = into / sub / path.relative_to(src)
-                    if dest.exists() and dest.stat().st_mtime >= path.stat().st_mtime:
-                        continue  # the newest copy of a file two nodes both hold (relayed ones)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, dest)
-    labs = [json.loads((Path(e) / layout.LAB).read_text()) for e in exps if (Path(e) / layout.LAB).exists()]
-    ranks = {int(p.stem[4:]) for p in (Path(into) / layout.HEARTBEAT).glob("rank*.json") if p.stem[4:].isdigit()}
+            for path in (p for p in (e / sub).rglob("*") if p.is_file()):  # (nothing where the node has no such folder)
+                dest = into / sub / path.relative_to(e / sub)
+                if dest.exists() and dest.stat().st_mtime >= path.stat().st_mtime:
+                    continue  # the newest copy of a file two nodes both hold (relayed ones)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dest)
+    labs = [json.loads((e / layout.LAB).read_text()) for e in exps if (e / layout.LAB).exists()]
+    ranks = {int(p.stem[4:]) for p in (into / layout.HEARTBEAT).glob("rank*.json") if p.stem[4:].isdigit()}
     lab: dict = {}
     if labs:
+        world = max(len(ranks), max((x.get("world_size") or 0) for x in labs))
         lab = {
             **labs[0],
-            "world_size": max(len(ranks), max((x.get("world_size") or 0) for x in labs)),
+            "world_size": world,
             "started": min(x.get("started", 0) for x in labs),
-            "nodes": [str(e) for e in exps],
+            "nodes": list(map(str, exps)),
         }
         stops = sorted(
             (x["stop_time"], i) for i, x in enumerate(labs) if x.get("status") == "stopped" and x.get("stop_time")
@@ -75,22 +64,19 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         ended = [x["ended"] for x in labs if x.get("ended")]
         if ended:
             lab["ended"] = max(ended)
-        (Path(into) / layout.LAB).write_text(json.dumps(lab))
-    reports = [
-        json.loads((Path(e) / layout.STALL_REPORT).read_text())
-        for e in exps
-        if (Path(e) / layout.STALL_REPORT).exists()
-    ]
+        (into / layout.LAB).write_text(json.dumps(lab))
+    reports = [json.loads((e / layout.STALL_REPORT).read_text()) for e in exps if (e / layout.STALL_REPORT).exists()]
     if reports:  # every node's dumps together: the verdict over every rank
         first = min(reports, key=lambda r: r.get("time", 0))
         world = lab.get("world_size") or first.get("world_size") or 1
         _as_at(into, first.get("time", 0.0), world)
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
+        since = min(x.get("started", 0) for x in labs) if labs else 0.0
         write_report(
             into,
             world,
             first.get("timeout_s", 0.0),
-            since=min(x.get("started", 0) for x in labs) if labs else 0.0,
+            since=since,
             now=first.get("time"),
             failure=failure,
             collectives=last_collectives(into),
@@ -116,18 +102,8 @@ def _as_at(into: Path, when: float, world: int) -> None:
         if then is None:
             continue
         stall.mkdir(parents=True, exist_ok=True)
-        atomic_write(
-            dump,
-            json.dumps(
-                {
-                    **beat,
-                    "phase": held_phase(then["phase"], world),
-                    "since": then["t"],
-                    "time": when,
-                    "detail": "as the stall was seen, from its timeline",
-                }
-            ),
-        )
+        was = {"phase": held_phase(then["phase"], world), "since": then["t"], "time": when}
+        atomic_write(dump, json.dumps({**beat, **was, "detail": "as the stall was seen, from its timeline"}))
 
 
 __all__ = ["merge_runs"]

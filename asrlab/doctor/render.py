@@ -8,6 +8,12 @@ from ..lab.timing import format_split
 from . import FAILED
 
 FIRST = 5  # keys, steps, ... named in the text before "+N more" (as many as the parts name)
+# how a first error is headed when it is the consequence of something else
+_CONSEQUENCES = (
+    ("ended_from_outside", "error of a rank being ended (a consequence, not the cause)"),
+    ("lost_peer", "error of a rank whose peer was gone (a consequence, not the cause)"),
+    ("waited", "error of a rank that gave up waiting in a collective (the stall's consequence)"),
+)
 
 
 def _untrained(x: dict) -> str:
@@ -25,18 +31,11 @@ def _untrained(x: dict) -> str:
         size = f"{b} batches (an unknown number of utterances)"
     else:
         size = f"{'' if x['exact'] else 'about '}{n} utterances ({b} batches)"
-    if not x["keys"]:
-        return f"left {size} untrained {where}"
+    said = f"left {size} untrained {where}"
     which = ", ".join(x["keys"]) + (" ..." if x["known"] > len(x["keys"]) else "")
-    more = (
-        ""
-        if x["exact"]
-        else (
-            f"; of them, the {x['known']} it had read ahead: {which} "
-            "(UnevenGuard(..., untrained='keys') lists them all)"
-        )
-    )
-    return f"left {size} untrained {where}" + (f": {which}" if x["exact"] else more)
+    if not x["keys"] or x["exact"]:
+        return said + (f": {which}" if x["keys"] else "")
+    return f"{said}; of them, the {x['known']} it had read ahead: {which} (UnevenGuard(..., untrained='keys') lists them all)"
 
 
 def _few(items: list, total: int | None = None) -> str:
@@ -46,17 +45,11 @@ def _few(items: list, total: int | None = None) -> str:
 
 
 def _rank_line(r: dict, flags: bool = True) -> str:
-    state = {
-        "alive": "",
-        "done": "",
-        "gone": " [process gone]",
-        "frozen": " [FROZEN: process alive, heartbeat stale]",
-        "silent": " [no heartbeat: frozen or gone]",
-    }[r["state"]]
-    stale = f", heartbeat {r['heartbeat_age_s']:g} s old" if r["state"] not in ("alive", "done") else ""
-    if not flags:  # the verdict came from a report: a stale heartbeat there says nothing more
-        state = stale = ""
-    return f"  {rank_line(r)}{stale}{state}"
+    if not flags or r["state"] in ("alive", "done"):  # (from a report: a stale heartbeat there says nothing more)
+        return f"  {rank_line(r)}"
+    state = {"gone": "process gone", "frozen": "FROZEN: process alive, heartbeat stale"}
+    said = state.get(r["state"], "no heartbeat: frozen or gone")
+    return f"  {rank_line(r)}, heartbeat {r['heartbeat_age_s']:g} s old [{said}]"
 
 
 def next_step(d: dict) -> str | None:
@@ -66,12 +59,10 @@ def next_step(d: dict) -> str | None:
         resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
     elif d["checkpoints"].get("own"):  # a watched loop's own checkpoints: its own way of resuming
         resume = f"its newest checkpoint is {ckpt}" if ckpt else "none of its checkpoints is intact"
-    else:  # a loop of the parts, or a watched command: its own way of resuming
-        resume = (
-            f"RunState.load() resumes from {ckpt}"
-            if ckpt
-            else "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
-        )
+    elif ckpt:  # a loop of the parts, or a watched command
+        resume = f"RunState.load() resumes from {ckpt}"
+    else:
+        resume = "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
     v = d["verdict"]
     if v == "stalled":
         return (
@@ -82,12 +73,9 @@ def next_step(d: dict) -> str | None:
         return f"fix the cause, then run the same command again ({resume})"
     if v == "nonfinite_halt":
         bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
-        how = (
-            f"asrlab.train.replay.replay('{bundle}')"
-            if d.get("config")
-            # asrlab's trainer: its own model
-            else f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss"
-        )
+        how = f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss"
+        if d.get("config"):  # asrlab's trainer: its own model
+            how = f"asrlab.train.replay.replay('{bundle}')"
         return f"replay the saved step in each precision: {how}" if bundle else None
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
@@ -107,23 +95,18 @@ def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
             lines.append(f"    ... {len(log) - head - tail} more")
             continue
         bad = e.get("utterances")
-        which = (
-            "which utterance not told"
-            if bad is None
-            else f"not finite: {_few(bad)}"
-            if bad
-            else "every utterance of it finite"
-        )
-        lines.append(
-            f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}"
-            + (f" ({e['found_by']})" if e.get("found_by") else "")
-            + (f"; batch {_few(e.get('keys') or [])}" if bad is None else "")
-        )
+        which = f"not finite: {_few(bad)}" if bad else "every utterance of it finite"
+        if bad is None:
+            which = "which utterance not told"
+        by = f" ({e['found_by']})" if e.get("found_by") else ""
+        batch = f"; batch {_few(e.get('keys') or [])}" if bad is None else ""
+        lines.append(f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}{by}{batch}")
     many = sorted(nf.get("by_utterance", {}).items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     if many:
+        said = [f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST]]
         lines.append(
             "  utterances not finite: "
-            + "; ".join(f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST])
+            + "; ".join(said)
             + (f" (+{len(many) - FIRST} more)" if len(many) > FIRST else "")
         )
     if nf.get("other_versions"):
@@ -143,18 +126,7 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  next: {d['next']}")
     if d["error"]:
         e = d["error"]
-        lines += [
-            "",
-            (
-                f"error of a rank being ended (a consequence, not the cause): {e['line']}"
-                if e.get("ended_from_outside")
-                else f"error of a rank whose peer was gone (a consequence, not the cause): {e['line']}"
-                if e.get("lost_peer")
-                else f"error of a rank that gave up waiting in a collective (the stall's consequence): {e['line']}"
-                if e.get("waited")
-                else f"first error: {e['line']}"
-            ),
-        ]
+        lines += ["", next((said for k, said in _CONSEQUENCES if e.get(k)), "first error") + f": {e['line']}"]
         if e["also_failed"]:
             lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
         if not e.get("usage"):
@@ -231,17 +203,12 @@ def format_diagnosis(d: dict) -> str:
     if d["halt"] and d["verdict"] != "nonfinite_halt":  # (the verdict above says it otherwise)
         lines.append(f"  halt{'' if d['halt']['current'] else ' (earlier launch)'}: {d['halt']['message']}")
     for e in nf["events"]:
-        keys = e.get("keys") or []
-        lines.append(
-            f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
-            f"{e.get('where') or e.get('module')}; utterances {_few(keys)}"
-            + (
-                f" (micro-batch {e['micro_batch'] + 1} of {e['micro_batches']})"
-                if (e.get("micro_batches") or 1) > 1 and e.get("micro_batch") is not None
-                else ""
-            )
-            + (f"; not finite: {_few(e['utterances'])} ({e['found_by']})" if e.get("utterances") else "")
-        )
+        micro = (e.get("micro_batches") or 1) > 1 and e.get("micro_batch") is not None
+        said = f"  step {e['step']}, rank {e['rank']}: {e['kind']} not finite, first in "
+        said += f"{e.get('where') or e.get('module')}; utterances {_few(e.get('keys') or [])}"
+        said += f" (micro-batch {e['micro_batch'] + 1} of {e['micro_batches']})" if micro else ""
+        said += f"; not finite: {_few(e['utterances'])} ({e['found_by']})" if e.get("utterances") else ""
+        lines.append(said)
         if e.get("cause"):
             lines.append(f"    cause: {e['cause']['text']}")
         lines.append(f"    bundle: {e['bundle']}")
@@ -254,34 +221,25 @@ def format_diagnosis(d: dict) -> str:
     ls = d["loss_scale"]
     if ls:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(ls["skipped_by_kind"].items())) or "none"
-        scale = (
-            f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
-            if "first" in ls
-            else "not logged"
-        )
+        scale = "not logged"
+        if "first" in ls:
+            scale = f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
+        rollbacks = f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else ""
         lines += [
             "",
             f"loss scale: {scale}",
-            f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds})"
-            + (f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else ""),
+            f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds}){rollbacks}",
         ]
 
     rs = d["resumes"]
-    lines += [
-        "",
-        "resumes: "
-        + (
-            ", ".join(f"from step {s}" for s in rs["resumed_from"])
-            if rs["resumed_from"]
-            else "read from the job's output: " + "; ".join(r["text"] for r in rs["from_output"])
-            if rs["from_output"]
-            else "none"
-            if rs["ledger"]
-            else "no ledger (train.ledger=false)"
-            if d.get("config")
-            else "not recorded (the loop keeps no ledger: asrlab.lab's RunState records one)"
-        ),
-    ]
+    said = "not recorded (the loop keeps no ledger: asrlab.lab's RunState records one)"
+    if rs["resumed_from"]:
+        said = ", ".join(f"from step {s}" for s in rs["resumed_from"])
+    elif rs["from_output"]:
+        said = "read from the job's output: " + "; ".join(r["text"] for r in rs["from_output"])
+    elif rs["ledger"] or d.get("config"):
+        said = "none" if rs["ledger"] else "no ledger (train.ledger=false)"
+    lines += ["", f"resumes: {said}"]
     for x in rs["steps_trained_again"]:
         lines.append(f"  metrics: after step {x['after_step']} training went back to step {x['back_to_step']}")
 
@@ -308,11 +266,8 @@ def format_diagnosis(d: dict) -> str:
                 f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else " so far, none twice")
             ]
             if e["repeated"]:
-                parts.append(
-                    f"{e['repeated']} repeated ("
-                    + _few([f"{k} x{n}" for k, n in e["repeated_keys"].items()], e["repeated"])
-                    + ")"
-                )
+                twice = [f"{k} x{n}" for k, n in e["repeated_keys"].items()]
+                parts.append(f"{e['repeated']} repeated ({_few(twice, e['repeated'])})")
             if e["skipped"]:
                 parts.append(f"{e['skipped']} skipped ({_few(e['skipped_keys'], e['skipped'])})")
             if e["unexpected"]:
@@ -384,11 +339,8 @@ def _log_text(d: dict) -> str:
     if d["nonfinite"] and d["nonfinite"].get("first"):
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
     for r in d["resumes"]["from_output"]:
-        lines.append(
-            ("resume" if r["rank"] is None else f"resume (rank {r['rank']})")
-            + f": {r['text']}"
-            + (f"; from {r['checkpoint']}" if r.get("checkpoint") else "")
-        )
+        who = "resume" if r["rank"] is None else f"resume (rank {r['rank']})"
+        lines.append(f"{who}: {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else ""))
     ck = d.get("checkpoints")
     if ck:
         lines.append(
@@ -404,13 +356,8 @@ def _log_text(d: dict) -> str:
     if d["ranks"]:
         lines.append("ranks (last logged step):")
         for r in d["ranks"]:
-            rate = (
-                f", {r['s_per_step']:.3g} s/step"
-                if r["s_per_step"]
-                else f", {r['steps_per_s']:.2f} steps/s"
-                if r["steps_per_s"]
-                else ""
-            )
+            rate = f", {r['steps_per_s']:.2f} steps/s" if r["steps_per_s"] else ""
+            rate = f", {r['s_per_step']:.3g} s/step" if r["s_per_step"] else rate
             who = f"rank {r['rank']}" if r["rank"] is not None else "lines naming no rank"
             lines.append(f"  {who}: {r['last']}{rate}")
         sp = d.get("step_spread")

@@ -71,13 +71,9 @@ def diverged(name: str, points: list[tuple[int, float]]) -> dict | None:
     low = None
     for i, (step, v) in enumerate(points):
         if low is not None and i >= AFTER and low[1] > 0 and v > DIVERGE * low[1]:
-            return {
-                "kind": "diverging",
-                "name": name,
-                "step": step,
-                "text": f"{name} rose to {v:.4g} at step {step}, {v / low[1]:.0f}x its lowest so far ({low[1]:.4g} "
-                f"at step {low[0]}): the run diverges (a learning rate too high, a bad batch, fp16's range)",
-            }
+            said = f"{name} rose to {v:.4g} at step {step}, {v / low[1]:.0f}x its lowest so far ({low[1]:.4g} at step "
+            said += f"{low[0]}): the run diverges (a learning rate too high, a bad batch, fp16's range)"
+            return {"kind": "diverging", "name": name, "step": step, "text": said}
         if low is None or v < low[1]:
             low = (step, v)
     return None
@@ -89,13 +85,8 @@ def _spike(name: str, points: list[tuple[int, float]]) -> dict | None:
         median = prev[len(prev) // 2]
         step, v = points[i]
         if median > 0 and v > SPIKE * median:
-            return {
-                "kind": "grad_spike",
-                "name": name,
-                "step": step,
-                "text": f"{name} spiked to {v:.4g} at step {step}, {v / median:.0f}x the median of the "
-                f"{len(prev)} before it ({median:.4g})",
-            }
+            said = f"{name} spiked to {v:.4g} at step {step}, {v / median:.0f}x the median of the {len(prev)} before it"
+            return {"kind": "grad_spike", "name": name, "step": step, "text": f"{said} ({median:.4g})"}
     return None
 
 

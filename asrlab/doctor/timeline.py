@@ -24,32 +24,15 @@ def resumes(*, ledger=False, resumed_from=(), per_rank=None, trained_again=(), f
     (where rank 0's metrics went back), ``from_output`` (where a log's or a job's output shows the steps went
     back: ``rank``, ``before``, ``after``, ``restarted_epoch``, ``run_again``, ``trained_twice``, ``time``,
     ``text``)."""
-    return {
-        "ledger": ledger,
-        "resumed_from": list(resumed_from),
-        "per_rank": per_rank or {},
-        "steps_trained_again": list(trained_again),
-        "from_output": list(from_output),
-    }
+    said = {"ledger": ledger, "resumed_from": list(resumed_from), "per_rank": per_rank or {}}
+    return {**said, "steps_trained_again": list(trained_again), "from_output": list(from_output)}
 
 
 def failure(verdict: str, kind: str, time: float | None, text: str, *, source: str, rank=None, step=None, **more):
     """A failure event (see the module docstring); ``step`` is a step record or a plain step number."""
-    if isinstance(step, dict):
-        place = {k: step.get(k) for k in NO_STEP}
-    else:
-        place = {**NO_STEP, "step": step}
-    return {
-        "verdict": verdict,
-        "kind": kind,
-        "time": time,
-        "order": more.pop("order", 0),
-        "rank": rank,
-        "at": place,
-        "source": source,
-        "text": text,
-        **more,
-    }
+    place = {k: step.get(k) for k in NO_STEP} if isinstance(step, dict) else {**NO_STEP, "step": step}
+    e = {"verdict": verdict, "kind": kind, "time": time, "order": more.pop("order", 0), "rank": rank, "at": place}
+    return {**e, "source": source, "text": text, **more}
 
 
 class JobClock:
@@ -78,8 +61,7 @@ class JobClock:
     def at(self, offset: int | None) -> float | None:
         if not self.offsets or offset is None:
             return None
-        i = bisect.bisect_right(self.offsets, offset) - 1
-        return self.times[max(i, 0)]
+        return self.times[max(bisect.bisect_right(self.offsets, offset) - 1, 0)]
 
 
 __all__ = ["JobClock", "NO_STEP", "failure", "resumes"]

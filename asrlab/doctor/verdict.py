@@ -14,20 +14,8 @@ from __future__ import annotations
 from ..lab.stall.heartbeat import STALE_S
 from .timeline import NO_STEP
 
-VERDICTS = (
-    "finished",
-    "running",
-    "stopped",
-    "stalled",
-    "nonfinite_halt",
-    "nonfinite",
-    "crashed",
-    "killed",
-    "out_of_memory",
-    "unknown",
-    "no_failure_seen",
-)
 FAILED = ("stalled", "nonfinite_halt", "nonfinite", "crashed", "killed", "out_of_memory", "unknown")
+VERDICTS = ("finished", "running", "stopped", *FAILED, "no_failure_seen")
 QUOTED = 5  # lines that look wrong quoted in an ``unknown`` verdict
 DEATHS = ("killed", "out_of_memory", "crashed")
 STOP_SLACK_S = 2.0  # the watch records its stop once it has passed the signal on: the job may print first
@@ -64,9 +52,7 @@ def culprit(e: dict | None) -> dict:
     if e is None:
         return {"rank": None, **NO_STEP}
     place = e.get("at") or NO_STEP
-    step = place["step"] if place["step"] is not None else place["batch"] if place["batch"] is not None else None
-    if step is None and place["epoch"] is not None:
-        step = place["epoch"]
+    step = next((place[k] for k in ("step", "batch", "epoch") if place[k] is not None), None)
     return {
         "rank": e.get("culprit_rank", e.get("rank")),
         "step": step,
@@ -95,14 +81,14 @@ def decide(readings: list) -> dict:
         c = {**odd[0]["culprit"], "rank": ranks.pop() if len(ranks) == 1 else None}
         n = sum(len(r.suspects) for r in readings)
         place = ", ".join(f"{k} {c[k]}" for k in ("epoch", "batch", "step") if c.get(k) is not None)
+        said = f"no rule names a failure, but {n} line{'s look' if n > 1 else ' looks'} wrong"
+        said += (f" (after {place})" if place else "") + ": " + " | ".join(s["text"][:160] for s in odd[:QUOTED])
+        first = {k: v for k, v in odd[0].items() if k != "culprit"}
         return {
             "verdict": "unknown",
-            "summary": f"no rule names a failure, but {n} line{'s look' if n > 1 else ' looks'} wrong"
-            + (f" (after {place})" if place else "")
-            + ": "
-            + " | ".join(s["text"][:160] for s in odd[:QUOTED]),
+            "summary": said,
             "culprit": c,
-            "first": {k: v for k, v in odd[0].items() if k != "culprit"},
+            "first": first,
             "basis": "suspect lines",
             "history": history,
         }
@@ -194,10 +180,9 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     if first_failure([folder, {**job, "time": _time(job)}]) is folder:
         return rf, _placed(folder, jv)
     # the rank's error the watch recorded after its traceback was printed: the same failure, not a second one
-    same = (
-        folder.get("rank") is not None
-        and folder["rank"] == jv["culprit"]["rank"]
-        and folder["verdict"] == jv["verdict"]
+    same = folder.get("rank") is not None and (folder["rank"], folder["verdict"]) == (
+        jv["culprit"]["rank"],
+        jv["verdict"],
     )
     return rj, {**job, "then": None if folder.get("guess") or same else folder}
 
