@@ -1,9 +1,7 @@
-"""The checkpoints that lie beside a job's logs, as each toolkit names them: WeNet's ``epoch_N.pt`` (with its
-``epoch_N.yaml``) and ``step_N.pt``, icefall's ``epoch-N.pt`` and ``checkpoint-N.pt``, ESPnet's
-``checkpoint.pth`` and ``N epoch.pth``/``Nepoch.pth``, Lightning's and NeMo's ``.ckpt``, and ``*.pt``/``*.pth``
-of a loop's own. Each is opened memory-mapped on the CPU (no weight is read into memory, none moves to a
-device) for the epoch and step it holds; one that does not open is not intact. The newest is the one a
-resume would load: the highest step, else epoch, else the latest written."""
+"""The checkpoints beside a job's logs, as each toolkit names them (WeNet's ``epoch_N.pt`` with its ``epoch_N.yaml``,
+icefall's ``epoch-N.pt``, ESPnet's ``N epoch.pth``, Lightning's ``.ckpt``, a loop's own ``*.pt``/``*.pth``), each
+opened memory-mapped on the CPU (no weight read, none moved to a device) for the epoch and step it holds; one that
+does not open is not intact. The newest is the one a resume would load."""
 
 from __future__ import annotations
 
@@ -26,8 +24,6 @@ _NAMED = re.compile(
 _STEP_KEYS = ("global_step", "step", "batch_idx_train", "iteration", "iter", "cur_step", "num_updates")
 _EPOCH_KEYS = ("epoch", "cur_epoch", "epochs")
 MAX = 50  # checkpoints opened, newest files first
-
-
 # a folder that is one checkpoint: Accelerate's save_state (step_N/ with model.safetensors, optimizer.bin,
 # random_states_*.pkl), Hugging Face Trainer's checkpoint-N/
 STATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "optimizer.pt")
@@ -116,22 +112,18 @@ def read(path: Path) -> dict:
         except Exception as e:  # noqa: BLE001  a toolkit's classes in it, or an older pickle, or broken bytes
             whole = _archive_whole(path)
             if whole is not None:  # a zip archive whose every member's CRC matches: its bytes are whole
-                out.update(intact=None, why=f"not opened: {_needs(e)}; {whole}")
-                return out
+                return out | {"intact": None, "why": f"not opened: {_needs(e)}; {whole}"}
             try:  # torch.save's legacy format (not a zip) cannot be mapped: read, weights only all the same
                 state = torch.load(path, map_location="cpu", weights_only=True)
             except Exception as e2:  # noqa: BLE001
                 if "Weights only load failed" not in str(e2):
                     raise
                 # a file's pickled code is never run: a run folder may come from anyone
-                out.update(intact=None, why=f"not opened: {_needs(e2)}")
-                return out
+                return out | {"intact": None, "why": f"not opened: {_needs(e2)}"}
     except ModuleNotFoundError as e:  # its classes are a toolkit's, not installed here: not a broken file
-        out.update(intact=None, why=f"not opened: needs {e.name} (the toolkit that wrote it)")
-        return out
+        return out | {"intact": None, "why": f"not opened: needs {e.name} (the toolkit that wrote it)"}
     except Exception as e:  # noqa: BLE001  whatever a cut or foreign file raises, it is what to report
-        out.update(intact=False, why=f"{type(e).__name__}: {str(e)[:160]}")
-        return out
+        return out | {"intact": False, "why": f"{type(e).__name__}: {str(e)[:160]}"}
     if isinstance(state, dict):
         step, epoch = _from(state, _STEP_KEYS), _from(state, _EPOCH_KEYS)
         out["step"] = step if step is not None else out["step"]
@@ -163,26 +155,20 @@ def _archive_whole(path: Path) -> str | None:
     return f"its archive is whole ({n} members, every CRC right)"
 
 
+def _newest(r: dict) -> tuple:
+    """What a resume would load sorts last: the highest step, else epoch, else the latest written."""
+    return (*(-1 if r[k] is None else r[k] for k in ("step", "epoch")), Path(r["file"]).stat().st_mtime)
+
+
 def checkpoints(paths: list[str]) -> dict | None:
     files = find(paths)
     if not files:
         return None
     rows = [read_folder(f) if f.is_dir() else read(f) for f in files]
     intact = [r for r in rows if r["intact"] is not False]  # None: whole bytes, not opened (a toolkit's classes)
-    newest = max(
-        intact,
-        key=lambda r: (
-            r["step"] if r["step"] is not None else -1,
-            r["epoch"] if r["epoch"] is not None else -1,
-            Path(r["file"]).stat().st_mtime,
-        ),
-        default=None,
-    )
-    return {
-        "files": rows,
-        "newest": newest["file"] if newest else None,
-        "broken": [r["file"] for r in rows if r["intact"] is False],
-    }
+    newest = max(intact, key=_newest, default=None)
+    broken = [r["file"] for r in rows if r["intact"] is False]
+    return {"files": rows, "newest": newest["file"] if newest else None, "broken": broken}
 
 
 __all__ = ["checkpoints", "find", "named_place", "read"]

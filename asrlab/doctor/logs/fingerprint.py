@@ -10,72 +10,21 @@ from . import events as _events
 from .toolkits import READERS
 
 # Bytes that a line must hold to say anything but "a step went by": what a failure, a non-finite value, a
-# resume or a torchrun summary prints. A line of one of the log's step formats without them is only sampled.
-# The one list of trigger words: the fast read's fingerprint (KEPT) is built from it.
-KEYS = (
-    b"nan",
-    b"inf",
-    b"NaN",
-    b"Inf",
-    b"NAN",
-    b"INF",
-    b"rror",
-    b"xception",
-    b"raceback",
-    b"atchdog",
-    b"imed out",
-    b"imeout",
-    b"xitcode",
-    b"ignal",
-    b"illed",
-    b"OVERFLOW",
-    b"verflow",
-    b"kipping",
-    b"scale is",
-    b"finite",
-    b"not correct",
-    b"invalid",
-    b"onitoredBarrier",
-    b"store based",
-    b"NCCL work",
-    b"emory",
-    b"Root Cause",
-    b"Failures:",
-    b"esum",
-    b"estor",
-    b"heckpoint",
-    b"oading",
-    b"DataLoader",
-    b"empty slice",
-    b"worker",
-    b"Abort",
-    b"abort",
-    b"Segmentation",
-    b"core dumped",
-    b"FAILED",
-    b"failed",
-    b"ailure",
-    b"FATAL",
-    b"atal",
-    b"CRITICAL",
-    b"erminated",
-    b"ddress already",
-    b"^C",
-    b"Ended (code",
+# resume or a torchrun summary prints. A step line without them is only sampled. The one list of trigger words.
+KEYS = tuple(
+    b"nan|inf|NaN|Inf|NAN|INF|rror|xception|raceback|atchdog|imed out|imeout|xitcode|ignal|illed|OVERFLOW|verflow|"
+    b"kipping|scale is|finite|not correct|invalid|onitoredBarrier|store based|NCCL work|emory|Root Cause|Failures:|"
+    b"esum|estor|heckpoint|oading|DataLoader|empty slice|worker|Abort|abort|Segmentation|core dumped|FAILED|failed|"
+    b"ailure|FATAL|atal|CRITICAL|erminated|ddress already|^C|Ended (code".split(b"|")
 )
 
-# The fast read (_File.fast). A line's fingerprint is what is left of it when digits, spaces, most punctuation
-# and most lower-case letters go (KEPT). Every line of a step format whose numbers are all finite leaves the
-# same fingerprint, a template, whatever its numbers; a line that holds a word of KEYS, a nan or an inf (each
-# leaves a byte), or anything but a finite step, leaves another. One C pass (bytes.translate) fingerprints a
-# block, and each line becomes one byte: its template's format, or the code of a fingerprint seen before in a
-# run read in full, or "?". The step lines are counted (one in SAMPLE bytes is read, and those around each run
-# read in full); the other lines come in runs (the lines between two step lines: a traceback, torchrun's
-# summary, a warning), and a run whose fingerprints this file has read in full FEW times, each time with the
-# same outcome, is counted as those were (events by kind, step lines by format, non-finite step lines) instead
-# of being read; while the events of its kinds are still kept (the first events.KEEP of each), a run whose
-# ranks (the rank marks in its bytes) are new to its fingerprints is read. A regular expression over a block
-# could not do this: an alternation of KEYS runs at 33 MB/s in Python's re (grep -c: 1.5 GB/s).
+# The fast read (_File.fast): a line's fingerprint is what is left when digits, spaces, most punctuation and
+# most lower-case letters go (KEPT): every finite line of a step format leaves one template, a line with a word of
+# KEYS, a nan or an inf another. One C pass (bytes.translate) makes each line one byte: its template's format, the
+# code of a run read in full, or "?". Step lines are counted (one per SAMPLE bytes read); a run of other lines
+# read in full FEW times with one outcome is counted as those were, unless its ranks are new while its kinds of
+# event are still kept. A regex over a block could not do this: an alternation of KEYS runs at 33 MB/s in
+# Python's re (grep -c: 1.5 GB/s).
 _RARE_FIRST = b"zqxjkvbpygfwmucldrhsnioate"  # lower-case letters, the rarest in log text first
 
 
@@ -99,18 +48,15 @@ RUN = re.compile(b"[^" + re.escape(STEP) + b"]+")
 LONG = 512  # a run of more lines (a format not seen yet) is read LONG lines at a time, the rest coded anew
 LONG_RUN = re.compile(b"[^" + re.escape(STEP) + b"]{%d,}" % (LONG + 1))
 PRINT_CODES = range(128, 256)  # the codes a run's fingerprints get once read in full
-# a run's ranks, from its bytes: [rank3]:, [Rank 3], rank : 3, local_rank: 3, rank 3 (ank), icefall's (3/8),
-# ESPnet's [host:3/8]
+# a run's ranks: [rank3]:, [Rank 3], rank : 3, local_rank: 3 (ank), icefall's (3/8), ESPnet's [host:3/8]
 _RANK_MARKS = (re.compile(rb"ank\D{0,6}?(\d+)"), re.compile(rb"\((\d+)/\d+\)"), re.compile(rb":(\d+)/\d+\]"))
 EDGE = 1 << 16  # bytes at a file's start and end read line by line: its formats, and each rank's last steps
 TINY = 1 << 12  # a piece this short is read line by line
 SAMPLE = 1 << 21  # one step line read in Python for each this many bytes of the rest
-LOOK = 8  # step lines read before and after a run read in full (each rank's step a failure happened at, the
-# values that led to it; where each went on after a resume)
+LOOK = 8  # step lines read around a run read in full: the step a failure happened at, what led to it, a resume's
 FEW = 3  # a run's fingerprints read in full this many times before its like are counted
 SIGS = 1 << 24  # bytes of runs' fingerprints remembered per file (memory bounded whatever the log)
-# what a _File keeps from a line for the lines after it (besides the clock): a run that changes any is not
-# counted but always read. A new such attribute belongs here.
+# what a _File keeps from a line for the lines after it (besides the clock): a run that changes any is always read
 STATE = ("epoch",)
 CODES = 1 << 14  # fingerprints given a byte per file (templates, and lines of runs read in full)
 
@@ -140,28 +86,3 @@ class Sig:
 
 def rank_marks(raw: bytes) -> frozenset:
     return frozenset(int(x) for p in _RANK_MARKS for x in p.findall(raw))
-
-
-__all__ = [
-    "CODES",
-    "CODE_FORMAT",
-    "DROP",
-    "EDGE",
-    "FEW",
-    "FORMAT_CODE",
-    "KEPT",
-    "LONG",
-    "LONG_RUN",
-    "LOOK",
-    "NOT_STEP",
-    "PRINT_CODES",
-    "RUN",
-    "SAMPLE",
-    "SIGS",
-    "STATE",
-    "STEP",
-    "Sig",
-    "TINY",
-    "UNKNOWN",
-    "rank_marks",
-]

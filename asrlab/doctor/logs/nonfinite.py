@@ -35,10 +35,8 @@ def nonfinite_section(run: LogRun) -> dict | None:
     """The first non-finite step a log shows (rank, step, which terms), whether it was finite again later, and
     what led to it (the gradient norm, the loss scale's halvings); else the loss-scale messages' count."""
     if not run.nonfinite:
-        skips = [e for e in run.events if e["kind"] == "scale"]
-        return (
-            {"first": None, "scale_events": len(skips), "text": f"{len(skips)} loss-scale messages"} if skips else None
-        )
+        n = sum(e["kind"] == "scale" for e in run.events)
+        return {"first": None, "scale_events": n, "text": f"{n} loss-scale messages"} if n else None
     r = lone_lossy(run, run.nonfinite[0]) or run.nonfinite[0]
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]
@@ -74,9 +72,8 @@ def nonfinite_section(run: LogRun) -> dict | None:
     if later and bad == ["grad_norm"]:  # the losses finite, before and after: the step was skipped, not applied
         kind += ": a skipped step, as a loss scaler skips one on an fp16 overflow"
     why = ""
-    if any("ctc" in t.lower() and math.isinf(r["losses"].get(t) or 0.0) for t in terms) and any(
-        "att" in g.lower() for g in good
-    ):  # inf, not nan: what CTC gives an utterance it cannot align
+    ctc_inf = any("ctc" in t.lower() and math.isinf(r["losses"].get(t) or 0.0) for t in terms)
+    if ctc_inf and any("att" in g.lower() for g in good):  # inf, not nan: what CTC gives an utterance it cannot align
         why = (
             "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
         )
@@ -92,20 +89,9 @@ def nonfinite_section(run: LogRun) -> dict | None:
         + f"; {kind}"
         + (f"; before it: {'; '.join(led)}" if led else "")
     )
-    return {
-        "first": {
-            "rank": r["rank"],
-            "step": step_number(r),
-            "epoch": r["epoch"],
-            "batch": r["batch"],
-            "terms": terms,
-            "finite_terms": good,
-            "time": r["time"],
-        },
-        "transient": bool(later),
-        "count": len(run.nonfinite),
-        "text": text,
-    }
+    place = {"rank": r["rank"], "step": step_number(r), "epoch": r["epoch"], "batch": r["batch"]}
+    first = {**place, "terms": terms, "finite_terms": good, "time": r["time"]}
+    return {"first": first, "transient": bool(later), "count": len(run.nonfinite), "text": text}
 
 
 def _points(recs: list[dict], k: str) -> list[tuple[int, float]]:
@@ -160,9 +146,7 @@ def persistent_skips(run: LogRun) -> dict | None:
         key=lambda x: x.get("order", 0),
     )
     for e in run.events:
-        if e["kind"] != "scale":
-            continue
-        if e.get("to") is not None and e["to"] < SCALE_FLOOR and not finite_after(run, e):
+        if e["kind"] == "scale" and e.get("to") is not None and e["to"] < SCALE_FLOOR and not finite_after(run, e):
             return {**e, "kind": "scale_collapse"}
     for x in marks:
         if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor

@@ -1,7 +1,6 @@
 """An executed notebook (papermill's, nbclient's, a saved JupyterLab session) read as the console its run printed:
-each code cell's output in order (its streams, its results that are text alone), an error output as the traceback Python would
-have printed (IPython's colours and frame format made plain), and papermill's word on cells that never ended or
-never ran (its cell metadata), which no output says: the run was ended from outside, or its kernel died."""
+each code cell's streams and text results, an error output as Python's traceback (IPython's colours and frames made
+plain), and papermill's word (its cell metadata) on cells that never ended or never ran, which no output says."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def console(path: str | Path) -> str:
             if kind == "stream":
                 lines += _text(out.get("text")).splitlines()
             elif kind in ("execute_result", "display_data") and set(out.get("data") or {}) == {"text/plain"}:
-                # a result only text says; beside a richer form (a widget, a figure, a table) it is that form's
-                # name, not a line the run printed
+                # text alone: beside a richer form (a widget, a figure, a table) it names that form, not a printed line
                 lines += _text(out["data"]["text/plain"]).splitlines()
             elif kind == "error":
                 failed = True

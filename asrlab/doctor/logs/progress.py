@@ -90,8 +90,7 @@ def resume_records(run: LogRun) -> list[dict]:
     loaded = paths[0].get("path") if paths else None
     epoch, step = named_place(Path(loaded).stem) if loaded else (None, None)
     saved_epoch = epoch if step is None else None  # an epoch's end, not a step within one
-    out = []
-    seen = set()
+    out, seen = [], set()
     for x in run.resumes:
         b, a = x["before"], x["after"]
         key = (x["rank"], position(b), position(a))
@@ -116,33 +115,18 @@ def resume_records(run: LogRun) -> list[dict]:
                 # b + 1 batches where it counts from 0 (a line at batch 0), b where it counts the batches done
                 again = b["batch"] + (start == 0) if zero else b["batch"] - a["batch"] + 1
                 ended = zero and saved_epoch is not None and a["epoch"] is not None and saved_epoch == a["epoch"] - 1
-                text = (
-                    f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
-                    + (": the epoch started again at batch 0" if zero else "")
-                    + f"; {again} batches of epoch {a['epoch']} run again"
-                    + (
-                        f" (from the checkpoint of epoch {saved_epoch}'s end: none trained twice)"
-                        if ended
-                        else " (trained twice where the checkpoint it loaded was saved within the epoch)"
-                        if zero
-                        else ""
-                    )
-                )
+                text = f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
+                text += ": the epoch started again at batch 0" if zero else ""
+                text += f"; {again} batches of epoch {a['epoch']} run again"
+                if ended:
+                    text += f" (from the checkpoint of epoch {saved_epoch}'s end: none trained twice)"
+                elif zero:
+                    text += " (trained twice where the checkpoint it loaded was saved within the epoch)"
             else:
-                again = None
-                text = f"resumed at {where(a)} after {where(b)}"
-        out.append(
-            {
-                "rank": x["rank"],
-                "before": where(b),
-                "after": where(a),
-                "restarted_epoch": zero,
-                "run_again": again,
-                "trained_twice": twice,  # batches the lines show were trained before the restart and again after
-                "time": a["time"],
-                "text": text,
-            }
-        )
+                again, text = None, f"resumed at {where(a)} after {where(b)}"
+        row = {"rank": x["rank"], "before": where(b), "after": where(a), "restarted_epoch": zero, "run_again": again}
+        # trained_twice: the batches the lines show were trained before the restart and again after
+        out.append({**row, "trained_twice": twice, "time": a["time"], "text": text})
     if paths and out:
         out[0]["checkpoint"] = loaded
     return [o for o in out if o["rank"] == out[0]["rank"]] if out else []
@@ -186,10 +170,9 @@ SPAN_S = 10.0  # seconds a gap between step lines covers at least: stamps to the
 
 
 def stretches(recs: list[dict], span: float = SPAN_S):
-    """``(a, b, steps)``: stretches of one rank's stamped step lines, each at least ``span`` seconds long and
-    ``steps`` apart, each from where the last ended (the toolkit logs every N steps; a log stamped to the second
-    puts many steps in one second, which consecutive lines alone would read as 1 s). A stretch starts again where
-    the count cannot be followed on: another epoch's, a resume's."""
+    """``(a, b, steps)``: stretches of one rank's stamped step lines, each at least ``span`` seconds long, each from
+    where the last ended (a log stamped to the second puts many steps in one second); one starts again where the
+    count cannot be followed on (another epoch's, a resume's)."""
     a = None
     for b in (r for r in recs if r.get("stamped") and r.get("time") is not None):
         if a is not None:
@@ -213,16 +196,8 @@ def rank_progress(run: LogRun) -> list[dict]:
     for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         recs = s.all()
         rates = [r["rate"] for r in recs if r["rate"]]
-        out.append(
-            {
-                "rank": rank,
-                "steps_logged": s.seen,
-                "last": where(s.last),
-                "last_time": s.last["time"],
-                "steps_per_s": rates[-1] if rates else None,
-                "s_per_step": _seconds_per_step(recs),
-            }
-        )
+        seen = {"rank": rank, "steps_logged": s.seen, "last": where(s.last), "last_time": s.last["time"]}
+        out.append({**seen, "steps_per_s": rates[-1] if rates else None, "s_per_step": _seconds_per_step(recs)})
     return out
 
 
@@ -232,11 +207,8 @@ def step_spread(ranks: list[dict]) -> dict | None:
     if len(timed) < 2:
         return None
     slow, fast = max(timed, key=lambda r: r["s_per_step"]), min(timed, key=lambda r: r["s_per_step"])
-    return {
-        "slowest": slow["rank"],
-        "fastest": fast["rank"],
-        "ratio": round(slow["s_per_step"] / fast["s_per_step"], 3),
-    }
+    ratio = round(slow["s_per_step"] / fast["s_per_step"], 3)
+    return {"slowest": slow["rank"], "fastest": fast["rank"], "ratio": ratio}
 
 
 def last_before(run: LogRun, rank, e: dict) -> dict | None:

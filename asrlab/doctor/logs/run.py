@@ -1,10 +1,6 @@
-"""Logs of one job (files, a folder of them, several nodes' logs, standard input) read once into one
-model: each rank's step series, the events, the formats seen.
-
-Lines are read in order within a file; a line without a stamp takes its file's last one, so every
-event has a time where its file has any. A line's rank is its own mark, else its file's (``rank3.log``,
-icefall's ``log-train-...-3``), else unknown (None).
-"""
+"""Logs of one job (files, a folder of them, several nodes' logs, standard input) read once into one model: each
+rank's step series, the events, the formats seen. A line without a stamp takes its file's last one; a line's rank is
+its own mark, else its file's (``rank3.log``, icefall's ``log-train-...-3``), else unknown (None)."""
 
 from __future__ import annotations
 
@@ -66,11 +62,10 @@ def log_files(paths: list[str]) -> list[str]:
     """The files to read: each path given, a folder's log files (not its checkpoints), ``-`` for stdin."""
     out = []
     for p in paths:
+        path = Path(p)
         if p == "-":
             out.append(p)
-            continue
-        path = Path(p)
-        if path.is_dir():
+        elif path.is_dir():
             found = sorted(
                 f
                 for f in path.rglob("*")

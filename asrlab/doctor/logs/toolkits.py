@@ -1,11 +1,7 @@
-"""The per-step lines of each toolkit, one small reader each: a line in, a step record out (or None).
-
-A record: ``toolkit``, ``epoch``, ``batch`` (within the epoch, as the toolkit counts it), ``step`` (the
-toolkit's global step where it prints one, else None), ``losses`` (the total as ``loss`` and each term by
-its own name), ``lr``, ``grad_norm``, ``scale`` (the loss scale), ``rate`` (steps per second) and ``rank``
-where the line carries them. Values print as the toolkit wrote them: ``nan``, ``inf`` and ``-inf`` read
-as such.
-"""
+"""The per-step lines of each toolkit, one small reader each: a line in, a step record out (or None): ``toolkit``,
+``epoch``, ``batch`` (within the epoch), ``step`` (the global step where printed), ``losses`` (the total as ``loss``,
+each term by its name), ``averages``, ``lr``, ``grad_norm``, ``scale`` (the loss scale), ``rate`` (steps/s), ``rank``.
+Values read as the toolkit wrote them: ``nan``, ``inf`` and ``-inf`` as such."""
 
 from __future__ import annotations
 
@@ -23,11 +19,10 @@ _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETUR
 LOSS_NAMES = re.compile(
     rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$|l_[a-z]\w*$)", re.I
 )
-# a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04"; not a
-# module's file that ends in one ("ctc.py:12")
+# a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04", BasicSR's
+# "l_pix"; not a module's file that ends in one ("ctc.py:12")
 _OWN_LOSS = re.compile(
-    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*)$",
-    re.I,  # BasicSR's l_pix
+    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*)$", re.I
 )
 _LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]", re.I)
 
@@ -40,19 +35,8 @@ def num(text: str) -> float | None:
 
 
 def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values) -> dict:
-    r = {
-        "toolkit": toolkit,
-        "epoch": epoch,
-        "batch": batch,
-        "step": step,
-        "losses": {},
-        "averages": {},
-        "lr": None,
-        "grad_norm": None,
-        "scale": None,
-        "rate": None,
-        "rank": rank,
-    }
+    r = dict(toolkit=toolkit, epoch=epoch, batch=batch, step=step, losses={}, averages={}, lr=None, grad_norm=None)
+    r.update(scale=None, rate=None, rank=rank)
     r.update({k: v for k, v in values.items() if v is not None})
     return r
 
@@ -75,22 +59,14 @@ _WENET = re.compile(
 
 
 def wenet(line: str) -> dict | None:
-    if "Batch" in line and "TRAIN" in line:
-        m = _WENET.search(line)
-        if m:
-            rate, epoch, batch, loss, rest, lr, gn, rank = m.groups()
-            losses = {"loss": num(loss), **_losses(_SPACE_PAIR.findall(rest))}
-            return _record(
-                "wenet",
-                int(epoch),
-                int(batch),
-                rank=int(rank),
-                losses=losses,
-                lr=num(lr.split(",")[0]),
-                grad_norm=num(gn),
-                rate=num(rate),
-            )
-    return None
+    if "Batch" not in line or "TRAIN" not in line or not (m := _WENET.search(line)):
+        return None
+    rate, epoch, batch, loss, rest, lr, gn, rank = m.groups()
+    losses = {"loss": num(loss), **_losses(_SPACE_PAIR.findall(rest))}
+    lr = num(lr.split(",")[0])
+    return _record(
+        "wenet", int(epoch), int(batch), rank=int(rank), losses=losses, lr=lr, grad_norm=num(gn), rate=num(rate)
+    )
 
 
 # icefall: "Epoch 3, batch 1500, loss[loss=0.2, simple_loss=..., over 5000.00 frames. ], tot_loss[...],
@@ -99,24 +75,15 @@ _ICEFALL = re.compile(r"Epoch (\d+), batch (\d+), loss\[(.*?)\], tot_loss\[(.*?)
 
 
 def icefall(line: str) -> dict | None:
-    if "tot_loss[" not in line:
-        return None
-    m = _ICEFALL.search(line)
-    if not m:
+    if "tot_loss[" not in line or not (m := _ICEFALL.search(line)):
         return None
     epoch, batch, loss, tot, rest = m.groups()
     tail = dict(_PAIR.findall(rest.replace(": ", ":")))
+    lr, scale, losses = num(tail.get("lr")), num(tail.get("grad_scale")), _losses(_PAIR.findall(loss))
     # tot_loss is the running average: a term not finite there and finite in this batch's loss[...] went
     # non-finite in an earlier batch that the log did not show
-    return _record(
-        "icefall",
-        int(epoch),
-        int(batch),
-        losses=_losses(_PAIR.findall(loss)),
-        lr=num(tail.get("lr")),
-        scale=num(tail.get("grad_scale")),
-        averages=_losses(_PAIR.findall(tot)),
-    )
+    averages = _losses(_PAIR.findall(tot))
+    return _record("icefall", int(epoch), int(batch), losses=losses, lr=lr, scale=scale, averages=averages)
 
 
 # ESPnet2: "[host:0/4] 2022-05-01 12:00:00,123 (trainer:700) INFO: 3epoch:train:1201-1800batch: iter_time=...,
@@ -126,24 +93,17 @@ _ESPNET = re.compile(r"(\d+)epoch:train:(\d+)-(\d+)batch:(.*)")
 
 
 def espnet(line: str) -> dict | None:
-    if "epoch:train:" not in line:
-        return None
-    m = _ESPNET.search(line)
-    if not m:
+    if "epoch:train:" not in line or not (m := _ESPNET.search(line)):
         return None
     epoch, start, last, rest = m.groups()
     pairs = _PAIR.findall(rest)
     d = dict(pairs)
     lr = next((num(v) for k, v in pairs if k.startswith("optim") and "lr" in k), None)
+    losses = _losses((k, v) for k, v in pairs if not k.endswith("_time"))
+    gn, scale = num(d.get("grad_norm")), num(d.get("loss_scale"))
+    # the line reports the batches since the last one: from first_batch on
     return _record(
-        "espnet",
-        int(epoch),
-        int(last),
-        losses=_losses((k, v) for k, v in pairs if not k.endswith("_time")),
-        lr=lr,
-        grad_norm=num(d.get("grad_norm")),
-        scale=num(d.get("loss_scale")),
-        first_batch=int(start),  # the line reports the batches since the last one: from this one on
+        "espnet", int(epoch), int(last), losses=losses, lr=lr, grad_norm=gn, scale=scale, first_batch=int(start)
     )
 
 
@@ -156,16 +116,12 @@ _RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
 
 
 def lightning(line: str) -> dict | None:
-    if "%|" not in line or "it" not in line:
-        return None
-    m = _BAR.search(line)
-    if not m:
+    if "%|" not in line or "it" not in line or not (m := _BAR.search(line)):
         return None
     label, batch, total, inside = m.groups()
     if _NOT_TRAIN.search(label) or "cell" in inside:  # a validation bar; papermill's
         return None
     e = _BAR_EPOCH.search(label)
-    epoch = e.group(1) if e else None
     pairs = _PAIR.findall(inside)
     d = dict(pairs)
     rate = _RATE.search(inside)
@@ -174,16 +130,19 @@ def lightning(line: str) -> dict | None:
     )
     step = d.get("global_step") or d.get("step")
     step = int(step) if step and step.isdigit() else None  # "3.2e+4": the bar rounds it; the batch is exact
+    losses = _losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num")))
+    epoch, lr, gn = int(e.group(1)) if e else None, num(d.get("lr")), num(d.get("grad_norm"))
+    # bar: the reader's, a bar of no name beside named ones is another loop's
     return _record(
         "lightning",
-        int(epoch) if epoch else None,
+        epoch,
         int(batch),
         step,
-        losses=_losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num"))),
-        lr=num(d.get("lr")),
-        grad_norm=num(d.get("grad_norm")),
+        losses=losses,
+        lr=lr,
+        grad_norm=gn,
         rate=steps_s,
-        bar=(label.strip(), total),  # the reader's: a bar of no name beside named ones is another loop's
+        bar=(label.strip(), total),
     )
 
 
@@ -191,8 +150,6 @@ def lightning(line: str) -> dict | None:
 # step and the learning rate as a bare list: "[2.41, 2.87, 0.53, 23.04, 1.99, 1.52, 28400, 0.000199]"
 _VITS = re.compile(rf"(?:^|:)\[((?:{NUM}, ){{3,}}|)(\d+), ({NUM})\]$")
 _VITS_LOSSES = ("loss_disc", "loss_gen", "loss_fm", "loss_mel", "loss_dur", "loss_kl")
-
-
 _VITS_EPOCH = re.compile(r"(?:^|:|\] )Train Epoch: (\d+) \[\d+%\]$")  # "INFO:vits:Train Epoch", "[INFO] Train Epoch"
 
 
@@ -212,10 +169,7 @@ _SB = re.compile(rf"epoch: (\d+), lr: ({NUM}).*?- train loss: ({NUM})")
 
 
 def speechbrain(line: str) -> dict | None:
-    if "train loss:" not in line:
-        return None
-    m = _SB.search(line)
-    if not m:
+    if "train loss:" not in line or not (m := _SB.search(line)):
         return None
     return _record("speechbrain", int(m.group(1)), lr=num(m.group(2)), losses={"loss": num(m.group(3))})
 
@@ -226,21 +180,12 @@ _BAR_PAIR = re.compile(rf"([a-z][a-z -]*?):\s*({NUM})\s*(?=\||$)", re.I)
 
 
 def megatron(line: str) -> dict | None:
-    if "iteration" not in line or "|" not in line:
-        return None
-    m = _MEGATRON.search(line)
-    if not m:
+    if "iteration" not in line or "|" not in line or not (m := _MEGATRON.search(line)):
         return None
     d = {k.strip().lower(): v for k, v in _BAR_PAIR.findall(m.group(2))}
     losses = {k.replace(" ", "_"): num(v) for k, v in d.items() if "loss" in k and "scale" not in k}
-    return _record(
-        "megatron",
-        step=int(m.group(1)),
-        losses=losses,
-        lr=num(d.get("learning rate")),
-        grad_norm=num(d.get("grad norm")),
-        scale=num(d.get("loss scale")),
-    )
+    lr, gn, scale = num(d.get("learning rate")), num(d.get("grad norm")), num(d.get("loss scale"))
+    return _record("megatron", step=int(m.group(1)), losses=losses, lr=lr, grad_norm=gn, scale=scale)
 
 
 # an epoch and a batch counter of one's own: "Epoch 1 [TRAIN] progress 20/2754 loss nan prosody_loss ...",
@@ -253,8 +198,6 @@ _EPOCH_BATCH = re.compile(
 _NOT_TRAIN = re.compile(
     r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est|[Rr]esumed from)\b|\bmAP(?:@|50)|[\d.?]+(?:s/cell|cell/s)\]"
 )
-
-
 # terms under a label of their own: "[Losses: x 0.05, y nan, conf 0.75, cls 0.04, total 6.88]" (its total is the loss)
 _LOSS_GROUP = re.compile(rf"\b[Ll]oss(?:es)?:\s*((?:[A-Za-z_]\w*\s+{NUM},?\s*)+)")
 _TERM = re.compile(rf"([A-Za-z_]\w*)\s+({NUM})")
@@ -273,15 +216,10 @@ def epoch_batch(line: str) -> dict | None:
     if not m or _NOT_TRAIN.search(line) or (m.group(3) is None and "%|" in line):  # a bar: lightning's reader
         return None
     pairs = _SPACE_PAIR.findall(line) + _PAIR.findall(line.replace(": ", ":"))
-    return _record(
-        "epoch_batch",
-        int(m.group(1)),
-        int(m.group(2)),
-        counter_of(line, named=True),  # a global step printed beside the epoch's own counter
-        losses={**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)},
-        lr=num(dict(pairs).get("lr")),
-        grad_norm=_grad_norm(dict(pairs)),
-    )
+    step = counter_of(line, named=True)  # a global step printed beside the epoch's own counter
+    losses = {**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)}
+    lr, gn = num(dict(pairs).get("lr")), _grad_norm(dict(pairs))
+    return _record("epoch_batch", int(m.group(1)), int(m.group(2)), step, losses=losses, lr=lr, grad_norm=gn)
 
 
 # a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8",
@@ -290,23 +228,16 @@ _PLAIN = re.compile(rf"\b(?:global_)?step[\s=:]\s*(\d+)\b[^\n]*?\bloss\b\s*[=:]?
 
 
 def plain(line: str) -> dict | None:
-    if "loss" not in line.lower():
-        return None
-    m = _PLAIN.search(line)
-    if not m or _NOT_TRAIN.search(line):  # "epoch 3 step 40: cv loss 3.2" is not a training step
+    # "epoch 3 step 40: cv loss 3.2" is not a training step
+    if "loss" not in line.lower() or not (m := _PLAIN.search(line)) or _NOT_TRAIN.search(line):
         return None
     pairs = _PAIR.findall(line.replace(": ", ":")) + _SPACE_PAIR.findall(line)
     d = dict(pairs)
     epoch = d.get("epoch")
-    return _record(
-        "plain",
-        int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None,
-        step=int(m.group(1)),
-        losses={"loss": num(m.group(2)), **_losses(pairs)},
-        lr=num(d.get("lr")),
-        grad_norm=_grad_norm(d),
-        scale=num(d.get("scale") or d.get("loss_scale")),
-    )
+    epoch = int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None
+    losses, scale = {"loss": num(m.group(2)), **_losses(pairs)}, num(d.get("scale") or d.get("loss_scale"))
+    lr, gn = num(d.get("lr")), _grad_norm(d)
+    return _record("plain", epoch, step=int(m.group(1)), losses=losses, lr=lr, grad_norm=gn, scale=scale)
 
 
 # any trainer's key-value line: Hugging Face Trainer's "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05,
@@ -324,10 +255,8 @@ _COUNTER = re.compile(
 )
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
 _EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
-# a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf"
-_LOSS_WORD = re.compile(
-    rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b"
-)  # HiFi-GAN's "Gen Loss Total :  nan"
+# a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf", HiFi-GAN's "Gen Loss Total :  nan"
+_LOSS_WORD = re.compile(rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
 _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")
@@ -340,9 +269,7 @@ def _key(k: str) -> str:
 
 
 def kv(line: str) -> dict | None:
-    if not _LOSSY.search(line):
-        return None
-    if _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key): not a training step
+    if not _LOSSY.search(line) or _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key)
         return None
     pairs = [(_key(k), v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
@@ -361,8 +288,7 @@ def kv(line: str) -> dict | None:
     losses = _losses(pairs)
     if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
-    train = pairs
-    d = {k.lower(): v for k, v in train}
+    d = {k.lower(): v for k, v in pairs}
     counter = NAMED.search(line) or _COUNTER.search(line)
     # a count of the epochs ("Epoch: 13/1250 (3/8)") is no bar: the next is
     bars = (b for b in _BAR_COUNT.finditer(line) if "poch" not in line[max(b.start() - 8, 0) : b.start()])
@@ -372,17 +298,12 @@ def kv(line: str) -> dict | None:
     if counter is None and bar is None and epoch is None and not tags:
         return None  # a loss with no place in training: a summary or a sentence, not a step line
     epoch = tags.get("epoch", epoch)
-    return _record(
-        "kv",
-        (int(epoch) if epoch is not None and epoch == int(epoch) else epoch) if epoch is not None else None,
-        int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter)),
-        int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step"),
-        losses=losses,
-        lr=num(d.get("lr") or d.get("learning_rate")),
-        grad_norm=_grad_norm(d),
-        scale=num(d.get("loss_scale") or d.get("scale")),
-        rank=int(d["rank"]) if (d.get("rank") or "").isdigit() else tags.get("rank"),  # a JSON line's "rank": 1
-    )
+    epoch = int(epoch) if epoch is not None and epoch == int(epoch) else epoch
+    batch = int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter))
+    step = int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step")
+    lr, scale = num(d.get("lr") or d.get("learning_rate")), num(d.get("loss_scale") or d.get("scale"))
+    rank = int(d["rank"]) if (d.get("rank") or "").isdigit() else tags.get("rank")  # a JSON line's "rank": 1
+    return _record("kv", epoch, batch, step, losses=losses, lr=lr, grad_norm=_grad_norm(d), scale=scale, rank=rank)
 
 
 # darknet's "1013: 6.6e21, 6.6e20 avg, 0.001000 rate, 1.95 seconds, 6078 images" (later: "avg loss")
@@ -390,8 +311,7 @@ _DARKNET = re.compile(rf"^\s*(\d+): ({NUM}), ({NUM}) avg(?: loss)?, ({NUM}) rate
 
 
 def darknet(line: str) -> dict | None:
-    m = _DARKNET.match(line) if " avg" in line else None
-    if m is None:
+    if " avg" not in line or not (m := _DARKNET.match(line)):
         return None
     return _record("darknet", step=int(m[1]), losses={"loss": num(m[2])}, averages={"loss": num(m[3])}, lr=num(m[4]))
 
@@ -399,8 +319,6 @@ def darknet(line: str) -> dict | None:
 # Marian's "Ep. 1 : Up. 51000 : Sen. 77,303,338 : Cost 1.41794586 : Time 370.55s : 97447.45 words/s : gNorm 0.5275"
 _MARIAN = re.compile(rf"\bEp\. (\d+) : Up\. (\d+) : Sen\. [\d,]+ : Cost ({NUM})")
 _MARIAN_GNORM = re.compile(rf"gNorm ({NUM})")
-
-
 _MARIAN_VALID = re.compile(r"\[valid\] Ep\. (\d+) : Up\. (\d+) : ")  # its validation, at that many updates
 
 
@@ -421,8 +339,7 @@ _XLM_PAIR = re.compile(rf"([A-Za-z][\w-]*): +({NUM})")
 
 
 def xlm(line: str) -> dict | None:
-    m = _XLM.search(line) if "sent/s" in line else None
-    if m is None:
+    if "sent/s" not in line or not (m := _XLM.search(line)):
         return None
     pairs = _XLM_PAIR.findall(m[2])
     lr = next((num(v) for k, v in pairs if k == "LR"), None)
@@ -455,8 +372,7 @@ _DLL_PAIR = re.compile(rf"([A-Za-z_][\w/]*) : ({NUM})(?:/\d+)?(?=\s|$)")
 
 
 def dllogger(line: str) -> dict | None:
-    m = _DLL.match(line) if line.startswith("DLL ") else None
-    if m is None:
+    if not line.startswith("DLL ") or not (m := _DLL.match(line)):
         return None
     pairs = [(k.split("/")[0], v) for k, v in _DLL_PAIR.findall(m[3])]
     step = next((int(v) for k, v in pairs if k in ("glob_iter", "global_step", "step", "iteration")), None)
@@ -472,7 +388,6 @@ READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = tuple(
     for f in (wenet, icefall, espnet, lightning, speechbrain, vits, megatron, darknet, marian, dllogger, xlm, tdmpc)
     + (tacotron, epoch_batch, plain, kv)
 )
-GENERIC = kv  # fits many lines: every toolkit's own reader is tried before it
 
 
 def validation(line: str) -> bool:
@@ -484,15 +399,12 @@ def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dic
     """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
     if "skipped so far)" in line:  # asrlab's numerics guard on a step it skipped: a report, not a step line
         return None
-    if first is not None and first is not GENERIC:
-        r = first(line)
-        if r is not None:
-            return r
+    first = None if first is kv else first  # kv fits many lines: every toolkit's own reader is tried before it
+    if first is not None and (r := first(line)) is not None:
+        return r
     for _, reader in READERS:
-        if reader is not first or first is GENERIC:
-            r = reader(line)
-            if r is not None:
-                return r
+        if reader is not first and (r := reader(line)) is not None:
+            return r
     return None
 
 
