@@ -1,26 +1,22 @@
-"""The lines of a log that say something went wrong (or right) whatever toolkit wrote them: Python
-tracebacks, torchrun's failure summary and exit codes, NCCL's and gloo's timeouts, out-of-memory, a
-DataLoader worker killed, the loss-scale messages of AMP, DeepSpeed, apex, icefall and ESPnet, resumes.
-
-:class:`Events` is fed one line at a time, per file and rank (a traceback is a block of lines of one
-rank), and keeps a list of event dicts: ``kind``, ``rank``, ``text`` and what the kind carries.
-"""
+"""The lines of a log that say something went wrong (or right), whatever toolkit wrote them: tracebacks, torchrun's
+summary and exit codes, NCCL's and gloo's timeouts, out-of-memory, a DataLoader worker killed, loss-scale messages,
+resumes. :class:`Events` is fed a line at a time, per file and rank, and keeps event dicts (``kind``, ``rank``, ...)."""
 
 from __future__ import annotations
 
 from ...lab.stall.verdict import culprit_of
-from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, WATCH_SAID, MPIRUN
-from .words import ENDED_ITSELF, INTERRUPTED, HANGUP, CUDA_ERROR, EXC_LINE, FATAL, GLOO, STORE_KEY, JAX_BARRIER, HYDRA
-from .words import ITEM, CONNECT, NAN_VALUE, NOT_SUSPECT, RENDEZVOUS
-from .words import RESUME, SCALE, SCHEDULER_STOP, SRUN_TASK, SHELL_SIGNAL, SHELL_SIGNALS, SHELL_STOP, SIGNALS
-from .words import STATUS, STORE, SUSPECT, death_signal, nonfinite_row, shell_pid, TERMINATE, nonfinite_said, signame
-from .words import LOADER_TIMEOUT, LUA_ERROR, RECOVERED, TF_COORDINATOR, UNHANDLED, WATCH_VERDICT, exit_signal
+from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, CONNECT, CUDA_ERROR, ENDED_ITSELF, EXC_LINE
+from .words import FATAL, GLOO, HANGUP, HYDRA, INTERRUPTED, ITEM, JAX_BARRIER, LOADER_TIMEOUT, LUA_ERROR, MPIRUN
+from .words import NAN_VALUE, NOT_SUSPECT, RECOVERED, RENDEZVOUS, RESUME, SCALE, SCHEDULER_STOP, SHELL_SIGNAL
+from .words import SHELL_SIGNALS, SHELL_STOP, SRUN_TASK, STATUS, STORE, STORE_KEY, SUSPECT, TERMINATE, TF_COORDINATOR
+from .words import UNHANDLED, WATCH_SAID, WATCH_VERDICT, death_signal, exit_signal, nonfinite_row, nonfinite_said
+from .words import shell_pid, signame
 from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
 from .summary import TorchrunSummary
 from .tracebacks import CHILD_RANK, COLLECTIVE_TIMEOUT, SPAWNED, CONSEQUENCE, FRAME, MONITORED, NONFINITE_EXC
-from .tracebacks import MONITORED_PEER, OOM, ORIGINAL, RICH_FRAME, WORKER, exception_kind, Traceback, user_frame
+from .tracebacks import MONITORED_PEER, OOM, ORIGINAL, RICH_FRAME, WORKER, exception_kind, Traceback
 
 
 KEEP = 2000  # events kept of each kind (a log can warn at every step): their count is kept in full
@@ -44,36 +40,26 @@ class Events:
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._stalled: str | None = None  # the file whose last line was Horovod's "Stalled ranks:"
         self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
-        self._placed_at: dict[str, int] = {}
-        # file -> the child whose command a launcher's line quoted, its status on the next line (a long line wrapped)
-        self._quoted: dict[str, int | None] = {}
+        self._placed_at: dict[str, int] = {}  # file -> the order of that line
+        self._quoted: dict[str, int | None] = {}  # file -> the child a launcher quoted, its status on the next line
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
         self._nccl: dict = {}  # (host, pid) -> NCCL's last WARN there, True once its error was said
         self._empty_mean: set[str] = set()  # the files where numpy warned of a mean of nothing: its nan is no failure
 
-    def busy(self) -> bool:
-        """In a traceback or torchrun's summary: the next lines belong to it."""
-        return bool(self._tb) or self._summary.kind is not None
-
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
-        e = {
-            "kind": kind,
-            "rank": rank,
-            "time": time,
-            "order": self.order,
-            "file": self.source,
-            "text": text.strip()[:500],
-            **self._where(self.source),
-            **more,
-        }
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        e = dict(kind=kind, rank=rank, time=time, order=self.order, file=self.source, text=text.strip()[:500])
+        e.update(self._where(self.source), **more)
         if kind in ("exception", "oom") and not more.get("cut"):  # the pending exception's own line, however read
             self._unhandled.pop(self.source, None)
-        if self.counts[kind] <= KEEP:  # memory bounded whatever the log: the first ones, then only the last
+        self._keep(e)
+
+    def _keep(self, e: dict) -> None:
+        self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
+        if self.counts[e["kind"]] <= KEEP:  # memory bounded whatever the log: the first ones, then only the last
             self.events.append(e)
         else:
-            self._last[kind] = e
+            self._last[e["kind"]] = e
 
     def _end_tb(self, key) -> None:
         tb = self._tb.pop(key, None)
@@ -83,16 +69,15 @@ class Events:
         e = tb.event()
         if e is None:
             return
-        interrupted = e.get("type") in ("KeyboardInterrupt", "InterruptException")  # Ctrl-C, or SIGINT from outside
-        if tb.ignored:  # an error Python went on from; a Ctrl-C that interrupted it (a __del__) came all the same
-            if interrupted:
-                self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
-            return
-        self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
-        self._unhandled.pop(tb.source, None)
-        e["place"], e["placed_at"] = tb.place, tb.placed_at  # the last step a line named before it began
-        if interrupted:
+        if not tb.ignored:  # (ignored: an error Python printed and went on from)
+            self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
+            self._unhandled.pop(tb.source, None)
+        # Ctrl-C, or SIGINT from outside (also where it interrupted an ignored error, a __del__)
+        if e.get("type") in ("KeyboardInterrupt", "InterruptException"):
             self._add("stop", e["rank"], e["time"], e["text"], signal="SIGINT")
+        if tb.ignored:
+            return
+        e["place"], e["placed_at"] = tb.place, tb.placed_at  # the last step a line named before it began
         if e.get("spawned_rank") is not None:  # the spawned process's own traceback follows: its rank
             self._spawned = e["spawned_rank"]
         item = self._item.pop(e.get("rank"), None)
@@ -107,11 +92,7 @@ class Events:
             who = e.get("culprit_rank", e["rank"])
             self._add("exit", who, e["time"], e["text"], exitcode=code, signal=sig, root=False, source="status")
             e["kind"] = "consequence"
-        self.counts[e["kind"]] = self.counts.get(e["kind"], 0) + 1
-        if self.counts[e["kind"]] <= KEEP:
-            self.events.append(e)
-        else:
-            self._last[e["kind"]] = e
+        self._keep(e)
         self.order = line
 
     def _stalled_rank(self, rank: int) -> None:
@@ -153,23 +134,18 @@ class Events:
             text = text[2:]
         key = self._alias.get((source, rank), (source, rank))  # unmarked lines of a spawned rank's traceback
         tb = self._tb.get(key)
-        if (
-            tb is None
-            and len(waiting := [k for k, t in self._tb.items() if k[0] == source and t.awaits(text, rank is None)]) == 1
-        ):
-            key, tb = waiting[0], self._tb[waiting[0]]  # the exception line of the one traceback waiting for it
+        if tb is None:  # the exception line of the one traceback waiting for it
+            waiting = [k for k, t in self._tb.items() if k[0] == source and t.awaits(text, rank is None)]
+            if len(waiting) == 1:
+                key, tb = waiting[0], self._tb[waiting[0]]
         if tb is not None:
             if tb.feed(text):
                 return
             if text.startswith("Message: ") and tb.sections[-1]["exc"] is None:
                 tb.ignored = True  # the logging module's call stack of a record it could not write, then the record
             self._end_tb(key)
-        if (
-            self._summary.kind is not None
-            or "Root Cause" in text
-            or "(local_rank:" in text
-            or text.strip() in ("Failures:", "Other Failures:")
-        ):
+        # torchrun's summary, or a line that may open one (its feed says)
+        if self._summary.kind is not None or "Root Cause" in text or "(local_rank:" in text or "Failures:" in text:
             used = self._summary.feed(text)
             self._exits()
             if used:
@@ -248,9 +224,8 @@ class Events:
         if text.startswith("asrlab watch: ") and (m := WATCH_VERDICT.match(text)):
             self._add("watch_verdict", culprit_of(m[2]), time, text, said=m[2], said_verdict=m[1])
             return
-        if ("rank" in text or "Primary job" in text or "uncaught" in text or "Process name" in text) and (
-            m := MPIRUN.search(text)
-        ):
+        mpirun = "rank" in text or "Primary job" in text or "uncaught" in text or "Process name" in text
+        if mpirun and (m := MPIRUN.search(text)):
             if m.group(1):  # mpirun's word on a rank a signal ended
                 sig = signame(m.group(2))
                 self._add("exit", int(m.group(1)), time, text, exitcode=-int(m.group(2)), signal=sig, root=True)
@@ -284,15 +259,12 @@ class Events:
             self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
                       source="torch.multiprocessing")  # fmt: skip
             return
-        if ("death signal" in text or "ot signal" in text or "eceived" in text or "SIG" in text) and (
-            sig := death_signal(text)
-        ):
+        signalled = "death signal" in text or "ot signal" in text or "eceived" in text or "SIG" in text
+        if signalled and (sig := death_signal(text)):
             self._add("stop", rank, time, text, signal=sig)
             return
-        if "Error happened with" in text:
-            m = ITEM.search(text)
-            if m:
-                self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
+        if "Error happened with" in text and (m := ITEM.search(text)):
+            self._item[rank] = {"id": m.group(2), "text": text.split("Error happened with", 1)[1].strip()}
         if ("atchdog" in text or "NCCL" in text or " ranks" in text) and (said := nccl_events(text, self._nccl)):
             for kind, words, more in said:
                 self._add(kind, more.pop("rank", rank), time, words if words is not None else text, **more)
@@ -306,52 +278,41 @@ class Events:
         if "while trying to connect" in text and (m := CONNECT.search(text)):
             self._add("timeout", rank, time, text, op="connect", timeout_ms=int(m.group(1)) * 1000, source="store")
             return
-        if "Timed out waiting" in text:
-            m = GLOO.search(text)
-            if m:
-                self._add("timeout", rank, time, text, timeout_ms=int(m.group(1)), op=m.group(2), source="gloo")
-                return
+        if "Timed out waiting" in text and (m := GLOO.search(text)):
+            self._add("timeout", rank, time, text, timeout_ms=int(m.group(1)), op=m.group(2), source="gloo")
+            return
         if "monitoredBarrier" in text:
-            m = MONITORED.search(text)
-            if m:
+            if m := MONITORED.search(text):
                 self._add("timeout", rank, time, text, op="monitored_barrier", timeout_ms=int(m.group(2)),
                           behind=int(m.group(1)), source="monitored barrier")  # fmt: skip
                 return
-            m = MONITORED_PEER.search(text)
-            if m:
+            if m := MONITORED_PEER.search(text):
                 self._add("timeout", int(m.group(1)), time, text, op="monitored_barrier", behind=int(m.group(2)),
                           source="monitored barrier")  # fmt: skip
                 return
         if "ompleted store-based barrier" in text:  # every rank joined: the waits before it were passed
             self._add("barrier_done", rank, time, text)
             return
-        if "store based barrier" in text:
-            m = STORE.search(text)
-            if m:  # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
-                self._add("timeout", int(m.group(1)), time, text, op="store_barrier", source="store",
-                          world=int(m.group(2)), joined=int(m.group(3)), waiting="Waiting" in text)  # fmt: skip
-                return
-        if "exitcode" in text:
-            m = AGENT_FAIL.search(text)
-            if m:
-                code = int(m.group(1))
-                self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun", root=False,
-                          signal=exit_signal(code), pid=int(m.group(3)))  # fmt: skip
-                return
-        if "closing signal" in text or "via signal" in text:
-            m = AGENT_TERM.search(text)
-            if m:
-                self._add("agent_stop", rank, time, text, pid=int(m[1] or m[2]), signal=m[3])
-                if m[3] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
-                    self._add("stop", rank, time, text, signal=m[3], by="launcher")  # passed on (a failure's: SIGTERM)
-                else:  # a job that ended abnormally: where no line says why, no all-clear
-                    self._add("suspect", rank, time, text)
-                return
-        if "DataLoader worker" in text or "encountered in worker" in text:
-            m = WORKER.search(text)
-            if m:
-                self._add("worker_killed", rank, time, text, signal=(m[2] or m[3] or "").strip().capitalize() or None)
-                return
+        # still waiting ("Waiting in ...") or timed out: a hang at start-up if no step follows
+        if "store based barrier" in text and (m := STORE.search(text)):
+            self._add("timeout", int(m.group(1)), time, text, op="store_barrier", source="store",
+                      world=int(m.group(2)), joined=int(m.group(3)), waiting="Waiting" in text)  # fmt: skip
+            return
+        if "exitcode" in text and (m := AGENT_FAIL.search(text)):
+            code = int(m.group(1))
+            self._add("exit", int(m.group(2)), time, text, exitcode=code, local=True, source="torchrun", root=False,
+                      signal=exit_signal(code), pid=int(m.group(3)))  # fmt: skip
+            return
+        if ("closing signal" in text or "via signal" in text) and (m := AGENT_TERM.search(text)):
+            self._add("agent_stop", rank, time, text, pid=int(m[1] or m[2]), signal=m[3])
+            if m[3] in ("SIGHUP", "SIGINT") and not self.counts.get("stop"):  # the signal torchrun's agent got,
+                self._add("stop", rank, time, text, signal=m[3], by="launcher")  # passed on (a failure's: SIGTERM)
+            else:  # a job that ended abnormally: where no line says why, no all-clear
+                self._add("suspect", rank, time, text)
+            return
+        if ("DataLoader worker" in text or "encountered in worker" in text) and (m := WORKER.search(text)):
+            self._add("worker_killed", rank, time, text, signal=(m[2] or m[3] or "").strip().capitalize() or None)
+            return
         # the shell's word for a SIGKILLed child (in its locale: not ASCII), by its pid: a rank, where heartbeats know it
         # (DeepSpeed's sigkill_handler too: its kill of the ranks follows)
         killed = "Kill" in text or "(killed)" in text or not text.isascii()
@@ -359,8 +320,7 @@ class Events:
             self._add("exit", rank, time, text, exitcode=-9, signal="SIGKILL", root=False, source="shell",
                       pid=shell_pid(text), consequence="subprocess" in text)  # fmt: skip
             return
-        m = SHELL_SIGNAL.search(text.strip())
-        if m:
+        if m := SHELL_SIGNAL.search(text.strip()):
             t = SRUN_TASK.search(text)  # "srun: error: host: task 0: Segmentation fault": that task's rank
             who = int(t[1]) if t else rank
             self._add("exit", who, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
@@ -378,19 +338,13 @@ class Events:
             self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower(),
                       consequence=ended or None)  # fmt: skip
             return
-        m = STATUS.search(text)
-        if m:
+        if m := STATUS.search(text):
             said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11]
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
-                named = (
-                    m.group(3)
-                    or m.group(6)
-                    or m.group(9)
-                    or ((t := SRUN_TASK.search(text) or CHILD_RANK.search(text)) and t[1])
-                    or quoted
-                )
+                t = SRUN_TASK.search(text) or CHILD_RANK.search(text)
+                named = m[3] or m[6] or m[9] or (t and t[1]) or quoted
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=exit_signal(code))
@@ -409,9 +363,8 @@ class Events:
         if text.startswith("Unhandled exc") and (m := UNHANDLED.match(text)):
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, m[1]))
             return
-        if "skipping batch" in text and RECOVERED.search(
-            text
-        ):  # gone on from by design: a failure only where training did not go on after it
+        if "skipping batch" in text and RECOVERED.search(text):
+            # gone on from by design: a failure only where training did not go on after it
             last = self.events[-1] if self.events else None
             if last and last["kind"] == "oom" and last["file"] == self.source:
                 last["recoverable"] = True  # the allocator's word on the batch it then skipped
@@ -426,8 +379,7 @@ class Events:
         if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, None))
             return
-        said = nonfinite_said(text)
-        if said:
+        if said := nonfinite_said(text):
             self._add("nonfinite_line", rank, time, text, said=said)
             return
         if row := nonfinite_row(text):
@@ -444,9 +396,8 @@ class Events:
             kind = exception_kind(m[2])
             self._add(kind, rank, time, text, type=m[1], message=m[2][:300], where=None, bare=True)
             return
-        if ("Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text) and (
-            m := EXC_LINE.match(text.strip())
-        ):
+        errs = "Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text
+        if errs and (m := EXC_LINE.match(text.strip())):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
             self._unhandled.pop(self.source, None)
             kind = "consequence" if CONSEQUENCE.search(text) else exception_kind(text)
@@ -455,9 +406,8 @@ class Events:
             if kind == "consequence":
                 self._consequence(rank, time, text)
             return
-        if ("CUDA error" in text or "side assert trig" in text or "cuda runtime error" in text) and (
-            m := CUDA_ERROR.search(text)
-        ):
+        cuda = "CUDA error" in text or "side assert trig" in text or "cuda runtime error" in text
+        if cuda and (m := CUDA_ERROR.search(text)):
             said = m[1] or m[2] or m[3] or m[4]
             self._add("exception", rank, time, text, type="CUDA error", message=said, where=None, bare=True)
             return
@@ -465,31 +415,27 @@ class Events:
             n = int(text[29:])
             self._add("exit", rank, time, text, exitcode=-n, signal=signame(str(n)), root=True, source="time")
             return
-        if ("Aborted from" in text or "!!!!" in text or " died " in text or "ERROR in" in text) and (
-            m := ENDED_ITSELF.search(text)
-        ):
+        ended = "Aborted from" in text or "!!!!" in text or " died " in text or "ERROR in" in text
+        if ended and (m := ENDED_ITSELF.search(text)):
             typ, who = next(g for g in m.groups() if g and not g.isdigit()), int(m[4]) if m[4] else rank
             self._add("exception", who, time, text, type=typ, message=text.strip()[:300], where=None, bare=True)
             return
         for pattern, who in SCALE:
-            m = pattern.search(text)
-            if m:
+            if m := pattern.search(text):
                 fatal = who == "icefall" and "too small" in text.lower()
                 to, grad = (None, m.group(1)) if who in ("espnet", "asrlab") else (num(m.groups()[-1] or ""), None)
                 self._add("scale", rank, time, text, toolkit=who, fatal=fatal, to=to, grad=grad)
                 return
-        m = RESUME.search(text)
-        if m and "Traceback" not in text:
+        if "Traceback" not in text and (m := RESUME.search(text)):
             self._add("resume", rank, time, text, path=m.group(1))
             return
+        suspect = SUSPECT.search(text) or self.source not in self._empty_mean and NAN_VALUE.search(text)
         if RENDEZVOUS.search(text) and not NOT_SUSPECT.search(text):
             self._add("exception", rank, time, text, type="rendezvous", message=text.strip()[:300], where=None)
-        elif (
-            SUSPECT.search(text) or self.source not in self._empty_mean and NAN_VALUE.search(text)
-        ) and not NOT_SUSPECT.search(text):
+        elif suspect and not NOT_SUSPECT.search(text):
             self._add("suspect", rank, time, text)
         elif "Mean of empty slice" in text:
             self._empty_mean.add(self.source)
 
 
-__all__ = ["CONSEQUENCE", "Events", "OOM", "SIGNALS", "user_frame"]
+__all__ = ["Events"]

@@ -21,61 +21,42 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
     monitored = [t for t in timeouts if t.get("behind") is not None]
     progress = [e for e in run.events if e["kind"] == "progress" and e.get("rank") is not None]
     last = {r: rec for r, rec in run.last_steps().items() if r is not None}
+    # only ranks the log shows doing something else: a rank absent from an excerpt proves nothing
+    silent = [r for r in range(world or 0) if r not in reported and r in ranks]
     if monitored:
         # the barrier's root names the rank that did not come; the others can only name the root
         named = [t for t in monitored if "failed to pass" in t["text"]] or monitored
         behind = sorted({t["behind"] for t in named})
         basis = named[0].get("basis", "did not reach the monitored barrier")
-    elif out_of_step(timeouts):
+    elif steps := out_of_step(timeouts):
         # the ranks timed out in different collectives: the one (or few) whose number differs from the rest is
         # out of step (behind, or ahead in a collective the others never call); a tie: the lowest number
         groups: dict[int, list[int]] = {}
-        for r, q in out_of_step(timeouts).items():
+        for r, q in steps.items():
             groups.setdefault(q, []).append(r)
         odd = min(groups.items(), key=lambda g: (len(g[1]), g[0]))
-        behind, basis = (
-            sorted(odd[1]),
-            f"timed out in collective #{odd[0]}, the others in #"
-            + "/#".join(str(q) for q in sorted(groups) if q != odd[0]),
-        )
+        others = "/#".join(str(q) for q in sorted(groups) if q != odd[0])
+        behind, basis = sorted(odd[1]), f"timed out in collective #{odd[0]}, the others in #{others}"
     elif len({p["rank"] for p in progress}) > 1:  # one rank's count alone is behind no one
         low = min(p["completed"] for p in progress)
-        behind, basis = (
-            sorted({p["rank"] for p in progress if p["completed"] == low}),
-            f"last completed collective #{low}",
-        )
-    elif (
-        world
-        and reported
-        and len(reported) < world
-        and (silent := [r for r in range(world) if r not in reported and r in ranks])
-    ):
-        # only ranks the log shows doing something else: a rank absent from an excerpt proves nothing
+        behind = sorted({p["rank"] for p in progress if p["completed"] == low})
+        basis = f"last completed collective #{low}"
+    elif reported and len(reported) < (world or 0) and silent:
         behind, basis = silent, "reported no timeout: it never entered the collective"
     elif len(last) > 1 and len({position(r) for r in last.values()}) > 1:
         low = min(position(r) for r in last.values())
         behind = sorted(r for r, rec in last.items() if position(rec) == low)
         basis = f"its last logged {where(last[behind[0]])}, the others further"
-    seq = first.get("seq")
-    op = first.get("op")
-    tmo = first.get("timeout_ms")
-    coll = (
-        (f"{op}" if op else "a collective")
-        + (f" #{seq}" if seq is not None else "")
-        + (f" (timeout {tmo / 1000:g} s)" if tmo else "")
-    )
-    who = (
-        ("ranks " + ", ".join(map(str, reported)))
-        if len(reported) > 1
-        else (f"rank {reported[0]}" if reported else "the job")
-    )
+    seq, op, tmo = first.get("seq"), first.get("op"), first.get("timeout_ms")
+    coll = (f"{op}" if op else "a collective") + (f" #{seq}" if seq is not None else "")
+    coll += f" (timeout {tmo / 1000:g} s)" if tmo else ""
+    who = f"rank{'s' * (len(reported) > 1)} {', '.join(map(str, reported))}" if reported else "the job"
     reported_text = f"{who} timed out in {coll}"
     if behind:
         b = ", ".join(map(str, behind))
-        steps = "; ".join(f"rank {r} at {where(rec)}" for r, rec in sorted(last.items())) if last else ""
-        text = f"rank{'s' if len(behind) > 1 else ''} {b} held the others up ({basis}): {reported_text}" + (
-            f"; last logged: {steps}" if steps else ""
-        )
+        text = f"rank{'s' * (len(behind) > 1)} {b} held the others up ({basis}): {reported_text}"
+        if last:
+            text += "; last logged: " + "; ".join(f"rank {r} at {where(rec)}" for r, rec in sorted(last.items()))
     else:
         text = f"{reported_text}; the log does not say which rank is behind"
         gaps = sorted(set(range(max(reported))) - set(reported)) if len(reported) > 1 else []

@@ -20,33 +20,27 @@ _RESULTS = {1: "unhandled cuda error", 2: "unhandled system error", 3: "internal
             5: "invalid usage", 6: "remote error"}  # fmt: skip  # 6: a peer's going, a consequence
 
 
+def _timeout(**said) -> tuple:
+    """A timeout event of NCCL's: what its line does not say, None."""
+    return "timeout", None, {"seq": None, "op": None, "timeout_ms": None, "source": "nccl", **said}
+
+
 def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
     """The events a line of NCCL's says: ``(kind, text, fields)`` each (``text`` None: the line's own), or none.
     ``said``: each process's last WARN, and whether its error was said (a call's error is traced at every level)."""
     if "NCCL WARN" in text and (m := _WARNED.search(text)):
         said[m[1], m[2]] = m[3]
         return []
-    if (
-        " -> " in text
-        and (m := _RETURNED.search(text))
-        and int(m[3]) in _RESULTS
-        and said.get((m[1], m[2])) is not True
-    ):
+    if " -> " in text and (m := _RETURNED.search(text)) and int(m[3]) in _RESULTS:
         code, why = int(m[3]), said.get((m[1], m[2]))
-        said[m[1], m[2]] = True
-        words = f"NCCL error {code} ({_RESULTS[code]})" + (f": {why}" if why else "")
-        more = dict(type="NCCL error", message=words[:300], where=None, raised=None, frames=0, source="nccl")
-        return [("consequence" if code == 6 else "exception", words, more)]
+        if why is not True:
+            said[m[1], m[2]] = True
+            words = f"NCCL error {code} ({_RESULTS[code]})" + (f": {why}" if why else "")
+            more = dict(type="NCCL error", message=words[:300], where=None, raised=None, frames=0, source="nccl")
+            return [("consequence" if code == 6 else "exception", words, more)]
     if "Watchdog caught" in text and (m := WATCHDOG.search(text)):
         seq, timeout = m.group(1), m.group(3)
-        return [
-            (
-                "timeout",
-                None,
-                dict(seq=int(seq) if seq else None, op=m.group(2), timeout_ms=int(timeout) if timeout else None,
-                     source="nccl"),
-            )
-        ]  # fmt: skip
+        return [_timeout(seq=int(seq) if seq else None, op=m.group(2), timeout_ms=int(timeout) if timeout else None)]
     if "watchdog thread terminated" in text and (m := WATCHDOG_EXC.search(text)):
         said = m.group(1).strip()
         if not COLLECTIVE_TIMEOUT.search(said):  # a timeout is read from the same line, as a hang
@@ -57,7 +51,7 @@ def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
             return [(kind, f"{said} (its NCCL watchdog ended the process on it)", more)]
     if ("stuck" in text or "NCCL operations" in text) and NCCL_HANG.search(text):
         # the heartbeat's seconds are not a collective's timeout: none is said
-        return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl"))]
+        return [_timeout()]
     if ("missing ranks" in text or "ready ranks" in text) and (m := HOROVOD_MISSING.search(text)):
         said = [int(r) for r in m.group(3).split(",")]
         # of the ranks that were ready, the world's size is not said: a rank below the highest one that is not
@@ -68,13 +62,13 @@ def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
             more["waiting"] = True
         return [("timeout", None, {**more, "behind": missing[0]} if len(missing) == 1 else more)]
     if "subset of ranks" in text and HOROVOD_STALL.search(text):  # a wait the steps after it may end
-        return [("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="horovod", waiting=True))]
+        return [_timeout(source="horovod", waiting=True)]
     out = []
     if "collective timeout from" in text and (m := _DUMPED.search(text)):  # another rank's watchdog timed out first
-        out.append(("timeout", None, dict(seq=None, op=None, timeout_ms=None, source="nccl", rank=int(m[1]))))
+        out.append(_timeout(rank=int(m[1])))
     if "NCCL work" in text:
         if m := NCCL_SEQ.search(text):
             out.append(("progress", None, dict(enqueued=int(m.group(1)), completed=int(m.group(2)))))
         if t := NCCL_TIMEOUT.search(text):
-            out.append(("timeout", None, dict(seq=int(t.group(1)), op=None, timeout_ms=None, source="nccl")))
+            out.append(_timeout(seq=int(t.group(1))))
     return out

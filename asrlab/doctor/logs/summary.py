@@ -66,7 +66,7 @@ class TorchrunSummary:
         r, self._record = self._record, None
         if not r or "rank" not in r:
             return
-        rank = int(re.match(r"\s*(\d+)", r["rank"]).group(1)) if re.match(r"\s*\d", r["rank"]) else None
+        rank = int(m[1]) if (m := re.match(r"\s*(\d+)", r["rank"])) else None
         code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
         code = int(code.group(1)) if code else None
         pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
@@ -81,18 +81,14 @@ class TorchrunSummary:
             if e is not None:
                 more = {k: e[k] for k in ("type", "message", "where")}
         said = " ".join(r.get("tb", [])) or r.get("traceback", "")
-        if more.get("type") or more.get("where"):
-            said = (
-                f"{more.get('type') or 'an exception'}: {more.get('message') or ''}".rstrip(": ")
-                if more.get("type")
-                else "a traceback that the log cuts off before its exception line"
-            )
+        if more.get("type"):
+            said = f"{more['type']}: {more.get('message') or ''}".rstrip(": ")
+        elif more.get("where"):
+            said = "a traceback that the log cuts off before its exception line"
+        elif (not said or said.startswith("To enable traceback")) and code is None:
+            said = "torchrun's root cause (the log ends before its exit code)"
         elif not said or said.startswith("To enable traceback"):
-            said = (
-                f"exit code {code}" + (f" ({signame})" if signame else "")
-                if code is not None
-                else "torchrun's root cause (the log ends before its exit code)"
-            )
+            said = f"exit code {code}" + (f" ({signame})" if signame else "")
         fields = dict(exitcode=code, signal=signame, root=r["root"], host=r.get("host"), source="torchrun",
                       pid=int(pid.group(1)) if pid else None, **more)  # fmt: skip
         self._done.append((rank, Clock().of(r.get("time", "")), said, fields))

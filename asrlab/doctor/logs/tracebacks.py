@@ -10,28 +10,22 @@ from .words import DIED, JAX_BARRIER, STATUS, STORE_KEY
 
 
 TB = "Traceback (most recent call last):"
-
-
 ORIGINAL = "Original Traceback (most recent call last):"
-
-
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-
 
 _FRAME = r'File "([^"]+)", line (\d+), in (\S+)'
 FRAME = re.compile(rf"^\s*{_FRAME}")
 # a frame of rich's boxed traceback (Lightning's, Typer's, kohya's): "│ /path/train.py:481 in <module>   │"
 RICH_FRAME = re.compile(r"^[│┃]\s+(\S.*?\.py):(\d+) in (\S+)")
-
+# "...    raise RuntimeError("Model diverged with loss = NaN.")RuntimeError: Model diverged with loss = NaN."
+_GLUED_EXC = re.compile(r"\)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
+_GLUED_FRAME = re.compile(_FRAME)
 
 EXC = re.compile(
     r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
     r"[A-Za-z_][\w]*\.[\w.]*[A-Z]\w*|AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*))?$"
 )
-
-
 WRAPPER = re.compile(r"^This exception is thrown by __iter__ of|^\s*$")
-
 
 # a failure another failure causes: not the cause, whatever prints first
 CONSEQUENCE = re.compile(
@@ -49,7 +43,6 @@ CONSEQUENCE = re.compile(
     re.I,
 )
 
-
 # any wording of running out of memory: torch's, older torch's and the driver's ("cuda runtime error (2) : out of
 # memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's;
 # not an allocator's retry that says it is "not a failure" (TensorFlow's BFC allocator)
@@ -65,9 +58,6 @@ OOM = re.compile(
 # signal SIGKILL", "process 0 terminated with exit code 1"), or that its traceback follows
 SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit code (-?\d+)|the following error)")
 # a collective, a barrier or the store that gave up waiting, in any backend's words
-# "...    raise RuntimeError("Model diverged with loss = NaN.")RuntimeError: Model diverged with loss = NaN."
-_GLUED_EXC = re.compile(r"\)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
-_GLUED_FRAME = re.compile(_FRAME)
 COLLECTIVE_TIMEOUT = re.compile(
     r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
     r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
@@ -75,8 +65,6 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!|"
     rf"{STORE_KEY.pattern}"  # c10d's store: what this rank waits for, a peer never wrote
 )
-
-
 NONFINITE_EXC = re.compile(
     r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
     r"grad_scale is too small|[Ll]oss is (?:not finite|nan|inf)|non-?finite loss|"
@@ -94,16 +82,12 @@ def exception_kind(words: str) -> str:
 
 
 MONITORED = re.compile(r"[Rr]ank (\d+) failed to pass monitoredBarrier in (\d+) ms")
-
-
-# the rank a launcher gave the child whose command it quotes ("Command '['python', 'train.py', '--local_rank=3']'")
-CHILD_RANK = re.compile(r"--local[_-]rank(?:=|',\s*')(\d+)")
 MONITORED_PEER = re.compile(
     r"[Rr]ank (\d+) successfully reached monitoredBarrier, but received errors while waiting "
     r"for send/recv from rank (\d+)"
 )
-
-
+# the rank a launcher gave the child whose command it quotes ("Command '['python', 'train.py', '--local_rank=3']'")
+CHILD_RANK = re.compile(r"--local[_-]rank(?:=|',\s*')(\d+)")
 WORKER = re.compile(  # and the worker's own handler's word before it dies of that signal ("ERROR: Unexpected bus error
     # encountered in worker. This might be caused by insufficient shared memory (shm).")
     r"DataLoader worker \(pids?\)? ?\(?([\d, ]+)\)? (?:is killed by signal: ([^.]+)|exited unexpectedly)|"
@@ -126,9 +110,8 @@ def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | Non
     return frames[-1]
 
 
-# lines that start something of their own, never the rest of an exception's message
 WRAP_AT = 120  # a source line this long may go on, wrapped, on the next line at column 0
-
+# lines that start something of their own, never the rest of an exception's message
 _NOT_MESSAGE = re.compile(
     r"^(?:\[|#|Epoch|epoch|\d{4}-\d\d-\d\d|[EWIF]\d{4} \d\d:|Root Cause|Failures:|===|---|"
     r"rank\s*:|time\s*:|host\s*:|exitcode\s*:|error_file\s*:|traceback\s*:|\w+:\w+:|"
@@ -137,12 +120,8 @@ _NOT_MESSAGE = re.compile(
     r"(?:[Rr]ank|[Tt]ask|[Ww]orker|[Pp]rocess) \d+ (?:exited|died|terminated) with|"  # a launcher's word on the child
     r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
 )
-
-
 # an exception's message that opens with the rank that raised it (Megatron's "Rank 3: found NaN in local grad norm")
 OWN_RANK = re.compile(r"\[?[Rr]ank (\d+)\]?: ")
-
-
 IPYTHON_HEAD = re.compile(r"^(\w+)\s{2,}Traceback \(most recent call last\)")
 
 
@@ -154,7 +133,6 @@ class Traceback:
         # a terminal's echo of Ctrl-C glued before it ("^CTraceback ..."): the traceback of that interrupt
         self.named = named.group(1) if named else "KeyboardInterrupt" if "^CTraceback" in head else None
         self.sections: list[dict] = [{"frames": [], "exc": None, "message": [], "original": False}]
-        self.done = False
         # a loop's own tag before its head ("(JOB 2/2) !! Traceback ..."): on each of its lines, taken off (its clock's
         # and counters' digits may change from line to line)
         tag = head[: head.find(TB)] if TB in head and not self.named else ""
@@ -185,56 +163,41 @@ class Traceback:
         if stripped.startswith(CHAIN):
             self.sections.append({"frames": [], "exc": None, "message": [], "original": False, "chained": True})
             return True
-        if stripped == TB:
-            if s["exc"] is None and not s["frames"]:
-                return True
-            if self.sections[-1].get("chained") or self.sections[-1].get("original"):
-                return True
-            return False
+        if stripped == TB:  # its own head again, or a chained one's: else the next traceback's
+            return (s["exc"] is None and not s["frames"]) or bool(s.get("chained") or s.get("original"))
         if stripped[:1] in ("│", "╭", "╰", "┃", "┏", "┗") and s["exc"] is None:  # rich's boxed traceback
             s["boxed"] = True
             if m := RICH_FRAME.match(stripped):
                 s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
             return True
-        m = FRAME.match(text)
-        if m:
+        if m := FRAME.match(text):
             if s["exc"] is not None:  # frames after an exception line: a new traceback of its own
                 return False
             s["frames"].append((m.group(1), int(m.group(2)), m.group(3)))
-            s["wrap"], s["after_frame"] = (
-                False,
-                not text[:1].isspace(),
-            )  # a paste that lost the indents: its source line comes bare
+            s["wrap"] = False
+            s["after_frame"] = not text[:1].isspace()  # a paste that lost the indents: its source line comes bare
             if glued := _GLUED_EXC.search(text):  # a paste that lost its line breaks: its frames, then its exception
                 s["frames"] += [(f, int(n), fn) for f, n, fn in _GLUED_FRAME.findall(text[m.end() :])]
                 s["exc"], s["message"] = glued[1], [glued[2]]
             return True
-        if (
-            text[:1].isspace()
-            or (after_frame and stripped and not EXC.match(stripped))
-            or (stripped and set(stripped) <= {"^", "~"})
-            or (s.get("wrap") and stripped and not EXC.match(stripped))  # a long source line a terminal wrapped
-        ) and s["exc"] is None:
-            s["wrap"] = len(text) >= WRAP_AT
-            return True  # a frame's source line, or ^^^^ markers (their indent gone with a collector's prefix)
         if s["exc"] is None:
-            m = EXC.match(stripped)
-            if m and (s["frames"] or s.get("original") or s.get("boxed")):
-                s["exc"], s["message"] = m.group(1), [m.group(2) or ""]
+            exc = EXC.match(stripped)
+            bare = (after_frame or s.get("wrap")) and stripped and not exc  # unindented, or a long one wrapped
+            if text[:1].isspace() or bare or (stripped and set(stripped) <= {"^", "~"}):
+                s["wrap"] = len(text) >= WRAP_AT
+                return True  # a frame's source line, or ^^^^ markers (their indent gone with a collector's prefix)
+            if exc and (s["frames"] or s.get("original") or s.get("boxed")):
+                s["exc"], s["message"] = exc.group(1), [exc.group(2) or ""]
                 return True
-            if s.get("original") or s.get("chained"):
-                return True
-            return False
-        if (
-            stripped
-            and not WRAPPER.match(stripped)
-            and len(s["message"]) < 6
-            and not EXC.match(stripped)
-            and not _NOT_MESSAGE.match(stripped)
-        ):
+            return bool(s.get("original") or s.get("chained"))
+        if stripped and len(s["message"]) < 6 and not any(r.match(stripped) for r in (WRAPPER, EXC, _NOT_MESSAGE)):
             s["message"].append(stripped)  # a message of several lines (a worker's "Caught ... Original ...")
             return True
         return False
+
+    def _event(self, kind: str, **said) -> dict:
+        """An event of this traceback's: where and when it began, then what it says."""
+        return {"kind": kind, "rank": self.rank, "time": self.time, "order": self.order, "file": self.source, **said}
 
     def event(self) -> dict | None:
         done = [s for s in self.sections if s["exc"]]
@@ -243,30 +206,17 @@ class Traceback:
             # same (the header is printed only for one), the failure where nothing else is (a notebook's frames
             # after a worker's death are not read as frames)
             frames = [f for sec in self.sections for f in sec["frames"]]
-            where = user_frame(frames)
-            return {
-                "kind": "exception"
-                if frames and not (self.named and CONSEQUENCE.search(self.named))
-                else "consequence",
-                "rank": self.rank,
-                "time": self.time,
-                "order": self.order,
-                "file": self.source,
-                "type": self.named,
-                "message": "",
-                "text": f"{self.named or 'a traceback'} that the log cuts off before its exception line",
-                "where": list(where) if where else None,
-                "raised": None,
-                "frames": len(frames),
-                "cut": True,
-            }
+            where, named = user_frame(frames), self.named
+            kind = "exception" if frames and not (named and CONSEQUENCE.search(named)) else "consequence"
+            text = f"{named or 'a traceback'} that the log cuts off before its exception line"
+            e = self._event(kind, type=named, message="", text=text, where=where and list(where), raised=None)
+            return {**e, "frames": len(frames), "cut": True}
         # the exception inside a DataLoader worker's or a datapipe's wrapper, else the first of a chain
         originals = [s for s in done if s["original"]]
         s = originals[-1] if originals else done[0]
         frames = [f for sec in self.sections for f in sec["frames"]] if not originals else s["frames"]
         where = user_frame(s["frames"] or frames)
         message = " ".join(m for m in s["message"] if m).strip()
-        last = done[-1]
         text = f"{s['exc']}: {message}" if message else s["exc"]
         whole = " ".join(f"{d['exc']}: {' '.join(d['message'])}" for d in done)
         kind = exception_kind(whole)
@@ -280,24 +230,15 @@ class Traceback:
             # "with the following error", follows and says what it raised)
             following = spawned.group(0).endswith("following error")
             code = int(spawned.group(3)) if spawned.group(3) else 1 if following else None
-            return {
-                "kind": "exit",
-                "rank": int(spawned.group(1)),
-                "time": self.time,
-                "order": self.order,
-                "file": self.source,
-                "text": text[:500],
-                "exitcode": code,
-                "signal": spawned.group(2),
-                "root": True,  # the launcher reports the first process it saw end
-                "source": "torch.multiprocessing",
-                **({"spawned_rank": int(spawned.group(1))} if following else {}),
-            }
+            rank = int(spawned.group(1))
+            # root: the launcher reports the first process it saw end
+            e = self._event("exit", rank=rank, text=text[:500], exitcode=code, signal=spawned.group(2), root=True)
+            e["source"] = "torch.multiprocessing"
+            return {**e, "spawned_rank": rank} if following else e
         more = {}
         if spawned:  # "-- Process N terminated with the following error:" then that process's traceback
             more["spawned_rank"] = int(spawned.group(1))
-        w = WORKER.search(whole)
-        if w:
+        if w := WORKER.search(whole):
             more["signal"] = (w.group(2) or "").strip() or None
         peer = MONITORED_PEER.search(whole) or MONITORED.search(whole)
         if peer:  # this rank raised because another did not come: that one is the culprit
@@ -307,21 +248,8 @@ class Traceback:
         elif self.rank is None and (own := OWN_RANK.match(message)):
             more["culprit_rank"] = int(own.group(1))  # "Rank 3: found NaN in local grad norm": the rank says itself
         if (s["exc"] or "").endswith("CalledProcessError"):  # its child's status, read before a long command cuts it
-            st, died = STATUS.search(message), DIED.search(message)  # "returned non-zero exit status N", "died with
-            more["child_code"] = (
-                int(st[2]) if st and st[2] else -int(died[1]) if died else None
-            )  # <Signals.SIGSEGV: 11>"
-        return {
-            **more,
-            "kind": kind,
-            "rank": self.rank,
-            "time": self.time,
-            "order": self.order,
-            "file": self.source,
-            "type": s["exc"],
-            "message": message[:500],
-            "text": text[:500],
-            "where": list(where) if where else None,
-            "raised": last["exc"],
-            "frames": len(frames),
-        }
+            # "returned non-zero exit status N", "died with <Signals.SIGSEGV: 11>"
+            st, died = STATUS.search(message), DIED.search(message)
+            more["child_code"] = int(st[2]) if st and st[2] else -int(died[1]) if died else None
+        e = self._event(kind, type=s["exc"], message=message[:500], text=text[:500], where=where and list(where))
+        return {**more, **e, "raised": done[-1]["exc"], "frames": len(frames)}
