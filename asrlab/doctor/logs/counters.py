@@ -7,10 +7,9 @@ import re
 
 NAMED = re.compile(
     r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
-    r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # "STEP: 10/13 -- GLOBAL_STEP: 25": a count of N is the place in an epoch;
-    # "(batch 32 -> 30)": a size that changed, not a place
-    r"|(?<![\w.:=])(?<!/ )(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"  # chainer's "500 iter, 0 epoch", "0 completed epochs,
-    # 100 batches"; not "09:30:39 iter 2920" nor a total ("600/ 3515 batches")
+    r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # not "STEP: 10/13" (the place in an epoch) nor "(batch 32 -> 30)" (a size)
+    # chainer's "500 iter, 0 epoch", "0 completed epochs, 100 batches"; not "09:30:39 iter 2920" nor "600/ 3515 batches"
+    r"|(?<![\w.:=])(?<!/ )(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"
     r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
@@ -39,9 +38,8 @@ _STEP_OF = re.compile(r"(?<![A-Za-z0-9])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\
 
 
 def counter_of(line: str, named: bool = False) -> int | None:
-    """The step a line names, whatever its format: ``step 40``, ``Iteration: 2933``, ``[Iteration 61991]``,
-    ``iteration=0``, ``batch 511``, else (not ``named``) ``[24289/24290]`` or ``450/1000`` (a bar); None where
-    it names none."""
+    """The step a line names (``step 40``, ``Iteration: 2933``, ``batch 511``), else (not ``named``) a bar's
+    (``[24289/24290]``, ``450/1000``); None where it names none."""
     # a tqdm count before any other N/M: a bar's "0/299 ... 34/54 [00:42<00:25" counts batches, its 0/299 epochs
     m = NAMED.search(line) or (_STEP_OF.search(line) if named else _TQDM.search(line) or _OF.search(line))
     return int(next(g for g in m.groups() if g is not None)) if m else None

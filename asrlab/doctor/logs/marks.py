@@ -1,11 +1,5 @@
-"""A log line's time and rank, from whichever mark its toolkit puts on it.
-
-Times: Python logging's ``2024-03-01 12:00:00,123`` (WeNet, icefall, ESPnet, NeMo, SpeechBrain),
-torchelastic's ``2024-03-01_12:00:00``, ISO ``T`` forms, and glog's ``E0301 12:00:00.123456`` (PyTorch's
-C++ warnings and NCCL's watchdog), which has no year: it takes the year of the log's other stamps.
-Ranks: PyTorch's ``[rank3]:`` and torchrun's ``[default3]:`` prefixes, NCCL's ``[Rank 3]``, icefall's
-``(3/8)``, ESPnet's ``[host:3/8]``, WeNet's trailing ``rank 3``, torchelastic's ``rank : 3``.
-"""
+"""A log line's time (Python logging's, ISO, Hugging Face's US dates, glog's ``E0301 12:00:00.123456``, which
+has no year) and rank (PyTorch's ``[rank3]:``, torchrun's ``[default3]:``, NCCL's, icefall's, ESPnet's, WeNet's)."""
 
 from __future__ import annotations
 
@@ -13,16 +7,16 @@ import calendar
 import re
 import time
 
-_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
-_US = re.compile(r"(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")  # Hugging Face's loggers
-_GLOG = re.compile(r"(?:^|[\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6})")
+_HMS = r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+_ISO = re.compile(rf"(?P<y>\d{{4}})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_]{_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")
+_US = re.compile(rf"(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{{4}}),? {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")  # Hugging Face's
+_GLOG = re.compile(rf"(?:^|[\s\[:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{1,6}})")
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 _MARK = r"\[(?:rank|default|[\w.-]+:)(\d+)\]:"  # PyTorch's; torchrun's, its role first (default, a host's "gpu3:")
 PREFIX = re.compile(rf"^\s*{_MARK}\s?")  # indented where a thread quotes it
-# what a collector puts before a line: strong marks (a rank's, mpirun's, srun's, a container's, a CRI log's)
-# are always taken off; a bare timestamp or host name only where what follows it is a rank mark or a line
-# that must be read from its first character (a traceback, torchrun's summary)
+# what a collector puts before a line: strong marks (a rank's, mpirun's, a container's) are always taken off; a bare
+# stamp or host name only before a rank mark or a line read from its first character (a traceback, torchrun's summary)
 _STRONG = (
     (PREFIX, 1),  # PyTorch's and torchrun's
     # a loop's own "[r1][ep 0 ...", a logger's "INFO [rank0] trainer: ..." (an error's level word is kept)
@@ -36,9 +30,8 @@ _TIME = re.compile(
     r"(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?)\]?:?"
     r"(?:\s+|(?=\[\d+,\d+\]<std))"  # mpirun --timestamp-output's "Fri Aug 18 12:44:11 2017[1,93]<stderr>:"
 )
-_WEAK_RANK = re.compile(
-    r"^\[(\d{1,5})\]:(?: (?=\S)| ?(?=\s|$))|^(\d{1,4}): (?=\S)(?![-+\w.]+, [-+\w.]+ avg)"
-)  # "[1]: " after a stamp; srun's "1: " (not darknet's step: "1014: 6.31, 5.90 avg, 0.001 rate")
+# "[1]: " after a stamp; srun's "1: " (not darknet's step: "1014: 6.31, 5.90 avg, 0.001 rate")
+_WEAK_RANK = re.compile(r"^\[(\d{1,5})\]:(?: (?=\S)| ?(?=\s|$))|^(\d{1,4}): (?=\S)(?![-+\w.]+, [-+\w.]+ avg)")
 _HOST = re.compile(r"^[a-zA-Z][\w.-]*[\w]:\s(?=\S)")  # pdsh / a collector's "node03: "
 # a line that is read from its first character: what a collector's prefix must not hide
 STRUCTURAL = re.compile(
@@ -115,11 +108,8 @@ def marked_rank(line: str) -> int | None:
 
 def world_of(line: str) -> int | None:
     """The world size where the mark carries it (icefall's ``(3/8)``, ESPnet's ``[host:3/8]``)."""
-    for pattern in _RANKS[1:3]:
-        m = pattern.search(line)
-        if m:
-            return int(m.group(2))
-    return None
+    m = _RANKS[1].search(line) or _RANKS[2].search(line)
+    return int(m.group(2)) if m else None
 
 
 class Clock:
@@ -132,30 +122,22 @@ class Clock:
     def of(self, line: str) -> float | None:
         if len(line) < 14:
             return None
-        m = _ISO.search(line, 0, 80)
+        m = _ISO.search(line, 0, 80) or _US.search(line, 0, 60)
         if m:
-            y, mo, d, h, mi, s, frac = m.groups()
-            self.year = int(y)
-            return _seconds(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
-        m = _US.search(line, 0, 60)
-        if m:
-            mo, d, y, h, mi, s, frac = m.groups()
-            self.year = int(y)
-            return _seconds(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
+            self.year = int(m["y"])
+            return _seconds(self.year, m)
         m = _GLOG.search(line, 0, 60)
-        if m:
-            mo, d, h, mi, s, frac = m.groups()
-            if 1 <= int(mo) <= 12 and 1 <= int(d) <= 31:
-                return _seconds(self.year, int(mo), int(d), int(h), int(mi), int(s), frac)
+        if m and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+            return _seconds(self.year, m)
         return None
 
 
-def _seconds(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+def _seconds(year: int, m: re.Match) -> float | None:
     try:
-        t = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+        t = calendar.timegm((year, *map(int, m.group("mo", "d", "h", "mi", "s")), 0, 0, 0))
     except (ValueError, OverflowError):
         return None
-    return t + (float("0." + frac) if frac else 0.0)
+    return t + (float("0." + m["frac"]) if m["frac"] else 0.0)
 
 
 __all__ = ["Clock", "PREFIX", "marked_rank", "rank_of", "split_prefix", "world_of"]

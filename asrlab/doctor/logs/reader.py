@@ -1,7 +1,6 @@
-"""Reading a log file into the run's model (:mod:`.run`): in blocks, a compiled pattern over each block
-finding the lines that can say something (:mod:`.fingerprint`); the step lines that say nothing else are
-sampled (the series keeps its last records, its extremes and its non-finite points), each line that can matter
-read in Python once. ``read_logs(paths, fast=False)`` reads every line in Python (the fast read's check)."""
+"""Log files read into the run's model (:mod:`.run`): the lines that can say something, found by their fingerprints
+(:mod:`.fingerprint`), read in Python once; the step lines that say nothing else counted and sampled (a series keeps
+only its last records, its extremes and its non-finite points)."""
 
 from __future__ import annotations
 
@@ -56,10 +55,6 @@ def read_logs(paths: list[str], fast: bool = True) -> LogRun:
     return run
 
 
-def _blocks(path: str):
-    yield from stream.pieces(sys.stdin.buffer if path == "-" else path, stream.CHUNK)
-
-
 class _File:
     """One file's reading: its clock, its rank, the step format it settled on."""
 
@@ -87,7 +82,7 @@ class _File:
     def read(self) -> None:
         # a piece is read once EDGE bytes after it are in: the file's last EDGE bytes are read line by line
         ahead, after, offset = [], 0, 0  # pieces not read yet; their bytes but the first one's
-        for data, lo, hi in _blocks(self.path):
+        for data, lo, hi in stream.pieces(sys.stdin.buffer if self.path == "-" else self.path, stream.CHUNK):
             if data.find(b"\r", lo, hi) >= 0:  # a progress bar's drawings
                 data = data[lo:hi].replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # each a line of its own
                 lo, hi = 0, len(data)
@@ -166,7 +161,7 @@ class _File:
             fps.pop()
         run.lines += len(fps)
         self.avg = max(1.0, (end - start) / max(1, len(fps)))  # bytes a line, for seek's first aim
-        while fps:
+        while True:  # ends at the return: a cut leaves the long run's rest, so fps is never empty
             codes = bytes(map(self.code.get, fps, repeat(UNKNOWN)))
             long = LONG_RUN.search(codes)  # lines of a format not seen yet: read LONG, then code the rest anew
             if long is None:
@@ -177,16 +172,13 @@ class _File:
             self.part(block, offset, fps[:cut], codes[:cut], b)
             fps = fps[cut:]
             self.done, self.at, self.start = b, (0, b), b
-        self.samples_before(block, offset, end)
-        self.prev = (block, offset, end, self.done)
 
     def part(self, block: bytes, offset: int, fps: list, codes: bytes, end: int) -> None:
         """The lines of block[self.start:end], their fingerprints ``fps`` and the bytes ``codes`` they have."""
         run, last = self.run, len(fps)
         self.end = end
         for c in STEP:
-            n = codes.count(c)
-            if n:
+            if n := codes.count(c):
                 run.formats[CODE_FORMAT[c]] += n
         self.avg = max(1.0, (end - self.start) / max(1, last))
         lead = last - len(codes.lstrip(NOT_STEP))  # a run the range begins with, the lines before it cut
@@ -225,11 +217,9 @@ class _File:
             return False  # the last line not a step's: it may begin a run the next range goes on with
         n = [prints.count(t, c0, c1) for t, _ in tiles]
         lines = prints.count(b"\n", c0, c1)
-        # each counted line alone between step lines (two alike may mean more together: C++'s terminate and
-        # its what()): each follows a step line
-        alone = all(
-            k == sum(prints.count(t + f, c0, c1) for t, _ in steps) for k, (f, _) in zip(n[len(steps) :], singles)
-        )
+        # each counted line alone between step lines, each after a step line (two alike may mean more together:
+        # C++'s terminate and its what())
+        alone = n[len(steps) :] == [sum(prints.count(t + f, c0, c1) for t, _ in steps) for f, _ in singles]
         if not alone or sum(n) != lines or sum(k * len(t) for k, (t, _) in zip(n, tiles)) != c1 - c0:
             self.wait = min(2 * self.wait, 256)
             self.pure = -self.wait  # not again for a while: longer each time it fails
@@ -279,10 +269,8 @@ class _File:
             self.kept += len(sig)
             if j - i == 1:
                 self.singles[fps[i]] = s
-            coded = []  # its lines' codes from now on: the next blocks see the run by its codes
-            for fp in fps[i:j]:
-                coded.append(self.code.get(fp) or self.code.setdefault(fp, next(self.codes, UNKNOWN)))
-            coded = bytes(coded)
+            # its lines' codes from now on (a new one where a line has none): the next blocks see the run by its codes
+            coded = bytes(self.code.get(fp) or self.code.setdefault(fp, next(self.codes, UNKNOWN)) for fp in fps[i:j])
             if UNKNOWN not in coded and coded not in self.sigs:
                 self.sigs[coded] = s
                 self.kept += len(coded)
@@ -323,15 +311,10 @@ class _File:
         alone.events.finish()
         # a loss scale's value decides a verdict (it collapsed), a resume where the latest attempt begins, a
         # line sets what the next ones read (the epoch a bar is in): a run that does any is always read
-        fixed = not any(e.get("to") is not None or e["kind"] == "resume" for e in alone.events.events) and all(
-            getattr(alone, k, None) == v for k, v in state.items()
-        )
-        return (
-            tuple(sorted(alone.events.counts.items())),
-            tuple(sorted(alone.run.formats.items())),
-            len(alone.run.nonfinite),
-            fixed,
-        )
+        decisive = any(e.get("to") is not None or e["kind"] == "resume" for e in alone.events.events)
+        fixed = not decisive and all(getattr(alone, k, None) == v for k, v in state.items())
+        counts, formats = alone.events.counts, alone.run.formats
+        return tuple(sorted(counts.items())), tuple(sorted(formats.items())), len(alone.run.nonfinite), fixed
 
     def seek(self, block: bytes, i: int) -> int:
         """The offset in block of the range's line ``i`` (counted on from the last one sought)."""
@@ -356,8 +339,7 @@ class _File:
 
     def _step_line(self, block: bytes, a: int, b: int) -> bytes | None:
         raw = block[a:b]
-        c = self.code.get(raw.translate(None, DROP))
-        return raw if c is not None and c in STEP else None
+        return raw if self.code.get(raw.translate(None, DROP), UNKNOWN) in STEP else None
 
     def samples_before(self, block: bytes, offset: int, until: int) -> None:
         """The sample step lines (one each SAMPLE bytes) before ``until`` not read yet."""
@@ -447,12 +429,8 @@ class _File:
             self.events.feed(self.path, who, self.now, text, bar)
             if rec is None:
                 return False
-        if (
-            rec["step"] is None
-            and rec["batch"] is None
-            and self.bar is not None
-            and self.read_in_full - self.bar[1] <= BAR_NEAR
-        ):
+        near = self.bar is not None and self.read_in_full - self.bar[1] <= BAR_NEAR
+        if rec["step"] is None and rec["batch"] is None and near:
             rec["step"] = self.bar[0]  # a line of numbers printed under a bar (Hugging Face's dicts): its count
         if rec["step"] is not None and rec["batch"] is not None:
             self.at = (rec["epoch"], rec["batch"], rec["step"])
@@ -465,9 +443,8 @@ class _File:
         run.formats[rec["toolkit"]] += 0 if counted else 1
         if rec["rank"] is None:  # a bar's rank is said before its end, not by a line glued after it
             said = text[: m.end()] if rec["toolkit"] == "lightning" and (m := _BAR_END.search(text)) else text
-            rec["rank"] = (
-                rank if rank is not None else rank_of(said) if rec["toolkit"] != "plain" else marked_rank(said)
-            )
+            mark = rank_of if rec["toolkit"] != "plain" else marked_rank
+            rec["rank"] = rank if rank is not None else mark(said)
         if rec["rank"] is None:
             rec["rank"] = self.rank
         if run.world is None:

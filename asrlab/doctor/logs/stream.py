@@ -1,11 +1,5 @@
-"""A log file as a stream of clean text lines, whatever state it is in.
-
-Compressed logs (gzip, bz2, xz, zstd) are recognised from their first bytes, not their names. A line is
-cut at ``\\n``; a progress bar redrawn with ``\\r`` gives each of its drawings as a line; ANSI colour codes
-go; bytes that are not UTF-8 become U+FFFD; a NUL-filled or binary stretch gives nothing; two ranks'
-lines glued together (one wrote without its newline before the other's timestamp or rank mark) are cut
-apart. A file still being written is read up to its last complete line, plus the partial one.
-"""
+"""A log file as clean text lines: compressed logs known by their first bytes, not their names; a bar
+redrawn with ``\\r`` a line per drawing; ANSI codes and NULs gone; two ranks' lines glued together cut apart."""
 
 from __future__ import annotations
 
@@ -60,10 +54,8 @@ def open_log(path: str | Path) -> BinaryIO:
 
 
 def pieces(path, size: int = CHUNK) -> Iterator[tuple[bytes, int, int]]:
-    """The file (a path, or a binary stream such as standard input) as ``(data, lo, hi)``: ``data[lo:hi]``
-    whole lines, in order (the last may end mid-line: a file still being written). ``data`` is what one read
-    gave, not copied: a line two reads cut comes alone, glued (a read, a copy to cut each piece at its last
-    newline and another to glue the cut line on took 1.1 s a GiB; this, 0.2)."""
+    """The file (a path or a binary stream) as ``(data, lo, hi)``, ``data[lo:hi]`` whole lines (the last may end
+    mid-line). ``data`` is one read's, not copied (copying each piece took 1.1 s a GiB; this, 0.2)."""
     with open_log(path) if isinstance(path, (str, Path)) else contextlib.nullcontext(path) as f:
         rest = b""  # the end of the last read: a line cut
         while True:
@@ -93,12 +85,6 @@ def pieces(path, size: int = CHUNK) -> Iterator[tuple[bytes, int, int]]:
             yield rest, 0, len(rest)
 
 
-def chunks(path, size: int = CHUNK) -> Iterator[bytes]:
-    """The file in pieces that each end at a line's end (the last may not): :func:`pieces`, copied out."""
-    for data, lo, hi in pieces(path, size):
-        yield data if lo == 0 and hi == len(data) else data[lo:hi]
-
-
 def clean(raw: bytes) -> list[str]:
     """One raw line (no ``\\n``) as the text lines it holds."""
     if b"\x1b" in raw:
@@ -107,15 +93,11 @@ def clean(raw: bytes) -> list[str]:
         raw = raw.replace(b"\x00", b"")
     if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."
         raw = raw[2:]
-    if (
-        raw[:2] == b"**" and raw[2:3] != b"*"
-    ):  # a line set in bold in a markdown comment: "**RuntimeError: CUDA out of memory.**"
+    # a line set in bold in a markdown comment: "**RuntimeError: CUDA out of memory.**"
+    if raw[:2] == b"**" and raw[2:3] != b"*":
         raw = raw.replace(b"**", b"")
-    parts = raw.split(b"\r") if b"\r" in raw else [raw]
     out = []
-    for part in parts:
-        if not part.strip():
-            continue
+    for part in raw.split(b"\r"):
         for piece in _GLUED.split(part) if len(part) > 30 and _glued(part) else (part,):
             if piece.strip():
                 out.append(piece.decode("utf-8", "replace").rstrip())
@@ -123,8 +105,7 @@ def clean(raw: bytes) -> list[str]:
 
 
 def _glued(part: bytes) -> bool:
-    """Whether ``part`` may hold a second line (where _GLUED, slow, may cut it): a rank mark after its
-    start, a glog bracket, or a date after text. Byte searches: a line's cost drops from ~30 us to ~2 us."""
+    """Whether ``part`` may hold a second line for _GLUED, slow, to cut: byte searches (~2 us a line, not ~30)."""
     if part.find(b"[rank", 1) > 0 or part.find(b"[default", 1) > 0 or b".cpp:" in part or b'}{"' in part:
         return True
     for m in _DATE.finditer(part):
@@ -151,4 +132,4 @@ def is_text(path: str | Path, sample: int = 65536) -> bool:
     return printable / len(head) > 0.9
 
 
-__all__ = ["chunks", "clean", "is_text", "open_log", "pieces"]
+__all__ = ["clean", "is_text", "open_log", "pieces"]

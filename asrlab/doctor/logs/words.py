@@ -1,6 +1,5 @@
-"""What a line of any toolkit's log means, whatever its wording: the patterns the event readers
-(:mod:`.events`) match a line with. One home for them, so that a reader is written against the meaning (a
-collective that gave up waiting, a process a signal ended, a loss that is not finite), not one toolkit's words."""
+"""The patterns the event readers (:mod:`.events`) match a line with, in one home, so that a reader is written
+against a meaning (a collective that gave up waiting, a loss that is not finite), not one toolkit's words."""
 
 from __future__ import annotations
 
@@ -12,28 +11,25 @@ WATCHDOG = re.compile(
     r"(?:.*?Timeout\(ms\)=(\d+))?)?"
 )
 NCCL_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d+)")
-# the NCCL watchdog ended its process on an error of the rank's own device ("CUDA error: an illegal memory
-# access was encountered"), not on a collective's timeout
+# the NCCL watchdog ended its process on its own device's error ("CUDA error: ..."), not on a collective's timeout
 WATCHDOG_EXC = re.compile(r"watchdog thread terminated with exception: (.+)")
-# NCCL's word for a hang where no collective's timeout is quoted: its heartbeat monitor finding the watchdog
-# stuck, or the watchdog ending the process after its works failed or timed out
-NCCL_HANG = re.compile(  # "600 second": a paste that wrapped the word
-    r"watchdog got stuck for (\d+) seconds?|Some NCCL operations have failed or timed out"
-)
-# the shell's word for a SIGKILLed child, in its locale ("已杀死", "Getötet", "強制終了"), in a paste's bold
+# NCCL's word on a hang with no collective's timeout quoted: its heartbeat monitor's, or its watchdog's ending
+NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds?|Some NCCL operations have failed or timed out")
 # a tqdm bar's end, its rate and postfix: "7.66it/s, loss=2.606]"
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
 OWN_LOSSES = r"ctc|xent|cross_?entropy|smooth_?l1|nll|mse|rnnt|objf|objective|(?-i:obj)|kl"
+# the shell's word for a SIGKILLed child, in its locale, in a paste's bold, glued to a bar's end or a value's;
+# "Killedg in train batch: 127687": the word over a line the job redrew after a \r
 BASH_KILLED = re.compile(
-    rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"  # ... or glued to a bar's end, a value's
+    rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté|Terminado \(killed\))"  # zh, de, ja, fr, es
     r"|sigkill_handler\] Killing subprocess \d"  # DeepSpeed's launcher SIGKILLing its ranks (its line on why: cut)
-)  # "Killedg in train batch: 127687": the shell's word over a line the job redrew after a \r
-# a shell's, srun's or the C library's word for a child that a signal ended
+)
+# a shell's, srun's or the C library's word for a child that a signal ended, also after a bar (padded, or its "]")
+# and in a subshell's report, by its pid: "156 Segmentation fault      (core dumped) ( cmd )"
 SHELL_SIGNAL = re.compile(
-    r"(?:^|^\d+ |line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"  # ... or after a bar (padded, or its
-    # "]"); "156 Segmentation fault      (core dumped) ( cmd )": a subshell's report, by its pid
+    r"(?:^|^\d+ |line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
@@ -41,21 +37,11 @@ SHELL_SIGNAL = re.compile(
     r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b|"
     r"\*\*\* (SIG(?:SEGV|BUS|ILL|FPE|ABRT)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle's)
 )
-SHELL_SIGNALS = {
-    "Aborted": "SIGABRT",
-    "Segmentation fault": "SIGSEGV",
-    "Bus error": "SIGBUS",
-    "Illegal instruction": "SIGILL",
-    "Floating point exception": "SIGFPE",
-    # zsh's words
-    "abort": "SIGABRT",
-    "segmentation fault": "SIGSEGV",
-    "bus error": "SIGBUS",
-    "illegal hardware instruction": "SIGILL",
-    "floating point exception": "SIGFPE",
-    "killed": "SIGKILL",
-    **{s: s for s in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")},
-}
+_SIGS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+_BASH_SAYS = ("Aborted", "Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception")
+_ZSH_SAYS = ("abort", "segmentation fault", "bus error", "illegal hardware instruction", "floating point exception")
+# the signal each word names: bash's, zsh's (its "killed" too), glog's
+SHELL_SIGNALS = {**dict(zip(_BASH_SAYS + _ZSH_SAYS, _SIGS * 2)), "killed": "SIGKILL", **{s: s for s in _SIGS}}
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
 SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")  # "-^C": a notebook's cell output
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
@@ -74,36 +60,31 @@ STATUS = re.compile(
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
 )
 DIED = re.compile(r"died with <Signals\.SIG\w+: (\d+)>")  # subprocess's CalledProcessError on a child a signal ended
-# Horovod's stall inspector: a tensor some ranks submitted and the others never did, with the ranks it waits for
-# (older versions: the ranks that did submit it)
+# Horovod's stall inspector: a tensor some ranks never submitted, the ranks it waits for (older: those ready)
 HOROVOD_STALL = re.compile(r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for")
 HOROVOD_MISSING = re.compile(r"([\w./-]+) \[(missing|ready) ranks: (\d+(?:, ?\d+)*)\]")  # an op's name, its ranks
-# asrlab watch's own lines in the job's console: the stall it found (at once, then in its last words), a signal to it;
-# the stall a rank's own watchdog found (asrlab train's, a loop of the parts)
-# asrlab watch's last line on a job that failed, from its run folder: the failure where the console names none
+# asrlab watch's last line on a failed job, from its run folder: the failure where the console names none
 WATCH_VERDICT = re.compile(r"^asrlab watch: (crashed|killed|stopped|nonfinite|out_of_memory): (.*?)\s*$")
+# asrlab watch's lines in the job's console: the stall it found, a signal to it; a rank's own watchdog's stall
 WATCH_SAID = re.compile(
     r"asrlab watch: (?:no rank has moved for [\d.]+ s: (.*?)(?: \(report: [^)]*\))?\s*$|stalled: (.*?)\s*$|"
     r"(SIG[A-Z]+): ending the job)|(?:^|asrlab\.lab\.stall\.watchdog: )STALL: (.*?)(?: \(report: [^)]*\))?\s*$|"
     r"(the ranks moved on after the stall it reported)"  # then the job finished: the stall it reported passed
 )
-# mpirun (Horovod, MPI jobs): a rank a signal ended, by its rank; that some process failed, by none; a background
-# loop's uncaught exception (Horovod's, a peer gone)
+# mpirun's: a rank a signal ended; that some process failed; a background loop's uncaught exception (a peer gone)
 MPIRUN = re.compile(
     r"process rank (\d+) with PID \S+ on node \S+ exited on signal (\d+)|"
     r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)|"
     r"^\s*Process name:\s+\[\[\d+,\d+\],(\d+)\]"  # the first process to exit non-zero, by its rank
 )
-# a process that ends itself: glog's FATAL line (a failed CHECK; the process aborts after its stack), and Paddle's
-# launcher on the trainer that did
+# a process that ends itself: glog's FATAL line (a failed CHECK, then its stack), Paddle's launcher on the trainer
 FATAL = re.compile(
     r"^F\d{4} [\d:.]+\s+\d+ \S+:\d+\] (.*)|the trainer process with rank=\[(\d+(?:, ?\d+)*)\] was aborted"
 )
 LUA_ERROR = re.compile(r"\blua(?:jit)?: (.+?\.lua:\d+:.*)")  # Lua's (Torch7's) error, its "stack traceback:" below
 HYDRA = re.compile(r"(?:^|E)rror executing job with overrides")
 ASRLAB = re.compile(r"^asrlab: error: (?:rank (\d+)(?: \([^)]*\))?: )?(.*)")  # asrlab's own CLI on a failed run
-# asrlab's stall watch in a loop (asrlab.lab, its Lightning callback) on a rank's error: "rank 1 failed at step 3
-# (in the step's computation): RuntimeError: ..."
+# asrlab.lab's stall watch on a rank's error: "rank 1 failed at step 3 (in the step's computation): RuntimeError: ..."
 ASRLAB_RANK = re.compile(r"\brank (\d+) failed at step (\d+) \([^)]*\): ([\w.]+): (.*)")
 NCCL_SEQ = re.compile(r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (send|recv) operation")
@@ -137,6 +118,7 @@ VALUE = re.compile(
     r"([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
 )
+_TOTALS = ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")  # a value's name that is the total loss
 
 
 def nonfinite_said(text: str) -> str | None:
@@ -149,19 +131,17 @@ def nonfinite_said(text: str) -> str | None:
 
 
 def nonfinite_values(text: str) -> str | None:
-    """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only
-    where no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, beside a
-    finite loss)."""
+    """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only where
+    no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, by a finite loss)."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
     vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
     bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
     if not bad:
         return None
-    totals = [v for k, v in vals if k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")]
-    if any(k in ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg") or "norm" in k for k in bad):
+    if any(k in _TOTALS or "norm" in k for k in bad):
         return bad[0]
-    return None if totals else bad[0]
+    return None if any(k in _TOTALS for k, _ in vals) else bad[0]
 
 
 # a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
@@ -204,22 +184,19 @@ EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
 )
-# RETURNN's hook names an uncaught exception before it prints its traceback: "Unhandled exception <class
-# 'RuntimeError'> in thread <_MainThread(...)>, proc 2834."
+# RETURNN's hook on an uncaught exception, before its traceback: "Unhandled exception <class 'RuntimeError'> in thread"
 UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
-# the device's own error on a line of a logger's, with no exception line of Python's ("[ERROR] trainer - <class
-# 'RuntimeError'> at trainer.py:101 - CUDA error: an illegal memory access was encountered")
+# the device's own error on a logger's line, with no exception line of Python's ("[ERROR] trainer - <class
+# 'RuntimeError'> at trainer.py:101 - CUDA error: ..."); Marian's "CUDA error 999 'unknown error' - file:54: ..."
 CUDA_ERROR = re.compile(
     r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)|"
     r"\bcuda runtime error \(\d+\) : (.+?)(?: at \S+)?$"  # Lua Torch's cutorch
-)  # k2's,
-# Kaldi's words; Marian's "CUDA error 999 'unknown error' - file:54: cudaStreamSynchronize(0)"
-# a process's own word that it ended: Marian's ABORT (below the error line it says), a TPU runtime's fatal error,
-# Ray's on a worker process that died under a task; JAX's coordination service on a host's process (its task: the
-# rank) that stopped answering
+)
+# a process's own word that it ended: Marian's ABORT (below its error line), a TPU runtime's fatal error, Ray's on
+# a worker that died under a task, JAX's coordination service on a task (a rank) that stopped answering, a kernel's
 ENDED_ITSELF = re.compile(
     r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task|"
-    r"/task:(\d+) (has been set to ERROR) in coordination service|\b(kernel process died)\b"  # ... and a notebook's kernel
+    r"/task:(\d+) (has been set to ERROR) in coordination service|\b(kernel process died)\b"
 )
 # what a toolkit says of the item it was reading when the error came (ESPnet's data loader)
 ITEM = re.compile(r"Error happened with path=([^,]+), type=\w+, id=(\S+)")
@@ -254,38 +231,35 @@ def summary_fields(s: str, loose: bool = True) -> dict | None:
 TERMINATE = re.compile(r"instance of '([^']+)'")
 # a loop's own word for the skip, no scale said: "overflow detected (inf grads), skipping step"
 OVERFLOW_SKIP = re.compile(r"[Oo]verflow\b.{0,60}?\b[Ss]kip(?:ping|ped|s)?\b()")
-# asrlab.lab's numerics guard on a step it skipped: "step 13: loss nan, grad norm nan: not finite (loss); step skipped
-# (1 skipped so far)"
+# asrlab.lab's numerics guard on a step it skipped
 GUARD_SKIP = re.compile(
     r"^step \d+: loss \S+, grad norm (\S+): not finite \([^)]*\); step skipped \(\d+ skipped so far\)"
 )
+# older DeepSpeed's "OVERFLOW! Rank 0 Skipping step.", later "[Rank 0] Overflow detected. Skipping step."
+_DEEPSPEED_SCALE = (
+    r"(?:OVERFLOW! Rank (\d+)|\[Rank (\d+)\] Overflow detected\.) Skipping step\. Attempted loss scale: ([\d.e+]+), "
+    r"reducing to ([\d.e+]+)"
+)
+# fairseq's "overflow detected, setting loss scale to: 0.5", any trainer's "reducing loss scale to 1024"
+_ANY_SCALE = (
+    r"(?:overflow|[Rr]educing|[Dd]ecreas\w*|[Ss]etting)\b.{0,40}?loss[ _]scale "
+    r"(?:from [\d.e+-]+ )?(?:to|=):?\s*([\d.e+-]+)"
+)
 SCALE = (
-    (
-        re.compile(  # older DeepSpeed's "OVERFLOW! Rank 0 Skipping step.", later "[Rank 0] Overflow detected. Skipping step."
-            r"(?:OVERFLOW! Rank (\d+)|\[Rank (\d+)\] Overflow detected\.) Skipping step\. Attempted loss scale: ([\d.e+]+), "
-            r"reducing to ([\d.e+]+)"
-        ),
-        "deepspeed",
-    ),
+    (re.compile(_DEEPSPEED_SCALE), "deepspeed"),
     (re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to ([\d.e+]+)"), "apex"),
     (re.compile(r"[Gg]rad(?:_| )scale is (?:too )?small[^\d]*([\d.e+-]+)?"), "icefall"),
     (re.compile(r"The grad norm is (nan|inf)\. Skipping updating the model"), "espnet"),
-    # fairseq's "overflow detected, setting loss scale to: 0.5", any trainer's "reducing loss scale to 1024"
-    (
-        re.compile(
-            r"(?:overflow|[Rr]educing|[Dd]ecreas\w*|[Ss]etting)\b.{0,40}?loss[ _]scale (?:from [\d.e+-]+ )?(?:to|=):?\s*([\d.e+-]+)"
-        ),
-        "any",
-    ),
+    (re.compile(_ANY_SCALE), "any"),
     (OVERFLOW_SKIP, "any"),
     (GUARD_SKIP, "asrlab"),
 )
+# a checkpoint a run resumed from, in toolkits' words or a loop's own ("[ckpt] restored X.pt", "picked up snap.bin")
 RESUME = re.compile(
     r"(?:Checkpoint: loading from checkpoint|loading checkpoint from|Loading checkpoint:?|The training was resumed using|"
     r"Restoring states from the checkpoint path at|Restored all states from the checkpoint(?: file)? at|"
     r"Resuming from|resume from|Loading a checkpoint from|Would load checkpoint from|Restored (?:model|checkpoint) from|"
-    r"\b(?:restored|picked up|loaded|resumed)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"  # a loop's own
-    # "[ckpt] restored X.pt", "picked up snap-e0-b19.bin", "resumed from state_10.pt: step 10, epoch 0"
+    r"\b(?:restored|picked up|loaded|resumed)(?: from)?(?= \S+\.(?:pt|pth|ckpt|tar|bin|safetensors|h5|pkl)\b))"
     r"\s*:?\s*(\S+?)?[:,;]?(?=\s|$)",  # the path, not the colon the line goes on after
     re.I,
 )
@@ -307,9 +281,9 @@ SUSPECT = re.compile(
 # a value of no known name printed non-finite ("[count=400] value = nan"): looks wrong, unless numpy said it took the
 # mean of nothing (an RL loop's "Mean Reward: nan" before any episode ended)
 NAN_VALUE = re.compile(r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$")
-# the same words where they say nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an
-# error rate or an error metric's value (RETURNN's "error 0.997", Tesseract's "best error was 58.2", PyTorch's "Test Error:
-# Accuracy: 97.1%, Avg loss: 0.09"), a count of none, an option's name, a fallback to a default
+# the same words where nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an error rate
+# or metric (RETURNN's "error 0.997", Tesseract's "best error was 58.2", PyTorch's "Test Error: Accuracy: 97.1%"), a
+# count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
     r"[Ww]arn(?:ing)?s?\b|WARN|\[W |^W\d{4} |\bINFO\b|\bDEBUG\b|[Rr]etr(?:y|ying|ied)\b|[Ss]kipp(?:ing|ed)|"
     r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
@@ -328,18 +302,16 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 10
            15: "SIGTERM"}  # fmt: skip
 
 
-# a row of numbers printed without its header ("   0/272     18/7328       nan       nan   116     0.273"; a logger's
-# table "[ INFO : ... ] - |  3|  900|  0.65|  nan|"), a date and time or a logger's bracket before it at most: no
-# names, but nan among numbers is a value gone non-finite
+# a row of numbers without its header ("   0/272     18/7328       nan       nan   116", "[ INFO : ... ] - |  3| nan|"),
+# a stamp or a logger's bracket before it at most: no names, but nan among numbers is a value gone non-finite
 _CELL = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?%?|\d+/\d+|\(?\d+[hms]\)?|nan|inf|-{2,}", re.I)
 _ROW_PREFIX = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+|\[[^\]]{0,80}\]\s*-?)\s*")
 
 
 def nonfinite_row(text: str) -> tuple[str, int | None] | None:
-    """``(what, step)`` of a headerless row of numbers with a nan or inf among them (bracketed too, ``[nan]``; words
-    may follow it where a counter leads the row: a tutorial's ``35000 35% (1m 4s) nan Nam / Russian``): its step is
-    its last ``N/M`` (epoch 0/272, batch 18/7328: the batch), else a first whole number the next cell is not (a
-    count beside its values; two, an epoch and a batch, say no step); None for any other line."""
+    """``(what, step)`` of a headerless row of numbers with a nan or inf among them (words may follow where a counter
+    leads it: ``35000 35% (1m 4s) nan Nam / Russian``): its step is its last ``N/M`` (0/272 18/7328: the batch), else
+    a first whole number the next cell is not (an epoch and a batch say no step); None for any other line."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
     cells = [c for c in re.split(r"[\s|\[\]]+", _ROW_PREFIX.sub("", text, count=1)) if c]
@@ -349,10 +321,9 @@ def nonfinite_row(text: str) -> tuple[str, int | None] | None:
     if not all(_CELL.fullmatch(c) for c in cells) and (bad < 2 or not cells[0].isdigit()):
         return None
     fractions = [c for c in cells if "/" in c and _CELL.fullmatch(c)]
-    if fractions:
-        return "a row of numbers with nan among them", int(fractions[-1].split("/")[0])
     lone = cells[0].isdigit() and not cells[1].isdigit()
-    return "a row of numbers with nan among them", int(cells[0]) if lone else None
+    step = int(fractions[-1].split("/")[0]) if fractions else int(cells[0]) if lone else None
+    return "a row of numbers with nan among them", step
 
 
 def shell_pid(text: str) -> int | None:
@@ -374,69 +345,3 @@ def exit_signal(code: int | None, shell: bool = False) -> str | None:
 def signame(said: str) -> str:
     """``15`` / ``SIGTERM`` -> ``SIGTERM``."""
     return SIGNALS.get(int(said), f"signal {said}") if said.isdigit() else said
-
-
-__all__ = [
-    "AGENT_FAIL",
-    "BAR_END",
-    "OWN_LOSSES",
-    "FATAL",
-    "AGENT_TERM",
-    "ASRLAB",
-    "ASRLAB_RANK",
-    "BASH_KILLED",
-    "DEATH",
-    "death_signal",
-    "WATCH_SAID",
-    "WATCH_VERDICT",
-    "MPIRUN",
-    "INTERRUPTED",
-    "HANGUP",
-    "CUDA_ERROR",
-    "ENDED_ITSELF",
-    "EXC_LINE",
-    "GLOO",
-    "STORE_KEY",
-    "RECOVERED",
-    "DIED",
-    "TF_COORDINATOR",
-    "EPOCH_START",
-    "JAX_BARRIER",
-    "HOROVOD_MISSING",
-    "HOROVOD_STALL",
-    "HYDRA",
-    "LOADER_TIMEOUT",
-    "LUA_ERROR",
-    "ITEM",
-    "NCCL_SEQ",
-    "NCCL_TIMEOUT",
-    "CONNECT",
-    "NONFINITE_LINE",
-    "NOT_SUSPECT",
-    "NAN_VALUE",
-    "RENDEZVOUS",
-    "RESUME",
-    "SCALE",
-    "SCHEDULER_STOP",
-    "SHELL_SIGNAL",
-    "SHELL_STOP",
-    "SHELL_SIGNALS",
-    "SIGNAL",
-    "SRUN_TASK",
-    "summary_fields",
-    "SIGNALS",
-    "STATUS",
-    "UNHANDLED",
-    "STORE",
-    "SUSPECT",
-    "WINDOWS_SEGV",
-    "TERMINATE",
-    "VALUE",
-    "WATCHDOG",
-    "nonfinite_said",
-    "nonfinite_values",
-    "nonfinite_row",
-    "shell_pid",
-    "signame",
-    "exit_signal",
-]
