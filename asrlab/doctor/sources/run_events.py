@@ -37,15 +37,13 @@ def timeline_of(
     train_cfg: dict,
     metrics: dict[str, list[dict]],
     beats: dict[int, dict],
-    world_size: int,
     errors: list[dict],
-    halt: dict | None,
     stall: dict | None,
-    ckpts: dict,
 ) -> tuple[list[dict], dict | None]:
     """``(events, outcome)``: the failures this launch recorded; where none, a stop, a failure the loop marked, a
     rank gone; else what ``lab.json``'s status, the heartbeats or the metrics say. A run a signal to ``asrlab
     watch`` ended is stopped: what the ranks recorded once they were told to end is not a failure."""
+    world_size, halt, ckpts = d["world_size"], d["halt"], d["checkpoints"]
     stop_time = lab.get("stop_time") if lab.get("status") == "stopped" else None
     if stop_time is not None:
         errors = [e for e in errors if e["time"] < stop_time]
@@ -57,21 +55,15 @@ def timeline_of(
         passed, stall = stall, None  # reported, then the ranks moved on and the job finished: said, not the verdict
     failures = []  # this launch's failures, as events on the run's timeline
     if errors:
-        said = d["error"]["line"]
-        e0 = errors[0]
+        e0, said = errors[0], d["error"]["line"]
         rank, step, guess = e0["rank"], e0.get("step"), False
         erred = {e["rank"] for e in errors}
         lost_peer = LOST_PEER.search(e0.get("message") or "") is not None
         # a rank gone by the error (a survivor's lost peer: its heartbeat, which the watch writes, may come a look
         # later than its end, which the error had already seen)
-        slack = LOOK_S if lost_peer else 0.0
-        vanished = [
-            r
-            for r in d["ranks"]
-            if r["state"] == "gone"
-            and r["rank"] not in erred
-            and beats.get(r["rank"], {}).get("time", 1e18) <= errors[0]["time"] + slack
-        ]
+        by = e0["time"] + (LOOK_S if lost_peer else 0.0)
+        vanished = [r for r in d["ranks"] if r["state"] == "gone" and r["rank"] not in erred]
+        vanished = [r for r in vanished if beats.get(r["rank"], {}).get("time", 1e18) <= by]
         consequence = lost_peer or ended_from_outside(e0)  # a survivor's error, or a rank being ended
         if vanished and consequence:
             # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
@@ -84,11 +76,12 @@ def timeline_of(
         held = None if vanished else _held_up(e0, beats)
         if held is not None:  # a collective that timed out: a stall, caused by the peer that never came
             b = beats[held]
-            failures.append(failure(
-                "stalled", "timeout", e0["time"], f"rank {held} held the others up ({phase_text(b.get('phase'), b.get('step'))} "
-                f"for {e0['time'] - b['since']:.0f} s{'; ' + b['detail'] if b.get('detail') else ''}): rank {rank} "
-                f"timed out: {e0.get('message', '')[:200]}", source="errors", rank=held, step=b.get("step"),
-            ))  # fmt: skip
+            doing = f"{phase_text(b.get('phase'), b.get('step'))} for {e0['time'] - b['since']:.0f} s"
+            doing += f"; {b['detail']}" if b.get("detail") else ""
+            text = f"rank {held} held the others up ({doing}): rank {rank} timed out: {e0.get('message', '')[:200]}"
+            failures.append(
+                failure("stalled", "timeout", e0["time"], text, source="errors", rank=held, step=b.get("step"))
+            )
         elif consequence and not lost_peer and all(ended_from_outside(e) for e in errors):
             # every rank's error is of its being ended by a signal (its DataLoader workers "killed by signal:
             # Terminated"), and no rank went first: a signal to the job from outside stopped it
@@ -101,40 +94,29 @@ def timeline_of(
             if cause_elsewhere:
                 said += " (a consequence: a peer of it was gone first, not seen from this folder)"
                 d["error"]["lost_peer"] = True
-            failures.append(
-                failure(
-                    "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
-                    consequence=consequence, guess=guess, lost_peer=lost_peer,
-                    **({"culprit_rank": None} if cause_elsewhere else {}),
-                )
-            )  # fmt: skip
+            more = {"culprit_rank": None} if cause_elsewhere else {}
+            failures.append(failure(
+                "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step, consequence=consequence,
+                guess=guess, lost_peer=lost_peer, **more,
+            ))  # fmt: skip
     if halt is not None and halt["current"]:
-        failures.append(
-            failure(
-                "nonfinite_halt", "halt", halt["time"], halt["message"], source="halt report",
-                rank=halt.get("rank"), step=halt.get("step"),
-            )
-        )  # fmt: skip
+        place = {"rank": halt.get("rank"), "step": halt.get("step")}
+        failures.append(failure("nonfinite_halt", "halt", halt["time"], halt["message"], source="halt report", **place))
     if stall is not None:
         failed = stall.get("failure")
         if failed and errors and ended_from_outside(failed):
             pass  # a rank being ended from outside: said with the errors above
         elif failed:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
-            failures.append(
-                failure(
-                    "crashed", "error", failed.get("time", stall["time"]), error_line(failed),
-                    source="stall report", rank=failed.get("rank"), step=failed.get("step"),
-                )
-            )  # fmt: skip
+            place = {"rank": failed.get("rank"), "step": failed.get("step")}
+            t = failed.get("time", stall["time"])
+            failures.append(failure("crashed", "error", t, error_line(failed), source="stall report", **place))
             if d["error"] is None:
                 d["error"] = error_summary(failed, [failed])
         else:
             rank = culprit_of(stall.get("verdict") or "")
-            step = next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)
+            place = {"rank": rank, "step": next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)}
             failures.append(
-                failure(
-                    "stalled", "stall", stall["time"], stall["verdict"], source="stall report", rank=rank, step=step
-                )
+                failure("stalled", "stall", stall["time"], stall["verdict"], source="stall report", **place)
             )
     if failures:
         if stall is not None and not stall.get("failure"):  # an error the watchdog then saw the others wait on
@@ -144,57 +126,49 @@ def timeline_of(
         return failures, None
 
     status = lab.get("status")
+    steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
+    top = max(steps) if steps else None
+    at = f" at step {top}" if steps else ""
     if stop_time is not None:
-        steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
-        at = f" at step {max(steps)}" if steps else ""
         said = f"ended by {lab.get('stopped_by') or 'a signal'}{at}"
         if (hung := _hung(exp, beats, stop_time)) is not None:  # stopped once it had hung: the hang is what went wrong
             text = f"{hung}, then {said}: it had hung (no rank moved for {SILENT_S:.0f} s or more before the stop)"
             return [failure("stalled", "stall", stop_time, text, source="lab.json", rank=culprit_of(hung))], None
-        e = failure(
-            "stopped", "stop", stop_time, said, source="lab.json", step=max(steps) if steps else None,
-            ended_by=lab.get("stopped_by"),
-        )  # fmt: skip
+        e = failure("stopped", "stop", stop_time, said, source="lab.json", step=top, ended_by=lab.get("stopped_by"))
         return [e], None
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
-        if gone and world_size == 1 and (ended := _signalled(lab.get("exit_code"))):
-            # the one process, ended by a signal: the watch's exit code is the process's own (no launcher between)
-            sig, verdict = ended
+        code = lab.get("exit_code")
+        if gone and world_size == 1 and code:
+            # the one process: the watch's exit code is the process's own (no launcher between)
             step, said = _last_step(exp, metrics, gone[0])
-            at = f" after step {step}, the last its {said} shows" if step is not None else ""
-            text = f"the job's one process (pid {gone[0]['pid']}) was ended by {sig} (exit code {lab['exit_code']}){at}"
-            return [failure(verdict, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
-        if gone and world_size == 1 and lab.get("exit_code"):  # the one process exited so itself, no traceback
-            step, said = _last_step(exp, metrics, gone[0])
-            at = f" after step {step}, the last its {said} shows" if step is not None else ""
-            text = (f"the job's one process (pid {gone[0]['pid']}) exited with code {lab['exit_code']}{at}, recording "
-                    "no error (no traceback: the job's own output says why)")  # fmt: skip
-            return [failure("crashed", "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
-        ended = _signalled(lab.get("exit_code")) if gone else None
+            after = f" after step {step}, the last its {said} shows" if step is not None else ""
+            who = f"the job's one process (pid {gone[0]['pid']})"
+            how, text = "crashed", f"{who} exited with code {code}{after}, recording no error"
+            text += " (no traceback: the job's own output says why)"
+            if ended := _signalled(code):  # ended by a signal
+                how, text = ended[1], f"{who} was ended by {ended[0]} (exit code {code}){after}"
+            return [failure(how, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
+        ended = _signalled(code) if gone else None
         if ended and (ended[1] == "stopped" or _spawner(exp)):
             # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal, or
             # mp.spawn's launcher, no rank, on any signal (a rank's death makes it exit 1): its ranks ended with it
-            steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
-            at = f" at step {max(steps)}" if steps else ""
-            how = (
-                "a signal from outside to the launcher" if ended[1] == "stopped" else "a signal to the launcher itself"
-            )
-            text = (f"the job's main process was ended by {ended[0]} (exit code {lab['exit_code']}){at}: {how}; "
-                    f"{ranks_named(gone)} ended with it")  # fmt: skip
-            step = max(steps) if steps else None
-            e = failure(ended[1], "stop" if ended[1] == "stopped" else "exit", lab.get("ended"), text, source="lab.json",
-                        step=step, ended_by=f"{ended[0]} to the job's launcher")  # fmt: skip
+            stopped = ended[1] == "stopped"
+            how = "a signal from outside to the launcher" if stopped else "a signal to the launcher itself"
+            text = f"the job's main process was ended by {ended[0]} (exit code {code}){at}: {how}; "
+            text += f"{ranks_named(gone)} ended with it"
+            e = failure(ended[1], "stop" if stopped else "exit", lab.get("ended"), text, source="lab.json",
+                        step=top, ended_by=f"{ended[0]} to the job's launcher")  # fmt: skip
             return [e], None
         if gone:  # ranks that ended without a word: one of them vanished first
             return [_gone(exp, metrics, gone, beats, ckpts)], None
-        code = f" (exit code {lab['exit_code']})" if lab.get("exit_code") is not None else ""
-        said = f"the training loop marked the run failed (lab.json){code} and recorded no error"
+        rc = f" (exit code {code})" if code is not None else ""
+        said = f"the training loop marked the run failed (lab.json){rc} and recorded no error"
         return [failure("crashed", "marked_failed", lab.get("ended"), said, source="lab.json", guess=True)], None
     ranks = d["ranks"]
     missing = [r for r in range(world_size) if r not in beats]
     if status == "finished" or (ranks and not missing and all(r["state"] == "done" for r in ranks)):
-        out = {**_finished(exp, d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
+        out = {**_finished(d, lab, train_cfg, ckpts), "basis": "lab.json" if status else "heartbeats"}
         if passed is not None:
             when = clock(passed["time"])
             out["summary"] += f"; the watch reported a stall at {when} ({passed['verdict']}), then the ranks moved on"
@@ -207,33 +181,25 @@ def timeline_of(
         return [_gone(exp, metrics, gone, beats, ckpts)], None
     if frozen:
         r = frozen[0]
-        return [], {
-            **out,
-            "verdict": "stalled",
-            "summary": (
-                f"{ranks_named(frozen)} frozen: process alive (pid {r['pid']}) but no heartbeat "
-                f"for {r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, "
-                "or a C call holding the GIL); no stall report was written"
-            ),
-        }
+        said = (
+            f"{ranks_named(frozen)} frozen: process alive (pid {r['pid']}) but no heartbeat for "
+            f"{r['heartbeat_age_s']:.0f} s, last seen {phase_text(r['phase'], r['step'])} (stopped with SIGSTOP, or a "
+            "C call holding the GIL); no stall report was written"
+        )
+        return [], {**out, "verdict": "stalled", "summary": said}
     if not alive:
-        return [], {
-            **out,
-            "verdict": "unknown",
-            "summary": (
-                f"no heartbeat for {min(x['heartbeat_age_s'] for x in silent):.0f} s from any rank, written on "
-                f"{silent[0]['host']} (not this host: its processes cannot be checked from here): the run ended "
-                "without a report, or its machines are unreachable"
-            ),
-        }
+        said = (
+            f"no heartbeat for {min(x['heartbeat_age_s'] for x in silent):.0f} s from any rank, written on "
+            f"{silent[0]['host']} (not this host: its processes cannot be checked from here): the run ended without "
+            "a report, or its machines are unreachable"
+        )
+        return [], {**out, "verdict": "unknown", "summary": said}
     said = [
         f"running, step {d['last_step'] or 0}" + (f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps") else "")
     ]
     if silent:
-        said.append(
-            f"{ranks_named(silent)}: no heartbeat for "
-            f"{max(x['heartbeat_age_s'] for x in silent):.0f} s (another host: frozen or gone)"
-        )
+        age = max(x["heartbeat_age_s"] for x in silent)
+        said.append(f"{ranks_named(silent)}: no heartbeat for {age:.0f} s (another host: frozen or gone)")
     if missing:
         said.append(f"{ranks_text(missing)}: no heartbeat")
     if d["stop_requested"]:
@@ -251,28 +217,20 @@ def history(
     current = {(e["rank"], e.get("time")) for e in errors}
     for e in recorded:
         if (e["rank"], e.get("time")) not in current:
-            ended = (
-                " (a rank being ended: what followed the launch's failure, not its cause)"
-                if ended_from_outside(e)
-                else ""
-            )
-            out.append(f"earlier launch: {error_line(e)}{ended}")
+            why = " (a rank being ended: what followed the launch's failure, not its cause)"
+            out.append(f"earlier launch: {error_line(e)}{why if ended_from_outside(e) else ''}")
     if halt is not None and not halt["current"]:
         out.append(f"earlier launch: {halt['message']}")
     if report is not None and stall is None:
         out.append(f"earlier launch stalled: {report.get('verdict')}")
-    for x in lab.get("earlier", []):
-        out.append(f"earlier launch: {_ended(x)}")
-    return out
+    return out + [f"earlier launch: {_ended(x)}" for x in lab.get("earlier", [])]
 
 
 def _ended(x: dict) -> str:
     """``ended 12:04:31, failed, exit code 137 (SIGKILL)``: how an earlier launch into the EXP ended."""
     if "ended" not in x:
-        return (
-            f"started {time.strftime('%H:%M:%S', time.localtime(x['started']))}, its end not recorded (killed, or its "
-            "machine lost)"
-        )
+        started = time.strftime("%H:%M:%S", time.localtime(x["started"]))
+        return f"started {started}, its end not recorded (killed, or its machine lost)"
     said = f"ended {time.strftime('%H:%M:%S', time.localtime(x['ended']))}, {x.get('status', 'status not recorded')}"
     rc = x.get("exit_code")
     if rc is not None:
@@ -315,11 +273,8 @@ def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
     of the others, the one whose heartbeat held its phase longest by then, outside a collective and not starting."""
     if not COLLECTIVE_TIMEOUT.search(e0.get("message") or ""):
         return None
-    held = [
-        (b["since"], r)
-        for r, b in beats.items()
-        if r != e0["rank"] and b.get("since") is not None and b.get("phase") not in ("collective", "start")
-    ]
+    held = [(b["since"], r) for r, b in beats.items() if r != e0["rank"] and b.get("since") is not None]
+    held = [(t, r) for t, r in held if beats[r].get("phase") not in ("collective", "start")]
     return min(held)[1] if held else None
 
 
@@ -366,27 +321,22 @@ def _vanished(
         saved = "; no checkpoint loads"
     if first is None:  # ended together, and nothing says which went first
         step, said = _last_step(exp, metrics, gone[0])
-        return (
-            f"{ranks_named(sorted(gone, key=lambda r: r['rank']))} ended without recording an error within a second of each other"
-            + (f" (step {step} the last trained, by the {said}{saved})" if step is not None else "")
-            + (f" ({saved[2:]})" if step is None and saved else "")
-            + ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; "
-            "the launcher's own log (torchrun's \"Root Cause\") names which",
-            None,
-            step,
-        )
+        named = ranks_named(sorted(gone, key=lambda r: r["rank"]))
+        text = f"{named} ended without recording an error within a second of each other"
+        if step is not None:
+            text += f" (step {step} the last trained, by the {said}{saved})"
+        elif saved:
+            text += f" ({saved[2:]})"
+        text += ": one was killed (SIGKILL, the OOM killer, a lost node) and its launcher ended the others; the "
+        text += "launcher's own log (torchrun's \"Root Cause\") names which"
+        return text, None, step
     step, said = _last_step(exp, metrics, first)
-    text = (
-        f"{ranks_named([first])} ended without recording an error: it vanished"
-        + (f" ({how})" if how else "")
-        + f" (pid {first['pid']} on {first['host']}"
-        + (
-            f", step {step} the last it trained, by its {said}"
-            if step is not None
-            else f", last seen {phase_text(first['phase'], first['step'])}"
-        )
-        + f"{saved}): {UNSAID}"
-    )
+    if step is not None:
+        last = f"step {step} the last it trained, by its {said}"
+    else:
+        last = f"last seen {phase_text(first['phase'], first['step'])}"
+    text = f"{ranks_named([first])} ended without recording an error: it vanished" + (f" ({how})" if how else "")
+    text += f" (pid {first['pid']} on {first['host']}, {last}{saved}): {UNSAID}"
     if after:
         text += f"; {ranks_named(after)} ended after it (stopped by the launcher or by the lost peer)"
     return text, first["rank"] if first.get("rank_known") is not False else None, step
@@ -403,81 +353,58 @@ def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int 
     return None, ""
 
 
-def _finished(exp: Path, d: dict, lab: dict, train_cfg: dict, ckpts: dict) -> dict:
+def _finished(d: dict, lab: dict, train_cfg: dict, ckpts: dict) -> dict:
     """Every rank done: finished by a limit of its config (or in its loop's word), else stopped on request."""
     step = d["last_step"]
     if lab.get("status") == "finished" or (not train_cfg and not d["stop_requested"]):
-        return {
-            "verdict": "finished",
-            "ended_by": "the training loop",  # a user's loop: its own word for it
-            "summary": "finished" + (f" at step {step}" if step is not None else ""),
-        }
-    ended_by = _limit_reached(train_cfg, step, ckpts) if train_cfg else None
-    if ended_by is None:
-        limits = ", ".join(
-            f"{k}={train_cfg[k]}" for k in ("max_steps", "max_epochs", "max_minutes") if train_cfg.get(k)
-        )
-        return {
-            "verdict": "stopped",
-            "ended_by": "a stop request",
-            "summary": f"stopped on request at step {step}, before its limits ({limits or 'none'}); "
-            "it resumes from its last checkpoint",
-        }
-    return {"verdict": "finished", "ended_by": ended_by, "summary": f"finished at step {step} ({ended_by} reached)"}
+        said = "finished" + (f" at step {step}" if step is not None else "")
+        return {"verdict": "finished", "ended_by": "the training loop", "summary": said}  # a user's loop: its word
+    if (limited := _limit_reached(train_cfg, step, ckpts)) is not None:
+        return limited
+    limits = ", ".join(f"{k}={train_cfg[k]}" for k in ("max_steps", "max_epochs", "max_minutes") if train_cfg.get(k))
+    said = f"stopped on request at step {step}, before its limits ({limits or 'none'})"
+    said += "; it resumes from its last checkpoint"
+    return {"verdict": "stopped", "ended_by": "a stop request", "summary": said}
 
 
-def _limit_reached(train_cfg: dict, step: int | None, ckpts: dict) -> str | None:
-    """Which of the config's limits ended the run: ``max_steps``, ``max_epochs`` (a checkpoint marker
-    closes the last epoch), ``max_minutes`` (the training clock the newest checkpoint holds), or None."""
+def _limit_reached(train_cfg: dict, step: int | None, ckpts: dict) -> dict | None:
+    """Finished by which of the config's limits: ``max_steps``, ``max_epochs`` (a checkpoint marker closes the last
+    epoch), ``max_minutes`` (the training clock the newest checkpoint holds); None where none was reached."""
     max_steps, max_epochs = int(train_cfg.get("max_steps") or 0), int(train_cfg.get("max_epochs") or 0)
     if max_steps and step is not None and step >= max_steps:
-        return f"max_steps={max_steps}"
-    if max_epochs and any(c.get("epoch") == max_epochs - 1 and c.get("epoch_done") for c in ckpts["files"]):
-        return f"max_epochs={max_epochs}"
-    minutes = float(train_cfg.get("max_minutes") or 0)
-    elapsed = ckpts.get("clock_s")
-    if minutes and elapsed is not None and elapsed >= 60 * minutes:
-        return f"max_minutes={minutes:g}"
-    return None
+        limit = f"max_steps={max_steps}"
+    elif max_epochs and any(c.get("epoch") == max_epochs - 1 and c.get("epoch_done") for c in ckpts["files"]):
+        limit = f"max_epochs={max_epochs}"
+    else:
+        minutes, elapsed = float(train_cfg.get("max_minutes") or 0), ckpts.get("clock_s")
+        if not (minutes and elapsed is not None and elapsed >= 60 * minutes):
+            return None
+        limit = f"max_minutes={minutes:g}"
+    return {"verdict": "finished", "ended_by": limit, "summary": f"finished at step {step} ({limit} reached)"}
 
 
 def _without_heartbeats(metrics: dict[str, list[dict]], d: dict, train_cfg: dict, ckpts: dict) -> dict:
     """No heartbeat (the stall watchdog was off: ``train.stall_timeout_s=0``): the metrics' last line."""
-    last = None
-    for m in metrics.values():
-        if m and m[-1].get("time"):
-            last = max(last or 0.0, m[-1]["time"])
+    last = max((m[-1]["time"] for m in metrics.values() if m and m[-1].get("time")), default=None)
     step = d["last_step"]
-    ended_by = _limit_reached(train_cfg, step, ckpts) if train_cfg else None
-    if ended_by:
-        return {"verdict": "finished", "ended_by": ended_by, "summary": f"finished at step {step} ({ended_by} reached)"}
+    if (limited := _limit_reached(train_cfg, step, ckpts)) is not None:
+        return limited
     age = d["time"] - last if last is not None else None
     watched = float(train_cfg.get("stall_timeout_s") or 0) > 0
     if watched and age is not None and age > STALE_S and last >= (d["launched"] or 0):
         # the watchdog writes a heartbeat within a second of training's start: none at all, with steps
         # logged, is a process that ended in that second
-        return {
-            "verdict": "crashed",
-            "ended_by": None,
-            "summary": (
-                f"the run ended without recording an error {age:.0f} s ago at step {step}, before its limits and "
-                "before its stall watchdog wrote a heartbeat: killed (SIGKILL, the OOM killer), or it printed its "
-                "traceback to its own output"
-            ),
-        }
+        said = (
+            f"the run ended without recording an error {age:.0f} s ago at step {step}, before its limits and before "
+            "its stall watchdog wrote a heartbeat: killed (SIGKILL, the OOM killer), or it printed its traceback to "
+            "its own output"
+        )
+        return {"verdict": "crashed", "ended_by": None, "summary": said}
     median = max((r["median_step_s"] for r in d["steps"]["ranks"]), default=0.0)
     if age is not None and age < max(60.0, 20 * median):
-        return {
-            "verdict": "running",
-            "ended_by": None,
-            "summary": f"running, step {step} (no heartbeats: the last metrics line is {age:.0f} s old)",
-        }
-    said = f"last metrics line {age:.0f} s ago, at step {step}" if age is not None else "no metrics"
-    return {
-        "verdict": "unknown",
-        "ended_by": None,
-        "summary": (
-            f"no heartbeats (stall watchdog off?) and {said}, before its limits: stopped, killed or crashed; "
-            "the run's own output says which"
-        ),
-    }
+        said = f"running, step {step} (no heartbeats: the last metrics line is {age:.0f} s old)"
+        return {"verdict": "running", "ended_by": None, "summary": said}
+    seen = f"last metrics line {age:.0f} s ago, at step {step}" if age is not None else "no metrics"
+    said = f"no heartbeats (stall watchdog off?) and {seen}, before its limits: stopped, killed or crashed; the run's "
+    said += "own output says which"
+    return {"verdict": "unknown", "ended_by": None, "summary": said}

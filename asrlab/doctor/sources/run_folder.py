@@ -1,11 +1,7 @@
 """asrlab's run folder (what ``asrlab train``, a loop of asrlab's parts or ``asrlab watch`` left), as a source:
-each part's own reading of its files (heartbeats, metrics, checkpoints, ledger, non-finite log, rank errors,
-halt and stall reports) gathered into the folder's sections, and from them the failure events of the one
-timeline (:mod:`.run_events`).
-
-Files left by an earlier launch into the same folder (an error before a resume, an old halt report) are history,
-not the verdict: only those written since the latest launch (``lab.json``'s ``started``, else the time the trainer
-wrote ``config.yaml``) decide it.
+each part's reading of its files gathered into the folder's sections, and from them the failure events
+(:mod:`.run_events`). Files of an earlier launch into the folder are history: only those written since the latest
+launch (``lab.json``'s ``started``, else ``config.yaml``'s time) decide the verdict.
 """
 
 from __future__ import annotations
@@ -76,13 +72,8 @@ def read(exp: Path, now: float | None = None) -> Reading:
     coverage = None if lab.get("coverage_not_measured") else epoch_coverage_report(exp, lab, closed)
     nonfinite = nonfinite_summary(exp, metrics)
     halt = read_halt(exp, since)
-    world_size = int(
-        lab.get("world_size")
-        or (report or {}).get("world_size")
-        or (max(beats) + 1 if beats else 0)
-        or len(metrics)
-        or 1
-    )
+    world_size = lab.get("world_size") or (report or {}).get("world_size") or (max(beats) + 1 if beats else 0)
+    world_size = int(world_size or len(metrics) or 1)
     keep = ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
     d: dict = {
         "exp": str(exp),
@@ -111,7 +102,7 @@ def read(exp: Path, now: float | None = None) -> Reading:
         "stall": stalled,
     }
     past = history(lab, recorded, errors, halt, report, stall)
-    events, outcome = timeline_of(exp, d, lab, train_cfg, metrics, beats, world_size, errors, halt, stall, ckpts)
+    events, outcome = timeline_of(exp, d, lab, train_cfg, metrics, beats, errors, stall)
     return Reading(NAME, [str(exp)], events=events, outcome=outcome, sections=d, history=past, inside=inside)
 
 

@@ -1,15 +1,12 @@
-"""TensorBoard's event files (``events.out.tfevents.*``, anywhere under a folder): the exact step series of every
-scalar a run wrote (loss terms, gradient norm, learning rate, loss scale), with the wall-clock second of each point.
+"""TensorBoard's event files (``events.out.tfevents.*``): the exact step series of every scalar a run wrote, with
+each point's wall-clock second.
 
-Each record is parsed by tensorboard's own ``Event`` protocol buffer (its schema, with protobuf's compiled
-parser); the records' framing (a length, its CRC, the bytes, their CRC) is walked here without checking the
-CRCs: tensorboard's own loader checks them in pure Python, several times slower than all the rest of the read
-(``benchmarks/tb_read.py``). A file cut by a killed writer ends at its last whole record, said in the notes.
-A scalar is a ``simple_value`` (torch's SummaryWriter, older writers) or a one-element tensor (TensorFlow 2).
-Several event files of one run (one per launch, in one folder) are one series per tag, in step order; a step
-written twice (a resume) keeps the later launch's value. Runs side by side (each its own folder: ``runs/a/``,
-``runs/b/``) stay apart, each tag named by its folder (``a/Loss/train``): a healthy run never hides a failed one.
-A file that yields no record (empty, not an event file) or ends in a cut record is a suspect: no all-clear over it.
+Records are parsed by tensorboard's own ``Event`` protobuf; their framing is walked here without checking the CRCs
+(tensorboard's loader checks them in pure Python, several times slower than the rest: ``benchmarks/tb_read.py``).
+A scalar is a ``simple_value`` (torch's SummaryWriter) or a one-element tensor (TensorFlow 2). One run's files (one
+per launch) are one series per tag, a step written twice keeping the later launch's value; runs side by side
+(``runs/a/``, ``runs/b/``) stay apart, each tag named by its folder (``a/Loss/train``): a healthy run never hides a
+failed one. A file cut by a killed writer, or with no record, is a suspect: no all-clear over it.
 """
 
 from __future__ import annotations
@@ -33,12 +30,9 @@ def owns(path: Path) -> bool:
 
 def _tensor_value(t) -> float | None:
     """A one-element tensor's value, or None (an image, a histogram, text)."""
-    if t.float_val:
-        return float(t.float_val[0])
-    if t.double_val:
-        return float(t.double_val[0])
-    if t.int64_val:
-        return float(t.int64_val[0])
+    for values in (t.float_val, t.double_val, t.int64_val):
+        if values:
+            return float(values[0])
     if t.int_val and t.dtype != 7:  # 7: a string
         return float(t.int_val[0])
     if t.tensor_content and t.dtype in (1, 2) and not [d for d in t.tensor_shape.dim if d.size != 1]:

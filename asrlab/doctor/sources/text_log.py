@@ -1,11 +1,9 @@
-"""Any text log (a toolkit's, a launcher's, a scheduler's; several ranks' or nodes' files, ``-`` for stdin), as a
-source: every line that can be a first failure (read by :mod:`..logs`, the meanings of lines whatever their
-wording) as an event of the one timeline, each phrased with its culprit (rank, step) should the rule choose it;
-the lines that look wrong with no failure named; and the sections (the hang's collective and who is behind, the
-first non-finite step, resumes, each rank's last step).
+"""Any text log (a toolkit's, a launcher's, a scheduler's; several files, ``-`` for stdin), as a source: each line
+that can be a first failure (read by :mod:`..logs`) as an event of the one timeline, phrased with its culprit once
+chosen; the lines that look wrong with no failure named; and the sections (hang, non-finite, resumes, ranks).
 
-A survivor's timeout, the agent's SIGTERM to the others, a lost-peer error are marked consequences
-(:data:`..logs.tracebacks.CONSEQUENCE`): never the cause while a cause is in the log.
+A survivor's timeout, the agent's SIGTERM to the others, a lost-peer error are consequences: never the cause while
+a cause is in the log.
 """
 
 from __future__ import annotations
@@ -32,17 +30,12 @@ from . import Reading
 
 NAME = "log"
 _TERM = ("SIGTERM", "SIGINT", "SIGHUP")
-
-
 _OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
-
-
 SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
 
 
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
-    """``(seconds, last step)`` where the job was stopped (a signal to its launcher or from outside) long after
-    its last step line, by its own pace: it was not training when it was ended, it hung."""
+    """``(seconds, last step)`` where the job was stopped long after its last step line, by its own pace: it hung."""
     t = when(e)
     if not (e["verdict"] == "stopped" or e.get("outside")) or t is None:
         return None
@@ -86,7 +79,7 @@ def _named(e: dict, strict: bool = False) -> dict | None:
 
 
 def _causes(run: LogRun) -> list[tuple]:
-    """(time, order, verdict, event) for every event that can be a first failure."""
+    """``(verdict, event)`` for every event that can be a first failure."""
     out, stops = [], [e.get("order", 0) for e in run.events if e["kind"] == "stop"]
     stalled = any(e["kind"] == "watch_stall" for e in run.events)
     # the watch's word on a stall the ranks did not then get past (the job finished after one they did)
@@ -94,8 +87,8 @@ def _causes(run: LogRun) -> list[tuple]:
         y["kind"] == "watch_passed" and y["file"] == x["file"] and y["order"] > x["order"] for y in run.events)]  # fmt: skip
     # the kernel's OOM killer says, after, whom it killed: a SIGKILL beside its line was for memory
     oom = next((x for x in run.events if x["kind"] == "oom" and _OOM_KILLER.search(x["text"])), None)
-    for i, e in enumerate(run.events):
-        k = e["kind"]
+    for e in run.events:
+        k, code = e["kind"], e.get("exitcode")
         if k == "exception":
             # a traceback cut before its exception line after the launcher was told to end: its own (SignalException)
             after_stop = e.get("cut") and any(o < e.get("order", 0) for o in stops)
@@ -107,18 +100,15 @@ def _causes(run: LogRun) -> list[tuple]:
         elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in _TERM):
             sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
             out.append(("out_of_memory", oom) if sig == "SIGKILL" and oom else ("killed", {**e, "signal": sig}))
-        elif k == "exit" and e.get("exitcode") == STALL_EXIT and stalled:  # a rank the stall watchdog ended
+        elif k == "exit" and code == STALL_EXIT and stalled:  # a rank the stall watchdog ended
             out.append(("crashed", {**e, "consequence": True}))
-        elif k == "exit" and (
-            not -64 <= (e.get("exitcode") or 0) <= 0 or (e.get("root") and e.get("exitcode") is None)
-        ):
+        elif k == "exit" and (not -64 <= (code or 0) <= 0 or (e.get("root") and code is None)):
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
-        elif k == "stop":  # beside the watch's word on a stall in this file (before it, or its closing line after
-            # it): the watch's ending of the job, or a person's of a job that hung
+        elif k == "stop":  # beside the watch's word on a stall in this file: the watch's, or a person's of a hung job
             found = any(x["file"] == e["file"] for x in stalls)
             out.append(("stopped", {**e, "consequence": True} if found else e))
-        elif k == "watch_stall" and e in stalls:  # a node's watch that saw only ranks waiting on another's: that
-            # node's word leads
+        elif k == "watch_stall" and e in stalls:
+            # a node's watch that saw only ranks waiting on another's: that node's word leads
             blind = e["rank"] is None and "not watched here" in e.get("said", "")
             blind = blind and any(x["kind"] == "watch_stall" and x["rank"] is not None for x in run.events)
             out.append(("stalled", {**e, "consequence": True} if blind else e))
@@ -133,15 +123,8 @@ def _causes(run: LogRun) -> list[tuple]:
         lead = lone_lossy(run, r)
         same = {lead["rank"]} if lead else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
         r = lead or r
-        e = {
-            "kind": "nonfinite_step",
-            "rank": r["rank"],
-            "time": r["time"],
-            "stamped": r["stamped"],
-            "record": r,
-            "order": r["order"],
-            "file": r["file"],
-        }
+        e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "stamped": r["stamped"], "record": r}
+        e.update(order=r["order"], file=r["file"])
         many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
         out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
         # a validation pass's non-finite line beside a training step's: the first failure only where nothing else is
@@ -151,8 +134,7 @@ def _causes(run: LogRun) -> list[tuple]:
     # a step printed non-finite after the scale fell, in the same file: one incident, said where the step is
     if skips and not (r is not None and r["file"] == skips.get("file") and r["order"] > skips.get("order", 0)):
         out.append(("nonfinite", skips))
-    unscaled = _unscaled_skip(run)
-    if unscaled:
+    if unscaled := _unscaled_skip(run):
         out.append(("nonfinite", unscaled))
     if all(x.get("consequence") for _, x in out):  # only what followed a cause (a lost peer): the watch's word is it
         out = [(v, {**x, "consequence": False} if x["kind"] == "watch_verdict" else x) for v, x in out]
@@ -160,10 +142,8 @@ def _causes(run: LogRun) -> list[tuple]:
 
 
 def _unscaled_skip(run: LogRun) -> dict | None:
-    """A step skipped for a non-finite gradient norm in a run without a dynamic loss scale (fp32, bf16: the
-    toolkit's lines say loss scale 1 or none): no scaler calibrates there, so the gradients themselves were
-    not finite; ESPnet says so: "The grad norm is nan. Skipping updating the model."
-    """
+    """A step skipped for a non-finite gradient norm where no dynamic loss scale calibrates (loss scale 1 or none:
+    fp32, bf16): the gradients themselves were not finite (ESPnet's "The grad norm is nan. Skipping updating")."""
     for e in run.events:
         if e["kind"] != "scale" or e.get("grad") is None:
             continue
@@ -182,8 +162,7 @@ def _unscaled_skip(run: LogRun) -> dict | None:
 
 
 def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
-    """The logs among ``paths`` (files, folders of them, ``-``), but ``skip`` (files another source owns); None
-    where there are none."""
+    """The logs among ``paths`` (files, folders, ``-``) but ``skip`` (another source's files); None where none."""
     files = [f for f in log_files(paths) if f not in skip]
     missing = [p for p in files if p != "-" and not Path(p).exists()]
     if missing:
@@ -206,8 +185,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     # an error-level line after which training went on (steps of finite losses logged): said, not a failure
     after = [finite_after(run, e) for e in odd]  # each a pass over the step records: once per line
     went_on, odd = [e for e, a in zip(odd, after) if a], [e for e, a in zip(odd, after) if not a]
-    # an evaluation's metric printed nan ("eval wer=nan") in a log of training steps: its evaluation is broken, not
-    # its training
+    # an evaluation's metric printed nan ("eval wer=nan") in a log of training steps: its evaluation is broken
     evals = [e for e in went_on + odd if run.series and validation(e["text"]) and NAN_VALUE.search(e["text"])]
     seen = {id(e) for e in evals}
     went_on, odd = [e for e in went_on if id(e) not in seen], [e for e in odd if id(e) not in seen]
@@ -226,9 +204,8 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
 
 
 def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
-    """``(events, sections, history)``: every event that can be the log's first failure (each with ``say``,
-    its phrasing should it be chosen), the sections, and an earlier attempt's failures (before the job was
-    started again and went on)."""
+    """``(events, sections, history)``: every event that can be the log's first failure (each with ``say``), the
+    sections, and an earlier attempt's failures (before the job was started again and went on)."""
     timeouts = [e for e in run.events if e["kind"] == "timeout" and not _passed(run, e)]
     d: dict = {
         "hang": hang(run, timeouts) if timeouts else None,
@@ -254,11 +231,8 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
     # closed): from outside, where nothing else failed
     sent = {e.get("pid") for e in run.events if e["kind"] == "agent_stop"}
-    outside = [
-        e
-        for e in run.events
-        if e["kind"] == "exit" and e.get("signal") in _TERM and (e.get("pid") not in sent if e.get("pid") else not sent)
-    ]
+    outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
+    outside = [e for e in outside if (e.get("pid") not in sent if e.get("pid") else not sent)]
     events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
     history = []
     # a worker killed, an out of memory the toolkit skips the batch of by design (once gone past in a file, each
@@ -281,9 +255,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
 
 
 def _phrased(run: LogRun, first: dict, d: dict) -> dict:
-    """The event as the log says it, once chosen: its verdict refined (an exit code stands for its rank's
-    traceback, a stop long after the last step ended a hang), its culprit, its sentence (``summary``; and where
-    the job went back to, after a resume)."""
+    """The event as the log says it, once chosen: its verdict refined, its culprit, its sentence (``summary``)."""
     e = _phrase(run, first, d)
     if d["resumes"]["from_output"]:
         e["summary"] += "; " + d["resumes"]["from_output"][0]["text"]
@@ -306,50 +278,34 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         h = d["hang"]
         rank = h["behind"][0] if len(h["behind"]) == 1 else None
         last = run.last_steps()
-        rec = (
-            last.get(rank)
-            or max((r for r in run.last_steps().values() if r is not None), key=lambda r: position(r), default=None)
-            or placed(first)
-        )
+        rec = last.get(rank) or max((r for r in last.values() if r is not None), key=position, default=None)
+        rec = rec or placed(first)
         return {**view, "verdict": "stalled", "culprit": culprit(rank, rec), "summary": h["text"]}
     if first.get("outside"):
         rec = last_before(run, first["rank"], first)
-        return {
-            **view,
-            "verdict": "killed",
-            "culprit": culprit(first["rank"], rec),
-            "summary": f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's "
-            f"pre-emption, a time limit, kill) {at(rec)}",
-        }
+        said = f"rank {first['rank']} was ended by {first['signal']} from outside the job (a scheduler's pre-emption, "
+        said += f"a time limit, kill) {at(rec)}"
+        return {**view, "verdict": "killed", "culprit": culprit(first["rank"], rec), "summary": said}
     if (silent := _silence(run, first)) is not None:
         gap, rec = silent
         last = {r: x for r, x in run.last_steps().items() if r is not None}
         low = min((position(x) for x in last.values()), default=None)
         behind = [r for r, x in last.items() if position(x) == low]
-        if len(behind) == 1 and len(last) > 1:  # the rank whose last step is behind the others' hung there
-            rec = last[behind[0]]
-        return {
-            **view,
-            "verdict": "stalled",
-            "culprit": culprit(behind[0] if len(behind) == 1 and len(last) > 1 else None, rec),
-            "summary": f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended "
-            f"({first['text'][:160]}): it hung there (a rank waiting for data or in a collective; its stacks, "
-            "asrlab watch or py-spy dump, say where)",
-        }
+        lone = behind[0] if len(behind) == 1 and len(last) > 1 else None  # behind the others' last step: hung there
+        rec = last[lone] if lone is not None else rec
+        said = (
+            f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended ({first['text'][:160]}): "
+            "it hung there (a rank waiting for data or in a collective; its stacks, asrlab watch or py-spy dump, "
+            "say where)"
+        )
+        return {**view, "verdict": "stalled", "culprit": culprit(lone, rec), "summary": said}
     verdict, e = _refine(run, first["verdict"], first)
     rank = e.get("culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank"))
     if verdict == "stopped" and len({x.get("rank") for x in run.events if x["kind"] == "stop"}) > 1:
         e, rank = {**e, "rank": None, "text": e["text"] + "; every rank was told it"}, None  # the launcher passed it on
     # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
-    rec = (
-        e.get("record")
-        or _named(e, strict=True)
-        or last_before(run, rank, e)
-        or _named(e)
-        or placed(e)
-        or redrawn_after(run, rank, e)
-    )
-    rec = named_later(e, rec)
+    rec = e.get("record") or _named(e, strict=True) or last_before(run, rank, e) or _named(e) or placed(e)
+    rec = named_later(e, rec or redrawn_after(run, rank, e))
     said = _say(run, verdict, {**e, "rank": rank}, rec, d)
     nf = d["nonfinite"] or {}
     if verdict == "nonfinite" and rec is not None and nf.get("first"):
@@ -362,11 +318,10 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
 
 def _passed(run: LogRun, e: dict) -> bool:
     """A wait (a start-up barrier's, Horovod's stall inspector's) that steps followed or the store completed: passed."""
-    done = [x for x in run.events if x["kind"] == "barrier_done" and x.get("order", 0) > e.get("order", 0)]
-    if e.get("waiting") and done:
-        return True
     if not e.get("waiting"):
         return False
+    if any(x["kind"] == "barrier_done" and x.get("order", 0) > e.get("order", 0) for x in run.events):
+        return True
     later = [r for s in run.series.values() for r in s.all()[-1:]]  # each rank's last step: after it, by line or clock
     return any(r["file"] == e.get("file") and r["order"] > e.get("order", 0) or (r["time"] or 0) > (e.get("time") or 1e18)
                for r in later)  # fmt: skip
@@ -375,9 +330,8 @@ def _passed(run: LogRun, e: dict) -> bool:
 def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
     """An exit without a signal stands for the traceback of its rank where the log has one."""
     if e["kind"] == "exit" and not e.get("signal"):
-        # an exit code is a rank's failure said by its launcher; what failed is the exception the log holds:
-        # that rank's, else (several ranks failed, one printed) another rank's; not one of no rank (the
-        # launcher's own traceback)
+        # an exit code is a rank's failure said by its launcher; what failed is that rank's exception, else (several
+        # failed, one printed) another rank's; not one of no rank (the launcher's own traceback)
         raised = [x for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")]
         tb = [x for x in raised if x.get("rank") == e["rank"]] or [x for x in raised if x.get("rank") is not None]
         if tb:
@@ -393,14 +347,10 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
 
 
 def culprit(rank, rec: dict | None) -> dict:
-    """The culprit as JSON says it: the rank, its step as the toolkit counts (the global step, else the batch,
-    else the epoch), and the epoch and batch where the toolkit counts so."""
-    return {
-        "rank": rank,
-        "step": step_number(rec),
-        "epoch": rec["epoch"] if rec else None,
-        "batch": rec["batch"] if rec else None,
-    }
+    """The culprit as JSON says it: the rank, its step as the toolkit counts (global step, else batch, else epoch),
+    and the epoch and batch where the toolkit counts so."""
+    epoch, batch = (rec["epoch"], rec["batch"]) if rec else (None, None)
+    return {"rank": rank, "step": step_number(rec), "epoch": epoch, "batch": batch}
 
 
 def _event_view(e: dict) -> dict:
@@ -419,11 +369,9 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         line = f" (at {f.replace(chr(92), '/').split('/')[-1]}:{n} in {fn})"
     if verdict == "killed":
         sig = e.get("signal") or "a signal"
-        what = (
-            "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
-            if e["kind"] == "worker_killed"
-            else who
-        )
+        what = who
+        if e["kind"] == "worker_killed":
+            what = "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
         aborts = [x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))]
@@ -431,10 +379,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
             a = aborts[0]
             s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
             if "collective mismatch" in a["message"] or "op.preamble.length <= op.nbytes" in a["message"]:
-                s += (
-                    " (the ranks called different collectives: a rank that ran out of data and left the loop "
-                    "while another still trains, or a branch on the rank)"
-                )
+                s += " (the ranks called different collectives: a rank that ran out of data and left the loop while "
+                s += "another still trains, or a branch on the rank)"
     elif verdict == "out_of_memory":
         s = f"{who} ran out of memory {when}: {e['text'][:200]}{line}"
     elif verdict == "nonfinite" and e["kind"] == "nonfinite_step":
@@ -450,10 +396,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         to = " to asrlab watch" if e.get("by") == "asrlab watch" else to
         s = f"the job was stopped by {e.get('signal') or 'a signal'}{to} {when} ({e['text'][:160]})"
     elif verdict == "nonfinite" and e["kind"] == "grad_skip":
-        s = (
-            f"{who}: the gradient norm was not finite ({e.get('grad')}) {when}, in a run without a dynamic loss "
-            f"scale (fp32 or bf16: no scaler calibrates): the step was skipped ({e['text'][:120]})"
-        )
+        s = f"{who}: the gradient norm was not finite ({e.get('grad')}) {when}, in a run without a dynamic loss "
+        s += f"scale (fp32 or bf16: no scaler calibrates): the step was skipped ({e['text'][:120]})"
     elif verdict == "nonfinite" and e["kind"] == "skips":
         s = f"{who}: {e['count']} steps in a row skipped for non-finite gradients {when} ({e['text'][:120]})"
     elif verdict == "nonfinite":
@@ -477,12 +421,9 @@ def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
     s = "no failure seen"
     if d["resumes"]["from_output"]:
         r = d["resumes"]["from_output"][0]
-        twice = r.get("trained_twice")
-        s = (
-            f"no crash, hang or non-finite value seen; but a restart trained data twice: {r['text']}"
-            if twice
-            else f"{s}; {r['text']}"
-        )
+        s = f"{s}; {r['text']}"
+        if r.get("trained_twice"):
+            s = f"no crash, hang or non-finite value seen; but a restart trained data twice: {r['text']}"
     if d["nonfinite"] and d["nonfinite"].get("first"):
         s += "; non-finite values " + d["nonfinite"]["text"]
     if went_on:
