@@ -19,13 +19,12 @@ from ...lab.stop import STOP_FILE
 from ..logs.tracebacks import COLLECTIVE_TIMEOUT
 from ..logs.words import exit_signal
 from ..timeline import failure
-from .text_log import SILENT_S
+from .text_log import SILENT_S, STOP_SIGNALS
 
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
 LOST_PEER = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|"
-    r"ProcessGroupNCCL.*(abort|watchdog)|NCCL communicator was aborted|"
-    r"Socket Timeout|failed to recv|Connection refused",
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|ProcessGroupNCCL.*(abort|watchdog)|"
+    r"NCCL communicator was aborted|Socket Timeout|failed to recv|Connection refused",
     re.I,
 )
 
@@ -194,9 +193,8 @@ def timeline_of(
             "a report, or its machines are unreachable"
         )
         return [], {**out, "verdict": "unknown", "summary": said}
-    said = [
-        f"running, step {d['last_step'] or 0}" + (f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps") else "")
-    ]
+    limit = f" of {train_cfg['max_steps']}" if train_cfg.get("max_steps") else ""
+    said = [f"running, step {d['last_step'] or 0}{limit}"]
     if silent:
         age = max(x["heartbeat_age_s"] for x in silent)
         said.append(f"{ranks_named(silent)}: no heartbeat for {age:.0f} s (another host: frozen or gone)")
@@ -249,10 +247,9 @@ BUSY = ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_lo
 
 
 def _hung(exp: Path, beats: dict[int, dict], at: float) -> str | None:
-    """What the ranks were doing when a stop came at ``at``, where none had moved for :data:`SILENT_S` (the log's
-    rule for a stop long after its last step) and one was waiting (for data, for its peers): the hang the stop
-    ended, as the watch words a stall; else None (a slow start, an evaluation or a save is no hang). A rank whose
-    heartbeat moved after the stop (on its doing) is seen as its timeline had it then."""
+    """The hang a stop at ``at`` ended, as the watch words a stall, where no rank had moved for :data:`SILENT_S` (the
+    log's rule too) and one was waiting (for data, for its peers); else None (a slow start, an evaluation or a save
+    is no hang). A rank whose heartbeat moved after the stop (on its doing) is seen as its timeline had it then."""
     timelines = read_timeline(exp) if any((b.get("since") or 0) > at for b in beats.values()) else {}
     snaps = {}
     for r, b in beats.items():
@@ -286,7 +283,7 @@ def _spawner(exp: Path) -> bool:
 def _signalled(code: int | None) -> tuple[str, str] | None:
     """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
     name = exit_signal(code, shell=True)
-    return (name, "stopped" if name in ("SIGTERM", "SIGINT", "SIGHUP") else "killed") if name else None
+    return (name, "stopped" if name in STOP_SIGNALS else "killed") if name else None
 
 
 def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:

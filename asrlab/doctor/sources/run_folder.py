@@ -56,13 +56,11 @@ def read(exp: Path, now: float | None = None) -> Reading:
     ranks = [rank_state(b, now) for _, b in sorted(beats.items())]
     # what this launch recorded decides the verdict; the rest is history
     launched, recorded, errors = launch(exp, lab, beats, rid)
-    error = error_summary(errors[0], errors) if errors else None
     since = launched - LAUNCH_SLACK_S if launched else 0.0
     stall = report if report is not None and report.get("time", 0) >= since else None
     stalled = stall_summary(exp, stall) if stall else None
     metrics = rank_metrics(exp)  # each rank's lines, read once
     rank0 = kept_steps(metrics.get("rank0", []))
-    loss_scale, trained_again = loss_scale_history(rank0), went_back(metrics.get("rank0", []))
     steps = step_times(metrics, beats)
     corpora = corpus_throughput([m for lines in metrics.values() for m in kept_steps(lines)])
     ckpts = integrity(exp, clock_of=_elapsed)
@@ -87,17 +85,17 @@ def read(exp: Path, now: float | None = None) -> Reading:
         "steps": steps,
         "corpora": corpora,
         "nonfinite": nonfinite,
-        "loss_scale": loss_scale,
+        "loss_scale": loss_scale_history(rank0),
         "resumes": resumes(
             ledger=bool(per_rank),
             resumed_from=sorted({s for v in per_rank.values() for s in v}),
             per_rank={str(r): v for r, v in per_rank.items()},
-            trained_again=trained_again,
+            trained_again=went_back(metrics.get("rank0", [])),
         ),
         "coverage": coverage,
         "coverage_not_measured": lab.get("coverage_not_measured"),
         "checkpoints": ckpts,
-        "error": error,
+        "error": error_summary(errors[0], errors) if errors else None,
         "halt": halt,
         "stall": stalled,
     }

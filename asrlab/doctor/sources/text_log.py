@@ -29,7 +29,7 @@ from ...lab.stall.watchdog import STALL_EXIT
 from . import Reading
 
 NAME = "log"
-_TERM = ("SIGTERM", "SIGINT", "SIGHUP")
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # a stop, not a kill
 _OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
 SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
 
@@ -97,7 +97,7 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("out_of_memory", e))
         elif k in ("nonfinite_error", "nonfinite_line") or (k == "scale" and e.get("fatal")):
             out.append(("nonfinite", e))
-        elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in _TERM):
+        elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in STOP_SIGNALS):
             sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
             out.append(("out_of_memory", oom) if sig == "SIGKILL" and oom else ("killed", {**e, "signal": sig}))
         elif k == "exit" and code == STALL_EXIT and stalled:  # a rank the stall watchdog ended
@@ -231,7 +231,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
     # closed): from outside, where nothing else failed
     sent = {e.get("pid") for e in run.events if e["kind"] == "agent_stop"}
-    outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in _TERM]
+    outside = [e for e in run.events if e["kind"] == "exit" and e.get("signal") in STOP_SIGNALS]
     outside = [e for e in outside if (e.get("pid") not in sent if e.get("pid") else not sent)]
     events += [{**e, "verdict": "killed", "consequence": True, "outside": True} for e in outside[:1]]
     history = []
