@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "mp.spawn's `process 0 terminated with signal SIGTERM`: the first process it saw end was stopped, not crashed": (
+        "logs84/ez_hoi/mp_spawn_process_0_terminated_with_signal_sigterm_leaked_semaphores.log"
+    ),
     "a traceback's long source line a terminal wrapped onto the next line at column 0, then its CUDA OOM": (
         "logs83/gaussian_splatting/truck_training_progress_0_of_30000_add_densification_stats_cuda_oom_7_94_gib.log"
     ),
@@ -872,6 +875,7 @@ INDEX = {
         "logs81",
         "logs82",
         "logs83",
+        "logs84",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

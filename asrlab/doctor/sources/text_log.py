@@ -100,6 +100,8 @@ def _causes(run: LogRun) -> list[tuple]:
         elif k == "worker_killed" or (k == "exit" and e.get("signal") and e["signal"] not in STOP_SIGNALS):
             sig = "SIGKILL" if (e.get("signal") or "").lower().startswith("kill") else e.get("signal")
             out.append(("out_of_memory", oom) if sig == "SIGKILL" and oom else ("killed", {**e, "signal": sig}))
+        elif k == "exit" and e.get("signal") in STOP_SIGNALS and e.get("source") == "torch.multiprocessing":
+            out.append(("stopped", e))  # the first process mp.spawn saw end was sent a stop: the job's, from outside
         elif k == "exit" and code == STALL_EXIT and stalled:  # a rank the stall watchdog ended
             out.append(("crashed", {**e, "consequence": True}))
         elif k == "exit" and (not -64 <= (code or 0) <= 0 or (e.get("root") and code is None)):
@@ -387,6 +389,11 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: {(d['nonfinite'] or {}).get('text', 'a value not finite')} ({when})"
     elif verdict == "nonfinite" and e["kind"] == "scale_collapse":
         s = f"{who}: the loss scale fell to {e['to']:g} {when}: the gradients overflow at every step, not only while the scale calibrates"
+    elif (
+        verdict == "stopped" and e["kind"] == "exit" and "terminated with signal" in e["text"]
+    ):  # mp.spawn: it ended first
+        s = f"{who} was ended by {e['signal']} from outside the job (a scheduler, a time limit, kill) {when}, the first "
+        s += f"process mp.spawn saw end ({e['text'][:160]})"
     elif verdict == "stopped" and e.get("rank") is not None and "death signal" not in e["text"]:
         # one rank's own interrupt (KeyboardInterrupt in its traceback), its launcher told nothing
         s = f"{who} was stopped by {e.get('signal') or 'a signal'} sent to it alone {when} ({e['text'][:160]})"
