@@ -19,7 +19,6 @@ NAMED = re.compile(
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")
 _OF = re.compile(r"\[(\d+)\s*/\s*\d+\]|(?<![\d.:/(])(\d+)/\d+(?![\d.:/)])(?!\s+\d\d?:\d\d)")
 
-
 # a tqdm count: "450/1000 [01:23<...", or of a bar with no total: "600it [11:53, 1.19s/it"; a bar drawn without
 # tqdm's brackets: "━━━━━━ 588/588 3.6it/s 2:45" (Ultralytics')
 _TQDM = re.compile(

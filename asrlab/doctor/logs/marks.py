@@ -14,11 +14,10 @@ _GLOG = re.compile(rf"(?:^|[\s\[:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<fra
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 _MARK = r"\[(?:rank|default|[\w.-]+:)(\d+)\]:"  # PyTorch's; torchrun's, its role first (default, a host's "gpu3:")
-PREFIX = re.compile(rf"^\s*{_MARK}\s?")  # indented where a thread quotes it
 # what a collector puts before a line: strong marks (a rank's, mpirun's, a container's) are always taken off; a bare
 # stamp or host name only before a rank mark or a line read from its first character (a traceback, torchrun's summary)
 _STRONG = (
-    (PREFIX, 1),  # PyTorch's and torchrun's
+    (re.compile(rf"^\s*{_MARK}\s?"), 1),  # PyTorch's and torchrun's, indented where a thread quotes it
     # a loop's own "[r1][ep 0 ...", a logger's "INFO [rank0] trainer: ..." (an error's level word is kept)
     (re.compile(r"^(?:(?:INFO|DEBUG)\s+)?\[(?:rank|r)(\d{1,5})\](?=\[| \S)"), 1),
     (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # mpirun --tag-output: [job,rank]
@@ -64,8 +63,7 @@ def split_prefix(line: str) -> tuple[int | None, str]:
     rank = None
     for _ in range(4):  # marks nest: a timestamp, then a host, then a rank mark
         for pattern, group in _STRONG:
-            m = pattern.match(line)
-            if m:
+            if m := pattern.match(line):
                 if group is not None:
                     rank = int(m.group(group))
                 line = line[m.end() :]
@@ -73,8 +71,7 @@ def split_prefix(line: str) -> tuple[int | None, str]:
         else:
             weak = _TIME.match(line) or _HOST.match(line)
             rest = line[weak.end() :] if weak else line
-            r = _WEAK_RANK.match(rest)
-            if r and (weak or _WEAK_RANK.match(line)):
+            if r := _WEAK_RANK.match(rest):
                 if r.group(1) is not None and not rest[r.end() :].strip():
                     return rank, line  # torchrun's own "[0]:" record mark, alone on its line
                 rank, line = int(r.group(1) or r.group(2)), rest[r.end() :]
@@ -88,11 +85,8 @@ def split_prefix(line: str) -> tuple[int | None, str]:
 
 def rank_of(line: str) -> int | None:
     """The rank the line says it is from, by the first mark that fits."""
-    for pattern in _RANKS:
-        m = pattern.search(line)
-        if m:
-            return int(next(g for g in m.groups() if g is not None))
-    return None
+    m = next((found for pattern in _RANKS if (found := pattern.search(line))), None)
+    return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
 # a loop's own mark beside its step: "[rank 1] step 15", "rank=1 step=1" (first, or after a bracket or bar)
@@ -122,12 +116,10 @@ class Clock:
     def of(self, line: str) -> float | None:
         if len(line) < 14:
             return None
-        m = _ISO.search(line, 0, 80) or _US.search(line, 0, 60)
-        if m:
+        if m := _ISO.search(line, 0, 80) or _US.search(line, 0, 60):
             self.year = int(m["y"])
             return _seconds(self.year, m)
-        m = _GLOG.search(line, 0, 60)
-        if m and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+        if (m := _GLOG.search(line, 0, 60)) and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
             return _seconds(self.year, m)
         return None
 
@@ -140,4 +132,4 @@ def _seconds(year: int, m: re.Match) -> float | None:
     return t + (float("0." + m["frac"]) if m["frac"] else 0.0)
 
 
-__all__ = ["Clock", "PREFIX", "marked_rank", "rank_of", "split_prefix", "world_of"]
+__all__ = ["Clock", "marked_rank", "rank_of", "split_prefix", "world_of"]

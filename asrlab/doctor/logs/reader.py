@@ -1,6 +1,5 @@
 """Log files read into the run's model (:mod:`.run`): the lines that can say something, found by their fingerprints
-(:mod:`.fingerprint`), read in Python once; the step lines that say nothing else counted and sampled (a series keeps
-only its last records, its extremes and its non-finite points)."""
+(:mod:`.fingerprint`), read in Python once; the step lines that say nothing else counted and sampled."""
 
 from __future__ import annotations
 
@@ -98,8 +97,7 @@ class _File:
             self.block(data, lo, hi, base, tail=max(0, EDGE - rest))
 
     def block(self, block: bytes, lo: int, hi: int, offset: int, tail: int) -> None:
-        """block[lo:hi], at the file's offset + lo: its first bytes within the file's first EDGE and its
-        last ``tail`` are read line by line."""
+        """block[lo:hi], at the file's offset + lo; its bytes in the file's first EDGE and its last ``tail`` by line."""
         slow_head = EDGE - (offset + lo) if offset + lo < EDGE else 0
         if not self.quick or hi - lo <= slow_head + tail or hi - lo < TINY:  # (a line two reads cut: TINY)
             return self.lines(block[lo:hi] if lo or hi < len(block) else block, offset + lo)
@@ -153,9 +151,7 @@ class _File:
         self.samples = iter(range(start + SAMPLE // 2, end, SAMPLE))
         self.sample = next(self.samples, 1 << 62)
         if self.steps_only(prints, c0, c1):  # step lines only (most blocks of most logs): no line cut out
-            self.samples_before(block, offset, end)
-            self.prev = (block, offset, end, self.done)
-            return
+            return self.part(block, offset, [], b"", end)  # no line to read but the samples
         fps = (prints if c0 == 0 and c1 == len(prints) else prints[c0:c1]).split(b"\n")
         if block.endswith(b"\n", start, end):
             fps.pop()
@@ -201,9 +197,8 @@ class _File:
         self.prev = (block, offset, end, self.done)
 
     def steps_only(self, prints: bytes, c0: int, c1: int) -> bool:
-        """Whether the fingerprints prints[c0:c1] (whole lines) are all templates or lines that, alone between
-        step lines, are counted (a warning at every checkpoint), and if so count them: one count of each in
-        C, no line cut out. Tried while it holds, else once in a few blocks."""
+        """Whether prints[c0:c1] (whole lines) are all templates or counted lines alone between step lines (a
+        warning at every checkpoint), and if so count them in C. Tried while it holds, else once in a few blocks."""
         self.pure += 1
         if self.pure <= 0 or not prints.endswith(b"\n", c0, c1):
             return False
@@ -284,9 +279,8 @@ class _File:
         self.run.nonfinite.more += n * s.nonfinite
 
     def read_run(self, block: bytes, offset: int, a: int, b: int, look: bool = True, s: Sig | None = None) -> None:
-        """The run block[a:b] read in full, and (``look``) the step lines just before it (each rank's step a
-        failure happened at, the values that led to it) and after it, unless ``s``, what runs like it gave,
-        says it has no resume and sets nothing (where each rank went on after a restart)."""
+        """The run block[a:b] read in full, and (``look``) the step lines just before it (the step a failure came at)
+        and after it (where a rank went on after a restart) unless ``s`` says runs like it neither resume nor set."""
         self.samples_before(block, offset, a)
         if look:
             if a == self.start and self.prev is not None:  # the range begins with it: the last one ended so
@@ -304,7 +298,6 @@ class _File:
         by format, non-finite step lines, whether a run like it can be counted)."""
         alone = _File(LogRun(), Events(), self.path, self.index, fast=False)
         alone.clock.year, alone.now, alone.reader, alone.toolkit = self.clock.year, self.now, self.reader, self.toolkit
-        alone.rank = self.rank
         state = {k: getattr(self, k, None) for k in STATE}
         alone.__dict__.update(state)
         alone.lines_in(block, offset, a, b)
@@ -350,8 +343,7 @@ class _File:
                 break
             b = block.find(b"\n", a, self.end)
             b = self.end if b < 0 else b
-            raw = self._step_line(block, a, b)
-            if raw is not None:
+            if (raw := self._step_line(block, a, b)) is not None:
                 self.line(raw, offset + a, counted=True)
             self.done = b + 1
 
@@ -360,8 +352,7 @@ class _File:
         lines, p = [], a
         while len(lines) < LOOK and p - 1 > done:
             q = max(block.rfind(b"\n", done, p - 1) + 1, done)
-            raw = self._step_line(block, q, p - 1)
-            if raw is None:
+            if (raw := self._step_line(block, q, p - 1)) is None:
                 break
             lines.append((q, raw))
             p = q
@@ -369,8 +360,7 @@ class _File:
             self.line(raw, offset + q, counted=True)
 
     def clock_at(self, block: bytes, offset: int, a: int) -> None:
-        """The file's time at the line block[a:]: the stamp of the nearest line before it that has one, where
-        that line was counted, not read (a line without a stamp takes its file's last one)."""
+        """The file's time at block[a:]: the stamp of the nearest line before it that has one, where it was counted."""
         p = a
         for _ in range(4 * LOOK):
             if p <= self.start or self.base + offset + p <= self.stamped:
@@ -391,8 +381,7 @@ class _File:
                 break
             q = block.find(b"\n", p, self.end)
             q = self.end if q < 0 else q
-            raw = self._step_line(block, p, q)
-            if raw is None:
+            if (raw := self._step_line(block, p, q)) is None:
                 break
             self.line(raw, offset + p, counted=True)
             p = q + 1
@@ -420,8 +409,7 @@ class _File:
         bar = bar_count(text) if "/" in text and barred and not validation(text) else None
         if bar is not None:
             self.bar = (bar, self.read_in_full)
-        fed = rec is None or _MESSAGE.search(text)
-        if fed:
+        if fed := rec is None or _MESSAGE.search(text):
             if "poch" in text and (m := EPOCH_START.search(text)):  # a bar's lines that follow are of this epoch
                 self.epoch = int(m.group(1) or m.group(2))
             self.events.order = order
@@ -443,8 +431,7 @@ class _File:
         run.formats[rec["toolkit"]] += 0 if counted else 1
         if rec["rank"] is None:  # a bar's rank is said before its end, not by a line glued after it
             said = text[: m.end()] if rec["toolkit"] == "lightning" and (m := _BAR_END.search(text)) else text
-            mark = rank_of if rec["toolkit"] != "plain" else marked_rank
-            rec["rank"] = rank if rank is not None else mark(said)
+            rec["rank"] = rank if rank is not None else (marked_rank if rec["toolkit"] == "plain" else rank_of)(said)
         if rec["rank"] is None:
             rec["rank"] = self.rank
         if run.world is None:
@@ -453,11 +440,10 @@ class _File:
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         run.first_steps.setdefault(rec["file"], rec)
-        # not resumes: a bar at 0 (Lightning's redraw before the next epoch: nor compared with), a per-epoch count
-        zero, last = rec["toolkit"] == "lightning" and rec["batch"] == 0, series.moved  # its postfix the last epoch's
-        if not zero and last is not None and went_back(run, rec, last):
-            run.resumes.append({"rank": rec["rank"], "before": last, "after": rec})
-        if not zero:
+        # Lightning's bar at 0, redrawn before the next epoch (its postfix the last's): no resume, nor compared with
+        if not (rec["toolkit"] == "lightning" and rec["batch"] == 0):
+            if series.moved is not None and went_back(run, rec, series.moved):
+                run.resumes.append({"rank": rec["rank"], "before": series.moved, "after": rec})
             series.moved = rec
         if rec["batch"] is not None:
             run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])

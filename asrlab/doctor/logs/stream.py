@@ -67,8 +67,7 @@ def pieces(path, size: int = CHUNK) -> Iterator[tuple[bytes, int, int]]:
                 break
             first = 0
             if rest:
-                nl = data.find(b"\n") + 1
-                if not nl:
+                if not (nl := data.find(b"\n") + 1):
                     rest += data
                     if len(rest) > 16 * size:  # a file without newlines: read it as it comes
                         yield rest, 0, len(rest)
@@ -93,8 +92,7 @@ def clean(raw: bytes) -> list[str]:
         raw = raw.replace(b"\x00", b"")
     if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."
         raw = raw[2:]
-    # a line set in bold in a markdown comment: "**RuntimeError: CUDA out of memory.**"
-    if raw[:2] == b"**" and raw[2:3] != b"*":
+    if raw[:2] == b"**" and raw[2:3] != b"*":  # set in bold in a markdown comment: "**RuntimeError: ...**"
         raw = raw.replace(b"**", b"")
     out = []
     for part in raw.split(b"\r"):
@@ -108,10 +106,8 @@ def _glued(part: bytes) -> bool:
     """Whether ``part`` may hold a second line for _GLUED, slow, to cut: byte searches (~2 us a line, not ~30)."""
     if part.find(b"[rank", 1) > 0 or part.find(b"[default", 1) > 0 or b".cpp:" in part or b'}{"' in part:
         return True
-    for m in _DATE.finditer(part):
+    for m in _DATE.finditer(part, 5):
         i = m.start() - 5  # the byte before the year
-        if i < 0:
-            continue
         if part[i] == 91 and i and part[i - 1] not in b" \t\n\r\x0b\x0c":  # "[2024-..." after text
             return True
         if part[i] not in b" \t\n\r\x0b\x0c([" and not part[: i + 1].endswith((b"<stderr>:", b"<stdout>:")):
@@ -126,10 +122,8 @@ def is_text(path: str | Path, sample: int = 65536) -> bool:
             head = f.read(sample)
     except (OSError, EOFError, lzma.LZMAError, zlib.error):
         return False
-    if not head:
-        return True
     printable = sum(1 for b in head if b >= 32 or b in (9, 10, 13, 27))
-    return printable / len(head) > 0.9
+    return not head or printable / len(head) > 0.9
 
 
 __all__ = ["clean", "is_text", "open_log", "pieces"]

@@ -19,15 +19,13 @@ NCCL_HANG = re.compile(r"watchdog got stuck for (\d+) seconds?|Some NCCL operati
 BAR_END = r"(?:it/s|s/it)(?:,[^\]]*)?\]"
 # the names a loop of its own gives its loss, besides any "...loss..."
 OWN_LOSSES = r"ctc|xent|cross_?entropy|smooth_?l1|nll|mse|rnnt|objf|objective|(?-i:obj)|kl"
-# the shell's word for a SIGKILLed child, in its locale, in a paste's bold, glued to a bar's end or a value's;
-# "Killedg in train batch: 127687": the word over a line the job redrew after a \r
+# the shell's word for a SIGKILLed child, in its locale, glued to a bar's end or a value, or over a redrawn line
 BASH_KILLED = re.compile(
     rf"(?:^\W{{0,3}}|line \d+:\s+\d+ |{BAR_END}|(?<=\d)(?=Killed\s*$))"
     r"(?:Killed(?:\b(?!\s+process)|(?=[a-z]))|已杀死|已殺死|Getötet|強制終了|Processus arrêté|Terminado \(killed\))"  # zh, de, ja, fr, es
     r"|sigkill_handler\] Killing subprocess \d"  # DeepSpeed's launcher SIGKILLing its ranks (its line on why: cut)
 )
-# a shell's, srun's or the C library's word for a child that a signal ended, also after a bar (padded, or its "]")
-# and in a subshell's report, by its pid: "156 Segmentation fault      (core dumped) ( cmd )"
+# a shell's, srun's or libc's word for a child a signal ended, also after a bar, or by pid ("156 Segmentation fault")
 SHELL_SIGNAL = re.compile(
     r"(?:^|^\d+ |line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
@@ -47,8 +45,7 @@ SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$"
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
 SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
-# a process that said it ended with a status: "exited with status 1", "returned non-zero exit status 2", "Process
-# finished with exit code 139 (interrupted by signal 11: SIGSEGV)", Paddle's "Container rank 6 status failed ... code -6"
+# a process's word on its exit status: "exited with status 1", Paddle's "Container rank 6 status failed ... code -6"
 STATUS = re.compile(
     r"(?:exited|finished|terminated|exit(?:ed)?)(?: with)? (?:exit )?(?:status|code)\s*:?\s*(-?\d+)"
     r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
@@ -111,8 +108,7 @@ NONFINITE_LINE = re.compile(
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
-# a loss (by its own name too: a loop's "ctc", "xent") or a gradient norm printed as a value: "loss=nan", "'loss': nan",
-# "train_loss : inf", "grad_norm nan", '"ctc": NaN'
+# a loss (by a loop's own name too) or a gradient norm printed as a value: "loss=nan", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
     rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
     r"([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
@@ -122,8 +118,7 @@ _TOTALS = ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")  # a valu
 
 
 def nonfinite_said(text: str) -> str | None:
-    """What in a line says the numbers went non-finite; None for a line of fp16's overflow-and-skip, which says
-    "inf" of gradients a loss scaler then skips ("overflow detected (inf grads), skipping step")."""
+    """What in a line says the numbers went non-finite; None for fp16's "overflow detected (inf grads), skipping"."""
     if ("verflow" in text and OVERFLOW_SKIP.search(text)) or ("skipped so far" in text and GUARD_SKIP.search(text)):
         return None
     m = NONFINITE_LINE.search(text)
@@ -137,11 +132,8 @@ def nonfinite_values(text: str) -> str | None:
         return None
     vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
     bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
-    if not bad:
-        return None
-    if any(k in _TOTALS or "norm" in k for k in bad):
-        return bad[0]
-    return None if any(k in _TOTALS for k, _ in vals) else bad[0]
+    told = any(k in _TOTALS or "norm" in k for k in bad) or not any(k in _TOTALS for k, _ in vals)
+    return bad[0] if bad and told else None
 
 
 # a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
@@ -170,8 +162,7 @@ def death_signal(text: str) -> str | None:
     return None if said is None else "SIGINT" if said == "KeyboardInterrupt" else signame(said)
 
 
-# a logger's line on Ctrl-C, not an exception line ("Detected KeyboardInterrupt, attempting graceful shutdown",
-# "CRITICAL Keyboard Interrupt. Ending early.", "Caught KeyboardInterrupt")
+# a logger's line on Ctrl-C, not an exception line ("Detected KeyboardInterrupt", "CRITICAL Keyboard Interrupt.")
 INTERRUPTED = re.compile(
     r"(?:Detected|Caught|Got|Received|CRITICAL|INFO|WARNING)\W+Keyboard ?Interrupt\b"
     r"|forrtl: error \(200\): program aborting due to control-C event"  # Intel's Fortran runtime (MKL on Windows)
@@ -186,14 +177,12 @@ EXC_LINE = re.compile(
 )
 # RETURNN's hook on an uncaught exception, before its traceback: "Unhandled exception <class 'RuntimeError'> in thread"
 UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
-# the device's own error on a logger's line, with no exception line of Python's ("[ERROR] trainer - <class
-# 'RuntimeError'> at trainer.py:101 - CUDA error: ..."); Marian's "CUDA error 999 'unknown error' - file:54: ..."
+# the device's error on a logger's line, with no exception line of Python's; Marian's "CUDA error 999 'unknown error'"
 CUDA_ERROR = re.compile(
     r"\bCUDA error: (.+)|\b(device-side assert triggered)|\bCUDA error (\d+ '[^']+'.*)|"
     r"\bcuda runtime error \(\d+\) : (.+?)(?: at \S+)?$"  # Lua Torch's cutorch
 )
-# a process's own word that it ended: Marian's ABORT (below its error line), a TPU runtime's fatal error, Ray's on
-# a worker that died under a task, JAX's coordination service on a task (a rank) that stopped answering, a kernel's
+# a process's word that it ended: Marian's ABORT, a TPU runtime's, Ray's and JAX's on a worker or task gone, a kernel's
 ENDED_ITSELF = re.compile(
     r"\bError: (Aborted) from \S+ in \S|!!!! (FATAL ERROR) !!!!|\b(A worker died) or was killed while executing a task|"
     r"/task:(\d+) (has been set to ERROR) in coordination service|\b(kernel process died)\b"
@@ -211,12 +200,10 @@ SUMMARY_GLUED = re.compile(r"(?<!local )(?<!local_)\b(rank|exitcode|error[_ ]fil
 
 
 def summary_fields(s: str, loose: bool = True) -> dict | None:
-    """One line of torchrun's summary record as its fields (a traceback's also as the first line of ``tb``); {}
-    for a label or a value of a copied table on a line of its own (with ``loose``: before the record's rank);
-    None for a line that is not the record's."""
-    m = re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s)
-    if m:
-        pairs = [(m.group(1), m.group(2))]
+    """One line of torchrun's summary record as its fields (a traceback's also as ``tb``); {} for a label or value
+    of a copied table alone on its line (``loose``: before the record's rank); None for a line not the record's."""
+    if m := re.match(r"^(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$", s):
+        pairs = [m.groups()]
     elif loose and SUMMARY_LOOSE.match(s):
         return {}
     elif (starts := list(SUMMARY_GLUED.finditer(s))) and starts[0].start() == 0:
@@ -270,20 +257,18 @@ RENDEZVOUS = re.compile(
     r"Rendezvous\w*(?:Timeout|Connection|Closed)Error|failed to (?:bind|connect) to the rendezvous|"
     r"The client socket has timed out after \d+s? while trying to connect"
 )
-# a line that looks wrong that no rule names: an error-level record, or a word of failure; where no failure is
-# found, these make the verdict ``unknown`` (quoted), not an all-clear
+# a line that looks wrong that no rule names (an error record, a word of failure): where no failure is found, the
+# verdict is ``unknown`` (quoted), not an all-clear
 SUSPECT = re.compile(
     r"(?:^|[\s\[|(:])(?:E\d{4} \d\d:|ERROR\b|CRITICAL\b|FATAL\b|Fatal\b|[Ee]rror\b|[Ee]xception\b|FAILED\b|"
     r"[Ff]ailed\b|[Ff]ailure\b|Killed\b|[Aa]bort(?:ed|ing)?\b|[Ss]egmentation fault|core dumped|[Tt]erminated\b)"
     r"|^\d+(?:,[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*,[-+]?(?:nan|inf)(?:,|$)"  # a CSV row with a nan, its header cut
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
-# a value of no known name printed non-finite ("[count=400] value = nan"): looks wrong, unless numpy said it took the
-# mean of nothing (an RL loop's "Mean Reward: nan" before any episode ended)
+# a value of no known name printed non-finite ("value = nan"), unless numpy's mean of nothing ("Mean Reward: nan")
 NAN_VALUE = re.compile(r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$")
-# the same words where nothing went wrong: a warning (NeMo's "[NeMo W ..."), a retry, an overflow skip, an error rate
-# or metric (RETURNN's "error 0.997", Tesseract's "best error was 58.2", PyTorch's "Test Error: Accuracy: 97.1%"), a
-# count of none, an option's name, a fallback to a default
+# the same words where nothing went wrong: a warning, a retry, an overflow skip, an error rate or metric (RETURNN's
+# "error 0.997", "Test Error: Accuracy: 97.1%"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
     r"[Ww]arn(?:ing)?s?\b|WARN|\[W |^W\d{4} |\bINFO\b|\bDEBUG\b|[Rr]etr(?:y|ying|ied)\b|[Ss]kipp(?:ing|ed)|"
     r"[Oo]verflow|[Ee]rror[_ ]?[Rr]ate|[Ww]ord [Ee]rror|\b[WCP]ER\b|\b(?:0|no|zero) (?:errors?|failures?|failed)\b|"
@@ -309,9 +294,8 @@ _ROW_PREFIX = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+|\[[^\]]{0,80}\]\s*-?)
 
 
 def nonfinite_row(text: str) -> tuple[str, int | None] | None:
-    """``(what, step)`` of a headerless row of numbers with a nan or inf among them (words may follow where a counter
-    leads it: ``35000 35% (1m 4s) nan Nam / Russian``): its step is its last ``N/M`` (0/272 18/7328: the batch), else
-    a first whole number the next cell is not (an epoch and a batch say no step); None for any other line."""
+    """``(what, step)`` of a headerless row of numbers with a nan or inf (words may follow a leading counter): its step
+    its last ``N/M`` (the batch), else a first whole number the next cell is not; None for any other line."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
     cells = [c for c in re.split(r"[\s|\[\]]+", _ROW_PREFIX.sub("", text, count=1)) if c]
@@ -333,8 +317,7 @@ def shell_pid(text: str) -> int | None:
 
 
 def exit_signal(code: int | None, shell: bool = False) -> str | None:
-    """The signal an exit code says ended the process: Python's -N, a shell's 128 + N (``shell``), Windows'
-    access violation; None for any other code."""
+    """The signal an exit code says: Python's -N, a shell's 128 + N (``shell``), Windows' access violation."""
     if code is not None and shell and 128 < code <= 128 + 64:
         code = 128 - code
     if code is not None and -64 <= code < 0:
