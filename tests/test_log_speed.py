@@ -57,8 +57,17 @@ def diagnosis(path: Path, fast: bool) -> tuple:
         ("fails late", 40, stream.CHUNK),
         ("new format", 40, stream.CHUNK),
         ("steps", 40, 100_000),
+        ("global step", 40, stream.CHUNK),
     ],
-    ids=["mixed", "mixed-all-kept", "mixed-small-reads", "fails-late", "new-format", "steps-small-reads"],
+    ids=[
+        "mixed",
+        "mixed-all-kept",
+        "mixed-small-reads",
+        "fails-late",
+        "new-format",
+        "steps-small-reads",
+        "global-step",
+    ],
 )
 def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, monkeypatch, kind, keep, chunk):
     """A failing run's log (a traceback every ~40 lines, NaN and timeout lines among the steps of WeNet,
@@ -73,6 +82,11 @@ def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, m
     path = tmp_path / "train.log"
     if kind == "steps":
         bench.write_log(path, 2)
+    elif kind == "global step":  # a line that names its batch and its global step, an error now and then
+        lines = [f"epoch={i // 20000} batch={i % 20000}/20000 step={i + 1} loss=3.0000\n" for i in range(60_000)]
+        for i in range(15, 60_000, 97):
+            lines[i] += f"RuntimeError: something odd at {i}\n"
+        path.write_text("".join(lines))
     elif kind == "new format":
         bench.write_log(tmp_path / "a.log", 0.3)
         bench.write_mixed(tmp_path / "b.log", 2)
@@ -85,7 +99,9 @@ def test_the_fast_read_gives_the_diagnosis_a_line_by_line_read_gives(tmp_path, m
     for key in full:
         assert fast[key] == full[key], f"{key}: fast {fast[key]} != line by line {full[key]}"
     assert full["verdict"] != "no_failure_seen"
-    if kind != "steps":
+    if kind == "global step":  # the first error came after batch 15 (step 16), however many records were thinned
+        assert full["culprit"]["step"] == 16, full["culprit"]
+    elif kind != "steps":
         assert full["hang"] and sum(full["events"].values()) > 200
     if keep < 100 and kind in ("mixed", "fails late"):  # read in full: the first runs of each kind and rank
         assert len(fast_run.events) < len(full_run.events) / 2

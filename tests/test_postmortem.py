@@ -876,6 +876,7 @@ INDEX = {
         "logs82",
         "logs83",
         "logs84",
+        "logs85",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -64,7 +64,8 @@ class _File:
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
         self.named: set[str] = set()  # the totals of training's bars by name ("Train: 5559/9008", "Epoch 3:")
-        self.at: tuple | None = None  # the last (epoch, batch) whose global step a line named, and that step
+        self.at: tuple | None = None  # the fast read's place: (line index, byte offset) of the last line read
+        self.stepped: tuple | None = None  # the last (epoch, batch) whose global step a line named, and that step
         self.read_in_full = 0  # lines read by text(), to tell how near a bar was
         self.rank = file_rank(path)
         self.base = index << 40  # a line's order in the whole read: its file, then its byte offset
@@ -414,16 +415,20 @@ class _File:
                 self.epoch = int(m.group(1) or m.group(2))
             self.events.order = order
             who = rank if rank is not None else (r if (r := rank_of(text)) is not None else self.rank)
+            kept = len(self.events.events)
             self.events.feed(self.path, who, self.now, text, bar)
+            if len(self.events.events) > kept:  # the step each rank was at when it came: kept however long the log
+                for s in self.run.series.values():
+                    s.pin()
             if rec is None:
                 return False
         near = self.bar is not None and self.read_in_full - self.bar[1] <= BAR_NEAR
         if rec["step"] is None and rec["batch"] is None and near:
             rec["step"] = self.bar[0]  # a line of numbers printed under a bar (Hugging Face's dicts): its count
         if rec["step"] is not None and rec["batch"] is not None:
-            self.at = (rec["epoch"], rec["batch"], rec["step"])
-        elif self.at is not None and self.at[:2] == (rec["epoch"], rec["batch"]):
-            rec["step"] = self.at[2]  # its global step said on a line of its own (DLLogger's, a value a line)
+            self.stepped = (rec["epoch"], rec["batch"], rec["step"])
+        elif self.stepped is not None and self.stepped[:2] == (rec["epoch"], rec["batch"]):
+            rec["step"] = self.stepped[2]  # its global step said on a line of its own (DLLogger's, a value a line)
         if rec["epoch"] is None and self.epoch is not None and rec["step"] is None:
             rec["epoch"], rec["told"] = self.epoch, True  # said by another line: a bar's restart is no resume
         if rec["toolkit"] != self.toolkit:

@@ -22,10 +22,11 @@ _LOGGISH = re.compile(
 
 class Series:
     """A rank's step records, bounded: when full, every other one goes and later ones are kept at twice
-    the stride; the non-finite ones and the last one are always kept."""
+    the stride; the non-finite ones, the last one and those pinned as an event's place are always kept."""
 
     def __init__(self, keep: int = KEEP):
         self.keep, self.stride, self.seen, self.records = keep, 1, 0, []
+        self.pinned: set[int] = set()  # ids of the records kept as the place of an event
         self.last: dict | None = None
         self.moved: dict | None = None  # the last record that trained a step (not a bar redrawn at 0)
 
@@ -35,8 +36,17 @@ class Series:
         if r["nonfinite"] or self.seen % self.stride == 0:
             self.records.append(r)
             if len(self.records) > self.keep:
-                self.records = [x for i, x in enumerate(self.records) if i % 2 == 0 or x["nonfinite"]]
+                self.records = [
+                    x for i, x in enumerate(self.records) if i % 2 == 0 or x["nonfinite"] or id(x) in self.pinned
+                ]
                 self.stride *= 2
+
+    def pin(self) -> None:
+        """Keep the last record: an event came after it (the step a failure happened at)."""
+        if self.last is not None and (not self.records or self.records[-1] is not self.last):
+            self.records.append(self.last)
+        if self.last is not None:
+            self.pinned.add(id(self.last))
 
     def all(self) -> list[dict]:
         return self.records + (
