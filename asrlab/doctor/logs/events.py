@@ -1,6 +1,5 @@
-"""The lines of a log that say something went wrong (or right), whatever toolkit wrote them: tracebacks, torchrun's
-summary and exit codes, NCCL's and gloo's timeouts, out-of-memory, a DataLoader worker killed, loss-scale messages,
-resumes. :class:`Events` is fed a line at a time, per file and rank, and keeps event dicts (``kind``, ``rank``, ...)."""
+"""The lines of a log that say something went wrong (or right), in any toolkit's words (tracebacks, exit codes,
+timeouts, out-of-memory, loss scale, resumes), kept by :class:`Events` as event dicts (``kind``, ``rank``, ...)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ class Events:
         self._item: dict = {}  # rank -> the data item a toolkit said it was reading when an error came
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._stalled: str | None = None  # the file whose last line was Horovod's "Stalled ranks:"
-        self._place: dict[str, int] = {}  # file -> the last step a line of it named ("batch 90, epoch 0/20")
-        self._placed_at: dict[str, int] = {}  # file -> the order of that line
+        self._place: dict[str, tuple] = {}  # file -> the last step a line of it named ("batch 90"), that line's order
         self._quoted: dict[str, int | None] = {}  # file -> the child a launcher quoted, its status on the next line
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
@@ -67,8 +65,6 @@ class Events:
         if tb is None:
             return
         e = tb.event()
-        if e is None:
-            return
         if not tb.ignored:  # (ignored: an error Python printed and went on from)
             self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
             self._unhandled.pop(tb.source, None)
@@ -106,8 +102,7 @@ class Events:
                 t.pop("behind", None)
 
     def _consequence(self, rank, time, text: str) -> None:
-        """What an exception another failure caused says besides: a wait that gave up (a collective's, a store's: the
-        hang's evidence), a signal that ended the process."""
+        """What an exception another failure caused says besides: a wait that gave up (the hang's evidence), a signal."""
         if COLLECTIVE_TIMEOUT.search(text):
             op, ms, source = None, None, "traceback"
             if g := GLOO.search(text):
@@ -124,7 +119,7 @@ class Events:
         """Read one line of ``source``; ``bar``: the count of a progress bar on it (glued to what follows)."""
         self.source = source
         if bar is not None:
-            self._place[source], self._placed_at[source] = bar, self.order
+            self._place[source] = (bar, self.order)
         if self._stalled == source and rank is not None and text.lstrip().startswith("["):
             self._stalled_rank(rank)  # Horovod's "2: [tensor, ...]" under its "Stalled ranks:" ("2: " a rank mark)
             return
@@ -176,9 +171,8 @@ class Events:
         self._summary.close()
         self._exits()
         # a C++ terminate aborts its process: where a launcher said a process ended by SIGABRT, that says it
-        aborted = any(
-            e["kind"] == "exit" and (e.get("exitcode") == -6 or e.get("signal") == "SIGABRT") for e in self.events
-        )
+        exits = [e for e in self.events if e["kind"] == "exit"]
+        aborted = any(e.get("exitcode") == -6 or e.get("signal") == "SIGABRT" for e in exits)
         for self.source, (self.order, rank, time, text, typ) in self._unhandled.items():  # its own line never came
             if not (aborted and text.startswith("terminate called")):
                 self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
@@ -186,7 +180,7 @@ class Events:
 
     def _where(self, source: str) -> dict:
         """The last step a line of ``source`` named, and the order of that line."""
-        return {"place": self._place.get(source), "placed_at": self._placed_at.get(source)}
+        return dict(zip(("place", "placed_at"), self._place.get(source, (None, None))))
 
     def _exits(self) -> None:
         """The ranks' records of torchrun's summary read to their end, as exit events."""
@@ -196,7 +190,7 @@ class Events:
     def _line(self, rank, time, text: str) -> None:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
         if n is not None:
-            self._place[self.source], self._placed_at[self.source] = n, self.order
+            self._place[self.source] = (n, self.order)
         quoted = self._quoted.pop(self.source, None)
         if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
             self._quoted[self.source] = int(c[1])
@@ -246,11 +240,9 @@ class Events:
             self._terminate = None
             self._unhandled.pop(self.source, None)
             said = text.split("what():", 1)[1].strip()
-            # the C++ exception's own words: out of memory, or a collective that gave up waiting, is what it was
             if not COLLECTIVE_TIMEOUT.search(said):  # a watchdog's timeout is read from this line below, in full
-                what = "oom" if OOM.search(f"{kind} {said}") else "abort"
-                r, t = (r if r is not None else rank), (t if t is not None else time)
-                self._add(what, r, t, text, type=kind, message=said[:300])
+                what = "oom" if OOM.search(f"{kind} {said}") else "abort"  # what it was, in its own words
+                self._add(what, rank if r is None else r, time if t is None else t, text, type=kind, message=said[:300])
         if "terminated with" in text and (m := SPAWNED.search(text)):
             # torch.multiprocessing's word on a spawned rank, on a line of its own (a paste that starts there)
             if m.group(0).endswith("following error"):

@@ -1,7 +1,6 @@
-"""A hang as the logs tell it: the collective that timed out (its number, operation, timeout), the ranks that
-reported it, and the rank that held the others up: a monitored barrier's missing rank, the rank out of step in
-its group's collective numbers, the lowest last completed collective, the rank that never reported a timeout,
-or the lowest last logged step."""
+"""A hang as the logs tell it: the collective that timed out, the ranks that reported it, and the rank that held the
+others up (told, in turn, by a monitored barrier, the ranks' collective numbers, their last completed collective, the
+ranks that reported no timeout, their last logged step)."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
     reported = sorted({t["rank"] for t in timeouts if t.get("rank") is not None})
     ranks = run.ranks()
     world = run.world or (max(ranks) + 1 if ranks else None)
-    behind: list[int] = []
-    basis = ""
+    behind, basis = [], ""
     monitored = [t for t in timeouts if t.get("behind") is not None]
     progress = [e for e in run.events if e["kind"] == "progress" and e.get("rank") is not None]
     last = {r: rec for r, rec in run.last_steps().items() if r is not None}
@@ -73,9 +71,8 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
 
 
 def out_of_step(timeouts: list[dict]) -> dict[int, int]:
-    """Each rank's collective number where the ranks timed out in neighbouring collectives of one group (one
-    number each, a step apart): a rank out of step with the others. Empty otherwise: numbers far apart are
-    other process groups' (tensor-, pipeline-parallel), each with its own count."""
+    """Each rank's collective number where the ranks timed out in neighbouring collectives of one group (one number
+    each, a step apart); else empty: numbers far apart are other process groups' (tensor-, pipeline-parallel)."""
     seqs: dict[int, set] = {}
     for t in timeouts:
         if t.get("seq") is not None and t.get("rank") is not None:

@@ -1,6 +1,5 @@
-"""What NCCL's watchdog says of a rank, line by line: a collective that timed out (its number, operation and
-timeout), how far each rank's collectives got, a hang it names without a collective, and an error of the
-rank's own device that it ended the process on; and Horovod's stall inspector, the ranks a collective waits for."""
+"""What NCCL says of a rank, line by line (a collective that timed out, how far each rank's collectives got, a hang,
+an error its watchdog ended the process on), and Horovod's stall inspector (the ranks a collective waits for)."""
 
 from __future__ import annotations
 
@@ -42,21 +41,20 @@ def nccl_events(text: str, said: dict) -> list[tuple[str, str | None, dict]]:
         seq, timeout = m.group(1), m.group(3)
         return [_timeout(seq=int(seq) if seq else None, op=m.group(2), timeout_ms=int(timeout) if timeout else None)]
     if "watchdog thread terminated" in text and (m := WATCHDOG_EXC.search(text)):
-        said = m.group(1).strip()
-        if not COLLECTIVE_TIMEOUT.search(said):  # a timeout is read from the same line, as a hang
-            etype, _, message = said.partition(": ")
-            kind = "oom" if OOM.search(said) else "exception"
-            more = dict(type=etype if message else None, message=(message or said)[:300], where=None, raised=None,
+        exc = m.group(1).strip()
+        if not COLLECTIVE_TIMEOUT.search(exc):  # a timeout is read from the same line, as a hang
+            etype, _, message = exc.partition(": ")
+            kind = "oom" if OOM.search(exc) else "exception"
+            more = dict(type=etype if message else None, message=(message or exc)[:300], where=None, raised=None,
                         frames=0, source="nccl")  # fmt: skip
-            return [(kind, f"{said} (its NCCL watchdog ended the process on it)", more)]
+            return [(kind, f"{exc} (its NCCL watchdog ended the process on it)", more)]
     if ("stuck" in text or "NCCL operations" in text) and NCCL_HANG.search(text):
         # the heartbeat's seconds are not a collective's timeout: none is said
         return [_timeout()]
     if ("missing ranks" in text or "ready ranks" in text) and (m := HOROVOD_MISSING.search(text)):
-        said = [int(r) for r in m.group(3).split(",")]
-        # of the ranks that were ready, the world's size is not said: a rank below the highest one that is not
-        # among them is missing whatever the size
-        missing = said if m.group(2) == "missing" else sorted(set(range(max(said) + 1)) - set(said))
+        listed = [int(r) for r in m.group(3).split(",")]
+        # the world's size is not said: a rank below the highest ready one and not among them is missing whatever it is
+        missing = listed if m.group(2) == "missing" else sorted(set(range(max(listed) + 1)) - set(listed))
         more = dict(seq=None, op=m.group(1), timeout_ms=None, source="horovod", basis="never submitted the tensor")
         if HOROVOD_STALL.search(text):  # the stall inspector's warning: a wait the steps after it may end
             more["waiting"] = True

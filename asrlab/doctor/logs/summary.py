@@ -67,9 +67,8 @@ class TorchrunSummary:
         if not r or "rank" not in r:
             return
         rank = int(m[1]) if (m := re.match(r"\s*(\d+)", r["rank"])) else None
-        code = re.match(r"\s*(-?\d+)", r.get("exitcode", ""))
-        code = int(code.group(1)) if code else None
-        pid = re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))
+        code = int(m[1]) if (m := re.match(r"\s*(-?\d+)", r.get("exitcode", ""))) else None
+        pid = int(m[1]) if (m := re.search(r"\(pid: (\d+)\)", r.get("exitcode", ""))) else None
         sig = SIGNAL.search(r.get("traceback", ""))
         signame = sig.group(2) if sig else exit_signal(code)
         more = {}
@@ -78,8 +77,7 @@ class TorchrunSummary:
             for line in r["tb"][1:]:
                 tb.feed(line)
             e = tb.event()
-            if e is not None:
-                more = {k: e[k] for k in ("type", "message", "where")}
+            more = {k: e[k] for k in ("type", "message", "where")}
         said = " ".join(r.get("tb", [])) or r.get("traceback", "")
         if more.get("type"):
             said = f"{more['type']}: {more.get('message') or ''}".rstrip(": ")
@@ -89,9 +87,8 @@ class TorchrunSummary:
             said = "torchrun's root cause (the log ends before its exit code)"
         elif not said or said.startswith("To enable traceback"):
             said = f"exit code {code}" + (f" ({signame})" if signame else "")
-        fields = dict(exitcode=code, signal=signame, root=r["root"], host=r.get("host"), source="torchrun",
-                      pid=int(pid.group(1)) if pid else None, **more)  # fmt: skip
-        self._done.append((rank, Clock().of(r.get("time", "")), said, fields))
+        fields = dict(exitcode=code, signal=signame, root=r["root"], host=r.get("host"), source="torchrun", pid=pid)
+        self._done.append((rank, Clock().of(r.get("time", "")), said, {**fields, **more}))
 
 
 __all__ = ["TorchrunSummary"]

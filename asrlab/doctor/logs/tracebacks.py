@@ -25,19 +25,21 @@ EXC = re.compile(
     r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Warning|Halt|Killed)|"
     r"[A-Za-z_][\w]*\.[\w.]*[A-Z]\w*|AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*))?$"
 )
-WRAPPER = re.compile(r"^This exception is thrown by __iter__ of|^\s*$")
 
+# a wait that gave up, in words both lists below hold: "Operation timed out!" is older torch's c10d's (a
+# collective's work.wait()), STORE_KEY c10d's store's (a key a peer never wrote)
+_GAVE_UP = (
+    r"Watchdog caught collective operation timeout|Timeout at NCCL work|failed to pass monitoredBarrier|"
+    r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!|" + STORE_KEY.pattern
+)
 # a failure another failure causes: not the cause, whatever prints first
 CONSEQUENCE = re.compile(
-    r"Watchdog caught collective operation timeout|Timed out waiting \d+ms|Connection closed by peer|"
-    r"Connection reset by peer|Broken pipe|NCCL communicator was aborted|ProcessGroupNCCL.*(?:abort|timeout)|"
-    r"failed to recv|SignalException|got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|"
-    r"DistNetworkError|DistStoreError|Socket Timeout|recvBytes|Some NCCL operations have failed or timed out|"
-    r"Timeout at NCCL work|DistBackendError|failed to pass monitoredBarrier|store based barrier|"
+    rf"{_GAVE_UP}|Timed out waiting \d+ms|Connection closed by peer|Connection reset by peer|Broken pipe|"
+    r"NCCL communicator was aborted|ProcessGroupNCCL.*(?:abort|timeout)|failed to recv|SignalException|"
+    r"got signal: (?:15|2|1)\b|KeyboardInterrupt|ChildFailedError|DistNetworkError|DistStoreError|Socket Timeout|"
+    r"recvBytes|Some NCCL operations have failed or timed out|DistBackendError|store based barrier|"
     r"TCPStore.*(?:timeout|failed)|Detected mismatch between collectives|has already been aborted|"
-    r"client socket has timed out after \d+m?s while trying to connect|Horovod has been shut down|"
-    r"\bOperation timed out!|"  # older torch's c10d, a collective's work.wait() that gave up
-    rf"{STORE_KEY.pattern}|"  # c10d's store: a key a peer never wrote
+    r"Horovod has been shut down|"
     rf"DEADLINE_EXCEEDED: {JAX_BARRIER.pattern}|"  # JAX's coordination service: tasks that never reached a barrier
     r"PapermillExecutionError|CellExecutionError",  # a notebook's runner on the cell's own error, printed after it
     re.I,
@@ -59,11 +61,8 @@ OOM = re.compile(
 SPAWNED = re.compile(r"[Pp]rocess (\d+) terminated with (?:signal (SIG\w+)|exit code (-?\d+)|the following error)")
 # a collective, a barrier or the store that gave up waiting, in any backend's words
 COLLECTIVE_TIMEOUT = re.compile(
-    r"Timed out waiting (\d+)ms for (send|recv) operation|Watchdog caught collective operation timeout|"
-    r"Timeout at NCCL work|(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|wait timeout after (\d+)ms|"
-    r"failed to pass monitoredBarrier|Timed out after \d+ seconds? waiting for clients|"
-    r"client socket has timed out after \d+m?s while trying to connect|\bOperation timed out!|"
-    rf"{STORE_KEY.pattern}"  # c10d's store: what this rank waits for, a peer never wrote
+    rf"{_GAVE_UP}|Timed out waiting (\d+)ms for (send|recv) operation|wait timeout after (\d+)ms|"
+    r"(?:[Bb]arrier|[Ss]tore|[Ss]ocket)\w* [Tt]ime(?:d )?out|Timed out after \d+ seconds? waiting for clients"
 )
 NONFINITE_EXC = re.compile(
     r"(?:loss|grad\w*|gnorm)\b[^.]{0,40}?\b(?:nan|inf|infinite|NaN/inf)\b|"
@@ -95,19 +94,13 @@ WORKER = re.compile(  # and the worker's own handler's word before it dies of th
 )
 
 
-def user_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+def user_frame(frames: list[tuple[str, int, str]]) -> list | None:
     """The line that raised, as a person would point at it: the innermost frame of the job's own code,
     else of a toolkit installed as a package (not torch), else the innermost."""
-    if not frames:
-        return None
-    for f in reversed(frames):
-        if own_code(f[0]):
-            return f
-    for f in reversed(frames):
-        p = f[0].replace("\\", "/")
-        if "site-packages/" in p and "site-packages/torch/" not in p:
-            return f
-    return frames[-1]
+    own = [f for f in frames if own_code(f[0])]
+    paths = [f[0].replace("\\", "/") for f in frames]
+    toolkit = [f for f, p in zip(frames, paths) if "site-packages/" in p and "site-packages/torch/" not in p]
+    return list((own or toolkit or frames)[-1]) if frames else None
 
 
 WRAP_AT = 120  # a source line this long may go on, wrapped, on the next line at column 0
@@ -118,7 +111,8 @@ _NOT_MESSAGE = re.compile(
     r"WARNING|ERROR|INFO|DEBUG|Traceback|Exception (?:ignored in|in thread)|Process \w+-\d+:$|asrlab (?:watch|doctor)\b|"  # the watch's own closing lines
     r"(?:[Ss]teps?|[Ii]ter(?:ation)?) ?:? *\d|"  # the loop's next step line, printed after an exception it went on from
     r"(?:[Rr]ank|[Tt]ask|[Ww]orker|[Pp]rocess) \d+ (?:exited|died|terminated) with|"  # a launcher's word on the child
-    r"\S+\.py:\d+: \w*Warning\b)"  # a warning printed after it
+    r"\S+\.py:\d+: \w*Warning\b|"  # a warning printed after it
+    r"This exception is thrown by __iter__ of)"  # a datapipe's note under its wrapped exception
 )
 # an exception's message that opens with the rank that raised it (Megatron's "Rank 3: found NaN in local grad norm")
 OWN_RANK = re.compile(r"\[?[Rr]ank (\d+)\]?: ")
@@ -141,8 +135,7 @@ class Traceback:
 
     def awaits(self, text: str, unmarked: bool) -> bool:
         """Whether ``text`` is what this traceback waits for: the exception line after its frames (its message may
-        name a rank: "RuntimeError: Rank 1 successfully reached monitoredBarrier ..."), or, on a line without a
-        rank's mark, its next frame (a logger marks a traceback's first line only: "rank:  3 | ... Traceback")."""
+        name a rank), or, on a line without a rank's mark, its next frame (a logger marks only its first line)."""
         s = self.sections[-1]
         if s["exc"] is not None:
             return False
@@ -157,14 +150,11 @@ class Traceback:
             text = text[m.end() :]
         stripped = text.strip()
         after_frame = s.pop("after_frame", False)
-        if stripped == ORIGINAL or stripped.endswith(ORIGINAL):
-            self.sections.append({"frames": [], "exc": None, "message": [], "original": True})
-            return True
-        if stripped.startswith(CHAIN):
-            self.sections.append({"frames": [], "exc": None, "message": [], "original": False, "chained": True})
+        if (original := stripped.endswith(ORIGINAL)) or stripped.startswith(CHAIN):  # a wrapped exception, or a chain's
+            self.sections.append({"frames": [], "exc": None, "message": [], "original": original})
             return True
         if stripped == TB:  # its own head again, or a chained one's: else the next traceback's
-            return (s["exc"] is None and not s["frames"]) or bool(s.get("chained") or s.get("original"))
+            return (s["exc"] is None and not s["frames"]) or len(self.sections) > 1
         if stripped[:1] in ("│", "╭", "╰", "┃", "┏", "┗") and s["exc"] is None:  # rich's boxed traceback
             s["boxed"] = True
             if m := RICH_FRAME.match(stripped):
@@ -189,8 +179,8 @@ class Traceback:
             if exc and (s["frames"] or s.get("original") or s.get("boxed")):
                 s["exc"], s["message"] = exc.group(1), [exc.group(2) or ""]
                 return True
-            return bool(s.get("original") or s.get("chained"))
-        if stripped and len(s["message"]) < 6 and not any(r.match(stripped) for r in (WRAPPER, EXC, _NOT_MESSAGE)):
+            return len(self.sections) > 1  # a chain's or a wrapper's lines before its frames
+        if stripped and len(s["message"]) < 6 and not any(r.match(stripped) for r in (EXC, _NOT_MESSAGE)):
             s["message"].append(stripped)  # a message of several lines (a worker's "Caught ... Original ...")
             return True
         return False
@@ -199,7 +189,7 @@ class Traceback:
         """An event of this traceback's: where and when it began, then what it says."""
         return {"kind": kind, "rank": self.rank, "time": self.time, "order": self.order, "file": self.source, **said}
 
-    def event(self) -> dict | None:
+    def event(self) -> dict:
         done = [s for s in self.sections if s["exc"]]
         if not done:
             # cut before its exception line, its frames too where the log ends at its header: an exception all the
@@ -209,7 +199,7 @@ class Traceback:
             where, named = user_frame(frames), self.named
             kind = "exception" if frames and not (named and CONSEQUENCE.search(named)) else "consequence"
             text = f"{named or 'a traceback'} that the log cuts off before its exception line"
-            e = self._event(kind, type=named, message="", text=text, where=where and list(where), raised=None)
+            e = self._event(kind, type=named, message="", text=text, where=where, raised=None)
             return {**e, "frames": len(frames), "cut": True}
         # the exception inside a DataLoader worker's or a datapipe's wrapper, else the first of a chain
         originals = [s for s in done if s["original"]]
@@ -226,18 +216,16 @@ class Traceback:
             kind = "consequence"
         spawned = SPAWNED.search(whole)
         if spawned and kind not in ("oom", "nonfinite_error"):
-            # torch.multiprocessing's report of the process that ended: that rank's exit (its own traceback,
-            # "with the following error", follows and says what it raised)
+            # torch.multiprocessing's report of the first process it saw end (root): that rank's exit (its own
+            # traceback, "with the following error", follows and says what it raised)
             following = spawned.group(0).endswith("following error")
             code = int(spawned.group(3)) if spawned.group(3) else 1 if following else None
             rank = int(spawned.group(1))
-            # root: the launcher reports the first process it saw end
             e = self._event("exit", rank=rank, text=text[:500], exitcode=code, signal=spawned.group(2), root=True)
             e["source"] = "torch.multiprocessing"
             return {**e, "spawned_rank": rank} if following else e
-        more = {}
-        if spawned:  # "-- Process N terminated with the following error:" then that process's traceback
-            more["spawned_rank"] = int(spawned.group(1))
+        # "-- Process N terminated with the following error:", then that process's traceback
+        more = {"spawned_rank": int(spawned.group(1))} if spawned else {}
         if w := WORKER.search(whole):
             more["signal"] = (w.group(2) or "").strip() or None
         peer = MONITORED_PEER.search(whole) or MONITORED.search(whole)
@@ -251,5 +239,5 @@ class Traceback:
             # "returned non-zero exit status N", "died with <Signals.SIGSEGV: 11>"
             st, died = STATUS.search(message), DIED.search(message)
             more["child_code"] = int(st[2]) if st and st[2] else -int(died[1]) if died else None
-        e = self._event(kind, type=s["exc"], message=message[:500], text=text[:500], where=where and list(where))
+        e = self._event(kind, type=s["exc"], message=message[:500], text=text[:500], where=where)
         return {**more, **e, "raised": done[-1]["exc"], "frames": len(frames)}
