@@ -1,9 +1,6 @@
-"""What a run left besides its text logs: each module here owns one kind of file and reads it into a
-:class:`Reading` (the exact step series of each scalar, and the failure events and warnings they show).
-
-A source module has ``owns(path) -> bool`` (by the file's name) and ``read(files) -> Reading``; adding one is adding
-a module and its name to :data:`SOURCES`. Nothing here imports torch.
-"""
+"""What a run left besides its text logs: each module here owns one kind of file (``owns(path) -> bool``, by its
+name) and reads it (``read(files) -> Reading``); adding one is adding a module and its name to :data:`SOURCES`.
+Nothing here imports torch."""
 
 from __future__ import annotations
 
@@ -61,11 +58,8 @@ def walk(folder: Path) -> list[Path]:
 
 def files_of(paths: list[str]) -> list[Path]:
     """The files at ``paths``: each file given, each folder's files (:func:`walk`)."""
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p)
-        files += walk(path) if path.is_dir() else [path] if path.is_file() else []
-    return files
+    paths = [Path(p) for p in paths]
+    return [f for p in paths for f in (walk(p) if p.is_dir() else [p] if p.is_file() else [])]
 
 
 def read_sources(files: list[Path]) -> list[Reading]:

@@ -1,7 +1,5 @@
 """What a watched job printed (``EXP/job.log``, kept by ``asrlab watch``), as a source beside the run folder: the
-text log's reading of it (the loop's own non-finite losses, torchrun's exit codes and signals, a traceback the job
-printed, the step it was at), each event on the folder's clock (``job.times``, kept by the watch beside the log:
-the time each stretch of output came)."""
+text log's reading of it, each event on the folder's clock (``job.times``: when each stretch of output came)."""
 
 from __future__ import annotations
 
@@ -45,22 +43,14 @@ def read(exp: Path, launched: float | None = None) -> Reading | None:
         e["say"] = _owned(e["say"])
         e.pop("_phrased", None)  # phrased alone above; on the folder's timeline it is said as the job's own output
     s = r.sections
-    last = [x for x in s["ranks"] if x["last"]]
-    r.sections = {
-        "file": str(path),
-        "verdict": alone["verdict"],
-        "summary": alone["summary"],
-        "culprit": alone["culprit"],
-        "formats": s["formats"],
-        "lines": s["lines"],
-        "nonfinite": s["nonfinite"],
-        "last_steps": [
-            {"rank": x["rank"], "last": x["last"], "culprit": text_log.culprit(x["rank"], r.raw.series[x["rank"]].last)}
-            for x in last
-        ],
-        "resumes": s["resumes"],
-        "history": r.history,
-    }
+    last = [
+        {"rank": x["rank"], "last": x["last"], "culprit": text_log.culprit(x["rank"], r.raw.series[x["rank"]].last)}
+        for x in s["ranks"]
+        if x["last"]
+    ]
+    said = {k: alone[k] for k in ("verdict", "summary", "culprit")}
+    kept = {k: s[k] for k in ("formats", "lines", "nonfinite")}
+    r.sections = {"file": str(path), **said, **kept, "last_steps": last, "resumes": s["resumes"], "history": r.history}
     r.history = [f"in the job's output: {h}" for h in r.history]
     r.source, r.suspects, r.outcome = NAME, [], None  # the folder says how a run that did not fail ended
     return r

@@ -21,6 +21,8 @@ from ..logs.words import exit_signal
 from ..timeline import failure
 from .text_log import SILENT_S, STOP_SIGNALS
 
+Lines, Beats = dict[str, list[dict]], dict[int, dict]  # each rank's metrics lines (rank_metrics), its last heartbeat
+
 # what a collective raises on a rank whose peer process went away (gloo, NCCL, the store)
 LOST_PEER = re.compile(
     r"Connection closed by peer|Connection reset by peer|Broken pipe|recvBytes|ProcessGroupNCCL.*(abort|watchdog)|"
@@ -30,27 +32,20 @@ LOST_PEER = re.compile(
 
 
 def timeline_of(
-    exp: Path,
-    d: dict,
-    lab: dict,
-    train_cfg: dict,
-    metrics: dict[str, list[dict]],
-    beats: dict[int, dict],
-    errors: list[dict],
-    stall: dict | None,
+    exp: Path, d: dict, lab: dict, train_cfg: dict, metrics: Lines, beats: Beats, errors: list[dict], stall: dict | None
 ) -> tuple[list[dict], dict | None]:
-    """``(events, outcome)``: the failures this launch recorded; where none, a stop, a failure the loop marked, a
-    rank gone; else what ``lab.json``'s status, the heartbeats or the metrics say. A run a signal to ``asrlab
-    watch`` ended is stopped: what the ranks recorded once they were told to end is not a failure."""
+    """``(events, outcome)``: this launch's failures, else a stop, a failure the loop marked, a rank gone; else the
+    outcome ``lab.json``, the heartbeats or the metrics say. What ranks recorded once told to stop is no failure."""
     world_size, halt, ckpts = d["world_size"], d["halt"], d["checkpoints"]
-    stop_time = lab.get("stop_time") if lab.get("status") == "stopped" else None
+    status = lab.get("status")
+    stop_time = lab.get("stop_time") if status == "stopped" else None
     if stop_time is not None:
         errors = [e for e in errors if e["time"] < stop_time]
         halt = halt if halt is not None and halt.get("time", 0) < stop_time else None
         stall = stall if stall is not None and stall.get("time", 0) < stop_time else None
         d["error"] = error_summary(errors[0], errors) if errors else None
     passed = None
-    if stall is not None and lab.get("stall_passed") and lab.get("status") == "finished" and not stall.get("failure"):
+    if stall is not None and lab.get("stall_passed") and status == "finished" and not stall.get("failure"):
         passed, stall = stall, None  # reported, then the ranks moved on and the job finished: said, not the verdict
     failures = []  # this launch's failures, as events on the run's timeline
     if errors:
@@ -64,23 +59,21 @@ def timeline_of(
         vanished = [r for r in d["ranks"] if r["state"] == "gone" and r["rank"] not in erred]
         vanished = [r for r in vanished if beats.get(r["rank"], {}).get("time", 1e18) <= by]
         consequence = lost_peer or ended_from_outside(e0)  # a survivor's error, or a rank being ended
-        if vanished and consequence:
-            # the first error is a survivor's: its peer went away (and its launcher then ended the rest), and
-            # that rank is the cause
-            gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
-            said, consequence, guess = f"{gone}; then {said}", False, True
-            d["error"]["lost_peer"] = lost_peer
+        held = None if vanished else _held_up(e0, beats)
+        # a survivor's error (a rank gone, or none seen gone here), unless a peer that held it up is the cause
+        d["error"]["lost_peer"] = lost_peer and held is None
         # a collective that gave up waiting for a peer the stall report names: the hang's consequence
         d["error"]["waited"] = stall is not None and COLLECTIVE_TIMEOUT.search(e0.get("message") or "") is not None
-        held = None if vanished else _held_up(e0, beats)
+        if vanished and consequence:  # the first error is a survivor's: the rank gone is the cause
+            gone, rank, step = _vanished(exp, metrics, vanished, beats, ckpts)
+            said, consequence, guess = f"{gone}; then {said}", False, True
         if held is not None:  # a collective that timed out: a stall, caused by the peer that never came
             b = beats[held]
             doing = f"{phase_text(b.get('phase'), b.get('step'))} for {e0['time'] - b['since']:.0f} s"
             doing += f"; {b['detail']}" if b.get("detail") else ""
             text = f"rank {held} held the others up ({doing}): rank {rank} timed out: {e0.get('message', '')[:200]}"
-            failures.append(
-                failure("stalled", "timeout", e0["time"], text, source="errors", rank=held, step=b.get("step"))
-            )
+            e = failure("stalled", "timeout", e0["time"], text, source="errors", rank=held, step=b.get("step"))
+            failures.append(e)
         elif consequence and not lost_peer and all(ended_from_outside(e) for e in errors):
             # every rank's error is of its being ended by a signal (its DataLoader workers "killed by signal:
             # Terminated"), and no rank went first: a signal to the job from outside stopped it
@@ -92,7 +85,6 @@ def timeline_of(
             cause_elsewhere = lost_peer and consequence  # no rank here went first: another node's, or unrecorded
             if cause_elsewhere:
                 said += " (a consequence: a peer of it was gone first, not seen from this folder)"
-                d["error"]["lost_peer"] = True
             more = {"culprit_rank": None} if cause_elsewhere else {}
             failures.append(failure(
                 "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step, consequence=consequence,
@@ -101,30 +93,25 @@ def timeline_of(
     if halt is not None and halt["current"]:
         place = {"rank": halt.get("rank"), "step": halt.get("step")}
         failures.append(failure("nonfinite_halt", "halt", halt["time"], halt["message"], source="halt report", **place))
-    if stall is not None:
-        failed = stall.get("failure")
-        if failed and errors and ended_from_outside(failed):
-            pass  # a rank being ended from outside: said with the errors above
-        elif failed:  # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report
-            place = {"rank": failed.get("rank"), "step": failed.get("step")}
-            t = failed.get("time", stall["time"])
-            failures.append(failure("crashed", "error", t, error_line(failed), source="stall report", **place))
-            if d["error"] is None:
-                d["error"] = error_summary(failed, [failed])
-        else:
-            rank = culprit_of(stall.get("verdict") or "")
-            place = {"rank": rank, "step": next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)}
-            failures.append(
-                failure("stalled", "stall", stall["time"], stall["verdict"], source="stall report", **place)
-            )
+    failed = (stall or {}).get("failure")
+    # the watchdog stopped the ranks a failed rank left waiting: a crash, said by the report (a rank being ended
+    # from outside: said with the errors above)
+    if failed and not (errors and ended_from_outside(failed)):
+        place = {"rank": failed.get("rank"), "step": failed.get("step")}
+        t = failed.get("time", stall["time"])
+        failures.append(failure("crashed", "error", t, error_line(failed), source="stall report", **place))
+        if d["error"] is None:
+            d["error"] = error_summary(failed, [failed])
+    elif stall is not None and not failed:
+        for e in failures:  # an error the watchdog then saw the others wait on
+            if e["verdict"] == "crashed":
+                e["text"] += f"; then the watchdog found: {stall['verdict']}"
+        rank = culprit_of(stall.get("verdict") or "")
+        place = {"rank": rank, "step": next((r.get("step") for r in stall["ranks"] if r.get("rank") == rank), None)}
+        failures.append(failure("stalled", "stall", stall["time"], stall["verdict"], source="stall report", **place))
     if failures:
-        if stall is not None and not stall.get("failure"):  # an error the watchdog then saw the others wait on
-            for e in failures:
-                if e["verdict"] == "crashed":
-                    e["text"] += f"; then the watchdog found: {stall['verdict']}"
         return failures, None
 
-    status = lab.get("status")
     steps = [b.get("step") for b in beats.values() if b.get("step") is not None]
     top = max(steps) if steps else None
     at = f" at step {top}" if steps else ""
@@ -138,6 +125,7 @@ def timeline_of(
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         code = lab.get("exit_code")
+        ended = _signalled(code) if gone else None
         if gone and world_size == 1 and code:
             # the one process: the watch's exit code is the process's own (no launcher between)
             step, said = _last_step(exp, metrics, gone[0])
@@ -145,10 +133,9 @@ def timeline_of(
             who = f"the job's one process (pid {gone[0]['pid']})"
             how, text = "crashed", f"{who} exited with code {code}{after}, recording no error"
             text += " (no traceback: the job's own output says why)"
-            if ended := _signalled(code):  # ended by a signal
+            if ended:
                 how, text = ended[1], f"{who} was ended by {ended[0]} (exit code {code}){after}"
             return [failure(how, "exit", lab.get("ended"), text, source="lab.json", rank=0, step=step)], None
-        ended = _signalled(code) if gone else None
         if ended and (ended[1] == "stopped" or _spawner(exp)):
             # the job's own process (a launcher, or rank 0 that launched the others) ended on a stop signal, or
             # mp.spawn's launcher, no rank, on any signal (a rank's death makes it exit 1): its ranks ended with it
@@ -208,9 +195,8 @@ def timeline_of(
 def history(
     lab: dict, recorded: list[dict], errors: list[dict], halt: dict | None, report: dict | None, stall: dict | None
 ) -> list[str]:
-    """Failures of earlier launches into this EXP (the run was resumed after them): ``recorded``, every rank
-    error in the folder, of which ``errors`` are this launch's; ``report``, the stall report, ``stall`` when
-    this launch's."""
+    """Failures of earlier launches into this EXP: ``recorded``, every rank error in the folder, of which ``errors``
+    are this launch's; ``report``, the stall report, ``stall`` when this launch's."""
     out = []
     current = {(e["rank"], e.get("time")) for e in errors}
     for e in recorded:
@@ -246,10 +232,9 @@ WAITS = ("data", "sync", "allreduce", "ddp_allreduce", "collective")  # a rank t
 BUSY = ("start", "index", "compile", "checkpoint", "eval", "epoch_end", "left_loop", "next_epoch", "done", "exited")
 
 
-def _hung(exp: Path, beats: dict[int, dict], at: float) -> str | None:
-    """The hang a stop at ``at`` ended, as the watch words a stall, where no rank had moved for :data:`SILENT_S` (the
-    log's rule too) and one was waiting (for data, for its peers); else None (a slow start, an evaluation or a save
-    is no hang). A rank whose heartbeat moved after the stop (on its doing) is seen as its timeline had it then."""
+def _hung(exp: Path, beats: Beats, at: float) -> str | None:
+    """The hang a stop at ``at`` ended, as the watch words a stall: no rank moved for :data:`SILENT_S` and one waited
+    (a slow start, an evaluation or a save is no hang); a rank that moved after the stop as its timeline had it then."""
     timelines = read_timeline(exp) if any((b.get("since") or 0) > at for b in beats.values()) else {}
     snaps = {}
     for r, b in beats.items():
@@ -258,14 +243,13 @@ def _hung(exp: Path, beats: dict[int, dict], at: float) -> str | None:
             b = {**b, "phase": then["phase"], "since": then["t"], "detail": ""} if then else {}
         if b.get("since") is not None and b.get("phase"):
             snaps[r] = b
-    if not snaps or any(b["phase"] in BUSY for b in snaps.values()):
+    phases = [b["phase"] for b in snaps.values()]
+    if not snaps or any(p in BUSY for p in phases) or not any(p in WAITS for p in phases):
         return None
-    if min(at - b["since"] for b in snaps.values()) < SILENT_S or not any(b["phase"] in WAITS for b in snaps.values()):
-        return None
-    return verdict(snaps, 0, at)
+    return None if min(at - b["since"] for b in snaps.values()) < SILENT_S else verdict(snaps, 0, at)
 
 
-def _held_up(e0: dict, beats: dict[int, dict]) -> int | None:
+def _held_up(e0: dict, beats: Beats) -> int | None:
     """The rank a collective timed out waiting for (gloo's "Timed out waiting 20000ms for recv", NCCL's watchdog):
     of the others, the one whose heartbeat held its phase longest by then, outside a collective and not starting."""
     if not COLLECTIVE_TIMEOUT.search(e0.get("message") or ""):
@@ -286,31 +270,28 @@ def _signalled(code: int | None) -> tuple[str, str] | None:
     return (name, "stopped" if name in STOP_SIGNALS else "killed") if name else None
 
 
-def _gone(exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict) -> dict:
+def _gone(exp: Path, metrics: Lines, gone: list[dict], beats: Beats, ckpts: dict) -> dict:
     """Ranks that ended without a word, as the run's failure: a guess the job's own output can say better."""
     said, rank, step = _vanished(exp, metrics, gone, beats, ckpts)
-    t = beats.get(rank, {}).get("time") if rank is not None else None
+    t = beats.get(rank, {}).get("time")  # None where no rank named
     return failure("crashed", "vanished", t, said, source="heartbeats", rank=rank, step=step, guess=True)
 
 
 def _vanished(
-    exp: Path, metrics: dict[str, list[dict]], gone: list[dict], beats: dict[int, dict], ckpts: dict
+    exp: Path, metrics: Lines, gone: list[dict], beats: Beats, ckpts: dict
 ) -> tuple[str, int | None, int | None]:
-    """Ranks whose processes ended without an error or a finish. The one that vanished is the one the
-    others saw end first (their watchdogs watch the processes of the ranks on their host), else the one
-    whose heartbeats stopped clearly first; its last step is what its ledger or metrics show."""
+    """``(text, rank, step)`` of ranks that ended without an error or a finish: the one the others saw end first
+    (their watchdogs watch their host's ranks), else whose heartbeat stopped clearly first, at its last step."""
     seen = read_peer_exits(exp)
     beat = {r["rank"]: beats.get(r["rank"], {}).get("time", 0.0) for r in gone}
     by_peers = sorted((seen[r["rank"]], r["rank"]) for r in gone if r["rank"] in seen)
-    ranks = {r["rank"]: r for r in gone}
     if by_peers:
-        first, how = ranks[by_peers[0][1]], "the first to end, as the other ranks saw it"
+        first, how = {r["rank"]: r for r in gone}[by_peers[0][1]], "the first to end, as the other ranks saw it"
     else:
         order = sorted(gone, key=lambda r: beat[r["rank"]])
         clear = len(order) == 1 or beat[order[1]["rank"]] - beat[order[0]["rank"]] > 2 * STALE_S
-        first, how = order[0], ("its heartbeat stopped first" if len(order) > 1 else "")
-        if not clear:
-            first, how = None, ""
+        first = order[0] if clear else None
+        how = "its heartbeat stopped first" if clear and len(order) > 1 else ""
     after = [r for r in gone if first is None or r["rank"] != first["rank"]]
     newest = next((c["step"] for c in ckpts["files"] if c["file"] == ckpts["newest_loadable"]), None)
     saved = f"; the newest checkpoint is of step {newest}" if newest is not None else ""
@@ -339,7 +320,7 @@ def _vanished(
     return text, first["rank"] if first.get("rank_known") is not False else None, step
 
 
-def _last_step(exp: Path, metrics: dict[str, list[dict]], r: dict) -> tuple[int | None, str]:
+def _last_step(exp: Path, metrics: Lines, r: dict) -> tuple[int | None, str]:
     """The last step rank ``r`` trained: its ledger's, else its metrics'."""
     ledger = read_ledger(exp, r["rank"]) if ledger_path(exp, r["rank"]).exists() else []
     if ledger:
@@ -380,7 +361,7 @@ def _limit_reached(train_cfg: dict, step: int | None, ckpts: dict) -> dict | Non
     return {"verdict": "finished", "ended_by": limit, "summary": f"finished at step {step} ({limit} reached)"}
 
 
-def _without_heartbeats(metrics: dict[str, list[dict]], d: dict, train_cfg: dict, ckpts: dict) -> dict:
+def _without_heartbeats(metrics: Lines, d: dict, train_cfg: dict, ckpts: dict) -> dict:
     """No heartbeat (the stall watchdog was off: ``train.stall_timeout_s=0``): the metrics' last line."""
     last = max((m[-1]["time"] for m in metrics.values() if m and m[-1].get("time")), default=None)
     step = d["last_step"]

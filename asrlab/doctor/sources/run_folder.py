@@ -1,8 +1,6 @@
 """asrlab's run folder (what ``asrlab train``, a loop of asrlab's parts or ``asrlab watch`` left), as a source:
-each part's reading of its files gathered into the folder's sections, and from them the failure events
-(:mod:`.run_events`). Files of an earlier launch into the folder are history: only those written since the latest
-launch (``lab.json``'s ``started``, else ``config.yaml``'s time) decide the verdict.
-"""
+each part's reading gathered into the folder's sections, and from them the failure events (:mod:`.run_events`).
+Only files written since the latest launch decide the verdict; an earlier launch's are history."""
 
 from __future__ import annotations
 
@@ -29,10 +27,9 @@ from .run_events import history, timeline_of
 NAME = "run folder"
 
 
-def inner_runs(exp: Path) -> list[Path]:
-    """asrlab's own run folders of the job ``asrlab watch`` kept in ``exp``: those directly inside ``exp``, else the
-    one its command's ``--exp`` names (``asrlab train --exp X``, a loop of the parts given one)."""
-    lab = read_json(Path(exp) / layout.LAB) or {}
+def inner_runs(exp: Path, lab: dict) -> list[Path]:
+    """asrlab's own run folders of the job ``asrlab watch`` kept in ``exp`` (``lab``: its ``lab.json``): those directly
+    inside ``exp``, else the one its command's ``--exp`` names (``asrlab train --exp X``, a loop of the parts)."""
     cmd = [str(a) for a in lab.get("watched") or []]
     if not cmd:  # not a watch's folder: a run folder inside another run's is a run of its own
         return []
@@ -49,26 +46,19 @@ def read(exp: Path, now: float | None = None) -> Reading:
     the watched job's own run folders (:func:`inner_runs`). Each part reads its files once, in turn."""
     now = time.time() if now is None else now
     train_cfg = train_config(exp)
-    inside = inner_runs(exp)
     lab = read_json(Path(exp) / layout.LAB) or {}
+    inside = inner_runs(exp, lab)
     report = read_json(Path(exp) / layout.STALL_REPORT)
     rid, beats = latest_heartbeats(exp)
-    ranks = [rank_state(b, now) for _, b in sorted(beats.items())]
     # what this launch recorded decides the verdict; the rest is history
     launched, recorded, errors = launch(exp, lab, beats, rid)
     since = launched - LAUNCH_SLACK_S if launched else 0.0
     stall = report if report is not None and report.get("time", 0) >= since else None
-    stalled = stall_summary(exp, stall) if stall else None
     metrics = rank_metrics(exp)  # each rank's lines, read once
     rank0 = kept_steps(metrics.get("rank0", []))
-    steps = step_times(metrics, beats)
-    corpora = corpus_throughput([m for lines in metrics.values() for m in kept_steps(lines)])
     ckpts = integrity(exp, clock_of=_elapsed)
     per_rank = resumed_from(exp)
     closed = {c["epoch"] for c in ckpts["files"] if c.get("epoch_done")}
-    # None where the loop's batches carry no ids it could find: nothing to judge
-    coverage = None if lab.get("coverage_not_measured") else epoch_coverage_report(exp, lab, closed)
-    nonfinite = nonfinite_summary(exp, metrics)
     halt = read_halt(exp, since)
     world_size = lab.get("world_size") or (report or {}).get("world_size") or (max(beats) + 1 if beats else 0)
     world_size = int(world_size or len(metrics) or 1)
@@ -81,10 +71,10 @@ def read(exp: Path, now: float | None = None) -> Reading:
         "config": {k: train_cfg.get(k) for k in keep} if train_cfg else None,
         "last_step": rank0[-1]["step"] if rank0 else None,
         "stop_requested": (exp / STOP_FILE).exists(),
-        "ranks": ranks,
-        "steps": steps,
-        "corpora": corpora,
-        "nonfinite": nonfinite,
+        "ranks": [rank_state(b, now) for _, b in sorted(beats.items())],
+        "steps": step_times(metrics, beats),
+        "corpora": corpus_throughput([m for lines in metrics.values() for m in kept_steps(lines)]),
+        "nonfinite": nonfinite_summary(exp, metrics),
         "loss_scale": loss_scale_history(rank0),
         "resumes": resumes(
             ledger=bool(per_rank),
@@ -92,12 +82,13 @@ def read(exp: Path, now: float | None = None) -> Reading:
             per_rank={str(r): v for r, v in per_rank.items()},
             trained_again=went_back(metrics.get("rank0", [])),
         ),
-        "coverage": coverage,
+        # None where the loop's batches carry no ids it could find: nothing to judge
+        "coverage": None if lab.get("coverage_not_measured") else epoch_coverage_report(exp, lab, closed),
         "coverage_not_measured": lab.get("coverage_not_measured"),
         "checkpoints": ckpts,
         "error": error_summary(errors[0], errors) if errors else None,
         "halt": halt,
-        "stall": stalled,
+        "stall": stall_summary(exp, stall) if stall else None,
     }
     past = history(lab, recorded, errors, halt, report, stall)
     events, outcome = timeline_of(exp, d, lab, train_cfg, metrics, beats, errors, stall)

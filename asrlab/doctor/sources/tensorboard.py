@@ -1,12 +1,10 @@
-"""TensorBoard's event files (``events.out.tfevents.*``): the exact step series of every scalar a run wrote, with
-each point's wall-clock second.
+"""TensorBoard's event files (``events.out.tfevents.*``): every scalar's exact step series and wall-clock seconds.
 
-Records are parsed by tensorboard's own ``Event`` protobuf; their framing is walked here without checking the CRCs
-(tensorboard's loader checks them in pure Python, several times slower than the rest: ``benchmarks/tb_read.py``).
-A scalar is a ``simple_value`` (torch's SummaryWriter) or a one-element tensor (TensorFlow 2). One run's files (one
-per launch) are one series per tag, a step written twice keeping the later launch's value; runs side by side
-(``runs/a/``, ``runs/b/``) stay apart, each tag named by its folder (``a/Loss/train``): a healthy run never hides a
-failed one. A file cut by a killed writer, or with no record, is a suspect: no all-clear over it.
+Records are parsed by tensorboard's ``Event`` protobuf, their framing walked here without the CRCs (its loader checks
+them in pure Python, several times slower: ``benchmarks/tb_read.py``). A scalar is a ``simple_value`` (torch's
+SummaryWriter) or a one-element tensor (TensorFlow 2). One run's files (one per launch) are one series per tag, the
+later launch's value of a step kept; runs side by side stay apart, each tag named by its folder (``a/Loss/train``):
+a healthy run never hides a failed one. A file cut by a killed writer, or with no record, is a suspect.
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ def _scalars(f: Path, event_pb2, notes: list[str]) -> tuple[dict[str, dict[int, 
 
 @dataclass
 class _Run:
-    """One run's event files: the folder it began in, its points (tag -> step -> (value, wall time)), its first
-    step, and what is wrong with its last file."""
+    """One run's event files: its first folder, points (tag -> step -> (value, wall time)), first step, last fault."""
 
     folder: Path
     points: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
@@ -97,9 +94,8 @@ def read(files: list[Path]) -> Reading:
     try:
         from tensorboard.compat.proto import event_pb2
     except ImportError:
-        return Reading(NAME, [str(f) for f in files], notes=[
-            f"{len(files)} TensorBoard event files not read: pip install tensorboard (asrlab[tensorboard])"
-        ])  # fmt: skip
+        said = f"{len(files)} TensorBoard event files not read: pip install tensorboard (asrlab[tensorboard])"
+        return Reading(NAME, [str(f) for f in files], notes=[said])
     notes: list[str] = []
     scanned = []
     for f in files:
@@ -108,8 +104,7 @@ def read(files: list[Path]) -> Reading:
         wrong = (notes[-1] if len(notes) > said else None) if records else f"{f}: no record read (empty, or not events)"
         began = min((t for p in points.values() for _, t in p.values()), default=f.stat().st_mtime)
         scanned.append((began, f.name, f, points, wrong))
-    # the file begun first first (by its own clock, not its mtime), a later launch's value of a step replacing an
-    # earlier one's
+    # the file begun first (by its own clock, not its mtime) first: a later launch's value of a step replaces it
     runs: list[_Run] = []
     for _, _, f, points, wrong in sorted(scanned, key=lambda x: x[:2]):
         first = min((s for p in points.values() for s in p), default=None)
@@ -121,7 +116,7 @@ def read(files: list[Path]) -> Reading:
             runs.append(run)
         for tag, p in points.items():
             run.points.setdefault(tag, {}).update(p)
-        run.first = first if run.first is None else run.first if first is None else min(run.first, first)
+        run.first = min((s for s in (run.first, first) if s is not None), default=None)
         run.wrong = wrong
     top = Path(os.path.commonpath([r.folder for r in runs])) if len(runs) > 1 else None
     series: dict[str, list[tuple[int, float]]] = {}
@@ -131,8 +126,7 @@ def read(files: list[Path]) -> Reading:
         for tag, p in r.points.items():
             series[label + tag] = [(s, p[s][0]) for s in sorted(p)]
             wall[label + tag] = [p[s][1] for s in sorted(p)]
-    # a run whose last file was cut, or a file with nothing in it: no all-clear over it (an earlier launch's cut
-    # file that a resume went on from is only a note)
+    # a run whose last file was cut or empty: no all-clear (an earlier launch's cut file a resume went on from: a note)
     suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r.wrong}
                 for r in runs if r.wrong]  # fmt: skip
     events, warnings = judge_series.judge(NAME, series, wall)

@@ -1,10 +1,7 @@
 """Any text log (a toolkit's, a launcher's, a scheduler's; several files, ``-`` for stdin), as a source: each line
-that can be a first failure (read by :mod:`..logs`) as an event of the one timeline, phrased with its culprit once
-chosen; the lines that look wrong with no failure named; and the sections (hang, non-finite, resumes, ranks).
-
-A survivor's timeout, the agent's SIGTERM to the others, a lost-peer error are consequences: never the cause while
-a cause is in the log.
-"""
+that can be a first failure (read by :mod:`..logs`) as an event, phrased once chosen; the lines that look wrong;
+the sections (hang, non-finite, resumes, ranks). A survivor's timeout, the agent's SIGTERM to the others, a
+lost-peer error are consequences: never the cause while a cause is in the log."""
 
 from __future__ import annotations
 
@@ -30,6 +27,7 @@ from . import Reading
 
 NAME = "log"
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # a stop, not a kill
+RAISED = {"exception": "crashed", "oom": "out_of_memory", "nonfinite_error": "nonfinite"}  # a rank's own errors
 _OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
 SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
 
@@ -150,8 +148,7 @@ def _unscaled_skip(run: LogRun) -> dict | None:
         if e["kind"] != "scale" or e.get("grad") is None:
             continue
         rec = last_before(run, e.get("rank"), e)
-        scale = rec["scale"] if rec is not None else None
-        if scale is None or scale == 1.0:
+        if rec is None or rec["scale"] is None or rec["scale"] == 1.0:
             # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
             nxt = next_after(run, e.get("rank"), e)
             if nxt is not None and nxt.get("first_batch") is not None:  # the interval's first batch skipped first
@@ -174,14 +171,9 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     t0 = time.perf_counter()
     run = read_logs(files)
     events, sections, history = timeline_of(run)
-    sections.update(
-        files=run.files,
-        lines=run.lines,
-        formats=dict(run.formats),
-        world_size=run.world or (max(run.ranks()) + 1 if run.ranks() else None),
-        events=dict(run.event_counts),
-        read_s=round(time.perf_counter() - t0, 3),
-    )
+    world = run.world or (max(run.ranks()) + 1 if run.ranks() else None)
+    sections.update(files=run.files, lines=run.lines, formats=dict(run.formats), world_size=world)
+    sections.update(events=dict(run.event_counts), read_s=round(time.perf_counter() - t0, 3))
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
     # an error-level line after which training went on (steps of finite losses logged): said, not a failure
@@ -217,7 +209,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
     }
     d["step_spread"] = step_spread(d["ranks"])
     transient = d["nonfinite"] is not None and d["nonfinite"].get("transient")
-    raised = {x.get("rank") for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")}
+    raised = {x.get("rank") for x in run.events if x["kind"] in RAISED}
     lost = {x.get("rank") for x in run.events if x["kind"] in ("consequence", "timeout")}
     causes = [(v, _as_consequence(e, raised, lost)) for v, e in _causes(run)]
     # non-finite for a step and finite again: the run went on; what ended it, if anything did, is the failure
@@ -334,11 +326,11 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
     if e["kind"] == "exit" and not e.get("signal"):
         # an exit code is a rank's failure said by its launcher; what failed is that rank's exception, else (several
         # failed, one printed) another rank's; not one of no rank (the launcher's own traceback)
-        raised = [x for x in run.events if x["kind"] in ("exception", "oom", "nonfinite_error")]
+        raised = [x for x in run.events if x["kind"] in RAISED]
         tb = [x for x in raised if x.get("rank") == e["rank"]] or [x for x in raised if x.get("rank") is not None]
         if tb:
-            return {"oom": "out_of_memory", "nonfinite_error": "nonfinite"}.get(tb[0]["kind"], "crashed"), tb[0]
-    if e["kind"] in ("exception", "oom", "nonfinite_error") and e.get("rank") is None:
+            return RAISED[tb[0]["kind"]], tb[0]
+    if e["kind"] in RAISED and e.get("rank") is None:
         roots = [x for x in run.events if x["kind"] == "exit" and x.get("root")]
         # else the one rank its launcher then said failed (torch elastic's "failed (exitcode: 1) local_rank: 0")
         said = {x["rank"] for x in run.events if x["kind"] == "exit" and x.get("exitcode") and not x.get("signal")
@@ -349,8 +341,7 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
 
 
 def culprit(rank, rec: dict | None) -> dict:
-    """The culprit as JSON says it: the rank, its step as the toolkit counts (global step, else batch, else epoch),
-    and the epoch and batch where the toolkit counts so."""
+    """The culprit as JSON says it: the rank, its step as the toolkit counts (global step, else batch, else epoch)."""
     epoch, batch = (rec["epoch"], rec["batch"]) if rec else (None, None)
     return {"rank": rank, "step": step_number(rec), "epoch": epoch, "batch": batch}
 
@@ -376,9 +367,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
             what = "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
-        aborts = [x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))]
-        if sig == "SIGABRT" and aborts:  # the C++ exception that aborted it, as its process printed
-            a = aborts[0]
+        a = next((x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))), None)
+        if sig == "SIGABRT" and a:  # the C++ exception that aborted it, as its process printed
             s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
             if "collective mismatch" in a["message"] or "op.preamble.length <= op.nbytes" in a["message"]:
                 s += " (the ranks called different collectives: a rank that ran out of data and left the loop while "
@@ -389,9 +379,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
         s = f"{who}: {(d['nonfinite'] or {}).get('text', 'a value not finite')} ({when})"
     elif verdict == "nonfinite" and e["kind"] == "scale_collapse":
         s = f"{who}: the loss scale fell to {e['to']:g} {when}: the gradients overflow at every step, not only while the scale calibrates"
-    elif (
-        verdict == "stopped" and e["kind"] == "exit" and "terminated with signal" in e["text"]
-    ):  # mp.spawn: it ended first
+    elif verdict == "stopped" and e["kind"] == "exit" and "terminated with signal" in e["text"]:
         s = f"{who} was ended by {e['signal']} from outside the job (a scheduler, a time limit, kill) {when}, the first "
         s += f"process mp.spawn saw end ({e['text'][:160]})"
     elif verdict == "stopped" and e.get("rank") is not None and "death signal" not in e["text"]:

@@ -1,6 +1,5 @@
-"""Hugging Face Trainer's ``trainer_state.json`` (in its output folder and in each ``checkpoint-N/``): the
-``log_history`` it keeps, every logged value at its global step (``loss``, ``grad_norm``, ``learning_rate``,
-``eval_loss`` ...). Each file holds the whole history up to its step: the one that reaches furthest is read.
+"""Hugging Face Trainer's ``trainer_state.json`` (its output folder's, each ``checkpoint-N/``'s): ``log_history``,
+every logged value at its global step. Each file holds the whole history up to its step: the furthest is read.
 Python's JSON writes a non-finite value as ``NaN``/``Infinity``, which it reads back as such."""
 
 from __future__ import annotations
