@@ -1,7 +1,6 @@
-"""The checkpoints beside a job's logs, as each toolkit names them (WeNet's ``epoch_N.pt`` with its ``epoch_N.yaml``,
-icefall's ``epoch-N.pt``, ESPnet's ``N epoch.pth``, Lightning's ``.ckpt``, a loop's own ``*.pt``/``*.pth``), each
-opened memory-mapped on the CPU (no weight read, none moved to a device) for the epoch and step it holds; one that
-does not open is not intact. The newest is the one a resume would load."""
+"""The checkpoints beside a job's logs (``*.pt``, ``*.pth``, ``*.ckpt``, a folder that is one), each opened
+memory-mapped on the CPU (no weight read, none moved to a device) for the epoch and step it holds; one that does not
+open is not intact. The newest is the one a resume would load."""
 
 from __future__ import annotations
 
@@ -23,17 +22,17 @@ _NAMED = re.compile(
 # the keys a toolkit keeps its place under, at the top of the checkpoint or in a sub-dict
 _STEP_KEYS = ("global_step", "step", "batch_idx_train", "iteration", "iter", "cur_step", "num_updates")
 _EPOCH_KEYS = ("epoch", "cur_epoch", "epochs")
+_SUBS = ("reporter", "loops", "train_state", "progress", "meta", "info")
 MAX = 50  # checkpoints opened, newest files first
 # a folder that is one checkpoint: Accelerate's save_state (step_N/ with model.safetensors, optimizer.bin,
 # random_states_*.pkl), Hugging Face Trainer's checkpoint-N/
-STATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "optimizer.pt")
+_WEIGHTS, _OPTIMIZER = ("model.safetensors", "pytorch_model.bin"), ("optimizer.bin", "optimizer.pt")
+STATE_FILES = _WEIGHTS + _OPTIMIZER
 
 
 def find(paths: list[str]) -> list[Path]:
-    """The checkpoints in the folders given and one level below them (a recipe's ``exp/`` and its
-    ``checkpoints/``), a logger's ``*/*/checkpoints/``, and beside the files given, newest first: files, and
-    folders that are one checkpoint."""
-    # and Lightning's lightning_logs/version_N/checkpoints/, NeMo's NAME/DATE/checkpoints/
+    """The checkpoints, newest first (files, and folders that are one checkpoint): in the folders given, one level
+    below (a recipe's ``exp/``), a logger's ``*/*/checkpoints/`` (Lightning's, NeMo's), and beside the files given."""
     globs = [
         (Path(p), ("", "*/", "*/*/checkpoints/")) if Path(p).is_dir() else (Path(p).parent, ("",))
         for p in paths
@@ -53,8 +52,7 @@ def read_folder(path: Path) -> dict:
     m = _NAMED.search(path.name)
     step = int(next((g for g in m.groups()[2:] if g), 0)) if m and any(m.groups()[2:]) else None
     epoch = int(m.group(1) or m.group(2)) if m and (m.group(1) or m.group(2)) else None
-    weights = [path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).exists()]
-    optim = [path / n for n in ("optimizer.bin", "optimizer.pt") if (path / n).exists()]
+    weights, optim = ([path / n for n in names if (path / n).exists()] for names in (_WEIGHTS, _OPTIMIZER))
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     why = None
     if not weights or not optim:
@@ -71,12 +69,9 @@ def _from(d: dict, keys: tuple[str, ...]) -> int | None:
             return int(v)
         if hasattr(v, "item") and getattr(v, "numel", lambda: 0)() == 1:
             return int(v.item())
-    for k in ("reporter", "loops", "train_state", "progress", "meta", "info"):  # one level down
-        sub = d.get(k)
-        if isinstance(sub, dict):
-            got = _from({kk: vv for kk, vv in sub.items() if not isinstance(vv, dict)}, keys)
-            if got is not None:
-                return got
+    for sub in (d[k] for k in _SUBS if isinstance(d.get(k), dict)):  # one level down
+        if (got := _from({k: v for k, v in sub.items() if not isinstance(v, dict)}, keys)) is not None:
+            return got
     return None
 
 
@@ -100,8 +95,7 @@ def read(path: Path) -> dict:
     if side.exists():
         try:
             info = yaml.safe_load(side.read_text()) or {}
-            out["epoch"] = info.get("epoch", out["epoch"])
-            out["step"] = info.get("step", out["step"])
+            out.update(epoch=info.get("epoch", out["epoch"]), step=info.get("step", out["step"]))
         except (OSError, yaml.YAMLError):
             pass
     try:

@@ -9,8 +9,7 @@ import re
 from . import events as _events
 from .toolkits import READERS
 
-# Bytes that a line must hold to say anything but "a step went by": what a failure, a non-finite value, a
-# resume or a torchrun summary prints. A step line without them is only sampled. The one list of trigger words.
+# what a failure, a non-finite value, a resume or a torchrun summary prints: a step line without any is only sampled
 KEYS = tuple(
     b"nan|inf|NaN|Inf|NAN|INF|rror|xception|raceback|atchdog|imed out|imeout|xitcode|ignal|illed|OVERFLOW|verflow|"
     b"kipping|scale is|finite|not correct|invalid|onitoredBarrier|store based|NCCL work|emory|Root Cause|Failures:|"
@@ -18,13 +17,10 @@ KEYS = tuple(
     b"ailure|FATAL|atal|CRITICAL|erminated|ddress already|^C|Ended (code".split(b"|")
 )
 
-# The fast read (_File.fast): a line's fingerprint is what is left when digits, spaces, most punctuation and
-# most lower-case letters go (KEPT): every finite line of a step format leaves one template, a line with a word of
-# KEYS, a nan or an inf another. One C pass (bytes.translate) makes each line one byte: its template's format, the
-# code of a run read in full, or "?". Step lines are counted (one per SAMPLE bytes read); a run of other lines
-# read in full FEW times with one outcome is counted as those were, unless its ranks are new while its kinds of
-# event are still kept. A regex over a block could not do this: an alternation of KEYS runs at 33 MB/s in
-# Python's re (grep -c: 1.5 GB/s).
+# The fast read (reader's _File.fast): a line's fingerprint is what is left when digits, spaces, most punctuation
+# and most lower-case letters go (KEPT): every finite line of a step format leaves one template, a word of KEYS, a
+# nan or an inf another. One C pass (bytes.translate) makes each line one byte: its template's format, the code of
+# a run read in full (Sig), or "?"; a regex could not: an alternation of KEYS runs at 33 MB/s (grep -c: 1.5 GB/s).
 _RARE_FIRST = b"zqxjkvbpygfwmucldrhsnioate"  # lower-case letters, the rarest in log text first
 
 

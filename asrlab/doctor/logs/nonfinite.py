@@ -10,9 +10,8 @@ from .run import LogRun, finite, position
 
 
 def skipped_overflow(run: LogRun, r: dict) -> bool:
-    """A step whose gradient norm alone was not finite (its losses finite) with a step of finite losses and norm
-    logged after it on its rank: the step was skipped (fp16's overflow-and-skip); had non-finite gradients been
-    applied, every loss after would be non-finite."""
+    """A step whose gradient norm alone was not finite, with a finite step logged after it on its rank: skipped
+    (fp16's overflow-and-skip), for non-finite gradients applied would leave every later loss non-finite."""
     vals = [*r["losses"].values(), *r["averages"].values()]
     if not vals or not all(v is None or math.isfinite(v) for v in vals):
         return False
@@ -65,8 +64,7 @@ def nonfinite_section(run: LogRun) -> dict | None:
         if w := diverged(k, _points(before, k)):
             led.append(w["text"].split(": the run")[0])
             break
-    halvings = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
-    if halvings:
+    if halvings := sum(1 for a, b in zip(scales, scales[1:]) if b < a):
         led.append(f"loss scale halved {halvings} times ({scales[0]:g} -> {scales[-1]:g})")
     kind = "transient (finite again at the next logged step)" if later else "fatal (never finite again)"
     if later and bad == ["grad_norm"]:  # the losses finite, before and after: the step was skipped, not applied
@@ -82,13 +80,9 @@ def nonfinite_section(run: LogRun) -> dict | None:
         why += f"; the loss not finite from {where(gone)}"
     if not bad:  # only the running average: the batch that made it so was not logged
         why += "; only in the running average (this batch's terms are finite): an earlier, unlogged batch was not"
-    text = (
-        f"{', '.join(terms)} not finite"
-        + (f" ({', '.join(good)} finite)" if good and bad else "")
-        + why
-        + f"; {kind}"
-        + (f"; before it: {'; '.join(led)}" if led else "")
-    )
+    finite_too = f" ({', '.join(good)} finite)" if good and bad else ""
+    before_it = f"; before it: {'; '.join(led)}" if led else ""
+    text = f"{', '.join(terms)} not finite{finite_too}{why}; {kind}{before_it}"
     place = {"rank": r["rank"], "step": step_number(r), "epoch": r["epoch"], "batch": r["batch"]}
     first = {**place, "terms": terms, "finite_terms": good, "time": r["time"]}
     return {"first": first, "transient": bool(later), "count": len(run.nonfinite), "text": text}
@@ -140,15 +134,12 @@ def finite_after(run: LogRun, e: dict) -> bool:
 def persistent_skips(run: LogRun) -> dict | None:
     """The first of the loss-scale or grad-norm skips that do not stop: several in a row, or a loss scale
     gone below :data:`SCALE_FLOOR`. A few skips while the scale calibrates at the start are not a failure."""
-    row: list[dict] = []
-    marks = sorted(
-        [e for e in run.events if e["kind"] == "scale"] + [r for s in run.series.values() for r in s.all()],
-        key=lambda x: x.get("order", 0),
-    )
-    for e in run.events:
-        if e["kind"] == "scale" and e.get("to") is not None and e["to"] < SCALE_FLOOR and not finite_after(run, e):
+    scales = [e for e in run.events if e["kind"] == "scale"]
+    for e in scales:
+        if e.get("to") is not None and e["to"] < SCALE_FLOOR and not finite_after(run, e):
             return {**e, "kind": "scale_collapse"}
-    for x in marks:
+    row: list[dict] = []
+    for x in sorted(scales + [r for s in run.series.values() for r in s.all()], key=lambda x: x.get("order", 0)):
         if x.get("kind") != "scale" or x.get("to") is not None:  # a halving with its scale: judged by the floor
             row = []
             continue

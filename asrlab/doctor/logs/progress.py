@@ -55,15 +55,14 @@ def went_back(run: LogRun, rec: dict, last: dict) -> bool:
     """Whether a rank's step record ``rec`` went back from its ``last``: a restart; or its step went on while its
     batch went back within one epoch ("epoch=0 batch=14/40 step=14", then "batch=1/40 step=15"): a restart whose
     loader began its epoch again."""
-    if (
+    reloaded = (
         None not in (rec["step"], last["step"], rec["epoch"], rec["batch"], last["batch"])
         and rec["step"] > last["step"]
         and rec["epoch"] == last["epoch"]
         and rec["batch"] < last["batch"]
         and not rec.get("told")
-    ):
-        return True
-    return (
+    )
+    return reloaded or (
         position(rec) < position(last)
         and (rec["step"] is None) == (last["step"] is None)  # a step after an epoch's batch: not one counter
         and (rec["epoch"] is None or last["epoch"] is None or rec["epoch"] <= last["epoch"])  # counted per epoch
@@ -83,9 +82,8 @@ def went_back(run: LogRun, rec: dict, last: dict) -> bool:
 
 
 def resume_records(run: LogRun) -> list[dict]:
-    """Where the steps went back (a restart), and how many ran again. Whether those were trained twice depends on
-    what the checkpoint it loaded held, which a log shows only in that checkpoint's name: one saved at an epoch's
-    end (``epoch_2.pt``) then the next epoch from its batch 0 is a resume that trains nothing twice."""
+    """Where the steps went back (a restart), and how many ran again; trained twice or not as the checkpoint's name
+    tells (one of an epoch's end, ``epoch_2.pt``, then the next epoch from batch 0 trains nothing twice)."""
     paths = [e for e in run.events if e["kind"] == "resume"]
     loaded = paths[0].get("path") if paths else None
     epoch, step = named_place(Path(loaded).stem) if loaded else (None, None)
@@ -114,11 +112,10 @@ def resume_records(run: LogRun) -> list[dict]:
                 # every batch from the one it went back to through b; where the epoch started again, all of it:
                 # b + 1 batches where it counts from 0 (a line at batch 0), b where it counts the batches done
                 again = b["batch"] + (start == 0) if zero else b["batch"] - a["batch"] + 1
-                ended = zero and saved_epoch is not None and a["epoch"] is not None and saved_epoch == a["epoch"] - 1
                 text = f"the resume went back to batch {a['batch']} of epoch {a['epoch']} after batch {b['batch']}"
                 text += ": the epoch started again at batch 0" if zero else ""
                 text += f"; {again} batches of epoch {a['epoch']} run again"
-                if ended:
+                if zero and a["epoch"] is not None and saved_epoch == a["epoch"] - 1:
                     text += f" (from the checkpoint of epoch {saved_epoch}'s end: none trained twice)"
                 elif zero:
                     text += " (trained twice where the checkpoint it loaded was saved within the epoch)"
@@ -133,9 +130,8 @@ def resume_records(run: LogRun) -> list[dict]:
 
 
 def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
-    """Where a restart's step count went on from its checkpoint (step N+1) but its data did not: the last step line
-    before the restart at a lower step (the checkpoint's, or just before it) against the first after. ``(batches
-    trained twice, or True where its epoch went back too, said)``; None where the lines do not show both places."""
+    """A restart whose step went on from its checkpoint (N+1) but whose data did not, against the last line before it
+    at a lower step: ``(batches trained twice, or True where its epoch went back too, said)``, else None."""
     if a["batch"] is None:
         return None
     known = [r for r in run.series[rank].all() if r["order"] < a["order"]]  # (a restart's own file after the other's)
@@ -152,10 +148,8 @@ def _data_back(run: LogRun, rank, a: dict) -> tuple[int | bool, str] | None:
     if (a["epoch"] or 0, a["batch"]) > (r["epoch"] or 0, r["batch"]):
         return None  # it went on from where the checkpoint's step had been
     if (a["epoch"] or 0) < (r["epoch"] or 0):
-        return (
-            True,
-            f"step {a['step']} read epoch {a['epoch']}, batch {a['batch']}, where step {r['step']} had been at {where(r)}",
-        )
+        had = f"where step {r['step']} had been at {where(r)}"
+        return True, f"step {a['step']} read epoch {a['epoch']}, batch {a['batch']}, {had}"
     n = r["batch"] - a["batch"] + 1
     least = "" if r["step"] == a["step"] - 1 else " at least"
     of = "" if a["epoch"] is None else f" of epoch {a['epoch']}"
@@ -185,19 +179,15 @@ def stretches(recs: list[dict], span: float = SPAN_S):
         a = b  # the next stretch starts here
 
 
-def _seconds_per_step(recs: list[dict]) -> float | None:
-    """The median seconds a step took over :func:`stretches` of one rank's stamped step lines."""
-    gaps = [(b["time"] - a["time"]) / steps for a, b, steps in stretches(recs)]
-    return statistics.median(gaps) if gaps else None
-
-
 def rank_progress(run: LogRun) -> list[dict]:
     out = []
     for rank, s in sorted(run.series.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         recs = s.all()
         rates = [r["rate"] for r in recs if r["rate"]]
+        gaps = [(b["time"] - a["time"]) / steps for a, b, steps in stretches(recs)]  # a step's seconds, each stretch
         seen = {"rank": rank, "steps_logged": s.seen, "last": where(s.last), "last_time": s.last["time"]}
-        out.append({**seen, "steps_per_s": rates[-1] if rates else None, "s_per_step": _seconds_per_step(recs)})
+        timed = {"steps_per_s": rates[-1] if rates else None, "s_per_step": statistics.median(gaps) if gaps else None}
+        out.append({**seen, **timed})
     return out
 
 

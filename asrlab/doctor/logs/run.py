@@ -21,8 +21,8 @@ _LOGGISH = re.compile(
 
 
 class Series:
-    """A rank's step records, bounded: when full, every other one goes and later ones are kept at twice
-    the stride; the non-finite ones, the last one and those pinned as an event's place are always kept."""
+    """A rank's step records, bounded (:data:`KEEP`); the non-finite ones, the last one and those pinned as an
+    event's place are always kept."""
 
     def __init__(self, keep: int = KEEP):
         self.keep, self.stride, self.seen, self.records = keep, 1, 0, []
@@ -49,9 +49,8 @@ class Series:
             self.pinned.add(id(self.last))
 
     def all(self) -> list[dict]:
-        return self.records + (
-            [self.last] if self.last is not None and (not self.records or self.records[-1] is not self.last) else []
-        )
+        unkept = self.last is not None and (not self.records or self.records[-1] is not self.last)
+        return self.records + [self.last] if unkept else self.records[:]
 
 
 def finite(r: dict) -> bool:
@@ -76,15 +75,10 @@ def log_files(paths: list[str]) -> list[str]:
         if p == "-":
             out.append(p)
         elif path.is_dir():
-            found = sorted(
-                f
-                for f in path.rglob("*")
-                if f.is_file()
-                and _LOGGISH.search(f.name)
-                and not any(x.startswith(".") for x in f.relative_to(path).parts)  # .ipynb_checkpoints/ too
-                and stream.is_text(f)
-            )
-            out.extend(str(f) for f in found)
+            found = [f for f in path.rglob("*") if f.is_file() and _LOGGISH.search(f.name)]
+            # none under a hidden folder (.ipynb_checkpoints/ too)
+            found = [f for f in found if not any(x.startswith(".") for x in f.relative_to(path).parts)]
+            out.extend(str(f) for f in sorted(found) if stream.is_text(f))
         elif not path.is_file() or stream.is_text(path):  # a checkpoint or a program given by name: no log
             out.append(str(path))
     return out
@@ -131,7 +125,6 @@ class LogRun:
         return sorted(seen)
 
     def last_steps(self) -> dict:
-        """Each rank's last step record."""
         return {r: s.last for r, s in self.series.items() if s.last is not None}
 
 

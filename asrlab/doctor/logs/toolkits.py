@@ -36,9 +36,7 @@ def num(text: str) -> float | None:
 
 def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values) -> dict:
     r = dict(toolkit=toolkit, epoch=epoch, batch=batch, step=step, losses={}, averages={}, lr=None, grad_norm=None)
-    r.update(scale=None, rate=None, rank=rank)
-    r.update({k: v for k, v in values.items() if v is not None})
-    return r
+    return {**r, "scale": None, "rate": None, "rank": rank, **{k: v for k, v in values.items() if v is not None}}
 
 
 def _grad_norm(d: dict) -> float | None:
@@ -63,10 +61,8 @@ def wenet(line: str) -> dict | None:
         return None
     rate, epoch, batch, loss, rest, lr, gn, rank = m.groups()
     losses = {"loss": num(loss), **_losses(_SPACE_PAIR.findall(rest))}
-    lr = num(lr.split(",")[0])
-    return _record(
-        "wenet", int(epoch), int(batch), rank=int(rank), losses=losses, lr=lr, grad_norm=num(gn), rate=num(rate)
-    )
+    lr, gn, rate = num(lr.split(",")[0]), num(gn), num(rate)
+    return _record("wenet", int(epoch), int(batch), rank=int(rank), losses=losses, lr=lr, grad_norm=gn, rate=rate)
 
 
 # icefall: "Epoch 3, batch 1500, loss[loss=0.2, simple_loss=..., over 5000.00 frames. ], tot_loss[...],
@@ -86,9 +82,8 @@ def icefall(line: str) -> dict | None:
     return _record("icefall", int(epoch), int(batch), losses=losses, lr=lr, scale=scale, averages=averages)
 
 
-# ESPnet2: "[host:0/4] 2022-05-01 12:00:00,123 (trainer:700) INFO: 3epoch:train:1201-1800batch: iter_time=...,
-# loss_ctc=45.1, loss_att=30.2, acc=0.8, loss=34.7, backward_time=..., grad_norm=12.3, loss_scale=1024.0,
-# optim0_lr0=0.001, train_time=0.9"
+# ESPnet2: "[host:0/4] ... INFO: 3epoch:train:1201-1800batch: iter_time=..., loss_ctc=45.1, loss_att=30.2, acc=0.8,
+# loss=34.7, grad_norm=12.3, loss_scale=1024.0, optim0_lr0=0.001, train_time=0.9"
 _ESPNET = re.compile(r"(\d+)epoch:train:(\d+)-(\d+)batch:(.*)")
 
 
@@ -101,15 +96,12 @@ def espnet(line: str) -> dict | None:
     lr = next((num(v) for k, v in pairs if k.startswith("optim") and "lr" in k), None)
     losses = _losses((k, v) for k, v in pairs if not k.endswith("_time"))
     gn, scale = num(d.get("grad_norm")), num(d.get("loss_scale"))
-    # the line reports the batches since the last one: from first_batch on
-    return _record(
-        "espnet", int(epoch), int(last), losses=losses, lr=lr, grad_norm=gn, scale=scale, first_batch=int(start)
-    )
+    first = int(start)  # the line reports the batches since the last one: from first_batch on
+    return _record("espnet", int(epoch), int(last), losses=losses, lr=lr, grad_norm=gn, scale=scale, first_batch=first)
 
 
-# PyTorch Lightning / NeMo progress bar: "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1,
-# loss=0.52, train_loss_step=0.5, lr=0.001, global_step=3450]"
-# a tqdm bar under any label ("Epoch 3:", "steps:", "Train:", none): the label names the epoch where it does
+# PyTorch Lightning's, NeMo's, any tqdm bar under any label ("steps:", "Train:", none; "Epoch 3:" names the epoch):
+# "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1, loss=0.52, lr=0.001, global_step=3450]"
 _BAR = re.compile(r"^(?:\[rank\d+\]:\s*)?([^|%\n]{0,60}?)\s*\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]")
 _BAR_EPOCH = re.compile(r"[Ee]poch\s*:?\s*(\d+)")
 _RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
@@ -132,18 +124,8 @@ def lightning(line: str) -> dict | None:
     step = int(step) if step and step.isdigit() else None  # "3.2e+4": the bar rounds it; the batch is exact
     losses = _losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num")))
     epoch, lr, gn = int(e.group(1)) if e else None, num(d.get("lr")), num(d.get("grad_norm"))
-    # bar: the reader's, a bar of no name beside named ones is another loop's
-    return _record(
-        "lightning",
-        epoch,
-        int(batch),
-        step,
-        losses=losses,
-        lr=lr,
-        grad_norm=gn,
-        rate=steps_s,
-        bar=(label.strip(), total),
-    )
+    bar = (label.strip(), total)  # the reader's: a bar of no name beside named ones is another loop's
+    return _record("lightning", epoch, int(batch), step, losses=losses, lr=lr, grad_norm=gn, rate=steps_s, bar=bar)
 
 
 # VITS's trainer (and its forks: so-vits-svc, Bert-VITS2): "Train Epoch: 37 [22%]", then its losses, the global
@@ -278,13 +260,9 @@ def kv(line: str) -> dict | None:
     pairs = pairs or [(k, v) for k, v in _PAIR.findall(line) if _OWN_LOSS.match(k) and not v.isdigit()]
     # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite
     # (not a gradient norm's: fp16's overflowing steps, skipped by the scaler, leave its average inf for good)
-    gone = {
-        k.split("/")[-1]: a
-        for k, a in _AVERAGED.findall(line)
-        if "loss" in k.lower() and a.lower().lstrip("+-") in ("nan", "inf")
-    }
-    if gone:
-        pairs = [(k, gone.get(k, v)) for k, v in pairs]
+    averaged = [(k.split("/")[-1], a) for k, a in _AVERAGED.findall(line) if "loss" in k.lower()]
+    gone = {k: a for k, a in averaged if a.lower().lstrip("+-") in ("nan", "inf")}
+    pairs = [(k, gone.get(k, v)) for k, v in pairs]
     losses = _losses(pairs)
     if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
