@@ -118,9 +118,8 @@ SCALE_FLOOR = 8.0  # a dynamic loss scale below this has halved far past where f
 
 
 def finite_after(run: LogRun, e: dict) -> bool:
-    """Whether a step of finite losses was logged after the event in its file: a scale that fell low while the
-    run went on training (fp16's overflow-and-skip, over and over) is not a failure. After a warning the toolkit
-    goes on from by design (``recoverable``), any step logged after it is enough: a bar that counts on."""
+    """Whether a step of finite losses was logged after the event in its file (a scale fallen low while training
+    went on is no failure); after a ``recoverable`` warning, any step logged (a bar that counts on)."""
     return any(
         r["file"] == e.get("file")
         and r["order"] > e.get("order", 0)

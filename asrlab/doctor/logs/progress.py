@@ -52,9 +52,8 @@ def step_number(rec: dict | None) -> int | None:
 
 
 def went_back(run: LogRun, rec: dict, last: dict) -> bool:
-    """Whether a rank's step record ``rec`` went back from its ``last``: a restart; or its step went on while its
-    batch went back within one epoch ("epoch=0 batch=14/40 step=14", then "batch=1/40 step=15"): a restart whose
-    loader began its epoch again."""
+    """Whether a rank's step record ``rec`` went back from its ``last`` (a restart), or its step went on while its
+    batch went back within one epoch ("batch=14/40 step=14", then "batch=1/40 step=15"): its loader began it again."""
     reloaded = (
         None not in (rec["step"], last["step"], rec["epoch"], rec["batch"], last["batch"])
         and rec["step"] > last["step"]
@@ -164,9 +163,8 @@ SPAN_S = 10.0  # seconds a gap between step lines covers at least: stamps to the
 
 
 def stretches(recs: list[dict], span: float = SPAN_S):
-    """``(a, b, steps)``: stretches of one rank's stamped step lines, each at least ``span`` seconds long, each from
-    where the last ended (a log stamped to the second puts many steps in one second); one starts again where the
-    count cannot be followed on (another epoch's, a resume's)."""
+    """``(a, b, steps)``: stretches of one rank's stamped step lines, each at least ``span`` seconds (a log stamped to
+    the second puts many steps in one) from where the last ended or the count broke (an epoch, a resume)."""
     a = None
     for b in (r for r in recs if r.get("stamped") and r.get("time") is not None):
         if a is not None:
