@@ -2,13 +2,10 @@
 one per node), a job's logs, a toolkit's folder (its logs, TensorBoard event files, Hugging Face Trainer's state,
 Lightning's metrics.csv, checkpoints).
 
-:func:`diagnose` is the one entry: a plain dict (JSON-ready) with the same keys (:data:`SCHEMA`) whatever was read;
-:func:`format_diagnosis` turns it into the text a person reads. Nothing here writes to what it reads or talks to
-the run: a doctor may look at a live run.
-
-One pipeline whatever was given: sources (:mod:`.sources`, one module per thing a run leaves) read it into events
-and step series; one rule (:mod:`.verdict`) takes the first failure by time over all of them; the sections come
-from the same reading; one renderer (:mod:`.render`) writes the text.
+:func:`diagnose` is the one entry: a JSON-ready dict with the keys of :data:`SCHEMA` whatever was read;
+:func:`format_diagnosis` its text. Sources (:mod:`.sources`) read events and step series; one rule
+(:mod:`.verdict`) takes the first failure by time over all of them. Nothing here writes to what it reads or talks
+to the run: a doctor may look at a live run.
 """
 
 from __future__ import annotations
@@ -24,16 +21,14 @@ from ..lab.timing import bound, with_gpu_busy
 from .timeline import resumes
 from .verdict import FAILED, VERDICTS
 
+
 # the renderer imports torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is said at
 # once and ``asrlab doctor`` starts without it
-_LAZY = {"format_diagnosis": "render"}
-
-
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    if name == "format_diagnosis":
+        from .render import format_diagnosis
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return format_diagnosis
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -46,6 +41,7 @@ SCHEMA = (
     "coverage_not_measured", "error", "halt", "stall", "ended_by", "basis", "job_output", "nodes",
     "files", "lines", "formats", "events", "hang", "step_spread", "read_s",
 )  # fmt: skip
+_DECIDED = ("verdict", "summary", "culprit", "first", "basis", "history")  # of decide()'s answer, as it says them
 
 
 def diagnose(paths, now: float | None = None) -> dict:
@@ -104,9 +100,8 @@ def diagnose_logs(paths: list[str]) -> dict:
 
 
 def read_and_diagnose(paths: list[str]) -> tuple:
-    """``(LogRun, diagnosis)``: the logs' step records themselves (for plots) and what the doctor says of
-    everything at ``paths``: the logs, and beside them the tables of the other sources (event files, a trainer's
-    state, a metrics CSV)."""
+    """``(LogRun, diagnosis)``: the logs' step records (for plots) and what the doctor says of everything at
+    ``paths``: the logs and the tables beside them (event files, a trainer's state, a metrics CSV)."""
     from .logs.run import LogRun, log_files
     from .sources import files_of, job_output, read_sources, run_folder, text_log
     from .verdict import decide
@@ -131,8 +126,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     said = [log] if log and (log.raw.lines or len(tables) == len(folders)) else []  # an empty log beside tables: theirs
     v = decide(folders + said + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
     d = dict(log.sections) if log else dict(EMPTY_LOG, resumes=resumes())  # a section of its own, not shared
-    d.update(verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"])
-    d["history"] = v["history"]
+    d.update({k: v[k] for k in _DECIDED})
     # one rule for any path: a stop on request is no failure; data a restart trained twice is
     d["ok"] = d["verdict"] not in FAILED and not _twice(d)
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
@@ -147,11 +141,10 @@ def read_and_diagnose(paths: list[str]) -> tuple:
         d["next"] = (
             f"asrlab doctor {inside} reads what the watch recorded beside this log (stacks, heartbeats, its stop)"
         )
-    # (a transient one, finite again after: not what a resume would start from)
+    # a checkpoint saved at or after the first non-finite step (not a transient one) may hold what went non-finite
     bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" and not (d["nonfinite"] or {}).get("transient") else None
     if bad is not None and d["checkpoints"]:
         for r in d["checkpoints"]["files"]:
-            # saved at or after the first non-finite step: a resume from it may start from what went non-finite
             r["after_failure"] = r["step"] is not None and r["step"] >= bad
     return (log.raw if log else LogRun()), d
 
@@ -174,10 +167,7 @@ def conform(d: dict, read: str, paths: list[str]) -> dict:
 
 def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | None = None) -> dict:
     """What ``asrlab doctor EXP`` says of the run in ``exp`` (and of the job ``asrlab watch`` kept the output of
-    there), as a JSON-ready dict: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (one sentence), ``ok`` (False
-    when the run failed or its coverage is broken: ``asrlab doctor`` exits 1), ``culprit``, and the run folder's
-    sections. ``nodes``: the folders ``exp`` merges (several nodes'), whose watched jobs' output is read from
-    each (:func:`diagnose` has checked that ``exp`` holds a run)."""
+    there); ``nodes``: the folders ``exp`` merges, whose watched jobs' output is read from each."""
     exp = Path(exp)
     from .sources import job_output, run_events, run_folder
     from .verdict import decide, first_failure
@@ -186,14 +176,12 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     inner = [run_folder.read(p, now) for p in folder.inside]
     jobs = [j for p in nodes or [exp] if (j := job_output.read(Path(p), folder.sections["launched"])) is not None]
     job = jobs[0] if jobs else None
-    for e in folder.events if jobs else ():  # no word of a vanished rank in the job's output, which would hold its
-        # traceback: a signal ended it, or it left on its own without a word (which, nothing here says)
-        if e.get("guess") and e["rank"] is not None and run_events.UNSAID in e["text"]:
-            if not any(x.get("rank") == e["rank"] and not x.get("consequence") for j in jobs for x in j.events):
-                said = (
-                    "the job's output shows no error of it: killed by a signal (SIGKILL: the OOM killer, a lost node)"
-                )
-                e["text"] = e["text"].replace(run_events.UNSAID, f"{said}, or it left on its own without a word")
+    for e in folder.events if jobs else ():  # a vanished rank the job's output holds no traceback of: a signal ended
+        # it, or it left on its own without a word (which, nothing here says)
+        unsaid = e.get("guess") and e["rank"] is not None and run_events.UNSAID in e["text"]
+        if unsaid and not any(x.get("rank") == e["rank"] and not x.get("consequence") for j in jobs for x in j.events):
+            said = "the job's output shows no error of it: killed by a signal (SIGKILL: the OOM killer, a lost node)"
+            e["text"] = e["text"].replace(run_events.UNSAID, f"{said}, or it left on its own without a word")
     v = decide([folder, *inner, *jobs])
     d = folder.sections
     for r in inner:
@@ -202,11 +190,8 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         d["sources"] = [
             {"source": r.source, "files": r.files, "notes": ["the watched job's own run folder"]} for r in inner
         ]
-    first = v["first"] or {}
-    d.update(
-        verdict=v["verdict"], summary=v["summary"], culprit=v["culprit"], first=v["first"], basis=v["basis"],
-        history=v["history"], ended_by=first.get("ended_by") if v["first"] else v.get("ended_by"),
-    )  # fmt: skip
+    d.update({k: v[k] for k in _DECIDED})
+    d["ended_by"] = v["first"].get("ended_by") if v["first"] else v.get("ended_by")
     c = d["culprit"]
     if d["verdict"] == "stopped" and (d["last_step"] or -1) > (-1 if c["step"] is None else c["step"]):
         c.update(step=d["last_step"], epoch=None, batch=None)  # stopped where the furthest record is, not an older line
@@ -226,13 +211,11 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             if d["verdict"] in ("finished", "running"):
                 d["summary"] += "; but " + job.warnings[0]["text"]
         last = [x for j in jobs for x in j.sections["last_steps"]]
-        c = d["culprit"]
         if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
             c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))
         if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
-            d["summary"] += " at " + "; ".join(
-                r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last
-            )
+            where = "; ".join(r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last)
+            d["summary"] += " at " + where
             far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
             c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
         own = first_failure(folder.events)

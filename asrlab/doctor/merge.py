@@ -1,10 +1,6 @@
-"""Several nodes' run folders read as one run: ``asrlab doctor EXP_node0 EXP_node1 ...``.
-
-``asrlab watch`` runs on every node around that node's torchrun and writes into that node's folder: the
-heartbeats, stall dumps, errors and timelines of its own ranks, named by their global rank. The merged view
-holds every node's files side by side; where a file of the same name is in several (``lab.json``, a stall
-report each node wrote of what it saw), the run's: the world is every node's ranks, and the stall verdict is
-made again from every rank's dump, so it names the rank that held the others up whichever node it ran on.
+"""Several nodes' run folders read as one run (``asrlab doctor EXP_node0 EXP_node1 ...``): every node's per-rank
+files side by side (``asrlab watch`` names them by global rank); ``lab.json`` and the stall report made again over
+every node's ranks, so that the report names the rank that held the others up whichever node it ran on.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
     for e in exps:
         if not e.is_dir():
             raise UsageError(f"{e}: not a directory")
-    for e in exps:
         for sub in PER_RANK:
             for path in (p for p in (e / sub).rglob("*") if p.is_file()):  # (nothing where the node has no such folder)
                 dest = into / sub / path.relative_to(e / sub)
@@ -45,24 +40,17 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
     lab: dict = {}
     if labs:
         world = max(len(ranks), max((x.get("world_size") or 0) for x in labs))
-        lab = {
-            **labs[0],
-            "world_size": world,
-            "started": min(x.get("started", 0) for x in labs),
-            "nodes": list(map(str, exps)),
-        }
-        stops = sorted(
-            (x["stop_time"], i) for i, x in enumerate(labs) if x.get("status") == "stopped" and x.get("stop_time")
-        )
+        started = min(x.get("started", 0) for x in labs)
+        lab = {**labs[0], "world_size": world, "started": started, "nodes": list(map(str, exps))}
+        stops = [x for x in labs if x.get("status") == "stopped" and x.get("stop_time")]
         if stops:  # a node's watch told to end the job: the others' ranks failed after it, on its doing
-            first = labs[stops[0][1]]
+            first = min(stops, key=lambda x: x["stop_time"])
             lab.update(status="stopped", stop_time=first["stop_time"], stopped_by=first.get("stopped_by"))
         elif any(x.get("status") == "failed" for x in labs):
             lab["status"] = "failed"
         elif all(x.get("status") == "finished" for x in labs):
             lab["status"] = "finished"
-        ended = [x["ended"] for x in labs if x.get("ended")]
-        if ended:
+        if ended := [x["ended"] for x in labs if x.get("ended")]:
             lab["ended"] = max(ended)
         (into / layout.LAB).write_text(json.dumps(lab))
     reports = [json.loads((e / layout.STALL_REPORT).read_text()) for e in exps if (e / layout.STALL_REPORT).exists()]
@@ -71,23 +59,15 @@ def merge_runs(exps: list[str | Path], into: str | Path) -> Path:
         world = lab.get("world_size") or first.get("world_size") or 1
         _as_at(into, first.get("time", 0.0), world)
         failure = next((r["failure"] for r in reports if r.get("failure")), None)
-        since = min(x.get("started", 0) for x in labs) if labs else 0.0
-        write_report(
-            into,
-            world,
-            first.get("timeout_s", 0.0),
-            since=since,
-            now=first.get("time"),
-            failure=failure,
-            collectives=last_collectives(into),
-        )
+        since, timeout = lab.get("started", 0.0), first.get("timeout_s", 0.0)
+        collectives = last_collectives(into)
+        write_report(into, world, timeout, since=since, now=first.get("time"), failure=failure, collectives=collectives)
     return into
 
 
 def _as_at(into: Path, when: float, world: int) -> None:
-    """A rank of a node whose watch saw no stall (another node's watch ended the job first, and this rank
-    moved again: an error from the lost peer) is described as it was when the stall was seen: its phase
-    then, from its timeline, instead of its last heartbeat."""
+    """A rank whose node's watch saw no stall (another node's ended the job first; this rank moved again, to a lost
+    peer's error) described as it was when the stall was seen: its phase then, from its timeline."""
     stall = Path(into) / layout.STALL
     timelines = read_timeline(into)
     for path in sorted((Path(into) / layout.HEARTBEAT).glob("rank*.json")):

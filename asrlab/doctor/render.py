@@ -14,16 +14,16 @@ _CONSEQUENCES = (
     ("lost_peer", "error of a rank whose peer was gone (a consequence, not the cause)"),
     ("waited", "error of a rank that gave up waiting in a collective (the stall's consequence)"),
 )
+# a coverage epoch of every key once; "ended" has no expected keys: one that no epoch reached is not seen
+_ONCE = {"complete": "each exactly once", "ended": "every key seen once; whether all were seen is not known"}
 
 
 def _untrained(x: dict) -> str:
     """A rank's untrained rest of an epoch, as the ledger recorded it."""
     n, b = x["utterances"], x["batches"]
-    where = (
-        f"after its batch {x['after_batch']} (step {x['after_step']})"
-        if x.get("after_batch")
-        else f"after step {x['after_step']}"
-    )
+    where = f"after step {x['after_step']}"
+    if x.get("after_batch"):
+        where = f"after its batch {x['after_batch']} (step {x['after_step']})"
     if b is None:  # the guard could not count them: say so, never a number
         why = "the loader has no len" if x.get("after_batch") else "the loader has no len, or resumed itself mid-epoch"
         size = f"an unknown number of batches ({why})"
@@ -38,10 +38,10 @@ def _untrained(x: dict) -> str:
     return f"{said}; of them, the {x['known']} it had read ahead: {which} (UnevenGuard(..., untrained='keys') lists them all)"
 
 
-def _few(items: list, total: int | None = None) -> str:
+def _few(items: list, total: int | None = None, sep: str = ", ") -> str:
     total = len(items) if total is None else total
     more = total - min(len(items), FIRST)
-    return ", ".join(map(str, items[:FIRST])) + (f" (+{more} more)" if more > 0 else "")
+    return sep.join(map(str, items[:FIRST])) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _rank_line(r: dict, flags: bool = True) -> str:
@@ -103,12 +103,8 @@ def _nonfinite_log(nf: dict, head: int = 8, tail: int = 2) -> list[str]:
         lines.append(f"    step {e['step']}, rank {e['rank']}: {e['kind']}; {which}{by}{batch}")
     many = sorted(nf.get("by_utterance", {}).items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     if many:
-        said = [f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many[:FIRST]]
-        lines.append(
-            "  utterances not finite: "
-            + "; ".join(said)
-            + (f" (+{len(many) - FIRST} more)" if len(many) > FIRST else "")
-        )
+        said = [f"{k} (step{'s' if len(v) > 1 else ''} {_few(v)})" for k, v in many]
+        lines.append(f"  utterances not finite: {_few(said, sep='; ')}")
     if nf.get("other_versions"):
         lines.append(
             f"  ({nf['other_versions']} lines of another format version passed over: a newer asrlab wrote them)"
@@ -124,8 +120,7 @@ def format_diagnosis(d: dict) -> str:
     lines += [f"  also read: {f} ({n})" for s in d.get("sources") or [] for f in s["files"] for n in s["notes"]]
     if d.get("next"):
         lines.append(f"  next: {d['next']}")
-    if d["error"]:
-        e = d["error"]
+    if e := d["error"]:
         lines += ["", next((said for k, said in _CONSEQUENCES if e.get(k)), "first error") + f": {e['line']}"]
         if e["also_failed"]:
             lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
@@ -146,21 +141,17 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  {st.get('missing') or 'no metrics'}")
     for r in st["ranks"]:
         if r["median_step_s"] is None:  # asrlab watch: shares of sampled time, no steps
+            shares = ", ".join(f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items())
+            lines.append(f"  {ranks_named([r])} (sampled stacks): {shares}")
+        else:
+            how = "mean (heartbeat)" if r.get("source") else "median"
             lines.append(
-                f"  {ranks_named([r])} (sampled stacks): "
-                + ", ".join(f"{100 * v:.0f}% {k}" for k, v in (r.get("shares") or {}).items())
+                f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
+                f"{100 * r['data_wait_share']:.0f}% of it waiting for data"
             )
-            if r.get("bound") and d["verdict"] not in FAILED:  # a stall's or a crash's time is no bound
-                lines.append(f"    bound: {r['bound']['bound']}: {r['bound']['evidence']}")
-            continue
-        how = "mean (heartbeat)" if r.get("source") else "median"
-        lines.append(
-            f"  rank {r['rank']}: steps {r['steps']}, {how} {r['median_step_s']:.4f} s/step, "
-            f"{100 * r['data_wait_share']:.0f}% of it waiting for data"
-        )
-        if r.get("split"):
-            lines.append(f"    wall clock: {format_split(r['split'])}")
-        if r.get("bound") and d["verdict"] not in FAILED:
+            if r.get("split"):
+                lines.append(f"    wall clock: {format_split(r['split'])}")
+        if r.get("bound") and d["verdict"] not in FAILED:  # a stall's or a crash's time is no bound
             lines.append(f"    bound: {r['bound']['bound']}: {r['bound']['evidence']}")
     if st["spread"] and "slowest_rank" in st["spread"]:
         s = st["spread"]
@@ -177,15 +168,12 @@ def format_diagnosis(d: dict) -> str:
             f"the others {rest}): its reads hold the others up"
         )
 
-    mix = d.get("corpora")
-    if mix:
+    if mix := d.get("corpora"):
         lines += ["", "corpora (all ranks; audio seconds per second of loader work):"]
         for c, x in mix["corpora"].items():
-            lines.append(
-                f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, "
-                f"{x['audio_per_load_s'] if x['audio_per_load_s'] is not None else '-'} s/s"
-                + ("  <- slowest to load" if c == mix["slowest"] else "")
-            )
+            rate = x["audio_per_load_s"] if x["audio_per_load_s"] is not None else "-"
+            slowest = "  <- slowest to load" if c == mix["slowest"] else ""
+            lines.append(f"  {c}: {x['utts']} utterances, {x['hours']:.3f} h, {rate} s/s{slowest}")
 
     nf = d["nonfinite"]
     printed = ((d.get("job_output") or {}).get("nonfinite") or {}).get("first") and d["job_output"]["nonfinite"]
@@ -218,18 +206,14 @@ def format_diagnosis(d: dict) -> str:
     if unsaved:
         lines.append(f"  also not finite (rank 0's metrics, no bundle): steps {_few(unsaved)}")
 
-    ls = d["loss_scale"]
-    if ls:
+    if ls := d["loss_scale"]:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(ls["skipped_by_kind"].items())) or "none"
         scale = "not logged"
         if "first" in ls:
             scale = f"first {ls['first']:g}, min {ls['min']:g}, last {ls['last']:g}, {ls['changes']} changes"
         rollbacks = f"; rollbacks: {ls['rollbacks']}" if ls["rollbacks"] else ""
-        lines += [
-            "",
-            f"loss scale: {scale}",
-            f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds}){rollbacks}",
-        ]
+        lines += ["", f"loss scale: {scale}"]
+        lines.append(f"  skipped steps: {ls['skipped']} (in the steps that count: {kinds}){rollbacks}")
 
     rs = d["resumes"]
     said = "not recorded (the loop keeps no ledger: asrlab.lab's RunState records one)"
@@ -253,18 +237,11 @@ def format_diagnosis(d: dict) -> str:
     else:
         lines += ["", f"coverage (ledger; expected: {cov['against']}):" + (" BROKEN" if cov["broken"] else "")]
         for e in cov["epochs"]:
-            if e["status"] == "complete" and e["exactly_once"]:
-                lines.append(f"  epoch {e['epoch']}: complete, {e['keys']} keys, each exactly once")
+            if e["status"] in _ONCE and e["exactly_once"]:
+                lines.append(f"  epoch {e['epoch']}: {e['status']}, {e['keys']} keys, {_ONCE[e['status']]}")
                 continue
-            if e["status"] == "ended" and e["exactly_once"]:  # no expected keys: one no epoch reached is not seen
-                lines.append(
-                    f"  epoch {e['epoch']}: ended, {e['keys']} keys, every key seen once; whether all were seen "
-                    "is not known"
-                )
-                continue
-            parts = [
-                f"{e['keys']} keys" + ("" if e["status"] != "in progress" or e["repeated"] else " so far, none twice")
-            ]
+            so_far = " so far, none twice" if e["status"] == "in progress" and not e["repeated"] else ""
+            parts = [f"{e['keys']} keys{so_far}"]
             if e["repeated"]:
                 twice = [f"{k} x{n}" for k, n in e["repeated_keys"].items()]
                 parts.append(f"{e['repeated']} repeated ({_few(twice, e['repeated'])})")
@@ -279,10 +256,8 @@ def format_diagnosis(d: dict) -> str:
                 )
                 lines += [f"    rank {r}: {_untrained(x)}" for r, x in e["cut_short"].items()]
                 continue
-            lines.append(
-                f"  epoch {e['epoch']}: {'incomplete' if e['status'] == 'in progress' else e['status']}, "
-                + ", ".join(parts)
-            )
+            status = "incomplete" if e["status"] == "in progress" else e["status"]
+            lines.append(f"  epoch {e['epoch']}: {status}, " + ", ".join(parts))
         if cov["broken"] and (d.get("config") or {}).get("uneven") == "stop" and d["world_size"] > 1:
             lines.append(
                 "  (uneven=stop ends an epoch on every rank when the first runs out: the others' last "

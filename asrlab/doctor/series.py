@@ -44,7 +44,10 @@ def judge(source: str, series: dict[str, list[tuple[int, float]]], wall: dict[st
             # fp16's overflow-and-skip leaves a gradient norm inf for a step and finite after: not a failure
             if kind == "loss" or not again:
                 step, v = points[bad]
-                before = f"; {_led(points[:bad])}" if bad else ""
+                before = ""
+                if bad:  # the last finite value before it, and the lowest
+                    (last_step, last_v), low = points[bad - 1], min(points[:bad], key=lambda p: p[1])
+                    before = f"; before it: {last_v:.4g} at step {last_step}, lowest {low[1]:.4g} at step {low[0]}"
                 events.append(
                     failure(
                         "nonfinite", "nonfinite_series", times[bad] if times else None,
@@ -58,13 +61,6 @@ def judge(source: str, series: dict[str, list[tuple[int, float]]], wall: dict[st
         if w is not None:
             warnings.append({**w, "source": source})
     return events, warnings
-
-
-def _led(points: list[tuple[int, float]]) -> str:
-    """The last finite value before the failure, and the lowest."""
-    step, v = points[-1]
-    low = min(points, key=lambda p: p[1])
-    return f"before it: {v:.4g} at step {step}, lowest {low[1]:.4g} at step {low[0]}"
 
 
 def diverged(name: str, points: list[tuple[int, float]]) -> dict | None:

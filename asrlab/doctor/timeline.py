@@ -1,13 +1,8 @@
-"""One timeline of a run: what every source says went wrong, as events on one clock (the rule that picks the
-first failure is :mod:`.verdict`'s).
-
-Each source's reader (the run folder's errors, halt and stall report; the watched job's output; any toolkit's
-logs and torchrun's summaries) turns what it owns into failure events: ``kind``, ``verdict``, ``time`` (seconds
-since the epoch, None where the source has no clock), ``order`` (the place of its line within its source),
-``rank``, ``step`` (a step record's place: ``{"step", "epoch", "batch"}``), ``source``, ``text``. A reader marks
-an event ``consequence`` where its own lines show it followed another failure (a survivor's lost-peer error, a
-rank being ended by its launcher), and ``transient`` where the run went on after it (a non-finite step that was
-finite again at the next one).
+"""One timeline of a run: what every source says went wrong, as failure events on one clock (:mod:`.verdict` picks
+the first): ``kind``, ``verdict``, ``time`` (seconds since the epoch, None where the source has no clock), ``order``
+(its line's place within its source), ``rank``, ``at`` (``{"step", "epoch", "batch"}``), ``source``, ``text``.
+``consequence``: its own lines show it followed another failure (a survivor's lost-peer error, a rank being ended
+by its launcher); ``transient``: the run went on after it (a non-finite step finite again at the next one).
 """
 
 from __future__ import annotations
@@ -19,11 +14,9 @@ NO_STEP = {"step": None, "epoch": None, "batch": None}
 
 
 def resumes(*, ledger=False, resumed_from=(), per_rank=None, trained_again=(), from_output=()) -> dict:
-    """The ``resumes`` section, one shape whatever was read: ``ledger`` (asrlab's resume ledger was there),
-    ``resumed_from`` (the steps the ledger says the run resumed from) and ``per_rank``, ``steps_trained_again``
-    (where rank 0's metrics went back), ``from_output`` (where a log's or a job's output shows the steps went
-    back: ``rank``, ``before``, ``after``, ``restarted_epoch``, ``run_again``, ``trained_twice``, ``time``,
-    ``text``)."""
+    """The ``resumes`` section, one shape whatever was read: ``ledger`` (asrlab's resume ledger was there), the
+    steps it says the run ``resumed_from``, where rank 0's metrics went back (``steps_trained_again``) and where a
+    log's or a job's output shows the steps went back (``from_output``)."""
     said = {"ledger": ledger, "resumed_from": list(resumed_from), "per_rank": per_rank or {}}
     return {**said, "steps_trained_again": list(trained_again), "from_output": list(from_output)}
 

@@ -1,12 +1,8 @@
-"""The one rule over what every source read: the first failure by time (consequences never before their cause),
-its verdict, culprit and sentence; ``unknown`` with the lines quoted where lines look wrong and no failure is
-named; else what the most specific source says of a run that did not fail (asrlab's run folder: finished,
-running, stopped on request; a log: no failure seen).
-
-Each source's events are in its own order (a log's timestamps and byte offsets); between two sources the earlier
-is the one whose clock says so (a watched job's lines carry the folder's clock, ``joined_time``; TensorBoard's
-points their wall time), else the one at the earlier step, else the one listed first (a run folder before the job
-it watched, a log before the tables beside it).
+"""The one rule over what every source read: the first failure by time (consequences never before their cause);
+``unknown`` where lines look wrong and no failure is named; else what the most specific source says of a run that
+did not fail. Between two sources the earlier is the one whose clock says so (a watched job's lines carry the
+folder's clock, ``joined_time``), else the one at the earlier step, else the one listed first (a run folder before
+the job it watched, a log before the tables beside it).
 """
 
 from __future__ import annotations
@@ -53,12 +49,8 @@ def culprit(e: dict | None) -> dict:
         return {"rank": None, **NO_STEP}
     place = e.get("at") or NO_STEP
     step = next((place[k] for k in ("step", "batch", "epoch") if place[k] is not None), None)
-    return {
-        "rank": e.get("culprit_rank", e.get("rank")),
-        "step": step,
-        "epoch": place["epoch"],
-        "batch": place["batch"],
-    }
+    rank = e.get("culprit_rank", e.get("rank"))
+    return {"rank": rank, "step": step, "epoch": place["epoch"], "batch": place["batch"]}
 
 
 def decide(readings: list) -> dict:
@@ -71,8 +63,11 @@ def decide(readings: list) -> dict:
         out = _said(e)
         if said:
             out["summary"] += said
-        if out["culprit"]["step"] is None:  # a stall report, a rank's error: the step where another source places it
-            out["culprit"] = _placed_by_others(out["culprit"], [x for _, x in firsts if x is not e])
+        c = out["culprit"]
+        if c["step"] is None:  # a stall report, a rank's error: the step where another source places it
+            others = (_said(x)["culprit"] for _, x in firsts if x is not e)
+            p = next((o for o in others if o["step"] is not None and o["rank"] in (None, c["rank"])), None)
+            out["culprit"] = c if p is None else {**c, "step": p["step"], "epoch": p["epoch"], "batch": p["batch"]}
         return {**out, "basis": e.get("source") or r.source, "history": history}
     outcome = next((r.outcome for r in readings if r.outcome), None) or {"verdict": "no_failure_seen"}
     odd = [s for r in readings for s in r.suspects]
@@ -84,14 +79,8 @@ def decide(readings: list) -> dict:
         said = f"no rule names a failure, but {n} line{'s look' if n > 1 else ' looks'} wrong"
         said += (f" (after {place})" if place else "") + ": " + " | ".join(s["text"][:160] for s in odd[:QUOTED])
         first = {k: v for k, v in odd[0].items() if k != "culprit"}
-        return {
-            "verdict": "unknown",
-            "summary": said,
-            "culprit": c,
-            "first": first,
-            "basis": "suspect lines",
-            "history": history,
-        }
+        out = {"verdict": "unknown", "summary": said, "culprit": c, "first": first, "basis": "suspect lines"}
+        return {**out, "history": history}
     return {
         **outcome,
         "summary": outcome.get("summary") or "no failure seen",
@@ -108,12 +97,8 @@ def _said(e: dict) -> dict:
         p = e.get("_phrased") or e.setdefault("_phrased", e["say"]())  # phrased once: several looks may ask
         first = {k: v for k, v in p.items() if k not in ("summary", "culprit")}
         return {"verdict": p["verdict"], "summary": p["summary"], "culprit": p["culprit"], "first": first}
-    return {
-        "verdict": e["verdict"],
-        "summary": e["text"],
-        "culprit": culprit(e),
-        "first": {k: v for k, v in e.items() if k not in ("say", "_phrased", "at")},
-    }
+    first = {k: v for k, v in e.items() if k not in ("say", "_phrased", "at")}
+    return {"verdict": e["verdict"], "summary": e["text"], "culprit": culprit(e), "first": first}
 
 
 def _time(e: dict) -> float | None:
@@ -165,9 +150,8 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     that ended without a word, the job's words for how), the folder's halt report over the printed non-finite
     loss, the watch's stop over what the job printed once told to end; else the earlier."""
     jv = _said(job)
-    # the folder's guess (which rank vanished first, as its peers saw it: a launcher that ends itself when its
-    # child dies, Lightning's, is seen to end first) yields to the job's own words for a death (not a survivor's
-    # lost peer: that is what the guess explains)
+    # the folder's guess at which rank vanished first (a launcher that ends itself when its child dies, Lightning's,
+    # is seen to end first) yields to the job's own words for a death, not to a survivor's lost peer it explains
     if folder.get("guess") and not job.get("consequence") and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
         seen = [t for t in (_time(job), folder["time"]) if t is not None]
         return rj, {**job, "joined_time": min(seen) if seen else None}  # the earliest sighting of the one failure
@@ -177,33 +161,14 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
         _time(job) is not None and folder["time"] is not None and _time(job) >= folder["time"] - STOP_SLACK_S
     )):  # fmt: skip
         return rf, folder
-    if first_failure([folder, {**job, "time": _time(job)}]) is folder:
-        return rf, _placed(folder, jv)
-    # the rank's error the watch recorded after its traceback was printed: the same failure, not a second one
-    same = folder.get("rank") is not None and (folder["rank"], folder["verdict"]) == (
-        jv["culprit"]["rank"],
-        jv["verdict"],
-    )
-    return rj, {**job, "then": None if folder.get("guess") or same else folder}
-
-
-def _placed_by_others(c: dict, others: list[dict]) -> dict:
-    for e in others:
-        p = _said(e)["culprit"]
-        if p["step"] is not None and p["rank"] in (None, c["rank"]):
-            return {**c, "step": p["step"], "epoch": p["epoch"], "batch": p["batch"]}
-    return c
-
-
-def _placed(folder: dict, jv: dict) -> dict:
-    """The folder's failure, at the step the job's output places it where the folder has none (a rank's error
-    recorded by the watch knows no step; the loop's last line before its traceback does): same verdict and rank."""
-    if any(v is not None for v in folder["at"].values()) or jv["verdict"] != folder["verdict"]:
-        return folder
-    if folder.get("rank") is None or jv["culprit"]["rank"] != folder["rank"]:
-        return folder
     c = jv["culprit"]
-    return {**folder, "at": {"step": c["step"], "epoch": c["epoch"], "batch": c["batch"]}}
+    same = folder.get("rank") is not None and folder["rank"] == c["rank"] and folder["verdict"] == jv["verdict"]
+    if first_failure([folder, {**job, "time": _time(job)}]) is folder:
+        # a rank's error the watch recorded knows no step; the job's last line before its traceback places it
+        unplaced = all(v is None for v in folder["at"].values())
+        return rf, {**folder, "at": {k: c[k] for k in NO_STEP}} if unplaced and same else folder
+    # the rank's error the watch recorded after its traceback was printed: the same failure, not a second one
+    return rj, {**job, "then": None if folder.get("guess") or same else folder}
 
 
 __all__ = ["FAILED", "VERDICTS", "culprit", "decide", "first_failure", "key", "when"]
