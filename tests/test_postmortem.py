@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "a bare tqdm bar at 0 of a new total after the training's `Epoch: [1][45/45]`: evaluation's, not the step": (
+        "logs85/deepspeech_pytorch/an4_epoch_1_iters_44_45_of_45_then_validation_decoder_keyerror_tensor_0.log"
+    ),
     "mp.spawn's `process 0 terminated with signal SIGTERM`: the first process it saw end was stopped, not crashed": (
         "logs84/ez_hoi/mp_spawn_process_0_terminated_with_signal_sigterm_leaked_semaphores.log"
     ),

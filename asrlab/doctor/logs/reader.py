@@ -64,6 +64,7 @@ class _File:
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
         self.named: set[str] = set()  # the totals of training's bars by name ("Train: 5559/9008", "Epoch 3:")
+        self.totals: set[str] = set()  # the totals of the bars that moved past 0
         self.at: tuple | None = None  # the fast read's place: (line index, byte offset) of the last line read
         self.stepped: tuple | None = None  # the last (epoch, batch) whose global step a line named, and that step
         self.read_in_full = 0  # lines read by text(), to tell how near a bar was
@@ -406,6 +407,17 @@ class _File:
                 self.named.add(b[1])
             elif self.named and b[1] not in self.named:  # a bar of no name under "Train: 5559/9008": an inner loop's
                 rec = None
+            elif (
+                not b[0]
+                and rec["batch"] == 0
+                and b[1] not in self.totals
+                and self.toolkit not in (None, rec["toolkit"])
+            ):
+                rec = (
+                    None  # a new bar of no name at 0 after another format's step line: a loop not begun (evaluation's)
+                )
+            if rec is not None and rec["batch"]:
+                self.totals.add(b[1])
         barred = "[" in text or "it/s " in text or "s/it " in text  # tqdm's, or a bar without brackets
         bar = bar_count(text) if "/" in text and barred and not validation(text) else None
         if bar is not None:
