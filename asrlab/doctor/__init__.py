@@ -1,12 +1,7 @@
-"""``asrlab doctor PATH ...``: what happened to a run, read from whatever it left: asrlab's run folder (several,
-one per node), a job's logs, a toolkit's folder (its logs, TensorBoard event files, Hugging Face Trainer's state,
-Lightning's metrics.csv, checkpoints).
-
-:func:`diagnose` is the one entry: a JSON-ready dict with the keys of :data:`SCHEMA` whatever was read;
-:func:`format_diagnosis` its text. Sources (:mod:`.sources`) read events and step series; one rule
-(:mod:`.verdict`) takes the first failure by time over all of them. Nothing here writes to what it reads or talks
-to the run: a doctor may look at a live run.
-"""
+"""``asrlab doctor PATH ...``: what happened to a run, from what it left (asrlab's run folders, a job's logs, a
+toolkit's folder). :func:`diagnose` gives a JSON-ready dict of :data:`SCHEMA`'s keys, :func:`format_diagnosis` its
+text; :mod:`.verdict` takes the first failure by time over every source. Nothing here writes to what it reads: a
+doctor may look at a live run."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The one rule over what every source read: the first failure by time (consequences never before their cause);
-``unknown`` where lines look wrong and no failure is named; else what the most specific source says of a run that
-did not fail. Between two sources the earlier is the one whose clock says so (a watched job's lines carry the
-folder's clock, ``joined_time``), else the one at the earlier step, else the one listed first (a run folder before
-the job it watched, a log before the tables beside it).
-"""
+"""The one rule over what every source read: the first failure by time (consequences never before their cause),
+by clock, else by step, else the source listed first; ``unknown`` where lines look wrong and no failure is named;
+else what the most specific source says of a run that did not fail."""
 
 from __future__ import annotations
 
@@ -109,10 +106,6 @@ def _time(e: dict) -> float | None:
     return None if e.get("source") == "log" else e.get("time")
 
 
-def _step(e: dict) -> int | None:
-    return culprit(e)["step"] if "at" in e else None
-
-
 def _before(a: dict, b: dict) -> bool:
     """Whether ``a`` (of a later-listed source) came before ``b``: by their clocks, else by their steps. A rank
     that vanished is dated by its last heartbeat: it ended up to a heartbeat's staleness later (what its own
@@ -120,7 +113,7 @@ def _before(a: dict, b: dict) -> bool:
     ta, tb = _time(a), _time(b)
     if ta is not None and tb is not None:
         return ta + STALE_S * bool(a.get("guess")) < tb + STALE_S * bool(b.get("guess"))
-    sa, sb = _step(a), _step(b)
+    sa, sb = (culprit(x)["step"] if "at" in x else None for x in (a, b))
     return sa is not None and sb is not None and sa < sb
 
 

@@ -60,14 +60,8 @@ def hang(run: LogRun, timeouts: list[dict]) -> dict:
         gaps = sorted(set(range(max(reported))) - set(reported)) if len(reported) > 1 else []
         if gaps:  # a hint, not a culprit: the world may be larger, its other ranks as silent
             text += f" (rank{'s' * (len(gaps) > 1)} {', '.join(map(str, gaps))}, among them, printed no timeout)"
-    return {
-        "collective": {"seq": seq, "op": op, "timeout_ms": tmo},
-        "reported_by": reported,
-        "behind": behind,
-        "basis": basis,
-        "reported": reported_text,
-        "text": text,
-    }
+    said = {"collective": {"seq": seq, "op": op, "timeout_ms": tmo}, "reported_by": reported, "behind": behind}
+    return {**said, "basis": basis, "reported": reported_text, "text": text}
 
 
 def out_of_step(timeouts: list[dict]) -> dict[int, int]:

@@ -72,9 +72,8 @@ def nonfinite_section(run: LogRun) -> dict | None:
     why = ""
     ctc_inf = any("ctc" in t.lower() and math.isinf(r["losses"].get(t) or 0.0) for t in terms)
     if ctc_inf and any("att" in g.lower() for g in good):  # inf, not nan: what CTC gives an utterance it cannot align
-        why = (
-            "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its labels need"
-        )
+        why = "; an infinite CTC loss beside a finite attention loss: an utterance with fewer frames than its "
+        why += "labels need"
     gone = next((x for x in after if not all(math.isfinite(v) for v in x["losses"].values() if v is not None)), None)
     if bad == ["grad_norm"] and gone is not None and not later:  # the loss itself went after the gradients
         why += f"; the loss not finite from {where(gone)}"

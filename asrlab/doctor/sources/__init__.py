@@ -15,10 +15,8 @@ MAX_FILES = 10_000  # files looked at under one folder: a folder of a million sh
 
 @dataclass
 class Reading:
-    """What one source read: ``series`` (name -> ``[(step, value), ...]`` in step order), ``wall`` (name -> each
-    point's wall-clock second, where kept), ``events`` (of :func:`..timeline.failure`; ``say``, where there, phrases
-    one once chosen), ``warnings`` (``{"kind", "name", "step", "text"}``: not yet a failure), ``notes`` (what it
-    could not read)."""
+    """What one source read: ``series`` (name -> ``[(step, value), ...]``), ``wall`` (their wall-clock seconds),
+    ``events`` (:func:`..timeline.failure`'s; ``say`` phrases one once chosen), ``warnings``, ``notes``."""
 
     source: str
     files: list[str]

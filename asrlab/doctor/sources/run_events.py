@@ -125,7 +125,8 @@ def timeline_of(
     if status == "failed":
         gone = [r for r in d["ranks"] if r["state"] == "gone"]
         code = lab.get("exit_code")
-        ended = _signalled(code) if gone else None
+        name = exit_signal(code, shell=True) if gone else None  # 128 + N, or -N: killed, or stopped from outside
+        ended = (name, "stopped" if name in STOP_SIGNALS else "killed") if name else None
         if gone and world_size == 1 and code:
             # the one process: the watch's exit code is the process's own (no launcher between)
             step, said = _last_step(exp, metrics, gone[0])
@@ -262,12 +263,6 @@ def _held_up(e0: dict, beats: Beats) -> int | None:
 def _spawner(exp: Path) -> bool:
     """Whether the watch saw torch.multiprocessing.spawn's launcher, a process of no rank, start the ranks."""
     return any('"launcher"' in p.read_text(errors="replace") for p in (Path(exp) / WATCH / "ranks").glob("*.json"))
-
-
-def _signalled(code: int | None) -> tuple[str, str] | None:
-    """``(signal, verdict)`` of an exit code a signal gave (128 + N, or -N): killed, or stopped from outside."""
-    name = exit_signal(code, shell=True)
-    return (name, "stopped" if name in STOP_SIGNALS else "killed") if name else None
 
 
 def _gone(exp: Path, metrics: Lines, gone: list[dict], beats: Beats, ckpts: dict) -> dict:

@@ -72,12 +72,8 @@ def read(exp: Path, now: float | None = None) -> Reading:
     world_size = lab.get("world_size") or (report or {}).get("world_size") or (max(beats) + 1 if beats else 0)
     world_size = int(world_size or len(metrics) or 1)
     keep = ("max_steps", "max_epochs", "max_minutes", "nonfinite", "uneven", "ledger", "stall_timeout_s")
-    resumed = resumes(
-        ledger=bool(per_rank),
-        resumed_from=sorted({s for v in per_rank.values() for s in v}),
-        per_rank={str(r): v for r, v in per_rank.items()},
-        trained_again=trained_again,
-    )
+    back_to, by_rank = sorted({s for v in per_rank.values() for s in v}), {str(r): v for r, v in per_rank.items()}
+    resumed = resumes(ledger=bool(per_rank), resumed_from=back_to, per_rank=by_rank, trained_again=trained_again)
     d: dict = {
         "exp": str(exp), "time": now, "world_size": world_size, "launched": launched or None,
         "config": {k: train_cfg.get(k) for k in keep} if train_cfg else None,

@@ -1,11 +1,7 @@
 """TensorBoard's event files (``events.out.tfevents.*``): every scalar's exact step series and wall-clock seconds.
-
-Records are parsed by tensorboard's ``Event`` protobuf, their framing walked here without the CRCs (its loader checks
-them in pure Python, several times slower: ``benchmarks/tb_read.py``). A scalar is a ``simple_value`` (torch's
-SummaryWriter) or a one-element tensor (TensorFlow 2). One run's files (one per launch) are one series per tag, the
-later launch's value of a step kept; runs side by side stay apart, each tag named by its folder (``a/Loss/train``):
-a healthy run never hides a failed one. A file cut by a killed writer, or with no record, is a suspect.
-"""
+Framing walked here without the CRCs (tensorboard's loader checks them in pure Python: ``benchmarks/tb_read.py``).
+One run's files are one series per tag, a later launch's value of a step kept; runs side by side stay apart, each
+tag named by its folder (``a/Loss/train``): a healthy run never hides a failed one."""
 
 from __future__ import annotations
 
