@@ -1549,3 +1549,22 @@ def test_a_stall_the_watch_reported_that_the_ranks_got_past_is_no_failure_in_its
     finished. Its saved console is no stall."""
     d = diagnose_logs([str(FIXTURES / "own_loops" / "w26_torchrun_index_at_40_stall_reported_then_moved_on.log")])
     assert d["verdict"] == "no_failure_seen" and d["ok"], d["summary"]
+
+
+def test_torchruns_root_cause_whose_traceback_ends_in_mp_spawns_word_on_a_process_is_read(tmp_path):
+    """A rank that itself ran mp.spawn: the traceback of torchrun's root cause ends in spawn's word on the process
+    that ended, not in an exception of the rank's own. The summary is read, the rank and that word said (it was a
+    line no reader foresaw: the whole summary went unread and the verdict was unknown)."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "epoch 0 step 10 loss 2.31\n" + "=" * 60 + "\ntrain.py FAILED\n" + "-" * 60 + "\nFailures:\n  <NO_OTHER_FAILURES>\n"
+        + "-" * 60 + "\nRoot Cause (first observed failure):\n[0]:\n  time      : 2024-01-01_00:00:00\n"
+        "  host      : node1\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 123)\n"
+        "  error_file: /tmp/torchelastic_x/error.json\n  traceback : Traceback (most recent call last):\n"
+        '    File "train.py", line 10, in <module>\n      mp.spawn(main, nprocs=2)\n'
+        "    torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL\n"
+        + "=" * 60 + "\n"
+    )  # fmt: skip
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "crashed" and d["culprit"]["rank"] == 0, d["summary"]
+    assert "process 1 terminated with signal SIGKILL" in d["summary"], d["summary"]

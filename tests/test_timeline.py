@@ -35,6 +35,9 @@ def test_the_watchs_clock_places_each_byte_of_the_jobs_output(tmp_path):
     times.write_text("0 100.0\n500 101.5\n1200 103.0\n9")  # the last line cut by a watch killed mid-write
     clock = JobClock(times)
     assert clock.at(0) == 100.0 and clock.at(499) == 100.0 and clock.at(500) == 101.5 and clock.at(10**6) == 103.0
+    times.write_text("0 100.0\n500 1.0e\n1200 103.0\n")  # a time cut where its offset is whole: neither kept
+    clock = JobClock(times)
+    assert clock.at(600) == 100.0 and clock.at(1200) == 103.0
     assert not JobClock(tmp_path / "absent") and JobClock(tmp_path / "absent").at(3) is None
 
 

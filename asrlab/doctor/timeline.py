@@ -42,11 +42,12 @@ class JobClock:
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 2:
-                try:
-                    self.offsets.append(int(parts[0]))
-                    self.times.append(float(parts[1]))
+                try:  # both read before either is kept: the two lists stay in step
+                    offset, t = int(parts[0]), float(parts[1])
                 except ValueError:  # a line cut by a watch that was killed while writing it
                     continue
+                self.offsets.append(offset)
+                self.times.append(t)
 
     def __bool__(self) -> bool:
         return bool(self.offsets)

@@ -77,7 +77,9 @@ class TorchrunSummary:
             for line in r["tb"][1:]:
                 tb.feed(line)
             e = tb.event()
-            more = {k: e[k] for k in ("type", "message", "where")}
+            more = {k: e.get(k) for k in ("type", "message", "where")}
+            if e["kind"] == "exit":  # the rank ran mp.spawn, whose word on the process that ended its traceback ends
+                more["type"], _, more["message"] = e["text"].partition(": ")
         said = " ".join(r.get("tb", [])) or r.get("traceback", "")
         if more.get("type"):
             said = f"{more['type']}: {more.get('message') or ''}".rstrip(": ")
