@@ -408,8 +408,8 @@ class _File:
             elif self.named and b[1] not in self.named:  # a bar of no name under "Train: 5559/9008": an inner loop's
                 rec = None
             elif not b[0] and rec["batch"] == 0 and b[1] not in self.totals:
-                # a new bar of no name at 0 after another format's step line: a loop not begun (evaluation's)
-                rec = rec if self.toolkit in (None, rec["toolkit"]) else None
+                if self.toolkit not in (None, rec["toolkit"]):  # a new bar of no name at 0 after another format's
+                    rec = None  # step line: a loop not begun (an evaluation's)
             if rec is not None and rec["batch"]:
                 self.totals.add(b[1])
         barred = "[" in text or "it/s " in text or "s/it " in text  # tqdm's, or a bar without brackets

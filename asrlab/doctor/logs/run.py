@@ -43,10 +43,11 @@ class Series:
 
     def pin(self) -> None:
         """Keep the last record: an event came after it (the step a failure happened at)."""
-        if self.last is not None and (not self.records or self.records[-1] is not self.last):
+        if self.last is None:
+            return
+        if not self.records or self.records[-1] is not self.last:
             self.records.append(self.last)
-        if self.last is not None:
-            self.pinned.add(id(self.last))
+        self.pinned.add(id(self.last))  # (a pinned record is never thinned: its id stays its own)
 
     def all(self) -> list[dict]:
         unkept = self.last is not None and (not self.records or self.records[-1] is not self.last)
