@@ -102,6 +102,50 @@ def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
         root.wait(timeout=30)
 
 
+FORKED = textwrap.dedent(
+    """
+    import os, sys, time
+    go, forked = sys.argv[1], sys.argv[2]
+    pid = os.fork()
+    if pid == 0:  # subprocess.Popen's child before its exec: its parent's command line and environment
+        open(forked, "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.02)
+        env = {**os.environ, "LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"], env)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_rank_seen_before_its_exec_is_read_again_once_it_runs(tmp_path):
+    """Lightning's launcher starts rank 1 with subprocess.Popen: between its fork and its exec the child shows its
+    parent's command line and environment (no LOCAL_RANK). A look in that moment took it for rank 0's worker and
+    kept that; a later look, once it runs, finds rank 1 and the world of 2."""
+    from asrlab.watch.procs import Table
+
+    go, forked, script = tmp_path / "go", tmp_path / "forked", tmp_path / "fork.py"
+    script.write_text(FORKED)
+    root = subprocess.Popen([sys.executable, str(script), str(go), str(forked)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not forked.exists():
+            time.sleep(0.02)
+        table = Table()
+        ranks = table.ranks(root.pid)[0]
+        assert list(ranks) == [0] and len(ranks[0].workers) == 1, ranks  # the fork: rank 0's, for now
+        child = ranks[0].workers[0]
+        go.touch()
+        while time.monotonic() < deadline and "-c" not in psutil.Process(child).cmdline():
+            time.sleep(0.02)
+        ranks = table.ranks(root.pid)[0]
+        assert sorted(ranks) == [0, 1] and ranks[1].pid == child and ranks[1].world == 2, ranks
+    finally:
+        for p in [*psutil.Process(root.pid).children(recursive=True), psutil.Process(root.pid)]:
+            p.kill()
+        root.wait(timeout=30)
+
+
 def test_python_processes_no_rule_names_are_each_watched_as_a_process_of_unknown_rank(tmp_path, caplog):
     """A job of two Python processes that carry no launcher's word for their rank (a launcher of the user's own):
     each is watched, numbered by the watch and said to be of unknown rank in its heartbeat, once in the log; a

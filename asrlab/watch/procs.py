@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,9 @@ def _launcher(p: psutil.Process) -> bool:
 
 
 _LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ](\d+)")
+# a young process showing its parent's command line may be a fork not yet exec'd (subprocess.Popen's child: a
+# launcher's rank): read again at each look for this long, not kept as its parent's copy
+FORK_S = 10.0
 
 
 def rank_key(env: dict, cmdline: str = "") -> tuple[str, int] | None:
@@ -139,6 +143,10 @@ class Table:
         alive = {(pid, started) for pid, _, started in tree}
         self._facts = {k: v for k, v in self._facts.items() if k in alive}
         facts = {pid: self.facts(pid, started) for pid, _, started in tree}
+        now = time.time()
+        for pid, parent, started in tree:
+            if parent in facts and facts[pid][3] == facts[parent][3] and now - started < FORK_S:
+                self._facts.pop((pid, started), None)
         env = {pid: f[0] for pid, f in facts.items()}
         python = {pid: f[1] for pid, f in facts.items()}
         parents = {pid: parent for pid, parent, _ in tree}
