@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "abseil's `*** SIGSEGV received at time=... ***` under Ray's actor prefix: killed, not an all-clear": (
+        "logs86/ray_train/training_completed_after_1_iterations_then_torchtrainer_sigsegv_in_flush_events_force_exit.log"
+    ),
     "a bare tqdm bar at 0 of a new total after the training's `Epoch: [1][45/45]`: evaluation's, not the step": (
         "logs85/deepspeech_pytorch/an4_epoch_1_iters_44_45_of_45_then_validation_decoder_keyerror_tensor_0.log"
     ),
@@ -880,6 +883,7 @@ INDEX = {
         "logs83",
         "logs84",
         "logs85",
+        "logs86",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

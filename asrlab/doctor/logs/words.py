@@ -33,7 +33,7 @@ SHELL_SIGNAL = re.compile(
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
     r"(?:\] Caught signal \d+ \(|\] Signal: |Fatal Python error: )"  # UCX's, Open MPI's handler; Python's faulthandler
     r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b|"
-    r"\*\*\* (SIG(?:SEGV|BUS|ILL|FPE|ABRT)) \(@0x[0-9a-f]+\) received by PID"  # glog's failure handler (Paddle's)
+    r"\*\*\* (SIG(?:SEGV|BUS|ILL|FPE|ABRT)) (?:\(@0x[0-9a-f]+\) received by PID|received at time=\d)"  # glog's, abseil's
 )
 _SIGS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 _BASH_SAYS = ("Aborted", "Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception")
@@ -148,7 +148,7 @@ TF_COORDINATOR = re.compile(r"Error reported to Coordinator: <class '([\w.]+)'>,
 DEATH = re.compile(
     r"Received (?:Signals\.)?(SIG\w+|\d+) death signal|SignalException: Process \d+ got signal: (\d+)|"
     r"^(KeyboardInterrupt)\s*$|Received (SIG(?:TERM|INT|HUP|USR1)): \d+|"  # Lightning's signal connector
-    r"^\*\*\* (SIG(?:TERM|INT|HUP)) \(@0x[0-9a-f]+\) received by PID|"  # glog's failure handler (Paddle, C++ jobs)
+    r"^\*\*\* (SIG(?:TERM|INT|HUP)) (?:\(@0x[0-9a-f]+\) received by PID|received at time=\d)|"  # glog's, abseil's
     r"\bReceived signal (\d+), initiating graceful stop|"  # NeMo's preemption callback (a scheduler's notice)
     r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) (SIG(?:TERM|INT|HUP|USR1|USR2))\b(?!:? \d)|\b(SIG(?:TERM|INT|HUP)) (?:caught|received)\b|"
     r"\b(?:[Rr]eceived|[Cc]aught|[Gg]ot) signal:? (1|2|15)\b(?!\.\d)"
