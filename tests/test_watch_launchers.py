@@ -35,6 +35,14 @@ def test_what_each_launcher_leaves_names_the_rank():
     assert rank_key({"SLURM_PROCID": "6", "SLURM_NTASKS": "8"}) == ("SLURM_PROCID", 6)  # srun
     assert rank_key({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task of a batch job: no ranks
     assert rank_key({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}) == ("LOCAL_RANK", 1)  # Lightning
+    # MPI launchers: Open MPI's mpirun, MPICH's hydra, PMIx, horovodrun; RANK first (torchrun under mpirun)
+    assert rank_key({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "PMIX_RANK": "3"}) == (
+        "OMPI_COMM_WORLD_RANK",
+        3,
+    )
+    assert rank_key({"PMI_RANK": "2", "PMI_SIZE": "4"}) == ("PMI_RANK", 2)
+    assert rank_key({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}) == ("HOROVOD_RANK", 1)
+    assert rank_key({"RANK": "5", "OMPI_COMM_WORLD_RANK": "1"}) == ("RANK", 5)
     assert rank_key({"PATH": "/bin"}) is None
 
 
@@ -76,6 +84,35 @@ def test_lightnings_own_launcher_rank_0_is_the_parent_and_workers_are_not_ranks(
         assert ranks[1].local_world == ranks[0].local_world == 2
     finally:
         for p in [psutil.Process(root.pid), *psutil.Process(root.pid).children(recursive=True)]:
+            p.kill()
+        root.wait(timeout=30)
+
+
+# torchrun's agent of node 1, started by srun (or mpirun): its ranks 2 and 3
+AGENT = """import os, subprocess, sys, time
+for r in (2, 3):
+    rank = [sys.executable, "-c", "import time; time.sleep(60)"]
+    subprocess.Popen(rank, env={**os.environ, "RANK": str(r), "WORLD_SIZE": "4"})
+time.sleep(60)
+"""
+
+
+def test_an_agent_srun_or_mpirun_started_is_not_a_rank(tmp_path):
+    """``srun torchrun ...`` on two nodes: the agent carries srun's SLURM_PROCID (its node's task), its children
+    torchrun's RANK. The ranks are the children (2 and 3 on node 1); the agent is no rank 1."""
+    (tmp_path / "bin").mkdir()
+    agent = tmp_path / "bin" / "torchrun"  # an agent's command line names torchrun
+    agent.write_text(AGENT)
+    env = {**os.environ, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "OMPI_COMM_WORLD_RANK": "1"}
+    root = subprocess.Popen([sys.executable, str(agent)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(psutil.Process(root.pid).children()) < 2:
+            time.sleep(0.1)
+        ranks = job_ranks(root.pid)
+        assert sorted(ranks) == [2, 3] and all(p.world == 4 for p in ranks.values()), ranks
+    finally:
+        for p in [*psutil.Process(root.pid).children(recursive=True), psutil.Process(root.pid)]:
             p.kill()
         root.wait(timeout=30)
 

@@ -1,7 +1,8 @@
 """The processes of a watched job: its ranks, whoever started them, and each rank's DataLoader workers (a rank's
 Python children), found anew at every look, so restarts of torchrun's workers and workers of each new epoch are
 seen. A rank is named by what its launcher leaves: ``RANK`` (torchrun, torchelastic, Accelerate, DeepSpeed's
-launcher), ``SLURM_PROCID`` (``srun``), ``--local_rank=N`` on its command line (older launchers), or Lightning's
+launcher), ``SLURM_PROCID`` (``srun``), an MPI launcher's (``mpirun``'s ``OMPI_COMM_WORLD_RANK``, hydra's
+``PMI_RANK``, PMIx's, ``horovodrun``'s), ``--local_rank=N`` on its command line (older launchers), or Lightning's
 (and NeMo's) own launcher, which starts ranks 1.. as children of the user's process with ``LOCAL_RANK``,
 ``NODE_RANK`` and ``WORLD_SIZE`` and no ``RANK``: that process is the node's local rank 0."""
 
@@ -56,17 +57,25 @@ def _launcher(p: psutil.Process) -> bool:
 
 
 _LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ](\d+)")
+# an MPI launcher's rank and world: Open MPI's mpirun, MPICH's and Intel MPI's hydra, PMIx (srun --mpi=pmix), horovodrun
+MPI = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("PMIX_RANK", ""),
+       ("HOROVOD_RANK", "HOROVOD_SIZE"))  # fmt: skip
+LOCAL_SIZES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "HOROVOD_LOCAL_SIZE")
 # a young process showing its parent's command line may be a fork not yet exec'd (subprocess.Popen's child: a
 # launcher's rank): read again at each look for this long, not kept as its parent's copy
 FORK_S = 10.0
 
 
 def rank_key(env: dict, cmdline: str = "") -> tuple[str, int] | None:
-    """``(how, number)`` a launcher left on a process: ``("RANK", r)``, ``("SLURM_PROCID", r)``, ``("LOCAL_RANK",
-    l)`` (Lightning's children: global rank from NODE_RANK and the node's count), ``("--local_rank", l)``."""
+    """``(how, number)`` a launcher left on a process: ``("RANK", r)``, ``("SLURM_PROCID", r)``, an MPI launcher's
+    (``("OMPI_COMM_WORLD_RANK", r)``, ...), ``("LOCAL_RANK", l)`` (Lightning's children: global rank from NODE_RANK
+    and the node's count), ``("--local_rank", l)``."""
     for name in ("RANK", "SLURM_PROCID"):
         v = env.get(name)
         if v is not None and v.isdigit() and (name == "RANK" or env.get("SLURM_NTASKS", "1") != "1"):
+            return name, int(v)
+    for name, _ in MPI:
+        if (v := env.get(name)) is not None and v.isdigit():
             return name, int(v)
     v = env.get("LOCAL_RANK")
     if v is not None and v.isdigit() and env.get("WORLD_SIZE"):
@@ -153,7 +162,8 @@ class Table:
         below: dict[int, list[int]] = {}
         for pid, parent, _ in tree:
             below.setdefault(parent, []).append(pid)
-        keys = {pid: rank_key(env[pid], f[3]) if f[1] else None for pid, f in facts.items()}
+        # a launcher (torchrun's agent, one per node that srun or mpirun started) is no rank: its children are
+        keys = {pid: rank_key(env[pid], f[3]) if f[1] and not f[2] else None for pid, f in facts.items()}
         for pid, f in facts.items():  # a worker multiprocessing started inherits LOCAL_RANK: not a rank of its own
             if keys[pid] and keys[pid][0] == "LOCAL_RANK" and "multiprocessing" in f[3]:
                 keys[pid] = None
@@ -190,7 +200,7 @@ class Table:
                 continue
             e = env[pid] if pid in named else local0[pid]
             how, number = keys[pid] if pid in named else ("LOCAL_RANK", 0)
-            local = e.get("LOCAL_WORLD_SIZE", "")
+            local = next((e[k] for k in LOCAL_SIZES if e.get(k)), "")
             local = int(local) if local.isdigit() else 0
             if how == "LOCAL_RANK":  # global rank: the node's rank times its count of ranks, plus the local one
                 node = int(e.get("NODE_RANK") or e.get("GROUP_RANK") or 0)
@@ -199,7 +209,7 @@ class Table:
             rid = e.get("TORCHELASTIC_RUN_ID")
             # no torch elastic: the watch's launch, which every process under it shares (ranks a script started)
             run = f"{rid}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}" if rid else _launch(e, pid)
-            world = e.get("WORLD_SIZE", "") or e.get("SLURM_NTASKS", "")
+            world = e.get("WORLD_SIZE") or e.get("SLURM_NTASKS") or next((e[w] for _, w in MPI if e.get(w)), "")
             proc = Proc(pid, number, run, started, workers(pid), world=int(world) if world.isdigit() else 0,
                         local_world=local)  # fmt: skip
             old = ranks.get(proc.rank)

@@ -25,10 +25,11 @@ import sys
 
 def _rank():
     """This process's global rank, as its launcher said it: RANK (torchrun, Accelerate, DeepSpeed), srun's
-    SLURM_PROCID, or Lightning's LOCAL_RANK on a single node (its launcher sets LOCAL_RANK and WORLD_SIZE, no
+    SLURM_PROCID, an MPI launcher's (mpirun's, hydra's, PMIx's, horovodrun's), or Lightning's LOCAL_RANK on a single node (its launcher sets LOCAL_RANK and WORLD_SIZE, no
     RANK, in rank 0 and in the ranks it starts)."""
     e = os.environ
-    for r in (e.get("RANK"), e.get("SLURM_PROCID") if e.get("SLURM_NTASKS", "1") != "1" else None):
+    said = (e.get("RANK"), e.get("SLURM_PROCID") if e.get("SLURM_NTASKS", "1") != "1" else None)
+    for r in said + tuple(e.get(n) for n in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK")):
         if r and r.isdigit():
             return int(r)
     r = e.get("LOCAL_RANK")
