@@ -889,6 +889,28 @@ INDEX = {
 }
 
 
+def test_lines_a_reader_failed_on_are_counted_and_said(tmp_path, monkeypatch):
+    """A line that makes a reader raise is not read (the rest is), and the diagnosis says how many: a reading that
+    missed lines never passes for a whole one."""
+    from asrlab.doctor import format_diagnosis
+    from asrlab.doctor.logs import reader
+
+    def step_of(line, first=None):
+        if "BOOM" in line:
+            raise ValueError("a line no reader foresaw")
+        return real(line, first)
+
+    real = reader.step_of
+    monkeypatch.setattr(reader, "step_of", step_of)
+    log = tmp_path / "train.log"
+    log.write_text(
+        "".join(f"step {i} loss {1 / i:.3f}\n" for i in range(1, 9)) + "step 9 loss BOOM\nstep 10 loss nan\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["unread"] == 1 and d["verdict"] == "nonfinite" and d["culprit"]["step"] == 10, d
+    assert "1 line not read (a reader failed)" in format_diagnosis(d)
+
+
 def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(tmp_path):
     """A traceback with no clock of its own, then the launcher's stamped stop: the traceback happened no later
     than the first clock below it, so the rank's crash is the first failure, not the stop that followed."""

@@ -34,7 +34,7 @@ SCHEMA = (
     "resumes", "checkpoints", "warnings", "series", "sources",
     "exp", "time", "launched", "config", "last_step", "stop_requested", "steps", "corpora", "loss_scale", "coverage",
     "coverage_not_measured", "error", "halt", "stall", "ended_by", "basis", "job_output", "nodes",
-    "files", "lines", "formats", "events", "hang", "step_spread", "read_s",
+    "files", "lines", "unread", "formats", "events", "hang", "step_spread", "read_s",
 )  # fmt: skip
 _DECIDED = ("verdict", "summary", "culprit", "first", "basis", "history")  # of decide()'s answer, as it says them
 
@@ -147,7 +147,7 @@ def read_and_diagnose(paths: list[str]) -> tuple:
 # a log's sections where no log was read (a folder of event files alone)
 EMPTY_LOG = {
     "hang": None, "nonfinite": None, "resumes": resumes(), "ranks": [], "step_spread": None, "files": [], "lines": 0,
-    "formats": {}, "world_size": None, "events": {}, "read_s": 0.0,
+    "unread": 0, "formats": {}, "world_size": None, "events": {}, "read_s": 0.0,
 }  # fmt: skip
 
 

@@ -293,6 +293,11 @@ def _log_text(d: dict) -> str:
         lines.append(
             f"read: {len(d['files'])} file{'s' if len(d['files']) != 1 else ''}, {d['lines']} lines in "
             f"{d['read_s']:.2f} s; formats: {fmts or 'no training-step lines of a known format'}"
+            + (
+                f"; {d['unread']} line{'s' if d['unread'] != 1 else ''} not read (a reader failed)"
+                if d["unread"]
+                else ""
+            )
         )
     for s in d.get("sources") or []:
         series = (d.get("series") or {}).get(s["source"], {})

@@ -398,8 +398,6 @@ class _File:
             text = _LOGURU.sub("", text, count=1)
         if t is not None:
             self.now, self.stamped, self.first = t, order, self.first or t
-            run.first_time = t if run.first_time is None else min(run.first_time, t)
-            run.last_time = t if run.last_time is None else max(run.last_time, t)
         rec = step_of(text, self.reader)
         self.read_in_full += 1
         if rec is not None and (b := rec.pop("bar", None)) is not None:

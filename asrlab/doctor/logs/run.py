@@ -110,8 +110,6 @@ class LogRun:
         self.series: dict[int | None, Series] = {}
         self.world: int | None = None
         self.events: list[dict] = []
-        self.first_time: float | None = None
-        self.last_time: float | None = None
         self.nonfinite: Records = Records()  # the non-finite step records read, in order; len: all the log has
         self.event_counts: dict[str, int] = {}  # every event of each kind, kept or not
         self.unread = 0  # lines a reader choked on: counted, never a traceback of the doctor's

@@ -172,7 +172,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     run = read_logs(files)
     events, sections, history = timeline_of(run)
     world = run.world or (max(run.ranks()) + 1 if run.ranks() else None)
-    sections.update(files=run.files, lines=run.lines, formats=dict(run.formats), world_size=world)
+    sections.update(files=run.files, lines=run.lines, unread=run.unread, formats=dict(run.formats), world_size=world)
     sections.update(events=dict(run.event_counts), read_s=round(time.perf_counter() - t0, 3))
     restart = _latest_restart(run)
     odd = [e for e in run.events if e["kind"] == "suspect" and (restart is None or _since(e, restart))]
