@@ -310,6 +310,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "a DDP RuntimeError glued onto a progress bar cut mid-redraw (`train/latenRuntimeError: Expected to ...`)": (
+        "logs87/stable_audio_tools/dac_rvq_multi_gpu_bar_2_of_48248_glued_runtimeerror_expected_to_have_finished_reduction.log"
+    ),
+    "`| epoch   1 | 121100/129094 batches |`: the epoch's count of batches after the slash is no step": (
+        "logs87/sha_rnn/apex_gradient_overflow_cascade_batch_121100_loss_nan_loss_scale_0_then_traceback.log"
+    ),
     "abseil's `*** SIGSEGV received at time=... ***` under Ray's actor prefix: killed, not an all-clear": (
         "logs86/ray_train/training_completed_after_1_iterations_then_torchtrainer_sigsegv_in_flush_events_force_exit.log"
     ),
@@ -884,6 +890,7 @@ INDEX = {
         "logs84",
         "logs85",
         "logs86",
+        "logs87",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

@@ -4,7 +4,18 @@ timeouts, out-of-memory, loss scale, resumes), kept by :class:`Events` as event 
 from __future__ import annotations
 
 from ...lab.stall.verdict import culprit_of
-from .words import AGENT_FAIL, AGENT_TERM, ASRLAB, ASRLAB_RANK, BASH_KILLED, CONNECT, CUDA_ERROR, ENDED_ITSELF, EXC_LINE
+from .words import (
+    AGENT_FAIL,
+    AGENT_TERM,
+    ASRLAB,
+    ASRLAB_RANK,
+    BAR_GLUED_EXC,
+    BASH_KILLED,
+    CONNECT,
+    CUDA_ERROR,
+    ENDED_ITSELF,
+    EXC_LINE,
+)
 from .words import FATAL, GLOO, HANGUP, HYDRA, INTERRUPTED, ITEM, JAX_BARRIER, LOADER_TIMEOUT, LUA_ERROR, MPIRUN
 from .words import NAN_VALUE, NOT_SUSPECT, RECOVERED, RENDEZVOUS, RESUME, SCALE, SCHEDULER_STOP, SHELL_SIGNAL
 from .words import SHELL_SIGNALS, SHELL_STOP, SRUN_TASK, STATUS, STORE, STORE_KEY, SUSPECT, TERMINATE, TF_COORDINATOR
@@ -389,8 +400,10 @@ class Events:
             self._add(kind, rank, time, text, type=m[1], message=m[2][:300], where=None, bare=True)
             return
         errs = "Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text
-        if errs and (m := EXC_LINE.match(text.strip())):
+        barred = self._place.get(self.source, (None, None))[1] == self.order  # a progress bar on this very line
+        if errs and ((m := EXC_LINE.match(text.strip())) or barred and (m := BAR_GLUED_EXC.search(text))):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)
+            text = text[m.start() :] if m.re is BAR_GLUED_EXC else text  # the error, not the bar it was glued to
             self._unhandled.pop(self.source, None)
             kind = "consequence" if CONSEQUENCE.search(text) else exception_kind(text)
             typ, msg = (m.group(1), m.group(2)) if m.group(1) else (f"ERROR {m.group(3)}", m.group(4))

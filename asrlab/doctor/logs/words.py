@@ -175,6 +175,13 @@ EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
 )
+# an exception's line glued onto a progress bar cut mid-redraw ("...train/latenRuntimeError: Expected to ...")
+# (Python's and torch's own names only: glued, a name's first letters cannot be told from the text before it)
+BAR_GLUED_EXC = re.compile(
+    r"(?<=[a-z\d\]=,])((?:torch\.(?:cuda\.)?)?(?:Runtime|Value|Key|Index|Type|Attribute|Assertion|OutOfMemory|"
+    r"FloatingPoint|ZeroDivision|FileNotFound|OS|Import|ModuleNotFound|NotImplemented|Memory|Overflow|Distributed)"
+    r"Error): (.+)"
+)
 # RETURNN's hook on an uncaught exception, before its traceback: "Unhandled exception <class 'RuntimeError'> in thread"
 UNHANDLED = re.compile(r"^Unhandled exception <class '([\w.]+)'> in thread")
 # the device's error on a logger's line, with no exception line of Python's; Marian's "CUDA error 999 'unknown error'"
