@@ -891,6 +891,7 @@ INDEX = {
         "logs85",
         "logs86",
         "logs87",
+        "logs88",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -972,6 +973,15 @@ def test_the_watchs_closing_lines_after_a_traceback_are_not_its_exceptions_messa
     d = diagnose_logs([str(FIXTURES / "own_loops" / "z_spawn_logging_raise_on_second_rank_watch_lines_after.log")])
     assert d["summary"].startswith("rank 1 failed first at step 12: ValueError: shape mismatch in target at batch 12 (")
     assert "asrlab watch" not in d["summary"] and "asrlab doctor" not in d["summary"], d["summary"]
+
+
+def test_an_oriented_box_yolos_validation_bar_is_not_the_step():
+    """`` Class ... HBBmAP@.5 ... 806/1809`` after the training bar's 4221/4221: the stall came after step 4221 (the
+    label's rank, the one whose watchdog fired, is the waiting rank: named by none of the doctor's rules)."""
+    d = read_excerpt(
+        FIXTURES / "logs88/yolov8_obb/ddp_epoch0_bar_4221_of_4221_val_bar_806_rank1_watchdog_broadcast_1809156_ms.log"
+    )
+    assert (d["verdict"], d["culprit"]["step"]) == ("stalled", 4221), d["summary"]
 
 
 @pytest.mark.parametrize("what", sorted(WORDINGS))

@@ -176,9 +176,10 @@ def megatron(line: str) -> dict | None:
 _EPOCH_BATCH = re.compile(
     rf"\bEpoch\b(?:\(\w+\))?\W*(\d+)\b.*?\[?\s*(\d+)\s*/\s*\d+\s*\]?(?:.*?\bloss\b(?: is)?\s*[=:]?\s*({NUM}))?", re.I
 )
-# a checkpoint's place said on resuming from it; YOLO's validation bar; papermill's, which counts a notebook's cells ("Executing:  83%|...| 5/6 [00:15<00:03, 3.20s/cell]")
+# a checkpoint's place said on resuming from it; YOLO's validation bar (its HBB/OBB forks' too); papermill's, which counts a notebook's cells ("Executing:  83%|...| 5/6 [00:15<00:03, 3.20s/cell]")
 _NOT_TRAIN = re.compile(
-    r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est|[Rr]esumed from)\b|\bmAP(?:@|50)|[\d.?]+(?:s/cell|cell/s)\]"
+    r"\b(?:CV|cv|[Vv]alid\w*|[Ee]val\w*|[Dd]ev|[Tt]est|[Rr]esumed from)\b|(?:\b|(?<=[A-Z]))mAP(?:@|50)|"
+    r"[\d.?]+(?:s/cell|cell/s)\]"
 )
 # terms under a label of their own: "[Losses: x 0.05, y nan, conf 0.75, cls 0.04, total 6.88]" (its total is the loss)
 _LOSS_GROUP = re.compile(rf"\b[Ll]oss(?:es)?:\s*((?:[A-Za-z_]\w*\s+{NUM},?\s*)+)")
