@@ -117,6 +117,21 @@ def test_an_agent_srun_or_mpirun_started_is_not_a_rank(tmp_path):
         root.wait(timeout=30)
 
 
+def test_the_injected_code_takes_no_launcher_for_a_rank(tmp_path):
+    """The watch's sitecustomize in torchrun's agent that mpirun started (OMPI_COMM_WORLD_RANK=1 in its environment)
+    says no rank (its errors and Flight Recorder files are no rank's); in a process of the job's own, the same
+    variable is its rank."""
+    inject = ROOT / "asrlab" / "watch" / "inject"
+    said = "import sitecustomize; print(sitecustomize._rank())"
+    (tmp_path / "torchrun").write_text(said)
+    (tmp_path / "train.py").write_text(said)
+    env = {**os.environ, "PYTHONPATH": str(inject), "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}
+    for script, rank in (("torchrun", "None"), ("train.py", "1")):
+        out = subprocess.run([sys.executable, str(tmp_path / script)], capture_output=True, text=True, env=env,
+                             timeout=60)  # fmt: skip
+        assert out.stdout.strip() == rank, (script, out.stdout, out.stderr[-2000:])
+
+
 def test_a_shell_that_execs_python_is_read_again_once_it_runs_python(tmp_path):
     """pyenv's and conda's shims, and a run.sh that ends in ``exec python train.py``: the job's process is a shell
     at the watch's first look and Python, in the same pid, at a later one; the later looks find rank 0 there."""

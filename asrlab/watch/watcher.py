@@ -274,9 +274,9 @@ class JobWatch:
             self._unranked_said.update(new)
             log.warning(
                 "asrlab watch: no launcher's word for the ranks of this job's Python processes (no RANK, "
-                "LOCAL_RANK, SLURM_PROCID, an MPI launcher's rank or --local_rank=N), and none joined a process group in %g s: pid %s "
-                "watched, each as a process of unknown rank (give each process RANK and WORLD_SIZE to have each "
-                "named by its rank)",
+                "LOCAL_RANK, SLURM_PROCID, an MPI launcher's rank or --local_rank=N), and none joined a process "
+                "group in %g s: pid %s watched, each as a process of unknown rank (give each process RANK and "
+                "WORLD_SIZE to have each named by its rank)",
                 wait_s,
                 ", ".join(map(str, new)),
             )

@@ -23,10 +23,20 @@ import os
 import sys
 
 
+# a launcher's own process (torchrun's agent, which srun or mpirun start with their rank variables) is no rank;
+# a process forked from it (getpid differs) may be one, its variables set after the fork. The watch's procs.LAUNCHERS
+# and procs.MPI name the same (this module imports nothing of asrlab's: it runs in the job's processes)
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch/distributed/run.py", "torch.distributed.launch",
+              "asrlab.train.launch")  # fmt: skip
+_LAUNCHER = any(x in a for a in getattr(sys, "orig_argv", ()) for x in _LAUNCHERS)
+
+
 def _rank():
     """This process's global rank, as its launcher said it: RANK (torchrun, Accelerate, DeepSpeed), srun's
-    SLURM_PROCID, an MPI launcher's (mpirun's, hydra's, PMIx's, horovodrun's), or Lightning's LOCAL_RANK on a single node (its launcher sets LOCAL_RANK and WORLD_SIZE, no
-    RANK, in rank 0 and in the ranks it starts)."""
+    SLURM_PROCID, an MPI launcher's (mpirun's, hydra's, PMIx's, horovodrun's), or Lightning's LOCAL_RANK on a
+    single node (its launcher sets LOCAL_RANK and WORLD_SIZE, no RANK, in rank 0 and in the ranks it starts)."""
+    if _LAUNCHER and os.getpid() == _PID:
+        return None
     e = os.environ
     said = (e.get("RANK"), e.get("SLURM_PROCID") if e.get("SLURM_NTASKS", "1") != "1" else None)
     for r in said + tuple(e.get(n) for n in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK")):
