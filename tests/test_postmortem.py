@@ -892,6 +892,7 @@ INDEX = {
         "logs86",
         "logs87",
         "logs88",
+        "logs89",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
@@ -982,6 +983,28 @@ def test_an_oriented_box_yolos_validation_bar_is_not_the_step():
         FIXTURES / "logs88/yolov8_obb/ddp_epoch0_bar_4221_of_4221_val_bar_806_rank1_watchdog_broadcast_1809156_ms.log"
     )
     assert (d["verdict"], d["culprit"]["step"]) == ("stalled", 4221), d["summary"]
+
+
+def test_a_ctrl_c_after_a_checkpoint_and_an_evaluations_bar_is_a_stop_not_a_silence():
+    """mmsegmentation: its last iteration line, a stamped "Saving checkpoint" 106 s later, an evaluation bar, then
+    ``^CTraceback`` with no clock of its own. The job printed after its last step: the gap to that step is no
+    silence, so the Ctrl-C is the verdict (the checkpoint's count, 2000, is where training had come to)."""
+    d = read_excerpt(FIXTURES / "logs89/mmseg/iter_1950_checkpoint_2000_eval_7811_of_7811_then_ctrl_c_traceback.log")
+    assert d["verdict"] == "stopped" and "hung" not in d["summary"], d["summary"]
+
+
+def test_glogs_line_glued_after_a_bar_is_its_own_stamped_line(tmp_path):
+    """torchrun's glog line printed after a tqdm bar left without its newline: cut apart, its stamp is the stop's
+    time, so a stop 60 s after the last stamped line of training reads as the hang it ended."""
+    log = tmp_path / "console.log"
+    log.write_text(
+        "2026-11-26 14:12:45,644 - train_logger - INFO - epoch: 1, lr: 5.00e-01 - train loss: 11.50 - valid loss: 9.50\n"
+        "2026-11-26 14:12:45,657 - epoch_loop - INFO - Going into epoch 2\n"
+        " 17%|#7        | 2/12 [00:00<00:00, 13.51it/s, train_loss=7.79]W1126 14:13:45.797000 25738 "
+        "torch/distributed/elastic/agent/server/api.py:739] Received 15 death signal, shutting down workers\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "stalled" and "logged nothing for 60 s" in d["summary"], d["summary"]
 
 
 @pytest.mark.parametrize("what", sorted(WORDINGS))

@@ -424,6 +424,8 @@ class _File:
             if len(self.events.events) > kept:  # the step each rank was at when it came: kept however long the log
                 for s in self.run.series.values():
                     s.pin()
+                for e in self.events.events[kept:]:  # a line without a clock of its own came after the last one
+                    e["stamped"] = t is not None
             if rec is None:
                 return False
         near = self.bar is not None and self.read_in_full - self.bar[1] <= BAR_NEAR

@@ -22,8 +22,10 @@ _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
 _GLUED = re.compile(
     rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[rank: \d+\] |\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
     rb"(?<=\S)(?<!\]:)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])|"  # not after "[rank0]:"
-    rb"(?<=\})(?=\{\")"  # two ranks' JSON lines, printed at once: '{"step": 5, "rank": 1}{"step": 5, "rank": 0}'
+    rb"(?<=\})(?=\{\")|"  # two ranks' JSON lines, printed at once: '{"step": 5, "rank": 1}{"step": 5, "rank": 0}'
+    rb"(?<=\])(?=[IWEF][01]\d{3} \d\d:\d\d:\d\d\.\d+ +\d+ )"  # glog's line after a bar left without its newline
 )
+_GLOG = re.compile(rb"\][IWEF][01]\d{3} \d\d:")
 # where a date is (its "-MM-DD hh:mm:ss"): a search that starts at a literal byte, for glued's first look
 _DATE = re.compile(rb"-\d\d-\d\d[ T_]\d\d:\d\d:\d\d")
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
@@ -105,6 +107,8 @@ def clean(raw: bytes) -> list[str]:
 def _glued(part: bytes) -> bool:
     """Whether ``part`` may hold a second line for _GLUED, slow, to cut: byte searches (~2 us a line, not ~30)."""
     if part.find(b"[rank", 1) > 0 or part.find(b"[default", 1) > 0 or b".cpp:" in part or b'}{"' in part:
+        return True
+    if b"]" in part and _GLOG.search(part):
         return True
     for m in _DATE.finditer(part, 5):
         i = m.start() - 5  # the byte before the year

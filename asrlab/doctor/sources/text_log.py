@@ -35,7 +35,9 @@ SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line a
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     """``(seconds, last step)`` where the job was stopped long after its last step line, by its own pace: it hung."""
     t = when(e)
-    if not (e["verdict"] == "stopped" or e.get("outside")) or t is None:
+    # a stop's line without a clock of its own came after the last stamped line: a line the job printed after its
+    # last step (a checkpoint saved, an evaluation's bar) is no silence
+    if not (e["verdict"] == "stopped" or e.get("outside")) or t is None or e.get("stamped") is False:
         return None
     recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= t]
     if not recs:
