@@ -1007,6 +1007,20 @@ def test_glogs_line_glued_after_a_bar_is_its_own_stamped_line(tmp_path):
     assert d["verdict"] == "stalled" and "logged nothing for 60 s" in d["summary"], d["summary"]
 
 
+def test_a_time_from_glogs_stamps_alone_is_said_without_a_year(tmp_path):
+    """glog writes month, day and time, no year: where no full stamp said one, the time is said without it."""
+    log = tmp_path / "console.log"
+    log.write_text(
+        "step 10 loss 2.31\n"
+        "W0519 07:08:17.209025 1396 torch/distributed/elastic/agent/server/api.py:741] Received Signals.SIGHUP "
+        "death signal, shutting down workers\n"
+    )
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "stopped" and d["summary"].endswith("(05-19 07:08:17)"), d["summary"]
+    log.write_text("2024-05-19 07:08:00,100 INFO start\n" + log.read_text())
+    assert diagnose_logs([str(log)])["summary"].endswith("(2024-05-19 07:08:17)")
+
+
 @pytest.mark.parametrize("what", sorted(WORDINGS))
 def test_each_wording_once_missed_reads_right(what):
     case = INDEX[WORDINGS[what]]

@@ -112,12 +112,13 @@ class Clock:
 
     def __init__(self):
         self.year = time.gmtime().tm_year
+        self.year_known = False  # a full stamp seen: glog's stamps since take its year, not a guess
 
     def of(self, line: str) -> float | None:
         if len(line) < 14:
             return None
         if m := _ISO.search(line, 0, 80) or _US.search(line, 0, 60):
-            self.year = int(m["y"])
+            self.year, self.year_known = int(m["y"]), True
             return _seconds(self.year, m)
         if (m := _GLOG.search(line, 0, 60)) and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
             return _seconds(self.year, m)

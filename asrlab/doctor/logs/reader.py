@@ -426,6 +426,8 @@ class _File:
                     s.pin()
                 for e in self.events.events[kept:]:  # a line without a clock of its own came after the last one
                     e["stamped"] = t is not None
+                    if not self.clock.year_known and e["time"] is not None:
+                        e["year_guessed"] = True  # glog's stamps alone: month, day and time, no year
             if rec is None:
                 return False
         near = self.bar is not None and self.read_in_full - self.bar[1] <= BAR_NEAR

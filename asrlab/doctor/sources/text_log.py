@@ -404,7 +404,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
     if e.get("time"):  # a line without a clock of its own: after the last one above it
-        s += f" (after {clock(e['time'])})" if e.get("stamped") is False else f" ({clock(e['time'])})"
+        stamp = clock(e["time"])[5:] if e.get("year_guessed") else clock(e["time"])  # no year where none was said
+        s += f" (after {stamp})" if e.get("stamped") is False else f" ({stamp})"
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
     return s
