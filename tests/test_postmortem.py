@@ -1007,6 +1007,16 @@ def test_glogs_line_glued_after_a_bar_is_its_own_stamped_line(tmp_path):
     assert d["verdict"] == "stalled" and "logged nothing for 60 s" in d["summary"], d["summary"]
 
 
+def test_a_loops_place_in_space_separated_tags_is_read():
+    """``[15:50:15] r1 e1 i1/8 | ctc nan | gn nan``: rank 1, epoch 1, batch 1 of 8 (the ``/8`` makes ``i`` the batch
+    of the epoch); every step line of both ranks read, the NaN placed in its epoch."""
+    own = FIXTURES / "own_loops"
+    d = diagnose_logs([str(own / "w30_popen_self_launch_space_tags_healthy.log")])
+    assert d["formats"] == {"kv": 32} and [r["last"] for r in d["ranks"]] == ["epoch 1, batch 8"] * 2, d["ranks"]
+    d = diagnose_logs([str(own / "w30_popen_self_launch_space_tags_rank1_ctc_nan_from_e1_i1.log")])
+    assert (d["culprit"]["rank"], d["culprit"]["epoch"], d["culprit"]["batch"]) == (1, 1, 1), d["summary"]
+
+
 def test_a_time_from_glogs_stamps_alone_is_said_without_a_year(tmp_path):
     """glog writes month, day and time, no year: where no full stamp said one, the time is said without it."""
     log = tmp_path / "console.log"

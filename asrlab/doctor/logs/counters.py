@@ -51,10 +51,13 @@ def batch_beside(d: dict, counter) -> int | None:
     return int(b) if b.isdigit() and counter and not counter.group(0).lower().startswith("batch") else None
 
 
-# a loop's own compact tags of its place, a letter or two and a number each, bracketed or joined by | or :
-# ("[E00|S0015|b015|r1]", "ep0:bt015"): E/ep the epoch, S/st/it/i/u the step, b/bt the batch, r/w/rk the rank
-_TAGS = re.compile(r"(?:^|(?<=[\[<(\s]))((?:[A-Za-z]{1,2}\d+[|:/,]){1,3}[A-Za-z]{1,2}\d+)(?=[\]>)\s]|$)")
-_TAG = re.compile(r"([A-Za-z]{1,2})(\d+)")
+# a loop's own compact tags of its place, a letter or two and a number each, bracketed or joined by |, :, a comma
+# or a space ("[E00|S0015|b015|r1]", "ep0:bt015", "r1 e0 i3/8"): E/ep the epoch, S/st/it/i/u the step (with a
+# total beside an epoch, "i3/8", the batch of the epoch), b/bt the batch, r/w/rk the rank
+_TAGS = re.compile(
+    r"(?:^|(?<=[\[<(\s]))((?:[A-Za-z]{1,2}\d+(?:/\d+)?[|:/, ]){1,3}[A-Za-z]{1,2}\d+(?:/\d+)?)(?=[\]>)\s]|$)"
+)
+_TAG = re.compile(r"([A-Za-z]{1,2})(\d+)(/\d+)?")
 _TAG_FIELDS = {"e": "epoch", "ep": "epoch", "s": "step", "st": "step", "it": "step", "i": "step", "u": "step",
                "b": "batch", "bt": "batch", "r": "rank", "w": "rank", "rk": "rank"}  # fmt: skip
 
@@ -63,11 +66,17 @@ def tags_of(line: str) -> dict:
     """``{"epoch", "step", "batch", "rank"}`` (those said) of a line's compact place tags; {} where it has none, or
     where a tag is of no known letter."""
     for m in _TAGS.finditer(line):
-        said = [(_TAG_FIELDS.get(k.lower()), int(n)) for k, n in _TAG.findall(m.group(1))]
+        tags = _TAG.findall(m.group(1))
+        epoch = any(_TAG_FIELDS.get(k.lower()) == "epoch" for k, _, _ in tags)
+        said = [(_of(_TAG_FIELDS.get(k.lower()), total and epoch), int(n)) for k, n, total in tags]
         fields = dict(said)
         if None not in fields and len(fields) == len(said) and ("step" in fields or "batch" in fields):
             return fields
     return {}
+
+
+def _of(field: str | None, in_epoch: bool) -> str | None:
+    return "batch" if field == "step" and in_epoch else field
 
 
 __all__ = ["NAMED", "bar_count", "batch_beside", "counter_of", "tags_of"]

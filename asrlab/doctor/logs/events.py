@@ -342,12 +342,12 @@ class Events:
                       consequence=ended or None)  # fmt: skip
             return
         if m := STATUS.search(text):
-            said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11]
+            said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11] or m[13] or m[14]
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
                 t = SRUN_TASK.search(text) or CHILD_RANK.search(text)
-                named = m[3] or m[6] or m[9] or (t and t[1]) or quoted
+                named = m[3] or m[6] or m[9] or m[12] or (t and t[1]) or quoted
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)
                 self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=exit_signal(code))

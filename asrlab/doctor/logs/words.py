@@ -55,6 +55,8 @@ STATUS = re.compile(
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
     r"|\b(?:rank|worker|process|[Tt]ask) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
+    # a launcher of one's own on its child, Popen's word: "worker r1 (pid 32050) died, returncode=-9"
+    r"|\b(?:rank|worker) r?(\d+)\b.{0,40}?\breturn ?code\s*[=:]?\s*(-?\d+)\b|\breturn ?code\s*[=:]\s*(-\d+)\b"
 )
 DIED = re.compile(r"died with <Signals\.SIG\w+: (\d+)>")  # subprocess's CalledProcessError on a child a signal ended
 # Horovod's stall inspector: a tensor some ranks never submitted, the ranks it waits for (older: those ready)
