@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "Piper's `Epoch: 2632. Steps: 1363964`, a line that only says where training is, then a traceback": (
+        "logs90/piper/colab_epoch_2632_steps_1363964_last_ckpt_save_oserror_errno_107_transport_endpoint_then_fit_traceback.log"
+    ),
     "a DDP RuntimeError glued onto a progress bar cut mid-redraw (`train/latenRuntimeError: Expected to ...`)": (
         "logs87/stable_audio_tools/dac_rvq_multi_gpu_bar_2_of_48248_glued_runtimeerror_expected_to_have_finished_reduction.log"
     ),
@@ -893,6 +896,7 @@ INDEX = {
         "logs87",
         "logs88",
         "logs89",
+        "logs90",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

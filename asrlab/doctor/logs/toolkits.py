@@ -344,6 +344,15 @@ def tdmpc(line: str) -> dict | None:
     return None if m is None else _record("tdmpc", int(m[1]), step=int(m[2].replace(",", "")))
 
 
+# a line that only says where training is: Piper's "Epoch: 2632. Steps: 1363964", "epoch 3, global step 1200"
+_PLACE = re.compile(r"^\s*Epoch:? (\d+)[.,]? (?:[Gg]lobal )?[Ss]teps?:? (\d+)\.?\s*$", re.I)
+
+
+def place(line: str) -> dict | None:
+    m = _PLACE.match(line) if "poch" in line else None
+    return None if m is None else _record("place", int(m[1]), step=int(m[2]))
+
+
 # NVIDIA's DLLogger: "DLL 2020-10-30 14:53:19.377231 - (67, 9) glob_iter/iters_per_epoch : 2985/186", then
 # "DLL ... - (67, 9) train_loss : -4.36": a step's values a line each under its (epoch, iteration) tuple
 _DLL = re.compile(r"^DLL (?:\S+ \S+ )?- \((\d+), (\d+)\) (.*)")
@@ -365,7 +374,7 @@ def dllogger(line: str) -> dict | None:
 READERS: tuple[tuple[str, Callable[[str], dict | None]], ...] = tuple(
     (f.__name__, f)
     for f in (wenet, icefall, espnet, lightning, speechbrain, vits, megatron, darknet, marian, dllogger, xlm, tdmpc)
-    + (tacotron, epoch_batch, plain, kv)
+    + (tacotron, place, epoch_batch, plain, kv)
 )
 
 
