@@ -448,6 +448,10 @@ def test_a_launchers_restart_of_its_ranks_within_one_launch_that_finished_is_fin
     )
     assert d["verdict"] == "finished" and d["ok"], d["summary"]
     assert any("tripped on purpose" in h for h in d["history"]), d["history"]
+    # the first attempt's errors are of this launch (torchrun started its ranks again), rank 0's a consequence
+    said = [h for h in d["history"] if h.startswith("an earlier attempt of this launch: rank ")]
+    assert said[0].startswith("an earlier attempt of this launch: rank 1 failed: RuntimeError: hum"), said
+    assert said[1].startswith("an earlier attempt of this launch: rank 0") and said[1].endswith("not the cause)"), said
 
 
 def test_the_jobs_lines_are_written_whole_even_where_its_environment_made_it_unbuffered(tmp_path):

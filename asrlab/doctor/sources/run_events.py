@@ -200,10 +200,17 @@ def history(
     are this launch's; ``report``, the stall report, ``stall`` when this launch's."""
     out = []
     current = {(e["rank"], e.get("time")) for e in errors}
+    started = lab.get("started") if lab.get("watched") else None  # the watch's one launch of its command
     for e in recorded:
         if (e["rank"], e.get("time")) not in current:
             why = " (a rank being ended: what followed the launch's failure, not its cause)"
-            out.append(f"earlier launch: {error_line(e)}{why if ended_from_outside(e) else ''}")
+            if LOST_PEER.search(e.get("message") or ""):
+                why = " (a rank whose peer was gone: a consequence, not the cause)"
+            elif not ended_from_outside(e):
+                why = ""
+            # its ranks started again under the one watched command: a launcher's restart (torchrun --max-restarts)
+            again = started is not None and (e.get("time") or 0) >= started
+            out.append(f"{'an earlier attempt of this launch' if again else 'earlier launch'}: {error_line(e)}{why}")
     if halt is not None and not halt["current"]:
         out.append(f"earlier launch: {halt['message']}")
     if report is not None and stall is None:
