@@ -18,7 +18,7 @@ import pytest
 
 from asrlab.doctor import diagnose, format_diagnosis
 from asrlab.lab.metrics import slow_reader
-from asrlab.lab.stall.classify import loop_of, step_of
+from asrlab.lab.stall.classify import loop_of, step_of, waits_at
 from asrlab.lab.stall.verdict import verdict
 
 from helpers import NoStacks
@@ -106,6 +106,15 @@ def test_uneven_data_is_read_as_a_rank_that_left_the_loop_not_as_a_mismatch(tmp_
             job.kill()
     assert "ResourceWarning" not in said, said[-3000:]
     assert not left_behind(str(out))
+
+
+def test_a_rank_waiting_in_its_datasets_own_read_is_said_reading_there_not_at_its_loop():
+    """A loader without workers reads in the rank's own process: the innermost frame of the job's code is the
+    dataset's ``__getitem__``, which is no line of the loop."""
+    assert waits_at(("/tmp/w/kws.py", 91, "__getitem__")) == "reading at kws.py:91 in __getitem__"
+    assert waits_at(("/tmp/w/kws.py", 40, "pad_collate")) == "reading at kws.py:40 in pad_collate"
+    assert waits_at(("/tmp/w/bare_loop.py", 35, "main")) == "loop at bare_loop.py:35 in main"
+    assert waits_at(None) == ""
 
 
 def test_a_rank_whose_stacks_are_not_read_at_a_look_is_still_there_not_frozen(tmp_path):

@@ -14,6 +14,7 @@ from ..lab.stall.classify import (
     own_frame,
     phase_of,
     step_of,
+    waits_at,
     where,
     worker_busy,
     worker_own,
@@ -96,12 +97,13 @@ class RankView:
         main = self.stacks.get("MainThread") or []
         said = where(own_frame(main))
         if self.phase == "data":
+            at = waits_at(own_frame(main))
             busy = [
                 f"worker pid {pid} at {where(own_frame(s.get('MainThread') or [])) or 'a read'}"
                 for pid, s in sorted(self.workers.items())
                 if worker_busy(s.get("MainThread") or [])
             ]
-            said = "; ".join(([f"loop at {said}"] if said else []) + (busy or ["no worker reading"]))
+            said = "; ".join(([at] if at else []) + (busy or ["no worker reading"]))
         elif said:
             said = f"at {said}"
         return said

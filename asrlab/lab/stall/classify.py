@@ -357,6 +357,17 @@ def where(frame: Frame | None) -> str:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {fn}"
 
 
+_READS = ("__getitem__", "__getitems__", "__iter__", "__next__", "__len__")
+
+
+def waits_at(frame: Frame | None) -> str:
+    """Where a rank waiting for data is, in its own code: its loop's line, or its dataset's own read (a loader with
+    no workers reads in the rank's process: the innermost frame of the job's code is then the dataset's)."""
+    if frame is None:
+        return ""
+    return f"{'reading' if frame[2] in _READS or 'collate' in frame[2] else 'loop'} at {where(frame)}"
+
+
 __all__ = [
     "COLLECTIVES",
     "Frame",
@@ -371,6 +382,7 @@ __all__ = [
     "parse_faulthandler",
     "phase_of",
     "step_of",
+    "waits_at",
     "where",
     "worker_busy",
     "worker_lines",

@@ -35,7 +35,7 @@ import psutil
 
 from .. import layout
 from . import relay
-from .classify import own_frame, own_stack, phase_of, where, worker_lines
+from .classify import own_frame, own_stack, phase_of, waits_at, where, worker_lines
 from .peers import PeerExits
 from .errors import error_line, rank_errors
 from .heartbeat import Heartbeat, append_timeline, read_heartbeats, run_id, write_heartbeat
@@ -237,7 +237,7 @@ class Watchdog(threading.Thread):
                 snap["phase"] = "ddp_allreduce" if seen == "backward" else "collective"
         # the line of the user's own code it blocks at, and (waiting for data) each reading worker's
         said = where(own_frame(stack))
-        lines = [f"loop at {said}" if snap["phase"] == "data" else f"at {said}"] if said else []
+        lines = [waits_at(own_frame(stack)) if snap["phase"] == "data" else f"at {said}"] if said else []
         if snap["phase"] == "data":
             self._dump_workers()
             lines += self._worker_lines()
