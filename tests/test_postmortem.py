@@ -310,6 +310,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "Horovod's gloo runner on the first process to exit non-zero, `Process name: 1` and its exit code": (
+        "logs91/athena/horovod_gloo_job_first_process_to_exit_nonzero_process_name_1_exit_code_1.log"
+    ),
     "Piper's `Epoch: 2632. Steps: 1363964`, a line that only says where training is, then a traceback": (
         "logs90/piper/colab_epoch_2632_steps_1363964_last_ckpt_save_oserror_errno_107_transport_endpoint_then_fit_traceback.log"
     ),
@@ -897,6 +900,7 @@ INDEX = {
         "logs88",
         "logs89",
         "logs90",
+        "logs91",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

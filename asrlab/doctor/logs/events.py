@@ -234,8 +234,8 @@ class Events:
             if m.group(1):  # mpirun's word on a rank a signal ended
                 sig = signame(m.group(2))
                 self._add("exit", int(m.group(1)), time, text, exitcode=-int(m.group(2)), signal=sig, root=True)
-            elif m.group(4):  # mpirun's first process to fail (its exit code on the next line)
-                self._add("exit", int(m.group(4)), time, text, exitcode=None, root=True, source="mpirun")
+            elif m.group(4) or m.group(5):  # mpirun's (Horovod's) first process to fail, its exit code on the next line
+                self._add("exit", int(m.group(4) or m.group(5)), time, text, exitcode=None, root=True, source="mpirun")
             else:  # that something failed, not what: the failure where nothing else says
                 self._add("consequence", rank, time, text, type=None, message=(m.group(3) or text.strip())[:300])
             return

@@ -75,6 +75,7 @@ MPIRUN = re.compile(
     r"process rank (\d+) with PID \S+ on node \S+ exited on signal (\d+)|"
     r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|uncaught exception: (.+)|"
     r"^\s*Process name:\s+\[\[\d+,\d+\],(\d+)\]"  # the first process to exit non-zero, by its rank
+    r"|^\s*Process name:\s+(\d+)\s*$"  # Horovod's gloo runner's, by its rank alone
 )
 # a process that ends itself: glog's FATAL line (a failed CHECK, then its stack), Paddle's launcher on the trainer
 FATAL = re.compile(
