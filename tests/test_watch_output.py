@@ -263,7 +263,7 @@ def test_sigterm_to_the_watch_or_the_launcher_is_a_stop(tmp_path, target):
         else:
             _job_process(proc.pid, "torch.distributed.run").terminate()
         # generous: torchrun gives its workers 30 s to end before it kills them, and a loaded machine slows each step
-        proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=180)
     finally:  # a failure here leaves nothing of the job running
         for p in family:
             try:
@@ -282,6 +282,8 @@ def test_sigterm_to_the_watch_or_the_launcher_is_a_stop(tmp_path, target):
         assert proc.returncode != 0
         assert d["verdict"] == "stopped" and "SIGTERM" in d["summary"] and "step" in d["summary"], d["summary"]
         assert "vanished" not in d["summary"] and "crash" not in d["summary"], d["summary"]
+        # the console says how the job ended, as the folder does: a reader of the console alone is told the stop
+        assert f"asrlab watch: stopped: {d['summary']}" in err, err[-2000:]
 
 
 STRANGER = """

@@ -34,8 +34,9 @@ def cmd_watch(a: argparse.Namespace) -> int:
 
 def _what_went_wrong(exp: str, timeout_s: float = 30.0) -> str | None:
     """The doctor's verdict on the watched run, where something went wrong (a crash, a killed rank, a loss that
-    went non-finite though the job exited 0); None for a run that finished well, or one the doctor cannot read
-    within ``timeout_s`` (a process of its own, ended then: a run's large checkpoints are hashed when read)."""
+    went non-finite though the job exited 0) or a signal stopped it (the console then says how it ended); None for
+    a run that finished well, or one the doctor cannot read within ``timeout_s`` (a process of its own, ended then:
+    a run's large checkpoints are hashed when read)."""
     import json
     import subprocess
 
@@ -51,7 +52,7 @@ def _what_went_wrong(exp: str, timeout_s: float = 30.0) -> str | None:
         return None
     if not isinstance(d, dict) or "verdict" not in d:  # the doctor's usage error: nothing there to read
         return None
-    return None if d["verdict"] in ("finished", "stopped") and d["ok"] else f"{d['verdict']}: {d['summary']}"
+    return None if d["verdict"] == "finished" and d["ok"] else f"{d['verdict']}: {d['summary']}"
 
 
 def add_commands(sub) -> None:
