@@ -1021,7 +1021,7 @@ def test_a_loops_place_in_space_separated_tags_is_read():
     own = FIXTURES / "own_loops"
     d = diagnose_logs([str(own / "w30_popen_self_launch_space_tags_healthy.log")])
     assert d["formats"] == {"kv": 32} and [r["last"] for r in d["ranks"]] == ["epoch 1, batch 8"] * 2, d["ranks"]
-    d = diagnose_logs([str(own / "w30_popen_self_launch_space_tags_rank1_ctc_nan_from_e1_i1.log")])
+    d = diagnose_logs([str(own / "w30_popen_self_launch_space_tags_second_rank_ctc_nan_from_e1_i1.log")])
     assert (d["culprit"]["rank"], d["culprit"]["epoch"], d["culprit"]["batch"]) == (1, 1, 1), d["summary"]
 
 
@@ -1246,8 +1246,10 @@ def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     """Loops written apart from asrlab's examples, broken on purpose under asrlab watch: a loss of any name
     printed nan ("ctc nan", "xent=nan", a bar's "mse=nan") is non-finite at its step, and the watch's own
     lines in the console (the stall it found, a signal to it) are the failure, not what its ending of the job
-    caused (a launcher's SIGTERM, a survivor's gloo error)."""
-    d = diagnose_logs([str(FIXTURES / "own_loops" / case["file"])])
+    caused (a launcher's SIGTERM, a survivor's gloo error). A file is read under a neutral name, as the
+    held-out excerpts are (a name like ``..._rank1_...`` would give the rank)."""
+    path = FIXTURES / "own_loops" / case["file"]
+    d = read_excerpt(path) if path.is_file() else diagnose_logs([str(path)])
     got = (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"] or d["culprit"]["batch"])
     assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
 

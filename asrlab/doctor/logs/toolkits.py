@@ -232,12 +232,14 @@ _KV = re.compile(
 _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
-    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|updates|update|upd|batch_idx|batch|tick)['"]?"""
+    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|n_?upd(?:ates)?|updates|update|upd|batch_idx|batch|tick)['"]?"""
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # BasicSR's "iter:   3,200"
     re.I,
 )
-# "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0"
-_EPOCH_WORD = re.compile(r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b))", re.I)
+# "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0", "ep=2 mb=4/5 loss=..." (another key=value after it)
+_EPOCH_WORD = re.compile(
+    r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b|[A-Za-z_]\w*=))", re.I
+)
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf", HiFi-GAN's "Gen Loss Total :  nan"
 _LOSS_WORD = re.compile(rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b")
 _BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
@@ -281,7 +283,8 @@ def kv(line: str) -> dict | None:
     batch = int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter))
     step = int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step")
     lr, scale = num(d.get("lr") or d.get("learning_rate")), num(d.get("loss_scale") or d.get("scale"))
-    rank = int(d["rank"]) if (d.get("rank") or "").isdigit() else tags.get("rank")  # a JSON line's "rank": 1
+    said = d.get("rank") or d.get("rk") or ""  # a JSON line's "rank": 1 (or "rk", as the compact tags say it)
+    rank = int(said) if said.isdigit() else tags.get("rank")
     return _record("kv", epoch, batch, step, losses=losses, lr=lr, grad_norm=_grad_norm(d), scale=scale, rank=rank)
 
 
