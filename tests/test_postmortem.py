@@ -310,6 +310,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "icefall's inf-check hooks, `The sum of encoder_embed.conv.grad[0] is not finite`: non-finite, not an all-clear": (
+        "logs92/icefall/zipformer_8k_hooks_py_encoder_embed_grad_sums_not_finite_warnings.log"
+    ),
+    "Paddle's ``FatalError: `Segmentation fault` is detected by the operating system``: killed by SIGSEGV": (
+        "logs92/paddle/paddledetection_parallel_executor_scope_free_cpp_traceback_fatalerror_segmentation_fault.log"
+    ),
     "Horovod's gloo runner on the first process to exit non-zero, `Process name: 1` and its exit code": (
         "logs91/athena/horovod_gloo_job_first_process_to_exit_nonzero_process_name_1_exit_code_1.log"
     ),
@@ -901,6 +907,7 @@ INDEX = {
         "logs89",
         "logs90",
         "logs91",
+        "logs92",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }

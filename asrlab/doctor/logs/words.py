@@ -31,7 +31,8 @@ SHELL_SIGNAL = re.compile(
     r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
-    r"(?:\] Caught signal \d+ \(|\] Signal: |Fatal Python error: )"  # UCX's, Open MPI's handler; Python's faulthandler
+    # UCX's, Open MPI's handler; Python's faulthandler; Paddle's "FatalError: `Segmentation fault` is detected by the OS"
+    r"(?:\] Caught signal \d+ \(|\] Signal: |Fatal Python error: |FatalError: `)"
     r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)\b|"
     r"\*\*\* (SIG(?:SEGV|BUS|ILL|FPE|ABRT)) (?:\(@0x[0-9a-f]+\) received by PID|received at time=\d)"  # glog's, abseil's
 )
@@ -105,6 +106,7 @@ NONFINITE_LINE = re.compile(
     r"Invalid loss, terminating training|"  # Keras's TerminateOnNaN
     r"\bMoving average ignored a value of (?:nan|inf)\b|"  # YOLACT's, on a loss gone non-finite
     r"\bmetric=(?:nan|inf) vs\. limit=|"  # icefall's Whitening module: its activations' covariance not finite
+    r"\bThe sum of [\w.\[\]]+ is not finite\b|"  # icefall's inf-check hooks on a module's output or gradient
     r"\bloss\b.{0,80}?\btrain(?:ing)?\s*[=:]\s*[-+]?(?:nan|inf)\b|"  # uPIT's "Loss(...) - Epoch 1: train = nan(...)"
     r"\b(?:loss|grad(?:ient)?[_ ]?norm) (?:exploded|diverged|went|became|blew up|was) (?:to )?(?:nan|inf)\b|"  # Tacotron-2's
     # "Loss exploded to nan", MockingBird's "grad_norm was NaN!"
