@@ -95,9 +95,10 @@ class RankView:
     def detail(self) -> str:
         """Where the rank is in the job's own code; waiting for data, which workers read where."""
         main = self.stacks.get("MainThread") or []
-        said = where(own_frame(main))
+        frame = own_frame(main)
+        said = where(frame)
         if self.phase == "data":
-            at = waits_at(own_frame(main))
+            at = waits_at(frame)
             busy = [
                 f"worker pid {pid} at {where(own_frame(s.get('MainThread') or [])) or 'a read'}"
                 for pid, s in sorted(self.workers.items())

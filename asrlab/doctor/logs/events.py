@@ -42,6 +42,9 @@ class Events:
         self.counts: dict[str, int] = {}
         self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
+        # what the reader says of that line's clock, put on its events: "stamped" (a clock of its own, or the last
+        # one above it), "year_guessed" (glog's month and day alone); a traceback's, its first line's
+        self.stamp: dict = {}
         self.source = ""
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
         self._spawned: int | None = None  # torch.multiprocessing said whose traceback comes next
@@ -58,6 +61,7 @@ class Events:
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
         e = dict(kind=kind, rank=rank, time=time, order=self.order, file=self.source, text=text.strip()[:500])
+        e.update(self.stamp)
         e.update(self._where(self.source), **more)
         if kind in ("exception", "oom") and not more.get("cut"):  # the pending exception's own line, however read
             self._unhandled.pop(self.source, None)
@@ -75,7 +79,12 @@ class Events:
         self._alias = {k: v for k, v in self._alias.items() if v != key}
         if tb is None:
             return
-        e = tb.event()
+        outer, self.stamp = self.stamp, tb.stamp  # what it says is of its first line's clock
+        self._ended(tb)
+        self.stamp = outer
+
+    def _ended(self, tb: Traceback) -> None:
+        e = {**tb.event(), **tb.stamp}
         if not tb.ignored:  # (ignored: an error Python printed and went on from)
             self.source = tb.source  # a traceback the next file's first line ended: its events are its own file's
             self._unhandled.pop(tb.source, None)
@@ -162,16 +171,20 @@ class Events:
         if "Traceback (most recent call last)" in text and not text.strip().startswith(ORIGINAL):
             if self._ignored == key:  # the traceback of an ignored exception: not a failure
                 self._ignored = None
-                self._tb[key] = Traceback(rank, time, self.order, source, ignored=True, **self._where(source))
+                self._tb[key] = Traceback(
+                    rank, time, self.order, source, stamp=self.stamp, ignored=True, **self._where(source)
+                )
                 return
             if rank is None and self._spawned is not None:  # the spawned process's traceback is that rank's
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
-            self._tb[key] = Traceback(rank, time, self.order, source, head=text, **self._where(source))
+            self._tb[key] = Traceback(
+                rank, time, self.order, source, stamp=self.stamp, head=text, **self._where(source)
+            )
             return
         if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
-            self._tb[key] = tb = Traceback(rank, time, self.order, source, **self._where(source))
+            self._tb[key] = tb = Traceback(rank, time, self.order, source, stamp=self.stamp, **self._where(source))
             tb.feed(text)
             return
         self._line(rank, time, text)

@@ -420,7 +420,10 @@ class _File:
             self.events.order = order
             who = rank if rank is not None else (r if (r := rank_of(text)) is not None else self.rank)
             kept = len(self.events.events)
+            guessed = {"year_guessed": True} if not self.clock.year_known and self.now is not None else {}
+            self.events.stamp = {"stamped": t is not None, **guessed}  # glog's stamps alone say no year
             self.events.feed(self.path, who, self.now, text, bar)
+            self.events.stamp = {}  # what is said at the end (a traceback the file's end cut) is of no one line
             if len(self.events.events) > kept:  # the step each rank was at when it came: kept however long the log
                 for s in self.run.series.values():
                     s.pin()

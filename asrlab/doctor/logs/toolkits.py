@@ -348,7 +348,7 @@ def tdmpc(line: str) -> dict | None:
 
 
 # a line that only says where training is: Piper's "Epoch: 2632. Steps: 1363964", "epoch 3, global step 1200"
-_PLACE = re.compile(r"^\s*Epoch:? (\d+)[.,]? (?:[Gg]lobal )?[Ss]teps?:? (\d+)\.?\s*$", re.I)
+_PLACE = re.compile(r"^\s*Epoch:? (\d+)[.,]? (?:global )?steps?:? (\d+)\.?\s*$", re.I)
 
 
 def place(line: str) -> dict | None:

@@ -120,8 +120,9 @@ IPYTHON_HEAD = re.compile(r"^(\w+)\s{2,}Traceback \(most recent call last\)")
 
 
 class Traceback:
-    def __init__(self, rank, time, order=0, source="", ignored=False, place=None, head="", placed_at=None):
+    def __init__(self, rank, time, order=0, source="", ignored=False, place=None, head="", placed_at=None, stamp=None):
         self.rank, self.time, self.order, self.source, self.ignored = rank, time, order, source, ignored
+        self.stamp = stamp or {}  # its first line's clock, as the reader said it (Events.stamp)
         self.place, self.placed_at = place, placed_at  # the last step a line named before it, and that line's order
         named = IPYTHON_HEAD.match(head.strip())  # IPython's traceback names its exception at its head
         # a terminal's echo of Ctrl-C glued before it ("^CTraceback ..."): the traceback of that interrupt

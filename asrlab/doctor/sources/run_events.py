@@ -203,11 +203,13 @@ def history(
     started = lab.get("started") if lab.get("watched") else None  # the watch's one launch of its command
     for e in recorded:
         if (e["rank"], e.get("time")) not in current:
-            why = " (a rank being ended: what followed the launch's failure, not its cause)"
-            if LOST_PEER.search(e.get("message") or ""):
-                why = " (a rank whose peer was gone: a consequence, not the cause)"
-            elif not ended_from_outside(e):
-                why = ""
+            why = (
+                " (a rank whose peer was gone: a consequence, not the cause)"
+                if LOST_PEER.search(e.get("message") or "")
+                else " (a rank being ended: what followed the launch's failure, not its cause)"
+                if ended_from_outside(e)
+                else ""
+            )
             # its ranks started again under the one watched command: a launcher's restart (torchrun --max-restarts)
             again = started is not None and (e.get("time") or 0) >= started
             out.append(f"{'an earlier attempt of this launch' if again else 'earlier launch'}: {error_line(e)}{why}")

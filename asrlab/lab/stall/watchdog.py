@@ -236,8 +236,8 @@ class Watchdog(threading.Thread):
             if seen in ("backward", "collective"):  # in backward: DDP's gradient all-reduce
                 snap["phase"] = "ddp_allreduce" if seen == "backward" else "collective"
         # the line of the user's own code it blocks at, and (waiting for data) each reading worker's
-        said = where(own_frame(stack))
-        lines = [waits_at(own_frame(stack)) if snap["phase"] == "data" else f"at {said}"] if said else []
+        frame = own_frame(stack)
+        lines = [waits_at(frame) if snap["phase"] == "data" else f"at {where(frame)}"] if frame else []
         if snap["phase"] == "data":
             self._dump_workers()
             lines += self._worker_lines()
