@@ -937,7 +937,7 @@ def test_lines_a_reader_failed_on_are_counted_and_said(tmp_path, monkeypatch):
 
 def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(tmp_path):
     """A traceback with no clock of its own, then the launcher's stamped stop: the traceback happened no later
-    than the first clock below it, so the rank's crash is the first failure, not the stop that followed."""
+    than the first clock below it (and has no clock of its own), so the rank's crash is the first failure, not the stop that followed."""
     log = tmp_path / "console.log"
     log.write_text(
         "Traceback (most recent call last):\n"
@@ -948,6 +948,7 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     )
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed", d["summary"]
+    assert d["first"]["stamped"] is False  # its own first line's clock (none), not the stamped line that ended it
 
 
 def test_a_csv_row_with_a_nan_and_no_header_is_unknown_with_its_lines_not_an_all_clear():

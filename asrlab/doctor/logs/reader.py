@@ -427,10 +427,6 @@ class _File:
             if len(self.events.events) > kept:  # the step each rank was at when it came: kept however long the log
                 for s in self.run.series.values():
                     s.pin()
-                for e in self.events.events[kept:]:  # a line without a clock of its own came after the last one
-                    e["stamped"] = t is not None
-                    if not self.clock.year_known and e["time"] is not None:
-                        e["year_guessed"] = True  # glog's stamps alone: month, day and time, no year
             if rec is None:
                 return False
         near = self.bar is not None and self.read_in_full - self.bar[1] <= BAR_NEAR
