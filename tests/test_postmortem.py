@@ -908,6 +908,7 @@ INDEX = {
         "logs90",
         "logs91",
         "logs92",
+        "logs93",
     )
     for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
 }
