@@ -4,13 +4,18 @@ step; each read back by ``asrlab doctor`` as any other run."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install -e '.[lightning]')")
+# the runs import Lightning, not this module: each worker's collection spares its seconds of import
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="the lightning extra is not installed (pip install -e '.[lightning]')",
+)
 
 from asrlab.doctor import diagnose  # noqa: E402
 

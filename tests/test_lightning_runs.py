@@ -4,6 +4,7 @@ batch's ids under ``uid``) with ``AsrlabCallback`` as the README shows it, launc
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install -e '.[lightning]')")
+# the runs import Lightning, not this module: each worker's collection spares its seconds of import
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="the lightning extra is not installed (pip install -e '.[lightning]')",
+)
 
 from asrlab.doctor import diagnose, format_diagnosis  # noqa: E402
 

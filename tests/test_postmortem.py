@@ -19,13 +19,17 @@ from asrlab.doctor import diagnose_logs
 from asrlab.doctor.logs.words import summary_fields
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def index(folder: Path) -> list[dict]:
+    """A fixture folder's index.yaml, read by libyaml where PyYAML has it: every worker reads some ninety of them
+    at collection, which pure-Python YAML takes seconds of CPU for."""
+    return yaml.load((folder / "index.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 # logs/: the excerpts the readers were written from; logs2/: a second set, collected apart and read by the
 # readers only after they were written (docs/guide.md says how many each got right then)
-INDEX = [
-    {**c, "file": f"{d}/{c['file']}"}
-    for d in ("logs", "logs2")
-    for c in yaml.safe_load((FIXTURES / d / "index.yaml").read_text())
-]
+INDEX = [{**c, "file": f"{d}/{c['file']}"} for d in ("logs", "logs2") for c in index(FIXTURES / d)]
 
 
 @pytest.mark.parametrize("case", INDEX, ids=[c["file"] for c in INDEX])
@@ -283,7 +287,7 @@ def read_excerpt(path: Path) -> dict:
 
 def _score(folder: str) -> tuple[float, float, float]:
     """Shares right on a held-out set: verdicts, culprit ranks (where the truth names one), steps (likewise)."""
-    cases = yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
+    cases = index(FIXTURES / folder)
     v = r = s = rn = sn = 0
     for c in cases:
         d = read_excerpt(FIXTURES / folder / c["file"])
@@ -910,7 +914,7 @@ INDEX = {
         "logs92",
         "logs93",
     )
-    for c in yaml.safe_load((FIXTURES / folder / "index.yaml").read_text())
+    for c in index(FIXTURES / folder)
 }
 
 
@@ -1208,7 +1212,7 @@ def test_a_bar_of_no_name_under_a_named_training_bar_is_another_loop():
     assert d["verdict"] == "stalled" and d["culprit"]["step"] == 5559, d["summary"]
 
 
-OWN_LOOPS = yaml.safe_load((FIXTURES / "own_loops" / "index.yaml").read_text())
+OWN_LOOPS = index(FIXTURES / "own_loops")
 
 
 def test_the_watchs_own_verdict_line_is_the_failure_where_the_console_names_none(tmp_path):
@@ -1553,7 +1557,7 @@ def test_a_twelfth_strangers_own_words_for_a_nan_and_for_a_resume_are_read():
     assert "the epoch started again at batch 0; 25 batches of epoch 0 run again" in d["summary"], d["summary"]
 
 
-PAPERMILL = yaml.safe_load((FIXTURES / "papermill" / "index.yaml").read_text())
+PAPERMILL = index(FIXTURES / "papermill")
 
 
 @pytest.mark.parametrize("case", PAPERMILL, ids=[c["file"] for c in PAPERMILL])
