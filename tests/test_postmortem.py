@@ -956,6 +956,20 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     assert d["first"]["stamped"] is False  # its own first line's clock (none), not the stamped line that ended it
 
 
+def test_a_json_value_printed_nan_by_a_name_no_reader_knows_is_unknown_not_an_all_clear(tmp_path):
+    """JSON lines (Python's json.dumps writes NaN and Infinity) whose non-finite value has no loss's name: the line
+    is quoted as looking wrong, never an all-clear; a loss written L (pytorch-kaldi's bars' "L:5.185", a JSON
+    line's "L": NaN) is a loss."""
+    log = tmp_path / "train.log"
+    log.write_text('{"step": 1, "acc": 0.51}\n{"step": 2, "acc": 0.52}\n{"step": 3, "acc": NaN}\n')
+    d = diagnose_logs([str(log)])
+    assert d["verdict"] == "unknown" and '"acc": NaN' in d["summary"], d["summary"]
+    log.write_text("".join(f'{{"it": {2 * i}, "upd": {i}, "L": {2.3 - i / 10:.2f}}}\n' for i in range(1, 5)))
+    log.write_text(log.read_text() + '{"it": 10, "upd": 5, "L": NaN}\n')
+    d = diagnose_logs([str(log)])
+    assert (d["verdict"], d["culprit"]["step"]) == ("nonfinite", 5), d["summary"]  # the update, not the micro-batch
+
+
 def test_a_csv_row_with_a_nan_and_no_header_is_unknown_with_its_lines_not_an_all_clear():
     """T2T-ViT's summary.csv pasted without its header: "209,nan,4.16,7.72,24.02". No rule can say which column
     is a loss, so no verdict names one; the lines are quoted as looking wrong, never an all-clear."""

@@ -75,10 +75,11 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
     assert job.training()
     job.close()
     # a loss by its own name beside a loop's own counter: the logging module's "it=00080 | xent=1.3070", a JSON
-    # line's "upd": 55 with "ctc": 2.47
+    # line's "upd": 55 with "ctc": 2.47, or its loss written L ("L": 2.3); not its learning rate's "LR"
     for first, second in (
         (b"09:00:15.086 w1 I it=00070 | xent=1.3212 | lr=3.0e-03\n", b"09:00:16.101 w1 I it=00080 | xent=1.3070\n"),
         (b'{"upd": 50, "rank": 1, "ctc": 2.45}\n', b'{"upd": 55, "rank": 1, "ctc": 2.47}\n'),
+        (b'{"@": "r1", "it": 38, "upd": 19, "L": 2.29}\n', b'{"@": "r1", "it": 40, "upd": 20, "L": NaN}\n'),
     ):
         job = output.JobOutput(tmp_path)
         job._saw(first + b"  ctc_weight: 0.3\n")
@@ -86,6 +87,12 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
         job._saw(second)
         assert job.training(), second
         job.close()
+    job = output.JobOutput(tmp_path)
+    job._saw(b'{"it": 1, "LR": 0.1}\n')
+    clock[0] += 1.1
+    job._saw(b'{"it": 2, "LR": 0.1}\n')
+    assert not job.training()
+    job.close()
 
 
 def test_a_bars_redraws_are_kept_in_their_place_among_the_other_pipes_lines(tmp_path):

@@ -21,9 +21,10 @@ from ..lab.layout import JOB_LOG, JOB_TIMES
 MAX_BYTES = 64 << 20
 CLOCK_S = 0.2  # the job.times resolution: a line's time is when the stretch it came in was kept, within this
 # a line that reports a training step: a loss's value and a counter ("step 15 | loss 0.52", "it 7 ctc=0.3",
-# tqdm's "12/40 [...] loss=0.5"); not a config's "loss_weight: 0.3"
+# tqdm's "12/40 [...] loss=0.5", a loss written L: "L=2.3", JSON's "L": 2.3); not a config's "loss_weight: 0.3"
 _LOSS = re.compile(
-    rb"(?i)(?:loss\w*|\b(?:[a-z]+_)?(?:ctc|xent|nll|mse|rnnt|objf))['\"]?\s*[=:]?\s*['\"]?[-+]?(?:\d|nan|inf)"
+    rb"(?i)(?:(?:loss\w*|\b(?:[a-z]+_)?(?:ctc|xent|nll|mse|rnnt|objf))['\"]?\s*[=:]?|(?-i:\bL)['\"]?\s*[=:])"
+    rb"\s*['\"]?[-+]?(?:\d|nan|inf)"
 )
 _COUNTER = re.compile(
     rb"(?i)\b(?:step|iter|iteration|it|upd|updates?|epoch|ep|batch|tick)\b\W{0,3}\d|\d+/\d+|it/s|s/it"

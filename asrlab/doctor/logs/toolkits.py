@@ -17,14 +17,16 @@ NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|(?:nan|inf|NaN|Inf|INF
 _PAIR = re.compile(rf"(?<![A-Za-z_])([A-Za-z_]\w*)[=:]\s?({NUM})(?=[\s,\]|)}}]|$|[A-Za-z_])")
 _SPACE_PAIR = re.compile(rf"\b([a-z][a-z_]*\d*) ({NUM})(?=\s|,\s|,?$)")  # RETURNN's "step 341, ce 0.372, ctc_4 0.876"
 LOSS_NAMES = re.compile(
-    rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$|l_[a-z]\w*$)", re.I
+    rf"^(?!.*scale)(?:.*(?:loss|att|transducer|pruned|simple|{OWN_LOSSES})|.*ce$|l_[a-z]\w*$|(?-i:L)$)", re.I
 )
 # a loss by its own name, the words a loop of its own prints: "ctc=nan", "| xent 3.2 |", "mse=1.04", BasicSR's
 # "l_pix"; not a module's file that ends in one ("ctc.py:12")
 _OWN_LOSS = re.compile(
-    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*)$", re.I
+    rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*|(?-i:L))$",
+    re.I,
 )
-_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]", re.I)
+# (a loss written L, as in the papers: "L=2.31", JSON's "L": NaN; the letter alone, not LR)
+_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]|(?-i:\bL['\"]?\s*[=:])", re.I)
 
 
 def num(text: str) -> float | None:
@@ -236,12 +238,24 @@ _COUNTER = re.compile(
     r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # BasicSR's "iter:   3,200"
     re.I,
 )
+# of several counters on one line ("it": 40, "upd": 20: micro-batches and the updates they made), the step is the
+# optimizer's: updates before iterations, iterations before a batch's place
+_RANKED = ("global_step", "num_updates", "nupd", "n_upd", "n_updates", "updates", "update", "upd", "step", "steps")
+
+
+def _counter(line: str):
+    found = list(_COUNTER.finditer(line))
+    order = lambda m: (m[1].lower() not in _RANKED, m[1].lower().startswith("batch"))  # noqa: E731
+    return min(found, key=order) if found else None
+
+
 # "[ep 1 | it 00007/00030] ctc=...", "ep 0 it 18 loss 1.0", "ep=2 mb=4/5 loss=..." (another key=value after it)
 _EPOCH_WORD = re.compile(
     r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b|[A-Za-z_]\w*=))", re.I
 )
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf", HiFi-GAN's "Gen Loss Total :  nan"
 _LOSS_WORD = re.compile(rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b")
+_RANK_VALUE = re.compile(r""":\s*['"](?:r|rk|rank[ _-]?)(\d+)['"]""")
 _BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
 _AVERAGED = re.compile(rf"\b([A-Za-z_][\w/.-]*)(?:\s*[:=]\s*|\s+){NUM}\s+\(({NUM})\)")
@@ -270,7 +284,7 @@ def kv(line: str) -> dict | None:
     if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
     d = {k.lower(): v for k, v in pairs}
-    counter = NAMED.search(line) or _COUNTER.search(line)
+    counter = NAMED.search(line) or _counter(line)
     # a count of the epochs ("Epoch: 13/1250 (3/8)") is no bar: the next is
     bars = (b for b in _BAR_COUNT.finditer(line) if "poch" not in line[max(b.start() - 8, 0) : b.start()])
     bar = next(bars, None) if counter is None else None
@@ -284,7 +298,8 @@ def kv(line: str) -> dict | None:
     step = int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step")
     lr, scale = num(d.get("lr") or d.get("learning_rate")), num(d.get("loss_scale") or d.get("scale"))
     said = d.get("rank") or d.get("rk") or ""  # a JSON line's "rank": 1 (or "rk", as the compact tags say it)
-    rank = int(said) if said.isdigit() else tags.get("rank")
+    tag = _RANK_VALUE.search(line)  # or a value that is a rank's tag: "@": "r1", "who": "rank1"
+    rank = int(said) if said.isdigit() else tags.get("rank", int(tag[1]) if tag else None)
     return _record("kv", epoch, batch, step, losses=losses, lr=lr, grad_norm=_grad_norm(d), scale=scale, rank=rank)
 
 

@@ -278,7 +278,9 @@ SUSPECT = re.compile(
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
 # a value of no known name printed non-finite ("value = nan"), unless numpy's mean of nothing ("Mean Reward: nan")
-NAN_VALUE = re.compile(r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$")
+NAN_VALUE = re.compile(
+    r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$|[\"'][A-Za-z]\w*[\"']: ?(?:NaN|-?Infinity)\b"
+)  # JSON's
 # the same words where nothing went wrong: a warning, a retry, an overflow skip, an error rate or metric (RETURNN's
 # "error 0.997", "Test Error: Accuracy: 97.1%"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
