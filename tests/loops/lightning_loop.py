@@ -21,10 +21,7 @@ import signal
 import sys
 import time
 
-import lightning.pytorch as pl
 import torch
-
-from asrlab.lab.lightning import AsrlabCallback
 
 FAULT = os.environ.get("FAULT", "").split(":")
 BATCH, ITEMS = 4, 64
@@ -56,85 +53,90 @@ def collate(items):
     return batch
 
 
-class Record(pl.Callback):
-    """The loop's own record of what it trained (``TRUTH``), and the ``trained`` fault: listed before AsrlabCallback."""
+# MP=spawn's DataLoader worker runs this file again (as __mp_main__) for Clips and collate alone: Lightning's
+# and the callback's imports, seconds of CPU in each worker, are the ranks' only
+if __name__ != "__mp_main__":
+    import lightning.pytorch as pl
 
-    def __init__(self, truth):
-        self.truth = truth
+    from asrlab.lab.lightning import AsrlabCallback
 
-    def _write(self, trainer, record):
-        if self.truth:
-            path = os.path.join(self.truth, "ledger", f"rank{trainer.global_rank}.jsonl")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+    class Record(pl.Callback):
+        """The loop's own record of what it trained (``TRUTH``), and the ``trained`` fault: listed before AsrlabCallback."""
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, idx):
-        step = trainer.global_step
-        self._write(trainer, {"step": step, "epoch": trainer.current_epoch, "keys": batch[IDS]})
-        if FAULT[0] == "trained" and FAULT[1] in ("all", str(trainer.global_rank)) and step == int(FAULT[2]):
-            os.kill(os.getpid(), signal.SIGKILL)
+        def __init__(self, truth):
+            self.truth = truth
 
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        self._write(trainer, {"resumed_from": int(checkpoint["global_step"])})
+        def _write(self, trainer, record):
+            if self.truth:
+                path = os.path.join(self.truth, "ledger", f"rank{trainer.global_rank}.jsonl")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
 
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, idx):
+            step = trainer.global_step
+            self._write(trainer, {"step": step, "epoch": trainer.current_epoch, "keys": batch[IDS]})
+            if FAULT[0] == "trained" and FAULT[1] in ("all", str(trainer.global_rank)) and step == int(FAULT[2]):
+                os.kill(os.getpid(), signal.SIGKILL)
 
-class Regressor(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+            self._write(trainer, {"resumed_from": int(checkpoint["global_step"])})
 
-    def training_step(self, batch, idx):
-        step = self.trainer.global_step + 1
-        if FAULT[0] == "kill" and FAULT[1] in ("all", str(self.global_rank)) and step == int(FAULT[2]):
-            os.kill(os.getpid(), signal.SIGKILL)
-        if FAULT[0] == "raise" and FAULT[1] == str(self.global_rank) and step == int(FAULT[2]):
-            raise RuntimeError(f"a bad batch on rank {self.global_rank} at step {step}")
-        time.sleep(float(os.environ.get("STEP_S", "0")))
-        return (self.net(batch["feats"]) - batch["target"]).pow(2).mean()
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=1e-2)
+        def training_step(self, batch, idx):
+            step = self.trainer.global_step + 1
+            if FAULT[0] == "kill" and FAULT[1] in ("all", str(self.global_rank)) and step == int(FAULT[2]):
+                os.kill(os.getpid(), signal.SIGKILL)
+            if FAULT[0] == "raise" and FAULT[1] == str(self.global_rank) and step == int(FAULT[2]):
+                raise RuntimeError(f"a bad batch on rank {self.global_rank} at step {step}")
+            time.sleep(float(os.environ.get("STEP_S", "0")))
+            return (self.net(batch["feats"]) - batch["target"]).pow(2).mean()
 
-    def train_dataloader(self):
-        mp = os.environ.get("MP")  # spawned workers persist across epochs: a spawn costs seconds of imports
-        return torch.utils.data.DataLoader(
-            Clips(),
-            batch_size=BATCH,
-            collate_fn=collate,
-            num_workers=1,
-            multiprocessing_context=mp,
-            persistent_workers=bool(mp),
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=1e-2)
+
+        def train_dataloader(self):
+            mp = os.environ.get("MP")  # spawned workers persist across epochs: a spawn costs seconds of imports
+            return torch.utils.data.DataLoader(
+                Clips(),
+                batch_size=BATCH,
+                collate_fn=collate,
+                num_workers=1,
+                multiprocessing_context=mp,
+                persistent_workers=bool(mp),
+            )
+
+    def main(exp: str) -> None:
+        torch.manual_seed(0)
+        callbacks = [
+            Record(os.environ.get("TRUTH")),
+            AsrlabCallback(
+                exp,
+                stall_timeout_s=float(os.environ.get("STALL_S", "20")),
+                **({"keys": os.environ["KEYS"]} if os.environ.get("KEYS") else {}),
+            ),
+        ]
+        ckpt = os.environ.get("CKPT")
+        if ckpt:
+            callbacks.append(
+                pl.callbacks.ModelCheckpoint(dirpath=ckpt, every_n_train_steps=5, save_last=True, save_top_k=-1)
+            )
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=2,
+            strategy="ddp",
+            max_epochs=int(os.environ.get("EPOCHS", "1")),
+            logger=False,
+            enable_checkpointing=bool(ckpt),
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=callbacks,
         )
-
-
-def main(exp: str) -> None:
-    torch.manual_seed(0)
-    callbacks = [
-        Record(os.environ.get("TRUTH")),
-        AsrlabCallback(
-            exp,
-            stall_timeout_s=float(os.environ.get("STALL_S", "20")),
-            **({"keys": os.environ["KEYS"]} if os.environ.get("KEYS") else {}),
-        ),
-    ]
-    ckpt = os.environ.get("CKPT")
-    if ckpt:
-        callbacks.append(
-            pl.callbacks.ModelCheckpoint(dirpath=ckpt, every_n_train_steps=5, save_last=True, save_top_k=-1)
-        )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        max_epochs=int(os.environ.get("EPOCHS", "1")),
-        logger=False,
-        enable_checkpointing=bool(ckpt),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-    )
-    trainer.fit(Regressor(), ckpt_path="last" if os.environ.get("RESUME") else None)
+        trainer.fit(Regressor(), ckpt_path="last" if os.environ.get("RESUME") else None)
 
 
 if __name__ == "__main__":
