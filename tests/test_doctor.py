@@ -260,6 +260,21 @@ def test_an_error_of_the_attempt_before_a_torch_elastic_restart_is_history(tmp_p
     assert any("Connection reset by peer" in h for h in d["history"]), d["history"]
 
 
+def test_a_ranks_own_error_of_memory_is_out_of_memory_with_what_to_do(tmp_path):
+    """A rank's recorded MemoryError (or torch.OutOfMemoryError) is out of memory, as a log's would be, not a crash;
+    the next step says to make the batch smaller."""
+    from asrlab.lab.stall.errors import record_rank_error
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    for rank in (0, 1):
+        _beat(exp, rank, "train", 7, 0.1, os.getpid(), run="job.1")
+    record_rank_error(exp, MemoryError("could not allocate 96 GiB for the attention cache"), rank=1, run="job.1")
+    d = diagnose(exp)
+    assert (d["verdict"], d["culprit"]["rank"]) == ("out_of_memory", 1), d["summary"]
+    assert d["next"].startswith("make the batch (or the model) smaller") and not d["ok"]
+
+
 def test_a_crashed_rank(corpus, tmp_path, capsys):
     """One shard of four cut short, with data.bad_input=fail: the rank that reads it raises."""
     shards = load_sources(corpus / "data.list")[:4]

@@ -71,6 +71,9 @@ def next_step(d: dict) -> str | None:
         )
     if v == "crashed":
         return f"fix the cause, then run the same command again ({resume})"
+    if v == "out_of_memory":
+        smaller = "data.max_frames_in_batch" if d.get("config") else "the batch"
+        return f"make {smaller} (or the model) smaller, then run the same command again ({resume})"
     if v == "nonfinite_halt":
         bundle = (d["halt"] or {}).get("saved") or next((e["bundle"] for e in d["nonfinite"]["events"]), None)
         how = f"asrlab.lab.replay_step('{bundle}', model, loss_fn) with the loop's model and loss"

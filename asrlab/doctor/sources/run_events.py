@@ -16,7 +16,7 @@ from ...lab.stall.verdict import culprit_of, phase_text, ranks_named, ranks_text
 from ...lab.state.ledger import ledger_path, read_ledger
 from ...lab.layout import WATCH
 from ...lab.stop import STOP_FILE
-from ..logs.tracebacks import COLLECTIVE_TIMEOUT
+from ..logs.tracebacks import COLLECTIVE_TIMEOUT, exception_kind
 from ..logs.words import exit_signal
 from ..timeline import failure
 from .text_log import SILENT_S, STOP_SIGNALS
@@ -86,8 +86,10 @@ def timeline_of(
             if cause_elsewhere:
                 said += " (a consequence: a peer of it was gone first, not seen from this folder)"
             more = {"culprit_rank": None} if cause_elsewhere else {}
+            # the rank's own error said out of memory (torch.OutOfMemoryError, MemoryError): as a log's would be
+            oom = not guess and exception_kind(f"{e0.get('type') or ''}: {e0.get('message') or ''}") == "oom"
             failures.append(failure(
-                "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step, consequence=consequence,
+                "out_of_memory" if oom else "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step, consequence=consequence,
                 guess=guess, lost_peer=lost_peer, **more,
             ))  # fmt: skip
     if halt is not None and halt["current"]:
