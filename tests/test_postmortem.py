@@ -816,6 +816,12 @@ WORDINGS = {
     "Horovod's 'Stalled ranks:' then '2: [global_tensor_...]' (rank 2 never submitted the tensors)": (
         "logs70/returnn/horovod_stall_inspector_more_than_60_seconds_stalled_ranks_2_have_more_data_and_have_error_allreduce.log"
     ),
+    "wandb's '(failed 1)' glued after a Lightning bar: the script's exit": (
+        "logs94/caduceus/lightning_epoch_0_step_4404_interleaved_validation_bars_then_wandb_failed_1.log"
+    ),
+    "mp.spawn's 'exit code 3221225620' (0xC0000094): Windows' integer division by zero, a death by a fault": (
+        "logs94/gpt_sovits/s2_train_windows_spawn_process_0_exit_code_3221225620_garbled_traceback.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -913,6 +919,7 @@ INDEX = {
         "logs91",
         "logs92",
         "logs93",
+        "logs94",
     )
     for c in index(FIXTURES / folder)
 }
@@ -954,6 +961,21 @@ def test_a_line_above_its_files_first_clock_comes_before_what_that_clock_stamps(
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed", d["summary"]
     assert d["first"]["stamped"] is False  # its own first line's clock (none), not the stamped line that ended it
+
+
+@pytest.mark.parametrize(
+    "file",
+    [
+        "logs94/holosoma/ppo_learning_iteration_15921_of_25000_value_inf_rich_box_table.log",
+        "logs94/t5_mesh_tf/tpu_estimator_step_488600_then_shutdownhook_lame_workers_found.log",
+    ],
+)
+def test_lines_that_look_wrong_in_a_box_or_at_info_level_are_never_an_all_clear(file):
+    """A rich box's row with a value printed inf ("│  Value: inf  │", a PPO trainer's value loss by no loss's name)
+    and TensorFlow's INFO-level "ShutdownHook: lame workers found" (workers that stopped answering): no rule names
+    the failure, so the lines are quoted as looking wrong, never "no failure seen"."""
+    d = read_excerpt(FIXTURES / file)
+    assert d["verdict"] == "unknown", d["summary"]
 
 
 def test_a_json_value_printed_nan_by_a_name_no_reader_knows_is_unknown_not_an_all_clear(tmp_path):

@@ -272,7 +272,7 @@ class Events:
             if m.group(0).endswith("following error"):
                 self._spawned = int(m.group(1))
             code = int(m.group(3)) if m.group(3) else 1 if self._spawned is not None else None
-            self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2), root=True,
+            self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2) or exit_signal(code), root=True,
                       source="torch.multiprocessing")  # fmt: skip
             return
         signalled = "death signal" in text or "ot signal" in text or "eceived" in text or "SIG" in text
@@ -355,7 +355,7 @@ class Events:
                       consequence=ended or None)  # fmt: skip
             return
         if m := STATUS.search(text):
-            said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11] or m[13] or m[14]
+            said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11] or m[13] or m[14] or m[15]
             code = int(said) if said else 1
             code = 128 - code if 128 < code <= 128 + 64 else code  # a shell's 128+N: signal N
             if code != 0:  # by the rank where the line names it: Paddle's, DeepSpeed's --local_rank, srun's task
@@ -363,7 +363,9 @@ class Events:
                 named = m[3] or m[6] or m[9] or m[12] or (t and t[1]) or quoted
                 who = int(named) if named else rank
                 # below -64: Windows' status (0xC0000409 a stack overrun), no signal, but for its SIGSEGV (0xC0000005)
-                self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=exit_signal(code))
+                # wandb's word on its script's exit: the failure only where no line of the job's own says more
+                self._add("exit", who, time, text, exitcode=code, root=False, source="status", signal=exit_signal(code),
+                          **({"consequence": True} if m[15] else {}))  # fmt: skip
                 return
         if "failed at step" in text and (m := ASRLAB_RANK.search(text)):
             self._add("exception", int(m.group(1)), time, text, type=m.group(3), message=m.group(4)[:300], where=None)
@@ -446,6 +448,9 @@ class Events:
                 return
         if "Traceback" not in text and (m := RESUME.search(text)):
             self._add("resume", rank, time, text, path=m.group(1))
+            return
+        if "lame workers found" in text:  # TensorFlow's heartbeat on workers that stopped answering, at INFO level
+            self._add("suspect", rank, time, text)
             return
         suspect = SUSPECT.search(text) or self.source not in self._empty_mean and NAN_VALUE.search(text)
         if RENDEZVOUS.search(text) and not NOT_SUSPECT.search(text):

@@ -27,7 +27,8 @@ _MESSAGE = re.compile(
     r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
     r"out of memory|[Pp]atience|not finite|Terminated\s*$|\^C|Received SIG|KeyboardInterrupt|"
     r"Segmentation fault|Aborted|Bus error|core dumped|"  # the shell's word on the job, glued after a step line
-    r"was NaN|Assertion `"  # MockingBird's "grad_norm was NaN!"; a CUDA kernel's failed assertion
+    r"was NaN|Assertion `|"  # MockingBird's "grad_norm was NaN!"; a CUDA kernel's failed assertion
+    r"\(failed \d+\)"  # wandb's word on the script's exit, glued after its last bar
 )
 
 # loguru's "| module:function:line - ": where the line was logged from (a function named training_step), no step

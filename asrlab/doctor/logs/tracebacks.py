@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
-from .words import DIED, JAX_BARRIER, STATUS, STORE_KEY
+from .words import DIED, JAX_BARRIER, STATUS, STORE_KEY, exit_signal
 
 
 TB = "Traceback (most recent call last):"
@@ -222,7 +222,8 @@ class Traceback:
             following = spawned.group(0).endswith("following error")
             code = int(spawned.group(3)) if spawned.group(3) else 1 if following else None
             rank = int(spawned.group(1))
-            e = self._event("exit", rank=rank, text=text[:500], exitcode=code, signal=spawned.group(2), root=True)
+            sig = spawned.group(2) or exit_signal(code)  # (Windows' status of a fault: its signal)
+            e = self._event("exit", rank=rank, text=text[:500], exitcode=code, signal=sig, root=True)
             e["source"] = "torch.multiprocessing"
             return {**e, "spawned_rank": rank} if following else e
         # "-- Process N terminated with the following error:", then that process's traceback

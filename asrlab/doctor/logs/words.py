@@ -58,6 +58,7 @@ STATUS = re.compile(
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
     # a launcher of one's own on its child, Popen's word: "worker r1 (pid 32050) died, returncode=-9"
     r"|\b(?:rank|worker) r?(\d+)\b.{0,40}?\breturn ?code\s*[=:]?\s*(-?\d+)\b|\breturn ?code\s*[=:]\s*(-\d+)\b"
+    r"|W&B process to finish\.\.\. \(failed (\d+)\)"  # wandb's word on the script it ran beside: its exit code
 )
 DIED = re.compile(r"died with <Signals\.SIG\w+: (\d+)>")  # subprocess's CalledProcessError on a child a signal ended
 # Horovod's stall inspector: a tensor some ranks never submitted, the ranks it waits for (older: those ready)
@@ -277,10 +278,11 @@ SUSPECT = re.compile(
     r"|^\d+(?:,[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*,[-+]?(?:nan|inf)(?:,|$)"  # a CSV row with a nan, its header cut
     r"|^\d+(?:\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))*\s+[-+]?(?:nan|inf)\s*$"  # the same, columns apart: "76980 nan"
 )
-# a value of no known name printed non-finite ("value = nan"), unless numpy's mean of nothing ("Mean Reward: nan")
+# a value of no known name printed non-finite ("value = nan", a rich box's row "│  Value: inf  │", JSON's '"acc":
+# NaN'), unless numpy's mean of nothing ("Mean Reward: nan")
 NAN_VALUE = re.compile(
-    r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*$|[\"'][A-Za-z]\w*[\"']: ?(?:NaN|-?Infinity)\b"
-)  # JSON's
+    r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*[│┃]?\s*$|[\"'][A-Za-z]\w*[\"']: ?(?:NaN|-?Infinity)\b"
+)
 # the same words where nothing went wrong: a warning, a retry, an overflow skip, an error rate or metric (RETURNN's
 # "error 0.997", "Test Error: Accuracy: 97.1%"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
@@ -293,8 +295,10 @@ NOT_SUSPECT = re.compile(
     r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
 )
 
-# Windows' status for an access violation (0xC0000005), its SIGSEGV, as a signed and an unsigned exit code
-WINDOWS_SEGV = {-1073741819: "an access violation (0xC0000005)", 3221225477: "an access violation (0xC0000005)"}
+# Windows' status for a hardware fault, its SIGSEGV, SIGFPE or SIGILL, as an unsigned and a signed exit code
+_FAULTS = {0xC0000005: "an access violation", 0xC00000FD: "a stack overflow", 0xC0000094: "an integer division by zero",
+           0xC000001D: "an illegal instruction"}  # fmt: skip
+WINDOWS_SEGV = {c - k: f"{said} (0x{c:08X})" for c, said in _FAULTS.items() for k in (0, 1 << 32)}
 # a data loader's worker that never gave its batch (MXNet Gluon's, PyTorch's "DataLoader timed out after N seconds")
 LOADER_TIMEOUT = re.compile(r"(?:Worker|DataLoader) timed out after (\d+) seconds")
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
