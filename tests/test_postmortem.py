@@ -1303,6 +1303,26 @@ def test_loops_of_their_own_formats_under_the_watch_read_right(case):
     assert got == (case["verdict"], case["culprit"]["rank"], case["culprit"]["step"]), d["summary"]
 
 
+def test_per_rank_files_where_one_ends_without_a_word_before_its_peer_is_told_to_stop():
+    """Per-rank log files stamped with a time of day alone: rank 1's ends at iteration 150 without a word (it was
+    SIGKILLed), then rank 0 logs the SIGTERM its launcher sent the ranks left and loses its peer. Not a stop sent to
+    rank 0 alone: a failure of rank 1 at its last step, said with what its lines cannot tell (a signal, or an error
+    printed elsewhere); its time said without a date, which the lines do not have."""
+    d = diagnose_logs([str(FIXTURES / "own_loops" / "w33_spawn_per_rank_logs_second_rank_sigkill_after_it_150")])
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("crashed", 1, 150), d["summary"]
+    assert "without a word of why" in d["summary"] and "SIGKILL" in d["summary"]
+    raised = diagnose_logs([str(FIXTURES / "own_loops" / "w33_spawn_per_rank_logs_second_rank_raises_in_it_205")])
+    assert raised["summary"].endswith("(after 18:33:56)"), raised["summary"]
+
+
+def test_a_tqdm_bar_named_by_its_rank_is_that_ranks(tmp_path):
+    """A loop's own tqdm bar per rank, named by it ("r1:  35%|...| 139/400"): its records are that rank's."""
+    bar = "r{r}:  35%|###   | {n}/400 [00:08<00:11, 23.28it/s, loss=3.71]\n"
+    (tmp_path / "job.log").write_text("".join(bar.format(r=r, n=n) for n in (130, 140, 150) for r in (0, 1)))
+    d = diagnose_logs([str(tmp_path / "job.log")])
+    assert {r["rank"] for r in d["ranks"]} == {0, 1}, d["ranks"]
+
+
 def test_a_learning_rate_raised_a_hundredfold_just_before_a_nan_is_said_as_what_led_to_it():
     """A stranger's loop whose learning rate went from 2e-3 to 2e+1 at update 6, nan from update 7: the jump is
     named beside the gradient norm's rise, where the two logged steps are."""

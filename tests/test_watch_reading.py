@@ -507,3 +507,36 @@ def test_a_live_loop_asleep_between_its_steps_is_running_and_a_busy_one_is_not_s
         finally:
             p.kill()
             p.wait(timeout=30)
+
+
+def test_an_evaluation_asleep_on_one_line_that_counts_on_is_moving_and_a_hung_one_is_not(tmp_path):
+    """A rank in an evaluation pass whose every sample lands on one line (each batch read from slow storage): its
+    own counter goes on, so the watch does not call it stalled; one asleep for good in its evaluation is still."""
+    from asrlab.watch.ranks import RankView, counting_on
+    from asrlab.watch.procs import Proc
+    from asrlab.watch.sample import PySpy
+
+    spy = PySpy()
+    if spy.works_on(os.getpid()) is not None:
+        pytest.skip("py-spy cannot read a process here (ptrace refused): the watch then has no locals to read")
+    seen = {}
+    for name, pause in (("slow", "0.4"), ("hung", "3600")):
+        script = tmp_path / f"{name}.py"
+        script.write_text(
+            "import time\n\n\ndef evaluate():\n    n = 0\n    while True:\n"
+            f"        time.sleep({pause})\n        n += 1\n\n\nprint('up', flush=True)\nevaluate()\n"
+        )
+        p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline() == "up\n"
+            view = RankView(Proc(pid=p.pid, rank=0, run="r", started=time.time()), time.time())
+            deadline = time.time() + 30
+            while view.phase != "eval" and time.time() < deadline:
+                stacks = spy.sample(p.pid)
+                if stacks:
+                    view.update(stacks, {}, time.time())
+            seen[name] = counting_on([view], spy, wait_s=1.5)
+        finally:
+            p.kill()
+            p.wait(timeout=30)
+    assert seen == {"slow": True, "hung": False}

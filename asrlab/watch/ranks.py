@@ -4,6 +4,7 @@ stands against the others' (:class:`Loops`: a rank whose loop has ended while ot
 from __future__ import annotations
 
 import socket
+import time
 
 from ..lab.stall.classify import (
     Loop,
@@ -34,6 +35,28 @@ def all_training(views: list, expected: int, printed: bool = False) -> bool:
     return len(views) >= expected and (
         printed or all(v.phases_seen & steps or len(v.phases_seen & (steps | {"data"})) >= 2 for v in views)
     )
+
+
+def counting_on(views: list, sampler, wait_s: float = 1.0) -> bool:
+    """Whether a rank in an evaluation pass, every sample of it on one line (a slow read, a sleep for storage),
+    counts on all the same: a whole-number local of its innermost own frame changed over ``wait_s`` (py-spy only;
+    a hung read's locals stay as they are)."""
+    if not isinstance(sampler, PySpy):
+        return False
+    for v in views:
+        own = [(f, fn) for f, _, fn in v.stacks.get("MainThread") or [] if own_code(f)]
+        if v.phase != "eval" or not own:
+            continue
+        before = _counts(sampler.locals_of(v.proc.pid, *own[-1]))
+        time.sleep(wait_s)
+        after = _counts(sampler.locals_of(v.proc.pid, *own[-1]))
+        if any(after.get(k, n) != n for k, n in before.items()):
+            return True
+    return False
+
+
+def _counts(values: dict[str, str]) -> dict[str, int]:
+    return {k: int(v) for k, v in values.items() if isinstance(v, str) and v.lstrip("-").isdigit()}
 
 
 class RankView:

@@ -38,7 +38,7 @@ from ..lab.stall.classify import phase_of
 from ..lab.stall.verdict import WAITING
 from .gpus import GpuBusy
 from .keeper import KeptJob
-from .ranks import Loops, RankView, all_training
+from .ranks import Loops, RankView, all_training, counting_on
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -348,6 +348,10 @@ class JobWatch:
         # between steps is sampled at one line, and moves all the same)
         still = now - max(max(v.moved for v in views), self.output.stepped)
         if still < allowance:
+            return
+        if counting_on(views, self.sampler):  # an evaluation that counts on, sampled asleep on one line: moving
+            for v in views:
+                v.moved = time.time()
             return
         world = self.world()
         uneven = self.loops.uneven(views, world, self.sampler)

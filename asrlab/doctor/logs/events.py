@@ -43,7 +43,7 @@ class Events:
         self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
         # what the reader says of that line's clock, put on its events: "stamped" (a clock of its own, or the last
-        # one above it), "year_guessed" (glog's month and day alone); a traceback's, its first line's
+        # one above it), "year_guessed" (glog's month and day alone), "date_guessed" (a time of day alone); a traceback's, its first line's
         self.stamp: dict = {}
         self.source = ""
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next

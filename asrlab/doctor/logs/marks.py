@@ -11,6 +11,9 @@ _HMS = r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
 _ISO = re.compile(rf"(?P<y>\d{{4}})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_]{_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")
 _US = re.compile(rf"(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{{4}}),? {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")  # Hugging Face's
 _GLOG = re.compile(rf"(?:^|[\s\[:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{1,6}})")
+_GLOG_GLUED = re.compile(rf"[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{6}}) +\d+ ")  # after a bar's end too
+# a time of day alone, first on the line: "18:33:56.018 <r1> ERROR ...", "[15:50:15] r1 e1 i1/8"
+_DAYTIME = re.compile(rf"\[?{_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
 
 # a rank mark a line begins with; its text after the mark is the line as the rank wrote it
 _MARK = r"\[(?:rank|default|[\w.-]+:)(\d+)\]:"  # PyTorch's; torchrun's, its role first (default, a host's "gpu3:")
@@ -44,6 +47,7 @@ STRUCTURAL = re.compile(
 _OWN_R = (
     r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
     r"|^\S*\d\d:\d\d:\d\d\S* \W{0,2} ?[A-Za-z][\w.-]{0,30}/r(\d{1,4}) "  # "06:33:51.742 ~ hum/r1 ~ INFO": a host's rank
+    r"|^\S*\d\d:\d\d:\d\d\S* <[rw](\d{1,4})> "  # "18:33:56.018 <r1> ERROR"
 )
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
@@ -108,20 +112,44 @@ def world_of(line: str) -> int | None:
 
 class Clock:
     """Turns a line's stamp into seconds since the epoch (UTC as written: only the order and the gaps
-    matter). glog's stamps take the year of the last full stamp seen, else this year."""
+    matter). glog's stamps take the year of the last full stamp seen, else this year; a time of day alone takes
+    the last full stamp's date, else the first of January of this year, a day later each time it goes back by
+    more than half a day (midnight). ``guessed``: what the last stamp read did not say ("year", "date")."""
 
     def __init__(self):
         self.year = time.gmtime().tm_year
-        self.year_known = False  # a full stamp seen: glog's stamps since take its year, not a guess
+        self.date: tuple[int, int, int] | None = None  # the last stamp's that had one (glog's: its year guessed)
+        self.full, self.guessed = False, None  # a full stamp seen
+        self._days, self._last = 0, None  # days a time of day alone went past midnight; its last second
+
+    def seed(self, text: str) -> None:
+        """The date of the first stamp in ``text`` (a file's first and last lines) for a time of day alone read
+        before any line with a date."""
+        for m in (_ISO.search(text), _US.search(text), _GLOG_GLUED.search(text)):
+            if m is not None and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+                year = int(m["y"]) if "y" in m.groupdict() else self.year
+                self.date, self.year, self.full = (year, int(m["mo"]), int(m["d"])), year, "y" in m.groupdict()
+                return
 
     def of(self, line: str) -> float | None:
-        if len(line) < 14:
+        if len(line) < 9:
             return None
         if m := _ISO.search(line, 0, 80) or _US.search(line, 0, 60):
-            self.year, self.year_known = int(m["y"]), True
+            self.year, self.full, self.guessed = int(m["y"]), True, None
+            self.date, self._days, self._last = (self.year, int(m["mo"]), int(m["d"])), 0, None
             return _seconds(self.year, m)
         if (m := _GLOG.search(line, 0, 60)) and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+            self.guessed = None if self.full else "year"
+            self.date, self._days, self._last = (self.year, int(m["mo"]), int(m["d"])), 0, None
             return _seconds(self.year, m)
+        if (m := _DAYTIME.match(line)) and int(m["h"]) < 24 and int(m["mi"]) < 60 and int(m["s"]) < 61:
+            self.guessed = None if self.full else "year" if self.date else "date"
+            y, mo, d = self.date or (self.year, 1, 1)
+            t = calendar.timegm((y, mo, d, *map(int, m.group("h", "mi", "s")), 0, 0, 0)) + 86400 * self._days
+            if self._last is not None and t < self._last - 43200:
+                self._days, t = self._days + 1, t + 86400
+            self._last = t
+            return t + (float("0." + m["frac"]) if m["frac"] else 0.0)
         return None
 
 

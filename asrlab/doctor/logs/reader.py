@@ -83,6 +83,8 @@ class _File:
 
     def read(self) -> None:
         # a piece is read once EDGE bytes after it are in: the file's last EDGE bytes are read line by line
+        if self.path != "-":  # a time of day alone takes the date a stamp of the file says, wherever it is
+            self.clock.seed(stream.ends(self.path))
         ahead, after, offset = [], 0, 0  # pieces not read yet; their bytes but the first one's
         for data, lo, hi in stream.pieces(sys.stdin.buffer if self.path == "-" else self.path, stream.CHUNK):
             if data.find(b"\r", lo, hi) >= 0:  # a progress bar's drawings
@@ -421,7 +423,7 @@ class _File:
             self.events.order = order
             who = rank if rank is not None else (r if (r := rank_of(text)) is not None else self.rank)
             kept = len(self.events.events)
-            guessed = {"year_guessed": True} if not self.clock.year_known and self.now is not None else {}
+            guessed = {f"{self.clock.guessed}_guessed": True} if self.clock.guessed and self.now is not None else {}
             self.events.stamp = {"stamped": t is not None, **guessed}  # glog's stamps alone say no year
             self.events.feed(self.path, who, self.now, text, bar)
             self.events.stamp = {}  # what is said at the end (a traceback the file's end cut) is of no one line
@@ -450,6 +452,8 @@ class _File:
         if run.world is None:
             run.world = world_of(text)
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
+        if self.clock.guessed and self.now is not None:  # what its clock did not say: no year, no date
+            rec[f"{self.clock.guessed}_guessed"] = True
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         run.first_steps.setdefault(rec["file"], rec)

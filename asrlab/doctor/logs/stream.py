@@ -23,9 +23,10 @@ _GLUED = re.compile(
     rb"(?<=[^\s\[(])(?=\[rank\d+\]:|\[rank: \d+\] |\[default\d+\]:|\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[,.]\d)|"
     rb"(?<=\S)(?<!\]:)(?=\[\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|\[[EWI] ?[\w.]+\.cpp:\d+\])|"  # not after "[rank0]:"
     rb"(?<=\})(?=\{\")|"  # two ranks' JSON lines, printed at once: '{"step": 5, "rank": 1}{"step": 5, "rank": 0}'
-    rb"(?<=\])(?=[IWEF][01]\d{3} \d\d:\d\d:\d\d\.\d+ +\d+ )"  # glog's line after a bar left without its newline
+    rb"(?<=\])(?=[IWEF][01]\d{3} \d\d:\d\d:\d\d\.\d+ +\d+ )|"  # glog's line after a bar left without its newline
+    rb"(?<=\])(?=\d\d:\d\d:\d\d[.,]\d+ )"  # a logger's, stamped with a time of day, after a bar the same way
 )
-_GLOG = re.compile(rb"\][IWEF][01]\d{3} \d\d:")
+_GLOG = re.compile(rb"\](?:[IWEF][01]\d{3} )?\d\d:\d\d:\d\d")
 # where a date is (its "-MM-DD hh:mm:ss"): a search that starts at a literal byte, for glued's first look
 _DATE = re.compile(rb"-\d\d-\d\d[ T_]\d\d:\d\d:\d\d")
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
@@ -53,6 +54,19 @@ def open_log(path: str | Path) -> BinaryIO:
 
         return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
     return raw
+
+
+def ends(path: str, size: int = 1 << 16) -> str:
+    """The file's first and last ``size`` bytes as text (its first only where it is compressed or a notebook)."""
+    try:
+        with open_log(path) as f:
+            head = f.read(size)
+            if isinstance(f, io.BufferedReader) and f.seek(0, 2) > 2 * size:
+                f.seek(-size, 2)
+                head += b"\n" + f.read(size)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error):
+        return ""
+    return head.decode("utf-8", "replace")
 
 
 def pieces(path, size: int = CHUNK) -> Iterator[tuple[bytes, int, int]]:

@@ -106,6 +106,7 @@ def espnet(line: str) -> dict | None:
 # "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:42, 5.38it/s, v_num=1, loss=0.52, lr=0.001, global_step=3450]"
 _BAR = re.compile(r"^(?:\[rank\d+\]:\s*)?([^|%\n]{0,60}?)\s*\d+%\|.*?\|\s*(\d+)/(\d+|\?)\s*\[([^\]]*)\]")
 _BAR_EPOCH = re.compile(r"[Ee]poch\s*:?\s*(\d+)")
+_BAR_RANK = re.compile(r"(?:[Rr]ank|[rw])\s?(\d{1,4}):?")
 _RATE = re.compile(rf"({NUM})\s*(it/s|s/it)")
 
 
@@ -127,7 +128,9 @@ def lightning(line: str) -> dict | None:
     losses = _losses((k, v) for k, v in pairs if not k.startswith(("val", "v_num")))
     epoch, lr, gn = int(e.group(1)) if e else None, num(d.get("lr")), num(d.get("grad_norm"))
     bar = (label.strip(), total)  # the reader's: a bar of no name beside named ones is another loop's
-    return _record("lightning", epoch, int(batch), step, losses=losses, lr=lr, grad_norm=gn, rate=steps_s, bar=bar)
+    rank = int(r[1]) if (r := _BAR_RANK.fullmatch(bar[0])) else None  # a bar named by its rank: "r1: 35%|..."
+    return _record("lightning", epoch, int(batch), step, losses=losses, lr=lr, grad_norm=gn, rate=steps_s, bar=bar,
+                   rank=rank)  # fmt: skip
 
 
 # VITS's trainer (and its forks: so-vits-svc, Bert-VITS2): "Train Epoch: 37 [22%]", then its losses, the global

@@ -108,6 +108,10 @@ def _causes(run: LogRun) -> list[tuple]:
             out.append(("crashed", e))  # a root cause whose exit code the paste cuts off: still the first failure
         elif k == "stop":  # beside the watch's word on a stall in this file: the watch's, or a person's of a hung job
             found = any(x["file"] == e["file"] for x in stalls)
+            # a rank's word on a signal its launcher had just said it was sending the ranks left (torchrun's "Sending
+            # process N closing signal", mp.spawn's "Terminating process N via signal"): the launcher's doing
+            found = found or e.get("rank") is not None and any(
+                a["kind"] == "agent_stop" and a["file"] == e["file"] and a["order"] < e["order"] for a in run.events)  # fmt: skip
             out.append(("stopped", {**e, "consequence": True} if found else e))
         elif k == "watch_stall" and e in stalls:
             # a node's watch that saw only ranks waiting on another's: that node's word leads
@@ -126,6 +130,7 @@ def _causes(run: LogRun) -> list[tuple]:
         same = {lead["rank"]} if lead else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
         r = lead or r
         e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "stamped": r["stamped"], "record": r}
+        e.update((k, True) for k in ("year_guessed", "date_guessed") if r.get(k))
         e.update(order=r["order"], file=r["file"])
         many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
         out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
@@ -295,6 +300,12 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
             "say where)"
         )
         return {**view, "verdict": "stalled", "culprit": culprit(lone, rec), "summary": said}
+    if (gone := _gone_before(run, first)) is not None:
+        rank, rec = gone
+        said = f"rank {rank}'s lines end {at(rec)} without a word of why (a signal ended it: SIGKILL, the OOM killer, "
+        said += f"a lost node; or it printed its error elsewhere, the console); then rank {first['rank']} was told to "
+        said += f"stop ({first['text'][:160]}) and lost its peer: a launcher ending the ranks left"
+        return {**view, "verdict": "crashed", "culprit": culprit(rank, rec), "summary": said}
     verdict, e = _refine(run, first["verdict"], first)
     rank = e.get("culprit_rank", e.get("rank") if e.get("rank") is not None else (e.get("record") or {}).get("rank"))
     if verdict == "stopped" and len({x.get("rank") for x in run.events if x["kind"] == "stop"}) > 1:
@@ -310,6 +321,24 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     if nf.get("transient") and verdict != "nonfinite":
         said += f"; earlier, for a while: {nf['text']}"
     return {**_event_view(e), "verdict": verdict, "culprit": culprit(rank, rec), "summary": said}
+
+
+def _gone_before(run: LogRun, stop: dict) -> tuple | None:
+    """``(rank, its last step record)`` where a stop sent to one rank alone was its launcher's ending of the ranks
+    left: that rank then lost its peer, and one other rank's lines had ended before the stop without a word."""
+    r0 = stop.get("rank")
+    if stop["kind"] != "stop" or r0 is None or any(x["kind"] == "stop" and x.get("rank") != r0 for x in run.events):
+        return None
+    if not any(x["kind"] == "consequence" and x.get("rank") == r0 and _since(x, stop) for x in run.events):
+        return None
+    quiet = []
+    for rank, s in run.series.items():
+        last = s.last
+        if rank in (None, r0) or last is None or not last["stamped"] or stop.get("time") is None:
+            continue
+        if last["time"] <= stop["time"] and not any(x.get("rank") == rank and _since(x, last) for x in run.events):
+            quiet.append((rank, last))
+    return quiet[0] if len(quiet) == 1 else None
 
 
 def _passed(run: LogRun, e: dict) -> bool:
@@ -404,7 +433,8 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     else:
         s = f"{who} failed first {when}: {e['text'][:300]}{line}"
     if e.get("time"):  # a line without a clock of its own: after the last one above it
-        stamp = clock(e["time"])[5:] if e.get("year_guessed") else clock(e["time"])  # no year where none was said
+        # no year, or no date, where none was said
+        stamp = clock(e["time"])[11 if e.get("date_guessed") else 5 if e.get("year_guessed") else 0 :]
         s += f" (after {stamp})" if e.get("stamped") is False else f" ({stamp})"
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
