@@ -822,6 +822,9 @@ WORDINGS = {
     "mp.spawn's 'exit code 3221225620' (0xC0000094): Windows' integer division by zero, a death by a fault": (
         "logs94/gpt_sovits/s2_train_windows_spawn_process_0_exit_code_3221225620_garbled_traceback.log"
     ),
+    "Calamari's '#00000010: loss=336.84 ler=1.15' numbered step lines before its infinite loss": (
+        "logs95/calamari/vietnamese_ocr_iter_10_ctc_no_valid_path_infinite_loss_skipping_batch_iter_40.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -920,6 +923,7 @@ INDEX = {
         "logs92",
         "logs93",
         "logs94",
+        "logs95",
     )
     for c in index(FIXTURES / folder)
 }

@@ -13,7 +13,8 @@ NAMED = re.compile(
     r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
-    r"|Saving checkpoints for (\d+) into ",  # TensorFlow's estimator: its global step at the save
+    r"|Saving checkpoints for (\d+) into "  # TensorFlow's estimator: its global step at the save
+    r"|^#(\d{3,}): (?=\w+=)",  # Calamari's "#00000010: loss=336.84 ler=1.15 dt=4.88s"
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")

@@ -48,6 +48,7 @@ _OWN_R = (
     r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
     r"|^\S*\d\d:\d\d:\d\d\S* \W{0,2} ?[A-Za-z][\w.-]{0,30}/r(\d{1,4}) "  # "06:33:51.742 ~ hum/r1 ~ INFO": a host's rank
     r"|^\S*\d\d:\d\d:\d\d\S* <[rw](\d{1,4})> "  # "18:33:56.018 <r1> ERROR"
+    r"|\| ?[A-Za-z][\w.-]{0,30}/(?:gpu|rank|r)(\d{1,4}) ?\|"  # a logger's "... | node0/gpu1 | INFO |"
 )
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger
