@@ -44,12 +44,12 @@ def counting_on(views: list, sampler, wait_s: float = 1.0) -> bool:
     if not isinstance(sampler, PySpy):
         return False
     for v in views:
-        own = [(f, fn) for f, _, fn in v.stacks.get("MainThread") or [] if own_code(f)]
-        if v.phase != "eval" or not own:
+        frame = own_frame(v.stacks.get("MainThread") or []) if v.phase == "eval" else None
+        if frame is None:
             continue
-        before = _counts(sampler.locals_of(v.proc.pid, *own[-1]))
+        before = _counts(sampler.locals_of(v.proc.pid, frame[0], frame[2]))
         time.sleep(wait_s)
-        after = _counts(sampler.locals_of(v.proc.pid, *own[-1]))
+        after = _counts(sampler.locals_of(v.proc.pid, frame[0], frame[2]))
         if any(after.get(k, n) != n for k, n in before.items()):
             return True
     return False

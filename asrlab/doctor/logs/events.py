@@ -43,7 +43,8 @@ class Events:
         self._last: dict[str, dict] = {}
         self.order = 0  # the line's place in the whole read, set by the reader before each feed
         # what the reader says of that line's clock, put on its events: "stamped" (a clock of its own, or the last
-        # one above it), "year_guessed" (glog's month and day alone), "date_guessed" (a time of day alone); a traceback's, its first line's
+        # one above it), "year_guessed" (glog's month and day alone), "date_guessed" (a time of day alone); a
+        # traceback's, its first line's
         self.stamp: dict = {}
         self.source = ""
         self._terminate: tuple | None = None  # a C++ "terminate called" line whose what() comes next
@@ -272,8 +273,8 @@ class Events:
             if m.group(0).endswith("following error"):
                 self._spawned = int(m.group(1))
             code = int(m.group(3)) if m.group(3) else 1 if self._spawned is not None else None
-            self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2) or exit_signal(code), root=True,
-                      source="torch.multiprocessing")  # fmt: skip
+            self._add("exit", int(m.group(1)), time, text, exitcode=code, signal=m.group(2) or exit_signal(code),
+                      root=True, source="torch.multiprocessing")  # fmt: skip
             return
         signalled = "death signal" in text or "ot signal" in text or "eceived" in text or "SIG" in text
         if signalled and (sig := death_signal(text)):

@@ -117,16 +117,20 @@ class Clock:
     the last full stamp's date, else the first of January of this year, a day later each time it goes back by
     more than half a day (midnight). ``guessed``: what the last stamp read did not say ("year", "date")."""
 
-    def __init__(self):
+    def __init__(self, dated=None):
         self.year = time.gmtime().tm_year
         self.date: tuple[int, int, int] | None = None  # the last stamp's that had one (glog's: its year guessed)
         self.full, self.guessed = False, None  # a full stamp seen
         self._days, self._last = 0, None  # days a time of day alone went past midnight; its last second
+        # where a stamp lacks its year or date before a full one: the text (the file's first and last lines) to find
+        # one in
+        self._dated = dated
 
-    def seed(self, text: str) -> None:
-        """The date of the first stamp in ``text`` (a file's first and last lines) for a time of day alone read
-        before any line with a date."""
-        for m in (_ISO.search(text), _US.search(text), _GLOG_GLUED.search(text)):
+    def _seed(self) -> None:
+        """The date of the first stamp of the file's ends, asked once, for a stamp read before any full one."""
+        text, self._dated = self._dated(), None
+        for pattern in (_ISO, _US, _GLOG_GLUED):
+            m = pattern.search(text)
             if m is not None and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
                 year = int(m["y"]) if "y" in m.groupdict() else self.year
                 self.date, self.year, self.full = (year, int(m["mo"]), int(m["d"])), year, "y" in m.groupdict()
@@ -140,10 +144,14 @@ class Clock:
             self.date, self._days, self._last = (self.year, int(m["mo"]), int(m["d"])), 0, None
             return _seconds(self.year, m)
         if (m := _GLOG.search(line, 0, 60)) and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+            if not self.full and self._dated is not None:  # its year, where the file says it
+                self._seed()
             self.guessed = None if self.full else "year"
             self.date, self._days, self._last = (self.year, int(m["mo"]), int(m["d"])), 0, None
             return _seconds(self.year, m)
         if (m := _DAYTIME.match(line)) and int(m["h"]) < 24 and int(m["mi"]) < 60 and int(m["s"]) < 61:
+            if self.date is None and self._dated is not None:
+                self._seed()
             self.guessed = None if self.full else "year" if self.date else "date"
             y, mo, d = self.date or (self.year, 1, 1)
             t = calendar.timegm((y, mo, d, *map(int, m.group("h", "mi", "s")), 0, 0, 0)) + 86400 * self._days

@@ -60,7 +60,9 @@ class _File:
 
     def __init__(self, run: LogRun, events: Events, path: str, index: int, fast: bool = True):
         self.run, self.events, self.path, self.index, self.quick = run, events, path, index, fast
-        self.clock, self.now, self.reader, self.toolkit = Clock(), None, None, None
+        # a time of day alone takes the date a stamp of the file says, wherever it is (its ends read where one comes)
+        dated = (lambda: stream.ends(path)) if path != "-" else None
+        self.clock, self.now, self.reader, self.toolkit = Clock(dated), None, None, None
         self.first = None  # the file's first clock
         self.epoch = None  # the epoch a line said is starting (SpeechBrain's "Going into epoch 2"), for bars
         self.bar: tuple[int, int] | None = None  # the last progress bar's count and its line's number
@@ -83,8 +85,6 @@ class _File:
 
     def read(self) -> None:
         # a piece is read once EDGE bytes after it are in: the file's last EDGE bytes are read line by line
-        if self.path != "-":  # a time of day alone takes the date a stamp of the file says, wherever it is
-            self.clock.seed(stream.ends(self.path))
         ahead, after, offset = [], 0, 0  # pieces not read yet; their bytes but the first one's
         for data, lo, hi in stream.pieces(sys.stdin.buffer if self.path == "-" else self.path, stream.CHUNK):
             if data.find(b"\r", lo, hi) >= 0:  # a progress bar's drawings
@@ -302,6 +302,7 @@ class _File:
         """What the run block[a:b] gives read alone, from the file's state now: (events by kind, step lines
         by format, non-finite step lines, whether a run like it can be counted)."""
         alone = _File(LogRun(), Events(), self.path, self.index, fast=False)
+        alone.clock = Clock()  # (its times are not what it gives: no read of the file's ends for a date)
         alone.clock.year, alone.now, alone.reader, alone.toolkit = self.clock.year, self.now, self.reader, self.toolkit
         state = {k: getattr(self, k, None) for k in STATE}
         alone.__dict__.update(state)
@@ -401,6 +402,8 @@ class _File:
             text = _LOGURU.sub("", text, count=1)
         if t is not None:
             self.now, self.stamped, self.first = t, order, self.first or t
+        # what the file's clock does not say (glog's year, a time of day's date), on the line's events and its record
+        guessed = {f"{self.clock.guessed}_guessed": True} if self.clock.guessed and self.now is not None else {}
         rec = step_of(text, self.reader)
         self.read_in_full += 1
         if rec is not None and (b := rec.pop("bar", None)) is not None:
@@ -423,8 +426,7 @@ class _File:
             self.events.order = order
             who = rank if rank is not None else (r if (r := rank_of(text)) is not None else self.rank)
             kept = len(self.events.events)
-            guessed = {f"{self.clock.guessed}_guessed": True} if self.clock.guessed and self.now is not None else {}
-            self.events.stamp = {"stamped": t is not None, **guessed}  # glog's stamps alone say no year
+            self.events.stamp = {"stamped": t is not None, **guessed}
             self.events.feed(self.path, who, self.now, text, bar)
             self.events.stamp = {}  # what is said at the end (a traceback the file's end cut) is of no one line
             if len(self.events.events) > kept:  # the step each rank was at when it came: kept however long the log
@@ -452,8 +454,7 @@ class _File:
         if run.world is None:
             run.world = world_of(text)
         rec["time"], rec["file"], rec["order"], rec["stamped"] = self.now, self.path, order, t is not None
-        if self.clock.guessed and self.now is not None:  # what its clock did not say: no year, no date
-            rec[f"{self.clock.guessed}_guessed"] = True
+        rec.update(guessed)
         rec["nonfinite"] = not finite(rec)
         series = run.series.setdefault(rec["rank"], Series())
         run.first_steps.setdefault(rec["file"], rec)

@@ -89,8 +89,8 @@ def timeline_of(
             # the rank's own error said out of memory (torch.OutOfMemoryError, MemoryError): as a log's would be
             oom = not guess and exception_kind(f"{e0.get('type') or ''}: {e0.get('message') or ''}") == "oom"
             failures.append(failure(
-                "out_of_memory" if oom else "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step, consequence=consequence,
-                guess=guess, lost_peer=lost_peer, **more,
+                "out_of_memory" if oom else "crashed", "error", e0["time"], said, source="errors", rank=rank, step=step,
+                consequence=consequence, guess=guess, lost_peer=lost_peer, **more,
             ))  # fmt: skip
     if halt is not None and halt["current"]:
         place = {"rank": halt.get("rank"), "step": halt.get("step")}

@@ -327,14 +327,16 @@ def _gone_before(run: LogRun, stop: dict) -> tuple | None:
     """``(rank, its last step record)`` where a stop sent to one rank alone was its launcher's ending of the ranks
     left: that rank then lost its peer, and one other rank's lines had ended before the stop without a word."""
     r0 = stop.get("rank")
-    if stop["kind"] != "stop" or r0 is None or any(x["kind"] == "stop" and x.get("rank") != r0 for x in run.events):
+    if stop["kind"] != "stop" or r0 is None or stop.get("time") is None:
+        return None
+    if any(x["kind"] == "stop" and x.get("rank") != r0 for x in run.events):
         return None
     if not any(x["kind"] == "consequence" and x.get("rank") == r0 and _since(x, stop) for x in run.events):
         return None
     quiet = []
     for rank, s in run.series.items():
         last = s.last
-        if rank in (None, r0) or last is None or not last["stamped"] or stop.get("time") is None:
+        if rank in (None, r0) or last is None or not last["stamped"]:
             continue
         if last["time"] <= stop["time"] and not any(x.get("rank") == rank and _since(x, last) for x in run.events):
             quiet.append((rank, last))
