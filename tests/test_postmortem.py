@@ -825,6 +825,12 @@ WORDINGS = {
     "Calamari's '#00000010: loss=336.84 ler=1.15' numbered step lines before its infinite loss": (
         "logs95/calamari/vietnamese_ocr_iter_10_ctc_no_valid_path_infinite_loss_skipping_batch_iter_40.log"
     ),
+    "audiocraft's 'Train Summary | Epoch 26 | ... grad_norm=NAN | grad_scale=289800.192 | ce=0.090': a skipped step": (
+        "logs96/audiocraft/healthy_flashy_summaries_epochs_24_to_27_grad_norm_nan_ce_0_090.log"
+    ),
+    "a history's '\"grad_norm\": NaN,' beside its '\"grad_scale\": 32784.38,': fp16's skipped steps": (
+        "logs96/audiocraft/healthy_musicgen_history_grad_norm_infinity_nan_grad_scale_json_fields.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -924,6 +930,7 @@ INDEX = {
         "logs93",
         "logs94",
         "logs95",
+        "logs96",
     )
     for c in index(FIXTURES / folder)
 }
@@ -1100,6 +1107,18 @@ def test_each_wording_once_missed_reads_right(what):
     for key in ("rank", "step"):
         if (case.get("culprit") or {}).get(key) is not None:
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
+
+
+def test_a_gradient_norm_alone_not_finite_beside_a_loss_scale_is_a_skipped_step_not_a_failure():
+    """fp16's scaler skips a step whose gradients overflowed: its gradient norm is printed inf or nan while the loss
+    stays finite. audiocraft's summaries (colour codes whose escape byte a copy lost, a month and day for a clock)
+    and a history's JSON fields grouped by key, the loss scale printed after the norms."""
+    d = read_excerpt(FIXTURES / WORDINGS[next(w for w in WORDINGS if w.startswith("audiocraft's"))])
+    assert (d["verdict"], d["formats"]) == ("no_failure_seen", {"kv": 3}), d["summary"]  # "[1mValid Summary": no step
+    assert d["nonfinite"]["first"]["epoch"] == 26 and d["nonfinite"]["transient"], d["nonfinite"]
+    assert d["nonfinite"]["first"]["time"] is not None  # "[05-07 13:05:33]"
+    d = read_excerpt(FIXTURES / WORDINGS[next(w for w in WORDINGS if w.startswith("a history's"))])
+    assert d["verdict"] == "no_failure_seen" and d["nonfinite"]["norm_skips"] == 10, d["nonfinite"]
 
 
 @pytest.mark.parametrize(

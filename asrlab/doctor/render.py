@@ -321,6 +321,8 @@ def _log_text(d: dict) -> str:
         lines.append(f"hang: {d['hang']['text']}")
     if d["nonfinite"] and d["nonfinite"].get("first"):
         lines.append(f"non-finite: {d['nonfinite']['text']} ({d['nonfinite']['count']} non-finite step lines)")
+    elif d["nonfinite"] and d["nonfinite"]["norm_skips"]:  # no step non-finite: the gradient norms fp16 skipped
+        lines.append(f"loss scale: {d['nonfinite']['text']}")
     for r in d["resumes"]["from_output"]:
         who = "resume" if r["rank"] is None else f"resume (rank {r['rank']})"
         lines.append(f"{who}: {r['text']}" + (f"; from {r['checkpoint']}" if r.get("checkpoint") else ""))

@@ -20,7 +20,7 @@ from .words import FATAL, GLOO, HANGUP, HYDRA, INTERRUPTED, ITEM, JAX_BARRIER, L
 from .words import NAN_VALUE, NOT_SUSPECT, RECOVERED, RENDEZVOUS, RESUME, SCALE, SCHEDULER_STOP, SHELL_SIGNAL
 from .words import SHELL_SIGNALS, SHELL_STOP, SRUN_TASK, STATUS, STORE, STORE_KEY, SUSPECT, TERMINATE, TF_COORDINATOR
 from .words import UNHANDLED, WATCH_SAID, WATCH_VERDICT, death_signal, exit_signal, nonfinite_row, nonfinite_said
-from .words import shell_pid, signame
+from .words import SCALE_VALUE, norm_only, shell_pid, signame
 from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
@@ -59,6 +59,7 @@ class Events:
         self._unhandled: dict[str, tuple] = {}
         self._nccl: dict = {}  # (host, pid) -> NCCL's last WARN there, True once its error was said
         self._empty_mean: set[str] = set()  # the files where numpy warned of a mean of nothing: its nan is no failure
+        self._scaled: set[str] = set()  # the files that print a loss scale's value: fp16 with a scaler that skips
 
     def _add(self, kind: str, rank, time, text: str, **more) -> None:
         e = dict(kind=kind, rank=rank, time=time, order=self.order, file=self.source, text=text.strip()[:500])
@@ -202,6 +203,13 @@ class Events:
             if not (aborted and text.startswith("terminate called")):
                 self._add("exception", rank, time, text, type=typ, message="", where=None, cut=True)
         self.events.extend(self._last.values())
+        for e in self.events:  # a gradient norm alone not finite beside a loss scale: a step the scaler skipped
+            if e["kind"] == "nonfinite_line" and e.get("norm") and e["file"] in self._scaled:
+                e["kind"] = "norm_skip"
+                self.counts["nonfinite_line"] -= 1
+                if not self.counts["nonfinite_line"]:
+                    del self.counts["nonfinite_line"]
+                self.counts["norm_skip"] = self.counts.get("norm_skip", 0) + 1
 
     def _where(self, source: str) -> dict:
         """The last step a line of ``source`` named, and the order of that line."""
@@ -398,8 +406,10 @@ class Events:
         if "xecuting job" in text and HYDRA.search(text.strip()):  # Hydra's line before the job's exception
             self._unhandled.setdefault(self.source, (self.order, rank, time, text, None))
             return
+        if "cale" in text and SCALE_VALUE.search(text):
+            self._scaled.add(self.source)
         if said := nonfinite_said(text):
-            self._add("nonfinite_line", rank, time, text, said=said)
+            self._add("nonfinite_line", rank, time, text, said=said, **({"norm": True} if norm_only(text) else {}))
             return
         if row := nonfinite_row(text):
             place = None if row[1] is None else {"step": row[1], "epoch": None, "batch": None}

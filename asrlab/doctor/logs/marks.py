@@ -1,5 +1,5 @@
-"""A log line's time (Python logging's, ISO, Hugging Face's US dates, glog's ``E0301 12:00:00.123456``, which
-has no year) and rank (PyTorch's ``[rank3]:``, torchrun's ``[default3]:``, NCCL's, icefall's, ESPnet's, WeNet's)."""
+"""A log line's time (Python logging's, ISO, Hugging Face's US dates, glog's ``E0301 12:00:00.123456`` and Hydra's
+``[05-07 13:05:33]``, which have no year) and rank (PyTorch's ``[rank3]:``, torchrun's ``[default3]:``, NCCL's, icefall's, ESPnet's, WeNet's)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ _ISO = re.compile(rf"(?P<y>\d{{4}})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_]{_HMS}(?:[.,](?
 _US = re.compile(rf"(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{{4}}),? {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")  # Hugging Face's
 _GLOG = re.compile(rf"(?:^|[\s\[:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{1,6}})")
 _GLOG_GLUED = re.compile(rf"[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{6}}) +\d+ ")  # after a bar's end too
+# a month and a day without a year, first on the line: Hydra's and audiocraft's "[05-07 13:05:33][flashy.solver]"
+_MONTH_DAY = re.compile(rf"\[?(?P<mo>\d\d)-(?P<d>\d\d) {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
 # a time of day alone, first on the line: "18:33:56.018 <r1> ERROR ...", "[15:50:15] r1 e1 i1/8"
 _DAYTIME = re.compile(rf"\[?{_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
 
@@ -143,7 +145,8 @@ class Clock:
             self.year, self.full, self.guessed = int(m["y"]), True, None
             self.date, self._days, self._last = (self.year, int(m["mo"]), int(m["d"])), 0, None
             return _seconds(self.year, m)
-        if (m := _GLOG.search(line, 0, 60)) and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
+        m = _GLOG.search(line, 0, 60) or _MONTH_DAY.match(line)
+        if m and 1 <= int(m["mo"]) <= 12 and 1 <= int(m["d"]) <= 31:
             if not self.full and self._dated is not None:  # its year, where the file says it
                 self._seed()
             self.guessed = None if self.full else "year"

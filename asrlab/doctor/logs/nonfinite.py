@@ -35,7 +35,11 @@ def nonfinite_section(run: LogRun) -> dict | None:
     what led to it (the gradient norm, the loss scale's halvings); else the loss-scale messages' count."""
     if not run.nonfinite:
         n = sum(e["kind"] == "scale" for e in run.events)
-        return {"first": None, "scale_events": n, "text": f"{n} loss-scale messages"} if n else None
+        skips = sum(e["kind"] == "norm_skip" for e in run.events)
+        said = [f"{n} loss-scale messages"] * bool(n) + [
+            f"{skips} gradient norms not finite beside a loss scale (the steps fp16's scaler skipped)"
+        ] * bool(skips)
+        return {"first": None, "scale_events": n, "norm_skips": skips, "text": "; ".join(said)} if said else None
     r = lone_lossy(run, run.nonfinite[0]) or run.nonfinite[0]
     bad = [k for k, v in r["losses"].items() if v is not None and not math.isfinite(v)]
     good = [k for k, v in r["losses"].items() if v is not None and math.isfinite(v)]

@@ -17,6 +17,8 @@ from typing import BinaryIO
 CHUNK = 1 << 22  # bytes read at a time: lines are cut in C, a chunk at a time
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
+# the same colour codes where a copy lost their escape byte ("[36m05-07 13:05:33[0m"): known by the reset, "[0m"
+_BARE_ANSI = re.compile(rb"\[[0-9;]{1,8}m")
 # where a second line starts inside one: a timestamp or a rank mark (PyTorch's "[rank1]:", Lightning's "[rank: 1] ")
 # that follows text with no newline, or a second JSON object
 _GLUED = re.compile(
@@ -104,6 +106,8 @@ def clean(raw: bytes) -> list[str]:
     """One raw line (no ``\\n``) as the text lines it holds."""
     if b"\x1b" in raw:
         raw = _ANSI.sub(b"", raw)
+    if b"[0m" in raw:
+        raw = _BARE_ANSI.sub(b"", raw)
     if b"\x00" in raw:
         raw = raw.replace(b"\x00", b"")
     if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."

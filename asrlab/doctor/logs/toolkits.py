@@ -26,7 +26,7 @@ _OWN_LOSS = re.compile(
     re.I,
 )
 # (a loss written L, as in the papers: "L=2.31", JSON's "L": NaN; the letter alone, not LR)
-_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]|(?-i:\bL['\"]?\s*[=:])", re.I)
+_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]|(?-i:\bL['\"]?\s*[=:])|(?<![\w.])ce['\"]?\s*[=:]", re.I)
 
 
 def num(text: str) -> float | None:
@@ -299,7 +299,10 @@ def kv(line: str) -> dict | None:
     epoch = int(epoch) if epoch is not None and epoch == int(epoch) else epoch
     batch = int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter))
     step = int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step")
-    lr, scale = num(d.get("lr") or d.get("learning_rate")), num(d.get("loss_scale") or d.get("scale"))
+    lr, scale = (
+        num(d.get("lr") or d.get("learning_rate")),
+        num(d.get("loss_scale") or d.get("grad_scale") or d.get("scale")),
+    )
     said = d.get("rank") or d.get("rk") or ""  # a JSON line's "rank": 1 (or "rk", as the compact tags say it)
     tag = _RANK_VALUE.search(line)  # or a value that is a rank's tag: "@": "r1", "who": "rank1"
     rank = int(said) if said.isdigit() else tags.get("rank", int(tag[1]) if tag else None)

@@ -131,6 +131,16 @@ def nonfinite_said(text: str) -> str | None:
     return m.group(0) if m else nonfinite_values(text)
 
 
+# a loss scale's value printed ("grad_scale=289800.192", '"loss_scale": 1024.0', "loss scale: 65536.0")
+SCALE_VALUE = re.compile(r"\b(?:grad|loss)[_ ]scale['\"]?\s*[=:]\s*\d", re.I)
+
+
+def norm_only(text: str) -> bool:
+    """Whether the values a line prints non-finite are gradient norms alone (its losses finite or not printed)."""
+    bad = [k.lower() for k, v in VALUE.findall(text) if v.lower().lstrip("+-") in ("nan", "inf", "infinity")]
+    return bool(bad) and all("norm" in k for k in bad)
+
+
 def nonfinite_values(text: str) -> str | None:
     """The field that says a line's numbers went non-finite: the total loss or the gradient norm; a term only where
     no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, by a finite loss)."""
