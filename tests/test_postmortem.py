@@ -931,6 +931,7 @@ INDEX = {
         "logs94",
         "logs95",
         "logs96",
+        "logs97",
     )
     for c in index(FIXTURES / folder)
 }
