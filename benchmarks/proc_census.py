@@ -62,7 +62,9 @@ def report(log: str) -> None:
     by = collections.defaultdict(lambda: [0, 0, 0.0])
     for s in starts:
         e = ends.get(s["pid"])
-        row = by[_kind((e or s)["argv"])]
+        # pytest-xdist's workers are "python -c" started outside any test: their CPU is mostly the in-process tests'
+        worker = (e or s)["argv"] == ["-c"] and not s["test"]
+        row = by["-c outside a test (xdist workers)" if worker else _kind((e or s)["argv"])]
         row[0] += 1
         row[1] += e is None
         row[2] += e["cpu"] if e else 0.0
