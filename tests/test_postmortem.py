@@ -831,6 +831,9 @@ WORDINGS = {
     "a history's '\"grad_norm\": NaN,' beside its '\"grad_scale\": 32784.38,': fp16's skipped steps": (
         "logs96/audiocraft/healthy_musicgen_history_grad_norm_infinity_nan_grad_scale_json_fields.log"
     ),
+    "TRL's dict lines '{'loss': 0.0, ..., 'logps/chosen': nan, 'logits/chosen': nan}': a model gone non-finite": (
+        "logs98/trl/dpo_tqdm_175_steps_then_metrics_dicts_loss_2451616399_rewards_nan.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -932,6 +935,7 @@ INDEX = {
         "logs95",
         "logs96",
         "logs97",
+        "logs98",
     )
     for c in index(FIXTURES / folder)
 }

@@ -5,11 +5,12 @@ Values read as the toolkit wrote them: ``nan``, ``inf`` and ``-inf`` as such."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
 from .counters import NAMED, batch_beside, counter_of, tags_of
-from .words import OWN_LOSSES
+from .words import OUTPUTS, OWN_LOSSES
 
 # Infinity: JSON's, as Python writes it; nan.0: Lightning's progress bar's
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|(?:nan|inf|NaN|Inf|INF|NAN)(?:\.0)?)"
@@ -286,6 +287,9 @@ def kv(line: str) -> dict | None:
     losses = _losses(pairs)
     if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
+    # a model's outputs printed not finite (a preference trainer's 'logps/chosen': nan): the model is, whatever its loss
+    outputs = ((k, num(v)) for k, v in _KV.findall(line) if re.match(OUTPUTS, k))
+    losses.update((k, v) for k, v in outputs if v is not None and not math.isfinite(v))
     d = {k.lower(): v for k, v in pairs}
     counter = NAMED.search(line) or _counter(line)
     # a count of the epochs ("Epoch: 13/1250 (3/8)") is no bar: the next is

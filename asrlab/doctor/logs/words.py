@@ -114,9 +114,13 @@ NONFINITE_LINE = re.compile(
     rf"\b(?:\w*loss\w*|{OWN_LOSSES}|grad(?:ient)?[_ ]?norm) (?:is |was |went |became )?(?:not finite|non-?finite)\b",
     re.I,
 )
+# a model's own outputs, as preference trainers log them ("logps/chosen", "logits/rejected"): not finite, the model
+# is not, whatever the loss says
+OUTPUTS = r"logits|logps|log_probs"
 # a loss (by a loop's own name too) or a gradient norm printed as a value: "loss=nan", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
-    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:|│┃]?\s*['\"]?(?:tensor\()?"
+    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w)|(?:{OUTPUTS})/\w+)['\"]?\s*[=:|│┃]?\s*['\"]?"
+    r"(?:tensor\()?"
     r"([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
 )
@@ -146,9 +150,11 @@ def nonfinite_values(text: str) -> str | None:
     no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, by a finite loss)."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
-    vals = [(k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
+    vals = [
+        (k.lower() if re.match(OUTPUTS, k) else k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)
+    ]
     bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
-    told = any(k in _TOTALS or "norm" in k for k in bad) or not any(k in _TOTALS for k, _ in vals)
+    told = any(k in _TOTALS or "norm" in k or "/" in k for k in bad) or not any(k in _TOTALS for k, _ in vals)
     return bad[0] if bad and told else None
 
 
