@@ -834,6 +834,12 @@ WORDINGS = {
     "TRL's dict lines '{'loss': 0.0, ..., 'logps/chosen': nan, 'logits/chosen': nan}': a model gone non-finite": (
         "logs98/trl/dpo_tqdm_175_steps_then_metrics_dicts_loss_2451616399_rewards_nan.log"
     ),
+    "two ranks' one RuntimeError, rank 0's printed first, torchrun's root cause rank 1": (
+        "logs99/omnivoice/torchrun_2_ranks_kaggle_distill_half_vs_float_backward_0_of_70000.log"
+    ),
+    "DeepSpeed's sigkill_handler quoting '--local_rank=1', its command wrapped before 'exits with return code = -9'": (
+        "logs99/anomalygpt/deepspeed_launcher_sigkill_handler_local_rank1_exit_minus9_at_decoder_init.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -936,6 +942,7 @@ INDEX = {
         "logs96",
         "logs97",
         "logs98",
+        "logs99",
     )
     for c in index(FIXTURES / folder)
 }

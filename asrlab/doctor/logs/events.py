@@ -54,7 +54,8 @@ class Events:
         self._ignored = None  # the (file, rank) whose next traceback Python printed and ignored
         self._stalled: str | None = None  # the file whose last line was Horovod's "Stalled ranks:"
         self._place: dict[str, tuple] = {}  # file -> the last step a line of it named ("batch 90"), that line's order
-        self._quoted: dict[str, int | None] = {}  # file -> the child a launcher quoted, its status on the next line
+        # file -> (the child a launcher quoted, lines since): its status on the next line, or after the command wrapped
+        self._quoted: dict[str, tuple] = {}
         # file -> (order, rank, time, line, type): an exception a hook or a logger named, its own line yet to come
         self._unhandled: dict[str, tuple] = {}
         self._nccl: dict = {}  # (host, pid) -> NCCL's last WARN there, True once its error was said
@@ -224,9 +225,11 @@ class Events:
         n = counter_of(text, named=True) if any(c.isdigit() for c in text) else None
         if n is not None:
             self._place[self.source] = (n, self.order)
-        quoted = self._quoted.pop(self.source, None)
+        quoted, wrapped = self._quoted.pop(self.source, (None, 0))
+        if quoted is not None and wrapped < 8 and "return code" not in text and not text.startswith("["):
+            self._quoted[self.source] = (quoted, wrapped + 1)  # the command wrapped onto this line: its status to come
         if "sigkill_handler" in text and (c := CHILD_RANK.search(text)):  # DeepSpeed's launcher quotes the child
-            self._quoted[self.source] = int(c[1])
+            self._quoted[self.source] = (int(c[1]), 0)
         if text.startswith(("terminate called after throwing an instance of", "terminate called without an active")):
             # a C++ exception (or std::terminate with none: a thread still joinable, a pure virtual call) aborts it
             m = TERMINATE.search(text)

@@ -229,6 +229,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
             if any(t.get("file") == e.get("file") and t.get("order", 0) < e.get("order", 0) for t in timeouts):
                 e["consequence"] = True
     events += [{**t, "verdict": "stalled"} for t in timeouts]
+    _twins(events)
     # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
     # closed): from outside, where nothing else failed
     sent = {e.get("pid") for e in run.events if e["kind"] == "agent_stop"}
@@ -253,6 +254,20 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
         e["source"] = NAME
         e["say"] = lambda e=e: _phrased(run, e, d)
     return events, d, history
+
+
+def _twins(events: list[dict]) -> None:
+    """Ranks that raised one error (its type and words, their numbers aside): which printed it first says little, and
+    torchrun's root cause (the first whose exit it saw) names one of them; the others' are the same failure."""
+    raised = [e for e in events if e["kind"] == "exception" and e.get("type") and e.get("rank") is not None]
+    root = next((e for e in events if e["kind"] == "exit" and e.get("root") and e.get("rank") is not None), None)
+    first = first_failure(raised) if root is not None else None
+    gist = lambda e: (e["type"], re.sub(r"\d+", "N", e.get("message") or ""))  # noqa: E731
+    same = [e for e in raised if first is not None and gist(e) == gist(first)]
+    twin = next((e for e in same if e["rank"] == root["rank"]), None) if len({e["rank"] for e in same}) > 1 else None
+    for e in same if twin is not None else ():
+        if e is not twin:
+            e["consequence"] = True
 
 
 def _phrased(run: LogRun, first: dict, d: dict) -> dict:
