@@ -1121,6 +1121,21 @@ def test_each_wording_once_missed_reads_right(what):
             assert d["culprit"][key] == case["culprit"][key], f"{what}: {d['culprit']}; {d['summary']}"
 
 
+def test_a_log_read_alone_says_what_to_do_next(tmp_path):
+    """A log's failing verdict comes with its next step, as a run folder's does: where to look for a kill's sender,
+    what cures a non-finite run; a healthy log with none."""
+    from asrlab.doctor import diagnose
+
+    said = {}
+    for what in ("DeepSpeed's sigkill_handler", "TRL's dict lines", "a history's"):
+        log = tmp_path / f"{len(said)}.log"
+        shutil.copyfile(FIXTURES / WORDINGS[next(w for w in WORDINGS if w.startswith(what))], log)
+        d = diagnose([str(log)])
+        said[d["verdict"]] = d["next"]
+    assert "dmesg" in said["killed"] and "run the same command again" in said["killed"], said
+    assert "notebook 03" in said["nonfinite"] and said["no_failure_seen"] is None, said
+
+
 def test_a_gradient_norm_alone_not_finite_beside_a_loss_scale_is_a_skipped_step_not_a_failure():
     """fp16's scaler skips a step whose gradients overflowed: its gradient norm is printed inf or nan while the loss
     stays finite. audiocraft's summaries (colour codes whose escape byte a copy lost, a month and day for a clock)

@@ -51,12 +51,14 @@ def diagnose(paths, now: float | None = None) -> dict:
             give = "give a run's folder, what asrlab train got as --exp, or the run's log files"
             raise UsageError(f"{p}: not a directory, nothing is there ({give})")
     runs = [p != "-" and is_run(p) for p in paths]
+    from .render import next_step  # (torch, on first use)
+
     if not any(runs):
-        return conform(diagnose_logs(paths), "logs", paths)
+        d = diagnose_logs(paths)
+        return conform({**d, "next": d.get("next") or next_step(d, log=True)}, "logs", paths)
     if not all(runs):
         bad = ", ".join(p for p, r in zip(paths, runs) if not r)
         raise UsageError(f"give run folders or logs, not both: {bad} is not a run folder")
-    from .render import next_step  # (torch, on first use)
 
     if len(paths) == 1:
         d = diagnose_run(paths[0], now)

@@ -52,10 +52,12 @@ def _rank_line(r: dict, flags: bool = True) -> str:
     return f"  {rank_line(r)}, heartbeat {r['heartbeat_age_s']:g} s old [{said}]"
 
 
-def next_step(d: dict) -> str | None:
-    """What to do about a run folder's verdict, in one line (``next`` in the diagnosis)."""
-    ckpt = d["checkpoints"]["newest_loadable"]
-    if d.get("config"):  # a run of asrlab train
+def next_step(d: dict, log: bool = False) -> str | None:
+    """What to do about a run folder's verdict (``log``: a log's, a toolkit folder's), in one line (``next``)."""
+    ckpt = (d.get("checkpoints") or {}).get("newest_loadable")
+    if log:  # a toolkit's run or a loop of one's own: its own way of resuming
+        resume = f"its newest checkpoint is {ckpt}" if ckpt else "resuming from its newest checkpoint, if it saves any"
+    elif d.get("config"):  # a run of asrlab train
         resume = f"--resume auto continues from {ckpt}" if ckpt else "no checkpoint loads, so it starts over"
     elif d["checkpoints"].get("own"):  # a watched loop's own checkpoints: its own way of resuming
         resume = f"its newest checkpoint is {ckpt}" if ckpt else "none of its checkpoints is intact"
@@ -64,9 +66,14 @@ def next_step(d: dict) -> str | None:
     else:
         resume = "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
     v = d["verdict"]
+    if v == "stalled" and log:
+        return (
+            "the rank named first is the one the others waited for; run it again under asrlab watch --stall-timeout "
+            "for every rank's stacks when it hangs"
+        )
     if v == "stalled":
         return (
-            f"read the stacks in {(d['stall'] or {}).get('report') or 'the ranks named above'}; a rank waiting "
+            f"read the stacks in {(d.get('stall') or {}).get('report') or 'the ranks named above'}; a rank waiting "
             "for data points at its loader or storage, one blocked in a collective at the rank named first"
         )
     if v == "crashed":
@@ -80,8 +87,21 @@ def next_step(d: dict) -> str | None:
         if d.get("config"):  # asrlab's trainer: its own model
             how = f"asrlab.train.replay.replay('{bundle}')"
         return f"replay the saved step in each precision: {how}" if bundle else None
+    if v == "nonfinite":
+        return (
+            "read the loss, the gradient norm and the learning rate over the steps before the first non-finite one: "
+            "a lower peak learning rate, warm-up, gradient clipping or bf16/fp32 each cure it (notebook 03 compares "
+            "them); asrlab.lab's numerics guard saves the step to replay"
+        )
+    if v == "killed":
+        return (
+            "a signal ended it: for SIGKILL, the kernel's OOM killer (dmesg) or the scheduler's log says who sent it; "
+            f"for SIGSEGV or SIGABRT, the native library in its last lines; then run the same command again ({resume})"
+        )
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
+    if v == "unknown" and log:
+        return "the lines around those quoted, or the scheduler's log, say how it ended"
     if v == "unknown":
         return "the run's own output (its log, the scheduler's) says how it ended"
     return None
