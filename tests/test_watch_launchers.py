@@ -288,11 +288,18 @@ LAUNCHERS = {
     "lightning": (lambda tmp: [sys.executable, str(LOOPS / "lightning_loop.py"), str(tmp / "exp")],
                   {"MP": "spawn", "STALL_S": "600"}, "hang:1:6"),
     "mp_spawn": (lambda tmp: [sys.executable, str(LOOPS / "spawn_loop.py")], {}, "hang:1:4"),
+    # a script that starts its ranks itself, multiprocessing's spawn Process, RANK set in its own environment for each
+    # (spawn's resource tracker inherits rank 0's; the script is no rank); its exit code the first non-zero rank's
+    "mp_process": (lambda tmp: [sys.executable, str(LOOPS / "spawn_loop.py")], {"START": "process"}, "hang:1:4"),
 }  # fmt: skip
+FAULTS = {"hang": "hung_reader", "raise:1:3": "raise", "kill:1:3": "sigkill"}
+# a rank of a script's own that is SIGKILLed leaves only the script's exit code: torch.multiprocessing.spawn's kill
+# case covers what the watch can say of a vanished rank
+CASES = [(launcher, fault) for launcher in sorted(LAUNCHERS) for fault in FAULTS
+         if (launcher, fault) != ("mp_process", "kill:1:3")]  # fmt: skip
 
 
-@pytest.mark.parametrize("fault", ["hang", "raise:1:3", "kill:1:3"], ids=["hung_reader", "raise", "sigkill"])
-@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+@pytest.mark.parametrize("launcher, fault", CASES, ids=[f"{launcher}-{FAULTS[fault]}" for launcher, fault in CASES])
 def test_the_watch_names_rank_1_whoever_started_it(tmp_path, launcher, fault):
     if launcher == "lightning":
         pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install -e '.[lightning]')")
@@ -312,6 +319,13 @@ def test_the_watch_names_rank_1_whoever_started_it(tmp_path, launcher, fault):
     if launcher == "mp_spawn":  # the ranks' own records; a DataLoader worker makes no process group; the launcher's
         records = [json.loads(f.read_text()) for f in (tmp_path / "watch" / "watch" / "ranks").glob("*.json")]
         assert sorted(str(r.get("rank", "launcher")) for r in records) == ["0", "1", "launcher"], said
+    if launcher == "mp_process":  # the script that set RANK for its ranks records none of its own
+        records = [json.loads(f.read_text()) for f in (tmp_path / "watch" / "watch" / "ranks").glob("*.json")]
+        assert not any("rank" in r for r in records), (records, said)
+        if fault == "hang":  # rank 0 is the process in the loop, not spawn's resource tracker, which inherited RANK=0
+            assert "in run" in d["ranks"][0]["detail"] and "all-reduce" in d["summary"], said
+        else:  # multiprocessing caught the target's exception: recorded on its way out
+            assert json.loads((tmp_path / "watch" / "errors" / "rank1.json").read_text())["type"] == "RuntimeError"
 
 
 DEEPSPEED = ROOT / "tests" / "fixtures" / "watched"

@@ -163,7 +163,9 @@ class Table:
         for pid, parent, _ in tree:
             below.setdefault(parent, []).append(pid)
         # a launcher (torchrun's agent, one per node that srun or mpirun started) is no rank: its children are
-        keys = {pid: rank_key(env[pid], f[3]) if f[1] and not f[2] else None for pid, f in facts.items()}
+        # nor is spawn's resource tracker, which inherits the variables its starter had set for a rank it started
+        keys = {pid: rank_key(env[pid], f[3]) if f[1] and not f[2] and not _tracker(f[3]) else None
+                for pid, f in facts.items()}  # fmt: skip
         for pid, f in facts.items():  # a worker multiprocessing started inherits LOCAL_RANK: not a rank of its own
             if keys[pid] and keys[pid][0] == "LOCAL_RANK" and "multiprocessing" in f[3]:
                 keys[pid] = None
@@ -227,7 +229,7 @@ class Table:
             for pid, _, started in tree:
                 _, py, launcher, cmd = facts[pid]
                 launcher = launcher or (py and "launcher" in self.record(pid, started))  # its ranks still starting
-                if "multiprocessing.resource_tracker" in cmd:  # the spawn start method's helper, no rank
+                if _tracker(cmd):
                     continue
                 if py and not launcher and pid not in launched and not any(pid in w for _, _, w in tops):
                     below_it = workers(pid)
@@ -246,6 +248,11 @@ class Table:
                     ranks[n] = Proc(pid, n, _launch(env[pid], pid), started, below_it, by_env=False, known=False)
                 self.unranked = [pid for pid, _, _ in tops] if len(tops) > 1 else []
         return ranks, sorted(alive)
+
+
+def _tracker(cmd: str) -> bool:
+    """multiprocessing's resource tracker: the spawn start method's helper, never a rank."""
+    return "multiprocessing.resource_tracker" in cmd or "multiprocessing.semaphore_tracker" in cmd
 
 
 def _launch(env: dict, pid: int) -> str:

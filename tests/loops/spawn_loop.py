@@ -1,9 +1,11 @@
 """A DDP loop started by ``torch.multiprocessing.spawn`` (no launcher: its ranks carry no RANK, LOCAL_RANK or
-WORLD_SIZE), 2 CPU ranks on gloo, a DataLoader worker per rank. ``python spawn_loop.py`` runs it.
+WORLD_SIZE), 2 CPU ranks on gloo, a DataLoader worker per rank. ``python spawn_loop.py`` runs it; with
+``START=process`` the script starts each rank itself as a ``multiprocessing`` spawn ``Process``, RANK set by hand.
 
 Environment: ``FAULT=hang:R:S`` (rank R's worker hangs making step S's batch), ``raise:R:S`` (rank R raises in
 step S), ``kill:R:S`` (rank R SIGKILLs itself in step S); ``STEPS`` (default 12)."""
 
+import multiprocessing
 import os
 import signal
 import socket
@@ -56,5 +58,17 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(run, args=(2, port), nprocs=2, join=True)
-    sys.exit(0)
+    if os.environ.get("START") != "process":
+        mp.spawn(run, args=(2, port), nprocs=2, join=True)
+        sys.exit(0)
+    # START=process: the script starts each rank itself, a spawn Process with RANK set in its own environment first
+    # (left set after, as such scripts do); the first non-zero exit code is its own
+    ctx, ranks = multiprocessing.get_context("spawn"), []
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    for r in range(2):
+        os.environ["RANK"] = str(r)
+        ranks.append(ctx.Process(target=run, args=(r, 2, port)))
+        ranks[-1].start()
+    for p in ranks:
+        p.join()
+    sys.exit(next((p.exitcode for p in ranks if p.exitcode), 0))

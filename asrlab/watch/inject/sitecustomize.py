@@ -2,8 +2,9 @@
 
 In every Python process of the job (ranks, DataLoader workers, the torchrun agent):
 
-* a rank's uncaught exception is recorded in ``$ASRLAB_WATCH_EXP/errors/rank{RANK}.json`` (what
-  ``asrlab doctor`` reads), before the process ends and its peers fail after it;
+* a rank's uncaught exception (a ``multiprocessing.Process`` target's too) is recorded in
+  ``$ASRLAB_WATCH_EXP/errors/rank{RANK}.json`` (what ``asrlab doctor`` reads), before the process ends and its peers
+  fail after it;
 * where the watcher cannot read stacks from outside (ptrace refused), ``faulthandler`` dumps all
   threads' stacks to ``$ASRLAB_WATCH_DIR/{pid}.txt`` on the signal ``ASRLAB_WATCH_SIGNAL``; the file's
   existence tells the watcher that this process may be sent it;
@@ -62,6 +63,16 @@ def _worker():
         return True
     if _GROUP[0] is not None:  # a rank its process group named: torch.multiprocessing.spawn starts ranks this way
         return False
+    d = sys.modules.get("torch.distributed")
+    try:
+        if d is not None and d.is_available() and d.is_initialized():
+            return False  # a rank a script started itself as a multiprocessing.Process (no worker makes a group)
+    except Exception:  # a half-imported torch
+        pass
+    return _spawned()
+
+
+def _spawned():
     return any("multiprocessing.spawn" in a or "multiprocessing.forkserver" in a for a in getattr(sys, "orig_argv", ()))
 
 
@@ -190,7 +201,9 @@ def _rank_from_group():
         while True:
             time.sleep(0.5)
             d = sys.modules.get("torch.distributed")
-            said = _rank()  # a forked rank's launcher sets RANK in it after the fork
+            # a forked rank's launcher sets RANK in it after the fork; a process that sets RANK in its own environment
+            # sets it for the ranks it starts (a script of one's own), and is a rank only where its group says so
+            said = _rank() if os.getpid() != _PID else _GROUP[0]
             try:
                 if said is not None:
                     rank, world = said, int(os.environ.get("WORLD_SIZE") or 1)  # a job of one rank makes no group
@@ -275,6 +288,23 @@ def _serve_flight(exp, rank):
             pass
 
 
+def _record_process_errors():
+    """A rank a script started as a ``multiprocessing.Process``: multiprocessing catches its target's exception
+    (prints it, exits 1), so ``sys.excepthook`` never sees it; recorded here, on its way out of ``run``."""
+    import multiprocessing.process
+
+    run = multiprocessing.process.BaseProcess.run
+
+    def recorded(self):
+        try:
+            return run(self)
+        except Exception:
+            _record(*sys.exc_info(), _previous=lambda *a: None)
+            raise
+
+    multiprocessing.process.BaseProcess.run = recorded
+
+
 def _whole_lines():
     """Each line written whole: unbuffered (PYTHONUNBUFFERED, which the watch sets for the job's output to come
     through its pipe as it is printed, and many images set too), ``print`` writes its text and its newline apart,
@@ -293,6 +323,8 @@ if os.environ.get("ASRLAB_WATCH_EXP"):
     _dumps_on_signal()
     _flight_on_request()
     _rank_from_group()
+    if _spawned():
+        _record_process_errors()
 
 # the job's own sitecustomize, if it had one, shadowed by this one
 _here = os.path.dirname(os.path.abspath(__file__))
