@@ -840,6 +840,9 @@ WORDINGS = {
     "DeepSpeed's sigkill_handler quoting '--local_rank=1', its command wrapped before 'exits with return code = -9'": (
         "logs99/anomalygpt/deepspeed_launcher_sigkill_handler_local_rank1_exit_minus9_at_decoder_init.log"
     ),
+    "Coqui's '| > loss_mel_ce: 4.79  (nan)': a loss finite beside its running average not finite": (
+        "logs100/coqui-xtts/gpt_xtts_maltese_finetune_running_avg_loss_mel_ce_nan_from_step_200.log"
+    ),
     "DLLogger's global step named on a line of its own before a traceback": (
         "logs65/waveglow/dle_waveglow_amp_glob_iter_11410_then_traceback_in_apex_scale_loss_backward.log"
     ),
@@ -943,6 +946,7 @@ INDEX = {
         "logs97",
         "logs98",
         "logs99",
+        "logs100",
     )
     for c in index(FIXTURES / folder)
 }

@@ -67,10 +67,9 @@ def next_step(d: dict, log: bool = False) -> str | None:
         resume = "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
     v = d["verdict"]
     if v == "stalled" and log:
-        return (
-            "the rank named first is the one the others waited for; run it again under asrlab watch --stall-timeout "
-            "for every rank's stacks when it hangs"
-        )
+        who = "the rank named is the one the others waited for" if d["culprit"]["rank"] is not None else (
+            "no rank is behind in the log (NCCL_DEBUG=INFO shows the network's part)")  # fmt: skip
+        return f"{who}; run it again under asrlab watch --stall-timeout for every rank's stacks when it hangs"
     if v == "stalled":
         return (
             f"read the stacks in {(d.get('stall') or {}).get('report') or 'the ranks named above'}; a rank waiting "

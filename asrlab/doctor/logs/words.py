@@ -125,6 +125,12 @@ VALUE = re.compile(
     re.I,
 )
 _TOTALS = ("loss", "total_loss", "train_loss", "avg_loss", "loss_avg")  # a value's name that is the total loss
+# a loss printed finite beside its running average printed not finite (Coqui's "| > loss: 0.104  (nan)"): a loss
+# not finite came in since the last print (a gradient norm's is not: fp16's skipped overflows leave its average inf)
+AVERAGE_GONE = re.compile(
+    rf"(?<![\w.])([\w/]*loss\w*|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w))['\"]?\s*[=:]\s*[-+]?[\d.]+(?:e[-+]?\d+)?\s+\((nan|inf)\)",
+    re.I,
+)
 
 
 def nonfinite_said(text: str) -> str | None:
@@ -155,7 +161,10 @@ def nonfinite_values(text: str) -> str | None:
     ]
     bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
     told = any(k in _TOTALS or "norm" in k or "/" in k for k in bad) or not any(k in _TOTALS for k, _ in vals)
-    return bad[0] if bad and told else None
+    if bad and told:
+        return bad[0]
+    m = AVERAGE_GONE.search(text) if "(" in text else None
+    return f"{m[1]}'s running average" if m else None
 
 
 # a line that says an epoch starts, with no step of its own: SpeechBrain's, Keras's, a loop's own
