@@ -947,6 +947,7 @@ INDEX = {
         "logs98",
         "logs99",
         "logs100",
+        "logs101",
     )
     for c in index(FIXTURES / folder)
 }

@@ -68,7 +68,7 @@ def next_step(d: dict, log: bool = False) -> str | None:
     v = d["verdict"]
     if v == "stalled" and log:
         who = "the rank named is the one the others waited for" if d["culprit"]["rank"] is not None else (
-            "no rank is behind in the log (NCCL_DEBUG=INFO shows the network's part)")  # fmt: skip
+            "the log names no rank behind the others (NCCL_DEBUG=INFO shows the network's part)")  # fmt: skip
         return f"{who}; run it again under asrlab watch --stall-timeout for every rank's stacks when it hangs"
     if v == "stalled":
         return (
