@@ -51,6 +51,7 @@ _OWN_R = (
     r"|^\S*\d\d:\d\d:\d\d\S* \W{0,2} ?[A-Za-z][\w.-]{0,30}/r(\d{1,4}) "  # "06:33:51.742 ~ hum/r1 ~ INFO": a host's rank
     r"|^\S*\d\d:\d\d:\d\d\S* <[rw](\d{1,4})> "  # "18:33:56.018 <r1> ERROR"
     r"|\| ?[A-Za-z][\w.-]{0,30}/(?:gpu|rank|r)(\d{1,4}) ?\|"  # a logger's "... | node0/gpu1 | INFO |"
+    r"|^(?:\[[^\][]{1,40}\])+\[[Rr](\d{1,4})\]"  # after a stamp of its own: "[2026-11-30 21:43:38.889][R1][e0/s013]"
 )
 _RANKS = (
     re.compile(r"\[Rank (\d+)\]|\[RANK (\d+)\]"),  # NCCL / c10d messages; Accelerate's logger

@@ -24,10 +24,16 @@ def skipped_overflow(run: LogRun, r: dict) -> bool:
 def lone_lossy(run: LogRun, r: dict) -> dict | None:
     """Of the ranks' records not finite at ``r``'s step, the one rank's whose loss itself is not finite where the
     others' losses are (their gradient norm alone not: the gradients' all-reduce brought it to them); else None."""
-    same = [x for x in run.nonfinite if position(x) == position(r)]
+    same = at_step(run, r)
     lossy = [x for x in same if any(v is not None and not math.isfinite(v) for v in x["losses"].values())]
     alone = len({x["rank"] for x in lossy}) == 1 and lossy[0]["rank"] is not None
     return lossy[0] if alone and len({x["rank"] for x in same}) > 1 else None
+
+
+def at_step(run: LogRun, r: dict) -> list[dict]:
+    """The non-finite records of ``r``'s step on any rank: its epoch's too, where a step counts within the epoch
+    ("e0/s015", then "e1/s015")."""
+    return [x for x in run.nonfinite if position(x) == position(r) and x["epoch"] == r["epoch"]]
 
 
 def nonfinite_section(run: LogRun) -> dict | None:
@@ -151,4 +157,12 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
-__all__ = ["diverging", "finite_after", "lone_lossy", "nonfinite_section", "persistent_skips", "skipped_overflow"]
+__all__ = [
+    "at_step",
+    "diverging",
+    "finite_after",
+    "lone_lossy",
+    "nonfinite_section",
+    "persistent_skips",
+    "skipped_overflow",
+]

@@ -44,7 +44,9 @@ def _record(toolkit: str, epoch=None, batch=None, step=None, rank=None, **values
 
 def _grad_norm(d: dict) -> float | None:
     """A loop's gradient norm under any of its usual names."""
-    return next((num(d[k]) for k in ("grad_norm", "gnorm", "grad-norm", "gradnorm", "total_norm") if k in d), None)
+    return next(
+        (num(d[k]) for k in ("grad_norm", "gnorm", "grad-norm", "gradnorm", "total_norm", "gn") if k in d), None
+    )
 
 
 def _losses(pairs) -> dict[str, float]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ..logs.hang import hang
-from ..logs.nonfinite import diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite, persistent_skips
-from ..logs.nonfinite import skipped_overflow
+from ..logs.nonfinite import at_step, diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite
+from ..logs.nonfinite import persistent_skips, skipped_overflow
 from ..logs.progress import at, clock, last_before, named_later, next_after, placed, rank_progress, redrawn_after
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
@@ -127,7 +127,7 @@ def _causes(run: LogRun) -> list[tuple]:
         # ranks non-finite at one step: which went first, that step's lines do not say (an all-reduce spreads it),
         # but where one rank's loss is not finite and the others' gradient norms alone, it is that rank
         lead = lone_lossy(run, r)
-        same = {lead["rank"]} if lead else {x["rank"] for x in run.nonfinite if position(x) == position(r)}
+        same = {lead["rank"]} if lead else {x["rank"] for x in at_step(run, r)}
         r = lead or r
         e = {"kind": "nonfinite_step", "rank": r["rank"], "time": r["time"], "stamped": r["stamped"], "record": r}
         e.update((k, True) for k in ("year_guessed", "date_guessed") if r.get(k))
