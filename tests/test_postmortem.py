@@ -948,6 +948,7 @@ INDEX = {
         "logs99",
         "logs100",
         "logs101",
+        "logs102",
     )
     for c in index(FIXTURES / folder)
 }
