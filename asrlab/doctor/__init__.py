@@ -51,7 +51,7 @@ def diagnose(paths, now: float | None = None) -> dict:
             give = "give a run's folder, what asrlab train got as --exp, or the run's log files"
             raise UsageError(f"{p}: not a directory, nothing is there ({give})")
     runs = [p != "-" and is_run(p) for p in paths]
-    from .render import next_step  # (torch, on first use)
+    from .render import next_step  # (render imports this package: here, not at the top)
 
     if not any(runs):
         d = diagnose_logs(paths)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from .counters import NAMED, batch_beside, counter_of, tags_of
-from .words import OUTPUTS, OWN_LOSSES
+from .words import OUTPUT, OWN_LOSSES
 
 # Infinity: JSON's, as Python writes it; nan.0: Lightning's progress bar's
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Infinity|(?:nan|inf|NaN|Inf|INF|NAN)(?:\.0)?)"
@@ -276,7 +276,8 @@ def _key(k: str) -> str:
 def kv(line: str) -> dict | None:
     if not _LOSSY.search(line) or _NOT_TRAIN.search(line):  # a validation line (or one with an eval_ key)
         return None
-    pairs = [(_key(k), v) for k, v in _KV.findall(line) + _PIPE.findall(line) + _BRACKET.findall(line)]
+    raw = _KV.findall(line)
+    pairs = [(_key(k), v) for k, v in raw + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
     pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k)]  # "it 4 ctc nan lr 1e-3"
     # "ctc:4.38" glued, not a logger's "(ctc:74)", a module's line
@@ -290,7 +291,7 @@ def kv(line: str) -> dict | None:
     if not any(_OWN_LOSS.match(k) for k in losses):  # a loss by its name, not a module:line that ends in "ctc"
         return None
     # a model's outputs printed not finite (a preference trainer's 'logps/chosen': nan): the model is, whatever its loss
-    outputs = ((k, num(v)) for k, v in _KV.findall(line) if re.match(OUTPUTS, k))
+    outputs = ((k, num(v)) for k, v in raw if OUTPUT.match(k))
     losses.update((k, v) for k, v in outputs if v is not None and not math.isfinite(v))
     d = {k.lower(): v for k, v in pairs}
     counter = NAMED.search(line) or _counter(line)

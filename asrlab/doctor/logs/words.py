@@ -117,6 +117,7 @@ NONFINITE_LINE = re.compile(
 # a model's own outputs, as preference trainers log them ("logps/chosen", "logits/rejected"): not finite, the model
 # is not, whatever the loss says
 OUTPUTS = r"logits|logps|log_probs"
+OUTPUT = re.compile(rf"(?:{OUTPUTS})/")  # such a value's name, kept whole ("logps/chosen", not "chosen")
 # a loss (by a loop's own name too) or a gradient norm printed as a value: "loss=nan", "grad_norm nan", '"ctc": NaN'
 VALUE = re.compile(
     rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w)|(?:{OUTPUTS})/\w+)['\"]?\s*[=:|│┃]?\s*['\"]?"
@@ -156,11 +157,9 @@ def nonfinite_values(text: str) -> str | None:
     no total is printed beside it (ESPnet's CTC-only [valid] prints loss_att=nan, an unused term, by a finite loss)."""
     if "nan" not in text.lower() and "inf" not in text.lower():
         return None
-    vals = [
-        (k.lower() if re.match(OUTPUTS, k) else k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)
-    ]
+    vals = [(k.lower() if OUTPUT.match(k) else k.split("/")[-1].lower(), v.lower()) for k, v in VALUE.findall(text)]
     bad = [k for k, v in vals if v.lstrip("+-") in ("nan", "inf", "infinity")]
-    told = any(k in _TOTALS or "norm" in k or "/" in k for k in bad) or not any(k in _TOTALS for k, _ in vals)
+    told = any(k in _TOTALS or "norm" in k or OUTPUT.match(k) for k in bad) or not any(k in _TOTALS for k, _ in vals)
     if bad and told:
         return bad[0]
     m = AVERAGE_GONE.search(text) if "(" in text else None

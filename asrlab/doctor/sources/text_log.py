@@ -261,11 +261,15 @@ def _twins(events: list[dict]) -> None:
     torchrun's root cause (the first whose exit it saw) names one of them; the others' are the same failure."""
     raised = [e for e in events if e["kind"] == "exception" and e.get("type") and e.get("rank") is not None]
     root = next((e for e in events if e["kind"] == "exit" and e.get("root") and e.get("rank") is not None), None)
-    first = first_failure(raised) if root is not None else None
+    if root is None or not raised:
+        return
     gist = lambda e: (e["type"], re.sub(r"\d+", "N", e.get("message") or ""))  # noqa: E731
-    same = [e for e in raised if first is not None and gist(e) == gist(first)]
-    twin = next((e for e in same if e["rank"] == root["rank"]), None) if len({e["rank"] for e in same}) > 1 else None
-    for e in same if twin is not None else ():
+    first = gist(first_failure(raised))
+    same = [e for e in raised if gist(e) == first]
+    twin = next((e for e in same if e["rank"] == root["rank"]), None)
+    if twin is None or len({e["rank"] for e in same}) < 2:
+        return
+    for e in same:
         if e is not twin:
             e["consequence"] = True
 

@@ -63,13 +63,18 @@ def _worker():
         return True
     if _GROUP[0] is not None:  # a rank its process group named: torch.multiprocessing.spawn starts ranks this way
         return False
+    if _group_made():  # a rank a script started itself as a multiprocessing.Process (no worker makes a group)
+        return False
+    return _spawned()
+
+
+def _group_made() -> bool:
+    """Whether this process made its process group (False while torch is half-imported)."""
     d = sys.modules.get("torch.distributed")
     try:
-        if d is not None and d.is_available() and d.is_initialized():
-            return False  # a rank a script started itself as a multiprocessing.Process (no worker makes a group)
-    except Exception:  # a half-imported torch
-        pass
-    return _spawned()
+        return d is not None and d.is_available() and d.is_initialized()
+    except Exception:
+        return False
 
 
 def _spawned():
@@ -241,13 +246,8 @@ def _forked():
     """A process forked before its parent made a process group may make one of its own (the ranks a forkserver or
     the fork start method starts: their launcher's RANK is set after the fork, where the watch cannot read it);
     one forked after is a worker of its parent's rank."""
-    d = sys.modules.get("torch.distributed")
-    try:
-        if d is not None and d.is_available() and d.is_initialized():
-            return
-    except Exception:  # a half-imported torch: the child looks on
-        pass
-    _rank_from_group()
+    if not _group_made():  # (a half-imported torch: the child looks on)
+        _rank_from_group()
 
 
 def _flight_on_request():
