@@ -949,6 +949,7 @@ INDEX = {
         "logs100",
         "logs101",
         "logs102",
+        "logs103",
     )
     for c in index(FIXTURES / folder)
 }
