@@ -7,6 +7,7 @@ each with its source address and the verdict and culprit a person who knows the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -254,11 +255,14 @@ Root Cause (first observed failure):
 
 
 def test_a_rank_aborted_by_gloo_is_named_with_the_exception_it_printed(tmp_path):
+    """The rank that aborted on a collective mismatch is said, not blamed: it noticed the mismatch; whose code
+    branched (or whose data ran out first) no line says."""
     log = tmp_path / "train.log"
     log.write_text(GLOO_ABORT)
     d = diagnose_logs([str(log)])
-    assert d["verdict"] == "killed" and d["culprit"]["rank"] == 0, d["summary"]
+    assert d["verdict"] == "killed" and d["culprit"]["rank"] is None, d["summary"]
     said = d["summary"]
+    assert said.startswith("rank 0 was killed by SIGABRT") and "which, the abort does not say)" in said, said
     assert "SIGABRT" in said and "gloo::EnforceNotMet" in said and "ran out of data and left the loop" in said, said
 
 
@@ -950,6 +954,7 @@ INDEX = {
         "logs101",
         "logs102",
         "logs103",
+        "logs104",
     )
     for c in index(FIXTURES / folder)
 }
@@ -1794,3 +1799,27 @@ def test_torchruns_root_cause_whose_traceback_ends_in_mp_spawns_word_on_a_proces
     d = diagnose_logs([str(log)])
     assert d["verdict"] == "crashed" and d["culprit"]["rank"] == 0, d["summary"]
     assert "process 1 terminated with signal SIGKILL" in d["summary"], d["summary"]
+
+
+def test_a_stranger_s_torchrun_runs_under_the_watch_signal_mismatch_and_a_nan_format_it_cannot_read(tmp_path):
+    """Real runs of a stranger's torchrun loop under asrlab watch. Rank 1 SIGTERMs itself: the watch saw it vanish
+    first, torchrun's root cause says by which signal: killed from outside, rank 1, at its last update. Rank 1 skips
+    an all-reduce and rank 0 aborts on gloo's mismatch: killed, no rank named (which rank's code branched nothing
+    says), each rank's last step said, and what to look for next. A loss nan on lines of no step format the doctor
+    reads: the report's non-finite section does not say none was seen."""
+    from asrlab.doctor import diagnose, format_diagnosis
+
+    watched = FIXTURES / "watched"
+    d = diagnose(watched / "torchrun_rank1_sigterm_to_itself")
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("killed", 1, 14), d["summary"]
+    assert "SIGTERM from outside the job" in d["summary"], d["summary"]
+    d = diagnose(watched / "torchrun_ranks_call_different_collectives")
+    assert (d["verdict"], d["culprit"]["rank"]) == ("killed", None), d["summary"]
+    assert "rank 0 at step 11, rank 1 at step 12" in d["summary"], d["summary"]
+    assert d["next"].startswith("find the collective one rank skips or adds"), d["next"]
+    exp = tmp_path / "nan"
+    shutil.copytree(watched / "torchrun_rank0_ctc_nan_from_update_25", exp)
+    (exp / "job.log").write_text(re.sub(r" · upd#\d+", "", (exp / "job.log").read_text()))
+    d = diagnose(exp)
+    assert (d["verdict"], d["culprit"]["rank"]) == ("nonfinite", 0), d["summary"]
+    assert "non-finite steps: none on a step line of a format the doctor reads" in format_diagnosis(d)

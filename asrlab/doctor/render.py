@@ -92,6 +92,12 @@ def next_step(d: dict, log: bool = False) -> str | None:
             "a lower peak learning rate, warm-up, gradient clipping or bf16/fp32 each cure it (notebook 03 compares "
             "them); asrlab.lab's numerics guard saves the step to replay"
         )
+    if v == "killed" and "called different collectives" in d["summary"]:
+        return (
+            "find the collective one rank skips or adds: a branch on the rank around a collective (a metric's "
+            "all-reduce, a barrier), or a rank whose data ran out first (asrlab.lab's UnevenGuard stops every "
+            f"rank at the same step); then run the same command again ({resume})"
+        )
     if v == "killed":
         return (
             "a signal ended it: for SIGKILL, the kernel's OOM killer (dmesg) or the scheduler's log says who sent it; "
@@ -144,10 +150,10 @@ def format_diagnosis(d: dict) -> str:
         lines.append(f"  next: {d['next']}")
     if e := d["error"]:
         lines += ["", next((said for k, said in _CONSEQUENCES if e.get(k)), "first error") + f": {e['line']}"]
+        if not e.get("usage"):  # the first error's own traceback under it, then the ranks that failed after it
+            lines += ["  " + ln for ln in e["traceback_tail"]]
         if e["also_failed"]:
             lines.append(f"  {ranks_text(e['also_failed'])} failed after it (errors in {d['exp']}/errors/)")
-        if not e.get("usage"):
-            lines += ["  " + ln for ln in e["traceback_tail"]]
     if d["stall"]:
         lines += ["", f"stall report ({d['stall']['report']}): {d['stall']['verdict']}"]
         lines += [f"  {rank_line(r)}" for r in d["stall"]["ranks"]]
@@ -201,6 +207,8 @@ def format_diagnosis(d: dict) -> str:
     printed = ((d.get("job_output") or {}).get("nonfinite") or {}).get("first") and d["job_output"]["nonfinite"]
     # asrlab's trainer guards every step: "none" is its word; a loop of its own says only what its guard or output did
     none = " none" if d.get("config") else " none recorded (by asrlab's numerics guard, or in the job's output it read)"
+    if d["verdict"] == "nonfinite":  # the job's line of no step format the doctor reads: the verdict quotes it
+        none = " none on a step line of a format the doctor reads; the first line it printed is quoted above"
     lines += ["", "non-finite steps:" + ("" if nf["events"] or nf["steps"] or nf.get("log") or printed else none)]
     if printed:  # what the loop printed: the same event the verdict read, when the verdict is the job's
         f = printed["first"]

@@ -145,7 +145,9 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     jv = _said(job)
     # the folder's guess at which rank vanished first (a launcher that ends itself when its child dies, Lightning's,
     # is seen to end first) yields to the job's own words for a death, not to a survivor's lost peer it explains
-    if folder.get("guess") and not job.get("consequence") and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
+    # (a rank's end by a signal the launcher did not send is one of those words, though it yields to any cause in the job)
+    spoke = not job.get("consequence") or job.get("outside")
+    if folder.get("guess") and spoke and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
         seen = [t for t in (_time(job), folder["time"]) if t is not None]
         return rj, {**job, "joined_time": min(seen) if seen else None}  # the earliest sighting of the one failure
     if folder["verdict"] == "nonfinite_halt" and jv["verdict"] == "nonfinite":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .progress import step_number, where
+from .progress import last_before, next_after, step_number, where
 from ..series import DIVERGE, diverged
 from .run import LogRun, finite, position
 
@@ -157,6 +157,25 @@ def persistent_skips(run: LogRun) -> dict | None:
     return None
 
 
+def unscaled_skip(run: LogRun) -> dict | None:
+    """A step skipped for a non-finite gradient norm where no dynamic loss scale calibrates (loss scale 1 or none:
+    fp32, bf16): the gradients themselves were not finite (ESPnet's "The grad norm is nan. Skipping updating")."""
+    for e in run.events:
+        if e["kind"] != "scale" or e.get("grad") is None:
+            continue
+        rec = last_before(run, e.get("rank"), e)
+        if rec is None or rec["scale"] is None or rec["scale"] == 1.0:
+            # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
+            nxt = next_after(run, e.get("rank"), e)
+            if nxt is not None and nxt.get("first_batch") is not None:  # the interval's first batch skipped first
+                nxt = {**nxt, "batch": nxt["first_batch"]}
+            # the norm is of the all-reduced gradients: every rank prints the same; which rank's data made it,
+            # the log cannot say where several ranks train
+            many = (run.world or 0) > 1 or len(run.ranks()) > 1
+            return {**e, "kind": "grad_skip", "record": nxt or rec, **({"culprit_rank": None} if many else {})}
+    return None
+
+
 __all__ = [
     "at_step",
     "diverging",
@@ -165,4 +184,5 @@ __all__ = [
     "nonfinite_section",
     "persistent_skips",
     "skipped_overflow",
+    "unscaled_skip",
 ]

@@ -218,11 +218,14 @@ def epoch_batch(line: str) -> dict | None:
 _PLAIN = re.compile(rf"\b(?:global_)?step[\s=:]\s*(\d+)\b[^\n]*?\bloss\b\s*[=:]?\s*({NUM})", re.I)
 
 
+_PADDED = re.compile(r":\s+")  # "grad_norm:     inf": a value padded to its column
+
+
 def plain(line: str) -> dict | None:
     # "epoch 3 step 40: cv loss 3.2" is not a training step
     if "loss" not in line.lower() or not (m := _PLAIN.search(line)) or _NOT_TRAIN.search(line):
         return None
-    pairs = _PAIR.findall(line.replace(": ", ":")) + _SPACE_PAIR.findall(line)
+    pairs = _PAIR.findall(_PADDED.sub(":", line)) + _SPACE_PAIR.findall(line)
     d = dict(pairs)
     epoch = d.get("epoch")
     epoch = int(float(epoch)) if epoch and num(epoch) is not None and num(epoch) == num(epoch) else None
@@ -241,7 +244,7 @@ _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] n
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
     r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|n_?upd(?:ates)?|updates|update|upd|batch_idx|batch|tick)['"]?"""
-    r"""\s*(?:[=:]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # BasicSR's "iter:   3,200"
+    r"""\s*(?:[=:#]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # "iter:   3,200", "upd#0025"
     re.I,
 )
 # of several counters on one line ("it": 40, "upd": 20: micro-batches and the updates they made), the step is the
@@ -416,7 +419,8 @@ def validation(line: str) -> bool:
 
 def step_of(line: str, first: Callable[[str], dict | None] | None = None) -> dict | None:
     """The step record of a line, trying the reader that fitted last first (a log keeps its format)."""
-    if "skipped so far)" in line:  # asrlab's numerics guard on a step it skipped: a report, not a step line
+    # asrlab's numerics guard on a step it skipped, the watch's verdict quoting a line: reports, not step lines
+    if "skipped so far)" in line or line.startswith("asrlab watch: "):
         return None
     first = None if first is kv else first  # kv fits many lines: every toolkit's own reader is tried before it
     if first is not None and (r := first(line)) is not None:

@@ -12,8 +12,8 @@ from pathlib import Path
 from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import at_step, diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite
-from ..logs.nonfinite import persistent_skips, skipped_overflow
-from ..logs.progress import at, clock, last_before, named_later, next_after, placed, rank_progress, redrawn_after
+from ..logs.nonfinite import persistent_skips, skipped_overflow, unscaled_skip
+from ..logs.progress import at, clock, last_before, named_later, placed, rank_progress, redrawn_after
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -141,30 +141,11 @@ def _causes(run: LogRun) -> list[tuple]:
     # a step printed non-finite after the scale fell, in the same file: one incident, said where the step is
     if skips and not (r is not None and r["file"] == skips.get("file") and r["order"] > skips.get("order", 0)):
         out.append(("nonfinite", skips))
-    if unscaled := _unscaled_skip(run):
+    if unscaled := unscaled_skip(run):
         out.append(("nonfinite", unscaled))
     if all(x.get("consequence") for _, x in out):  # only what followed a cause (a lost peer): the watch's word is it
         out = [(v, {**x, "consequence": False} if x["kind"] == "watch_verdict" else x) for v, x in out]
     return out
-
-
-def _unscaled_skip(run: LogRun) -> dict | None:
-    """A step skipped for a non-finite gradient norm where no dynamic loss scale calibrates (loss scale 1 or none:
-    fp32, bf16): the gradients themselves were not finite (ESPnet's "The grad norm is nan. Skipping updating")."""
-    for e in run.events:
-        if e["kind"] != "scale" or e.get("grad") is None:
-            continue
-        rec = last_before(run, e.get("rank"), e)
-        if rec is None or rec["scale"] is None or rec["scale"] == 1.0:
-            # ESPnet's line reports the batches since the last one: the skip is in the interval the next reports
-            nxt = next_after(run, e.get("rank"), e)
-            if nxt is not None and nxt.get("first_batch") is not None:  # the interval's first batch skipped first
-                nxt = {**nxt, "batch": nxt["first_batch"]}
-            # the norm is of the all-reduced gradients: every rank prints the same; which rank's data made it,
-            # the log cannot say where several ranks train
-            many = (run.world or 0) > 1 or len(run.ranks()) > 1
-            return {**e, "kind": "grad_skip", "record": nxt or rec, **({"culprit_rank": None} if many else {})}
-    return None
 
 
 def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
@@ -230,6 +211,7 @@ def timeline_of(run: LogRun) -> tuple[list[dict], dict, list[str]]:
                 e["consequence"] = True
     events += [{**t, "verdict": "stalled"} for t in timeouts]
     _twins(events)
+    _signalled(events)
     # a rank ended by SIGTERM that its own launcher did not send (not one of the pids it closed, or none was
     # closed): from outside, where nothing else failed
     sent = {e.get("pid") for e in run.events if e["kind"] == "agent_stop"}
@@ -272,6 +254,16 @@ def _twins(events: list[dict]) -> None:
     for e in same:
         if e is not twin:
             e["consequence"] = True
+
+
+def _signalled(events: list[dict]) -> None:
+    """A process's own word on the signal that ended it ("Fatal Python error: Aborted") names no rank; the rank its
+    launcher found ended by that signal first (torchrun's root cause) is the one, where only one was."""
+    roots = [e for e in events if e["kind"] == "exit" and e.get("root") and e.get("rank") is not None]
+    for e in events:
+        same = {x["rank"] for x in roots if x.get("signal") == e.get("signal")}
+        if e["kind"] == "exit" and e.get("rank") is None and e.get("signal") and len(same) == 1:
+            e["rank"] = same.pop()
 
 
 def _phrased(run: LogRun, first: dict, d: dict) -> dict:
@@ -333,6 +325,8 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     rec = e.get("record") or _named(e, strict=True) or last_before(run, rank, e) or _named(e) or placed(e)
     rec = named_later(e, rec or redrawn_after(run, rank, e))
     said = _say(run, verdict, {**e, "rank": rank}, rec, d)
+    if verdict == "killed" and (_abort(run, {**e, "rank": rank}) or {}).get("mismatch"):
+        rank = None  # the rank that aborted saw the mismatch; whose code branched, no line says
     nf = d["nonfinite"] or {}
     if verdict == "nonfinite" and rec is not None and nf.get("first"):
         # the section's first non-finite step is the verdict's: one event, said once
@@ -419,12 +413,13 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
             what = "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
-        a = next((x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))), None)
-        if sig == "SIGABRT" and a:  # the C++ exception that aborted it, as its process printed
+        if a := _abort(run, {**e, "signal": sig}):  # the C++ exception that aborted it, as its process printed
             s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
-            if "collective mismatch" in a["message"] or "op.preamble.length <= op.nbytes" in a["message"]:
+            if a["mismatch"]:
                 s += " (the ranks called different collectives: a rank that ran out of data and left the loop while "
-                s += "another still trains, or a branch on the rank)"
+                s += "another still trains, or a branch on the rank; which, the abort does not say"
+                last = [f"rank {r} {at(x)}" for r, x in sorted(run.last_steps().items()) if r is not None]
+                s += f": the ranks' last steps: {', '.join(last)})" if last else ")"
     elif verdict == "out_of_memory":
         s = f"{who} ran out of memory {when}: {e['text'][:200]}{line}"
     elif verdict == "nonfinite" and e["kind"] == "nonfinite_step":
@@ -460,6 +455,14 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
     if d["hang"]:
         s += f"; then {d['hang']['reported']}"
     return s
+
+
+def _abort(run: LogRun, e: dict) -> dict | None:
+    """The C++ exception that aborted the event's rank (SIGABRT), as its process printed it; ``mismatch``: gloo's
+    word on ranks that called different collectives."""
+    a = next((x for x in run.events if x["kind"] == "abort" and x.get("rank") in (None, e.get("rank"))), None)
+    m = a["message"] if a and e.get("signal") == "SIGABRT" else None
+    return m and {**a, "mismatch": "collective mismatch" in m or "op.preamble.length <= op.nbytes" in m}
 
 
 def _healthy(run: LogRun, d: dict, went_on: list[dict]) -> str:
