@@ -318,6 +318,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "a value padded to its column, `grad_norm:     inf` beside a finite loss: the step it went non-finite": (
+        "logs105/torchtitan-ezpz-80b/sophiag_512n_steps_12_to_18_grad_norm_inf_at_14_then_loss_nan.log"
+    ),
     "icefall's inf-check hooks, `The sum of encoder_embed.conv.grad[0] is not finite`: non-finite, not an all-clear": (
         "logs92/icefall/zipformer_8k_hooks_py_encoder_embed_grad_sums_not_finite_warnings.log"
     ),
@@ -955,6 +958,7 @@ INDEX = {
         "logs102",
         "logs103",
         "logs104",
+        "logs105",
     )
     for c in index(FIXTURES / folder)
 }
