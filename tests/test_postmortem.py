@@ -1827,3 +1827,18 @@ def test_a_stranger_s_torchrun_runs_under_the_watch_signal_mismatch_and_a_nan_fo
     d = diagnose(exp)
     assert (d["verdict"], d["culprit"]["rank"]) == ("nonfinite", 0), d["summary"]
     assert "non-finite steps: none on a step line of a format the doctor reads" in format_diagnosis(d)
+
+
+@pytest.mark.parametrize("tag", ["[gpu:{r}]", "[GPU {r}]", "[local_rank={r}]", "[w{r}]", ":: host0.proc{r} ::"])
+def test_a_loops_own_rank_tag_after_a_full_stamp_names_the_rank(tmp_path, tag):
+    """A loop's own tag of its rank after a date and a time ("2026-12-01 10:00:07 [GPU 1] itr 7 loss nan"), its
+    counter named ``itr``: rank 1's loss, not rank 0's, went non-finite at iteration 7."""
+    lines = [
+        f"2026-12-01 10:00:{s:02d} {tag.format(r=r)} itr {s} loss {'nan' if (r, s) == (1, 7) else 2.0 - s / 10}"
+        for s in range(1, 8)
+        for r in (0, 1)
+    ]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    d = diagnose_logs([str(log)])
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("nonfinite", 1, 7), d["summary"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 NAMED = re.compile(
-    r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
+    r"(?<![A-Za-z0-9])(?:global[_ ]?step|total[_ ]?step|step|iter(?:ation)?|itr|num_updates|batch|tick)\b['\"]?\W{0,3}(\d+)\b"
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # not "STEP: 10/13" (the place in an epoch) nor "(batch 32 -> 30)" (a size)
     # chainer's "500 iter, 0 epoch", "0 completed epochs, 100 batches"; not "09:30:39 iter 2920" nor "600/ 3515 batches"
     r"|(?<![\w.:=/])(?<!/ )(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"

@@ -47,7 +47,9 @@ STRUCTURAL = re.compile(
 # a loop's own short mark, the last word of a line's first brackets: "[train r1] ...", "12:00:01 [w1] upd=3 ...",
 # "[it 0012/0030 r1] ctc=3.41", "... | r1 | step 2 |"
 _OWN_R = (
-    r"^(?:\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?[rw](\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
+    # (after a time of day, a date before it or not: "2026-12-01 10:00:07 [GPU 1] step 7")
+    r"^(?:(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d\S* )?\[(?:[^\][]{0,40} )?(?:[rw]|gpu|GPU|rank|local_rank|cuda)[:= ]?"
+    r"(\d{1,4})\] |\| r(\d{1,4}) \||^\S*\d\d:\d\d:\d\d\S* r(\d{1,4}) "
     r"|^\S*\d\d:\d\d:\d\d\S* \W{0,2} ?[A-Za-z][\w.-]{0,30}/r(\d{1,4}) "  # "06:33:51.742 ~ hum/r1 ~ INFO": a host's rank
     r"|^\S*\d\d:\d\d:\d\d\S* <[rw](\d{1,4})> "  # "18:33:56.018 <r1> ERROR"
     r"|(?:\||::) ?[A-Za-z][\w-]{0,30}[/.](?:gpu|rank|proc|r)(\d{1,4}) ?(?:\||::)"  # "| node0/gpu1 |", ":: host0.proc1 ::"

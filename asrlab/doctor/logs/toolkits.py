@@ -243,7 +243,7 @@ _KV = re.compile(
 _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"
 _PIPE = re.compile(rf"(?:^|\|)\s*([A-Za-z_]\w*)\s+({NUM})\s*(?=\||$)")  # fairseq's "| loss nan | num_updates 9 |"
 _COUNTER = re.compile(
-    r"""['"]?\b(global_step|step|steps|iter|iteration|it|num_updates|n_?upd(?:ates)?|updates|update|upd|batch_idx|batch|tick)['"]?"""
+    r"""['"]?\b(global_step|step|steps|iter|iteration|itr|it|num_updates|n_?upd(?:ates)?|updates|update|upd|batch_idx|batch|tick)['"]?"""
     r"""\s*(?:[=:#]\s*|\s+|\[)['"]?(\d{1,3}(?:,\d{3})+|\d+)\b(?!\.\d)(?!\s*/\s*\d)(?!\s*->)""",  # "iter:   3,200", "upd#0025"
     re.I,
 )
