@@ -318,6 +318,9 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    'bash\'s job report with the command after the status, `line 114: 1508441 Hangup   "${FINAL_CMD[@]}" 2>&1`': (
+        "logs106/megatron-deepspeed-v100/iterations_2_to_4_of_20_gpu_clock_reset_then_hangup_sighup.log"
+    ),
     "a value padded to its column, `grad_norm:     inf` beside a finite loss: the step it went non-finite": (
         "logs105/torchtitan-ezpz-80b/sophiag_512n_steps_12_to_18_grad_norm_inf_at_14_then_loss_nan.log"
     ),
@@ -959,6 +962,7 @@ INDEX = {
         "logs103",
         "logs104",
         "logs105",
+        "logs106",
     )
     for c in index(FIXTURES / folder)
 }
@@ -1842,3 +1846,20 @@ def test_a_loops_own_rank_tag_after_a_full_stamp_names_the_rank(tmp_path, tag):
     log.write_text("\n".join(lines) + "\n")
     d = diagnose_logs([str(log)])
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("nonfinite", 1, 7), d["summary"]
+
+
+@pytest.mark.parametrize(
+    "last, verdict",
+    [
+        ("AssertionError", "crashed"),
+        ("torch.OutOfMemoryError", "out_of_memory"),
+        ("    Reason:       OOMKilled", "out_of_memory"),
+    ],
+)
+def test_a_bare_exception_line_or_a_containers_oomkilled_after_the_steps_is_no_all_clear(tmp_path, last, verdict):
+    """A traceback's last line alone, its frames not pasted (a class, no message), and Kubernetes' status of a
+    container the kernel killed for memory: failures, not an all-clear."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {s} loss {2 - s / 10:.2f}\n" for s in range(1, 10)) + last + "\n")
+    d = diagnose_logs([str(log)])
+    assert (d["verdict"], d["culprit"]["step"]) == (verdict, 9), d["summary"]

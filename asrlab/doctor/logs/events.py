@@ -10,6 +10,7 @@ from .words import (
     ASRLAB,
     ASRLAB_RANK,
     BAR_GLUED_EXC,
+    BARE_EXC,
     BASH_KILLED,
     CONNECT,
     CUDA_ERROR,
@@ -354,8 +355,8 @@ class Events:
             self._add("exit", who, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
                       source="shell", pid=shell_pid(text))  # fmt: skip
             return
-        if ("Terminated" in text or "^C" in text) and (m := SHELL_STOP.search(text)):
-            sig = "SIGTERM" if m.group(1) == "Terminated" else "SIGINT"
+        if ("Terminated" in text or "^C" in text or "Hangup" in text) and (m := SHELL_STOP.search(text)):
+            sig = {"Terminated": "SIGTERM", "Hangup": "SIGHUP"}.get(m.group(1), "SIGINT")
             self._add("stop", rank, time, text, signal=sig, by="shell")
             return
         if "crash.pt" in text and "heckpoint" in text:  # fairseq saves crash.pt from its handler of an exception
@@ -429,6 +430,9 @@ class Events:
             self._add(kind, rank, time, text, type=m[1], message=m[2][:300], where=None, bare=True)
             return
         errs = "Error" in text or "Exception" in text or "ERROR" in text or "ASSERT" in text
+        if errs and (m := BARE_EXC.match(text)):  # a traceback's last line, its frames not in the log
+            self._add(exception_kind(text), rank, time, text, type=m[1], message="", where=None, bare=True)
+            return
         barred = self._place.get(self.source, (None, None))[1] == self.order  # a progress bar on this very line
         if errs and ((m := EXC_LINE.match(text.strip())) or barred and (m := BAR_GLUED_EXC.search(text))):
             # an exception's line with no traceback before it (a logger's one-line error, a trimmed paste)

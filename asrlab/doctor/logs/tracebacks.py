@@ -53,7 +53,8 @@ OOM = re.compile(
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
     r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating|not enough memory|"
-    r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate|low on resource: memory",  # Kubernetes' eviction
+    r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate|low on resource: memory|"  # Kubernetes' eviction
+    r"\bOOMKilled\b",  # and its container's status
     re.I,
 )
 # torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with

@@ -42,7 +42,8 @@ _ZSH_SAYS = ("abort", "segmentation fault", "bus error", "illegal hardware instr
 # the signal each word names: bash's, zsh's (its "killed" too), glog's
 SHELL_SIGNALS = {**dict(zip(_BASH_SAYS + _ZSH_SAYS, _SIGS * 2)), "killed": "SIGKILL", **{s: s for s in _SIGS}}
 # the shell's word for a child SIGTERM ended (bash's "Terminated"), a terminal's echo of Ctrl-C
-SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|\^C)\s*$")  # "-^C": a notebook's cell output
+# (bash's job report pads the status before the command: "line 114: 1508441 Hangup       "${CMD[@]}" 2>&1")
+SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|Hangup|\^C)(?:\s*$|\s{2,}\S)")  # "-^C": a cell's
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
 SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
@@ -201,6 +202,7 @@ INTERRUPTED = re.compile(
 )
 # ssh's (telnet's) last word when the session a job ran in the foreground of ends: the job gets SIGHUP
 HANGUP = re.compile(r"Connection (?:to \S+ )?closed(?: by (?:foreign|remote) host)?\.\s*$")
+BARE_EXC = re.compile(r"^((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*$")  # "AssertionError": a class, no message
 EXC_LINE = re.compile(
     r"^(?:\w+ )?((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)"
     r"|^(?:ERROR|ASSERTION_FAILED) (\([\w-]+\[[^\]]*\][^)]*\)) (.+)"  # Kaldi's "ERROR (nnet3-train[5.5]:Func():x.cc:12) ..."
