@@ -1863,3 +1863,25 @@ def test_a_bare_exception_line_or_a_containers_oomkilled_after_the_steps_is_no_a
     log.write_text("".join(f"step {s} loss {2 - s / 10:.2f}\n" for s in range(1, 10)) + last + "\n")
     d = diagnose_logs([str(log)])
     assert (d["verdict"], d["culprit"]["step"]) == (verdict, 9), d["summary"]
+
+
+@pytest.mark.parametrize(
+    "last, want",
+    [
+        ("Process 1 exit with status code 1.", ("crashed", 1, None)),  # Horovod's gloo runner
+        ("WARNING: process 1 exited with signal 11", ("killed", 1, "SIGSEGV")),
+        ("worker 1 exited with signal SIGBUS", ("killed", 1, "SIGBUS")),
+        # subprocess.CalledProcessError, as Accelerate's launcher raises it for a child a signal ended
+        (
+            "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.",
+            ("killed", None, "SIGKILL"),
+        ),
+    ],
+)
+def test_a_launchers_word_on_a_childs_status_or_signal_names_it(tmp_path, last, want):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {s} loss {2 - s / 10:.2f}\n" for s in range(1, 10)) + last + "\n")
+    d = diagnose_logs([str(log)])
+    verdict, rank, sig = want
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == (verdict, rank, 9), d["summary"]
+    assert sig is None or sig in d["summary"], d["summary"]

@@ -21,7 +21,7 @@ from .words import FATAL, GLOO, HANGUP, HYDRA, INTERRUPTED, ITEM, JAX_BARRIER, L
 from .words import NAN_VALUE, NOT_SUSPECT, RECOVERED, RENDEZVOUS, RESUME, SCALE, SCHEDULER_STOP, SHELL_SIGNAL
 from .words import SHELL_SIGNALS, SHELL_STOP, SRUN_TASK, STATUS, STORE, STORE_KEY, SUSPECT, TERMINATE, TF_COORDINATOR
 from .words import UNHANDLED, WATCH_SAID, WATCH_VERDICT, death_signal, exit_signal, nonfinite_row, nonfinite_said
-from .words import SCALE_VALUE, norm_only, shell_pid, signame
+from .words import SCALE_VALUE, SIGNAL_EXIT, norm_only, shell_pid, signame
 from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
@@ -354,6 +354,11 @@ class Events:
             who = int(t[1]) if t else rank
             self._add("exit", who, time, text, exitcode=None, signal=SHELL_SIGNALS[m.group(m.lastindex)], root=False,
                       source="shell", pid=shell_pid(text))  # fmt: skip
+            return
+        if (" with " in text or " by " in text) and (m := SIGNAL_EXIT.search(text)):
+            sig = signame(m[2] or m[3])
+            who = int(m[1]) if m[1] else rank
+            self._add("exit", who, time, text, exitcode=None, signal=sig, root=False, source="status")
             return
         if ("Terminated" in text or "^C" in text or "Hangup" in text) and (m := SHELL_STOP.search(text)):
             sig = {"Terminated": "SIGTERM", "Hangup": "SIGHUP"}.get(m.group(1), "SIGINT")

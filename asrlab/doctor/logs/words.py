@@ -47,15 +47,21 @@ SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|Hangup|\^
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
 SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
 SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
+# a child a signal ended, in a launcher's or Python's words: "process 1 exited with signal 11", "Command '[...]' died
+# with <Signals.SIGKILL: 9>." (subprocess.CalledProcessError, as Accelerate's launcher raises it)
+SIGNAL_EXIT = re.compile(
+    r"(?:\b(?:rank|worker|process|task) (\d+) )?\b(?:exited|died) (?:with|by) (?:signal (SIG[A-Z]+|\d+)\b|<Signals\.(SIG[A-Z]+): \d+>)"
+)
 # a process's word on its exit status: "exited with status 1", Paddle's "Container rank 6 status failed ... code -6"
 STATUS = re.compile(
-    r"(?:exited|finished|terminated|exit(?:ed)?)(?: with)? (?:exit )?(?:status|code)\s*:?\s*(-?\d+)"
+    r"(?:exited|finished|terminated|exit(?:ed)?)(?: with)? (?:exit )?(?:status(?: code)?|code)\s*:?\s*(-?\d+)"
     r"|returned non-zero exit (?:status|code)\s*:?\s*(-?\d+)|job failed, log is in"
     r"|[Rr]ank (\d+) status failed\b.*?\bcode (-?\d+)"
     r"|^# Ended \(code (-?\d+)\)"  # Kaldi's and ESPnet's run.pl, at the head of a job's log
     r"|(?:'--local_rank=(\d+)'.*?)?exits with return code\s*=\s*(-?\d+)"  # DeepSpeed's launcher on a child
     r"|\berror code (-\d+)\b"  # a child's negative code (DIGITS on Caffe's): the signal that ended it
-    r"|\b(?:rank|worker|process|[Tt]ask) (\d+) (?:exited|died|terminated) with (?:exit ?code |code |status )?(-?\d+)\b"  # a launcher's own
+    r"|\b(?:rank|worker|[Pp]rocess|[Tt]ask) (\d+) (?:exit(?:ed)?|died|terminated) with (?:exit ?code |code |status (?:code )?)?"
+    r"(-?\d+)\b"  # a launcher's own (Horovod's "Process 1 exit with status code 1.")
     r"|job failed with status (\d+), log is in"  # Kaldi's queue.pl: a shell's status, 128+N for signal N
     # a launcher of one's own on its child, Popen's word: "worker r1 (pid 32050) died, returncode=-9"
     r"|\b(?:rank|worker) r?(\d+)\b.{0,40}?\breturn ?code\s*[=:]?\s*(-?\d+)\b|\breturn ?code\s*[=:]\s*(-\d+)\b"
