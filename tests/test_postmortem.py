@@ -963,6 +963,7 @@ INDEX = {
         "logs104",
         "logs105",
         "logs106",
+        "logs107",
     )
     for c in index(FIXTURES / folder)
 }
@@ -1885,3 +1886,21 @@ def test_a_launchers_word_on_a_childs_status_or_signal_names_it(tmp_path, last, 
     verdict, rank, sig = want
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == (verdict, rank, 9), d["summary"]
     assert sig is None or sig in d["summary"], d["summary"]
+
+
+def test_a_stranger_s_lightning_ddp_under_the_watch_keeps_the_epoch_and_points_at_the_stacks():
+    """A thirty-eighth stranger's Lightning Trainer (DDP, Lightning's own launcher) under asrlab watch: the raise
+    whose message names its batch ("shape mismatch in batch 7") keeps the epoch the bar before it says (epoch 1);
+    the console of a hang the watch called points at the stacks the watch saved, not at running it again under the
+    watch; its own «r1·e01·b010» ctc≈3.725 lines are step lines of rank 1."""
+    own = FIXTURES / "own_loops"
+    d = diagnose_logs([str(own / "w38_lightning_ddp_first_rank_raises_in_epoch_1_batch_7.log")])
+    assert (d["culprit"]["rank"], d["culprit"]["epoch"], d["culprit"]["batch"]) == (0, 1, 7), d["culprit"]
+    from asrlab.doctor import diagnose
+
+    d = diagnose([str(own / "w38_lightning_ddp_second_rank_worker_hangs_at_batch_4.log")])
+    assert d["next"].startswith("read the ranks' stacks the watch saved"), d["next"]
+    from asrlab.doctor.logs.toolkits import step_of
+
+    rec = step_of("«r1·e01·b010» ctc≈3.725 ‖∇‖=2.20 Δt=0.41s")
+    assert (rec["rank"], rec["epoch"], rec["batch"], rec["losses"]) == (1, 1, 10, {"ctc": 3.725}), rec

@@ -130,10 +130,14 @@ def read_and_diagnose(paths: list[str]) -> tuple:
                    for r in tables if r.series}  # fmt: skip
     d["warnings"] = [{**w, "source": r.source} for r in ([log] if log else []) + tables for w in r.warnings]
     d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in tables]
+    if d["verdict"] == "no_failure_seen" and d["warnings"] and "; but " not in d["summary"]:  # a table's warning
+        d["summary"] += "; but " + d["warnings"][0]["text"]
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
     d["checkpoints"] = checkpoints(paths)
     inside = next((Path(p).parent for p in paths if Path(p).is_file() and is_run(Path(p).parent)), None)
+    if inside is None and runs and d["verdict"] == "stalled":  # the watch's folders inside (a node's each)
+        d["next"] = f"asrlab doctor {' '.join(map(str, runs))} reads the ranks' stacks the watch saved there"
     if inside is not None:  # a watched job's log read alone: the watch's own records of it are beside it
         d["next"] = (
             f"asrlab doctor {inside} reads what the watch recorded beside this log (stacks, heartbeats, its stop)"

@@ -66,6 +66,8 @@ def next_step(d: dict, log: bool = False) -> str | None:
     else:
         resume = "no checkpoint of asrlab.lab's RunState loads, so it starts over unless the loop has its own"
     v = d["verdict"]
+    if v == "stalled" and log and "asrlab watch" in d["summary"]:  # the watch saved the ranks' stacks: read them
+        return "read the ranks' stacks the watch saved: the `asrlab doctor EXP` under its last line reads them"
     if v == "stalled" and log:
         who = "the rank named is the one the others waited for" if d["culprit"]["rank"] is not None else (
             "the log names no rank behind the others (NCCL_DEBUG=INFO shows the network's part)")  # fmt: skip

@@ -15,6 +15,8 @@ GRAD = re.compile(r"grad(?:ient)?s?[_ /.]?(?:total[_ ]?)?norm|gnorm|total_norm",
 NOT_A_LOSS = re.compile(
     r"scale|(?:^|[/_])(?:lr|learning[_ ]?rate|epoch|runtime|per_second|samples|flos|tokens)(?:$|[/_])", re.I
 )
+# an evaluation's series ("val_ctc", "eval/loss", "valid_wer"): not finite, its evaluation is broken, not training
+EVAL = re.compile(r"(?:^|[/_.-])(?:val|valid|validation|eval|dev|test)(?:$|[/_.-])", re.I)
 DIVERGE = 10.0  # a loss this many times its running minimum has diverged (not the noise of a converging run)
 SPIKE = 100.0  # a gradient norm this many times the median of those before it: a spike
 AFTER = 5  # points before a rise can count: the first steps of any run swing
@@ -39,6 +41,12 @@ def judge(source: str, series: dict[str, list[tuple[int, float]]], wall: dict[st
             continue
         times = wall.get(name)
         bad = next((i for i, (_, v) in enumerate(points) if not math.isfinite(v)), None)
+        if EVAL.search(name):  # said, not a failure: training went on whatever its evaluation printed
+            if bad is not None:
+                step, v = points[bad]
+                said = f"the evaluation's {name} was {v} at step {step} ({source}'s exact series: an evaluation's, not training's)"
+                warnings.append({"kind": "eval_nonfinite", "name": name, "step": step, "text": said, "source": source})
+            continue
         if bad is not None:
             again = any(math.isfinite(v) for _, v in points[bad + 1 :])
             # fp16's overflow-and-skip leaves a gradient norm inf for a step and finite after: not a failure

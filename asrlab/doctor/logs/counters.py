@@ -56,7 +56,7 @@ def batch_beside(d: dict, counter) -> int | None:
 # or a space ("[E00|S0015|b015|r1]", "ep0:bt015", "r1 e0 i3/8"): E/ep the epoch, S/st/it/i/u the step (with a
 # total beside an epoch, "i3/8", the batch of the epoch), b/bt the batch, r/w/rk the rank
 _TAGS = re.compile(
-    r"(?:^|(?<=[\[<(\s]))((?:[A-Za-z]{1,2}\d+(?:/\d+)?[|:/, ]){1,3}[A-Za-z]{1,2}\d+(?:/\d+)?)(?=[\]>)\s]|$)"
+    r"(?:^|(?<=[\[<(«\s]))((?:[A-Za-z]{1,2}\d+(?:/\d+)?[|:/, ·]){1,3}[A-Za-z]{1,2}\d+(?:/\d+)?)(?=[\]>)»\s]|$)"
 )
 _TAG = re.compile(r"([A-Za-z]{1,2})(\d+)(/\d+)?")
 _TAG_FIELDS = {"e": "epoch", "ep": "epoch", "s": "step", "st": "step", "it": "step", "i": "step", "u": "step",

@@ -237,7 +237,7 @@ def plain(line: str) -> dict | None:
 # any trainer's key-value line: Hugging Face Trainer's "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05,
 # 'epoch': 1.2}", JSON lines, "loss=nan lr=..."; read last, where no toolkit's own reader fits
 _KV = re.compile(
-    rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*=\s*|\s*:\s+)['"]?({NUM})(?:(?<=nan)x+|(?<=inf)x+)?['"]?(?=[\s,;}}\]|)]|$|[A-Z][a-z])"""
+    rf"""['"]?\b([A-Za-z_][\w/.-]*)(?:['"]\s*:\s*|\s*[=≈]\s*|\s*:\s+)['"]?({NUM})(?:(?<=nan)x+|(?<=inf)x+)?['"]?(?=[\s,;}}\]|)]|$|[A-Z][a-z])"""
 )  # a value may have the next output glued on ("loss: nanEpoch 1/1000": Keras's bar, then a print); PaddleOCR pads
 # its values to 6 with x ("loss: nanxxx")
 _BRACKET = re.compile(rf"\[([A-Za-z_]\w*)\]\s+({NUM})(?=[\s|,]|$)")  # "[Loss] nan | [step]  1574"

@@ -322,7 +322,10 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     if verdict == "stopped" and len({x.get("rank") for x in run.events if x["kind"] == "stop"}) > 1:
         e, rank = {**e, "rank": None, "text": e["text"] + "; every rank was told it"}, None  # the launcher passed it on
     # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
-    rec = e.get("record") or _named(e, strict=True) or last_before(run, rank, e) or _named(e) or placed(e)
+    near, named = last_before(run, rank, e), _named(e, strict=True)
+    # ... unless the line before names the same batch with its epoch ("Epoch 1: 28% 7/25", then "in batch 7")
+    named = None if named and near and near["epoch"] is not None and near["batch"] == named["step"] else named
+    rec = e.get("record") or named or near or _named(e) or placed(e)
     rec = named_later(e, rec or redrawn_after(run, rank, e))
     said = _say(run, verdict, {**e, "rank": rank}, rec, d)
     if verdict == "killed" and (_abort(run, {**e, "rank": rank}) or {}).get("mismatch"):
