@@ -186,6 +186,9 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
     # a logger's version folder (Lightning's lightning_logs/version_0/checkpoints/), a loop's own names
     (deep := tmp_path / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
     torch.save({"state_dict": {}}, deep / "epoch=0-step=40.ckpt")
+    # a logger named after its folder (CSVLogger("lightning_logs")): one level deeper
+    (deeper := tmp_path / "lightning_logs" / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {}}, deeper / "epoch=2-step=75.ckpt")
     torch.save({"w": torch.zeros(3)}, tmp_path / "ckpt_40.pt")
     torch.save({"w": torch.zeros(3)}, tmp_path / "ep1_it0120.pt")
     ck = diagnose_logs([str(tmp_path)])["checkpoints"]
@@ -196,6 +199,7 @@ def test_checkpoints_beside_the_logs_are_read_for_their_place_without_their_weig
         "last.ckpt": (4, 2000, True),
         "cut.pt": (None, None, False),
         "epoch=0-step=40.ckpt": (0, 40, True),
+        "epoch=2-step=75.ckpt": (2, 75, True),
         "ckpt_40.pt": (None, 40, True),
         "ep1_it0120.pt": (1, 120, True),
     }, got

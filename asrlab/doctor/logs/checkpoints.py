@@ -32,9 +32,10 @@ STATE_FILES = _WEIGHTS + _OPTIMIZER
 
 def find(paths: list[str]) -> list[Path]:
     """The checkpoints, newest first (files, and folders that are one checkpoint): in the folders given, one level
-    below (a recipe's ``exp/``), a logger's ``*/*/checkpoints/`` (Lightning's, NeMo's), and beside the files given."""
+    below (a recipe's ``exp/``), a logger's ``*/*/checkpoints/`` (Lightning's, NeMo's; a logger named after its folder
+    one level deeper: ``lightning_logs/lightning_logs/version_0/checkpoints/``), and beside the files given."""
     globs = [
-        (Path(p), ("", "*/", "*/*/checkpoints/")) if Path(p).is_dir() else (Path(p).parent, ("",))
+        (Path(p), ("", "*/", "*/*/checkpoints/", "*/*/*/checkpoints/")) if Path(p).is_dir() else (Path(p).parent, ("",))
         for p in paths
         if p != "-"
     ]
