@@ -968,6 +968,7 @@ INDEX = {
         "logs105",
         "logs106",
         "logs107",
+        "logs108",
     )
     for c in index(FIXTURES / folder)
 }
