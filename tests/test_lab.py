@@ -464,3 +464,28 @@ def test_no_false_stall_on_a_slow_first_step_or_a_marked_slow_phase_but_a_real_o
         assert verdict.startswith("rank 0 is in the forward pass of step 2"), verdict
     finally:
         watch.stop()
+
+
+def test_a_watch_stopped_in_a_finally_while_an_error_goes_by_records_that_error(tmp_path):
+    """``try: ... finally: watch.stop()``, the natural way to end it, while the loop raises (a survivor's lost peer
+    after another rank was killed): the error is recorded and the run failed, not a clean end the doctor calls
+    finished or stopped; an exception the loop handled before the ``finally`` is no error."""
+    from asrlab.doctor import diagnose
+
+    watch = lab.StallWatch(tmp_path / "raised", timeout_s=30).start()
+    with pytest.raises(RuntimeError):
+        try:
+            raise RuntimeError("Connection reset by peer")
+        finally:
+            watch.stop()
+    d = diagnose(tmp_path / "raised")
+    assert d["verdict"] == "crashed" and "Connection reset by peer" in d["summary"], d["summary"]
+    watch = lab.StallWatch(tmp_path / "handled", timeout_s=30).start()
+    try:
+        try:
+            raise ValueError("a retried read")
+        except ValueError:
+            pass
+    finally:
+        watch.stop()
+    assert diagnose(tmp_path / "handled")["verdict"] == "finished"

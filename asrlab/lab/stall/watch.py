@@ -167,9 +167,12 @@ class StallWatch:
             self.hb.completed += micro == 0
 
     def stop(self, error: BaseException | None = None) -> None:
-        """End the watch: ``error`` is recorded for the other ranks and ``asrlab doctor``."""
+        """End the watch: ``error`` is recorded for the other ranks and ``asrlab doctor``; called in a ``finally``
+        while an error goes by (``try: ... finally: watch.stop()``), that error."""
         if self.watchdog is None:
             return
+        if error is None and isinstance(sys.exc_info()[1], Exception):  # (an exception already handled is not)
+            error = sys.exc_info()[1]
         watchdog, self.watchdog = self.watchdog, None
         say_compiles(None)
         if sys.excepthook == self._on_uncaught:
