@@ -322,6 +322,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "I-JEPA's descendants' `[36,   400/ 2562] - train_losses - ... Consistency Loss: [0.6315]`, then Slurm's cancel": (
+        "logs109/fgdcc/epoch_36_step_750_of_2562_then_slurm_job_cancelled.log"
+    ),
+    "an evaluation's `avg. test_loss nan`, then Slurm's cancel: a stop, the evaluation's nan no failure before it": (
+        "logs109/fgdcc/test_loss_nan_epoch_11_then_epoch_12_step_50_job_cancelled.log"
+    ),
     'bash\'s job report with the command after the status, `line 114: 1508441 Hangup   "${FINAL_CMD[@]}" 2>&1`': (
         "logs106/megatron-deepspeed-v100/iterations_2_to_4_of_20_gpu_clock_reset_then_hangup_sighup.log"
     ),
@@ -969,6 +975,7 @@ INDEX = {
         "logs106",
         "logs107",
         "logs108",
+        "logs109",
     )
     for c in index(FIXTURES / folder)
 }

@@ -263,7 +263,9 @@ _EPOCH_WORD = re.compile(
     r"\b(?:ep|epoch)\s*[=:]?\s*\[?(\d+)(?:\s*(?:\||,|/|$)|\s+(?=(?:it|iter|step|batch)\b|[A-Za-z_]\w*=))", re.I
 )
 # a loss said in words: "Loss nan (nan)", "Loss is NaN", "loss: inf", HiFi-GAN's "Gen Loss Total :  nan"
-_LOSS_WORD = re.compile(rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: is| ?:)?\s+({NUM})\b")
+_LOSS_WORD = re.compile(rf"\b((?:[A-Za-z]\w*[_ ])?[Ll]oss(?: Total)?)(?: \(\w+\))?(?: is| ?:)?\s+\[?({NUM})\b")
+# I-JEPA's and its descendants' "[1,   100] loss: 0.123 ...", "[36,   400/ 2562] - train_losses - ...": epoch, iteration
+_EPOCH_ITR = re.compile(r"^\[(\d+),\s*(\d+)(?:\s*/\s*\d+)?\] ")
 _RANK_VALUE = re.compile(r""":\s*['"](?:r|rk|rank[ _-]?)(\d+)['"]""")
 _BAR_COUNT = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\d.])")
 # a value and its running average, as metric loggers print them ("loss: 5.6569 (nan)", "Loss 2.31 (2.40)")
@@ -302,12 +304,14 @@ def kv(line: str) -> dict | None:
     bars = (b for b in _BAR_COUNT.finditer(line) if "poch" not in line[max(b.start() - 8, 0) : b.start()])
     bar = next(bars, None) if counter is None else None
     epoch = num(d.get("epoch") or ((m := _EPOCH_WORD.search(line)) and m.group(1)))
+    if jepa := _EPOCH_ITR.match(line) if counter is None else None:
+        bar, epoch = None, float(jepa[1])
     tags = tags_of(line) if counter is None and bar is None else {}  # "[E00|S0015|b015|r1] ctc:4.38"
     if counter is None and bar is None and epoch is None and not tags:
         return None  # a loss with no place in training: a summary or a sentence, not a step line
     epoch = tags.get("epoch", epoch)
     epoch = int(epoch) if epoch is not None and epoch == int(epoch) else epoch
-    batch = int(bar.group(1)) if bar else tags.get("batch", batch_beside(d, counter))
+    batch = int(bar.group(1)) if bar else int(jepa[2]) if jepa else tags.get("batch", batch_beside(d, counter))
     step = int(counter.group(counter.lastindex).replace(",", "")) if counter else tags.get("step")
     lr, scale = (
         num(d.get("lr") or d.get("learning_rate")),

@@ -20,6 +20,7 @@ from ..logs.run import LogRun, log_files, position
 from ..logs.counters import counter_of
 from ..logs.toolkits import validation
 from ..logs.words import NAN_VALUE
+from ..series import EVAL
 from ..timeline import resumes
 from ..verdict import first_failure, when
 from ...lab.stall.watchdog import STALL_EXIT
@@ -134,9 +135,10 @@ def _causes(run: LogRun) -> list[tuple]:
         e.update(order=r["order"], file=r["file"])
         many = {"rank": None, "culprit_rank": None, "ranks": None if None in same else sorted(same)}
         out.append(("nonfinite", {**e, **many} if len(same) > 1 else e))
-        # a validation pass's non-finite line beside a training step's: the first failure only where nothing else is
-        out = [(v, {**x, "consequence": True} if x["kind"] == "nonfinite_line" and validation(x["text"]) else x)
-               for v, x in out]  # fmt: skip
+    # a validation pass's non-finite line (beside a training step's, or a stop): the first failure where nothing else is
+    # (by its words, or by the field it names: "avg. test_loss nan")
+    evaluated = lambda x: validation(x["text"]) or EVAL.search(x.get("said") or "")  # noqa: E731
+    out = [(v, {**x, "consequence": True} if x["kind"] == "nonfinite_line" and evaluated(x) else x) for v, x in out]
     skips = persistent_skips(run)
     # a step printed non-finite after the scale fell, in the same file: one incident, said where the step is
     if skips and not (r is not None and r["file"] == skips.get("file") and r["order"] > skips.get("order", 0)):
