@@ -713,3 +713,18 @@ def test_a_restart_is_marked_where_the_steps_went_back():
     fixtures = Path(__file__).parent / "fixtures" / "own_loops"
     e = LogExplorer([str(fixtures / "w25_one_process_killed_resumed_step_51_data_from_batch_1.log")])
     assert e.series["marks"]["resume"] == {"x": 51.0, "rank": 0, "step": 51, "where": "step 51 (epoch 1)"}
+
+
+def test_a_place_in_its_epoch_is_not_drawn_on_a_folders_global_steps():
+    """A toolkit's folder whose event files count global steps while the verdict's place came from a console's bar
+    (epoch 1, batch 14): no culprit line at x=14 of the global axis (where the loss is finite), the series' own first
+    non-finite loss marked instead; a global step is drawn where it is."""
+    from asrlab.widgets.logs import _table_series
+
+    nan = float("nan")
+    series = {"tensorboard": {"train_loss": {"steps": [10, 20, 39, 40], "values": [3.1, 3.0, nan, nan]}}}
+    d = {"series": series, "first": None, "verdict": "nonfinite", "summary": ""}
+    s = _table_series({**d, "culprit": {"rank": None, "step": 14, "epoch": 1, "batch": 14}})
+    assert s["marks"]["culprit"] is None and s["marks"]["first_nonfinite"]["x"] == 39, s["marks"]
+    s = _table_series({**d, "culprit": {"rank": None, "step": 39, "epoch": None, "batch": None}})
+    assert s["marks"]["culprit"]["x"] == 39, s["marks"]

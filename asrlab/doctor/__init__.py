@@ -145,8 +145,11 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     # a checkpoint saved at or after the first non-finite step (not a transient one) may hold what went non-finite
     bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" and not (d["nonfinite"] or {}).get("transient") else None
     if bad is not None and d["checkpoints"]:
+        c = d["culprit"]  # a place in its epoch (a bar's count) is no global step: a later epoch is after it
+        in_epoch = c["epoch"] is not None and bad == c["batch"]
         for r in d["checkpoints"]["files"]:
-            r["after_failure"] = r["step"] is not None and r["step"] >= bad
+            after = r["epoch"] is not None and r["epoch"] > c["epoch"] if in_epoch else r["step"] is not None
+            r["after_failure"] = after and (in_epoch or r["step"] >= bad)
     return (log.raw if log else LogRun()), d
 
 

@@ -365,7 +365,13 @@ def _log_text(d: dict) -> str:
             held = ", ".join(f"{k} {r[k]}" for k in ("epoch", "step") if r[k] is not None) or "no epoch or step in it"
             state = "" if r["intact"] else f" (NOT INTACT: {r['why']})" if r["intact"] is False else f" ({r['why']})"
             if r.get("after_failure"):
-                state += f" (saved at or after step {d['culprit']['step']}, the first not finite: resume from an earlier one)"
+                c = d["culprit"]
+                at = (
+                    f"epoch {c['epoch']}, batch {c['batch']}"
+                    if c["epoch"] is not None and c["batch"] == c["step"]
+                    else f"step {c['step']}"
+                )
+                state += f" (saved at or after {at}, the first not finite: resume from an earlier one)"
             lines.append(f"  {r['file']}: {held}{state}")
     if d["ranks"]:
         lines.append("ranks (last logged step):")

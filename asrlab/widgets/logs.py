@@ -113,8 +113,14 @@ def _table_series(d: dict, max_panels: int = 8) -> dict:
         panels.append({"name": name, "label": f"{name} ({src})", "lines": [line], "nonfinite": bad, "derived": False})
     c = d.get("culprit") or {}
     at = c.get("step")
-    mark = None if at is None else {"x": at, "rank": c.get("rank"), "step": at, "where": f"step {at}"}
+    # a place in its epoch (a console's bar: "epoch 1, batch 14") is no global step of these series: not drawn there
+    in_epoch = at is not None and c.get("epoch") is not None and at == c.get("batch")
+    mark = None if at is None or in_epoch else {"x": at, "rank": c.get("rank"), "step": at, "where": f"step {at}"}
     first = (d.get("first") or {}).get("series") and mark
+    lossy = [b["x"] for p, (_, name, _) in zip(panels, named) if watched(name) == "loss" for b in p["nonfinite"]]
+    if in_epoch and lossy:  # the series' own first non-finite step, where the verdict's place is not on their axis
+        x = min(lossy)
+        first = {"x": x, "rank": None, "step": x, "where": f"step {x}, the series' first loss not finite"}
     return {
         "axis": {"kind": "step", "label": "step"},
         "ranks": [None],
@@ -403,7 +409,8 @@ class LogExplorer(Explorer):
         c = d["culprit"]
         if c["rank"] is not None or c["step"] is not None:
             who = rank_label(c["rank"]) if c["rank"] is not None else "rank unknown"
-            at = m["where"] if m else f"step {c['step']}" if c["step"] is not None else "step unknown"
+            place = ", ".join(f"{k} {c[k]}" for k in ("epoch", "batch") if c.get(k) is not None)
+            at = m["where"] if m else place or (f"step {c['step']}" if c["step"] is not None else "step unknown")
             culprit = f"{who}, {at}"
         else:
             culprit = "none named"
