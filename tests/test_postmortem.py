@@ -1916,3 +1916,5 @@ def test_a_stranger_s_lightning_ddp_under_the_watch_keeps_the_epoch_and_points_a
 
     rec = step_of("«r1·e01·b010» ctc≈3.725 ‖∇‖=2.20 Δt=0.41s")
     assert (rec["rank"], rec["epoch"], rec["batch"], rec["losses"]) == (1, 1, 10, {"ctc": 3.725}), rec
+    rec = step_of("ep 0 · upd#0001 · ctc 14.5043 · lr 4.0e-04 · |g| 5.23")  # a learning rate by a space too
+    assert (rec["step"], rec["lr"]) == (1, 4e-4), rec

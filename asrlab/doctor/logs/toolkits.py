@@ -284,7 +284,7 @@ def kv(line: str) -> dict | None:
     raw = _KV.findall(line)
     pairs = [(_key(k), v) for k, v in raw + _PIPE.findall(line) + _BRACKET.findall(line)]
     pairs += [(k.strip().replace(" ", "_").lower(), v) for k, v in _LOSS_WORD.findall(line)]
-    pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k)]  # "it 4 ctc nan lr 1e-3"
+    pairs += [(k, v) for k, v in _SPACE_PAIR.findall(line) if _OWN_LOSS.match(k) or k == "lr"]  # "it 4 ctc nan lr 1e-3"
     # "ctc:4.38" glued, not a logger's "(ctc:74)", a module's line
     pairs = pairs or [(k, v) for k, v in _PAIR.findall(line) if _OWN_LOSS.match(k) and not v.isdigit()]
     # a loss's average gone non-finite took a non-finite loss in since the last line, though this one is finite
