@@ -14,7 +14,7 @@ from ..lab import layout
 from ..lab.layout import is_run
 from ..lab.timing import bound, with_gpu_busy
 from .timeline import resumes
-from .verdict import FAILED, VERDICTS
+from .verdict import FAILED, VERDICTS, in_epoch
 
 
 # the renderer imports torch (via lab.timing, lab.state): loaded on first use, so that a wrong folder is said at
@@ -146,10 +146,10 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     bad = d["culprit"]["step"] if d["verdict"] == "nonfinite" and not (d["nonfinite"] or {}).get("transient") else None
     if bad is not None and d["checkpoints"]:
         c = d["culprit"]  # a place in its epoch (a bar's count) is no global step: a later epoch is after it
-        in_epoch = c["epoch"] is not None and bad == c["batch"]
+        placed = in_epoch(c)
         for r in d["checkpoints"]["files"]:
-            after = r["epoch"] is not None and r["epoch"] > c["epoch"] if in_epoch else r["step"] is not None
-            r["after_failure"] = after and (in_epoch or r["step"] >= bad)
+            after = r["epoch"] is not None and r["epoch"] > c["epoch"] if placed else r["step"] is not None
+            r["after_failure"] = after and (placed or r["step"] >= bad)
     return (log.raw if log else LogRun()), d
 
 

@@ -6,6 +6,7 @@ from ..lab.stall.flight import collectives_text
 from ..lab.stall.verdict import rank_line, ranks_named, ranks_text
 from ..lab.timing import format_split
 from . import FAILED
+from .verdict import in_epoch
 
 FIRST = 5  # keys, steps, ... named in the text before "+N more" (as many as the parts name)
 # how a first error is headed when it is the consequence of something else
@@ -366,11 +367,7 @@ def _log_text(d: dict) -> str:
             state = "" if r["intact"] else f" (NOT INTACT: {r['why']})" if r["intact"] is False else f" ({r['why']})"
             if r.get("after_failure"):
                 c = d["culprit"]
-                at = (
-                    f"epoch {c['epoch']}, batch {c['batch']}"
-                    if c["epoch"] is not None and c["batch"] == c["step"]
-                    else f"step {c['step']}"
-                )
+                at = f"epoch {c['epoch']}, batch {c['batch']}" if in_epoch(c) else f"step {c['step']}"
                 state += f" (saved at or after {at}, the first not finite: resume from an earlier one)"
             lines.append(f"  {r['file']}: {held}{state}")
     if d["ranks"]:

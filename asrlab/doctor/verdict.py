@@ -50,6 +50,11 @@ def culprit(e: dict | None) -> dict:
     return {"rank": rank, "step": step, "epoch": place["epoch"], "batch": place["batch"]}
 
 
+def in_epoch(c: dict) -> bool:
+    """Whether a culprit's step is its place in an epoch (a bar's batch: "epoch 1, batch 14"), no global step."""
+    return c.get("step") is not None and c.get("epoch") is not None and c["step"] == c.get("batch")
+
+
 def decide(readings: list) -> dict:
     """``{"verdict", "summary", "culprit", "first", "basis", "history"}`` from the readings (in precedence
     order) of :mod:`.sources`."""
@@ -166,4 +171,4 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     return rj, {**job, "then": None if folder.get("guess") or same else folder}
 
 
-__all__ = ["FAILED", "VERDICTS", "culprit", "decide", "first_failure", "key", "when"]
+__all__ = ["FAILED", "VERDICTS", "culprit", "decide", "first_failure", "in_epoch", "key", "when"]

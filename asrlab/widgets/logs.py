@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..doctor.logs.progress import SPAN_S, step_number, stretches, where
+from ..doctor.verdict import in_epoch
 from .base import Explorer, html_escape, png
 from .doctor import VERDICT_COLOURS
 
@@ -114,11 +115,11 @@ def _table_series(d: dict, max_panels: int = 8) -> dict:
     c = d.get("culprit") or {}
     at = c.get("step")
     # a place in its epoch (a console's bar: "epoch 1, batch 14") is no global step of these series: not drawn there
-    in_epoch = at is not None and c.get("epoch") is not None and at == c.get("batch")
-    mark = None if at is None or in_epoch else {"x": at, "rank": c.get("rank"), "step": at, "where": f"step {at}"}
+    placed = in_epoch(c)
+    mark = None if at is None or placed else {"x": at, "rank": c.get("rank"), "step": at, "where": f"step {at}"}
     first = (d.get("first") or {}).get("series") and mark
     lossy = [b["x"] for p, (_, name, _) in zip(panels, named) if watched(name) == "loss" for b in p["nonfinite"]]
-    if in_epoch and lossy:  # the series' own first non-finite step, where the verdict's place is not on their axis
+    if placed and lossy:  # the series' own first non-finite step, where the verdict's place is not on their axis
         x = min(lossy)
         first = {"x": x, "rank": None, "step": x, "where": f"step {x}, the series' first loss not finite"}
     return {
