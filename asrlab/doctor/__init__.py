@@ -174,7 +174,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     there); ``nodes``: the folders ``exp`` merges, whose watched jobs' output is read from each."""
     exp = Path(exp)
     from .sources import job_output, run_events, run_folder
-    from .verdict import decide, first_failure
+    from .verdict import decide, first_failure, spoke
 
     folder = run_folder.read(exp, now)
     inner = [run_folder.read(p, now) for p in folder.inside]
@@ -183,7 +183,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
     for e in folder.events if jobs else ():  # a vanished rank the job's output holds no traceback of: a signal ended
         # it, or it left on its own without a word (which, nothing here says)
         unsaid = e.get("guess") and e["rank"] is not None and run_events.UNSAID in e["text"]
-        said = (x for j in jobs for x in j.events if not x.get("consequence") or x.get("outside"))
+        said = (x for j in jobs for x in j.events if spoke(x))
         if unsaid and not any(x.get("rank") == e["rank"] for x in said):
             said = "the job's output shows no error of it: killed by a signal (SIGKILL: the OOM killer, a lost node)"
             e["text"] = e["text"].replace(run_events.UNSAID, f"{said}, or it left on its own without a word")

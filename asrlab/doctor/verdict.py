@@ -143,6 +143,11 @@ def _first(firsts: list[tuple]) -> tuple[tuple, str]:
     return (r0, e0), "".join(f"; then, in the {r.source}: {_said(e)['summary']}" for r, e in later[:1])
 
 
+def spoke(e: dict) -> bool:
+    """An event that is its own failure: not a consequence of another, or a signal from outside the job."""
+    return not e.get("consequence") or bool(e.get("outside"))
+
+
 def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     """A run folder's first failure and the watched job's own: one failure seen twice (the folder's guess at a rank
     that ended without a word, the job's words for how), the folder's halt report over the printed non-finite
@@ -151,8 +156,7 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
     # the folder's guess at which rank vanished first (a launcher that ends itself when its child dies, Lightning's,
     # is seen to end first) yields to the job's own words for a death, not to a survivor's lost peer it explains
     # (a rank's end by a signal the launcher did not send is one of those words, though it yields to any cause in the job)
-    spoke = not job.get("consequence") or job.get("outside")
-    if folder.get("guess") and spoke and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
+    if folder.get("guess") and spoke(job) and (jv["verdict"] == "stopped" or jv["verdict"] in DEATHS):
         seen = [t for t in (_time(job), folder["time"]) if t is not None]
         return rj, {**job, "joined_time": min(seen) if seen else None}  # the earliest sighting of the one failure
     if folder["verdict"] == "nonfinite_halt" and jv["verdict"] == "nonfinite":

@@ -329,8 +329,9 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
     named = None if named and near and near["epoch"] is not None and near["batch"] == named["step"] else named
     rec = e.get("record") or named or near or _named(e) or placed(e)
     rec = named_later(e, rec or redrawn_after(run, rank, e))
-    said = _say(run, verdict, {**e, "rank": rank}, rec, d)
-    if verdict == "killed" and (_abort(run, {**e, "rank": rank}) or {}).get("mismatch"):
+    abort = _abort(run, {**e, "rank": rank}) if verdict == "killed" else None
+    said = _say(run, verdict, {**e, "rank": rank}, rec, d, abort)
+    if abort and abort["mismatch"]:
         rank = None  # the rank that aborted saw the mismatch; whose code branched, no line says
     nf = d["nonfinite"] or {}
     if verdict == "nonfinite" and rec is not None and nf.get("first"):
@@ -401,7 +402,7 @@ def _event_view(e: dict) -> dict:
     return {k: v for k, v in e.items() if k not in ("record", "say", "_phrased")}
 
 
-def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
+def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict, abort: dict | None) -> str:
     # a log with no rank marks anywhere is one process's: "the job", not "a rank"
     who = f"rank {e['rank']}" if e.get("rank") is not None else "a rank" if run.ranks() else "the job"
     if e.get("kind") == "nonfinite_step" and e.get("ranks"):  # several at the same step: none named the culprit
@@ -418,7 +419,7 @@ def _say(run: LogRun, verdict: str, e: dict, rec: dict | None, d: dict) -> str:
             what = "a DataLoader worker" + (f" of {who}" if e.get("rank") is not None else "")
         hint = " (SIGKILL: the kernel's OOM killer, a scheduler or a lost node)" if sig == "SIGKILL" else ""
         s = f"{what} was killed by {sig} {when}{hint}"
-        if a := _abort(run, {**e, "signal": sig}):  # the C++ exception that aborted it, as its process printed
+        if a := abort:  # the C++ exception that aborted it, as its process printed
             s += f": it aborted on {a['type'] or 'a C++ exception'}: {a['message'][:240]}"
             if a["mismatch"]:
                 s += " (the ranks called different collectives: a rank that ran out of data and left the loop while "
