@@ -134,6 +134,22 @@ def test_a_gradient_norm_that_never_comes_back_comes_before_the_loss_and_json_is
     assert out["series"]["trainer_state"]["loss"]["values"][-1] == "nan", out["series"]
 
 
+def test_a_trainer_stopped_early_by_its_callback_is_no_failure(tmp_path):
+    """Early stopping ends Trainer short of max_steps: the state's control says the stop was asked for (Trainer's
+    own TrainerControl, saved with the checkpoint); the same state without it is no all-clear."""
+    hist = [{"step": s, "epoch": s / 10, "loss": 3.0 - s / 100, "learning_rate": 1e-4} for s in range(1, 31)]
+    control = {"TrainerControl": {"args": {"should_training_stop": True}, "attributes": {}}}
+    state = {"global_step": 30, "max_steps": 100, "log_history": hist, "stateful_callbacks": control}
+    (tmp_path / "checkpoint-30").mkdir()
+    (tmp_path / "checkpoint-30" / "trainer_state.json").write_text(json.dumps(state))
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "no_failure_seen" and d["ok"], d["summary"]
+    control["TrainerControl"]["args"]["should_training_stop"] = False
+    (tmp_path / "checkpoint-30" / "trainer_state.json").write_text(json.dumps(state))
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "unknown" and "global step 30 of max_steps 100" in d["summary"], d["summary"]
+
+
 def test_lightning_metrics_csv(tmp_path):
     rows = ["epoch,step,train_loss_step,val_loss"] + [f"0,{s},{3.0 - 0.1 * s}," for s in range(10)]
     rows += ["0,10,nan,", "0,11,,2.5"]

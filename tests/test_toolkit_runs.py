@@ -34,3 +34,19 @@ def test_a_real_toolkit_run_gets_the_truth_it_was_given(case):
         assert d["culprit"]["step"] == step, f"step {d['culprit']} != {want}; {said}"
     if want.get("epoch") is not None and truth["toolkit"] == "espnet":  # ESPnet's batch counts within its epoch
         assert d["culprit"]["epoch"] == want["epoch"], f"epoch {d['culprit']}; {said}"
+
+
+HF = [c for c in CASES if c.parent.name == "hf_trainer" and (c / "exp").is_dir()]
+
+
+@pytest.mark.parametrize("case", HF, ids=[c.name for c in HF])
+def test_a_trainer_folder_alone_is_all_clear_only_when_training_ended(case):
+    """Hugging Face Trainer's output folder without its console: a run that raised, was killed, hung or was
+    stopped left a checkpoint's state short of max_steps with no train summary, which is no all-clear."""
+    truth = yaml.safe_load((case / "truth.yaml").read_text())
+    d = diagnose_logs([str(case / "exp")])
+    said = f"{case.name}: {d['verdict']}: {d['summary'][:300]}"
+    if truth["verdict"] == "no_failure_seen":
+        assert d["verdict"] == "no_failure_seen" and "training ended at global step 24" in d["summary"], said
+    else:
+        assert d["verdict"] != "no_failure_seen", said

@@ -76,7 +76,8 @@ def log_files(paths: list[str]) -> list[str]:
         if p == "-":
             out.append(p)
         elif path.is_dir():
-            found = [f for f in path.rglob("*") if f.is_file() and _LOGGISH.search(f.name)]
+            # a JSON document (Trainer's train_results.json) is a table, not a log; JSON lines (.jsonl) are lines
+            found = [f for f in path.rglob("*") if f.is_file() and _LOGGISH.search(f.name) and f.suffix != ".json"]
             # none under a hidden folder (.ipynb_checkpoints/ too)
             found = [f for f in found if not any(x.startswith(".") for x in f.relative_to(path).parts)]
             out.extend(str(f) for f in sorted(found) if stream.is_text(f))

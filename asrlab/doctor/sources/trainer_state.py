@@ -38,9 +38,24 @@ def read(files: list[Path]) -> Reading:
                 series.setdefault(k, {})[int(step)] = float(v)
     out = {k: sorted(p.items()) for k, p in series.items()}
     events, warnings = judge_series.judge(NAME, out, {})
-    if state.get("max_steps") and state.get("global_step") is not None:
-        notes.append(f"{f}: global step {state['global_step']} of max_steps {state['max_steps']}")
-    return Reading(NAME, [str(x) for _, x in states], out, {}, events, warnings, notes)
+    outcome, suspects = None, []
+    step, last = state.get("global_step"), state.get("max_steps")
+    if last and step is not None:
+        notes.append(f"{f}: global step {step} of max_steps {last}")
+        # Trainer ends by appending its train summary and saving at max_steps, or by a callback's stop (early
+        # stopping), which the state's control records; a state short of all three was left by a run that ended
+        # early or is still running
+        control = ((state.get("stateful_callbacks") or {}).get("TrainerControl") or {}).get("args") or {}
+        summary = any("train_runtime" in r for r in state.get("log_history") or [])
+        if summary or step >= last or control.get("should_training_stop"):
+            outcome = {"verdict": "no_failure_seen", "summary": f"no failure seen: training ended at global step "
+                       f"{step} of max_steps {last} ({f.name})", "basis": NAME}  # fmt: skip
+        else:
+            said = f"global step {step} of max_steps {last} in {f.parent.name}/{f.name}, no train summary after it and "
+            said += "no stop asked: ended early (crash, kill, hang) or still running"
+            suspects.append({"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None},
+                             "text": said})  # fmt: skip
+    return Reading(NAME, [str(x) for _, x in states], out, {}, events, warnings, notes, suspects, outcome)
 
 
 __all__ = ["NAME", "owns", "read"]
