@@ -18,13 +18,17 @@ from asrlab.doctor.timeline import failure
 SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
 
 
-def write_events(folder, losses, norms=None, start=1):
+def write_events(folder, losses, norms=None, start=1, ended=False):
+    """``ended``: the train summary Hugging Face Trainer logs once training ended (``train/train_runtime``); an
+    event file without an end says nothing of how the run ended."""
     w = SummaryWriter(str(folder))
     for i, v in enumerate(losses, start):
         w.add_scalar("train/loss", v, i)
         w.add_scalar("train/lr", 1e-3, i)
         if norms is not None:
             w.add_scalar("train/grad_norm", norms[i - start], i)
+    if ended:
+        w.add_scalar("train/train_runtime", 12.5, start + len(losses) - 1)
     w.close()
 
 
@@ -50,7 +54,7 @@ def test_a_resumed_run_keeps_the_later_launchs_points_and_a_cut_file_is_said(tmp
     steps: one series, the later launch's points. A cut file is said; where the run's last file is cut (its
     writer killed mid-record) no all-clear is given, where a resume went on after it, it is only a note."""
     write_events(tmp_path / "r1", [1.0] * 10)  # steps 1-10, killed at 10
-    write_events(tmp_path / "r2", [0.5] * 10, start=6)  # resumed from step 5: steps 6-15 again
+    write_events(tmp_path / "r2", [0.5] * 10, start=6, ended=True)  # resumed from step 5: steps 6-15 again
     first, last = (sorted((tmp_path / r).glob("events*"))[0] for r in ("r1", "r2"))
     first.write_bytes(first.read_bytes()[:-7])  # the first launch's writer killed mid-record
     d = diagnose(tmp_path)
@@ -87,6 +91,7 @@ def test_a_gradient_norm_under_any_usual_tag(tmp_path, tag):
     for i in range(1, 41):
         w.add_scalar("loss", 1.0, i)
         w.add_scalar(tag, 1000.0 if i == 30 else 1.0, i)  # a spike that recovers: a warning
+    w.add_scalar("train_runtime", 60.0, 40)
     w.close()
     d = diagnose(tmp_path)
     assert d["verdict"] == "no_failure_seen" and [(x["name"], x["step"]) for x in d["warnings"]] == [(tag, 30)]
@@ -94,9 +99,20 @@ def test_a_gradient_norm_under_any_usual_tag(tmp_path, tag):
 
 def test_fp16_overflow_skips_leave_a_grad_norm_inf_and_the_run_healthy(tmp_path):
     norms = [math.inf, math.inf, 3.0, 2.0] + [1.0] * 16  # the scaler calibrating at the start
-    write_events(tmp_path, [5.0 - 0.1 * i for i in range(20)], norms)
+    write_events(tmp_path, [5.0 - 0.1 * i for i in range(20)], norms, ended=True)
     d = diagnose(tmp_path)
     assert d["verdict"] == "no_failure_seen" and d["ok"], d["summary"]
+
+
+def test_series_that_just_stop_are_no_all_clear(tmp_path, capsys):
+    """Event files alone whose series stop with no end of training logged: a crash, a kill or a hang leave them so
+    as a finished run does. Unknown, said with where they stop, and the console is what to read next."""
+    write_events(tmp_path, [5.0 - 0.1 * i for i in range(20)])
+    d = diagnose(tmp_path)
+    assert d["verdict"] == "unknown" and "nothing read says the run ended" in d["summary"], d["summary"]
+    assert "tensorboard's at step 20" in d["summary"] and "console" in d["next"], d
+    (tmp_path / "train.log").write_text("".join(f"step {i} loss {5.0 - 0.1 * i:.2f}\n" for i in range(1, 21)))
+    assert diagnose(tmp_path)["verdict"] == "no_failure_seen"  # a log's step lines speak for the run
 
 
 def test_trainer_state_log_history(tmp_path):

@@ -47,6 +47,6 @@ def test_a_trainer_folder_alone_is_all_clear_only_when_training_ended(case):
     d = diagnose_logs([str(case / "exp")])
     said = f"{case.name}: {d['verdict']}: {d['summary'][:300]}"
     if truth["verdict"] == "no_failure_seen":
-        assert d["verdict"] == "no_failure_seen" and "training ended at global step 24" in d["summary"], said
+        assert d["verdict"] == "no_failure_seen" and "training ended" in d["summary"], said
     else:
         assert d["verdict"] != "no_failure_seen", said

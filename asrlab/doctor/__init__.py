@@ -130,8 +130,8 @@ def read_and_diagnose(paths: list[str]) -> tuple:
                    for r in tables if r.series}  # fmt: skip
     d["warnings"] = [{**w, "source": r.source} for r in ([log] if log else []) + tables for w in r.warnings]
     d["sources"] = [{"source": r.source, "files": r.files, "notes": r.notes} for r in tables]
-    if d["verdict"] == "no_failure_seen" and d["warnings"] and "; but " not in d["summary"]:  # a table's warning
-        d["summary"] += "; but " + d["warnings"][0]["text"]
+    if (d["verdict"] == "no_failure_seen" or d["basis"] == "series") and d["warnings"] and "; but " not in d["summary"]:
+        d["summary"] += ("; but " if d["verdict"] == "no_failure_seen" else "; also, ") + d["warnings"][0]["text"]
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
     d["checkpoints"] = checkpoints(paths)

@@ -108,6 +108,8 @@ def next_step(d: dict, log: bool = False) -> str | None:
         )
     if v == "stopped":
         return f"run the same command again to continue ({resume})"
+    if v == "unknown" and d.get("basis") == "series":
+        return "its console, or the launcher's or scheduler's log, says how it ended: give it with this folder"
     if v == "unknown" and log:
         return "the lines around those quoted, or the scheduler's log, say how it ended"
     if v == "unknown":

@@ -71,8 +71,11 @@ def decide(readings: list) -> dict:
             p = next((o for o in others if o["step"] is not None and o["rank"] in (None, c["rank"])), None)
             out["culprit"] = c if p is None else {**c, "step": p["step"], "epoch": p["epoch"], "batch": p["batch"]}
         return {**out, "basis": e.get("source") or r.source, "history": history}
-    outcome = next((r.outcome for r in readings if r.outcome), None) or {"verdict": "no_failure_seen"}
+    outcome = next((r.outcome for r in readings if r.outcome and not r.outcome.get("silent")), None)
     odd = [s for r in readings for s in r.suspects]
+    if outcome is None and not odd and (open_end := _open_end(readings)):
+        return {**open_end, "culprit": culprit(None), "first": None, "basis": "series", "history": history}
+    outcome = outcome or next((r.outcome for r in readings if r.outcome), None) or {"verdict": "no_failure_seen"}
     if outcome["verdict"] == "no_failure_seen" and odd:  # lines look wrong and nothing names it: never all clear
         ranks = {s["rank"] for s in odd}
         c = {**odd[0]["culprit"], "rank": ranks.pop() if len(ranks) == 1 else None}
@@ -91,6 +94,20 @@ def decide(readings: list) -> dict:
         "basis": outcome.get("basis") or next((r.source for r in readings if r.outcome is outcome), None),
         "history": history,
     }
+
+
+def _open_end(readings: list) -> dict | None:
+    """Series that just stop, where nothing read says the run ended (no log's step lines, no toolkit's end of
+    training): an event file or a metrics table does not record how a run ended, and a crash, a kill or a hang
+    leave series that stop as a finished run's do. No all-clear, said with where they stop."""
+    tables = [r for r in readings if r.series]
+    if not tables:
+        return None
+    ends = {r.source: max(s for p in r.series.values() for s, _ in p[-1:]) for r in tables}
+    said = ", ".join(f"{src}'s at step {step}" for src, step in ends.items())
+    summary = f"no failure in the series, but nothing read says the run ended: they stop ({said}); a crash, a kill or "
+    summary += "a hang leaves series that stop as a finished run's do"
+    return {"verdict": "unknown", "summary": summary}
 
 
 def _said(e: dict) -> dict:

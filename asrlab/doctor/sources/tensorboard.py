@@ -126,7 +126,11 @@ def read(files: list[Path]) -> Reading:
     suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r.wrong}
                 for r in runs if r.wrong]  # fmt: skip
     events, warnings = judge_series.judge(NAME, series, wall)
-    return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes, suspects)
+    # Hugging Face Trainer logs its train summary (train_runtime) once training ended; other writers log no end
+    end = next((t for t in series if t.rsplit("/", 1)[-1] == "train_runtime"), None)
+    said = f"no failure seen: training ended ({end} logged at step {series[end][-1][0]})" if end else None
+    outcome = {"verdict": "no_failure_seen", "summary": said, "basis": NAME} if end else None
+    return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes, suspects, outcome)
 
 
 __all__ = ["NAME", "owns", "read"]

@@ -183,7 +183,9 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run, warnings=warned,
         # an empty log is nothing to judge, not an all-clear
-        outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": said},
+        # a log of no step and no event says nothing of how the run went: "silent", no end of it
+        outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": said,
+                 "silent": not run.series and not run.events},
     )  # fmt: skip
 
 
