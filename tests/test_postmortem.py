@@ -1918,3 +1918,28 @@ def test_a_stranger_s_lightning_ddp_under_the_watch_keeps_the_epoch_and_points_a
     assert (rec["rank"], rec["epoch"], rec["batch"], rec["losses"]) == (1, 1, 10, {"ctc": 3.725}), rec
     rec = step_of("ep 0 · upd#0001 · ctc 14.5043 · lr 4.0e-04 · |g| 5.23")  # a learning rate by a space too
     assert (rec["step"], rec["lr"]) == (1, 4e-4), rec
+
+
+def test_a_spawn_loops_hang_takes_the_step_its_one_printing_rank_printed_and_its_kill_its_own_checkpoints(tmp_path):
+    """A stranger's mp.spawn loop under the watch, only rank 0 printing (JSON lines, no rank mark). Rank 1's worker
+    hangs: the stall is rank 1's, at the last step the job printed (5). Rank 1 SIGKILLed at step 21, the run folder
+    inside the job's working folder (``--exp exp/watched``): the loop's own checkpoints there are the next step's."""
+    import json
+
+    import torch
+
+    from asrlab.doctor import diagnose
+
+    watched = FIXTURES / "watched"
+    d = diagnose(watched / "spawn_rank1_worker_hangs_rank0_prints_json_lines")
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 1, 5), d["summary"]
+    exp = tmp_path / "work" / "exp" / "watched"
+    shutil.copytree(watched / "spawn_rank1_sigkill_own_checkpoints_in_its_working_folder", exp)
+    lab = json.loads((exp / "lab.json").read_text())
+    (exp / "lab.json").write_text(json.dumps({**lab, "cwd": str(tmp_path / "work")}))
+    (tmp_path / "work" / "ckpts").mkdir()
+    for it in (10, 20):
+        torch.save({"model": {"w": torch.zeros(2)}, "it": it}, tmp_path / "work" / "ckpts" / f"step_{it}.pt")
+    d = diagnose(exp)
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("killed", 1, 20), d["summary"]
+    assert d["next"].endswith(f"(its newest checkpoint is {tmp_path / 'work' / 'ckpts' / 'step_20.pt'})"), d["next"]

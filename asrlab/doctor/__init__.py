@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import read_json
 from ..lab import layout
 from ..lab.layout import is_run
 from ..lab.timing import bound, with_gpu_busy
@@ -217,7 +218,9 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
                 d["summary"] += "; but " + job.warnings[0]["text"]
         last = [x for j in jobs for x in j.sections["last_steps"]]
         if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
-            c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), c))
+            # (lines of no rank mark are one rank's printing for all of them: the last step the job printed)
+            unmarked = {**last[0]["culprit"], "rank": c["rank"]} if len(last) == 1 and last[0]["rank"] is None else c
+            c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), unmarked))
         if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
             where = "; ".join(r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last)
             d["summary"] += " at " + where
@@ -240,10 +243,13 @@ def _twice(d: dict) -> bool:
 
 def _own_checkpoints(exp: Path) -> dict | None:
     """A watched loop's own checkpoints in its folder and one level below (``ckpt/snap_it0030.pt``, WeNet's
-    ``10.pt``), in the run folder's shape; ``own``: a resume is the loop's own doing."""
+    ``10.pt``), and so in the job's working folder where the run folder is inside it (``--exp exp/watched``), in
+    the run folder's shape; ``own``: a resume is the loop's own doing."""
     from .logs.checkpoints import checkpoints  # torch, only where there are checkpoints to open
 
-    found = checkpoints([str(exp)])
+    cwd = (read_json(exp / layout.LAB) or {}).get("cwd")
+    inside = cwd is not None and Path(cwd).resolve() in exp.resolve().parents
+    found = checkpoints([str(exp)] + ([cwd] if inside else []))
     if found is None:
         return None
     files = [

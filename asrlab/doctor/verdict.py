@@ -128,13 +128,19 @@ def _time(e: dict) -> float | None:
     return None if e.get("source") == "log" else e.get("time")
 
 
+SAME_S = 1.0
+
+
 def _before(a: dict, b: dict) -> bool:
     """Whether ``a`` (of a later-listed source) came before ``b``: by their clocks, else by their steps. A rank
     that vanished is dated by its last heartbeat: it ended up to a heartbeat's staleness later (what its own
-    folder recorded just before it ended, a stall report, came first)."""
+    folder recorded just before it ended, a stall report, came first). One kind of failure two sources saw within
+    :data:`SAME_S` is one failure: the earlier-listed source says it (a job's line is dated when the watch read it,
+    after the event file's writer dated the same step's value)."""
     ta, tb = _time(a), _time(b)
     if ta is not None and tb is not None:
-        return ta + STALE_S * bool(a.get("guess")) < tb + STALE_S * bool(b.get("guess"))
+        same = SAME_S if a.get("verdict") == b.get("verdict") and a.get("source") != b.get("source") else 0.0
+        return ta + STALE_S * bool(a.get("guess")) + same < tb + STALE_S * bool(b.get("guess"))
     sa, sb = (culprit(x)["step"] if "at" in x else None for x in (a, b))
     return sa is not None and sb is not None and sa < sb
 
