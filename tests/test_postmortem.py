@@ -322,6 +322,18 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "IBM LSF's `TERM_RUNLIMIT: job killed after reaching LSF run time limit.`, after tracebacks logged at `[WARNING]`": (
+        "logs110/painn/no_epoch_line_in_24h_user_defined_signal_2_lsf_runlimit_exit_140.log"
+    ),
+    "click's `Aborted!` on a Ctrl-C (no SIGABRT), then `KeyboardInterrupt` and LSF's `TERM_OWNER`": (
+        "logs110/painn/epoch_622_of_1000_loss_3e31_keyboardinterrupt_terminated_lsf_killed_by_owner_exit_143.log"
+    ),
+    "LSF's report of a healthy job: its `Terminated at <date>` header is no failure word": (
+        "logs110/painn/healthy_epochs_628_to_650_of_650_lsf_successfully_completed.log"
+    ),
+    "a training value by its logger's name padded before its colon, `train/real     : nan`": (
+        "logs110/starganv2_vc/epoch_43_train_and_eval_losses_nan_reg_norm_inf.log"
+    ),
     "I-JEPA's descendants' `[36,   400/ 2562] - train_losses - ... Consistency Loss: [0.6315]`, then Slurm's cancel": (
         "logs109/fgdcc/epoch_36_step_750_of_2562_then_slurm_job_cancelled.log"
     ),
@@ -976,6 +988,7 @@ INDEX = {
         "logs107",
         "logs108",
         "logs109",
+        "logs110",
     )
     for c in index(FIXTURES / folder)
 }

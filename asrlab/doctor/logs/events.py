@@ -21,7 +21,7 @@ from .words import FATAL, GLOO, HANGUP, HYDRA, INTERRUPTED, ITEM, JAX_BARRIER, L
 from .words import NAN_VALUE, NOT_SUSPECT, RECOVERED, RENDEZVOUS, RESUME, SCALE, SCHEDULER_STOP, SHELL_SIGNAL
 from .words import SHELL_SIGNALS, SHELL_STOP, SRUN_TASK, STATUS, STORE, STORE_KEY, SUSPECT, TERMINATE, TF_COORDINATOR
 from .words import UNHANDLED, WATCH_SAID, WATCH_VERDICT, death_signal, exit_signal, nonfinite_row, nonfinite_said
-from .words import SCALE_VALUE, SIGNAL_EXIT, norm_only, shell_pid, signame
+from .words import SCALE_VALUE, SIGNAL_EXIT, WARNED, norm_only, shell_pid, signame
 from .counters import counter_of
 from .toolkits import num
 from .nccl import nccl_events
@@ -183,8 +183,10 @@ class Events:
                 rank, key = self._spawned, (source, self._spawned)
                 self._alias[(source, None)] = key
             self._spawned = None
+            # one a logger wrote at warning level ("[WARNING] Traceback ...": dynamo's fallback to eager) was gone on from
+            warned = WARNED.search(text[: text.find("Traceback (most recent")]) is not None
             self._tb[key] = Traceback(
-                rank, time, self.order, source, stamp=self.stamp, head=text, **self._where(source)
+                rank, time, self.order, source, stamp=self.stamp, head=text, ignored=warned, **self._where(source)
             )
             return
         if FRAME.match(text) or RICH_FRAME.match(text.lstrip()):  # a traceback whose first line the log does not have
@@ -367,10 +369,11 @@ class Events:
         if "crash.pt" in text and "heckpoint" in text:  # fairseq saves crash.pt from its handler of an exception
             self._add("exception", rank, time, text, type=None, message="fairseq saved crash.pt", where=None, bare=True)
             return
-        if "CANCELLED AT" in text and (m := SCHEDULER_STOP.search(text)):  # srun's, after a failed task: a consequence
+        if ("CANCELLED AT" in text or text.startswith("TERM_")) and (m := SCHEDULER_STOP.search(text)):
+            # srun's, after a failed task: a consequence
             ended = not m.group(1) and "STEP" in text and any(e["kind"] == "exit" for e in self.events)
-            self._add("stop", rank, time, text, signal="SIGTERM", by=(m.group(1) or "cancel").lower(),
-                      consequence=ended or None)  # fmt: skip
+            by = "time limit" if m.group(2) else "preemption" if m.group(3) else (m.group(1) or "cancel").lower()
+            self._add("stop", rank, time, text, signal="SIGTERM", by=by, consequence=ended or None)
             return
         if m := STATUS.search(text):
             said = m[1] or m[2] or m[4] or m[5] or m[7] or m[8] or m[10] or m[11] or m[13] or m[14] or m[15]

@@ -54,7 +54,7 @@ OOM = re.compile(
     r"^MemoryError|Cannot allocate memory|oom-kill|oom_kill|std::bad_alloc|RESOURCE_EXHAUSTED|"
     r"Tried to allocate [\d.]+ [KMGT]i?B|ResourceExhausted|\bOOM when allocating|not enough memory|"
     r"[Aa]llocation (?:of [^,]{0,60})?failed|failed to allocate|low on resource: memory|"  # Kubernetes' eviction
-    r"\bOOMKilled\b",  # and its container's status
+    r"\bOOMKilled\b|^TERM_(?:MEMLIMIT|SWAP): job killed",  # a container's status; IBM LSF's memory or swap limit
     re.I,
 )
 # torch.multiprocessing's word on a spawned process that died: the rank and how ("process 1 terminated with

@@ -28,7 +28,7 @@ BASH_KILLED = re.compile(
 # a shell's, srun's or libc's word for a child a signal ended, also after a bar, or by pid ("156 Segmentation fault")
 SHELL_SIGNAL = re.compile(
     r"(?:^|^\d+ |line \d+:\s+\d+ |: task \d+: |srun: error: .*?: |\S\s{3,}|\])"
-    r"(Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
+    r"(Aborted(?!!)|Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b|"
     r"(?:^|zsh: )(segmentation fault|bus error)\b|^zsh: (abort|illegal hardware instruction|floating point exception)\b|"
     r"^\[\d+\]\s+(?:[+-]\s+)?\d+ (segmentation fault|bus error|abort|killed|floating point exception)\b|"  # zsh's job
     # UCX's, Open MPI's handler; Python's faulthandler; Paddle's "FatalError: `Segmentation fault` is detected by the OS"
@@ -46,7 +46,11 @@ SHELL_SIGNALS = {**dict(zip(_BASH_SAYS + _ZSH_SAYS, _SIGS * 2)), "killed": "SIGK
 SHELL_STOP = re.compile(r"(?:^-?|line \d+:\s+\d+ |\]|\|)\s*(Terminated|Hangup|\^C)(?:\s*$|\s{2,}\S)")  # "-^C": a cell's
 # a scheduler that ended the job: Slurm's time limit or cancel; srun's word on a task (its global rank) that ended
 SRUN_TASK = re.compile(r"srun: error: \S+: task (\d+): ")
-SCHEDULER_STOP = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?")
+SCHEDULER_STOP = re.compile(
+    r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION))?|"
+    # IBM LSF's job report: its owner's or admin's kill, a run, CPU or wall-clock limit, a preemption
+    r"^TERM_(?:(?:FORCE_|REQUEUE_)?(?:OWNER|ADMIN)|(RUNLIMIT|CPULIMIT|DEADLINE|WINDOW)|(PREEMPT)): job "
+)
 # a child a signal ended, in a launcher's or Python's words: "process 1 exited with signal 11", "Command '[...]' died
 # with <Signals.SIGKILL: 9>." (subprocess.CalledProcessError, as Accelerate's launcher raises it)
 SIGNAL_EXIT = re.compile(
@@ -125,9 +129,10 @@ NONFINITE_LINE = re.compile(
 # is not, whatever the loss says
 OUTPUTS = r"logits|logps|log_probs"
 OUTPUT = re.compile(rf"(?:{OUTPUTS})/")  # such a value's name, kept whole ("logps/chosen", not "chosen")
-# a loss (by a loop's own name too) or a gradient norm printed as a value: "loss=nan", "grad_norm nan", '"ctc": NaN'
+# a loss (by a loop's own name too) or a gradient norm printed as a value: "loss=nan", "grad_norm nan", '"ctc": NaN';
+# any training value by its logger's name ("train/cyc     : nan": a GAN's loss terms named by what they weigh)
 VALUE = re.compile(
-    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w)|(?:{OUTPUTS})/\w+)['\"]?\s*[=:|│┃]?\s*['\"]?"
+    rf"(?<![\w.])([\w/]*loss\w*|grad_?norm|gnorm|(?:[a-z]+_)?(?:{OWN_LOSSES})(?!\w)|(?:{OUTPUTS}|train)/\w+)['\"]?\s*[=:|│┃]?\s*['\"]?"
     r"(?:tensor\()?"
     r"([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))(?:x*\b)",  # PaddleOCR pads a value to 6 with x: "loss: nanxxx"
     re.I,
@@ -315,6 +320,7 @@ SUSPECT = re.compile(
 NAN_VALUE = re.compile(
     r"\b[A-Za-z]\w* ?[=:] ?[-+]?(?:nan|inf)\s*[│┃]?\s*$|[\"'][A-Za-z]\w*[\"']: ?(?:NaN|-?Infinity)\b"
 )
+WARNED = re.compile(r"\bWARN(?:ING)?\b|\[W ")  # a logger's warning level before a line
 # the same words where nothing went wrong: a warning, a retry, an overflow skip, an error rate or metric (RETURNN's
 # "error 0.997", "Test Error: Accuracy: 97.1%"), a count of none, an option's name, a fallback to a default
 NOT_SUSPECT = re.compile(
@@ -324,7 +330,7 @@ NOT_SUSPECT = re.compile(
     r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
     r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+(?:was\s+)?[-+]?\d*\.\d)|"
     r"(?:Test|Train|Val\w*|Eval\w*) [Ee]rror:\s*(?:$|Avg|Accuracy)|"
-    r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved"
+    r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved|^Terminated at \w{3} \w{3} "  # LSF's report
 )
 
 # Windows' status for a hardware fault, its SIGSEGV, SIGFPE or SIGILL, as an unsigned and a signed exit code
