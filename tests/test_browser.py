@@ -70,13 +70,6 @@ FIRST_RAN_JS = """() => {
 BUSY_JS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].some(p => p.textContent.includes('*'))"""
 
 
-NO_ANIMATION_JS = """document.addEventListener('DOMContentLoaded', () => {
-  const s = document.createElement('style');
-  s.textContent = '*, *::before, *::after { animation: none !important; transition: none !important; }';
-  document.head.appendChild(s);
-});"""
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -182,8 +175,6 @@ def browser(lab):
 def page(lab, browser):
     """A fresh page per notebook; afterwards the page is closed and every kernel shut down."""
     pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-    # no CSS animations or transitions (a busy kernel's indicators): the page repainted only when it changes
-    pg.add_init_script(NO_ANIMATION_JS)
     try:
         yield pg
     finally:
