@@ -1956,3 +1956,20 @@ def test_a_spawn_loops_hang_takes_the_step_its_one_printing_rank_printed_and_its
     d = diagnose(exp)
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("killed", 1, 20), d["summary"]
     assert d["next"].endswith(f"(its newest checkpoint is {tmp_path / 'work' / 'ckpts' / 'step_20.pt'})"), d["next"]
+
+
+def test_a_working_folder_holding_a_watched_run_reads_as_that_run_folder_does(tmp_path):
+    """The job's working folder given whole (its run folder in ``exp/watched``): the stall's step from the job's own
+    lines, and a stop said at each rank's last step, as ``asrlab doctor exp/watched`` says them."""
+    from asrlab.doctor import diagnose
+
+    for name in ("spawn_rank1_worker_hangs_rank0_prints_json_lines", "spawn_loop_own_checkpoint_launcher_sigterm"):
+        work = tmp_path / name
+        shutil.copytree(FIXTURES / "watched" / name, work / "exp" / "watched")
+        alone, whole = diagnose(work / "exp" / "watched"), diagnose_logs([str(work)])
+        assert (whole["verdict"], whole["culprit"], whole["summary"]) == (
+            alone["verdict"], alone["culprit"], alone["summary"]
+        ), (whole["summary"], alone["summary"])  # fmt: skip
+        assert whole["culprit"]["step"] is not None and (
+            whole["verdict"] != "stopped" or " at rank 0: " in whole["summary"]
+        )

@@ -125,6 +125,8 @@ def read_and_diagnose(paths: list[str]) -> tuple:
     v = decide(folders + said + tables[len(folders) :])  # precedence: asrlab's own, the log, tables
     d = dict(log.sections) if log else dict(EMPTY_LOG, resumes=resumes())  # a section of its own, not shared
     d.update({k: v[k] for k in _DECIDED})
+    if folders:  # a watched run's folder inside: its jobs' lines place what its folder does not
+        _place_from_jobs(d, [r for r in folders if r.source == "job output"])
     # one rule for any path: a stop on request is no failure; data a restart trained twice is
     d["ok"] = d["verdict"] not in FAILED and not _twice(d)
     d["series"] = {r.source: {k: {"steps": [s for s, _ in p], "values": [x for _, x in p]} for k, p in r.series.items()}
@@ -216,16 +218,7 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             d["warnings"] = [{**w, "source": job.source} for w in job.warnings]
             if d["verdict"] in ("finished", "running"):
                 d["summary"] += "; but " + job.warnings[0]["text"]
-        last = [x for j in jobs for x in j.sections["last_steps"]]
-        if c["rank"] is not None and c["step"] is None:  # the watch samples stacks, not steps: the rank's output does
-            # (lines of no rank mark are one rank's printing for all of them: the last step the job printed)
-            unmarked = {**last[0]["culprit"], "rank": c["rank"]} if len(last) == 1 and last[0]["rank"] is None else c
-            c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), unmarked))
-        if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
-            where = "; ".join(r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last)
-            d["summary"] += " at " + where
-            far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
-            c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
+        _place_from_jobs(d, jobs)
         own = first_failure(folder.events)
         if v["basis"] == "job output" and own and not own.get("guess") and own.get("lost_peer") and d["error"]:
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error
@@ -234,6 +227,21 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
         d["summary"] += "; but " + _broken(d["coverage"])
     d["ok"] = d["verdict"] not in FAILED and not broken and not _twice(d)
     return d
+
+
+def _place_from_jobs(d: dict, jobs: list) -> None:
+    """The culprit's step from the watched jobs' own lines, where the watch's folder has none: the watch samples
+    stacks, not steps (lines of no rank mark are one rank's printing for all: the last step the job printed); a stop
+    said at each rank's last step."""
+    c, last = d["culprit"], [x for j in jobs for x in j.sections["last_steps"]]
+    if c["rank"] is not None and c["step"] is None:
+        unmarked = {**last[0]["culprit"], "rank": c["rank"]} if len(last) == 1 and last[0]["rank"] is None else c
+        c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), unmarked))
+    if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
+        where = "; ".join(r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last)
+        d["summary"] += " at " + where
+        far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
+        c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
 
 
 def _twice(d: dict) -> bool:
