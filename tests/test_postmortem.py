@@ -989,6 +989,7 @@ INDEX = {
         "logs108",
         "logs109",
         "logs110",
+        "logs111",
     )
     for c in index(FIXTURES / folder)
 }
