@@ -322,6 +322,12 @@ def test_the_held_out_excerpts_read_right(folder):
 # one real excerpt of a held-out set for each wording the readers once missed, asserted alone (the sets' floors
 # are above)
 WORDINGS = {
+    "`Epoch [20/20]` on a line of its own over its loss lines, then LSF's `Exited with exit code 1.`": (
+        "logs112/multiview_seg/epoch_20_of_20_then_three_runs_print_only_device_lsf_exit_code_1.log"
+    ),
+    "a job script's `#BSUB -e train_%J.err  # Standard error file` echoed in LSF's report: no failure word": (
+        "logs112/multiview_seg/healthy_three_runs_dice_0_0000_for_20_epochs_lsf_successfully_completed.log"
+    ),
     "IBM LSF's `TERM_RUNLIMIT: job killed after reaching LSF run time limit.`, after tracebacks logged at `[WARNING]`": (
         "logs110/painn/no_epoch_line_in_24h_user_defined_signal_2_lsf_runlimit_exit_140.log"
     ),
@@ -990,6 +996,7 @@ INDEX = {
         "logs109",
         "logs110",
         "logs111",
+        "logs112",
     )
     for c in index(FIXTURES / folder)
 }

@@ -15,7 +15,8 @@ NAMED = re.compile(
     r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
     r"|Saving checkpoints for (\d+) into "  # TensorFlow's estimator: its global step at the save
     r"|^#(\d{3,}): (?=\w+=)"  # Calamari's "#00000010: loss=336.84 ler=1.15 dt=4.88s"
-    r"|^\s*[-=*#]{2,} ?epoch (\d+) ?[-=*#]{2,}\s*$",  # an epoch's header over its values a line each: "--- epoch 43 ---"
+    # an epoch's header over its values a line each: "--- epoch 43 ---", "Epoch [20/20]"
+    r"|^\s*[-=*#]{2,} ?epoch (\d+) ?[-=*#]{2,}\s*$|^\s*Epoch \[(\d+)/\d+\]\s*$",
     re.I,
 )
 # a bar's "450/1000" or "[24289/24290]"; not icefall's "(2/4)" (a rank of a world) nor a date ("06/26 18:54:31")

@@ -330,7 +330,8 @@ NOT_SUSPECT = re.compile(
     r"(?:error|fail)_\w|[Ee]rror [Ff]eedback|on_exception|if (?:it )?fail|"
     r"\[\w+ [WID] \d|\d: [WI] [\w/.]+:\d+\]|\bnot a failure\b|[Ee]rror(?:\s*[:=]\s*[-+\d.]|\s+(?:was\s+)?[-+]?\d*\.\d)|"
     r"(?:Test|Train|Val\w*|Eval\w*) [Ee]rror:\s*(?:$|Avg|Accuracy)|"
-    r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved|^Terminated at \w{3} \w{3} "  # LSF's report
+    r"[Ff]all(?:ing)?[ -]?back|[Uu]sing .{0,40}default|No graph saved|^Terminated at \w{3} \w{3} |"  # LSF's report
+    r"^#(?:BSUB|SBATCH|PBS|\$) "  # a scheduler's directive in the job script its report echoes ("#BSUB -e %J.err")
 )
 
 # Windows' status for a hardware fault, its SIGSEGV, SIGFPE or SIGILL, as an unsigned and a signed exit code
