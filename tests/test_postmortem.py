@@ -1979,5 +1979,16 @@ def test_a_working_folder_holding_a_watched_run_reads_as_that_run_folder_does(tm
             alone["verdict"], alone["culprit"], alone["summary"]
         ), (whole["summary"], alone["summary"])  # fmt: skip
         assert whole["culprit"]["step"] is not None and (
-            whole["verdict"] != "stopped" or " at rank 0: " in whole["summary"]
+            whole["verdict"] != "stopped" or "(each rank's last: rank 0 batch 9" in whole["summary"]
         )
+
+
+def test_a_watched_job_ended_from_outside_long_after_its_last_step_had_hung_there():
+    """Rank 0 spins in its own step (its stacks move, so the watch calls no stall) while rank 1 waits in DDP's
+    all-reduce; the watch is ended from outside 289 s after step 24. By the job's own pace on the watch's clock
+    (job.times) it hung at step 24, and the heartbeats name rank 0: outside any collective, the other waiting in one."""
+    from asrlab.doctor import diagnose
+
+    d = diagnose(FIXTURES / "watched" / "torchrun_rank0_spins_in_its_step_watch_ended_from_outside")
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 0, 24), d["summary"]
+    assert "logged nothing for 289 s after step 24" in d["summary"] and not d["ok"], d["summary"]

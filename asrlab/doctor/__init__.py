@@ -219,6 +219,12 @@ def diagnose_run(exp: str | Path, now: float | None = None, nodes: list[str] | N
             if d["verdict"] in ("finished", "running"):
                 d["summary"] += "; but " + job.warnings[0]["text"]
         _place_from_jobs(d, jobs)
+        if d["verdict"] == "stalled" and c["rank"] is None:  # a hang the job's pace told: who held the others up
+            c["rank"] = _holding(d["ranks"], d["world_size"] or len(d["ranks"]))
+            held = next((r for r in d["ranks"] if r["rank"] == c["rank"]), None) if c["rank"] is not None else None
+            if held is not None:
+                d["summary"] += f"; its last heartbeats: rank {c['rank']} outside any collective ({held['detail']}), "
+                d["summary"] += "every other rank waiting in one"
         own = first_failure(folder.events)
         if v["basis"] == "job output" and own and not own.get("guess") and own.get("lost_peer") and d["error"]:
             d["error"]["lost_peer"] = True  # said under the cause, not as the first error
@@ -238,10 +244,23 @@ def _place_from_jobs(d: dict, jobs: list) -> None:
         unmarked = {**last[0]["culprit"], "rank": c["rank"]} if len(last) == 1 and last[0]["rank"] is None else c
         c.update(next((x["culprit"] for x in last if x["rank"] == c["rank"]), unmarked))
     if d["verdict"] == "stopped" and not re.search(r" at (?:step|epoch|batch) \d", d["summary"]) and last:
-        where = "; ".join(r["last"] if r["rank"] is None else f"rank {r['rank']}: {r['last']}" for r in last)
-        d["summary"] += " at " + where
+        if len({r["last"] for r in last}) == 1:  # every rank at one place
+            d["summary"] += " at " + last[0]["last"]
+        else:
+            where = ", ".join(r["last"] if r["rank"] is None else f"rank {r['rank']} {r['last']}" for r in last)
+            d["summary"] += f" (each rank's last: {where})"
         far = max((x["culprit"] for x in last), key=lambda x: (x["epoch"] or 0, x["step"] or 0))
         c.update(step=far["step"], epoch=far["epoch"], batch=far["batch"])  # where it was when stopped
+
+
+def _holding(ranks: list[dict], world: int) -> int | None:
+    """The one rank the last heartbeats show outside a collective while every other waits in one (it holds them
+    up: a step of its own far longer than the others', or a loop it never left); None where that is not so."""
+    from ..lab.stall.classify import held_phase
+    from ..lab.stall.verdict import WAITING
+
+    outside = [r["rank"] for r in ranks if held_phase(r.get("phase") or "", world) not in WAITING]
+    return outside[0] if len(outside) == 1 and len(ranks) > 1 else None
 
 
 def _twice(d: dict) -> bool:

@@ -184,6 +184,8 @@ def _job_or_folder(rf, folder: dict, rj, job: dict) -> tuple:
         return rj, {**job, "joined_time": min(seen) if seen else None}  # the earliest sighting of the one failure
     if folder["verdict"] == "nonfinite_halt" and jv["verdict"] == "nonfinite":
         return rf, folder
+    if folder["kind"] == "stop" and jv["verdict"] == "stalled":  # the stop ended a hang the job's pace shows
+        return rj, {**job, "then": folder}
     if folder["kind"] == "stop" and (jv["verdict"] == "stopped" or (
         _time(job) is not None and folder["time"] is not None and _time(job) >= folder["time"] - STOP_SLACK_S
     )):  # fmt: skip

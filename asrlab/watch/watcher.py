@@ -355,6 +355,11 @@ class JobWatch:
             return
         world = self.world()
         uneven = self.loops.uneven(views, world, self.sampler)
+        # each rank's step where it said none, from the training loop's own count in its locals (py-spy only): the
+        # step a rank is in, or for a rank waiting for the next batch the last it took (as a heartbeat says them)
+        counted = {} if uneven else self.loops.counts(views, self.sampler) if self.loops.seen else {}
+        data = {v.proc.rank for v in views if v.held_phase(world) == "data"}
+        counted = {r: n - (r in data) for r, n in counted.items() if n - (r in data) >= 0}
         for v in views:
             snap = {
                 **v.snapshot(now, v.held_phase(world)),
@@ -362,6 +367,8 @@ class JobWatch:
                 "stacks": {name: format_stack(s) for name, s in v.stacks.items()},
                 **uneven.get(v.proc.rank, {}),
             }
+            if snap.get("step") is None and v.proc.rank in counted:
+                snap["step"] = counted[v.proc.rank]
             atomic_write(self.exp / layout.STALL / f"rank{v.proc.rank}.json", json.dumps(snap))
             text = "\n\n".join(
                 f"[worker pid {pid}]\n" + "\n".join(format_stack(s.get("MainThread") or []))

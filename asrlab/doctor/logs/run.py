@@ -117,6 +117,7 @@ class LogRun:
         self.resumes: list[dict] = []  # where a rank's steps went back: {"rank", "before", "after"}
         self.epoch_start: dict = {}  # (rank, epoch) -> the first batch logged of it
         self.first_steps: dict = {}  # file -> its first step record
+        self.clock = None  # a watched job's clock (job.times): a line's time by its order, where the watch kept one
 
     def ranks(self) -> list[int]:
         seen = {r for r in self.series if r is not None}

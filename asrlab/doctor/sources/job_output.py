@@ -37,6 +37,8 @@ def read(exp: Path, launched: float | None = None) -> Reading | None:
         r.events = [e for e in r.events if not any(e is g for g in gone)]
         if (e := first_failure(gone)) is not None:
             r.history.append(f"an earlier launch: {e['say']()['summary'][:240]}")
+    if clock:
+        r.raw.clock = lambda order: clock.at(order & OFFSET)  # a hang told by the job's pace: on the watch's clock
     alone = decide([r])
     for e in r.events:
         e["source"] = NAME

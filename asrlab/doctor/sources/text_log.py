@@ -35,19 +35,25 @@ SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line a
 
 def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     """``(seconds, last step)`` where the job was stopped long after its last step line, by its own pace: it hung."""
-    t = when(e)
+    # a watched job's lines each on the watch's clock, the time it kept them; else the lines' own stamps
+    timed = (lambda x: run.clock(x["order"])) if run.clock else (lambda x: x["time"] if x["stamped"] else None)
+    t = run.clock(e["order"]) if run.clock else when(e)
     # a stop's line without a clock of its own came after the last stamped line: a line the job printed after its
     # last step (a checkpoint saved, an evaluation's bar) is no silence
-    if not (e["verdict"] == "stopped" or e.get("outside")) or t is None or e.get("stamped") is False:
+    if (
+        not (e["verdict"] == "stopped" or e.get("outside"))
+        or t is None
+        or (e.get("stamped") is False and not run.clock)
+    ):
         return None
-    recs = [r for s in run.series.values() for r in s.all() if r["stamped"] and r["time"] <= t]
+    recs = [(x, tx) for s in run.series.values() for x in s.all() if (tx := timed(x)) is not None and tx <= t]
     if not recs:
         return None
-    last = max(recs, key=lambda r: r["time"])
-    times = sorted({r["time"] for r in recs})
+    last, t_last = max(recs, key=lambda r: r[1])
+    times = sorted({tx for _, tx in recs})
     gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
     pace = gaps[len(gaps) // 2] if gaps else 0.0  # the median time between two step lines
-    gap = t - last["time"]
+    gap = t - t_last
     # the step it hung at: the last line before the stop, stamped or not (a bar between stamped lines)
     return (gap, last_before(run, None, e) or last) if gap > max(SILENT_S, SILENT_LINES * pace) else None
 
