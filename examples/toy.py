@@ -10,6 +10,8 @@ label sequence), a small CTC model, and faults to inject through ``TOY_FAULT`` (
 * ``barrier:0:6``     rank 0 alone calls a barrier in its forward pass of step 6 (code on one rank's branch),
                       while rank 1 goes on into the gradient all-reduce
 * ``vanish:1:13``     rank 1 is killed (SIGKILL: the OOM killer, a lost node) in its forward pass of step 13
+* ``spin:0:6``        rank 0 spins forever in its forward pass of step 6 (a loop that never ends), while
+                      rank 1 goes on into the gradient all-reduce
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ class Model(nn.Module):
             os.kill(os.getpid(), signal.SIGKILL)
         if kind == "barrier" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
             torch.distributed.barrier()
+        while kind == "spin" and rank == int(os.environ.get("RANK", "0")) and self.calls == step:
+            pass
         return self.out(self.hidden(self.proj(feats))).log_softmax(-1)
 
 

@@ -175,6 +175,19 @@ def test_the_fallback_without_ptrace_reads_the_same_hang(tmp_path):
     assert not left_behind(exp)
 
 
+def test_a_rank_spinning_in_its_own_code_while_the_other_waits_is_a_stall_after_the_first_step_allowance(tmp_path):
+    """Rank 0 spins forever in its forward pass of step 6 (its stacks move between the loop's lines, so it is never
+    still) while rank 1 waits in DDP's all-reduce: held that long (three times the timeout), the watch calls it, rank
+    0 named in its own code, and ends the job."""
+    exp = tmp_path / "exp"
+    rc, err, _ = watched(exp, "spin:0:6", "--stall-timeout", "5", "--on-stall", "kill", cwd=in_a_clone(tmp_path))
+    assert rc == 3, err[-2000:]
+    v = json.loads((exp / "stall_report.json").read_text())["verdict"]
+    assert v.startswith("rank 0 is in the forward pass of step 6 for ") and "(at toy.py:" in v and "in forward)" in v, v
+    assert "rank 1 is waiting in DDP's gradient all-reduce (backward)" in v, v
+    assert not left_behind(exp)
+
+
 def test_ranks_in_different_collectives_are_named_as_a_mismatch(tmp_path):
     """Rank 0 alone calls a barrier (code on one rank's branch) while rank 1 is in DDP's all-reduce: the
     Flight Recorder shows the same collective number with two calls, and the verdict says so first, with

@@ -37,6 +37,20 @@ def all_training(views: list, expected: int, printed: bool = False) -> bool:
     )
 
 
+SPIN_LINES = 3  # the lines a spinning loop's samples land on: `while True: pass` is two
+
+
+def spinning(views: list, world: int, now: float, hold_s: float):
+    """The one rank whose stacks have cycled in one function of its own code at a few lines for ``hold_s`` while
+    every other rank waited that long in a collective, unmoved: it holds them up and gets no further (a loop
+    that never ends, or a step of its own far longer than ``hold_s``); None where that is not so."""
+    spun = [v for v in views if v.spin and now - v.spin[2] >= hold_s and now - v.moved < hold_s]  # still moving
+    rest = [v for v in views if v not in spun]
+    waiting = all(now - v.moved >= hold_s and v.held_phase(world) in ("allreduce", "ddp_allreduce", "collective")
+                  for v in rest)  # fmt: skip
+    return spun[0] if len(spun) == 1 and rest and waiting else None
+
+
 def counting_on(views: list, sampler, wait_s: float = 1.0) -> bool:
     """Whether a rank in an evaluation pass, every sample of it on one line (a slow read, a sleep for storage),
     counts on all the same: a whole-number local of its innermost own frame changed over ``wait_s`` (py-spy only;
@@ -74,6 +88,9 @@ class RankView:
         self.samples = 0
         self.lines: set[tuple[str, str, int]] = set()  # the lines of the job's own code seen on its main stack
         self.gpu_busy: float | None = None  # its GPU's mean busy share so far (NVML), where there is one
+        # (own function, its lines, since): the innermost frame of the job's own code kept in one function at a few
+        # lines (whatever library code it calls): a loop spinning there moves and never gets further
+        self.spin: tuple | None = None
 
     def update(self, stacks: dict, workers: dict[int, dict], now: float) -> str | None:
         """Take a sample (``workers``: those sampled this time; a worker not sampled keeps its last stack,
@@ -91,6 +108,13 @@ class RankView:
         if signature != self.signature:
             self.signature, self.moved = signature, now
         self.stacks, self.workers, self.samples = stacks, workers, self.samples + 1
+        inner = own_frame(main)
+        if inner is None:
+            self.spin = None
+        elif self.spin and self.spin[0] == (inner[0], inner[2]) and len(self.spin[1] | {inner[1]}) <= SPIN_LINES:
+            self.spin = (self.spin[0], self.spin[1] | {inner[1]}, self.spin[2])
+        else:
+            self.spin = ((inner[0], inner[2]), {inner[1]}, now)
         self.lines.update((f, fn, line) for f, line, fn in main if own_code(f))
         phase = phase_of(main)
         self.phases_seen.add(phase)

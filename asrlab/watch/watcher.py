@@ -38,7 +38,7 @@ from ..lab.stall.classify import phase_of
 from ..lab.stall.verdict import WAITING
 from .gpus import GpuBusy
 from .keeper import KeptJob
-from .ranks import Loops, RankView, all_training, counting_on
+from .ranks import Loops, RankView, all_training, counting_on, spinning
 from .output import JobOutput
 from .procs import Proc, Table, family, world_of
 from .sample import FaultHandler, PySpy, format_stack
@@ -347,6 +347,10 @@ class JobWatch:
         # moved: any rank's stacks, or a new step line in the job's output (a loop that sleeps or waits on its own
         # between steps is sampled at one line, and moves all the same)
         still = now - max(max(v.moved for v in views), self.output.stepped)
+        spun = spinning(views, self.world(), now, self.first_step_s) if training and still < allowance else None
+        if spun is not None:  # its stacks move and get no further: held since it began to cycle
+            spun.moved = spun.since = spun.spin[2]
+            still = now - max(max(v.moved for v in views), self.output.stepped)
         if still < allowance:
             return
         if counting_on(views, self.sampler):  # an evaluation that counts on, sampled asleep on one line: moving
