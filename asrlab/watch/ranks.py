@@ -20,6 +20,7 @@ from ..lab.stall.classify import (
     worker_busy,
     worker_own,
 )
+from ..lab.stall.verdict import WAITING
 from .procs import Proc
 from .sample import PySpy
 
@@ -46,8 +47,7 @@ def spinning(views: list, world: int, now: float, hold_s: float):
     that never ends, or a step of its own far longer than ``hold_s``); None where that is not so."""
     spun = [v for v in views if v.spin and now - v.spin[2] >= hold_s and now - v.moved < hold_s]  # still moving
     rest = [v for v in views if v not in spun]
-    waiting = all(now - v.moved >= hold_s and v.held_phase(world) in ("allreduce", "ddp_allreduce", "collective")
-                  for v in rest)  # fmt: skip
+    waiting = all(now - v.moved >= hold_s and v.held_phase(world) in WAITING for v in rest)
     return spun[0] if len(spun) == 1 and rest and waiting else None
 
 
