@@ -28,6 +28,11 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
     return {**e, "source": source, "text": text, **more}
 
 
+def suspect(text: str) -> dict:
+    """A thing that looks wrong that no rule names, with no rank or step: no all-clear (``Reading.suspects``)."""
+    return {"rank": None, "culprit": {"rank": None, **NO_STEP}, "text": text}
+
+
 class JobClock:
     """When each byte of a watched job's output came (``job.times``, kept by ``asrlab watch``): a line's
     time is when the stretch it came in was kept. None for every offset where the watch kept no clock."""
@@ -58,4 +63,4 @@ class JobClock:
         return self.times[max(bisect.bisect_right(self.offsets, offset) - 1, 0)]
 
 
-__all__ = ["JobClock", "NO_STEP", "failure", "resumes"]
+__all__ = ["JobClock", "NO_STEP", "failure", "resumes", "suspect"]

@@ -10,6 +10,9 @@ from pathlib import Path
 
 SOURCES = ("tensorboard", "trainer_state", "csv_metrics")  # in the order of their sections in the diagnosis
 SKIP_DIRS = {".git", "__pycache__", "wandb", ".hydra"}
+# Hugging Face Trainer's train summary: logged (to its state and event files) once training ended; no other writer
+# logs an end of training
+TRAINED = "train_runtime"
 MAX_FILES = 10_000  # files looked at under one folder: a folder of a million shards is not a run's folder
 
 
@@ -70,4 +73,4 @@ def read_sources(files: list[Path]) -> list[Reading]:
     return out
 
 
-__all__ = ["Reading", "SOURCES", "files_of", "read_sources", "walk"]
+__all__ = ["Reading", "SOURCES", "TRAINED", "files_of", "read_sources", "walk"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import series as judge_series
-from . import Reading
+from ..timeline import suspect
+from . import TRAINED, Reading
 
 NAME = "tensorboard"
 DTYPES = {1: "float32", 2: "float64", 3: "int32", 9: "int64", 19: "float16", 14: "bfloat16"}
@@ -123,11 +124,9 @@ def read(files: list[Path]) -> Reading:
             series[label + tag] = [(s, p[s][0]) for s in sorted(p)]
             wall[label + tag] = [p[s][1] for s in sorted(p)]
     # a run whose last file was cut or empty: no all-clear (an earlier launch's cut file a resume went on from: a note)
-    suspects = [{"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None}, "text": r.wrong}
-                for r in runs if r.wrong]  # fmt: skip
+    suspects = [suspect(r.wrong) for r in runs if r.wrong]
     events, warnings = judge_series.judge(NAME, series, wall)
-    # Hugging Face Trainer logs its train summary (train_runtime) once training ended; other writers log no end
-    end = next((t for t in series if t.rsplit("/", 1)[-1] == "train_runtime"), None)
+    end = next((t for t in series if t.rsplit("/", 1)[-1] == TRAINED), None)
     said = f"no failure seen: training ended ({end} logged at step {series[end][-1][0]})" if end else None
     outcome = {"verdict": "no_failure_seen", "summary": said, "basis": NAME} if end else None
     return Reading(NAME, [str(f) for f in files], series, wall, events, warnings, notes, suspects, outcome)

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from .. import series as judge_series
-from . import Reading
+from ..timeline import suspect
+from . import TRAINED, Reading
 
 NAME = "trainer_state"
 NOT_SERIES = {"step", "epoch", "total_flos"}
@@ -46,15 +47,14 @@ def read(files: list[Path]) -> Reading:
         # stopping), which the state's control records; a state short of all three was left by a run that ended
         # early or is still running
         control = ((state.get("stateful_callbacks") or {}).get("TrainerControl") or {}).get("args") or {}
-        summary = any("train_runtime" in r for r in state.get("log_history") or [])
+        summary = any(TRAINED in r for r in state.get("log_history") or [])
         if summary or step >= last or control.get("should_training_stop"):
             outcome = {"verdict": "no_failure_seen", "summary": f"no failure seen: training ended at global step "
                        f"{step} of max_steps {last} ({f.name})", "basis": NAME}  # fmt: skip
         else:
             said = f"global step {step} of max_steps {last} in {f.parent.name}/{f.name}, no train summary after it and "
             said += "no stop asked: ended early (crash, kill, hang) or still running"
-            suspects.append({"rank": None, "culprit": {"rank": None, "step": None, "epoch": None, "batch": None},
-                             "text": said})  # fmt: skip
+            suspects.append(suspect(said))
     return Reading(NAME, [str(x) for _, x in states], out, {}, events, warnings, notes, suspects, outcome)
 
 
