@@ -50,3 +50,16 @@ def test_a_trainer_folder_alone_is_all_clear_only_when_training_ended(case):
         assert d["verdict"] == "no_failure_seen" and "training ended" in d["summary"], said
     else:
         assert d["verdict"] != "no_failure_seen", said
+
+
+SB = [c for c in CASES if c.parent.name == "speechbrain"]
+
+
+@pytest.mark.parametrize("case", SB, ids=[c.name for c in SB])
+def test_a_speechbrain_folder_alone_is_no_all_clear_where_its_log_ends_as_an_epoch_begins(case):
+    """SpeechBrain's folder without its console: a run killed, hung or stopped in an epoch left a log.txt whose last
+    line starts that epoch ("Going into epoch 2"), which is no all-clear; a run that ended is one."""
+    truth = yaml.safe_load((case / "truth.yaml").read_text())
+    d = diagnose_logs([str(case / "exp")])
+    said = f"{case.name}: {d['verdict']}: {d['summary'][:300]}"
+    assert (d["verdict"] == "no_failure_seen") == (truth["verdict"] == "no_failure_seen"), said

@@ -7,8 +7,11 @@ import statistics
 from pathlib import Path
 import time as _time
 
+from . import stream
 from .checkpoints import named_place
 from .run import LogRun, position
+from .words import EPOCH_START
+from ..timeline import suspect
 
 
 def clock(t: float | None) -> str:
@@ -175,6 +178,23 @@ def stretches(recs: list[dict], span: float = SPAN_S):
                     continue  # the stretch goes on from the same first line
                 yield a, b, steps
         a = b  # the next stretch starts here
+
+
+def cut_short(run: LogRun, found: set[str]) -> list[dict]:
+    """Files ``found`` in a folder given (a run's folder, read after it ended; a file given may be an excerpt of a
+    run going on) whose last line says an epoch begins ("Going into epoch 2", "Epoch 3/10") where an earlier
+    epoch's start was followed by its lines: training stopped as that epoch began (a kill, a hang, an error
+    printed elsewhere) or is still in it. Suspects (:func:`..timeline.suspect`): no all-clear."""
+    out = []
+    for f in (f for f in run.files if f in found):
+        lines = [x for x in stream.ends(f).splitlines() if x.strip()]
+        starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
+        if starts and starts[-1] == len(lines) - 1 and any(i + 1 not in starts for i in starts[:-1]):
+            said = f"{Path(f).name} ends as an epoch begins ({lines[-1].strip()[:100]}), nothing after it: the run "
+            said += "stopped there (a kill, a hang, an error printed elsewhere: the console) or is still running"
+            rec = max((r for r in run.last_steps().values() if r is not None), key=position, default=None)
+            out.append(suspect(said, rec))
+    return out
 
 
 def rank_progress(run: LogRun) -> list[dict]:

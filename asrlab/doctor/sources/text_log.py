@@ -13,7 +13,7 @@ from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import at_step, diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite
 from ..logs.nonfinite import persistent_skips, skipped_overflow, unscaled_skip
-from ..logs.progress import at, clock, last_before, named_later, placed, rank_progress, redrawn_after
+from ..logs.progress import at, clock, cut_short, last_before, named_later, placed, rank_progress, redrawn_after
 from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
@@ -181,6 +181,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     went_on, odd = [e for e in went_on if id(e) not in seen], [e for e in odd if id(e) not in seen]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
+    odd += cut_short(run, set(files) - set(paths))
     warned = diverging(run)  # said on the first line of an all-clear: a loss that diverged and stayed so
     if evals:
         said = f"the evaluation printed a non-finite value {len(evals)} times: {evals[0]['text'][:120]}"
@@ -188,8 +189,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     said = _healthy(run, sections, went_on) + (f"; but {warned[0]['text']}" if warned else "")
     return Reading(
         NAME, run.files, events=events, suspects=odd, sections=sections, history=history, raw=run, warnings=warned,
-        # an empty log is nothing to judge, not an all-clear
-        # a log of no step and no event says nothing of how the run went: "silent", no end of it
+        # an empty log is nothing to judge; one of no step and no event says nothing of how the run went ("silent")
         outcome={"verdict": "unknown" if not run.lines else "no_failure_seen", "summary": said,
                  "silent": not run.series and not run.events},
     )  # fmt: skip
