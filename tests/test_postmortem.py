@@ -1992,3 +1992,31 @@ def test_a_watched_job_ended_from_outside_long_after_its_last_step_had_hung_ther
     d = diagnose(FIXTURES / "watched" / "torchrun_rank0_spins_in_its_step_watch_ended_from_outside")
     assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == ("stalled", 0, 24), d["summary"]
     assert "logged nothing for 289 s after step 24" in d["summary"] and not d["ok"], d["summary"]
+
+
+W43 = FIXTURES / "own_loops"
+
+
+@pytest.mark.parametrize("case", ["sigkill_mid_epoch", "hang_ended_by_timeout", "healthy"])
+def test_a_run_folder_whose_console_stops_mid_bar_is_no_all_clear(case):
+    """A single process's folder read after the fact (its console, its logging file, its event files): a SIGKILL
+    and a hang ended by ``timeout`` leave a console whose bar stops short of its total with nothing after it, and
+    series that just stop: ``unknown``, never an all-clear; the healthy run's bar ends, then its last line."""
+    run = W43 / f"w43_one_process_tqdm_{case}"
+    for paths in ([run], [run / "console.log", run / "out"]):
+        d = diagnose_logs([str(p) for p in paths])
+        if case == "healthy":
+            assert d["verdict"] == "no_failure_seen", d["summary"]
+        else:
+            assert d["verdict"] == "unknown" and "stops as its progress bar is at" in d["summary"], d["summary"]
+    assert diagnose_logs([str(run / "console.log")])["verdict"] == "no_failure_seen"  # alone: maybe an excerpt
+
+
+def test_a_loss_named_ce_printed_nan_with_a_space_is_read():
+    """``| upd 0028 | ep 1 | ce nan | gn nan |``: a loss by its own short name, its value after a space; the
+    rotated file's older lines first: the gradient norm's nan at update 27."""
+    run = W43 / "w43_one_process_logging_ce_nan_rotated" / "out"
+    d = diagnose_logs([str(run / "train.log")])
+    assert d["verdict"] == "nonfinite" and d["formats"] == {"kv": 6}, (d["formats"], d["summary"])
+    d = diagnose_logs([str(run / "train.log"), str(run / "train.log.1")])
+    assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 27, d["summary"]

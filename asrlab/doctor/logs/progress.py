@@ -3,6 +3,7 @@ took, the spread between the slowest and fastest rank, and the resumes with the 
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 import time as _time
@@ -12,6 +13,8 @@ from .checkpoints import named_place
 from .run import LogRun, position
 from .words import EPOCH_START
 from ..timeline import suspect
+
+_BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)\s*\[(?:\d+:)?\d+:\d+")  # tqdm's count and total: "96/120 [00:23"
 
 
 def clock(t: float | None) -> str:
@@ -181,19 +184,25 @@ def stretches(recs: list[dict], span: float = SPAN_S):
 
 
 def cut_short(run: LogRun, found: set[str]) -> list[dict]:
-    """Files ``found`` in a folder given (a run's folder, read after it ended; a file given may be an excerpt of a
-    run going on) whose last line says an epoch begins ("Going into epoch 2", "Epoch 3/10") where an earlier
-    epoch's start was followed by its lines: training stopped as that epoch began (a kill, a hang, an error
-    printed elsewhere) or is still in it. Suspects (:func:`..timeline.suspect`): no all-clear."""
+    """Logs ``found`` in a folder given, or given with one (a run's files, read after it ended; a log given alone
+    may be an excerpt of a run going on), that stop where training was under way: the last line a progress bar
+    short of its total ("96/120 [00:23<00:03"), or the start of an epoch ("Going into epoch 2") after an earlier
+    epoch's lines. The run stopped there (a kill, a hang, an error printed elsewhere) or is still running:
+    suspects (:func:`..timeline.suspect`), no all-clear."""
     out = []
     for f in (f for f in run.files if f in found):
-        lines = [x for x in stream.ends(f).splitlines() if x.strip()]
+        lines = [x.strip() for x in re.split(r"[\r\n]", stream.ends(f)) if x.strip()]
         starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
-        if starts and starts[-1] == len(lines) - 1 and any(i + 1 not in starts for i in starts[:-1]):
-            said = f"{Path(f).name} ends as an epoch begins ({lines[-1].strip()[:100]}), nothing after it: the run "
-            said += "stopped there (a kill, a hang, an error printed elsewhere: the console) or is still running"
-            rec = max((r for r in run.last_steps().values() if r is not None), key=position, default=None)
-            out.append(suspect(said, rec))
+        bar = _BAR_AT.search(lines[-1]) if lines else None
+        if bar and int(bar[1]) < int(bar[2]):
+            said = f"{Path(f).name} stops as its progress bar is at {bar[1]} of {bar[2]} ({lines[-1][:100]})"
+        elif starts and starts[-1] == len(lines) - 1 and any(i + 1 not in starts for i in starts[:-1]):
+            said = f"{Path(f).name} ends as an epoch begins ({lines[-1][:100]})"
+        else:
+            continue
+        said += ", nothing after it: the run stopped there (a kill, a hang, an error printed elsewhere) or is running"
+        rec = max((r for r in run.last_steps().values() if r is not None), key=position, default=None)
+        out.append(suspect(said, rec))
     return out
 
 

@@ -26,8 +26,11 @@ _OWN_LOSS = re.compile(
     rf"^(?:.*loss.*|{OWN_LOSSES}|att|transducer|ce|\w+_(?:{OWN_LOSSES}|att|ce)|(?:ctc|ce)_\d+|l_[a-z]\w*|(?-i:L))$",
     re.I,
 )
-# (a loss written L, as in the papers: "L=2.31", JSON's "L": NaN; the letter alone, not LR)
-_LOSSY = re.compile(rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]|(?-i:\bL['\"]?\s*[=:])|(?<![\w.])ce['\"]?\s*[=:]", re.I)
+# (a loss written L, as in the papers: "L=2.31", JSON's "L": NaN; the letter alone, not LR; "| ce nan |")
+_LOSSY = re.compile(
+    rf"loss|{OWN_LOSSES}|transducer|\bl_[a-z]|(?-i:\bL['\"]?\s*[=:])|(?<![\w.])ce(?:['\"]?\s*[=:]|\s+[-+\d.]|\s+(?:nan|inf)\b)",
+    re.I,
+)
 
 
 def num(text: str) -> float | None:

@@ -181,7 +181,7 @@ def read(paths: list[str], skip: set[str] = frozenset()) -> Reading | None:
     went_on, odd = [e for e in went_on if id(e) not in seen], [e for e in odd if id(e) not in seen]
     if odd:  # the place of the first, which the verdict says (only it)
         odd[0]["culprit"] = culprit(odd[0]["rank"], last_before(run, odd[0]["rank"], odd[0]))
-    odd += cut_short(run, set(files) - set(paths))
+    odd += cut_short(run, set(files) if any(Path(p).is_dir() for p in paths) else set())
     warned = diverging(run)  # said on the first line of an all-clear: a loss that diverged and stayed so
     if evals:
         said = f"the evaluation printed a non-finite value {len(evals)} times: {evals[0]['text'][:120]}"
