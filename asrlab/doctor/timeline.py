@@ -31,7 +31,9 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
 def suspect(text: str, rec: dict | None = None) -> dict:
     """A thing that looks wrong that no rule names, of no rank, after step record ``rec``: no all-clear
     (``Reading.suspects``)."""
-    return {"rank": None, "culprit": {"rank": None, **{k: (rec or {}).get(k) for k in NO_STEP}}, "text": text}
+    place = {k: (rec or {}).get(k) for k in NO_STEP}
+    step = next((place[k] for k in ("step", "batch", "epoch") if place[k] is not None), None)  # as the toolkit counts
+    return {"rank": None, "culprit": {"rank": None, **place, "step": step}, "text": text}
 
 
 class JobClock:

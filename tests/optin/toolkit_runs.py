@@ -300,6 +300,7 @@ def versions(venv: Path, toolkit: str) -> dict:
             "espnet": ["espnet"],
             "hf_trainer": ["transformers", "accelerate", "tensorboard"],
             "nemo": ["nemo_toolkit", "lightning"],
+            "keras": ["keras"],
         }
         code = (
             "import importlib.metadata as m, json, sys, torch; "

@@ -14,7 +14,8 @@ from .run import LogRun, position
 from .words import EPOCH_START
 from ..timeline import suspect
 
-_BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)\s*\[(?:\d+:)?\d+:\d+")  # tqdm's count and total: "96/120 [00:23"
+# a bar's count and total: tqdm's "96/120 [00:23", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step"
+_BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)(?:\s*\[(?:\d+:)?\d+:\d+|\s+━)")
 
 
 def clock(t: float | None) -> str:
@@ -191,7 +192,7 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
     suspects (:func:`..timeline.suspect`), no all-clear."""
     out = []
     for f in (f for f in run.files if f in found):
-        lines = [x.strip() for x in re.split(r"[\r\n]", stream.ends(f)) if x.strip()]
+        lines = [x.strip() for raw in stream.ends(f).encode().split(b"\n") for x in stream.clean(raw)]
         starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
         bar = _BAR_AT.search(lines[-1]) if lines else None
         if bar and int(bar[1]) < int(bar[2]):

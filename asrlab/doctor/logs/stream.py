@@ -108,8 +108,8 @@ def clean(raw: bytes) -> list[str]:
         raw = _ANSI.sub(b"", raw)
     if b"[0m" in raw:
         raw = _BARE_ANSI.sub(b"", raw)
-    if b"\x00" in raw:
-        raw = raw.replace(b"\x00", b"")
+    if b"\x00" in raw or b"\x08" in raw:  # NULs; a bar's backspaces (Keras' redraws, "\\b" x 57 then "\\r")
+        raw = raw.replace(b"\x00", b"").replace(b"\x08", b"")
     if raw[:1] == b">" and raw[:2] in (b"> ", b">"):  # a log quoted in a markdown comment: "> [rank10]: ..."
         raw = raw[2:]
     if raw[:2] == b"**" and raw[2:3] != b"*":  # set in bold in a markdown comment: "**RuntimeError: ...**"
@@ -144,7 +144,7 @@ def is_text(path: str | Path, sample: int = 65536) -> bool:
             head = f.read(sample)
     except (OSError, EOFError, lzma.LZMAError, zlib.error):
         return False
-    printable = sum(1 for b in head if b >= 32 or b in (9, 10, 13, 27))
+    printable = sum(1 for b in head if b >= 32 or b in (8, 9, 10, 13, 27))  # 8: a bar's backspaces
     return not head or printable / len(head) > 0.9
 
 

@@ -1,5 +1,6 @@
-"""Lightning's ``metrics.csv`` (its CSVLogger, ``lightning_logs/version_N/``; NeMo's folders too): one row per
-logged step, a column per metric, empty where the row did not log it. ``step`` is the global step (a loop's own CSV:
+"""Lightning's ``metrics.csv`` (its CSVLogger, ``lightning_logs/version_N/``; NeMo's folders too), and any CSV a
+training logger wrote (Keras' CSVLogger: ``epoch,loss,val_loss``, a row an epoch): one row per logged step, a column
+per metric, empty where the row did not log it. ``step`` is the global step (a loop's own CSV:
 its counter's column, else the row's place)."""
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ STEPS = ("step", "global_step", "iteration", "iter", "it", "tick", "update", "nu
 
 
 def owns(path: Path) -> bool:
-    return path.name == "metrics.csv"
+    """``metrics.csv``, or a CSV whose header has a loss column beside an epoch or step column."""
+    if path.name == "metrics.csv" or path.suffix != ".csv":
+        return path.name == "metrics.csv"
+    try:
+        with open(path, newline="") as fh:
+            head = next(csv.reader(fh), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return any("loss" in c.lower() for c in head) and any(c in STEPS or c == "epoch" for c in head)
 
 
 def read(files: list[Path]) -> Reading:

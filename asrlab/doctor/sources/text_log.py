@@ -30,6 +30,7 @@ NAME = "log"
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # a stop, not a kill
 RAISED = {"exception": "crashed", "oom": "out_of_memory", "nonfinite_error": "nonfinite"}  # a rank's own errors
 _OOM_KILLER = re.compile(r"out of memory: Kill(?:ed)? process \d+|oom-kill")  # the kernel's (dmesg), a cgroup's
+_FROM_0 = re.compile(r"^Batch \d+: Invalid loss, terminating training")  # Keras' TerminateOnNaN counts from 0
 SILENT_S, SILENT_LINES = 30.0, 10  # a stop this long after the last step line and this many times its pace: a hang
 
 
@@ -40,11 +41,8 @@ def _silence(run: LogRun, e: dict) -> tuple[float, dict] | None:
     t = run.clock(e["order"]) if run.clock else when(e)
     # a stop's line without a clock of its own came after the last stamped line: a line the job printed after its
     # last step (a checkpoint saved, an evaluation's bar) is no silence
-    if (
-        not (e["verdict"] == "stopped" or e.get("outside"))
-        or t is None
-        or (e.get("stamped") is False and not run.clock)
-    ):
+    ended = e["verdict"] == "stopped" or e.get("outside")
+    if not ended or t is None or (e.get("stamped") is False and not run.clock):
         return None
     recs = [(x, tx) for s in run.series.values() for x in s.all() if (tx := timed(x)) is not None and tx <= t]
     if not recs:
@@ -81,7 +79,8 @@ def _as_consequence(e: dict, raised: set, lost: set) -> dict:
 
 def _named(e: dict, strict: bool = False) -> dict | None:
     """The step the failure's own line names (``at iteration=0``); ``strict``: by a counter's name only."""
-    n = counter_of(e.get("text") or "", named=strict)
+    n = counter_of(text := e.get("text") or "", named=strict)
+    n = n + 1 if n is not None and _FROM_0.search(text) else n
     return None if n is None else {"step": n, "epoch": None, "batch": None}
 
 
