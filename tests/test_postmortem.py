@@ -2020,3 +2020,9 @@ def test_a_loss_named_ce_printed_nan_with_a_space_is_read():
     assert d["verdict"] == "nonfinite" and d["formats"] == {"kv": 6}, (d["formats"], d["summary"])
     d = diagnose_logs([str(run / "train.log"), str(run / "train.log.1")])
     assert d["verdict"] == "nonfinite" and d["culprit"]["step"] == 27, d["summary"]
+
+
+def test_a_step_the_error_names_past_the_bars_count_keeps_the_bars_epoch():
+    """``epoch 2: 44/120`` then ``ValueError: ... in micro-batch 45``: the error's own step, in the bar's epoch."""
+    d = diagnose_logs([str(W43 / "w43_one_process_tqdm_collate_raises_in_micro_batch_45_of_epoch_2.log")])
+    assert d["verdict"] == "crashed" and (d["culprit"]["step"], d["culprit"]["epoch"]) == (45, 2), d["culprit"]

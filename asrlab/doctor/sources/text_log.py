@@ -314,11 +314,8 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         behind = [r for r, x in last.items() if position(x) == low]
         lone = behind[0] if len(behind) == 1 and len(last) > 1 else None  # behind the others' last step: hung there
         rec = last[lone] if lone is not None else rec
-        said = (
-            f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended ({first['text'][:160]}): "
-            "it hung there (a rank waiting for data or in a collective; its stacks, asrlab watch or py-spy dump, "
-            "say where)"
-        )
+        said = f"the job logged nothing for {gap:.0f} s after {where(rec)} before it was ended ({first['text'][:160]})"
+        said += ": it hung there (a rank waiting for data or in a collective: its stacks, from asrlab watch, say where)"
         return {**view, "verdict": "stalled", "culprit": culprit(lone, rec), "summary": said}
     if (gone := _gone_before(run, first)) is not None:
         rank, rec = gone
@@ -332,8 +329,11 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         e, rank = {**e, "rank": None, "text": e["text"] + "; every rank was told it"}, None  # the launcher passed it on
     # the failure's own line naming its step ("Batch 3: Invalid loss") says it better than the line before
     near, named = last_before(run, rank, e), _named(e, strict=True)
-    # ... unless the line before names the same batch with its epoch ("Epoch 1: 28% 7/25", then "in batch 7")
+    # ... unless the line before names the same batch with its epoch ("Epoch 1: 28% 7/25", then "in batch 7"); a
+    # step past that line's count is of its epoch ("Epoch 2: 44/120", then "in micro-batch 45")
     named = None if named and near and near["epoch"] is not None and near["batch"] == named["step"] else named
+    ahead = named and near and named["epoch"] is None and named["step"] > (near["batch"] or near["step"] or 0)
+    named = {**named, "epoch": near["epoch"]} if ahead else named
     rec = e.get("record") or named or near or _named(e) or placed(e)
     rec = named_later(e, rec or redrawn_after(run, rank, e))
     abort = _abort(run, {**e, "rank": rank}) if verdict == "killed" else None
