@@ -301,6 +301,7 @@ def versions(venv: Path, toolkit: str) -> dict:
             "hf_trainer": ["transformers", "accelerate", "tensorboard"],
             "nemo": ["nemo_toolkit", "lightning"],
             "keras": ["keras"],
+            "ignite": ["pytorch-ignite"],
         }
         code = (
             "import importlib.metadata as m, json, sys, torch; "
