@@ -80,7 +80,8 @@ def decide(readings: list) -> dict:
         ranks = {s["rank"] for s in odd}
         c = {**odd[0]["culprit"], "rank": ranks.pop() if len(ranks) == 1 else None}
         n = sum(len(r.suspects) for r in readings)
-        place = ", ".join(f"{k} {c[k]}" for k in ("epoch", "batch", "step") if c.get(k) is not None)
+        said = [k for k in ("epoch", "batch", "step") if c.get(k) is not None]  # a step that is the batch, once
+        place = ", ".join(f"{k} {c[k]}" for k in said if k != "step" or "batch" not in said or c["step"] != c["batch"])
         said = f"no rule names a failure, but {n} line{'s look' if n > 1 else ' looks'} wrong"
         said += (f" (after {place})" if place else "") + ": " + " | ".join(s["text"][:160] for s in odd[:QUOTED])
         first = {k: v for k, v in odd[0].items() if k != "culprit"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import signal
 
-from toolkit_runs import ROOT, TORCHRUN, Action, Case, Phase, _fifo
+from toolkit_runs import Action, bad_wav_fifo, bad_wav_missing, Case, Phase, ROOT, TORCHRUN
 
 TOOLKIT = "hf_trainer"
 
@@ -44,14 +44,6 @@ def _log_line(step: int) -> str:
 
 def _fault(kind, step, rank=1, **more):
     return {"FAULT": kind, "FAULT_RANK": str(rank), "FAULT_STEP": str(step), **more}
-
-
-def _missing(corpus, exp, work):
-    return {"bad_wav": str(work / "missing.wav")}
-
-
-def _hang(corpus, exp, work):
-    return {"bad_wav": _fifo(work)}
 
 
 # --------------------------------------------------------------------------- what the machinery lacks
@@ -145,7 +137,7 @@ CASES = [
             "as the root cause (exitcode 1)",
         },
         expect=[_log_line(DATA_STEP - 2), r"\[rank1\]: soundfile\.LibsndfileError: Error opening .*missing\.wav"],
-        prepare=_missing,
+        prepare=bad_wav_missing,
     ),
     Case(
         TOOLKIT,
@@ -193,7 +185,7 @@ CASES = [
             "then torchrun forwards SIGTERM to both ranks and raises SignalException",
         },
         expect=[_log_line(DATA_STEP - 2), r"SIGTERM|SignalException|Signal 15"],
-        prepare=_hang,
+        prepare=bad_wav_fifo,
     ),
     Case(
         TOOLKIT,
@@ -242,6 +234,6 @@ CASES = [
             r"asrlab watch: stalled: rank 1 has waited .* for data",
             r"ending the stalled job",
         ],
-        prepare=_hang,
+        prepare=bad_wav_fifo,
     ),
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import signal
 
-from toolkit_runs import Action, Case, Phase, _fifo
+from toolkit_runs import Action, bad_wav_fifo, bad_wav_missing, Case, Phase
 
 TOOLKIT = "keras"
 
@@ -41,14 +41,6 @@ def _bar(epoch: int, batch: int) -> str:
     """A regex for the verbose=1 bar of epoch ``epoch`` at ``batch``/12 (the bar's counter is bold: ESC[1m), not
     crossing into the next epoch; the console is read as text, where the bar's carriage returns are newlines."""
     return rf"Epoch {epoch}/3\n(?:[^E]|E(?!poch ))*?\x1b\[1m{batch:>2}/12\x1b\[0m"
-
-
-def _missing(corpus, exp, work):
-    return {"bad_wav": str(work / "missing.wav")}
-
-
-def _hang(corpus, exp, work):
-    return {"bad_wav": _fifo(work)}
 
 
 CASES = [
@@ -139,7 +131,7 @@ CASES = [
             "follows the bar on its line (no newline after the bar); exit 1",
         },
         expect=[_bar(WAV[0], WAV[1] - 1), r"LibsndfileError: Error opening .*missing\.wav"],
-        prepare=_missing,
+        prepare=bad_wav_missing,
     ),
     Case(
         TOOLKIT,
@@ -185,7 +177,7 @@ CASES = [
             "notes": "exit -15; the console ends in the bar's line, no traceback",
         },
         expect=[_bar(HANG[0], HANG[1] - 1)],
-        prepare=_hang,
+        prepare=bad_wav_fifo,
     ),
     Case(
         TOOLKIT,

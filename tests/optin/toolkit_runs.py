@@ -334,6 +334,16 @@ def _fifo(work: Path) -> str:
     return str(path)
 
 
+def bad_wav_missing(corpus, exp, work):
+    """A case's ``prepare``: the job is told to read a WAV that is not there (``{bad_wav}``)."""
+    return {"bad_wav": str(work / "missing.wav")}
+
+
+def bad_wav_fifo(corpus, exp, work):
+    """A case's ``prepare``: the job is told to read a FIFO nobody writes (``{bad_wav}``): its read hangs."""
+    return {"bad_wav": _fifo(work)}
+
+
 # --------------------------------------------------------------------------- Accelerate
 
 # 96 utterances, batch 4, 2 ranks: 12 micro-batches per rank and epoch; gradient_accumulation_steps=2: 6

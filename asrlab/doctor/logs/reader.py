@@ -27,7 +27,7 @@ _MESSAGE = re.compile(
     r"OVERFLOW|[Oo]verflow|Watchdog|Traceback|[Ee]rror|[Kk]illed|[Ss]kipping|exitcode|death signal|got signal|"
     r"out of memory|[Pp]atience|not finite|Terminated\s*$|\^C|Received SIG|KeyboardInterrupt|"
     r"Segmentation fault|Aborted|Bus error|core dumped|"  # the shell's word on the job, glued after a step line
-    r"was NaN|Assertion `|"  # MockingBird's "grad_norm was NaN!"; a CUDA kernel's failed assertion
+    r"was NaN|Assertion `|contains NaN|"  # MockingBird's "grad_norm was NaN!"; a failed CUDA assertion; Ignite's
     r"\(failed \d+\)"  # wandb's word on the script's exit, glued after its last bar
 )
 
@@ -460,9 +460,11 @@ class _File:
         run.first_steps.setdefault(rec["file"], rec)
         # Lightning's bar at 0, redrawn before the next epoch (its postfix the last's): no resume, nor compared with
         if not (rec["toolkit"] == "lightning" and rec["batch"] == 0):
-            if series.moved is not None and went_back(run, rec, series.moved):
-                run.resumes.append({"rank": rec["rank"], "before": series.moved, "after": rec})
-            series.moved = rec
+            if (last := series.moved.get(kind := (rec["toolkit"], rec.pop("drawn", None)))) and went_back(
+                run, rec, last
+            ):
+                run.resumes.append({"rank": rec["rank"], "before": last, "after": rec})
+            series.moved[kind] = rec
         if rec["batch"] is not None:
             run.epoch_start.setdefault((rec["rank"], rec["epoch"]), rec["batch"])
         series.add(rec)

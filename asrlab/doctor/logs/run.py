@@ -28,7 +28,9 @@ class Series:
         self.keep, self.stride, self.seen, self.records = keep, 1, 0, []
         self.pinned: set[int] = set()  # ids of the records kept as the place of an event
         self.last: dict | None = None
-        self.moved: dict | None = None  # the last record that trained a step (not a bar redrawn at 0)
+        # each format's last record that trained a step (not a bar redrawn at 0): a bar that lags the logger's lines
+        # (Ignite's, redrawn after its "Iteration[6/12]" at 5/12) goes back only against bars
+        self.moved: dict[tuple, dict] = {}  # (format, a bar or not) -> its last record
 
     def add(self, r: dict) -> None:
         self.seen += 1

@@ -213,7 +213,10 @@ def epoch_batch(line: str) -> dict | None:
     step = counter_of(line, named=True)  # a global step printed beside the epoch's own counter
     losses = {**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)}
     lr, gn = num(dict(pairs).get("lr")), _grad_norm(dict(pairs))
-    return _record("epoch_batch", int(m.group(1)), int(m.group(2)), step, losses=losses, lr=lr, grad_norm=gn)
+    drawn = "%|" in line or None  # a bar with its loss (Ignite's "Epoch [2/3]: [5/12]  42%|..., loss=3.67")
+    return _record(
+        "epoch_batch", int(m.group(1)), int(m.group(2)), step, losses=losses, lr=lr, grad_norm=gn, drawn=drawn
+    )
 
 
 # a loop of one's own: "step 120 loss 3.21", "step=120, loss=nan, lr=1e-3", "[step 120] loss: 3.2 grad_norm: 8",

@@ -116,6 +116,7 @@ NONFINITE_LINE = re.compile(
     r"returned (?:nan|inf) values|\b(?:nan|inf)s? (?:detected|found|encountered)\b|"
     r"\b(?:found|detected|encountered) (?:a )?(?:nan|inf)\b(?![\w/]*spik)|"  # not a detector's "nan/inf/spiky" (a spike too)
     r"Invalid loss, terminating training|"  # Keras's TerminateOnNaN
+    r"\bcontains NaN or Inf\b|"  # Ignite's TerminateOnNan: "Output 'nan' contains NaN or Inf. Stop training"
     r"\bMoving average ignored a value of (?:nan|inf)\b|"  # YOLACT's, on a loss gone non-finite
     r"\bmetric=(?:nan|inf) vs\. limit=|"  # icefall's Whitening module: its activations' covariance not finite
     r"\bThe sum of [\w.\[\]]+ is not finite\b|"  # icefall's inf-check hooks on a module's output or gradient
