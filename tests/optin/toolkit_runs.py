@@ -302,6 +302,7 @@ def versions(venv: Path, toolkit: str) -> dict:
             "nemo": ["nemo_toolkit", "lightning"],
             "keras": ["keras"],
             "ignite": ["pytorch-ignite"],
+            "fastai": ["fastai", "fastprogress"],
         }
         code = (
             "import importlib.metadata as m, json, sys, torch; "
