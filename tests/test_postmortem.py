@@ -2026,3 +2026,11 @@ def test_a_step_the_error_names_past_the_bars_count_keeps_the_bars_epoch():
     """``epoch 2: 44/120`` then ``ValueError: ... in micro-batch 45``: the error's own step, in the bar's epoch."""
     d = diagnose_logs([str(W43 / "w43_one_process_tqdm_collate_raises_in_micro_batch_45_of_epoch_2.log")])
     assert d["verdict"] == "crashed" and (d["culprit"]["step"], d["culprit"]["epoch"]) == (45, 2), d["culprit"]
+
+
+def test_a_kernel_whose_runner_was_gone_is_no_all_clear():
+    """papermill's log of a notebook whose cell hung until ``timeout`` ended papermill: the kernel's warning that its
+    parent was gone is the only word of the end, and no all-clear; said after the last step the cell printed."""
+    d = diagnose_logs([str(W43 / "w44_papermill_log_output_cell_hangs_at_step_21_ended_by_timeout.log")])
+    assert d["verdict"] == "unknown" and "Parent appears to have exited" in d["summary"], d["summary"]
+    assert d["culprit"]["step"] == 20, d["culprit"]

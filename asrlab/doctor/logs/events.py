@@ -475,7 +475,9 @@ class Events:
         if "Traceback" not in text and (m := RESUME.search(text)):
             self._add("resume", rank, time, text, path=m.group(1))
             return
-        if "lame workers found" in text:  # TensorFlow's heartbeat on workers that stopped answering, at INFO level
+        # TensorFlow's heartbeat on workers that stopped answering, at INFO level; a notebook kernel's word, at WARNING
+        # level, that its runner (papermill, a Jupyter server) was gone before the notebook ended: ended from outside
+        if "lame workers found" in text or "Parent appears to have exited, shutting down" in text:
             self._add("suspect", rank, time, text)
             return
         suspect = SUSPECT.search(text) or self.source not in self._empty_mean and NAN_VALUE.search(text)
