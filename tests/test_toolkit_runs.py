@@ -65,9 +65,10 @@ def test_a_speechbrain_folder_alone_is_no_all_clear_where_its_log_ends_as_an_epo
     assert (d["verdict"] == "no_failure_seen") == (truth["verdict"] == "no_failure_seen"), said
 
 
-def test_a_bar_redrawn_behind_the_loggers_lines_is_no_resume():
+def test_a_bar_redrawn_behind_the_loggers_lines_or_another_bar_is_no_resume():
     """Ignite's console: its logger's ``Epoch[1] Iteration[2/12] Loss: ...`` and, after it, its bar redrawn at
-    ``Epoch [1/3]: [1/12]  8%|...``, one iteration behind: each goes back only against its own kind, so no resume."""
-    for case in ("healthy_ddp2", "healthy_single"):
-        d = diagnose_logs([str(RUNS / "ignite" / case / "console.log")])
+    ``Epoch [1/3]: [1/12]  8%|...``, one iteration behind; fastai's: its validation bar ``Epoch 1/3 : ... [0/2``
+    after the training bar's ``[12/12``: each goes back only against its own kind and total, so no resume."""
+    for case in ("ignite/healthy_ddp2", "ignite/healthy_single", "fastai/healthy"):
+        d = diagnose_logs([str(RUNS / case / "console.log")])
         assert d["verdict"] == "no_failure_seen" and not d["resumes"]["from_output"], d["summary"]

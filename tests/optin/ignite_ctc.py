@@ -40,9 +40,8 @@ import os
 import signal
 from pathlib import Path
 
-import soundfile as sf
+from job_audio import fbank
 import torch
-import torchaudio
 from torch import nn
 
 import ignite
@@ -80,12 +79,7 @@ class RawList(torch.utils.data.Dataset):
         if _faulty("wav") and not NOW.get("read"):
             NOW["read"] = True  # the first item of the batch only
             wav_path = FAULT_WAV
-        wav, sr = sf.read(wav_path, dtype="float32")
-        fb = torchaudio.compliance.kaldi.fbank(
-            torch.from_numpy(wav)[None] * 32768, num_mel_bins=40, sample_frequency=sr, dither=0.0
-        )
-        fb = (fb - fb.mean(0)) / (fb.std(0) + 1e-5)
-        return fb, torch.tensor([self.vocab[c] for c in item["txt"]], dtype=torch.long)
+        return fbank(wav_path), torch.tensor([self.vocab[c] for c in item["txt"]], dtype=torch.long)
 
 
 def collate(batch):

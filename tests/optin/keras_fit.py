@@ -36,9 +36,8 @@ import signal  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-import soundfile as sf  # noqa: E402
+from job_audio import fbank  # noqa: E402
 import torch  # noqa: E402
-import torchaudio  # noqa: E402
 
 import keras  # noqa: E402
 
@@ -69,11 +68,7 @@ class RawListDataset(keras.utils.PyDataset):
             wav_path = item["wav"]
             if FAULT == "wav" and NOW["epoch"] == FAULT_EPOCH and idx + 1 == FAULT_BATCH and j == 0:
                 wav_path = FAULT_WAV
-            wav, sr = sf.read(wav_path, dtype="float32")
-            fb = torchaudio.compliance.kaldi.fbank(
-                torch.from_numpy(wav)[None] * 32768, num_mel_bins=40, sample_frequency=sr, dither=0.0
-            )
-            feats.append(((fb - fb.mean(0)) / (fb.std(0) + 1e-5)).numpy())
+            feats.append(fbank(wav_path).numpy())
             labels.append([self.vocab[c] for c in item["txt"]])
         t = max(len(f) for f in feats)
         x = np.zeros((len(feats), t, 40), dtype="float32")

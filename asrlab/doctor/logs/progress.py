@@ -14,8 +14,9 @@ from .run import LogRun, position
 from .words import EPOCH_START
 from ..timeline import suspect
 
-# a bar's count and total: tqdm's "96/120 [00:23" or "[7/12]  58%|", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step"
-_BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)(?:\s*\[(?:\d+:)?\d+:\d+|\s+━|\]?\s+\d+%\|)")
+# a bar's count and total: tqdm's "96/120 [00:23" or "[7/12]  58%|", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step",
+# fastprogress's "[6/12 00:00<00:01"
+_BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)(?:\s*\[(?:\d+:)?\d+:\d+|\s+━|\]?\s+\d+%\||\s+\d+:\d+<)")
 
 
 def clock(t: float | None) -> str:

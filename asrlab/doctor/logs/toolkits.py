@@ -203,6 +203,10 @@ def _grouped(line: str) -> dict[str, float]:
     return {k: v for k, v in terms if v is not None}
 
 
+_FASTPROGRESS = re.compile(rf"\[\d+/\d+ [\d:]+<[\d:?]*\.\.\. ({NUM})\]")
+_TOTAL = re.compile(r"\s*/\s*(\d+)")
+
+
 def epoch_batch(line: str) -> dict | None:
     if "poch" not in line or "/" not in line or line.lstrip().startswith("{"):  # a dict line: the kv reader's
         return None
@@ -213,7 +217,11 @@ def epoch_batch(line: str) -> dict | None:
     step = counter_of(line, named=True)  # a global step printed beside the epoch's own counter
     losses = {**({"loss": num(m.group(3))} if m.group(3) else {}), **_losses(pairs), **_grouped(line)}
     lr, gn = num(dict(pairs).get("lr")), _grad_norm(dict(pairs))
-    drawn = "%|" in line or None  # a bar with its loss (Ignite's "Epoch [2/3]: [5/12]  42%|..., loss=3.67")
+    if not losses and (fp := _FASTPROGRESS.search(line)):  # fastprogress's bar: its loss after the times, unnamed
+        losses = {"loss": num(fp.group(1))}
+    # a bar (Ignite's "Epoch [2/3]: [5/12]  42%|..., loss=3.67", fastprogress's "50.00% [6/12 00:00<00:00... 9.12]"),
+    # known by its total: its redraws go back only against its own (a validation bar's [0/2] after [12/12])
+    drawn = (t.group(1) if (t := _TOTAL.match(line, m.end(2))) else "") if "%|" in line or "% [" in line else None
     return _record(
         "epoch_batch", int(m.group(1)), int(m.group(2)), step, losses=losses, lr=lr, grad_norm=gn, drawn=drawn
     )
