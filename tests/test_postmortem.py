@@ -2034,3 +2034,16 @@ def test_a_kernel_whose_runner_was_gone_is_no_all_clear():
     d = diagnose_logs([str(W43 / "w44_papermill_log_output_cell_hangs_at_step_21_ended_by_timeout.log")])
     assert d["verdict"] == "unknown" and "Parent appears to have exited" in d["summary"], d["summary"]
     assert d["culprit"]["step"] == 20, d["culprit"]
+
+
+def test_a_bar_wiped_on_closing_is_no_bar_stopped_short(tmp_path):
+    """tqdm's ``leave=False`` wipes its bar on closing with spaces: the last count drawn (11 of 12) is no stop
+    mid-bar; the same console ending on that count is (a run's folder given, a log in it)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    bar = "".join(f"\rtrain: {i}/12 [00:0{i // 6}<00:01, 9.1it/s, loss=2.{i}]" for i in range(12))
+    (run / "console.log").write_text("step 1 loss 2.5\n" + bar + "\r" + " " * 60 + "\r")
+    assert diagnose_logs([str(run)])["verdict"] == "no_failure_seen"
+    (run / "console.log").write_text("step 1 loss 2.5\n" + bar)
+    d = diagnose_logs([str(run)])
+    assert d["verdict"] == "unknown" and "at 11 of 12" in d["summary"], d["summary"]

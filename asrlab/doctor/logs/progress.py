@@ -193,6 +193,8 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
     suspects (:func:`..timeline.suspect`), no all-clear."""
     out = []
     for f in (f for f in run.files if f in found):
+        if (tail := stream.ends(f).rstrip("\r\n").rsplit("\r", 1)[-1]) and not tail.strip():
+            continue  # a bar wiped on closing (tqdm's leave=False): it ended
         lines = [x.strip() for raw in stream.ends(f).encode().split(b"\n") for x in stream.clean(raw)]
         starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
         bar = _BAR_AT.search(lines[-1]) if lines else None
