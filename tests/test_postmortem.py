@@ -1106,7 +1106,9 @@ def test_the_watchs_closing_lines_after_a_traceback_are_not_its_exceptions_messa
     """A spawned rank's traceback, a blank line, then the watch's own closing lines in the console: the exception's
     message is its own line, not the watch's lines glued onto it."""
     d = diagnose_logs([str(FIXTURES / "own_loops" / "z_spawn_logging_raise_on_second_rank_watch_lines_after.log")])
-    assert d["summary"].startswith("rank 1 failed first at step 12 (epoch 1): ValueError: shape mismatch in target at batch 12 (")
+    assert d["summary"].startswith(
+        "rank 1 failed first at step 12 (epoch 1): ValueError: shape mismatch in target at batch 12 ("
+    )
     assert "asrlab watch" not in d["summary"] and "asrlab doctor" not in d["summary"], d["summary"]
 
 
