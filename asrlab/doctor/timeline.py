@@ -28,12 +28,9 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
     return {**e, "source": source, "text": text, **more}
 
 
-def suspect(text: str, rec: dict | None = None) -> dict:
-    """A thing that looks wrong that no rule names, of no rank, after step record ``rec``: no all-clear
-    (``Reading.suspects``)."""
-    place = {k: (rec or {}).get(k) for k in NO_STEP}
-    step = next((place[k] for k in ("step", "batch", "epoch") if place[k] is not None), None)  # as the toolkit counts
-    return {"rank": None, "culprit": {"rank": None, **place, "step": step}, "text": text}
+def suspect(text: str) -> dict:
+    """A thing that looks wrong that no rule names, of no rank or step: no all-clear (``Reading.suspects``)."""
+    return {"rank": None, "culprit": {"rank": None, **NO_STEP}, "text": text}
 
 
 class JobClock:

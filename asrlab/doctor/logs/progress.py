@@ -12,7 +12,6 @@ from . import stream
 from .checkpoints import named_place
 from .run import LogRun, position
 from .words import EPOCH_START
-from ..timeline import suspect
 
 # a bar's count and total: tqdm's "96/120 [00:23" or "[7/12]  58%|", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step",
 # fastprogress's "[6/12 00:00<00:01"
@@ -57,6 +56,12 @@ def step_number(rec: dict | None) -> int | None:
         return None
     n = rec["step"] if rec["step"] is not None else rec["batch"] if rec["batch"] is not None else rec["epoch"]
     return None if isinstance(n, float) and not n.is_integer() else n  # a fractional epoch (0.01) is no step
+
+
+def culprit(rank, rec: dict | None) -> dict:
+    """The culprit as JSON says it: the rank, its step as the toolkit counts (global step, else batch, else epoch)."""
+    epoch, batch = (rec["epoch"], rec["batch"]) if rec else (None, None)
+    return {"rank": rank, "step": step_number(rec), "epoch": epoch, "batch": batch}
 
 
 def went_back(run: LogRun, rec: dict, last: dict) -> bool:
@@ -190,12 +195,13 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
     may be an excerpt of a run going on), that stop where training was under way: the last line a progress bar
     short of its total ("96/120 [00:23<00:03"), or the start of an epoch ("Going into epoch 2") after an earlier
     epoch's lines. The run stopped there (a kill, a hang, an error printed elsewhere) or is still running:
-    suspects (:func:`..timeline.suspect`), no all-clear."""
+    suspects, no all-clear."""
     out = []
     for f in (f for f in run.files if f in found):
-        if (tail := stream.ends(f).rstrip("\r\n").rsplit("\r", 1)[-1]) and not tail.strip():
+        ends = stream.ends(f)
+        if (tail := ends.rstrip("\r\n").rsplit("\r", 1)[-1]) and not tail.strip():
             continue  # a bar wiped on closing (tqdm's leave=False): it ended
-        lines = [x.strip() for raw in stream.ends(f).encode().split(b"\n") for x in stream.clean(raw)]
+        lines = [x.strip() for raw in ends.encode().split(b"\n") for x in stream.clean(raw)]
         starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
         bar = _BAR_AT.search(lines[-1]) if lines else None
         if bar and int(bar[1]) < int(bar[2]):
@@ -206,7 +212,7 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
             continue
         said += ", nothing after it: the run stopped there (a kill, a hang, an error printed elsewhere) or is running"
         rec = max((r for r in run.last_steps().values() if r is not None), key=position, default=None)
-        out.append(suspect(said, rec))
+        out.append({"rank": None, "culprit": culprit(None, rec), "text": said})
     return out
 
 

@@ -460,9 +460,8 @@ class _File:
         run.first_steps.setdefault(rec["file"], rec)
         # Lightning's bar at 0, redrawn before the next epoch (its postfix the last's): no resume, nor compared with
         if not (rec["toolkit"] == "lightning" and rec["batch"] == 0):
-            if (last := series.moved.get(kind := (rec["toolkit"], rec.pop("drawn", None)))) and went_back(
-                run, rec, last
-            ):
+            kind = (rec["toolkit"], rec.pop("drawn", None))  # a bar (by its total) or a line, of its format
+            if (last := series.moved.get(kind)) and went_back(run, rec, last):
                 run.resumes.append({"rank": rec["rank"], "before": last, "after": rec})
             series.moved[kind] = rec
         if rec["batch"] is not None:

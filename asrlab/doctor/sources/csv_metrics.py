@@ -19,8 +19,10 @@ STEPS = ("step", "global_step", "iteration", "iter", "it", "tick", "update", "nu
 
 def owns(path: Path) -> bool:
     """``metrics.csv``, or a CSV whose header has a loss column beside an epoch or step column."""
-    if path.name == "metrics.csv" or path.suffix != ".csv":
-        return path.name == "metrics.csv"
+    if path.name == "metrics.csv":
+        return True
+    if path.suffix != ".csv":
+        return False
     try:
         with open(path, newline="") as fh:
             head = next(csv.reader(fh), [])

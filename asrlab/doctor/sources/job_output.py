@@ -8,6 +8,7 @@ from pathlib import Path
 from ...lab.layout import JOB_LOG, JOB_TIMES
 from ...lab.stall.errors import LAUNCH_SLACK_S
 from ...lab.stall.heartbeat import read_heartbeats
+from ..logs.progress import culprit
 from ..timeline import JobClock
 from ..verdict import first_failure
 from . import Reading, text_log
@@ -46,7 +47,7 @@ def read(exp: Path, launched: float | None = None) -> Reading | None:
         e.pop("_phrased", None)  # phrased alone above; on the folder's timeline it is said as the job's own output
     s = r.sections
     last = [
-        {"rank": x["rank"], "last": x["last"], "culprit": text_log.culprit(x["rank"], r.raw.series[x["rank"]].last)}
+        {"rank": x["rank"], "last": x["last"], "culprit": culprit(x["rank"], r.raw.series[x["rank"]].last)}
         for x in s["ranks"]
         if x["last"]
     ]

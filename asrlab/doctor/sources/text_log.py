@@ -13,8 +13,8 @@ from ...errors import UsageError
 from ..logs.hang import hang
 from ..logs.nonfinite import at_step, diverging, finite_after, lone_lossy, nonfinite_section as _nonfinite
 from ..logs.nonfinite import persistent_skips, skipped_overflow, unscaled_skip
-from ..logs.progress import at, clock, cut_short, last_before, named_later, placed, rank_progress, redrawn_after
-from ..logs.progress import resume_records, step_number, step_spread, trained_on, where
+from ..logs.progress import at, clock, culprit, cut_short, last_before, named_later, placed, rank_progress
+from ..logs.progress import redrawn_after, resume_records, step_number, step_spread, trained_on, where
 from ..logs.reader import read_logs
 from ..logs.run import LogRun, log_files, position
 from ..logs.counters import counter_of
@@ -397,12 +397,6 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
         if roots or len(said) == 1:
             e = {**e, "rank": roots[0]["rank"] if roots else said.pop()}
     return verdict, e
-
-
-def culprit(rank, rec: dict | None) -> dict:
-    """The culprit as JSON says it: the rank, its step as the toolkit counts (global step, else batch, else epoch)."""
-    epoch, batch = (rec["epoch"], rec["batch"]) if rec else (None, None)
-    return {"rank": rank, "step": step_number(rec), "epoch": epoch, "batch": batch}
 
 
 def _event_view(e: dict) -> dict:
