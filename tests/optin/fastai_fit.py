@@ -31,12 +31,11 @@ the environment (fastai unchanged), training batches only:
 """
 
 import argparse
-import json
 import os
 import signal
 from pathlib import Path
 
-from job_audio import fbank
+from job_audio import fbank, raw_items, vocab_of
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -67,7 +66,7 @@ class RawList(Dataset):
     """WeNet's raw.list, one utterance an item: its WAV is read when the DataLoader asks for it."""
 
     def __init__(self, path, vocab, batch_size, faulty=False):
-        self.items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        self.items = raw_items(path)
         self.vocab, self.batch_size, self.faulty = vocab, batch_size, faulty
 
     def __len__(self):
@@ -157,13 +156,7 @@ def main():
     torch.manual_seed(1234)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    texts = [
-        json.loads(line)["txt"]
-        for f in (args.data, args.valid)
-        for line in Path(f).read_text().splitlines()
-        if line.strip()
-    ]
-    vocab = {c: i + 1 for i, c in enumerate(sorted({c for t in texts for c in t}))}
+    vocab = vocab_of(args.data, args.valid)
     train = RawList(args.data, vocab, args.batch_size, faulty=True)
     valid = RawList(args.valid, vocab, args.batch_size)
     dls = DataLoaders(

@@ -34,13 +34,12 @@ named by epoch (from 1) and iteration within the epoch (from 1), from the enviro
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
 from pathlib import Path
 
-from job_audio import fbank
+from job_audio import fbank, raw_items, vocab_of
 import torch
 from torch import nn
 
@@ -67,7 +66,7 @@ def _faulty(kind: str) -> bool:
 
 class RawList(torch.utils.data.Dataset):
     def __init__(self, path, vocab):
-        self.items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        self.items = raw_items(path)
         self.vocab = vocab
 
     def __len__(self):
@@ -107,8 +106,7 @@ def training(local_rank, args):
     torch.manual_seed(0)
     out = Path(args.out)
     logger = setup_logger("trainer")  # rank 0 logs; the others get a NullHandler
-    texts = [json.loads(line)["txt"] for line in Path(args.data).read_text().splitlines() if line.strip()]
-    vocab = {c: i + 1 for i, c in enumerate(sorted({c for t in texts for c in t}))}
+    vocab = vocab_of(args.data)
     data = RawList(args.data, vocab)
     loader = idist.auto_dataloader(data, batch_size=args.batch_size, shuffle=False, num_workers=0, collate_fn=collate)
     model = idist.auto_model(TinyCTC(len(vocab)))

@@ -31,12 +31,11 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import signal  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from job_audio import fbank  # noqa: E402
+from job_audio import fbank, raw_items, vocab_of  # noqa: E402
 import torch  # noqa: E402
 
 import keras  # noqa: E402
@@ -54,7 +53,7 @@ class RawListDataset(keras.utils.PyDataset):
 
     def __init__(self, path, vocab, batch_size, **kwargs):
         super().__init__(**kwargs)
-        self.items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        self.items = raw_items(path)
         self.vocab = vocab
         self.batch_size = batch_size
 
@@ -124,8 +123,7 @@ def main():
     keras.utils.set_random_seed(1234)
     out = Path(args.out)
     (out / "ckpt").mkdir(parents=True, exist_ok=True)
-    texts = [json.loads(line)["txt"] for line in Path(args.data).read_text().splitlines() if line.strip()]
-    vocab = {c: i + 1 for i, c in enumerate(sorted({c for t in texts for c in t}))}
+    vocab = vocab_of(args.data)
     train = RawListDataset(args.data, vocab, args.batch_size)
     model = build(len(vocab))
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=FaultyCTC())
