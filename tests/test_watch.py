@@ -115,10 +115,10 @@ def test_a_hung_data_worker_is_named_with_the_loops_own_line_and_doctor_pid_agre
         # the rank, the phase, the blocking line of the job's own code (toy.py's dataset), the other rank's wait
         assert (
             v.startswith("rank 1 has waited ")
-            and " s for data at step 5 (" in v
+            and " s for data at step 6 (" in v
             and "at toy.py:" in v
             and "in _faulty" in v
-        ), v  # step 5 taken, step 6's batch hung: the loop's own count, read from its locals
+        ), v  # step 6's batch hung (step 5 taken): the loop's own count, read from its locals, as rank 0's below
         assert "rank 0 is waiting in DDP's gradient all-reduce (backward) of step 6" in v, v
         rank1 = next(r for r in report["ranks"] if r["rank"] == 1)
         assert any("toy.py" in line for line in (rank1.get("workers") or "").splitlines()), rank1.get("workers")

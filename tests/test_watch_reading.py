@@ -315,7 +315,8 @@ def test_the_watchs_injected_code_leaves_the_job_no_warning_and_no_handle(tmp_pa
 
 def test_the_training_loop_and_its_step_are_read_from_the_loops_own_source():
     """The loop a stack is in is the innermost of the job's own (a generator that relays batches is passed
-    over); its step is ``enumerate``'s index, else the counter the loop adds 1 to."""
+    over); its step is ``enumerate``'s index, else the counter the loop adds 1 to; at the loop's head, waiting
+    for the next batch, the step that batch is for (as a heartbeat and the other ranks' collectives say it)."""
     src = Path(HF).read_text().splitlines()
     for_line = next(i for i, s in enumerate(src, 1) if s.strip().startswith("for step, batch in enumerate("))
     backward = next(i for i, s in enumerate(src, 1) if s.strip() == "loss.backward()")
@@ -326,6 +327,8 @@ def test_the_training_loop_and_its_step_are_read_from_the_loops_own_source():
     assert loop_of([(HF, barrier, "main")]) is None  # after the loop: in no loop of its function
     assert step_of(loop, backward, {"step": "10", "completed_steps": "10"}, after=False) == 10
     assert step_of(loop, barrier, {"step": "9"}, after=True) == 9
+    assert step_of(loop, for_line, {"step": "9"}, after=False) == 10  # step 9 done, step 10's batch awaited
+    assert step_of(loop, for_line, {"step": "9"}, after=True) == 9
 
 
 def test_a_step_of_micro_batches_is_inside_the_loop_of_steps_around_it(tmp_path):

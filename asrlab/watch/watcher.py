@@ -360,10 +360,9 @@ class JobWatch:
         world = self.world()
         uneven = self.loops.uneven(views, world, self.sampler)
         # each rank's step where it said none, from the training loop's own count in its locals (py-spy only): the
-        # step a rank is in, or for a rank waiting for the next batch the last it took (as a heartbeat says them)
+        # step a rank is in, for a rank waiting for its next batch the step that batch is for (as a heartbeat says
+        # them: "waited for data at step 6" beside "the all-reduce of step 6")
         counted = {} if uneven else self.loops.counts(views, self.sampler) if self.loops.seen else {}
-        data = {v.proc.rank for v in views if v.held_phase(world) == "data"}
-        counted = {r: n - (r in data) for r, n in counted.items() if n - (r in data) >= 0}
         for v in views:
             snap = {
                 **v.snapshot(now, v.held_phase(world)),

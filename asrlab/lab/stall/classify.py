@@ -338,15 +338,16 @@ def loop_frame(frames: list[Frame], loop: Loop) -> Frame | None:
 
 def step_of(loop: Loop, line: int, values: dict[str, str], after: bool) -> int | None:
     """The step a rank is on (``after``: the last it took) in the loop's own count, from the values of its
-    function's locals (``{name: repr}``) while at ``line``: the index of ``enumerate``, else the counter
-    that the loop adds 1 to (one more while the rank is in a step before that line)."""
+    function's locals (``{name: repr}``) while at ``line``: the index of ``enumerate`` (one more at the loop's
+    head, where the next batch is awaited), else the counter that the loop adds 1 to (one more while the rank is
+    in a step before that line): a rank waiting for its next batch is on the step that batch is for."""
     fn = _function((loop[0], loop[2], loop[1]))
     counter = next((lp[2] for lp in (fn[4] if fn else ()) if lp[0] == loop[2]), None)
     if counter is None or not str(values.get(counter[1], "")).lstrip("-").isdigit():
         return None
     value = int(values[counter[1]])
     if counter[0] == "index":
-        return value
+        return value + (not after and line == loop[2])
     return value + (not after and line < counter[2])
 
 
