@@ -2038,6 +2038,19 @@ def test_a_kernel_whose_runner_was_gone_is_no_all_clear():
     assert d["culprit"]["step"] == 20, d["culprit"]
 
 
+@pytest.mark.parametrize(
+    "case, verdict", [("data_hangs_at_i12", "stalled"), ("spins_at_i12", "stalled"), ("raises_at_i12", "crashed")]
+)
+def test_a_loops_own_index_printed_as_i_places_the_failure(case, verdict):
+    """``[w46 r1] i=0011 loss=1.6021``: enumerate's index, printed ``i=``, is the step; a hang is placed where the
+    watch read the rank's own loop (the batch of index 12 awaited, as its run folder says it), a raise where its
+    own words say; the healthy console's 80 lines are steps."""
+    d = diagnose_logs([str(W43 / f"w46_torchrun_watched_rank1_{case}.log")])
+    assert (d["verdict"], d["culprit"]["rank"], d["culprit"]["step"]) == (verdict, 1, 12), d["summary"]
+    d = diagnose_logs([str(W43 / "w46_torchrun_watched_healthy.log")])
+    assert d["verdict"] == "no_failure_seen" and d["formats"] == {"kv": 80}, (d["formats"], d["summary"])
+
+
 def test_a_bar_wiped_on_closing_is_no_bar_stopped_short(tmp_path):
     """tqdm's ``leave=False`` wipes its bar on closing with spaces: the last count drawn (11 of 12) is no stop
     mid-bar; the same console ending on that count is (a run's folder given, a log in it)."""

@@ -80,6 +80,7 @@ def test_a_config_dump_is_not_steps_and_two_step_lines_at_once_are_not_two_momen
         (b"09:00:15.086 w1 I it=00070 | xent=1.3212 | lr=3.0e-03\n", b"09:00:16.101 w1 I it=00080 | xent=1.3070\n"),
         (b'{"upd": 50, "rank": 1, "ctc": 2.45}\n', b'{"upd": 55, "rank": 1, "ctc": 2.47}\n'),
         (b'{"@": "r1", "it": 38, "upd": 19, "L": 2.29}\n', b'{"@": "r1", "it": 40, "upd": 20, "L": NaN}\n'),
+        (b"[w46 r0] i=0000 loss=1.7031\n", b"[w46 r1] i=0004 loss=1.6219\n"),  # enumerate's index, printed as i=
     ):
         job = output.JobOutput(tmp_path)
         job._saw(first + b"  ctc_weight: 0.3\n")

@@ -27,7 +27,7 @@ _LOSS = re.compile(
     rb"\s*['\"]?[-+]?(?:\d|nan|inf)"
 )
 _COUNTER = re.compile(
-    rb"(?i)\b(?:step|iter|iteration|it|upd|updates?|epoch|ep|batch|tick)\b\W{0,3}\d|\d+/\d+|it/s|s/it"
+    rb"(?i)\b(?:step|iter|iteration|it|i|upd|updates?|epoch|ep|batch|tick)\b\W{0,3}\d|\d+/\d+|it/s|s/it"
 )
 
 

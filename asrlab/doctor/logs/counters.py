@@ -10,7 +10,8 @@ NAMED = re.compile(
     r"(?!\.\d)(?!\s*/\s*\d)(?!\s*->)"  # not "STEP: 10/13" (the place in an epoch) nor "(batch 32 -> 30)" (a size)
     # chainer's "500 iter, 0 epoch", "0 completed epochs, 100 batches"; not "09:30:39 iter 2920" nor "600/ 3515 batches"
     r"|(?<![\w.:=/])(?<!/ )(\d+) (?:iter(?:ation)?s?|batches|updates)\b(?!/)(?!\s+\d)"
-    r"|(?<![A-Za-z0-9])(?:it|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083" ("it=130/200": the epoch's)
+    r"|(?<![A-Za-z0-9_])(?:it|i|upd)\s*=\s*(\d+)\b(?!\.\d)(?!\s*/\s*\d)"  # a loop's own "it=00083", "i=0011"
+    # ("it=130/200": the epoch's)
     r"|^tick (\d+)\s+kimg\b"  # StyleGAN's "tick 6     kimg 24.0      time 2h 42m 11s"
     r"|\(Steps: (\d+)\)"  # ParallelWaveGAN's trainer: "(Steps: 1000) train/generator_loss = 2.16."
     r"|Saving checkpoints for (\d+) into "  # TensorFlow's estimator: its global step at the save

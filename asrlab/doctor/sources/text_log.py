@@ -292,8 +292,10 @@ def _phrase(run: LogRun, first: dict, d: dict) -> dict:
         rank = first["rank"]
         rec = (run.last_steps().get(rank) if rank is not None else None) or last_before(run, rank, first)
         who = "asrlab watch" if "asrlab watch: " in first["text"] else "the ranks' own stall watchdog"
+        # the step the watch read from the rank's own loop (a rank waiting for data: the step that batch is for), as
+        # its run folder says it, over the last the rank printed; a place in an epoch stays the lines'
         c, n = culprit(rank, rec), re.search(r"\b(?:at|of) step (\d+)", first["said"])
-        c = {**c, "step": int(n.group(1))} if c["step"] is None and n else c
+        c = {**c, "step": int(n.group(1)), "batch": None} if n and (c["step"] is None or c["epoch"] is None) else c
         return {**view, "verdict": "stalled", "culprit": c, "summary": f"{who} found the job stalled: {first['said']}"}
     if first["verdict"] == "stalled":
         h = d["hang"]
