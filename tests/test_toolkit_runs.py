@@ -52,6 +52,23 @@ def test_a_trainer_folder_alone_is_all_clear_only_when_training_ended(case):
         assert d["verdict"] != "no_failure_seen", said
 
 
+MM = [c for c in CASES if c.parent.name == "mmengine"]
+
+
+@pytest.mark.parametrize("case", MM, ids=[c.name for c in MM])
+def test_an_mmengine_work_dir_alone_is_no_all_clear_where_its_log_stops_mid_epoch(case):
+    """mmengine's work_dir without its console (tracebacks go to the console only): a run that raised, was killed or
+    hung left a log whose last line is its logger's ``Epoch(train) [1][25/64]``, short of the epoch's end: no
+    all-clear; a run that ended (its last line the checkpoint's) and a NaN the log prints are read as they are."""
+    truth = yaml.safe_load((case / "truth.yaml").read_text())
+    d = diagnose_logs([str(case / "exp")])
+    said = f"{case.name}: {d['verdict']}: {d['summary'][:300]}"
+    if truth["verdict"] in ("no_failure_seen", "nonfinite"):
+        assert d["verdict"] == truth["verdict"], said
+    else:
+        assert d["verdict"] == "unknown" and "stops as its progress bar is at" in d["summary"], said
+
+
 SB = [c for c in CASES if c.parent.name == "speechbrain"]
 
 

@@ -12,8 +12,9 @@ _ISO = re.compile(rf"(?P<y>\d{{4}})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_]{_HMS}(?:[.,](?
 _US = re.compile(rf"(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{{4}}),? {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?")  # Hugging Face's
 _GLOG = re.compile(rf"(?:^|[\s\[:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{1,6}})")
 _GLOG_GLUED = re.compile(rf"[IWEF](?P<mo>\d\d)(?P<d>\d\d) {_HMS}\.(?P<frac>\d{{6}}) +\d+ ")  # after a bar's end too
-# a month and a day without a year, first on the line: Hydra's and audiocraft's "[05-07 13:05:33][flashy.solver]"
-_MONTH_DAY = re.compile(rf"\[?(?P<mo>\d\d)-(?P<d>\d\d) {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
+# a month and a day without a year, first on the line: Hydra's and audiocraft's "[05-07 13:05:33][flashy.solver]",
+# mmengine's console "12/01 10:32:53 - mmengine - INFO - ..."
+_MONTH_DAY = re.compile(rf"\[?(?P<mo>\d\d)[-/](?P<d>\d\d) {_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
 # a time of day alone, first on the line: "18:33:56.018 <r1> ERROR ...", "[15:50:15] r1 e1 i1/8"
 _DAYTIME = re.compile(rf"\[?{_HMS}(?:[.,](?P<frac>\d{{1,6}}))?(?![\d:])")
 

@@ -16,6 +16,8 @@ from .words import EPOCH_START
 # a bar's count and total: tqdm's "96/120 [00:23" or "[7/12]  58%|", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step",
 # fastprogress's "[6/12 00:00<00:01"
 _BAR_AT = re.compile(r"(?<![\d.])(\d+)/(\d+)(?:\s*\[(?:\d+:)?\d+:\d+|\s+━|\]?\s+\d+%\||\s+\d+:\d+<)")
+# mmengine's logger hook, a line every few iterations: "Epoch(train) [1][25/64]  lr: ...", "Iter(train) [ 500/1000]"
+_LOGGED_AT = re.compile(r"(?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*\[\s*(\d+)/(\d+)\]")
 
 
 def clock(t: float | None) -> str:
@@ -203,7 +205,7 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
             continue  # a bar wiped on closing (tqdm's leave=False): it ended
         lines = [x.strip() for raw in ends.encode().split(b"\n") for x in stream.clean(raw)]
         starts = [i for i, x in enumerate(lines) if EPOCH_START.search(x)]
-        bar = _BAR_AT.search(lines[-1]) if lines else None
+        bar = (_BAR_AT.search(lines[-1]) or _LOGGED_AT.search(lines[-1])) if lines else None
         if bar and int(bar[1]) < int(bar[2]):
             said = f"{Path(f).name} stops as its progress bar is at {bar[1]} of {bar[2]} ({lines[-1][:100]})"
         elif starts and starts[-1] == len(lines) - 1 and any(i + 1 not in starts for i in starts[:-1]):
