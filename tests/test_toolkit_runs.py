@@ -52,7 +52,7 @@ def test_a_trainer_folder_alone_is_all_clear_only_when_training_ended(case):
         assert d["verdict"] != "no_failure_seen", said
 
 
-MM = [c for c in CASES if c.parent.name == "mmengine"]
+MM = [c for c in CASES if c.parent.name == "mmengine" and (c / "exp").is_dir()]
 
 
 @pytest.mark.parametrize("case", MM, ids=[c.name for c in MM])
@@ -67,6 +67,14 @@ def test_an_mmengine_work_dir_alone_is_no_all_clear_where_its_log_stops_mid_epoc
         assert d["verdict"] == truth["verdict"], said
     else:
         assert d["verdict"] == "unknown" and "stops as its progress bar is at" in d["summary"], said
+
+
+def test_a_ranks_unmarked_traceback_before_torchruns_summary_is_what_failed():
+    """Both ranks raise before training, their lines unmarked, and torchrun names local_rank 0 first with exit code 1:
+    the failure said is the exception the log printed before the launcher's word, on the rank it names."""
+    d = diagnose_logs([str(RUNS / "mmengine" / "two_ranks_cuda_set_device_on_cpu" / "console.log")])
+    assert d["verdict"] == "crashed" and d["culprit"]["rank"] == 0, d["summary"]
+    assert "RuntimeError: Found no NVIDIA driver" in d["summary"], d["summary"]
 
 
 SB = [c for c in CASES if c.parent.name == "speechbrain"]

@@ -386,11 +386,13 @@ def _refine(run: LogRun, verdict: str, e: dict) -> tuple[str, dict]:
     """An exit without a signal stands for the traceback of its rank where the log has one."""
     if e["kind"] == "exit" and not e.get("signal"):
         # an exit code is a rank's failure said by its launcher; what failed is that rank's exception, else (several
-        # failed, one printed) another rank's; not one of no rank (the launcher's own traceback)
+        # failed, one printed) another rank's; else one of no rank printed before the launcher's word in its file (the
+        # ranks' lines unmarked), not the launcher's own traceback after it
         raised = [x for x in run.events if x["kind"] in RAISED]
         tb = [x for x in raised if x.get("rank") == e["rank"]] or [x for x in raised if x.get("rank") is not None]
+        tb = tb or [x for x in raised if x.get("file") == e.get("file") and x.get("order", 0) < e.get("order", 0)]
         if tb:
-            return RAISED[tb[0]["kind"]], tb[0]
+            return RAISED[tb[0]["kind"]], tb[0] if tb[0].get("rank") is not None else {**tb[0], "rank": e["rank"]}
     if e["kind"] in RAISED and e.get("rank") is None:
         roots = [x for x in run.events if x["kind"] == "exit" and x.get("root")]
         # else the one rank its launcher then said failed (torch elastic's "failed (exitcode: 1) local_rank: 0")
