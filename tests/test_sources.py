@@ -352,6 +352,14 @@ def test_a_survivors_collective_timeout_after_a_reported_stall_is_its_consequenc
     assert "stopped the job" not in (exp / "stall_report.txt").read_text()
 
 
+def test_a_launcher_that_could_not_listen_on_its_port_is_the_failure_said():
+    """torchrun under the watch could not open its port (another job held it) and started no rank: the failure is
+    its DistNetworkError (no peer's consequence), from the folder and from the watched job's log alone."""
+    exp = Path(__file__).parent / "fixtures" / "watched" / "torchrun_port_in_use_before_any_rank"
+    for d in (diagnose(str(exp)), diagnose(str(exp / "job.log"))):
+        assert d["verdict"] == "crashed" and "EADDRINUSE" in d["summary"], d["summary"]
+
+
 def test_a_watched_stall_takes_its_step_from_the_jobs_own_output_and_says_its_culprit_first():
     """The watch samples stacks, not steps: a stranger's spinning rank 1 (its samples hold no step) gets the last
     step its own lines printed (9), in the JSON and in the text's culprit line, as a log's reading has it."""

@@ -45,6 +45,9 @@ CONSEQUENCE = re.compile(
     re.I,
 )
 
+# a socket this process could not open to listen (its port in use): its own failure, not a peer's (a DistNetworkError)
+_OWN_SOCKET = re.compile(r"failed to listen on any local network address|[Aa]ddress already in use|EADDRINUSE")
+
 # any wording of running out of memory: torch's, older torch's and the driver's ("cuda runtime error (2) : out of
 # memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's;
 # not an allocator's retry that says it is "not a failure" (TensorFlow's BFC allocator)
@@ -215,7 +218,7 @@ class Traceback:
         if kind == "exception" and WORKER.search(whole):
             kind = "worker_killed"
         elif kind == "exception" and CONSEQUENCE.search(text) and not originals and not MONITORED_PEER.search(text):
-            kind = "consequence"
+            kind = "exception" if _OWN_SOCKET.search(text) else "consequence"
         spawned = SPAWNED.search(whole)
         if spawned and kind not in ("oom", "nonfinite_error"):
             # torch.multiprocessing's report of the first process it saw end (root): that rank's exit (its own
