@@ -28,9 +28,10 @@ def failure(verdict: str, kind: str, time: float | None, text: str, *, source: s
     return {**e, "source": source, "text": text, **more}
 
 
-def suspect(text: str) -> dict:
-    """A thing that looks wrong that no rule names, of no rank or step: no all-clear (``Reading.suspects``)."""
-    return {"rank": None, "culprit": {"rank": None, **NO_STEP}, "text": text}
+def suspect(text: str, culprit: dict | None = None) -> dict:
+    """A thing that looks wrong that no rule names, of no rank, at ``culprit``'s place (none given: no step): no
+    all-clear (``Reading.suspects``)."""
+    return {"rank": None, "culprit": culprit or {"rank": None, **NO_STEP}, "text": text}
 
 
 class JobClock:

@@ -12,6 +12,7 @@ from . import stream
 from .checkpoints import named_place
 from .run import LogRun, position
 from .words import EPOCH_START
+from ..timeline import suspect
 
 # a bar's count and total: tqdm's "96/120 [00:23" or "[7/12]  58%|", Keras' " 7/12 ━━━━━━━━ 1s 297ms/step",
 # fastprogress's "[6/12 00:00<00:01"
@@ -197,7 +198,7 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
     may be an excerpt of a run going on), that stop where training was under way: the last line a progress bar
     short of its total ("96/120 [00:23<00:03"), or the start of an epoch ("Going into epoch 2") after an earlier
     epoch's lines. The run stopped there (a kill, a hang, an error printed elsewhere) or is still running:
-    suspects, no all-clear."""
+    suspects (:func:`..timeline.suspect`), no all-clear."""
     out = []
     for f in (f for f in run.files if f in found):
         ends = stream.ends(f)
@@ -214,7 +215,7 @@ def cut_short(run: LogRun, found: set[str]) -> list[dict]:
             continue
         said += ", nothing after it: the run stopped there (a kill, a hang, an error printed elsewhere) or is running"
         rec = max((r for r in run.last_steps().values() if r is not None), key=position, default=None)
-        out.append({"rank": None, "culprit": culprit(None, rec), "text": said})
+        out.append(suspect(said, culprit(None, rec)))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ...lab.stall.classify import own_code
-from .words import DIED, JAX_BARRIER, STATUS, STORE_KEY, exit_signal
+from .words import DIED, JAX_BARRIER, SOCKET_IN_USE, STATUS, STORE_KEY, exit_signal
 
 
 TB = "Traceback (most recent call last):"
@@ -45,8 +45,7 @@ CONSEQUENCE = re.compile(
     re.I,
 )
 
-# a socket this process could not open to listen (its port in use): its own failure, not a peer's (a DistNetworkError)
-_OWN_SOCKET = re.compile(r"failed to listen on any local network address|[Aa]ddress already in use|EADDRINUSE")
+_OWN_SOCKET = re.compile(SOCKET_IN_USE)  # a DistNetworkError of its own port, not a peer's
 
 # any wording of running out of memory: torch's, older torch's and the driver's ("cuda runtime error (2) : out of
 # memory", "THCudaCheck FAIL ... out of memory"), cuDNN's and cuBLAS's, the host's (the kernel's OOM killer), XLA's;

@@ -303,9 +303,10 @@ RESUME = re.compile(
 )
 
 # a rendezvous that never started: the store's socket could not listen, bind or be reached
+# a socket this process could not open to listen on (its port in use): its own failure, never a peer's consequence
+SOCKET_IN_USE = r"server socket has failed to listen on any local network address|[Aa]ddress already in use|EADDRINUSE"
 RENDEZVOUS = re.compile(
-    r"server socket has failed to listen on any local network address|[Aa]ddress already in use|EADDRINUSE|"
-    r"Rendezvous\w*(?:Timeout|Connection|Closed)Error|failed to (?:bind|connect) to the rendezvous|"
+    rf"{SOCKET_IN_USE}|Rendezvous\w*(?:Timeout|Connection|Closed)Error|failed to (?:bind|connect) to the rendezvous|"
     r"The client socket has timed out after \d+s? while trying to connect"
 )
 # a line that looks wrong that no rule names (an error record, a word of failure): where no failure is found, the
